@@ -1,0 +1,1 @@
+"""Numba CPU kernels of the teaching track, named as their references."""

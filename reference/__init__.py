@@ -1,0 +1,1 @@
+"""NumPy references: the executable specification of every kernel."""

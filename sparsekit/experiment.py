@@ -1,0 +1,119 @@
+"""Experiments: the registry behind ``sparsekit reproduce``.
+
+An experiment is a module in the top-level ``experiments`` package that defines
+``EXPERIMENT = Experiment(...)``. ``discover()`` finds them all, so a kernel
+issue registers its figure by adding one file, and nothing else changes.
+
+``run(ctx)`` computes, writes its PNGs into ``ctx.out_dir`` and returns a
+:class:`Section`; ``sparsekit reproduce`` writes each table as CSV and stitches
+the sections into ``REPORT.md``.
+
+>>> sec = Section("Demo", text="Two rows.", tables=[Table("t", [{"a": 1, "b": 2.5}])])
+>>> print(markdown_table(sec.tables[0].records))
+| a | b |
+|---|---|
+| 1 | 2.5 |
+"""
+from __future__ import annotations
+
+import csv
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from tqdm.auto import tqdm
+
+
+@dataclass
+class Context:
+    """What an experiment is told about its run."""
+
+    quick: bool            #: tiny sizes (CI, simulator) instead of the paper's
+    backend: str           #: "gpu" or "simulator"
+    out_dir: Path          #: this experiment's own output folder (exists)
+    seed: int = 0
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.backend == "gpu"
+
+    def progress(self, iterable: Iterable, desc: str, total: int | None = None):
+        """Wrap a long loop in a progress bar (stderr; silent when not a TTY)."""
+        return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+@dataclass
+class Table:
+    """One result table: a caption and one dict per row (same keys in each)."""
+
+    caption: str
+    records: list[dict]
+    csv_name: str | None = None   #: file name; defaults to a slug of the caption
+
+
+@dataclass
+class Section:
+    """An experiment's part of REPORT.md."""
+
+    title: str
+    text: str = ""                                    #: markdown; cite the paper's numbers here
+    tables: list[Table] = field(default_factory=list)
+    figures: list[str] = field(default_factory=list)  #: PNG names inside out_dir
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str                          #: short id used by ``--only``
+    title: str
+    paper: str                         #: which source text it reproduces
+    run: Callable[[Context], Section]
+    needs_gpu: bool = False            #: skipped (and said so) on the simulator
+
+
+def discover() -> dict[str, Experiment]:
+    """Every ``EXPERIMENT`` defined in a module of the ``experiments`` package."""
+    import experiments
+
+    found: dict[str, Experiment] = {}
+    for info in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"experiments.{info.name}")
+        exp = getattr(module, "EXPERIMENT", None)
+        if isinstance(exp, Experiment):
+            if exp.name in found:
+                raise ValueError(f"experiment name {exp.name!r} is registered twice")
+            found[exp.name] = exp
+    return found
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:60] or "table"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def markdown_table(records: list[dict]) -> str:
+    """Render records (dicts with the same keys) as a GitHub markdown table."""
+    if not records:
+        return "_(no rows)_"
+    keys = list(records[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_fmt(r.get(k, "")) for k in keys) + " |" for r in records]
+    return "\n".join(lines)
+
+
+def write_csv(records: list[dict], path: Path) -> None:
+    keys: list[str] = []
+    for r in records:
+        keys += [k for k in r if k not in keys]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(records)

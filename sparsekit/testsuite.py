@@ -1,0 +1,50 @@
+"""Run one part of the test suite in its own process (``./dev test`` runs both).
+
+``sim``     property, format, pruner and CLI tests. Without a GPU the kernels run
+            on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); with one they run
+            on the GPU and the ``gpu``-marked tests run too.
+``compile`` offline compile checks of every kernel and dtype for sm_80 and sm_90.
+
+The simulator switch is read once per process, hence two processes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def gpu_present() -> bool:
+    """True when a CUDA driver and device answer (checked in a child process)."""
+    probe = "from numba import cuda; import sys; sys.exit(0 if cuda.is_available() else 1)"
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return subprocess.run([sys.executable, "-c", probe], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("sim", "compile"):
+        print(__doc__)
+        return 2
+    part, extra = argv[0], argv[1:]
+    env = dict(os.environ)
+    env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    if part == "sim":
+        if gpu_present():
+            env.pop("NUMBA_ENABLE_CUDASIM", None)
+            print("[testsuite] GPU found: kernels run on the GPU, gpu tests enabled", flush=True)
+        else:
+            env["NUMBA_ENABLE_CUDASIM"] = "1"
+            print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
+        args = ["-m", "not compile"]
+    else:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        args = ["-m", "compile"]
+    cmd = [sys.executable, "-m", "pytest", "-q", *args, *extra]
+    return subprocess.run(cmd, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

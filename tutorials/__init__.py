@@ -1,0 +1,1 @@
+"""Executable walk-throughs of the teaching track."""
