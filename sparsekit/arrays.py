@@ -1,0 +1,260 @@
+"""Arrays in and out of every GPU launcher: one conversion, one validation.
+
+A launcher calls :func:`operand` once per array argument, :func:`output` for
+each array it allocates, and :func:`result` on the way out::
+
+    a = operand(a, "a", dtypes=FLOAT_DTYPES, ndim=2)
+    x = operand(x, "x", dtypes=(a.dev.dtype,), shape=(a.dev.shape[1],))
+    y = output((a.dev.shape[0],), a.dev.dtype, like=a)
+    _kernel[cdiv(a.dev.shape[0], 128), 128](a.dev, x.dev, y)
+    return result(y, like=a)
+
+What goes in, and what comes out:
+
+============================  ===========================  =======================
+input                         ``Operand.dev``              ``result(dev, like=.)``
+============================  ===========================  =======================
+``numpy.ndarray``             ``cuda.to_device`` copy      NumPy array (copied back)
+Numba device array            the array itself             the Numba device array
+``__cuda_array_interface__``  zero-copy Numba view         the source's own type:
+(CuPy, PyTorch CUDA tensors)                               ``cupy.ndarray`` or
+                                                           ``torch.Tensor`` on the
+                                                           source's device, zero
+                                                           copy; any other CAI type
+                                                           gets the Numba device
+                                                           array
+============================  ===========================  =======================
+
+Validation (dtype, rank, shape, contiguity) happens before any copy and never
+casts or reorders: a wrong dtype is a ``TypeError``, a wrong rank, shape or
+memory order a ``ValueError``, each naming the argument.
+
+Streams: kernels are launched on Numba's default stream, the CUDA legacy
+default stream, which is ordered after all prior work on blocking streams.
+A ``__cuda_array_interface__`` that names the legacy default stream (``1``,
+what CuPy and PyTorch export by default) or no stream therefore needs no
+synchronisation and gets none; any other exported stream (a non-blocking
+stream, the per-thread default stream) is synchronised before the view is
+returned, as the interface requires.
+
+Only the current CUDA device is supported: CAI objects must live on it.
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) NumPy inputs and
+simulator device arrays work the same way; CAI objects cannot exist there.
+
+This runs on every launch, so it is kept cheap: dtype sets are normalised once
+per distinct ``dtypes`` argument and cached, and nothing builds ``np.dtype``
+objects on the hot path. ``experiments/bench_foundation.py`` measures what it
+adds to a launch.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+__all__ = ["Operand", "operand", "output", "result", "cdiv"]
+
+_KINDS = ("numpy", "numba", "cai")
+_ORDERS = ("C", "F", None)
+
+# dtypes argument -> frozenset of np.dtype (filled on first use of each argument).
+_DTYPE_SETS: dict = {}
+# CAI typestr ('<f4') -> np.dtype.
+_TYPESTR: dict = {}
+# CAI stream values that need no synchronisation before a legacy-default-stream launch.
+_NO_SYNC_STREAMS = (None, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One validated array argument of a launcher.
+
+    dev : Numba device array (a simulator array under ``NUMBA_ENABLE_CUDASIM``)
+        what the kernel receives.
+    kind : ``"numpy"``, ``"numba"`` or ``"cai"``
+        what the caller passed; :func:`result` returns the same kind.
+    source : object
+        the caller's object itself (kept so ``result`` can rebuild its type).
+    """
+
+    dev: object
+    kind: str
+    source: object
+
+    def __repr__(self) -> str:
+        return (f"<Operand kind={self.kind} shape={tuple(self.dev.shape)} "
+                f"dtype={self.dev.dtype} source={type(self.source).__name__}>")
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division ``ceil(a / b)`` for non-negative ``a`` and positive ``b`` (grid sizes)."""
+    if b <= 0:
+        raise ValueError(f"b: must be a positive divisor, got {b}")
+    return -(-a // b)
+
+
+def _dtype_set(dtypes) -> frozenset:
+    try:
+        return _DTYPE_SETS[dtypes]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable (a list): normalise without caching
+        return _normalise_dtypes(dtypes)
+    s = _normalise_dtypes(dtypes)
+    _DTYPE_SETS[dtypes] = s
+    return s
+
+
+def _normalise_dtypes(dtypes) -> frozenset:
+    if isinstance(dtypes, (str, type, np.dtype)):
+        dtypes = (dtypes,)
+    return frozenset(np.dtype(d) for d in dtypes)
+
+
+def _names(dtypes: frozenset) -> str:
+    return ", ".join(sorted(d.name for d in dtypes))
+
+
+def _contiguous(shape, strides, itemsize: int, order: str) -> bool:
+    """NumPy's rule: size-1 dimensions may have any stride; an empty array is contiguous."""
+    if strides is None:  # CAI: None means C-contiguous
+        if order == "C" or 0 in shape:
+            return True
+        return sum(d != 1 for d in shape) <= 1
+    if 0 in shape:
+        return True
+    expect = itemsize
+    pairs = zip(reversed(shape), reversed(strides)) if order == "C" else zip(shape, strides)
+    for d, s in pairs:
+        if d != 1:
+            if s != expect:
+                return False
+            expect *= d
+    return True
+
+
+def _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order) -> None:
+    if dtypes is not None:
+        allowed = _dtype_set(dtypes)
+        if dtype not in allowed:
+            raise TypeError(f"{name}: dtype must be one of ({_names(allowed)}), got {dtype} "
+                            f"(nothing is cast; convert it first)")
+    if ndim is not None:
+        if isinstance(ndim, int):
+            ok = len(shape) == ndim
+            allowed_nd = (ndim,)
+        else:
+            allowed_nd = tuple(ndim)
+            ok = len(shape) in allowed_nd
+        if not ok:
+            want = " or ".join(f"{d}-D" for d in allowed_nd)
+            raise ValueError(f"{name}: expected a {want} array, got shape {tuple(shape)}")
+    if want_shape is not None:
+        if len(want_shape) != len(shape) or any(
+                s is not None and s != d for s, d in zip(want_shape, shape)):
+            want = "(" + ", ".join("*" if s is None else str(s) for s in want_shape) + ")"
+            raise ValueError(f"{name}: expected shape {want}, got {tuple(shape)}")
+    if order is not None and not _contiguous(shape, strides, itemsize, order):
+        fix = "numpy.ascontiguousarray" if order == "C" else "numpy.asfortranarray"
+        raise ValueError(f"{name}: expected a {order}-contiguous array, got shape {tuple(shape)} "
+                         f"with strides {None if strides is None else tuple(strides)} "
+                         f"(nothing is reordered; use {fix} or the equivalent first)")
+
+
+def _typestr_dtype(typestr: str) -> np.dtype:
+    try:
+        return _TYPESTR[typestr]
+    except KeyError:
+        d = _TYPESTR[typestr] = np.dtype(typestr)
+        return d
+
+
+def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operand:
+    """Validate ``x`` and give the kernel a device array for it.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, Numba device array, or object with ``__cuda_array_interface__``
+    name : str
+        the argument's name, used in error messages.
+    dtypes : dtype, tuple of dtypes, or None
+        allowed dtypes (``None``: any). Never cast.
+    ndim : int, tuple of int, or None
+        allowed rank(s).
+    shape : tuple or None
+        required shape; ``None`` entries are free dimensions.
+    order : "C", "F" or None
+        required memory layout (``None``: any strides).
+
+    Returns
+    -------
+    Operand
+        ``dev`` is a copy on the device for NumPy input (made only after
+        validation passes), ``x`` itself for a Numba device array, a zero-copy
+        Numba view for a CAI object.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is none of the three kinds, or its dtype is not allowed.
+    ValueError
+        wrong rank, shape or memory order; ``order`` not in ("C", "F", None).
+    """
+    if order not in _ORDERS:
+        raise ValueError(f"order: must be 'C', 'F' or None, got {order!r}")
+    if type(x) is np.ndarray or isinstance(x, np.ndarray):
+        _validate(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
+        return Operand(cuda.to_device(x), "numpy", x)
+    if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
+        _validate(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
+        return Operand(x, "numba", x)
+    desc = getattr(x, "__cuda_array_interface__", None)
+    if desc is None:
+        raise TypeError(f"{name}: expected a numpy.ndarray, a Numba device array or an object "
+                        f"with __cuda_array_interface__ (CuPy, PyTorch CUDA tensor), "
+                        f"got {type(x).__module__}.{type(x).__qualname__}")
+    dtype = _typestr_dtype(desc["typestr"])
+    _validate(name, dtype, desc["shape"], desc.get("strides"), dtype.itemsize,
+              dtypes, ndim, shape, order)
+    dev = cuda.from_cuda_array_interface(
+        desc, owner=x, sync=desc.get("stream") not in _NO_SYNC_STREAMS)
+    return Operand(dev, "cai", x)
+
+
+def output(shape, dtype, *, like: Operand, order: str = "C"):
+    """Allocate an uninitialised device array for a launcher's result.
+
+    ``like`` is the operand whose kind :func:`result` will reproduce; the
+    array itself is always a Numba device array on the current device.
+    """
+    if order not in ("C", "F"):
+        raise ValueError(f"order: must be 'C' or 'F', got {order!r}")
+    if not isinstance(like, Operand):
+        raise TypeError(f"like: expected an Operand, got {type(like).__name__}")
+    return cuda.device_array(shape, dtype, order=order)
+
+
+def result(dev, *, like: Operand):
+    """Return ``dev`` as the kind of array ``like``'s caller passed in.
+
+    NumPy -> ``dev.copy_to_host()``; Numba -> ``dev``; CAI from CuPy ->
+    ``cupy.asarray(dev)``; CAI from PyTorch -> ``torch.as_tensor(dev,
+    device=source.device)``; both zero-copy views that keep ``dev`` alive.
+    Any other CAI type -> ``dev`` itself (a Numba device array, which also
+    exports ``__cuda_array_interface__``).
+    """
+    kind = like.kind
+    if kind == "numpy":
+        return dev.copy_to_host()
+    if kind == "numba":
+        return dev
+    src = like.source
+    lib = type(src).__module__.partition(".")[0]
+    if lib == "torch":
+        return sys.modules["torch"].as_tensor(dev, device=src.device)
+    if lib == "cupy":
+        return sys.modules["cupy"].asarray(dev)
+    return dev
