@@ -1,0 +1,16 @@
+"""Sub-commands contributed by the kernel issues, discovered by :mod:`sparsekit.cli`.
+
+A module here may define either or both of:
+
+``add_commands(subparsers)``
+    add top-level commands (``sparsekit tune``, ``sparsekit roofline``);
+``add_bench(bench_subparsers)``
+    add ``sparsekit bench <NAME>`` commands.
+
+Each parser it adds calls ``set_defaults(func=handler)``; ``handler(args)``
+returns the exit status. Give every argument a ``help=`` string.
+
+Import Numba, ``gpu`` and ``experiments`` modules inside the handlers, not at
+module level: the CLI decides on the CUDA simulator after parsing, and Numba
+reads that switch once, at its first import.
+"""
