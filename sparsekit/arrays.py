@@ -43,8 +43,10 @@ Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) NumPy inputs and
 simulator device arrays work the same way; CAI objects cannot exist there.
 
 This runs on every launch, so it is kept cheap: dtype sets are normalised once
-per distinct ``dtypes`` argument and cached, and nothing builds ``np.dtype``
-objects on the hot path. ``experiments/bench_foundation.py`` measures what it
+per distinct ``dtypes`` argument, an argument description (dtype, shape,
+strides and the requirements) that passed once is remembered, so a repeated
+launch pays one dict lookup, and nothing builds ``np.dtype`` objects on the
+hot path. ``experiments/bench_foundation.py`` measures what it
 adds to a launch.
 """
 from __future__ import annotations
@@ -64,6 +66,10 @@ _ORDERS = ("C", "F", None)
 _DTYPE_SETS: dict = {}
 # CAI typestr ('<f4') -> np.dtype.
 _TYPESTR: dict = {}
+# (dtype, shape, strides, dtypes, ndim, required shape, order) of every argument
+# that passed validation: a repeated launch costs one dict lookup. Bounded.
+_VALID: dict = {}
+_VALID_MAX = 4096
 # CAI stream values that need no synchronisation before a legacy-default-stream launch.
 _NO_SYNC_STREAMS = (None, 1)
 
@@ -136,7 +142,24 @@ def _contiguous(shape, strides, itemsize: int, order: str) -> bool:
     return True
 
 
+def _check(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order) -> None:
+    """Validate, answering from the cache of argument descriptions that passed before."""
+    key = (dtype, shape, strides, dtypes, ndim, want_shape, order)
+    try:
+        if key in _VALID:
+            return
+    except TypeError:  # an unhashable argument (a list): validate every time
+        _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order)
+        return
+    _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order)
+    if len(_VALID) >= _VALID_MAX:
+        _VALID.clear()
+    _VALID[key] = True
+
+
 def _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order) -> None:
+    if order not in _ORDERS:
+        raise ValueError(f"order: must be 'C', 'F' or None, got {order!r}")
     if dtypes is not None:
         allowed = _dtype_set(dtypes)
         if dtype not in allowed:
@@ -203,13 +226,11 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     ValueError
         wrong rank, shape or memory order; ``order`` not in ("C", "F", None).
     """
-    if order not in _ORDERS:
-        raise ValueError(f"order: must be 'C', 'F' or None, got {order!r}")
     if type(x) is np.ndarray or isinstance(x, np.ndarray):
-        _validate(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
+        _check(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
         return Operand(cuda.to_device(x), "numpy", x)
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
-        _validate(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
+        _check(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
         return Operand(x, "numba", x)
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None:
@@ -217,7 +238,7 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
                         f"with __cuda_array_interface__ (CuPy, PyTorch CUDA tensor), "
                         f"got {type(x).__module__}.{type(x).__qualname__}")
     dtype = _typestr_dtype(desc["typestr"])
-    _validate(name, dtype, desc["shape"], desc.get("strides"), dtype.itemsize,
+    _check(name, dtype, desc["shape"], desc.get("strides"), dtype.itemsize,
               dtypes, ndim, shape, order)
     dev = cuda.from_cuda_array_interface(
         desc, owner=x, sync=desc.get("stream") not in _NO_SYNC_STREAMS)
