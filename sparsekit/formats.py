@@ -1,0 +1,985 @@
+"""Sparse matrix formats: CSR, COO, ELL, BlockedELL, NM and BSR.
+
+Each format is a small frozen dataclass of NumPy arrays plus the logical
+``shape``. They share one surface:
+
+* ``validate(full=False)``: cheap structural checks (ranks, dtypes, lengths,
+  whether the index dtype can hold the shape) always; a full scan on request
+  (index ranges, sortedness, duplicates, finite values). Messages name the
+  array, the rule and what was found, e.g.
+  ``"indptr: length should be 5 (rows + 1), got 4"``. Validators never modify
+  what they check. Every constructor runs the cheap checks.
+* ``from_dense(dense, mask=None, ...)``: ``mask`` (boolean, the shape of
+  ``dense``) selects the stored entries; by default ``dense != 0``. An entry
+  the mask keeps is stored even when it is zero (an *explicit zero*), and an
+  entry the mask drops is not stored even when it is non-zero.
+* ``to_dense()``, ``mask()`` (True where an entry is stored), ``shape``,
+  ``nnz`` (stored entries, explicit zeros included), ``density``
+  (``nnz / (rows * cols)``), ``dtype``, a one-line repr, and ``nbytes()``.
+* ``to_csr()`` on every format, and :func:`convert` between any two; both are
+  lossless because they carry the stored pattern, explicit zeros included.
+  ``from_scipy``/``to_scipy`` exist for CSR, COO and BSR.
+
+Values are float16, float32 or float64 and must be finite: ``from_dense`` and
+``validate(full=True)`` reject NaN and Inf (constructors do not scan values;
+that is what ``full=True`` is for). Nothing is cast: a wrong dtype is a
+``TypeError``.
+
+Byte counts (``nbytes()``, used by the roofline model) count every array as
+stored: values at their dtype's width, index data at its index dtype's width
+(int16 is half of int32), and CSR/BSR row pointers included. The one exception
+is :class:`NM`: its ``positions`` are kept as uint8 for clarity, but
+``nbytes()`` counts the hardware metadata, ``ceil(log2(m))`` bits per stored
+value (2 bits for 2:4, as in the Sparsity Roofline paper), rounded up to whole
+bytes for the matrix; ``nbytes(packed=False)`` counts the uint8 array instead.
+
+>>> import numpy as np
+>>> from sparsekit.formats import CSR, ELL, convert
+>>> w = np.array([[1., 0., 2.], [0., 3., 4.]], dtype=np.float32)
+>>> ell = ELL.from_dense(w)
+>>> ell
+<ELL shape=(2, 3) k'=2 dtype=float32 index=int32>
+>>> bool((convert(ell, CSR).to_dense() == w).all())
+True
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from sparsekit.checks import FLOAT_DTYPES, check_array, check_divisible, check_indices, check_int
+
+__all__ = ["NBytes", "CSR", "COO", "ELL", "BlockedELL", "NM", "BSR", "convert"]
+
+#: Column/row index dtypes of CSR, COO and BSR (int16 needs the dimension <= 32767).
+INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
+#: Row-pointer dtypes of CSR and BSR.
+INDPTR_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+#: Index dtypes of the uniform formats ELL and BlockedELL (the kernels read these).
+ELL_INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32))
+
+
+class NBytes(NamedTuple):
+    """Bytes a matrix occupies: ``values`` (non-zeros), ``indices`` (all index data), ``total``."""
+
+    values: int
+    indices: int
+    total: int
+
+
+# ---------------------------------------------------------------------------
+# shared helpers (argument checks specific to formats)
+# ---------------------------------------------------------------------------
+
+def _as_shape(shape, name: str = "shape") -> tuple[int, int]:
+    ok = isinstance(shape, (tuple, list)) and len(shape) == 2 and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 0 for s in shape)
+    if not ok:
+        raise ValueError(f"{name}: expected a tuple of two non-negative integers, got {shape!r}")
+    return int(shape[0]), int(shape[1])
+
+
+def _as_blocksize(blocksize, name: str = "blocksize") -> tuple[int, int]:
+    ok = isinstance(blocksize, (tuple, list)) and len(blocksize) == 2 and all(
+        isinstance(s, numbers.Integral) and not isinstance(s, bool) and s >= 1 for s in blocksize)
+    if not ok:
+        raise ValueError(f"{name}: expected a tuple of two positive integers, got {blocksize!r}")
+    return int(blocksize[0]), int(blocksize[1])
+
+
+def _index_dtype(index_dtype, allowed, name: str = "index_dtype") -> np.dtype:
+    try:
+        dt = np.dtype(index_dtype)
+    except TypeError:
+        dt = None
+    if dt not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        raise TypeError(f"{name}: must be one of ({names}), got {index_dtype!r}")
+    return dt
+
+
+def _too_small(dtype: np.dtype, upper: int) -> bool:
+    """Whether ``dtype`` is too narrow for a dimension of ``upper`` (int16: upper <= 32767)."""
+    return upper > np.iinfo(dtype).max
+
+
+def _fits(idx: np.ndarray, name: str, upper: int, what: str) -> None:
+    """The dtype of ``idx`` can index a dimension of ``upper`` (cheap: dtype only)."""
+    if _too_small(idx.dtype, upper):
+        raise ValueError(f"{name}: {idx.dtype} cannot index {what} = {upper} "
+                         f"(at most {np.iinfo(idx.dtype).max}); use a wider index dtype")
+
+
+def _dense_and_mask(dense, mask) -> tuple[np.ndarray, np.ndarray]:
+    check_array(dense, "dense", ndim=2, finite=True)
+    if mask is None:
+        return dense, dense != 0
+    check_array(mask, "mask", ndim=2, dtypes=(np.bool_,), shape=dense.shape)
+    return dense, mask
+
+
+def _ptr_dtype(index_dtype: np.dtype, nnz: int) -> np.dtype:
+    wide = index_dtype == np.int64 or nnz > np.iinfo(np.int32).max
+    return np.dtype(np.int64) if wide else np.dtype(np.int32)
+
+
+def _check_indptr(indptr: np.ndarray, rows: int, stored: int, what: str) -> None:
+    """Cheap row-pointer rules (scipy's): length, first and last entry."""
+    if len(indptr) != rows + 1:
+        raise ValueError(f"indptr: length should be {rows + 1} ({what} + 1), got {len(indptr)}")
+    if indptr[0] != 0:
+        raise ValueError(f"indptr: first entry should be 0, got {indptr[0]}")
+    if indptr[-1] != stored:
+        raise ValueError(f"indptr: last entry should be {stored} (the number of stored "
+                         f"{'entries' if what == 'rows' else 'blocks'}), got {indptr[-1]}")
+
+
+def _check_indptr_full(indptr: np.ndarray) -> None:
+    drop = np.flatnonzero(np.diff(indptr.astype(np.int64)) < 0)
+    if drop.size:
+        i = int(drop[0])
+        raise ValueError(f"indptr: should be non-decreasing, got indptr[{i + 1}] = {indptr[i + 1]} "
+                         f"< indptr[{i}] = {indptr[i]}")
+
+
+def _check_ascending_segments(idx: np.ndarray, seg: np.ndarray, name: str, unit: str) -> None:
+    """``idx`` strictly increases within each run of equal ``seg`` (sorted, no duplicates)."""
+    if idx.size < 2:
+        return
+    bad = (np.diff(idx.astype(np.int64)) <= 0) & (seg[1:] == seg[:-1])
+    hit = np.flatnonzero(bad)
+    if hit.size:
+        i = int(hit[0])
+        raise ValueError(f"{name}: should be strictly increasing within each {unit} (sorted, no "
+                         f"duplicates), {unit} {int(seg[i])} has {idx[i]} then {idx[i + 1]}")
+
+
+def _check_ascending_rows(idx: np.ndarray, name: str, unit: str) -> None:
+    """Each row of the 2-D ``idx`` strictly increases."""
+    if idx.shape[1] < 2:
+        return
+    bad = np.diff(idx.astype(np.int64), axis=1) <= 0
+    hit = np.argwhere(bad)
+    if hit.size:
+        r, c = (int(v) for v in hit[0])
+        raise ValueError(f"{name}: should be strictly increasing within each {unit} (sorted, no "
+                         f"duplicates), {unit} {r} has {idx[r, c]} then {idx[r, c + 1]}")
+
+
+def _scipy_values(data: np.ndarray, dtype) -> np.ndarray:
+    """Values for SciPy, which has no float16: widen only when asked, and only losslessly."""
+    if dtype is None:
+        if data.dtype == np.float16:
+            raise TypeError("to_scipy: SciPy does not support float16 values; pass dtype=np.float32 "
+                            "for an exact widening")
+        return data.copy()
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)) or dt.itemsize < data.dtype.itemsize:
+        raise TypeError(f"dtype: expected float32 or float64 at least as wide as {data.dtype} "
+                        f"(a lossless widening), got {dtype!r}")
+    return data.astype(dt)
+
+
+def _scipy_csr(a, dtype):
+    """A canonical (sorted, duplicate-free) CSR copy of the SciPy sparse ``a``."""
+    import scipy.sparse as sp
+
+    if not sp.issparse(a):
+        raise TypeError(f"a: expected a scipy.sparse array or matrix, got {type(a).__name__}")
+    c = a.tocsr(copy=True)
+    c.sum_duplicates()  # SciPy's meaning of duplicates is their sum; also sorts indices
+    data = c.data if dtype is None else c.data.astype(dtype)
+    return c, data
+
+
+def _from_scipy_index(arr: np.ndarray, index_dtype) -> np.ndarray:
+    if index_dtype is None:
+        return arr
+    return arr.astype(_index_dtype(index_dtype, INDEX_DTYPES))
+
+
+class _Format:
+    """Behaviour shared by every format (subclasses are frozen dataclasses)."""
+
+    _values_field = "data"
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The value dtype."""
+        return getattr(self, self._values_field).dtype
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries, explicit zeros included."""
+        return int(getattr(self, self._values_field).size)
+
+    @property
+    def density(self) -> float:
+        """``nnz / (rows * cols)`` (0.0 for an empty shape)."""
+        m, k = self.shape
+        return self.nnz / (m * k) if m * k else 0.0
+
+    def _index_arrays(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def nbytes(self) -> NBytes:
+        """Bytes of values and of index data, each array counted at its stored dtype."""
+        v = int(getattr(self, self._values_field).nbytes)
+        i = sum(int(a.nbytes) for a in self._index_arrays())
+        return NBytes(v, i, v + i)
+
+    def to_csr(self, *, index_dtype=None) -> "CSR":
+        """The same stored entries (explicit zeros included) as :class:`CSR`.
+
+        ``index_dtype`` defaults to this matrix's index dtype where CSR allows it, else int32.
+        """
+        if index_dtype is None:
+            index_dtype = self._index_arrays()[-1].dtype
+            if index_dtype not in INDEX_DTYPES:
+                index_dtype = np.int32
+        return CSR.from_dense(self.to_dense(), self.mask(), index_dtype=index_dtype)
+
+
+def convert(x, cls, **kwargs):
+    """Convert the matrix ``x`` to the format ``cls`` without loss.
+
+    The stored pattern travels with the values, so explicit zeros survive.
+    ``kwargs`` are the target's ``from_dense`` options (``index_dtype``,
+    ``block``, ``n``/``m``, ``blocksize``). Raises ``ValueError`` when the
+    pattern does not fit the target (e.g. rows of different lengths for ELL).
+
+    >>> import numpy as np
+    >>> w = np.array([[0., 1., 0., 2.], [3., 0., 4., 0.]], dtype=np.float16)
+    >>> nm = convert(ELL.from_dense(w), NM, n=1, m=2)
+    >>> nm
+    <NM shape=(2, 4) n:m=1:2 dtype=float16 positions=uint8>
+    >>> bool((convert(nm, COO).to_dense() == w).all())
+    True
+    """
+    if not isinstance(x, _Format):
+        raise TypeError(f"x: expected a sparsekit format, got {type(x).__name__}")
+    if not (isinstance(cls, type) and issubclass(cls, _Format)):
+        raise TypeError(f"cls: expected one of CSR, COO, ELL, BlockedELL, NM, BSR, got {cls!r}")
+    return cls.from_dense(x.to_dense(), x.mask(), **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# CSR
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class CSR(_Format):
+    """Compressed sparse rows, SciPy-compatible (sorted, unique columns per row).
+
+    Row ``r`` stores ``data[indptr[r]:indptr[r+1]]`` at columns
+    ``indices[indptr[r]:indptr[r+1]]``. ``indices`` is int16, int32 or int64
+    (int16 needs ``cols <= 32767``), ``indptr`` int32 or int64.
+
+    >>> import numpy as np
+    >>> w = np.array([[1., 0., 2.], [0., 0., 0.], [0., 3., 0.]], dtype=np.float32)
+    >>> a = CSR.from_dense(w)
+    >>> a
+    <CSR shape=(3, 3) nnz=3 dtype=float32 index=int32>
+    >>> a.indptr, a.indices
+    (array([0, 2, 2, 3], dtype=int32), array([0, 2, 1], dtype=int32))
+    >>> a.nbytes()
+    NBytes(values=12, indices=28, total=40)
+    >>> bool((CSR.from_scipy(a.to_scipy()).to_dense() == w).all())
+    True
+
+    A mask keeps entries whatever their value (here an explicit zero):
+
+    >>> keep = w != 0
+    >>> keep[1, 1] = True
+    >>> CSR.from_dense(w, keep).nnz
+    4
+    >>> CSR(np.array([0, 1, 1]), np.array([5]), np.ones(1), (2, 3)).validate(full=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: indices: indices must lie in [0, 3), found 5
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        self.validate()
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        m, k = self.shape
+        check_array(self.indptr, "indptr", ndim=1, dtypes=INDPTR_DTYPES)
+        check_array(self.indices, "indices", ndim=1, dtypes=INDEX_DTYPES)
+        check_array(self.data, "data", ndim=1)
+        _fits(self.indices, "indices", k, "columns")
+        if len(self.indices) != len(self.data):
+            raise ValueError(f"indices: length should equal len(data) = {len(self.data)}, "
+                             f"got {len(self.indices)}")
+        _check_indptr(self.indptr, m, len(self.indices), "rows")
+        if not full:
+            return
+        _check_indptr_full(self.indptr)
+        check_indices(self.indices, "indices", k)
+        rows = np.repeat(np.arange(m), np.diff(self.indptr))
+        _check_ascending_segments(self.indices, rows, "indices", "row")
+        check_array(self.data, "data", finite=True)
+
+    def _index_arrays(self):
+        return (self.indptr, self.indices)
+
+    def _rows(self) -> np.ndarray:
+        return np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+
+    def __repr__(self) -> str:
+        return (f"<CSR shape={self.shape} nnz={self.nnz} dtype={self.dtype} "
+                f"index={self.indices.dtype}>")
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "CSR":
+        """Store the entries of ``dense`` that ``mask`` keeps (default: the non-zeros)."""
+        dense, mask = _dense_and_mask(dense, mask)
+        idt = _index_dtype(index_dtype, INDEX_DTYPES)
+        rows, cols = np.nonzero(mask)
+        indptr = np.zeros(dense.shape[0] + 1, dtype=_ptr_dtype(idt, rows.size))
+        np.cumsum(np.count_nonzero(mask, axis=1), out=indptr[1:])
+        if _too_small(idt, dense.shape[1]):
+            raise ValueError(f"index_dtype: {idt} cannot index columns = {dense.shape[1]} "
+                             f"(at most {np.iinfo(idt).max}); use int32")
+        return cls(indptr, cols.astype(idt), dense[rows, cols], dense.shape)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[self._rows(), self.indices] = self.data
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        out[self._rows(), self.indices] = True
+        return out
+
+    def to_csr(self, *, index_dtype=None) -> "CSR":
+        if index_dtype is None or np.dtype(index_dtype) == self.indices.dtype:
+            return self
+        return super().to_csr(index_dtype=index_dtype)
+
+    @classmethod
+    def from_scipy(cls, a, *, dtype=None, index_dtype=None) -> "CSR":
+        """From any SciPy sparse matrix/array (duplicates are summed, as SciPy defines them).
+
+        ``dtype`` casts the values (e.g. to float16, which SciPy lacks); ``index_dtype``
+        the column indices.
+        """
+        c, data = _scipy_csr(a, dtype)
+        return cls(c.indptr, _from_scipy_index(c.indices, index_dtype), data, c.shape)
+
+    def to_scipy(self, *, dtype=None):
+        """A ``scipy.sparse.csr_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
+        import scipy.sparse as sp
+
+        return sp.csr_array((_scipy_values(self.data, dtype), self.indices.copy(), self.indptr.copy()),
+                            shape=self.shape)
+
+
+# ---------------------------------------------------------------------------
+# COO
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class COO(_Format):
+    """Coordinate format, canonical: sorted row-major, no duplicates.
+
+    Entry ``i`` is ``data[i]`` at ``(row[i], col[i])``.
+
+    >>> import numpy as np
+    >>> w = np.array([[0., 5.], [6., 7.]], dtype=np.float64)
+    >>> a = COO.from_dense(w, index_dtype=np.int16)
+    >>> a
+    <COO shape=(2, 2) nnz=3 dtype=float64 index=int16>
+    >>> a.row, a.col
+    (array([0, 1, 1], dtype=int16), array([1, 0, 1], dtype=int16))
+    >>> a.nbytes()
+    NBytes(values=24, indices=12, total=36)
+    >>> bool((COO.from_scipy(a.to_scipy()).to_dense() == w).all())
+    True
+    """
+
+    row: np.ndarray
+    col: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        self.validate()
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        m, k = self.shape
+        check_array(self.row, "row", ndim=1, dtypes=INDEX_DTYPES)
+        check_array(self.col, "col", ndim=1, dtypes=INDEX_DTYPES)
+        check_array(self.data, "data", ndim=1)
+        _fits(self.row, "row", m, "rows")
+        _fits(self.col, "col", k, "columns")
+        for name, arr in (("row", self.row), ("col", self.col)):
+            if len(arr) != len(self.data):
+                raise ValueError(f"{name}: length should equal len(data) = {len(self.data)}, got {len(arr)}")
+        if not full:
+            return
+        check_indices(self.row, "row", m)
+        check_indices(self.col, "col", k)
+        lin = self.row.astype(np.int64) * k + self.col
+        hit = np.flatnonzero(np.diff(lin) <= 0)
+        if hit.size:
+            i = int(hit[0])
+            raise ValueError(f"row, col: entries should be sorted row-major with no duplicates, entry {i} "
+                             f"is ({self.row[i]}, {self.col[i]}) and entry {i + 1} is "
+                             f"({self.row[i + 1]}, {self.col[i + 1]})")
+        check_array(self.data, "data", finite=True)
+
+    def _index_arrays(self):
+        return (self.row, self.col)
+
+    def __repr__(self) -> str:
+        return f"<COO shape={self.shape} nnz={self.nnz} dtype={self.dtype} index={self.col.dtype}>"
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "COO":
+        """Store the entries of ``dense`` that ``mask`` keeps (default: the non-zeros)."""
+        dense, mask = _dense_and_mask(dense, mask)
+        idt = _index_dtype(index_dtype, INDEX_DTYPES)
+        rows, cols = np.nonzero(mask)
+        if _too_small(idt, max(dense.shape)):
+            raise ValueError(f"index_dtype: {idt} cannot index shape {dense.shape} "
+                             f"(at most {np.iinfo(idt).max}); use int32")
+        return cls(rows.astype(idt), cols.astype(idt), dense[rows, cols], dense.shape)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[self.row, self.col] = self.data
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        out[self.row, self.col] = True
+        return out
+
+    @classmethod
+    def from_scipy(cls, a, *, dtype=None, index_dtype=None) -> "COO":
+        """From any SciPy sparse matrix/array (duplicates summed, entries sorted row-major)."""
+        c, data = _scipy_csr(a, dtype)
+        row = np.repeat(np.arange(c.shape[0], dtype=c.indices.dtype), np.diff(c.indptr))
+        return cls(_from_scipy_index(row, index_dtype), _from_scipy_index(c.indices, index_dtype),
+                   data, c.shape)
+
+    def to_scipy(self, *, dtype=None):
+        """A ``scipy.sparse.coo_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
+        import scipy.sparse as sp
+
+        return sp.coo_array((_scipy_values(self.data, dtype), (self.row.copy(), self.col.copy())),
+                            shape=self.shape)
+
+
+# ---------------------------------------------------------------------------
+# ELL (uniform sparsity)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ELL(_Format):
+    """ELLPACK for uniform sparsity: every row stores exactly K' entries.
+
+    ``values`` and ``indices`` are (M, K') arrays in Fortran (column-major)
+    order, which is the uniform-sparsity paper's ``ellval``/``ellidx`` layout
+    (Section 3, Listing 1 line 26: ``ellval[x*m + crow]``), so
+    ``values[row, x] == ellval[x * M + row]``. Column indices ascend within a
+    row; they are int16 (needs ``K <= 32767``) or int32. There is no padding:
+    uniform sparsity makes every row K' long. A row may hold explicit zeros
+    when the mask that built it kept them.
+
+    >>> import numpy as np
+    >>> w = np.array([[1., 0., 2., 0.],
+    ...               [0., 3., 0., 4.],
+    ...               [5., 6., 0., 0.]], dtype=np.float16)
+    >>> e = ELL.from_dense(w, index_dtype=np.int16)
+    >>> e
+    <ELL shape=(3, 4) k'=2 dtype=float16 index=int16>
+    >>> e.indices
+    array([[0, 2],
+           [1, 3],
+           [0, 1]], dtype=int16)
+    >>> e.ellval          # column-major: column x of values, then column x+1
+    array([1., 3., 5., 2., 4., 6.], dtype=float16)
+    >>> e.ellidx
+    array([0, 1, 0, 2, 3, 1], dtype=int16)
+    >>> e.nbytes()
+    NBytes(values=12, indices=12, total=24)
+    >>> bool((e.to_dense() == w).all())
+    True
+
+    Rows that keep different counts are not uniform:
+
+    >>> ELL.from_dense(np.eye(3, dtype=np.float32) + np.eye(3, k=1, dtype=np.float32))
+    Traceback (most recent call last):
+    ...
+    ValueError: mask: ELL needs the same number of kept entries in every row (uniform sparsity); row 0 keeps 2, row 2 keeps 1
+    """
+
+    values: np.ndarray
+    indices: np.ndarray
+    shape: tuple[int, int]
+
+    _values_field = "values"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        self.validate()
+
+    @property
+    def kprime(self) -> int:
+        """K', the number of entries stored in every row."""
+        return int(self.values.shape[1])
+
+    @property
+    def ellval(self) -> np.ndarray:
+        """``values`` as the paper's flat column-major ``ellval`` (a view, length M*K')."""
+        return self.values.ravel(order="F")
+
+    @property
+    def ellidx(self) -> np.ndarray:
+        """``indices`` as the paper's flat column-major ``ellidx`` (a view, length M*K')."""
+        return self.indices.ravel(order="F")
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        m, k = self.shape
+        check_array(self.values, "values", ndim=2, shape=(m, None))
+        check_array(self.indices, "indices", ndim=2, dtypes=ELL_INDEX_DTYPES, shape=self.values.shape)
+        if self.kprime > k:
+            raise ValueError(f"values: K' should be at most the column count {k}, got {self.kprime}")
+        for name, arr in (("values", self.values), ("indices", self.indices)):
+            if not arr.flags.f_contiguous:
+                raise ValueError(f"{name}: should be Fortran-ordered (column-major, the paper's "
+                                 f"ell layout; use np.asfortranarray), got a non-F-contiguous array")
+        _fits(self.indices, "indices", k, "columns")
+        if not full:
+            return
+        check_indices(self.indices, "indices", k)
+        _check_ascending_rows(self.indices, "indices", "row")
+        check_array(self.values, "values", finite=True)
+
+    def _index_arrays(self):
+        return (self.indices,)
+
+    def __repr__(self) -> str:
+        return f"<ELL shape={self.shape} k'={self.kprime} dtype={self.dtype} index={self.indices.dtype}>"
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "ELL":
+        """Store the kept entries; ``mask`` must keep the same count K' in every row."""
+        dense, mask = _dense_and_mask(dense, mask)
+        idt = _index_dtype(index_dtype, ELL_INDEX_DTYPES)
+        m, k = dense.shape
+        counts = np.count_nonzero(mask, axis=1)
+        kprime = int(counts[0]) if m else 0
+        off = np.flatnonzero(counts != kprime)
+        if off.size:
+            r = int(off[0])
+            raise ValueError(f"mask: ELL needs the same number of kept entries in every row (uniform "
+                             f"sparsity); row 0 keeps {kprime}, row {r} keeps {int(counts[r])}")
+        if _too_small(idt, k):
+            raise ValueError(f"index_dtype: {idt} cannot index columns = {k} "
+                             f"(at most {np.iinfo(idt).max}); use int32")
+        rows, cols = np.nonzero(mask)
+        values = np.asfortranarray(dense[rows, cols].reshape(m, kprime))
+        indices = np.asfortranarray(cols.astype(idt).reshape(m, kprime))
+        return cls(values, indices, (m, k))
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[np.arange(self.shape[0])[:, None], self.indices] = self.values
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        out[np.arange(self.shape[0])[:, None], self.indices] = True
+        return out
+
+    def to_csr(self, *, index_dtype=None) -> CSR:
+        idt = self.indices.dtype if index_dtype is None else _index_dtype(index_dtype, INDEX_DTYPES)
+        m, kp = self.values.shape
+        indptr = (np.arange(m + 1, dtype=_ptr_dtype(idt, m * kp)) * kp)
+        return CSR(indptr, self.indices.ravel(order="C").astype(idt),
+                   self.values.ravel(order="C").copy(), self.shape)
+
+
+# ---------------------------------------------------------------------------
+# BlockedELL (blocked-uniform sparsity)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BlockedELL(_Format):
+    """Blocked ELL for blocked-uniform sparsity: square ``block x block`` tiles.
+
+    Block row ``i`` (rows ``i*b .. i*b+b-1``) stores ``Kb`` dense tiles
+    ``values[i, j]`` (shape ``(b, b)``) at block columns ``indices[i, j]``
+    (ascending). Every block row keeps the same number ``Kb`` of blocks.
+    ``values`` is (M/b, Kb, b, b), ``indices`` (M/b, Kb) int16 or int32.
+    Every entry of a kept block is stored, so ``nnz == M/b * Kb * b * b``.
+
+    >>> import numpy as np
+    >>> w = np.zeros((4, 6), dtype=np.float32)
+    >>> w[0:2, 2:4] = 1.0
+    >>> w[2:4, 0:2] = 2.0
+    >>> w[3, 4] = 3.0
+    >>> mask = w != 0
+    >>> mask[0:2, 4:6] = True          # keep one more block in block row 0 (explicit zeros)
+    >>> b = BlockedELL.from_dense(w, mask, block=2)
+    >>> b
+    <BlockedELL shape=(4, 6) block=2 kb=2 dtype=float32 index=int32>
+    >>> b.indices
+    array([[1, 2],
+           [0, 2]], dtype=int32)
+    >>> b.nnz, b.nbytes()
+    (16, NBytes(values=64, indices=16, total=80))
+    >>> bool((b.to_dense() == w).all())
+    True
+    """
+
+    values: np.ndarray
+    indices: np.ndarray
+    shape: tuple[int, int]
+    block: int
+
+    _values_field = "values"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        self.validate()
+
+    @property
+    def kb(self) -> int:
+        """Blocks stored in every block row."""
+        return int(self.indices.shape[1])
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        m, k = self.shape
+        b = check_int(self.block, "block", minimum=1)
+        check_divisible(m, b, "shape[0]")
+        check_divisible(k, b, "shape[1]")
+        check_array(self.indices, "indices", ndim=2, dtypes=ELL_INDEX_DTYPES, shape=(m // b, None))
+        check_array(self.values, "values", ndim=4, shape=(m // b, self.kb, b, b))
+        if self.kb > k // b:
+            raise ValueError(f"indices: blocks per block row should be at most {k // b} "
+                             f"(shape[1] / block), got {self.kb}")
+        _fits(self.indices, "indices", k // b, "block columns")
+        if not full:
+            return
+        check_indices(self.indices, "indices", k // b)
+        _check_ascending_rows(self.indices, "indices", "block row")
+        check_array(self.values, "values", finite=True)
+
+    def _index_arrays(self):
+        return (self.indices,)
+
+    def __repr__(self) -> str:
+        return (f"<BlockedELL shape={self.shape} block={self.block} kb={self.kb} dtype={self.dtype} "
+                f"index={self.indices.dtype}>")
+
+    def _tiles(self, a: np.ndarray) -> np.ndarray:
+        """View of the (M, K) array ``a`` as (M/b, K/b, b, b) tiles."""
+        b = self.block
+        return _tiles(a, b, b)
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, block, index_dtype=np.int32) -> "BlockedELL":
+        """Keep every block holding a kept entry; each block row must keep the same count."""
+        dense, mask = _dense_and_mask(dense, mask)
+        b = check_int(block, "block", minimum=1)
+        idt = _index_dtype(index_dtype, ELL_INDEX_DTYPES)
+        m, k = dense.shape
+        check_divisible(m, b, "dense.shape[0]")
+        check_divisible(k, b, "dense.shape[1]")
+        bmask = _tiles(mask, b, b).any(axis=(2, 3))
+        counts = np.count_nonzero(bmask, axis=1)
+        kb = int(counts[0]) if counts.size else 0
+        off = np.flatnonzero(counts != kb)
+        if off.size:
+            r = int(off[0])
+            raise ValueError(f"mask: BlockedELL needs the same number of kept blocks in every block row; "
+                             f"block row 0 keeps {kb}, block row {r} keeps {int(counts[r])}")
+        if _too_small(idt, k // b):
+            raise ValueError(f"index_dtype: {idt} cannot index {k // b} block columns; use int32")
+        rows, cols = np.nonzero(bmask)
+        tiles = _tiles(np.where(mask, dense, np.zeros((), dense.dtype)), b, b)
+        values = np.ascontiguousarray(tiles[rows, cols].reshape(m // b, kb, b, b))
+        return cls(values, cols.astype(idt).reshape(m // b, kb), (m, k), b)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        self._tiles(out)[np.arange(self.indices.shape[0])[:, None], self.indices] = self.values
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        self._tiles(out)[np.arange(self.indices.shape[0])[:, None], self.indices] = True
+        return out
+
+
+def _tiles(a: np.ndarray, br: int, bc: int) -> np.ndarray:
+    """View of the C-contiguous (M, K) ``a`` as (M/br, K/bc, br, bc) tiles (writable view)."""
+    m, k = a.shape
+    return a.reshape(m // br, br, k // bc, bc).transpose(0, 2, 1, 3)
+
+
+# ---------------------------------------------------------------------------
+# NM (N:M semi-structured)
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class NM(_Format):
+    """N:M compressed: each group of ``m`` consecutive columns of a row stores ``n`` values.
+
+    ``values`` is (M, K/m*n); ``positions`` (same shape, uint8) holds each
+    value's offset in its group, ascending within the group. Group ``g`` of
+    row ``r`` is ``values[r, g*n:(g+1)*n]`` at columns ``g*m + positions[...]``.
+    A group that keeps fewer than ``n`` entries is padded with explicit zeros
+    at its lowest unused positions, so ``nnz == M * K / m * n`` always.
+    ``nbytes()`` counts positions as the hardware metadata, ``ceil(log2(m))``
+    bits each (2 for 2:4); ``nbytes(packed=False)`` counts the uint8 array.
+
+    >>> import numpy as np
+    >>> w = np.array([[1., 0., 0., 2., 0., 0., 0., 3.]], dtype=np.float16)
+    >>> a = NM.from_dense(w, n=2, m=4)
+    >>> a
+    <NM shape=(1, 8) n:m=2:4 dtype=float16 positions=uint8>
+    >>> a.values, a.positions          # group 1 keeps one entry: padded at position 0
+    (array([[1., 2., 0., 3.]], dtype=float16), array([[0, 3, 0, 3]], dtype=uint8))
+    >>> a.nbytes()                     # 4 values x 2 bytes; 4 positions x 2 bits = 1 byte
+    NBytes(values=8, indices=1, total=9)
+    >>> bool((a.to_dense() == w).all())
+    True
+    """
+
+    values: np.ndarray
+    positions: np.ndarray
+    shape: tuple[int, int]
+    n: int
+    m: int
+
+    _values_field = "values"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        self.validate()
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        rows, k = self.shape
+        n, m = _check_nm(self.n, self.m)
+        check_divisible(k, m, "shape[1]")
+        width = k // m * n
+        check_array(self.values, "values", ndim=2, shape=(rows, width))
+        check_array(self.positions, "positions", ndim=2, dtypes=(np.uint8,), shape=(rows, width))
+        if not full:
+            return
+        if self.positions.size and int(self.positions.max()) >= m:
+            raise ValueError(f"positions: must lie in [0, m) = [0, {m}), found {int(self.positions.max())}")
+        grouped = self.positions.reshape(rows * (k // m), n)
+        bad = np.argwhere(np.diff(grouped.astype(np.int16), axis=1) <= 0)
+        if bad.size:
+            gi, c = (int(v) for v in bad[0])
+            r, g = divmod(gi, k // m)
+            raise ValueError(f"positions: should be strictly increasing within each group (sorted, no "
+                             f"duplicates), row {r} group {g} has {grouped[gi, c]} then {grouped[gi, c + 1]}")
+        check_array(self.values, "values", finite=True)
+
+    def _index_arrays(self):
+        return (self.positions,)
+
+    def nbytes(self, *, packed: bool = True) -> NBytes:
+        """Value bytes and position bytes (``ceil(log2(m))`` bits each when ``packed``)."""
+        v = int(self.values.nbytes)
+        if packed:
+            i = -(-self.positions.size * (self.m - 1).bit_length() // 8)
+        else:
+            i = int(self.positions.nbytes)
+        return NBytes(v, i, v + i)
+
+    def __repr__(self) -> str:
+        return f"<NM shape={self.shape} n:m={self.n}:{self.m} dtype={self.dtype} positions=uint8>"
+
+    def _columns(self) -> np.ndarray:
+        rows, k = self.shape
+        groups = k // self.m
+        base = (np.arange(groups) * self.m)[None, :, None]
+        return (base + self.positions.reshape(rows, groups, self.n)).reshape(rows, groups * self.n)
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, n, m) -> "NM":
+        """Store the kept entries; at most ``n`` kept per group of ``m`` columns (padded to ``n``)."""
+        dense, mask = _dense_and_mask(dense, mask)
+        n, m = _check_nm(n, m)
+        rows, k = dense.shape
+        check_divisible(k, m, "dense.shape[1]")
+        groups = k // m
+        g = mask.reshape(rows, groups, m)
+        counts = np.count_nonzero(g, axis=2)
+        over = np.argwhere(counts > n)
+        if over.size:
+            r, gi = (int(v) for v in over[0])
+            raise ValueError(f"mask: {n}:{m} allows at most {n} kept entries in each group of {m} columns; "
+                             f"row {r} group {gi} (columns {gi * m}-{gi * m + m - 1}) keeps {int(counts[r, gi])}")
+        # kept positions first, then the lowest unused ones as zero padding; ascending within the group
+        pos = np.sort(np.argsort(~g, axis=2, kind="stable")[:, :, :n], axis=2)
+        kept = np.where(mask, dense, np.zeros((), dense.dtype)).reshape(rows, groups, m)
+        values = np.take_along_axis(kept, pos, axis=2).reshape(rows, groups * n)
+        return cls(values, pos.astype(np.uint8).reshape(rows, groups * n), (rows, k), n, m)
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[np.arange(self.shape[0])[:, None], self._columns()] = self.values
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        out[np.arange(self.shape[0])[:, None], self._columns()] = True
+        return out
+
+
+def _check_nm(n, m) -> tuple[int, int]:
+    m = check_int(m, "m", minimum=1, maximum=256)  # positions are uint8
+    n = check_int(n, "n", minimum=1)
+    if n > m:
+        raise ValueError(f"n: must be <= m ({m}), got {n}")
+    return n, m
+
+
+# ---------------------------------------------------------------------------
+# BSR
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BSR(_Format):
+    """Block sparse rows, SciPy-compatible: CSR over ``blocksize = (br, bc)`` dense tiles.
+
+    Block row ``i`` stores tiles ``data[indptr[i]:indptr[i+1]]`` (each
+    ``(br, bc)``) at block columns ``indices[indptr[i]:indptr[i+1]]``
+    (ascending). Every entry of a stored tile counts in ``nnz``.
+
+    >>> import numpy as np
+    >>> w = np.zeros((4, 4), dtype=np.float32)
+    >>> w[0, 1], w[3, 2] = 1.0, 2.0
+    >>> a = BSR.from_dense(w, blocksize=(2, 2))
+    >>> a
+    <BSR shape=(4, 4) blocksize=(2, 2) nnzb=2 dtype=float32 index=int32>
+    >>> a.indptr, a.indices, a.nnz
+    (array([0, 1, 2], dtype=int32), array([0, 1], dtype=int32), 8)
+    >>> a.nbytes()
+    NBytes(values=32, indices=20, total=52)
+    >>> bool((BSR.from_scipy(a.to_scipy()).to_dense() == w).all())
+    True
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+    blocksize: tuple[int, int]
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "blocksize", _as_blocksize(self.blocksize))
+        self.validate()
+
+    @property
+    def nnzb(self) -> int:
+        """Stored blocks."""
+        return int(self.indices.size)
+
+    def validate(self, full: bool = False) -> None:
+        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
+        m, k = self.shape
+        br, bc = _as_blocksize(self.blocksize)
+        check_divisible(m, br, "shape[0]")
+        check_divisible(k, bc, "shape[1]")
+        check_array(self.indptr, "indptr", ndim=1, dtypes=INDPTR_DTYPES)
+        check_array(self.indices, "indices", ndim=1, dtypes=INDEX_DTYPES)
+        check_array(self.data, "data", ndim=3, shape=(len(self.indices), br, bc))
+        _fits(self.indices, "indices", k // bc, "block columns")
+        _check_indptr(self.indptr, m // br, len(self.indices), "block rows")
+        if not full:
+            return
+        _check_indptr_full(self.indptr)
+        check_indices(self.indices, "indices", k // bc)
+        brows = np.repeat(np.arange(m // br), np.diff(self.indptr))
+        _check_ascending_segments(self.indices, brows, "indices", "block row")
+        check_array(self.data, "data", finite=True)
+
+    def _index_arrays(self):
+        return (self.indptr, self.indices)
+
+    def __repr__(self) -> str:
+        return (f"<BSR shape={self.shape} blocksize={self.blocksize} nnzb={self.nnzb} "
+                f"dtype={self.dtype} index={self.indices.dtype}>")
+
+    @classmethod
+    def from_dense(cls, dense, mask=None, *, blocksize, index_dtype=np.int32) -> "BSR":
+        """Keep every ``blocksize`` tile holding a kept entry (the blocksize must divide the shape)."""
+        dense, mask = _dense_and_mask(dense, mask)
+        br, bc = _as_blocksize(blocksize)
+        idt = _index_dtype(index_dtype, INDEX_DTYPES)
+        m, k = dense.shape
+        check_divisible(m, br, "dense.shape[0]")
+        check_divisible(k, bc, "dense.shape[1]")
+        if _too_small(idt, k // bc):
+            raise ValueError(f"index_dtype: {idt} cannot index {k // bc} block columns; use int32")
+        bmask = _tiles(mask, br, bc).any(axis=(2, 3))
+        rows, cols = np.nonzero(bmask)
+        indptr = np.zeros(m // br + 1, dtype=_ptr_dtype(idt, rows.size))
+        np.cumsum(np.count_nonzero(bmask, axis=1), out=indptr[1:])
+        data = _tiles(np.where(mask, dense, np.zeros((), dense.dtype)), br, bc)[rows, cols]
+        return cls(indptr, cols.astype(idt), np.ascontiguousarray(data), (m, k), (br, bc))
+
+    def _block_rows(self) -> np.ndarray:
+        return np.repeat(np.arange(self.shape[0] // self.blocksize[0]), np.diff(self.indptr))
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=self.dtype)
+        _tiles(out, *self.blocksize)[self._block_rows(), self.indices] = self.data
+        return out
+
+    def mask(self) -> np.ndarray:
+        out = np.zeros(self.shape, dtype=bool)
+        _tiles(out, *self.blocksize)[self._block_rows(), self.indices] = True
+        return out
+
+    @classmethod
+    def from_scipy(cls, a, *, blocksize=None, dtype=None, index_dtype=None) -> "BSR":
+        """From any SciPy sparse matrix/array; ``blocksize`` defaults to ``a``'s own for BSR input."""
+        import scipy.sparse as sp
+
+        if not sp.issparse(a):
+            raise TypeError(f"a: expected a scipy.sparse array or matrix, got {type(a).__name__}")
+        if blocksize is None:
+            blocksize = a.blocksize if a.format == "bsr" else (1, 1)
+        br, bc = _as_blocksize(blocksize)
+        check_divisible(a.shape[0], br, "a.shape[0]")
+        check_divisible(a.shape[1], bc, "a.shape[1]")
+        c = a.tobsr(blocksize=(br, bc), copy=True)
+        c.sum_duplicates()
+        data = c.data if dtype is None else c.data.astype(dtype)
+        return cls(c.indptr, _from_scipy_index(c.indices, index_dtype), data, c.shape, (br, bc))
+
+    def to_scipy(self, *, dtype=None):
+        """A ``scipy.sparse.bsr_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
+        import scipy.sparse as sp
+
+        return sp.bsr_array((_scipy_values(self.data, dtype), self.indices.copy(), self.indptr.copy()),
+                            shape=self.shape, blocksize=self.blocksize)
