@@ -313,7 +313,8 @@ def gradual_schedule(step: int, *, initial_sparsity: float, final_sparsity: floa
 def halving_schedule(rounds: int = 5, start: float = 0.5) -> list[float]:
     """The Sparsity Roofline's fine-tuning levels: each round halves the density.
 
-    ``S_{r+1} = S_r + (1 - S_r) / 2`` from ``S_0 = start``, i.e.
+    ``S_{r+1} = S_r + (1 - S_r) / 2`` from ``S_0 = start`` (the paper's
+    "increase the sparsity level by (1 - Sparsity)/2"), so
     ``S_r = 1 - (1 - start) / 2**r``.
 
     >>> halving_schedule()
@@ -321,8 +322,10 @@ def halving_schedule(rounds: int = 5, start: float = 0.5) -> list[float]:
     """
     rounds = check_int(rounds, "rounds", minimum=1)
     start = check_sparsity(start, "start")
-    levels = [1.0 - (1.0 - start) / 2.0 ** r for r in range(rounds)]
-    if levels[-1] >= 1.0:
-        raise ValueError(f"rounds: level {rounds - 1} rounds to sparsity 1.0 "
-                         f"(start={start!r}), got rounds={rounds}")
+    levels = [start]
+    while len(levels) < rounds:
+        levels.append(levels[-1] + (1.0 - levels[-1]) / 2.0)
+        if levels[-1] >= 1.0:
+            raise ValueError(f"rounds: level {len(levels) - 1} rounds to sparsity 1.0 in float64 "
+                             f"(start={start!r}), got rounds={rounds}")
     return levels
