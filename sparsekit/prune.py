@@ -18,7 +18,7 @@ Ties (every pruner) are broken deterministically by a stable sort on the
 descending score: among equal magnitudes (or norms) the lower index wins, i.e.
 the lower column within a row or group, the lower row-major position within a
 matrix, and, for the global pruners, the earlier layer in the dict's order.
-Scores are compared in float64 (exact for float16/32 weights).
+Scores are compared in float64 (exact for every accepted weight dtype).
 
 Uniform sparsity ("Uniform Sparsity in Deep Neural Networks", Section 2.2):
 sort every row by ``|w|`` descending, aggregate each column of that sorted
