@@ -216,7 +216,8 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     -------
     Operand
         ``dev`` is a copy on the device for NumPy input (made only after
-        validation passes), ``x`` itself for a Numba device array, a zero-copy
+        validation passes; with ``order=None`` a view that is neither C- nor
+        F-contiguous is copied C-contiguous, values unchanged), ``x`` itself for a Numba device array, a zero-copy
         Numba view for a CAI object.
 
     Raises
@@ -228,6 +229,9 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     """
     if type(x) is np.ndarray or isinstance(x, np.ndarray):
         _check(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
+        if order is None and not (x.flags.c_contiguous or x.flags.f_contiguous):
+            # Any layout is allowed and the data is copied anyway: copy a gapped view packed.
+            return Operand(cuda.to_device(np.ascontiguousarray(x)), "numpy", x)
         return Operand(cuda.to_device(x), "numpy", x)
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
         _check(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)

@@ -1,0 +1,238 @@
+"""sparsekit.arrays: conversion, validation and the kind that comes back.
+
+Runs on the simulator (NumPy inputs and simulator device arrays); CuPy and
+PyTorch inputs are tested on the GPU in tests/gpu/test_arrays_gpu.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from numba import cuda
+
+from sparsekit import arrays
+from sparsekit.arrays import Operand, cdiv, operand, output, result
+from sparsekit.checks import FLOAT_DTYPES
+from tests.strategies import dense_arrays, dtypes
+
+ALL_DTYPES = FLOAT_DTYPES + (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64),
+                             np.dtype(np.uint8))
+
+
+@cuda.jit
+def _axpy(a, x, y, out):
+    """out = a * x + y elementwise (2-D)."""
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = a * x[i, j] + y[i, j]
+
+
+def _launch_axpy(a, x, y):
+    """A launcher written the way every gpu/ module writes one."""
+    xo = operand(x, "x", dtypes=FLOAT_DTYPES, ndim=2)
+    yo = operand(y, "y", dtypes=(xo.dev.dtype,), shape=xo.dev.shape)
+    out = output(xo.dev.shape, xo.dev.dtype, like=xo)
+    m, n = xo.dev.shape
+    _axpy[(cdiv(m, 8), cdiv(n, 8)), (8, 8)](a, xo.dev, yo.dev, out)
+    return result(out, like=xo)
+
+
+shapes = st.tuples(st.integers(1, 12), st.integers(1, 12))
+
+
+@given(shape=shapes, dtype=dtypes(allowed=(np.float32, np.float64)), data=st.data())
+def test_launcher_numpy_in_numpy_out(shape, dtype, data):
+    x = data.draw(dense_arrays(shape, dtype=dtype))
+    y = data.draw(dense_arrays(shape, dtype=dtype))
+    out = _launch_axpy(2.0, x, y)
+    assert type(out) is np.ndarray and out.dtype == dtype and out.shape == shape
+    np.testing.assert_array_equal(out, (dtype.type(2.0) * x + y).astype(dtype))
+
+
+@given(shape=shapes, data=st.data())
+def test_launcher_device_in_device_out(shape, data):
+    x = data.draw(dense_arrays(shape, dtype=np.float32))
+    y = data.draw(dense_arrays(shape, dtype=np.float32))
+    out = _launch_axpy(2.0, cuda.to_device(x), cuda.to_device(y))
+    assert getattr(out, "__cuda_ndarray__", False), "a device array comes back for device input"
+    np.testing.assert_array_equal(out.copy_to_host(), np.float32(2.0) * x + y)
+
+
+def test_numpy_operand_is_a_device_copy():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    op = operand(x, "x", dtypes=FLOAT_DTYPES)
+    assert op.kind == "numpy" and op.source is x
+    np.testing.assert_array_equal(op.dev.copy_to_host(), x)
+    op.dev[0, 0] = 99.0
+    assert x[0, 0] == 0.0, "the caller's array is untouched"
+
+
+def test_device_operand_is_the_array_itself():
+    d = cuda.to_device(np.ones((2, 3), dtype=np.float16))
+    op = operand(d, "d", dtypes=FLOAT_DTYPES, ndim=2)
+    assert op.kind == "numba" and op.dev is d and op.source is d
+    assert result(d, like=op) is d
+
+
+def test_operand_is_frozen_and_has_a_short_repr():
+    op = operand(np.zeros(3, np.float32) + 1, "x", dtypes=FLOAT_DTYPES)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        op.kind = "numba"
+    assert repr(op) == "<Operand kind=numpy shape=(3,) dtype=float32 source=ndarray>"
+
+
+@given(dtype=st.sampled_from(ALL_DTYPES), allowed=st.sets(st.sampled_from(ALL_DTYPES), min_size=1),
+       device=st.booleans())
+def test_dtype_is_checked_never_cast(dtype, allowed, device):
+    x = np.ones((2, 2), dtype=dtype)
+    arg = cuda.to_device(x) if device else x
+    allowed = tuple(sorted(allowed, key=str))
+    if dtype in allowed:
+        assert operand(arg, "w", dtypes=allowed).dev.dtype == dtype
+    else:
+        with pytest.raises(TypeError, match=rf"^w: dtype must be one of \(.*\), got {dtype.name}"):
+            operand(arg, "w", dtypes=allowed)
+
+
+def test_dtypes_forms():
+    x = np.ones(4, np.float32)
+    for form in (np.float32, "float32", np.dtype("float32"), [np.float32], (np.float32, np.float64), None):
+        assert operand(x, "x", dtypes=form).dev.dtype == np.float32
+    with pytest.raises(TypeError, match="got float32"):
+        operand(x, "x", dtypes=[np.float64])
+
+
+@given(nd=st.integers(0, 4), want=st.one_of(st.integers(0, 4), st.sets(st.integers(0, 4), min_size=1)))
+def test_ndim(nd, want):
+    x = np.ones((2,) * nd, np.float32)
+    ok = nd == want if isinstance(want, int) else nd in want
+    want = want if isinstance(want, int) else tuple(sorted(want))
+    if ok:
+        operand(x, "a", dtypes=None, ndim=want)
+    else:
+        with pytest.raises(ValueError, match=r"^a: expected a .*-D array, got shape"):
+            operand(x, "a", dtypes=None, ndim=want)
+
+
+@given(shape=st.lists(st.integers(0, 4), min_size=1, max_size=3),
+       spec=st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=1, max_size=3))
+def test_shape_with_free_dimensions(shape, spec):
+    x = np.ones(shape, np.float32)
+    ok = len(spec) == len(shape) and all(s is None or s == d for s, d in zip(spec, shape))
+    if ok:
+        operand(x, "b", dtypes=None, shape=tuple(spec))
+    else:
+        with pytest.raises(ValueError, match=r"^b: expected shape \("):
+            operand(x, "b", dtypes=None, shape=tuple(spec))
+
+
+@st.composite
+def views(draw):
+    """(base, transpose, index): a strided view of a small array, with size-1 and empty dims."""
+    shape = draw(st.lists(st.integers(0, 5), min_size=1, max_size=3))
+    base = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    index = tuple(slice(draw(st.integers(0, 1)), None, draw(st.integers(1, 2))) for _ in shape)
+    return base, draw(st.booleans()), index
+
+
+@given(view=views(), order=st.sampled_from(["C", "F", None]), device=st.booleans())
+def test_contiguity_agrees_with_numpy(view, order, device):
+    base, transpose, index = view
+    x = (base.T if transpose else base)[index]
+    ok = order is None or (x.flags.c_contiguous if order == "C" else x.flags.f_contiguous)
+    if device:  # the same view taken of a device array
+        d = cuda.to_device(base)
+        arg = (d.T if transpose else d)[index]
+    else:
+        arg = x
+    if ok:
+        np.testing.assert_array_equal(operand(arg, "v", dtypes=None, order=order).dev.copy_to_host(), x)
+    else:
+        with pytest.raises(ValueError, match=rf"^v: expected a {order}-contiguous array"):
+            operand(arg, "v", dtypes=None, order=order)
+
+
+def test_strided_device_view_is_rejected():
+    d = cuda.to_device(np.ones((4, 6), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        operand(d[:, ::2], "d", dtypes=None)
+    operand(d[:, ::2], "d", dtypes=None, order=None)
+
+
+def test_validation_happens_before_any_copy(monkeypatch):
+    calls = []
+    monkeypatch.setattr(arrays.cuda, "to_device", lambda x: calls.append(x))
+    for bad in (dict(dtypes=np.float64), dict(dtypes=None, ndim=1), dict(dtypes=None, shape=(3, 3)),
+                dict(dtypes=None, order="F")):
+        with pytest.raises((TypeError, ValueError)):
+            operand(np.ones((2, 3), np.float32), "x", **bad)
+    assert calls == []
+
+
+def test_a_cached_success_does_not_let_a_different_argument_through():
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        operand(x, "x", dtypes=np.float32, shape=(2, 3))
+    for _ in range(2):  # failures are never cached: each raises
+        with pytest.raises(ValueError):
+            operand(np.ones((3, 2), np.float32), "x", dtypes=np.float32, shape=(2, 3))
+        with pytest.raises(TypeError):
+            operand(x.astype(np.float64), "x", dtypes=np.float32, shape=(2, 3))
+
+
+def test_bad_kinds_and_arguments():
+    with pytest.raises(TypeError, match=r"^x: expected a numpy.ndarray, a Numba device array .* got builtins.list"):
+        operand([1.0, 2.0], "x", dtypes=None)
+    with pytest.raises(ValueError, match="^order: must be"):
+        operand(np.ones(2), "x", dtypes=None, order="K")
+
+
+class _FakeCAI:
+    """Looks like a CuPy array to operand(); only the description is read before validation."""
+
+    def __init__(self, shape, typestr, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                         "data": (0, False), "version": 3}
+
+
+def test_cai_is_validated_from_its_description():
+    with pytest.raises(TypeError, match="got float64"):
+        operand(_FakeCAI((2, 2), "<f8"), "c", dtypes=np.float32)
+    with pytest.raises(ValueError, match="expected shape"):
+        operand(_FakeCAI((2, 2), "<f4"), "c", dtypes=np.float32, shape=(3, None))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        operand(_FakeCAI((2, 2), "<f4", strides=(4, 8)), "c", dtypes=np.float32)
+
+
+def test_output_and_result():
+    op = operand(np.ones((2, 3), np.float32), "x", dtypes=None)
+    out = output((3, 2), np.float16, like=op, order="F")
+    assert out.shape == (3, 2) and out.dtype == np.float16 and out.is_f_contiguous()
+    out[:] = 1.5
+    host = result(out, like=op)
+    assert type(host) is np.ndarray
+    np.testing.assert_array_equal(host, np.full((3, 2), 1.5, np.float16))
+    with pytest.raises(ValueError, match="^order"):
+        output((2,), np.float32, like=op, order=None)
+    with pytest.raises(TypeError, match="^like: expected an Operand"):
+        output((2,), np.float32, like=np.ones(2))
+
+
+def test_result_for_an_unknown_cai_type_is_the_device_array():
+    d = cuda.to_device(np.ones(3, np.float32))
+    assert result(d, like=Operand(d, "cai", _FakeCAI((3,), "<f4"))) is d
+
+
+@given(a=st.integers(0, 10**6), b=st.integers(1, 1000))
+def test_cdiv(a, b):
+    assert cdiv(a, b) == math.ceil(Fraction(a, b))
+
+
+def test_cdiv_rejects_nonpositive_divisor():
+    with pytest.raises(ValueError, match="^b: must be a positive"):
+        cdiv(4, 0)
