@@ -106,7 +106,7 @@ def cmd_reproduce(args) -> int:
     parts = [_report_header(backend, quick, dev_name), "## Contents", ""]
     parts += [f"- [{e.title}](#{slug(e.name)}) — {e.paper}" for e in chosen] + [""]
     failed = []
-    for exp in tqdm(chosen, desc="experiments", dynamic_ncols=True):
+    for exp in tqdm(chosen, desc="experiments", dynamic_ncols=True, disable=None):
         parts.append(f'<a id="{slug(exp.name)}"></a>\n\n## {exp.title}\n\n_Source: {exp.paper}; '
                      f"experiment `{exp.name}`._\n")
         if exp.needs_gpu and backend != "gpu":

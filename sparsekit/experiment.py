@@ -41,7 +41,7 @@ class Context:
 
     def progress(self, iterable: Iterable, desc: str, total: int | None = None):
         """Wrap a long loop in a progress bar (stderr; silent when not a TTY)."""
-        return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+        return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True, disable=None)
 
 
 @dataclass
@@ -80,13 +80,24 @@ def discover() -> dict[str, Experiment]:
     for info in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"experiments.{info.name}")
+        try:
+            module = importlib.import_module(f"experiments.{info.name}")
+        except Exception as err:  # a broken module is reported by reproduce, it does not hide the others
+            found[info.name] = _import_failure(info.name, err)
+            continue
         exp = getattr(module, "EXPERIMENT", None)
         if isinstance(exp, Experiment):
             if exp.name in found:
                 raise ValueError(f"experiment name {exp.name!r} is registered twice")
             found[exp.name] = exp
     return found
+
+
+def _import_failure(name: str, err: Exception) -> Experiment:
+    """A stand-in whose run re-raises why ``experiments.<name>`` failed to import."""
+    def run(ctx: Context) -> Section:
+        raise RuntimeError(f"experiments.{name} failed to import") from err
+    return Experiment(name, f"{name} (failed to import)", "unknown", run)
 
 
 def slug(text: str) -> str:
