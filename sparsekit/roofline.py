@@ -510,7 +510,7 @@ def _density_of(pattern_kind: str, params: dict, sparsity) -> float | None:
     if pattern_kind == "dense":
         return None
     if sparsity is None:
-        raise ValueError(f"sparsity: pattern {pattern_kind!r} needs a sparsity in [0, 1), got None")
+        raise ValueError(f"sparsity: pattern {pattern_kind!r} needs a sparsity in [0, 1], got None")
     if isinstance(sparsity, bool) or not isinstance(sparsity, numbers.Real) or not 0.0 <= sparsity <= 1.0:
         raise ValueError(f"sparsity: must lie in [0, 1], got {sparsity!r}")
     return 1.0 - float(sparsity)

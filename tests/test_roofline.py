@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -290,3 +291,29 @@ def test_paper_convention_halves_flops_only():
     b = speed_of_light("csr", 64, 64, 8, density=0.5, dtype="float32", convention="paper")
     assert b.flops * 2 == a.flops and b.bytes == a.bytes
     assert math.isclose(b.compute_s * 2, a.compute_s)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_cli_prints_layers_and_model_speedup(capsys):
+    from sparsekit.cli import main
+    from sparsekit.models import model
+
+    assert main(["roofline", "--model", "mobilenet-v1", "--pattern", "2:4", "--device", "h100"]) == 0
+    out = capsys.readouterr().out
+    expected = model_sol(model("mobilenet-v1"), "2:4", dtype="float16", device="H100")
+    assert f"speedup {expected.speedup:.2f}x" in out
+    assert "block13.pw" in out and "sparse-tensor" in out
+    assert len(out.splitlines()) == 28 + 4   # 28 layers, header, 2 rules, summary
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--model", "vgg16"], "unknown model 'vgg16'; known: resnet50"),
+    (["--model", "resnet50", "--device", "tpu"], "unknown device 'tpu'; known: V100"),
+    (["--model", "resnet50", "--pattern", "csr", "--sparsity", "1.5"], r"sparsity: must lie in \[0, 1\]"),
+])
+def test_cli_errors_name_the_choices(argv, match, capsys):
+    from sparsekit.cli import main
+
+    assert main(["roofline", *argv]) == 2
+    assert re.search(match, capsys.readouterr().err)
