@@ -16,6 +16,8 @@ Each format is a small frozen dataclass of NumPy arrays plus the logical
 * ``to_dense()``, ``mask()`` (True where an entry is stored), ``shape``,
   ``nnz`` (stored entries, explicit zeros included), ``density``
   (``nnz / (rows * cols)``), ``dtype``, a one-line repr, and ``nbytes()``.
+* Instances are frozen (fields cannot be reassigned); the arrays are not
+  copied, so do not modify them in place after construction.
 * ``to_csr()`` on every format, and :func:`convert` between any two; both are
   lossless because they carry the stored pattern, explicit zeros included.
   ``from_scipy``/``to_scipy`` exist for CSR, COO and BSR.
@@ -226,8 +228,46 @@ class _Format:
     def _index_arrays(self) -> tuple[np.ndarray, ...]:
         raise NotImplementedError
 
+    def validate(self, full: bool = False) -> None:
+        """Check the format's invariants; never modifies the matrix.
+
+        Parameters
+        ----------
+        full : bool, default False
+            False: cheap structural checks only (ranks, dtypes, lengths, and
+            whether the index dtype can index the shape); constructors run
+            these. True: also scan the contents (index ranges, sortedness,
+            duplicates, uniform lengths, finite values).
+
+        Raises
+        ------
+        TypeError
+            An array has the wrong dtype (or a parameter the wrong type).
+        ValueError
+            A rule is broken; the message names the array, the rule and what
+            was found, e.g. ``"indptr: length should be 5 (rows + 1), got 4"``.
+        """
+        raise NotImplementedError
+
+    def to_dense(self) -> np.ndarray:
+        """The dense (rows, cols) matrix, C order, in the value dtype; unstored entries are 0."""
+        raise NotImplementedError
+
+    def mask(self) -> np.ndarray:
+        """Boolean (rows, cols) array, True where an entry is stored (explicit zeros included).
+
+        ``type(x).from_dense(x.to_dense(), x.mask(), ...)`` rebuilds ``x`` exactly.
+        """
+        raise NotImplementedError
+
     def nbytes(self) -> NBytes:
-        """Bytes of values and of index data, each array counted at its stored dtype."""
+        """Bytes of values and of index data, each array counted at its stored dtype.
+
+        Returns
+        -------
+        NBytes
+            ``(values, indices, total)``; ``indices`` includes row pointers.
+        """
         v = int(getattr(self, self._values_field).nbytes)
         i = sum(int(a.nbytes) for a in self._index_arrays())
         return NBytes(v, i, v + i)
@@ -235,11 +275,12 @@ class _Format:
     def to_csr(self, *, index_dtype=None) -> "CSR":
         """The same stored entries (explicit zeros included) as :class:`CSR`.
 
-        ``index_dtype`` defaults to this matrix's index dtype where CSR allows it, else int32.
+        ``index_dtype`` defaults to this matrix's index dtype where CSR allows it and it
+        can index every column, else int32.
         """
         if index_dtype is None:
             index_dtype = self._index_arrays()[-1].dtype
-            if index_dtype not in INDEX_DTYPES:
+            if index_dtype not in INDEX_DTYPES or _too_small(index_dtype, self.shape[1]):
                 index_dtype = np.int32
         return CSR.from_dense(self.to_dense(), self.mask(), index_dtype=index_dtype)
 
@@ -248,9 +289,23 @@ def convert(x, cls, **kwargs):
     """Convert the matrix ``x`` to the format ``cls`` without loss.
 
     The stored pattern travels with the values, so explicit zeros survive.
-    ``kwargs`` are the target's ``from_dense`` options (``index_dtype``,
-    ``block``, ``n``/``m``, ``blocksize``). Raises ``ValueError`` when the
-    pattern does not fit the target (e.g. rows of different lengths for ELL).
+
+    Parameters
+    ----------
+    x : CSR, COO, ELL, BlockedELL, NM or BSR
+    cls : type
+        The target format.
+    **kwargs
+        The target's ``from_dense`` options (``index_dtype``, ``block``,
+        ``n``/``m``, ``blocksize``).
+
+    Raises
+    ------
+    TypeError
+        ``x`` or ``cls`` is not a sparsekit format.
+    ValueError
+        The stored pattern does not fit the target (e.g. rows of different
+        lengths for ELL, more than ``n`` per group for NM).
 
     >>> import numpy as np
     >>> w = np.array([[0., 1., 0., 2.], [3., 0., 4., 0.]], dtype=np.float16)
@@ -313,7 +368,6 @@ class CSR(_Format):
         self.validate()
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         m, k = self.shape
         check_array(self.indptr, "indptr", ndim=1, dtypes=INDPTR_DTYPES)
         check_array(self.indices, "indices", ndim=1, dtypes=INDEX_DTYPES)
@@ -343,7 +397,26 @@ class CSR(_Format):
 
     @classmethod
     def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "CSR":
-        """Store the entries of ``dense`` that ``mask`` keeps (default: the non-zeros)."""
+        """Store the entries of ``dense`` that ``mask`` keeps, row by row.
+
+        Parameters
+        ----------
+        dense : numpy.ndarray
+            2-D float16, float32 or float64 array with finite values.
+        mask : numpy.ndarray of bool, optional
+            Same shape as ``dense``; True keeps an entry (stored even when it is
+            0). Default ``dense != 0``.
+        index_dtype : {int16, int32, int64}, default int32
+            Dtype of the index arrays (int16 needs every indexed dimension <= 32767).
+
+        Raises
+        ------
+        TypeError
+            ``dense`` is not a float array, ``mask`` not boolean, or a bad ``index_dtype``.
+        ValueError
+            ``dense`` is not 2-D or holds NaN/Inf, ``mask`` has another shape, or
+            ``index_dtype`` cannot index the columns.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         idt = _index_dtype(index_dtype, INDEX_DTYPES)
         rows, cols = np.nonzero(mask)
@@ -420,7 +493,6 @@ class COO(_Format):
         self.validate()
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         m, k = self.shape
         check_array(self.row, "row", ndim=1, dtypes=INDEX_DTYPES)
         check_array(self.col, "col", ndim=1, dtypes=INDEX_DTYPES)
@@ -451,7 +523,21 @@ class COO(_Format):
 
     @classmethod
     def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "COO":
-        """Store the entries of ``dense`` that ``mask`` keeps (default: the non-zeros)."""
+        """Store the entries of ``dense`` that ``mask`` keeps, sorted row-major.
+
+        Parameters
+        ----------
+        dense, mask : numpy.ndarray
+            As in :meth:`CSR.from_dense`: a finite 2-D float array, and an optional
+            boolean array of its shape selecting the stored entries (default ``dense != 0``).
+        index_dtype : {int16, int32, int64}, default int32
+            Dtype of ``row`` and ``col`` (int16 needs both dimensions <= 32767).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As for :meth:`CSR.from_dense`.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         idt = _index_dtype(index_dtype, INDEX_DTYPES)
         rows, cols = np.nonzero(mask)
@@ -556,7 +642,6 @@ class ELL(_Format):
         return self.indices.ravel(order="F")
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         m, k = self.shape
         check_array(self.values, "values", ndim=2, shape=(m, None))
         check_array(self.indices, "indices", ndim=2, dtypes=ELL_INDEX_DTYPES, shape=self.values.shape)
@@ -581,7 +666,25 @@ class ELL(_Format):
 
     @classmethod
     def from_dense(cls, dense, mask=None, *, index_dtype=np.int32) -> "ELL":
-        """Store the kept entries; ``mask`` must keep the same count K' in every row."""
+        """Store the kept entries; ``mask`` must keep the same count K' in every row.
+
+        Parameters
+        ----------
+        dense, mask : numpy.ndarray
+            As in :meth:`CSR.from_dense`: a finite 2-D float array, and an optional
+            boolean array of its shape selecting the stored entries (default ``dense != 0``).
+        index_dtype : {int16, int32}, default int32
+            Dtype of ``indices`` (int16 needs ``cols <= 32767``; the paper's
+            Section 6 suggests 16-bit ``ellidx``).
+
+        Raises
+        ------
+        ValueError
+            Rows keep different counts (the message names the first such row
+            and both counts), or as for :meth:`CSR.from_dense`.
+        TypeError
+            As for :meth:`CSR.from_dense`.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         idt = _index_dtype(index_dtype, ELL_INDEX_DTYPES)
         m, k = dense.shape
@@ -660,6 +763,7 @@ class BlockedELL(_Format):
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "block", check_int(self.block, "block", minimum=1))
         self.validate()
 
     @property
@@ -668,7 +772,6 @@ class BlockedELL(_Format):
         return int(self.indices.shape[1])
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         m, k = self.shape
         b = check_int(self.block, "block", minimum=1)
         check_divisible(m, b, "shape[0]")
@@ -692,14 +795,31 @@ class BlockedELL(_Format):
         return (f"<BlockedELL shape={self.shape} block={self.block} kb={self.kb} dtype={self.dtype} "
                 f"index={self.indices.dtype}>")
 
-    def _tiles(self, a: np.ndarray) -> np.ndarray:
-        """View of the (M, K) array ``a`` as (M/b, K/b, b, b) tiles."""
-        b = self.block
-        return _tiles(a, b, b)
-
     @classmethod
     def from_dense(cls, dense, mask=None, *, block, index_dtype=np.int32) -> "BlockedELL":
-        """Keep every block holding a kept entry; each block row must keep the same count."""
+        """Keep every ``block x block`` tile holding a kept entry.
+
+        Entries of a kept tile that the mask drops are stored as zeros.
+
+        Parameters
+        ----------
+        dense, mask : numpy.ndarray
+            As in :meth:`CSR.from_dense`: a finite 2-D float array, and an optional
+            boolean array of its shape selecting the stored entries (default ``dense != 0``).
+        block : int
+            Tile side ``b``; must divide both dimensions.
+        index_dtype : {int16, int32}, default int32
+            Dtype of the block-column ``indices``.
+
+        Raises
+        ------
+        ValueError
+            ``block`` does not divide the shape, block rows keep different
+            numbers of tiles (the message names the first such block row), or
+            as for :meth:`CSR.from_dense`.
+        TypeError
+            As for :meth:`CSR.from_dense`.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         b = check_int(block, "block", minimum=1)
         idt = _index_dtype(index_dtype, ELL_INDEX_DTYPES)
@@ -723,12 +843,12 @@ class BlockedELL(_Format):
 
     def to_dense(self) -> np.ndarray:
         out = np.zeros(self.shape, dtype=self.dtype)
-        self._tiles(out)[np.arange(self.indices.shape[0])[:, None], self.indices] = self.values
+        _tiles(out, self.block, self.block)[np.arange(self.indices.shape[0])[:, None], self.indices] = self.values
         return out
 
     def mask(self) -> np.ndarray:
         out = np.zeros(self.shape, dtype=bool)
-        self._tiles(out)[np.arange(self.indices.shape[0])[:, None], self.indices] = True
+        _tiles(out, self.block, self.block)[np.arange(self.indices.shape[0])[:, None], self.indices] = True
         return out
 
 
@@ -777,10 +897,12 @@ class NM(_Format):
 
     def __post_init__(self):
         object.__setattr__(self, "shape", _as_shape(self.shape))
+        n, m = _check_nm(self.n, self.m)
+        object.__setattr__(self, "n", n)
+        object.__setattr__(self, "m", m)
         self.validate()
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         rows, k = self.shape
         n, m = _check_nm(self.n, self.m)
         check_divisible(k, m, "shape[1]")
@@ -804,7 +926,15 @@ class NM(_Format):
         return (self.positions,)
 
     def nbytes(self, *, packed: bool = True) -> NBytes:
-        """Value bytes and position bytes (``ceil(log2(m))`` bits each when ``packed``)."""
+        """Value bytes and position bytes.
+
+        Parameters
+        ----------
+        packed : bool, default True
+            True counts each position as the hardware metadata does,
+            ``ceil(log2(m))`` bits (2 for 2:4), the matrix total rounded up to
+            whole bytes; False counts the uint8 ``positions`` array as stored.
+        """
         v = int(self.values.nbytes)
         if packed:
             i = -(-self.positions.size * (self.m - 1).bit_length() // 8)
@@ -823,7 +953,29 @@ class NM(_Format):
 
     @classmethod
     def from_dense(cls, dense, mask=None, *, n, m) -> "NM":
-        """Store the kept entries; at most ``n`` kept per group of ``m`` columns (padded to ``n``)."""
+        """Store the kept entries of every group of ``m`` consecutive columns in a row.
+
+        A group keeping fewer than ``n`` entries is padded with zeros at its
+        lowest unused positions.
+
+        Parameters
+        ----------
+        dense, mask : numpy.ndarray
+            As in :meth:`CSR.from_dense`: a finite 2-D float array, and an optional
+            boolean array of its shape selecting the stored entries (default ``dense != 0``).
+        n, m : int
+            Keep at most ``n`` of every ``m`` (``1 <= n <= m <= 256``); ``m``
+            must divide the column count.
+
+        Raises
+        ------
+        ValueError
+            ``n > m``, ``m`` does not divide the columns, a group keeps more
+            than ``n`` (the message names the first row and group), or as for
+            :meth:`CSR.from_dense`.
+        TypeError
+            As for :meth:`CSR.from_dense`.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         n, m = _check_nm(n, m)
         rows, k = dense.shape
@@ -904,7 +1056,6 @@ class BSR(_Format):
         return int(self.indices.size)
 
     def validate(self, full: bool = False) -> None:
-        """Check the invariants (cheap ones always; ranges, order and values if ``full``)."""
         m, k = self.shape
         br, bc = _as_blocksize(self.blocksize)
         check_divisible(m, br, "shape[0]")
@@ -931,7 +1082,27 @@ class BSR(_Format):
 
     @classmethod
     def from_dense(cls, dense, mask=None, *, blocksize, index_dtype=np.int32) -> "BSR":
-        """Keep every ``blocksize`` tile holding a kept entry (the blocksize must divide the shape)."""
+        """Keep every ``blocksize`` tile holding a kept entry.
+
+        Entries of a kept tile that the mask drops are stored as zeros.
+
+        Parameters
+        ----------
+        dense, mask : numpy.ndarray
+            As in :meth:`CSR.from_dense`: a finite 2-D float array, and an optional
+            boolean array of its shape selecting the stored entries (default ``dense != 0``).
+        blocksize : tuple of int
+            ``(br, bc)``; must divide the shape.
+        index_dtype : {int16, int32, int64}, default int32
+            Dtype of the block-column ``indices``.
+
+        Raises
+        ------
+        ValueError
+            ``blocksize`` does not divide the shape, or as for :meth:`CSR.from_dense`.
+        TypeError
+            As for :meth:`CSR.from_dense`.
+        """
         dense, mask = _dense_and_mask(dense, mask)
         br, bc = _as_blocksize(blocksize)
         idt = _index_dtype(index_dtype, INDEX_DTYPES)

@@ -197,7 +197,7 @@ def test_from_scipy_canonicalises_duplicates_and_order(shape, dt, data):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     nnz = data.draw(st.integers(0, 20))
     row, col = rng.integers(0, shape[0], nnz), rng.integers(0, shape[1], nnz)
-    vals = rng.uniform(0.5, 2.0, nnz).astype(dt)
+    vals = rng.integers(1, 8, nnz).astype(dt)  # small integers: duplicate sums are exact in any order
     a = sp.coo_array((vals, (row, col)), shape=shape)  # unsorted, with duplicates
     want = a.toarray()
     for cls in (CSR, COO):
@@ -379,6 +379,14 @@ def _ell():
     return ELL.from_dense(np.array([[1., 0., 2.], [3., 4., 0.]], dtype=np.float32))
 
 
+def _coo16():
+    return COO.from_dense(_coo().to_dense(), index_dtype=np.int16)
+
+
+def _ell16():
+    return ELL.from_dense(_ell().to_dense(), index_dtype=np.int16)
+
+
 def _bell():
     w = np.zeros((4, 6), dtype=np.float32)
     w[0, 0] = w[0, 5] = w[2, 2] = w[3, 5] = 1.0
@@ -430,6 +438,8 @@ CORRUPTIONS = [
     # COO
     (_coo, "row", _i(0, 0, 1), False, r"row: length should equal len\(data\) = 4, got 3"),
     (_coo, "col", _i(0, 2, 0), False, r"col: length should equal len\(data\) = 4, got 3"),
+    (_coo, "row", lambda a: a.astype(np.float64), False, "row: dtype must be one of .*got float64"),
+    (_coo16, "shape", (40000, 3), False, "row: int16 cannot index rows = 40000"),
     (_coo, "row", _i(0, 0, 2, 1), True, r"row: indices must lie in \[0, 2\), found 2"),
     (_coo, "col", _i(0, 5, 0, 1), True, r"col: indices must lie in \[0, 3\), found 5"),
     (_coo, "col", _i(2, 0, 0, 1), True, r"row, col: entries should be sorted row-major with no duplicates, "
@@ -443,6 +453,7 @@ CORRUPTIONS = [
      r"indices: dtype must be one of \(int16, int32\), got int64"),
     (_ell, "indices", lambda a: _f_order(a[:, :1]), False, r"indices: expected shape \(2, 2\), got \(2, 1\)"),
     (_ell, "values", lambda a: _f_order(a[:1]), False, r"values: expected shape \(2, \*\), got \(1, 2\)"),
+    (_ell16, "shape", (2, 40000), False, r"indices: int16 cannot index columns = 40000 \(at most 32767\)"),
     (_ell, "shape", (2, 1), False, "values: K' should be at most the column count 1, got 2"),
     (_ell, "indices", lambda a: _f_order(a.astype(np.int16)), None, None),  # int16 is fine at K=3
     (_ell, "indices", lambda a: _f_order(np.array([[0, 3], [0, 1]], dtype=a.dtype)), True,
@@ -454,6 +465,8 @@ CORRUPTIONS = [
     # BlockedELL
     (_bell, "block", 3, False, "shape\\[0\\]: must be divisible by 3, got 4"),
     (_bell, "block", 0, False, "block: must be >= 1, got 0"),
+    (_bell, "shape", (4, 2), False, r"indices: blocks per block row should be at most 1 \(shape\[1\] / block\), got 2"),
+    (_bell, "block", 2.0, False, "block: expected an integer, got float"),
     (_bell, "indices", lambda a: a[:1], False, r"indices: expected shape \(2, \*\), got \(1, 2\)"),
     (_bell, "values", lambda a: a[:, :1], False, r"values: expected shape \(2, 2, 2, 2\), got \(2, 1, 2, 2\)"),
     (_bell, "indices", lambda a: np.array([[0, 3], [1, 2]], dtype=a.dtype), True,
@@ -465,6 +478,8 @@ CORRUPTIONS = [
     (_nm, "positions", lambda a: a.astype(np.int32), False, r"positions: dtype must be one of \(uint8\), got int32"),
     (_nm, "values", lambda a: a[:, :2], False, r"values: expected shape \(1, 4\), got \(1, 2\)"),
     (_nm, "n", 5, False, r"n: must be <= m \(4\), got 5"),
+    (_nm, "n", 0, False, "n: must be >= 1, got 0"),
+    (_nm, "m", 512, False, "m: must be <= 256, got 512"),
     (_nm, "m", 3, False, "shape\\[1\\]: must be divisible by 3, got 8"),
     (_nm, "positions", lambda a: np.array([[0, 4, 1, 3]], dtype=a.dtype), True,
      r"positions: must lie in \[0, m\) = \[0, 4\), found 4"),
@@ -476,6 +491,7 @@ CORRUPTIONS = [
     (_bsr, "indptr", _i(0, 2), False, r"indptr: length should be 3 \(block rows \+ 1\), got 2"),
     (_bsr, "indptr", _i(0, 2, 2), False, r"indptr: last entry should be 3 \(the number of stored blocks\), got 2"),
     (_bsr, "data", lambda a: a[:, :1], False, r"data: expected shape \(3, 2, 2\), got \(3, 1, 2\)"),
+    (_bsr, "indptr", _i(0, 4, 3), True, r"indptr: should be non-decreasing, got indptr\[2\] = 3 < indptr\[1\] = 4"),
     (_bsr, "indices", _i(0, 3, 1), True, r"indices: indices must lie in \[0, 3\), found 3"),
     (_bsr, "indices", _i(2, 0, 1), True,
      "indices: should be strictly increasing within each block row .*block row 0 has 2 then 0"),
@@ -495,7 +511,8 @@ def test_validate_rules(make, field, bad, full, message):
         return
     if full:
         x.validate()  # the cheap checks do not scan contents
-    with pytest.raises(ValueError if "dtype must" not in message else TypeError, match=message):
+    error = TypeError if ("dtype must" in message or "expected an integer" in message) else ValueError
+    with pytest.raises(error, match=message):
         x.validate(full=True)
     assert_unchanged(x, before)
     if not full:  # constructors run the cheap checks
