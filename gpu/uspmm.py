@@ -1,0 +1,386 @@
+"""USpMM on the GPU: ``C = A @ B`` with a uniform-sparse ``A`` in ELL format.
+
+Equals :func:`reference.uspmm.uspmm` (and :func:`reference.uspmm.uspmm_linear`
+for :func:`uspmm_linear`) within the tolerance of fp32 accumulation. Source:
+"Uniform Sparsity in Deep Neural Networks", Section 3, Listing 1, Section 4.3.
+
+Variants (``variant=``; every one takes float32 or float16 ``A``/``B`` and
+accumulates in float32):
+
+``"listing1"`` (``vecsize=1``): USpMM
+    Listing 1 line for line. Blocks of ``32 x NumWarps`` threads with
+    ``NumWarps = VSize * NWarp``; a 1-D grid of ``(M/32) x (N/VSize)`` blocks;
+    lane ``l`` of every warp owns row ``crow``; warp ``w`` walks the K' slots
+    ``w, w + NumWarps, ...`` and multiplies its ``ellval`` element by ``VSize``
+    elements of ``B``; the ``NumWarps`` partial sums meet in shared ``sh_c``.
+``"listing1"`` with ``vecsize=2`` or ``4``: USpMM-Vec
+    the same, but each thread loads ``vecsize`` consecutive rows of
+    ``ellval``/``ellidx`` with ONE vector load (:mod:`gpu.vector_loads`), so a
+    block covers ``32 * vecsize`` rows and ``sh_c`` is split into ``vecsize``
+    parts, one per vector element (Section 3, "Vectorization").
+``"tiled"``: past the paper (see :func:`_tiled_kernel`)
+    a block stages a ``KC x NT`` tile of ``B`` in shared memory and every warp
+    computes several rows by ``8`` (fp32: ``4``) columns per lane, so a loaded
+    ``ellval``/``ellidx`` pair feeds ``NT`` multiply-adds instead of ``VSize``.
+
+Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
+are refused, nothing is copied); ``C`` comes back in the same order. The F
+case is the paper's Eq. 2 / Listing 1 memory layout (``X[bcol*k + brow]``,
+``Y[ccol*m + crow]``): :func:`uspmm_linear` uses it to compute a PyTorch
+``Linear`` ``Y = X @ W^T`` from row-major ``X`` (``N x K``) with no transpose.
+The kernels index ``b[brow, bcol]`` and ``c[crow, ccol]``; Numba compiles one
+specialisation per memory order.
+
+Paper tunables: ``nwarp`` (NWarp), ``vsize`` (VSize), ``vecsize`` (vecSize).
+The paper uses (NWarp, VSize) = (1, 8) for USpMM and (2, 8) for USpMM-Vec in
+Section 4.3 (its Section 4.1 swaps them); (1, 8) is the default here.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda, float32
+
+from numba.core.types import float16
+
+from gpu.vector_loads import load2, load4, load8
+from sparsekit.arrays import cdiv, operand, output, result
+from sparsekit.checks import check_int
+from sparsekit.formats import ELL
+
+__all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
+
+WARP_SIZE = 32
+#: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
+SHARED_LIMIT = 48 * 1024
+VARIANTS = ("listing1", "tiled")
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_F32 = np.dtype(np.float32).itemsize
+
+
+# ---------------------------------------------------------------------------
+# Listing 1 (USpMM) and its vectorised form (USpMM-Vec)
+# ---------------------------------------------------------------------------
+
+@functools.cache
+def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
+    """Listing 1 for compile-time ``VSize``, ``NumWarps`` (the C++ template
+    parameters, line 1) and ``vecSize`` (1 = USpMM, 2 or 4 = USpMM-Vec).
+
+    Arguments, grouped: arrays ``ellval``, ``ellidx`` (flat, column-major:
+    element ``x*m + row``), ``b`` (K x N), ``c`` (M x N, out); sizes ``m``,
+    ``n``, ``ellwidth`` (K').
+    """
+    rows_per_warp = WARP_SIZE * vecsize          # rows one block covers
+    shc_part = numwarps * WARP_SIZE              # sh_c(X, Y) = sh_c[X + Y*NumWarps*WarpSize], line 18
+    shc_size = vsize * shc_part * vecsize        # line 17, split into vecsize parts (USpMM-Vec)
+
+    @cuda.jit
+    def kernel(ellval, ellidx, b, c, m, n, ellwidth):
+        tid = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x       # line 8
+        warpid = cuda.threadIdx.x // WARP_SIZE                            # line 9
+        lane = cuda.threadIdx.x % WARP_SIZE                               # line 10
+
+        mpad = ((m + rows_per_warp - 1) // rows_per_warp) * rows_per_warp  # line 12
+        # line 14 reads "(blockIdx.x*WarpSize)%mpad + tid*WarpSize": the block's
+        # 32-row tile plus the thread's LANE (tid*WarpSize would leave the tile).
+        crow = (cuda.blockIdx.x * rows_per_warp) % mpad + lane * vecsize
+        ccol_base = (tid // (mpad // vecsize * numwarps)) * vsize        # line 15
+
+        sh_c = cuda.shared.array(shc_size, float32)                      # line 17
+        ctmp = cuda.local.array(vsize * vecsize, float32)                # line 20
+        for i in range(vsize * vecsize):                                 # lines 21-22
+            ctmp[i] = 0.0
+        aval = cuda.local.array(vecsize, float32)
+        brow = cuda.local.array(vecsize, np.int32)
+
+        if crow < m:                                                     # line 24
+            for x in range(warpid, ellwidth, numwarps):                  # line 25
+                at = x * m + crow
+                # lines 26-27: this thread's ellval/ellidx elements (vecsize rows)
+                if vecsize == 1:
+                    aval[0] = float32(ellval[at])
+                    brow[0] = ellidx[at]
+                elif m % vecsize == 0 and vecsize == 2:                  # one 2-wide load each
+                    va, vi = load2(ellval, at), load2(ellidx, at)
+                    for e in range(2):
+                        aval[e] = float32(va[e])
+                        brow[e] = vi[e]
+                elif m % vecsize == 0 and vecsize == 4:                  # one 4-wide load each
+                    va, vi = load4(ellval, at), load4(ellidx, at)
+                    for e in range(4):
+                        aval[e] = float32(va[e])
+                        brow[e] = vi[e]
+                else:                                                    # M % vecSize != 0: scalar, bounded
+                    for e in range(vecsize):
+                        aval[e] = float32(ellval[at + e]) if crow + e < m else float32(0.0)
+                        brow[e] = ellidx[at + e] if crow + e < m else 0
+                for e in range(vecsize):
+                    for i in range(vsize):                               # line 29
+                        bcol = ccol_base + i                             # line 30
+                        if bcol < n:                                     # line 31
+                            bval = float32(b[brow[e], bcol])             # line 32: X[bcol*k + brow]
+                            ctmp[e * vsize + i] += aval[e] * bval        # line 33
+        for e in range(vecsize):                                         # lines 38-40
+            for i in range(vsize):
+                sh_c[cuda.threadIdx.x + (e * vsize + i) * shc_part] = ctmp[e * vsize + i]
+        cuda.syncthreads()                                               # line 41
+        if warpid < vsize:                                               # line 42
+            ccol = ccol_base + warpid                                    # line 47
+            for e in range(vecsize):
+                cval = float32(0.0)                                      # line 43
+                for i in range(numwarps):                                # lines 44-46
+                    cval += sh_c[lane + i * WARP_SIZE + (e * vsize + warpid) * shc_part]
+                if crow + e < m and ccol < n:                            # line 48: Y[ccol*m + crow]
+                    c[crow + e, ccol] = cval
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Tiled kernel (past the paper)
+# ---------------------------------------------------------------------------
+
+@functools.cache
+def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool):
+    """Register- and shared-memory-tiled USpMM (``variant="tiled"``).
+
+    A block owns ``numwarps * rows_per_warp`` rows and ``NT = 32 *
+    cols_per_lane`` columns of ``C``; lane ``l`` owns columns ``l*cols_per_lane
+    ..`` of the tile. The block walks ``K`` in chunks of ``kc`` rows of ``B``:
+
+    1. all threads copy the ``kc x NT`` tile of ``B`` into shared ``sh_b``
+       (coalesced, bounds-checked, zero outside ``B``);
+    2. each warp takes its rows one at a time; the row's entries whose column
+       falls in the chunk are one run of slots (indices ascend), from
+       ``slot_ptr[row, chunk]`` to ``slot_ptr[row, chunk+1]``; for each, the
+       ``(ellval, ellidx)`` pair is read once by the whole warp (a broadcast)
+       and ``ellval * sh_b[ellidx - k0, lane's columns]`` is added to
+       ``cols_per_lane`` float32 registers, ``sh_b`` read with 16-byte vector
+       loads (``ld.shared.v4``).
+
+    Compared with Listing 1, one loaded entry feeds ``NT`` multiply-adds
+    instead of ``VSize``, and ``B`` comes from shared memory instead of a
+    gather through L1/L2. The ceiling is the shared-memory read of one ``B``
+    element per multiply-add (128 bytes per clock per SM): a quarter of FP32
+    peak for float32, half for float16 (8 halves per 16-byte read).
+
+    Arguments, grouped: arrays ``ellval``, ``ellidx`` (flat column-major),
+    ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b`` (K x N), ``c`` (M x N,
+    out); sizes ``m``, ``n``, ``k``.
+    """
+    nt = WARP_SIZE * cols_per_lane
+    nthreads = numwarps * WARP_SIZE
+    rows_per_block = numwarps * rows_per_warp
+    tile_type = float16 if half else float32
+    vw = min(cols_per_lane, 8 if half else 4)       # elements per 16-byte (or narrower) shared read
+    vload = {2: load2, 4: load4, 8: load8}[vw]
+    nvec = cols_per_lane // vw
+
+    @cuda.jit
+    def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k):
+        t = cuda.threadIdx.x
+        lane = t % WARP_SIZE
+        row0 = cuda.blockIdx.x * rows_per_block + (t // WARP_SIZE) * rows_per_warp
+        col0 = cuda.blockIdx.y * nt
+        sh_b = cuda.shared.array(kc * nt, tile_type)
+        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
+        for r in range(rows_per_warp):
+            for j in range(cols_per_lane):
+                acc[r, j] = 0.0
+        for chunk in range((k + kc - 1) // kc):
+            k0 = chunk * kc
+            for e in range(t, kc * nt, nthreads):                        # 1. stage the B tile
+                kk = e // nt
+                cc = e % nt
+                if k0 + kk < k and col0 + cc < n:
+                    sh_b[e] = b[k0 + kk, col0 + cc]
+                else:
+                    sh_b[e] = 0.0
+            cuda.syncthreads()
+            for r in range(rows_per_warp):                               # 2. the warp's rows
+                row = row0 + r
+                if row < m:
+                    for s in range(slot_ptr[row, chunk], slot_ptr[row, chunk + 1]):
+                        a = float32(ellval[s * m + row])                 # broadcast to the warp
+                        base = (ellidx[s * m + row] - k0) * nt + lane * cols_per_lane
+                        for q in range(nvec):
+                            v = vload(sh_b, base + q * vw)              # ld.shared.v4
+                            for j in range(vw):
+                                acc[r, q * vw + j] += a * float32(v[j])
+            cuda.syncthreads()
+        for r in range(rows_per_warp):
+            row = row0 + r
+            for j in range(cols_per_lane):
+                col = col0 + lane * cols_per_lane + j
+                if row < m and col < n:
+                    c[row, col] = acc[r, j]
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class DeviceELL:
+    """An :class:`~sparsekit.formats.ELL` checked once and copied to the device.
+
+    ``ellval``/``ellidx`` are the paper's flat column-major arrays (length
+    ``M*K'``) on the device. Build it with :func:`prepare`; pass it to
+    :func:`uspmm` in place of the ELL to skip the copy and the full check on
+    every call (what a benchmark or a layer does).
+    """
+
+    host: ELL
+    ellval: object
+    ellidx: object
+    _slot_ptrs: dict
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.host.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.host.dtype
+
+    def slot_ptr(self, kc: int):
+        """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
+        column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
+        ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
+        if kc not in self._slot_ptrs:
+            m, k = self.shape
+            nchunks = cdiv(k, kc)
+            chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
+            flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
+            counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
+            ptr = np.zeros((m, nchunks + 1), dtype=np.int32)
+            np.cumsum(counts, axis=1, out=ptr[:, 1:])
+            self._slot_ptrs[kc] = cuda.to_device(ptr)
+        return self._slot_ptrs[kc]
+
+    def __repr__(self) -> str:
+        return f"<DeviceELL {self.host!r}>"
+
+
+def prepare(ell) -> DeviceELL:
+    """Check ``ell`` fully (index range, ascending rows, finite values) and copy it to the device."""
+    if isinstance(ell, DeviceELL):
+        return ell
+    if not isinstance(ell, ELL):
+        raise TypeError(f"ell: expected a sparsekit.formats.ELL (or a DeviceELL), got {type(ell).__name__}")
+    ell.validate(full=True)
+    if ell.dtype not in _DTYPES:
+        raise TypeError(f"ell: values dtype must be float32 or float16 for the GPU kernels, got {ell.dtype}")
+    return DeviceELL(ell, cuda.to_device(ell.ellval), cuda.to_device(ell.ellidx), {})
+
+
+def _rhs(b, dell: DeviceELL, name: str):
+    """``b`` (K x N, A's dtype) as an Operand, plus its memory order ("C" or "F")."""
+    want = dict(dtypes=(dell.dtype,), ndim=2, shape=(dell.shape[1], None))
+    try:
+        return operand(b, name, order="C", **want), "C"
+    except ValueError as err:
+        if "contiguous" not in str(err):
+            raise
+    try:
+        return operand(b, name, order="F", **want), "F"
+    except ValueError as err:
+        if "contiguous" not in str(err):
+            raise
+        raise ValueError(f"{name}: expected a C- or F-contiguous array (nothing is copied; use "
+                         f"numpy.ascontiguousarray first), got a strided view of shape "
+                         f"{tuple(np.shape(b))}") from None
+
+
+def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
+    m, n = c.shape
+    numwarps = vsize * nwarp
+    threads = WARP_SIZE * numwarps
+    if threads > 1024:
+        raise ValueError(f"nwarp, vsize: a block of 32 * vsize * nwarp = {threads} threads exceeds 1024")
+    shared = vsize * numwarps * WARP_SIZE * vecsize * _F32
+    if shared > SHARED_LIMIT:
+        raise ValueError(f"nwarp, vsize, vecsize: sh_c needs {shared} bytes of shared memory "
+                         f"(vsize * 32 * vsize * nwarp * vecsize * 4), more than {SHARED_LIMIT}")
+    ntiles = cdiv(m, WARP_SIZE * vecsize)
+    kernel = _listing1_kernel(vsize, numwarps, vecsize)
+    kernel[ntiles * cdiv(n, vsize), threads](dell.ellval, dell.ellidx, bdev, c, m, n, dell.host.kprime)
+
+
+def _launch_tiled(dell, bdev, c, nwarp, rows_per_warp, cols_per_lane, kc):
+    m, n = c.shape
+    half = dell.dtype == np.float16
+    if cols_per_lane not in (2, 4, 8):
+        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of sh_b), got {cols_per_lane}")
+    if half and cols_per_lane == 2:
+        raise ValueError("cols_per_lane: float16 needs 4 or 8 (a 2-element read is narrower than 4 bytes)")
+    threads = WARP_SIZE * nwarp
+    if threads > 1024:
+        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
+    shared = kc * WARP_SIZE * cols_per_lane * dell.dtype.itemsize
+    if shared > SHARED_LIMIT:
+        raise ValueError(f"kc, cols_per_lane: the B tile needs {shared} bytes of shared memory "
+                         f"(kc * 32 * cols_per_lane * itemsize), more than {SHARED_LIMIT}")
+    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, half)
+    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
+    kernel[grid, threads](dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev, c, m, n, dell.shape[1])
+
+
+def uspmm(ell, b, *, variant: str = "listing1", nwarp: int = 1, vsize: int = 8, vecsize: int = 1,
+          rows_per_warp: int = 4, cols_per_lane: int = 4, kc: int = 64, config=None):
+    """``C = A @ b`` for a uniform-sparse ``A`` (``ELL`` or :class:`DeviceELL`, ``M x K``)
+    and a dense ``b`` (``K x N``, C or F order, ``A``'s dtype: float32 or float16).
+
+    Returns ``C`` (``M x N``, float32 accumulation rounded to ``b``'s dtype) in
+    ``b``'s memory order and array kind (NumPy, Numba, CuPy, PyTorch).
+
+    Tunables: ``variant`` ("listing1" or "tiled"); for "listing1" the paper's
+    ``nwarp`` (NWarp), ``vsize`` (VSize) and ``vecsize`` (vecSize: 1 = USpMM,
+    2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps per block),
+    ``rows_per_warp``, ``cols_per_lane`` (2, 4, 8) and ``kc`` (rows of B per
+    shared tile). ``config`` is a dict of these, or ``"auto"`` for the
+    autotuner's cached choice (:func:`sparsekit.tune.lookup`).
+    """
+    dell = prepare(ell)
+    if config is not None:
+        from sparsekit.tune import resolve
+        cfg = resolve(config, dell, b)
+        return uspmm(dell, b, **cfg)
+    if variant not in VARIANTS:
+        raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
+    nwarp = check_int(nwarp, "nwarp", minimum=1, maximum=32)
+    vsize = check_int(vsize, "vsize", minimum=1, maximum=32)
+    vecsize = check_int(vecsize, "vecsize", minimum=1, maximum=4)
+    if vecsize == 3:
+        raise ValueError("vecsize: must be 1, 2 or 4, got 3")
+    rows_per_warp = check_int(rows_per_warp, "rows_per_warp", minimum=1, maximum=16)
+    cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
+    kc = check_int(kc, "kc", minimum=1)
+    bop, order = _rhs(b, dell, "b")
+    m, n = dell.shape[0], bop.dev.shape[1]
+    c = output((m, n), dell.dtype, like=bop, order=order)
+    if m and n:
+        if variant == "listing1":
+            _launch_listing1(dell, bop.dev, c, nwarp, vsize, vecsize)
+        else:
+            _launch_tiled(dell, bop.dev, c, nwarp, rows_per_warp, cols_per_lane, kc)
+    return result(c, like=bop)
+
+
+def uspmm_linear(ell, x, **tunables):
+    """``Y = x @ W^T`` for a PyTorch ``Linear`` weight ``W`` (``ell``, out x in) and a
+    row-major ``x`` (``N x K``): Eq. 2, ``Y^T = W @ x^T``, with no data moved.
+
+    ``x.T`` is a column-major ``K x N`` array, so :func:`uspmm` runs Listing 1's
+    own layout and returns ``Y^T`` column-major, i.e. ``Y`` row-major
+    (``N x M``). Equals :func:`reference.uspmm.uspmm_linear`.
+    """
+    dell = prepare(ell)
+    xop = operand(x, "x", dtypes=(dell.dtype,), ndim=2, shape=(None, dell.shape[1]), order="C")
+    yt = uspmm(dell, xop.dev.T, **tunables)           # Y^T, M x N, column-major (Numba array)
+    return result(yt.T, like=xop)
