@@ -45,7 +45,7 @@ __all__ = ["Measurement", "measure", "dispatch_overhead", "summarize", "require_
 # Spin length: 2 x the host time of one batch + this margin (seconds), at most _SPIN_MAX.
 _SPIN_MARGIN = 50e-6
 _SPIN_MAX = 0.5
-# Assumed host time per launch when warmup=0 leaves nothing to calibrate on.
+# Assumed host time per launch when warmup < 2 leaves nothing to calibrate on.
 _DEFAULT_HOST_PER_LAUNCH = 100e-6
 # Calls between synchronisations in dispatch_overhead (keeps the launch queue from filling).
 _DISPATCH_CHUNK = 32
@@ -213,7 +213,7 @@ def measure(launch, *, repeat: int = 30, warmup: int = 3, flush_l2: bool = True,
             launch()
         dt = time.perf_counter() - t0
         cuda.synchronize()
-        if w == 1 or warmup == 1:  # the first call compiles; the second is representative
+        if w == 1:  # the first call may compile: calibrate on the later ones
             host_batch = dt
         elif w > 1:
             host_batch = max(host_batch, dt)
