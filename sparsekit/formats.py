@@ -46,14 +46,13 @@ True
 """
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from sparsekit.checks import FLOAT_DTYPES, check_array, check_divisible, check_indices, check_int
+from sparsekit.checks import check_array, check_divisible, check_indices, check_int
 
 __all__ = ["NBytes", "CSR", "COO", "ELL", "BlockedELL", "NM", "BSR", "convert"]
 
