@@ -18,8 +18,9 @@ Each format is a small frozen dataclass of NumPy arrays plus the logical
   (``nnz / (rows * cols)``), ``dtype``, a one-line repr, and ``nbytes()``.
 * Instances are frozen (fields cannot be reassigned); the arrays are not
   copied, so do not modify them in place after construction.
-* ``to_csr()`` on every format, and :func:`convert` between any two; both are
-  lossless because they carry the stored pattern, explicit zeros included.
+* ``to_csr()``/``from_csr()`` on every format, and :func:`convert` between
+  any two; all are lossless because they carry the stored pattern, explicit
+  zeros included.
   ``from_scipy``/``to_scipy`` exist for CSR, COO and BSR.
 
 Values are float16, float32 or float64 and must be finite: ``from_dense`` and
@@ -282,6 +283,13 @@ class _Format:
             if index_dtype not in INDEX_DTYPES or _too_small(index_dtype, self.shape[1]):
                 index_dtype = np.int32
         return CSR.from_dense(self.to_dense(), self.mask(), index_dtype=index_dtype)
+
+    @classmethod
+    def from_csr(cls, csr, **kwargs):
+        """This format from a :class:`CSR`, losslessly; the same as ``convert(csr, cls, **kwargs)``."""
+        if not isinstance(csr, CSR):
+            raise TypeError(f"csr: expected a CSR, got {type(csr).__name__}")
+        return convert(csr, cls, **kwargs)
 
 
 def convert(x, cls, **kwargs):

@@ -64,9 +64,13 @@ def assert_unchanged(x, before: dict) -> None:
 
 # --------------------------------------------------------------------------- round trips + invariants
 
-@given(dm=masked_dense())
-def test_csr_coo_round_trip(dm):
-    dense, mask = dm
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dt", FLOATS)
+@given(data=st.data())
+def test_csr_coo_round_trip(dt, data):
+    dense, mask = data.draw(masked_dense(dtype=dt))
     for cls in (CSR, COO):
         x = cls.from_dense(dense, mask)
         x.validate(full=True)
@@ -76,9 +80,10 @@ def test_csr_coo_round_trip(dm):
         assert x.density == pytest.approx(mask.mean())
 
 
-@given(dm=masked_dense(pattern="uniform"), idt=st.sampled_from([np.int16, np.int32]))
-def test_ell_round_trip_and_layout(dm, idt):
-    dense, mask = dm
+@pytest.mark.parametrize("dt", FLOATS)
+@given(data=st.data(), idt=st.sampled_from([np.int16, np.int32]))
+def test_ell_round_trip_and_layout(dt, data, idt):
+    dense, mask = data.draw(masked_dense(pattern="uniform", dtype=dt))
     e = ELL.from_dense(dense, mask, index_dtype=idt)
     e.validate(full=True)
     m, k = dense.shape
@@ -94,9 +99,10 @@ def test_ell_round_trip_and_layout(dm, idt):
     assert np.shares_memory(e.ellval, e.values) or e.values.size == 0
 
 
+@pytest.mark.parametrize("dt", FLOATS)
 @given(data=st.data(), b=st.sampled_from([1, 2, 3, 4]))
-def test_blocked_ell_round_trip(data, b):
-    dense, mask = data.draw(masked_dense(pattern="blocked_uniform", block=b))
+def test_blocked_ell_round_trip(dt, data, b):
+    dense, mask = data.draw(masked_dense(pattern="blocked_uniform", dtype=dt, block=b))
     x = BlockedELL.from_dense(dense, mask, block=b)
     x.validate(full=True)
     np.testing.assert_array_equal(x.to_dense(), dense)
@@ -105,10 +111,11 @@ def test_blocked_ell_round_trip(data, b):
     assert x.nnz == tiles.sum() * b * b
 
 
+@pytest.mark.parametrize("dt", FLOATS)
 @given(data=st.data(), nm=st.sampled_from([(2, 4), (1, 2), (1, 4), (4, 8), (3, 3)]))
-def test_nm_round_trip(data, nm):
+def test_nm_round_trip(dt, data, nm):
     n, m = nm
-    dense, mask = data.draw(masked_dense(pattern="n_m", n=n, m=m))
+    dense, mask = data.draw(masked_dense(pattern="n_m", dtype=dt, n=n, m=m))
     x = NM.from_dense(dense, mask, n=n, m=m)
     x.validate(full=True)
     np.testing.assert_array_equal(x.to_dense(), dense)
@@ -118,9 +125,10 @@ def test_nm_round_trip(data, nm):
     assert (x.values[padding] == 0).all()
 
 
+@pytest.mark.parametrize("dt", FLOATS)
 @given(data=st.data(), b=st.sampled_from([1, 2, 3]))
-def test_bsr_round_trip(data, b):
-    dense, mask = data.draw(masked_dense(pattern="block", block=b))
+def test_bsr_round_trip(dt, data, b):
+    dense, mask = data.draw(masked_dense(pattern="block", dtype=dt, block=b))
     x = BSR.from_dense(dense, mask, blocksize=(b, b))
     x.validate(full=True)
     np.testing.assert_array_equal(x.to_dense(), dense)
@@ -153,6 +161,7 @@ def test_conversions_are_lossless(x):
     assert_same(convert(csr, type(x), **options(x)), x)
     coo = convert(x, COO)
     assert_same(convert(coo, type(x), **options(x)), x)
+    assert_same(type(x).from_csr(csr, **options(x)), x)
     assert_same(convert(x, CSR), x.to_csr(index_dtype=np.int32))
 
 
@@ -172,6 +181,8 @@ def test_ell_to_csr_fast_path_matches_generic(x):
 
 
 def test_convert_rejects_non_formats():
+    with pytest.raises(TypeError, match="csr: expected a CSR, got COO"):
+        ELL.from_csr(COO.from_dense(np.eye(2)))
     with pytest.raises(TypeError, match="x: expected a sparsekit format"):
         convert(np.eye(2), CSR)
     with pytest.raises(TypeError, match="cls: expected one of"):
@@ -289,13 +300,14 @@ EDGE = {
 
 
 @pytest.mark.parametrize("name", list(EDGE))
-@pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("dt", FLOATS)
 def test_edge_shapes_round_trip_everywhere(name, dt):
     w = EDGE[name].astype(dt)
     builds = [CSR.from_dense(w), COO.from_dense(w), BSR.from_dense(w, blocksize=(2, 2)),
               BlockedELL.from_dense(w, block=2), NM.from_dense(w, n=4, m=4), ELL.from_dense(w)]
     for x in builds:
         x.validate(full=True)
+        assert x.dtype == dt
         np.testing.assert_array_equal(x.to_dense(), w)
         assert x.to_dense().dtype == dt
         assert_same(convert(x.to_csr(), type(x), **options(x)), x)
@@ -433,8 +445,10 @@ CORRUPTIONS = [
     (_csr, "indptr", _i(0, 3, 2, 4), True, r"indptr: should be non-decreasing, got indptr\[2\] = 2 < indptr\[1\] = 3"),
     (_csr, "indices", _i(0, 3, 0, 1), True, r"indices: indices must lie in \[0, 3\), found 3"),
     (_csr, "indices", _i(0, 2, 0, -1), True, r"indices: indices must lie in \[0, 3\), found -1"),
-    (_csr, "indices", _i(2, 0, 0, 1), True, "indices: should be strictly increasing within each row .*row 0 has 2 then 0"),
-    (_csr, "indices", _i(0, 2, 1, 1), True, "indices: should be strictly increasing within each row .*row 2 has 1 then 1"),
+    (_csr, "indices", _i(2, 0, 0, 1), True,
+     "indices: should be strictly increasing within each row .*row 0 has 2 then 0"),
+    (_csr, "indices", _i(0, 2, 1, 1), True,
+     "indices: should be strictly increasing within each row .*row 2 has 1 then 1"),
     (_csr, "data", lambda a: _nan_at(a, 1), True, r"data: must be finite, found 1 NaN/Inf"),
     # COO
     (_coo, "row", _i(0, 0, 1), False, r"row: length should equal len\(data\) = 4, got 3"),
