@@ -1,0 +1,449 @@
+"""Sparse persistent RNN ("Sparse Persistent RNNs", Zhu, Pool et al.): one launch for all timesteps.
+
+Computes every state of ``h_t = g(U h_{t-1} + b'_t)`` (Eq. 2) for a batch and
+equals :func:`reference.persistent_rnn.rnn_forward` (float32 accumulation
+here, float64 there; the state is stored in the weights' dtype after every
+step in both). ``U`` comes as an :class:`sparsekit.rnn_layout.RNNLayout`: the
+``<index, value>`` rows padded to ``kpad`` slots, ``tpr`` threads per row.
+
+Each thread keeps its ``npt = kpad / tpr`` pairs in registers for the whole
+launch (Section 3.3) and runs the paper's four stages every step:
+
+* load: the block copies ``h_{t-1}`` (all ``H x B`` values) from global into
+  shared memory;
+* operate: ``acc += value[i] * activation_in_shm[index[i]]`` over its pairs,
+  for all ``B`` batch samples;
+* reduce: the ``tpr`` partial sums of a row go through shared memory; one
+  thread per (row, sample) adds ``b'_t``, applies ``g`` and writes ``h_t``;
+* synchronize: ``sync="barrier"``: a grid-wide barrier (``cg.this_grid().sync()``,
+  cooperative launch); ``sync="lamport"``: none (Section 4.2): every output
+  slot of every step is preset to ``-0.0``, a result that is ``-0.0`` is
+  written as ``+0.0``, and the load stage waits until each value it reads is
+  no longer ``-0.0``.
+
+Operate-stage loads (Section 4.1): ``scheme="naive"`` keeps ``h`` batch-major
+in shared memory (``h[b * H + j]``) and issues one scalar load per pair and
+sample; ``scheme="wide"`` keeps it batch-interleaved (``h[j * 4 + b]``) so one
+vector load brings the 4 samples (``ld.shared.v4.f32`` for float32, one
+8-byte load for float16; batch must be 4). The bank-aware layout
+(Appendix A) is a property of the ``RNNLayout`` (``rnn_layout.bank_aware``),
+not of the kernel. Table 1's configurations are therefore:
+
+=================  ========  =======  ==================
+Table 1            scheme    sync     layout
+=================  ========  =======  ==================
+Naive              naive     barrier  balance()
+Wide memory load   wide      barrier  balance()
+Bank-aware layout  wide      barrier  bank_aware(..)
+Lamport            wide      lamport  bank_aware(..)
+=================  ========  =======  ==================
+
+Lamport details. The exchange buffer ``xchg`` holds ``h_t`` for every step
+(``(T + 1) x H x B``, batch-interleaved), so a slot is written once and
+``-0.0`` unambiguously means "not yet". Readers spin with
+``ld.volatile.global.u32`` (``gpu/sync_primitives.py``), on 32-bit words (one
+float32 or two float16, each half checked). Software pipeline: after the load
+stage of step ``t`` each thread issues one load of its words of ``h_t`` (the
+next step's input) *before* the operate stage and keeps them in registers;
+only words still ``-0.0`` after the operate stage are loaded again. (The
+paper double-buffers shared memory for this; here the prefetched words wait
+in registers and are stored to the single shared buffer after the barrier
+that ends the operate stage, which needs half the shared memory.)
+
+Spins are bounded (``spin_limit`` polls per word): on timeout the block
+raises ``status[0]``, all its threads leave together, and the launcher
+relaunches from the first step whose outputs are incomplete (the scheme of
+Baidu's persistent-rnn), at most ``max_relaunch`` times. A launch can
+therefore not hang the GPU even if blocks are not co-resident; the launcher
+also refuses such launches beforehand.
+
+Sizes: ``rows_per_block * tpr`` threads per block (a multiple of 32),
+``ceil(H / rows_per_block)`` blocks, all co-resident; dynamic shared memory
+``H * B * itemsize`` (rounded to 16 bytes) plus ``threads * B * 4`` bytes of
+partial sums, at most 48 KB (Numba's default limit; NUMBA_NOTES.md).
+
+Under the CUDA simulator only a single block can run a persistent kernel
+(the simulator runs blocks one after another), so the launcher requires
+``rows_per_block >= H`` there.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import config, cuda, float32, int32, typeof, uint32
+
+from gpu.sync_primitives import ld_volatile_u32, ld_x4_f32
+from sparsekit.arrays import cdiv, operand, output, result
+from sparsekit.checks import check_int
+from sparsekit.rnn_layout import RNNLayout, split
+
+__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "SHARED_LIMIT", "PersistentRNN", "rnn_forward",
+           "shared_bytes", "max_hidden"]
+
+SCHEMES = ("naive", "wide")
+SYNCS = ("barrier", "lamport")
+ACTIVATIONS = ("tanh", "relu")
+#: Dynamic shared memory a Numba launch may use without the opt-in attribute (bytes).
+SHARED_LIMIT = 48 * 1024
+#: float16 results in [-2**-25, 0] round to -0.0; they are written as +0.0 (Lamport's sentinel).
+_ZERO_BAND = {np.dtype(np.float32): 0.0, np.dtype(np.float16): 2.0 ** -25}
+#: the -0.0 bit patterns of one 32-bit word
+_NEG0_F32 = 0x80000000
+_NEG0_F16 = 0x8000
+
+
+# ---------------------------------------------------------------------------
+# kernels: one per (sync, scheme, dtype, npt, tpr, batch, activation), built once
+# ---------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
+            prefetch: int = 0):
+    """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
+
+    ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
+    they must be constants; ``prefetch`` (Lamport) is the number of 32-bit
+    words of ``h`` each thread loads per step.
+    """
+    NPT, TPR, B, PF = npt, tpr, batch, prefetch
+    WIDE = scheme == "wide"
+    TANH = activation == "tanh"
+    F16 = dtype == np.dtype(np.float16)
+    ZERO_BAND = float32(_ZERO_BAND[dtype])
+    ITEM = dtype.itemsize
+    nb_dtype = typeof(np.zeros(1, dtype)).dtype
+
+    @cuda.jit(device=True, inline=True)
+    def activate(s):
+        y = math.tanh(s) if TANH else max(s, float32(0.0))
+        if y <= float32(0.0) and y >= -ZERO_BAND:     # Section 4.2: never write -0.0 (nor what rounds to it)
+            y = float32(0.0)
+        return y
+
+    @cuda.jit(device=True, inline=True)
+    def operate(h_sh, h_off, hidden, w, j, acc):
+        """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
+        for i in range(NPT):
+            wi = float32(w[i])
+            if WIDE:                                   # Section 4.1: one ld.shared.v4 brings 4 samples
+                a0, a1, a2, a3 = ld_x4_f32(h_sh, h_off + j[i] * 4)
+                acc[0] += wi * a0
+                acc[1] += wi * a1
+                acc[2] += wi * a2
+                acc[3] += wi * a3
+            else:                                      # naive: one scalar load per sample
+                for b in range(B):
+                    acc[b] += wi * float32(h_sh[h_off + b * hidden + j[i]])
+
+    @cuda.jit(device=True, inline=True)
+    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden):
+        """Reduce stage: the row's tpr partials through shared memory, + b'_t, g, write h_t."""
+        for b in range(B):
+            red[red_off + tid * B + b] = acc[b]
+        cuda.syncthreads()
+        if active:
+            for b in range(lane, B, TPR):
+                s = float32(0.0)
+                for k in range(TPR):
+                    s += red[red_off + (r_local * TPR + k) * B + b]
+                y = activate(s + float32(bprime[t, b, row]))
+                xchg[(t + 1) * hidden * B + row * B + b] = y
+                hs[t, b, row] = y
+
+    @cuda.jit(device=True, inline=True)
+    def load_weights(vals, idx, row, lane, active, w, j):
+        """Every thread keeps its npt <index, value> pairs in registers for all steps."""
+        for i in range(NPT):
+            if active:
+                w[i] = vals[row, lane + i * TPR]
+                j[i] = int32(idx[row, lane + i * TPR])
+            else:
+                w[i] = 0
+                j[i] = 0
+
+    @cuda.jit(device=True, inline=True)
+    def is_pending(v):
+        """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
+        if F16:
+            return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
+        return v == uint32(_NEG0_F32)
+
+    def barrier_kernel(vals, idx, bprime, xchg, hs,      # arrays
+                       hidden, t_start, t_stop):          # sizes
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        r_local = tid // TPR
+        lane = tid % TPR
+        row = cuda.blockIdx.x * (nthreads // TPR) + r_local
+        active = row < hidden
+        h_sh = cuda.shared.array(0, nb_dtype)            # h_{t-1}: H * B activations
+        red = cuda.shared.array(0, float32)              # the same memory, partials after h
+        red_off = (hidden * B * ITEM + 15) // 16 * 4
+        w = cuda.local.array(NPT, nb_dtype)
+        j = cuda.local.array(NPT, int32)
+        acc = cuda.local.array(B, float32)
+        load_weights(vals, idx, row, lane, active, w, j)
+        grid = cuda.cg.this_grid()
+        for t in range(t_start, t_stop):
+            # load: h_{t-1} from global to shared (interleaved in global; transposed for naive)
+            base = t * hidden * B
+            for e in range(tid, hidden * B, nthreads):
+                if WIDE:
+                    h_sh[e] = xchg[base + e]
+                else:
+                    h_sh[(e % B) * hidden + e // B] = xchg[base + e]
+            cuda.syncthreads()
+            for b in range(B):
+                acc[b] = float32(0.0)
+            operate(h_sh, 0, hidden, w, j, acc)
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden)
+            grid.sync()                                   # synchronize: global barrier (Section 3.2)
+
+    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, status,   # arrays
+                       hidden, t_start, t_stop, spin_limit):              # sizes
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        r_local = tid // TPR
+        lane = tid % TPR
+        row = cuda.blockIdx.x * (nthreads // TPR) + r_local
+        active = row < hidden
+        h_sh = cuda.shared.array(0, nb_dtype)
+        h_words = cuda.shared.array(0, uint32)           # the same memory as 32-bit words
+        red = cuda.shared.array(0, float32)
+        abort = cuda.shared.array(1, int32)
+        words = hidden * B * ITEM // 4                   # words of h per step
+        red_off = (hidden * B * ITEM + 15) // 16 * 4
+        w = cuda.local.array(NPT, nb_dtype)
+        j = cuda.local.array(NPT, int32)
+        acc = cuda.local.array(B, float32)
+        pf = cuda.local.array(PF, uint32)                # prefetched words of the next step's input
+        load_weights(vals, idx, row, lane, active, w, j)
+        if tid == 0:
+            abort[0] = 0
+        for k in range(PF):                              # first input: h_{t_start} (complete)
+            e = tid + k * nthreads
+            if e < words:
+                pf[k] = ld_volatile_u32(xchg_words, t_start * words + e)
+        for t in range(t_start, t_stop):
+            # load: store the prefetched words; reload those still -0.0 (bounded spin)
+            for k in range(PF):
+                e = tid + k * nthreads
+                if e < words:
+                    v = pf[k]
+                    polls = 0
+                    while is_pending(v) and polls < spin_limit:
+                        v = ld_volatile_u32(xchg_words, t * words + e)
+                        polls += 1
+                    if is_pending(v):
+                        abort[0] = 1
+                    h_words[e] = v
+            cuda.syncthreads()
+            if abort[0] != 0:                            # timed out: leave together, host resumes
+                if tid == 0:
+                    cuda.atomic.max(status, 0, 1)
+                return
+            # software pipeline: issue the loads of h_t (next input) before operating on h_{t-1}
+            if t + 1 < t_stop:
+                for k in range(PF):
+                    e = tid + k * nthreads
+                    if e < words:
+                        pf[k] = ld_volatile_u32(xchg_words, (t + 1) * words + e)
+            for b in range(B):
+                acc[b] = float32(0.0)
+            operate(h_sh, 0, hidden, w, j, acc)
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden)
+
+    return cuda.jit(barrier_kernel if sync == "barrier" else lamport_kernel)
+
+
+@cuda.jit
+def _fill(a, value):
+    """Preset a 1-D array (Lamport's -0.0 in every output slot)."""
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = value
+
+
+@cuda.jit
+def _set_h0(h0, xchg):
+    """xchg[0] = h0, batch-interleaved: xchg[j * B + b] = h0[b, j]."""
+    i = cuda.grid(1)
+    batch, hidden = h0.shape
+    if i < batch * hidden:
+        xchg[i] = h0[i % batch, i // batch]
+
+
+# ---------------------------------------------------------------------------
+# launcher
+# ---------------------------------------------------------------------------
+
+def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int) -> int:
+    """Dynamic shared memory of one block: h (16-byte aligned) plus the partial sums."""
+    return (hidden * batch * itemsize + 15) // 16 * 16 + threads * batch * 4
+
+
+def max_hidden(batch: int, itemsize: int, threads: int, limit: int = SHARED_LIMIT) -> int:
+    """Largest hidden size whose activations fit ``limit`` bytes of shared memory per block."""
+    return max(0, (limit - threads * batch * 4) // (batch * itemsize) // 4 * 4)
+
+
+@dataclass
+class PersistentRNN:
+    """A prepared persistent launch: weights on the device, kernel and grid chosen.
+
+    Build once (``PersistentRNN(layout, batch=4, ...)``), call many times with
+    ``(b_prime, h0, steps)``; :func:`rnn_forward` does both in one call.
+    """
+
+    layout: RNNLayout
+    batch: int
+    scheme: str = "wide"
+    sync: str = "lamport"
+    activation: str = "tanh"
+    rows_per_block: int | None = None
+    spin_limit: int = 1 << 22
+    max_relaunch: int = 8
+
+    def __post_init__(self):
+        lay = self.layout
+        if not isinstance(lay, RNNLayout):
+            raise TypeError(f"layout: expected a sparsekit.rnn_layout.RNNLayout, got {type(lay).__name__}")
+        if lay.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
+            raise TypeError(f"layout: values must be float32 or float16, got {lay.dtype}")
+        rows, cols = lay.shape
+        if rows != cols:
+            raise ValueError(f"layout: a recurrent weight is square (H, H), got shape {lay.shape}")
+        for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),
+                                     ("activation", self.activation, ACTIVATIONS)):
+            if value not in allowed:
+                raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
+        self.batch = check_int(self.batch, "batch", minimum=1)
+        if self.scheme == "wide" and self.batch != 4:
+            raise ValueError(f"batch: the wide-load scheme loads 4 samples at once and needs batch=4, "
+                             f"got {self.batch} (use scheme='naive')")
+        if self.sync == "lamport" and self.scheme != "wide":
+            raise ValueError(f"scheme: sync='lamport' copies h to shared memory as it arrives, batch-interleaved, "
+                             f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
+        self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
+        self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
+        hidden = rows
+        if self.rows_per_block is None:
+            self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
+        self.split = split(hidden, lay.tpr, self.rows_per_block)
+        self.smem = shared_bytes(hidden, self.batch, lay.dtype.itemsize, self.split.threads_per_block)
+        if self.smem > SHARED_LIMIT:
+            raise ValueError(
+                f"layout: hidden size {hidden} needs {self.smem} bytes of shared memory per block "
+                f"(h for batch {self.batch} plus partial sums), over the {SHARED_LIMIT}-byte limit; the largest "
+                f"that fits with {self.split.threads_per_block} threads is "
+                f"{max_hidden(self.batch, lay.dtype.itemsize, self.split.threads_per_block)}")
+        if config.ENABLE_CUDASIM and self.split.blocks > 1:
+            raise ValueError(f"rows_per_block: the CUDA simulator runs one block at a time, so a persistent "
+                             f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
+        words = hidden * self.batch * lay.dtype.itemsize // 4
+        self.prefetch = cdiv(words, self.split.threads_per_block) if self.sync == "lamport" else 0
+        self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
+                              self.activation, self.prefetch)
+        self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
+        self.idx = cuda.to_device(np.ascontiguousarray(lay.indices))
+        self._checked = set()
+
+    @staticmethod
+    def _default_rows_per_block(hidden: int, tpr: int) -> int:
+        """Spread the rows over the SMs: one block per SM, threads a multiple of 32."""
+        per_warp = max(1, 32 // tpr)
+        if config.ENABLE_CUDASIM:
+            rpb = hidden
+        else:
+            rpb = cdiv(hidden, cuda.get_current_device().MULTIPROCESSOR_COUNT)
+        rpb = cdiv(rpb, per_warp) * per_warp
+        return max(per_warp, min(rpb, 1024 // tpr // per_warp * per_warp))
+
+    def _args(self, bprime, xchg, hs, status, t_start, t_stop):
+        hidden = self.layout.shape[0]
+        if self.sync == "barrier":
+            return (self.vals, self.idx, bprime, xchg, hs, hidden, t_start, t_stop)
+        return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, status,
+                hidden, t_start, t_stop, self.spin_limit)
+
+    def check_coresident(self, args) -> None:
+        """Refuse a launch whose blocks cannot all be resident at once (it would deadlock)."""
+        if config.ENABLE_CUDASIM:
+            return
+        argtypes = tuple(typeof(a) for a in args)
+        if argtypes in self._checked:
+            return
+        compiled = self.kernel.compile(argtypes)
+        fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
+        if self.split.blocks > fit:
+            sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+            raise ValueError(
+                f"layout: {self.split.blocks} blocks of {self.split.threads_per_block} threads "
+                f"({self.smem} B shared, {self.layout.npt} pairs per thread) cannot all be co-resident: "
+                f"at most {fit} fit ({fit // max(sms, 1)} per SM x {sms} SMs); a persistent launch would "
+                f"deadlock. Use more rows per block (larger tpr * rows_per_block) or fewer pairs per thread.")
+        self._checked.add(argtypes)
+
+    def __call__(self, b_prime, h0, steps: int):
+        hidden = self.layout.shape[0]
+        dt = self.layout.dtype
+        steps = check_int(steps, "steps", minimum=0)
+        bp = operand(b_prime, "b_prime", dtypes=(dt,), ndim=3)
+        if bp.dev.shape[1:] != (self.batch, hidden) or bp.dev.shape[0] < steps:
+            raise ValueError(f"b_prime: expected shape (>= {steps}, {self.batch}, {hidden}), got {bp.dev.shape}")
+        h0o = operand(h0, "h0", dtypes=(dt,), shape=(self.batch, hidden))
+        for name, x in (("b_prime", b_prime), ("h0", h0)):
+            if isinstance(x, np.ndarray) and not np.isfinite(x).all():
+                raise ValueError(f"{name}: must be finite, found {int((~np.isfinite(x)).sum())} NaN/Inf value(s)")
+        hs = output((steps, self.batch, hidden), dt, like=bp)
+        if steps == 0:
+            return result(hs, like=bp)
+        n = hidden * self.batch
+        xchg = cuda.device_array((steps + 1) * n, dtype=dt)
+        status = cuda.to_device(np.zeros(1, dtype=np.int32))
+        if self.sync == "lamport":
+            _fill[cdiv(xchg.size, 256), 256](xchg, dt.type(-0.0))
+        _set_h0[cdiv(n, 256), 256](h0o.dev, xchg)
+        args = self._args(bp.dev, xchg, hs, status, 0, steps)
+        self.check_coresident(args)
+        grid, block = self.split.blocks, self.split.threads_per_block
+        self.kernel[grid, block, 0, self.smem](*args)
+        if self.sync == "lamport":
+            self._resume(bp.dev, xchg, hs, status, steps, n)
+        return result(hs, like=bp)
+
+    def _resume(self, bprime, xchg, hs, status, steps, n):
+        """After a spin timeout, relaunch from the first step whose outputs are incomplete."""
+        for _ in range(self.max_relaunch + 1):
+            if int(status.copy_to_host()[0]) == 0:
+                return
+            words = xchg.view(np.uint32).copy_to_host().reshape(steps + 1, -1)
+            neg0 = _NEG0_F32 if self.layout.dtype.itemsize == 4 else _NEG0_F16
+            halves = words if self.layout.dtype.itemsize == 4 else np.stack([words & 0xFFFF, words >> 16], -1)
+            pending = (halves == neg0).reshape(steps + 1, -1).any(axis=1)
+            first = int(np.argmax(pending))                      # first step with a missing value
+            status.copy_to_device(np.zeros(1, dtype=np.int32))
+            args = self._args(bprime, xchg, hs, status, first - 1, steps)
+            self.kernel[self.split.blocks, self.split.threads_per_block, 0, self.smem](*args)
+        raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
+                           f"(spin_limit={self.spin_limit}); blocks are not making progress")
+
+
+def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "tanh", *,
+                scheme: str = "wide", sync: str = "lamport", rows_per_block: int | None = None,
+                spin_limit: int = 1 << 22):
+    """Every state of ``h_t = g(U h_{t-1} + b'_t)``, ``(steps, B, H)``, in one persistent launch.
+
+    Equals :func:`reference.persistent_rnn.rnn_forward` called with the same
+    arguments (``layout`` is accepted there too). ``b_prime`` ``(T, B, H)`` and
+    ``h0`` ``(B, H)`` have the layout's dtype (float32 or float16); NumPy
+    inputs give a NumPy result, device arrays (Numba, CuPy, PyTorch) a device
+    result of the same kind.
+    """
+    batch = np.shape(h0)[0] if len(np.shape(h0)) == 2 else 0
+    plan = PersistentRNN(layout, batch, scheme=scheme, sync=sync, activation=activation,
+                         rows_per_block=rows_per_block, spin_limit=spin_limit)
+    return plan(b_prime, h0, steps)
