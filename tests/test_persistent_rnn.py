@@ -1,0 +1,188 @@
+"""gpu/persistent_rnn.py equals reference/persistent_rnn.py (simulator: one block; GPU: tests/gpu/).
+
+The simulator runs blocks one after another, so a persistent kernel can only
+be simulated as a single block; its multi-block synchronisation (grid barrier,
+Lamport flags across blocks) is tested on the GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu import persistent_rnn as gpu_rnn
+from reference import persistent_rnn as ref_rnn
+from sparsekit.rnn_layout import balance, bank_aware
+from tests import strategies as sks
+
+#: The four rows of the paper's Table 1: (scheme, sync, bank-aware layout).
+CONFIGS = {
+    "naive": ("naive", "barrier", False),
+    "wide": ("wide", "barrier", False),
+    "bank_aware": ("wide", "barrier", True),
+    "lamport": ("wide", "lamport", True),
+}
+
+#: Storage rounding of the state h_t (unit roundoff of the dtype it is kept in).
+_STORE_U = {np.dtype(np.float16): 2.0 ** -11, np.dtype(np.float32): 2.0 ** -24}
+
+
+def tolerance(dtype, k: int, steps: int) -> float:
+    """Max |kernel - reference| for a run of ``steps`` with ``k`` slots per row.
+
+    Weights are scaled so every row's |U| sum is <= 1/2 and |b'| <= 1, so
+    |pre-activation| <= 2 and an error in h_{t-1} shrinks by 1/2 per step:
+    the error after ``steps`` is at most 2 x the error made in one step. One
+    step: float32 accumulation of k + 1 terms of size <= 2 (the kernel;
+    the reference is float64), libm tanh error (<= 2 float32 ulp), and
+    rounding of h to its storage dtype; the kernel and the reference may
+    round to neighbouring values, so that term counts twice. Times ``steps``
+    as a safe bound on the geometric sum; doubled for headroom on the bound's
+    constants, not to hide failures.
+    """
+    one_step = (k + 1) * 2.0 ** -23 * 2 + 2 * 2.0 ** -23 + 2 * _STORE_U[np.dtype(dtype)] * 2
+    return 2 * 2 * steps * one_step
+
+
+def _scaled(dense: np.ndarray, dtype) -> np.ndarray:
+    """Scale so each row's |U| sum is <= 1/2 (stable recurrence; see tolerance)."""
+    rowsum = np.abs(dense.astype(np.float64)).sum(axis=1).max()
+    return (dense / (2 * rowsum) if rowsum > 0 else dense).astype(dtype)
+
+
+def _one_block(hidden: int, tpr: int) -> int:
+    """rows_per_block covering all rows with a warp-multiple of threads (simulator: one block)."""
+    return -(-hidden * tpr // 32) * 32 // tpr
+
+
+@st.composite
+def problems(draw, *, batch=None):
+    dtype = draw(sks.dtypes(allowed=(np.float32, np.float16)))
+    hidden = draw(st.integers(1, 20))
+    batch = batch if batch is not None else draw(st.integers(1, 4))
+    steps = draw(st.integers(1, 3))
+    u = _scaled(draw(sks.sparse_dense((hidden, hidden), dtype=np.float32)), dtype)
+    bp = draw(sks.dense_arrays((steps, batch, hidden), dtype=np.float32, low=0.0, high=1.0)).astype(dtype)
+    h0 = draw(sks.dense_arrays((batch, hidden), dtype=np.float32, low=0.0, high=1.0)).astype(dtype)
+    tpr = draw(st.sampled_from([1, 2, 4, 8]))
+    activation = draw(st.sampled_from(gpu_rnn.ACTIVATIONS))
+    return u, bp, h0, steps, tpr, activation
+
+
+def _run(u, bp, h0, steps, tpr, activation, config):
+    scheme, sync, aware = CONFIGS[config]
+    lay = balance(u, tpr=tpr)
+    if aware:
+        lay = bank_aware(lay, width=4 * u.dtype.itemsize)
+    got = gpu_rnn.rnn_forward(lay, bp, h0, steps, activation, scheme=scheme, sync=sync,
+                              rows_per_block=_one_block(u.shape[0], tpr))
+    return lay, got
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@given(problem=problems(batch=4))
+def test_table1_configs_match_reference(config, problem):
+    u, bp, h0, steps, tpr, activation = problem
+    lay, got = _run(u, bp, h0, steps, tpr, activation, config)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    assert got.shape == want.shape == (steps, 4, u.shape[0]) and got.dtype == u.dtype
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max()
+    assert err <= tolerance(u.dtype, lay.kpad, steps), (config, err)
+
+
+@given(problem=problems())
+def test_naive_any_batch_matches_reference(problem):
+    u, bp, h0, steps, tpr, activation = problem
+    lay, got = _run(u, bp, h0, steps, tpr, activation, "naive")
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad, steps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_lamport_never_writes_negative_zero(dtype):
+    """relu of negative sums and float16 values that round to -0 are written as +0.0 (Section 4.2)."""
+    hidden, steps = 8, 2
+    u = np.full((hidden, hidden), -0.01, dtype=dtype)
+    bp = np.full((steps, 4, hidden), -1e-9 if dtype == np.float16 else -1.0, dtype=np.float32).astype(dtype)
+    h0 = np.ones((4, hidden), dtype=dtype)
+    got = gpu_rnn.rnn_forward(balance(u, tpr=4), bp, h0, steps, "relu", rows_per_block=8)
+    assert (got == 0).all() and not np.signbit(got).any()
+    got = gpu_rnn.rnn_forward(balance(u, tpr=4), bp, h0, steps, "tanh", rows_per_block=8)
+    assert not np.signbit(got[got == 0]).any()
+
+
+def test_empty_weight_and_zero_steps():
+    u = np.zeros((5, 5), dtype=np.float32)
+    bp = np.linspace(-1, 1, 3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    h0 = np.ones((4, 5), dtype=np.float32)
+    lay = balance(u, tpr=1)
+    assert lay.kpad == 0 or lay.nnz == 0
+    got = gpu_rnn.rnn_forward(lay, bp, h0, 3, rows_per_block=32)
+    np.testing.assert_allclose(got, np.tanh(bp), rtol=0, atol=4 * 2.0 ** -23)
+    assert gpu_rnn.rnn_forward(lay, bp, h0, 0, rows_per_block=32).shape == (0, 4, 5)
+
+
+# -- bad input: a clear error before any launch ---------------------------------
+
+def _inputs(hidden=8, batch=4, dtype=np.float32):
+    u = _scaled(np.eye(hidden, dtype=np.float32) + 0.5, dtype)
+    return balance(u, tpr=4), np.zeros((2, batch, hidden), dtype=dtype), np.zeros((batch, hidden), dtype=dtype)
+
+
+def test_wide_needs_batch_4():
+    lay, bp, h0 = _inputs(batch=3)
+    with pytest.raises(ValueError, match="batch: the wide-load scheme .* got 3"):
+        gpu_rnn.rnn_forward(lay, bp, h0, 2, scheme="wide", sync="barrier", rows_per_block=8)
+
+
+def test_lamport_needs_wide():
+    lay, bp, h0 = _inputs()
+    with pytest.raises(ValueError, match="scheme: sync='lamport'"):
+        gpu_rnn.rnn_forward(lay, bp, h0, 2, scheme="naive", sync="lamport", rows_per_block=8)
+
+
+def test_layer_too_large_for_shared_memory():
+    hidden = 3100  # 3100 x 4 x 4 bytes of h > 48 KB
+    lay = balance(np.eye(hidden, dtype=np.float32), tpr=1, index_dtype=np.int16)
+    with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory .* the largest that fits"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=1024)
+
+
+def test_simulator_refuses_several_blocks():
+    lay, bp, h0 = _inputs(hidden=16)
+    with pytest.raises(ValueError, match="one block at a time"):
+        gpu_rnn.rnn_forward(lay, bp, h0, 2, rows_per_block=8)
+
+
+@pytest.mark.parametrize("field, value, exc, match", [
+    ("bp_nan", None, ValueError, "b_prime: must be finite"),
+    ("bp_shape", None, ValueError, "b_prime: expected shape"),
+    ("h0_shape", None, ValueError, "h0: expected shape"),
+    ("dtype", None, TypeError, "b_prime: dtype"),
+])
+def test_bad_operands(field, value, exc, match):
+    lay, bp, h0 = _inputs()
+    if field == "bp_nan":
+        bp[1, 2, 3] = np.nan
+    elif field == "bp_shape":
+        bp = np.zeros((2, 4, 7), dtype=np.float32)
+    elif field == "h0_shape":
+        h0 = np.zeros((4, 9), dtype=np.float32)
+    else:
+        bp = bp.astype(np.float64)
+    with pytest.raises(exc, match=match):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8)(bp, h0, 2)
+
+
+def test_bad_configuration():
+    lay, _, _ = _inputs()
+    with pytest.raises(ValueError, match="scheme: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, scheme="v8", rows_per_block=8)
+    with pytest.raises(ValueError, match="activation: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, activation="gelu", rows_per_block=8)
+    with pytest.raises(TypeError, match="layout: expected a sparsekit.rnn_layout.RNNLayout"):
+        gpu_rnn.PersistentRNN(lay.to_dense(), 4)
+    rect = balance(np.ones((4, 8), dtype=np.float32), tpr=4)
+    with pytest.raises(ValueError, match=r"layout: a recurrent weight is square"):
+        gpu_rnn.PersistentRNN(rect, 4, rows_per_block=8)
