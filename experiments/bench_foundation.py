@@ -16,8 +16,9 @@ What it measures, in order (one table each, printed; also written to
    1024-element axpy kernel: Numba given device arrays (the floor), Numba given
    CuPy / PyTorch arrays directly, and the full ``sparsekit.arrays`` launcher
    path (operand x 2 + output + launch + result) for each input kind; "arrays
-   adds" = launcher path - (Numba launch with device arrays + the output
-   allocation), the issue's target being <= 5 us; plus ``operand`` alone;
+   adds" = launcher path - (Numba launch with device arrays + a
+   ``cuda.device_array`` output allocation), the issue's target being <= 5 us;
+   plus ``operand``, ``output`` and ``result`` alone;
 4. ``measure`` against kernels of known duration (the spin kernel, which polls
    the device's ns clock) and, for L2 flushing, a 16 MiB read measured with and
    without the flush.
@@ -141,9 +142,13 @@ def dispatch_section():
     base_launch = t(lambda: axpy[grid, 256](2.0, dx, dy, dout))
     alloc = t(lambda: cuda.device_array(N_LAUNCH, np.float32))
     floor = base_launch + alloc
+    both = t(lambda: axpy[grid, 256](2.0, dx, dy, cuda.device_array(N_LAUNCH, np.float32)))
     rows, records = [], {"numba_launch_device_arrays_s": base_launch, "device_array_alloc_s": alloc}
     rows.append(("numba", "Numba launch, device arrays (floor)", f"{base_launch * 1e6:.1f}", "", ""))
     rows.append(("numba", f"cuda.device_array({N_LAUNCH}) (output alloc)", f"{alloc * 1e6:.1f}", "", ""))
+    rows.append(("numba", "launch + cuda.device_array in one call", f"{both * 1e6:.1f}",
+                 f"{(both - floor) * 1e6:+.1f}", ""))
+    records["launch_with_fresh_output_s"] = both
     for kind, (x, y) in inputs.items():
         out = launcher(x, y)
         host = out if isinstance(out, np.ndarray) else (
@@ -166,7 +171,14 @@ def dispatch_section():
                 rec["numba_launch_direct_s"] = direct
                 rows.append((kind, f"Numba launch given {kind} arrays directly", f"{direct * 1e6:.1f}",
                              f"{(direct - base_launch) * 1e6:+.1f}", ""))
+            xo = operand(x, "x", dtypes=FLOAT_DTYPES, ndim=1)
+            out_t = t(lambda: output((N_LAUNCH,), np.float32, like=xo))
+            made = output((N_LAUNCH,), np.float32, like=xo)
+            res_t = t(lambda: result(made, like=xo))
+            rec.update(output_s=out_t, result_s=res_t)
             rows.append((kind, "operand(x)", f"{op_t * 1e6:.2f}", "", ""))
+            rows.append((kind, "output(like=x)", f"{out_t * 1e6:.2f}", "", ""))
+            rows.append((kind, "result(out, like=x)", f"{res_t * 1e6:.2f}", "", ""))
             rows.append((kind, "launcher: 2 operand + output + launch + result", f"{full * 1e6:.1f}",
                          f"{(full - floor) * 1e6:+.1f}", correct))
             rec["arrays_adds_s"] = full - floor

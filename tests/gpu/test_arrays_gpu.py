@@ -28,15 +28,20 @@ def _ptr(dev):
     return dev.__cuda_array_interface__["data"][0]
 
 
+# a = 2.0 throughout: a power of two makes a*x exact, so the GPU's fused multiply-add
+# gives exactly NumPy's a*x + y and results compare bit for bit.
+A = 2.0
+
+
 def _inputs(rng, shape=(37, 53)):
     return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
 
 def test_numpy_and_numba_on_the_gpu():
     x, y = _inputs(np.random.default_rng(0))
-    want = np.float32(3.0) * x + y
-    np.testing.assert_array_equal(_launch_axpy(3.0, x, y), want)
-    out = _launch_axpy(3.0, cuda.to_device(x), cuda.to_device(y))
+    want = np.float32(A) * x + y
+    np.testing.assert_array_equal(_launch_axpy(A, x, y), want)
+    out = _launch_axpy(A, cuda.to_device(x), cuda.to_device(y))
     np.testing.assert_array_equal(out.copy_to_host(), want)
 
 
@@ -46,9 +51,9 @@ def test_torch_zero_copy_and_torch_out():
     tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
     op = operand(tx, "x", dtypes=FLOAT_DTYPES, ndim=2)
     assert op.kind == "cai" and op.source is tx and _ptr(op.dev) == tx.data_ptr()
-    out = _launch_axpy(3.0, tx, ty)
+    out = _launch_axpy(A, tx, ty)
     assert isinstance(out, torch.Tensor) and out.device == tx.device and out.dtype == torch.float32
-    np.testing.assert_array_equal(out.cpu().numpy(), np.float32(3.0) * x + y)
+    np.testing.assert_array_equal(out.cpu().numpy(), np.float32(A) * x + y)
     dev = output((4,), np.float32, like=op)
     assert result(dev, like=op).data_ptr() == _ptr(dev), "result is a view, not a copy"
 
@@ -63,20 +68,56 @@ def test_torch_errors_name_the_argument():
         operand(t.double(), "x", dtypes=(np.float32,))
 
 
-def test_torch_side_stream_work_is_finished_before_use():
-    torch = _lib("torch")
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        big = torch.full((4096, 4096), 2.0, device="cuda")
+def test_cupy_side_stream_work_is_finished_before_use():
+    """CuPy exports its current stream; operand() synchronises a non-default one."""
+    cupy = _lib("cupy")
+    with cupy.cuda.Stream(non_blocking=True):
+        big = cupy.full((4096, 4096), 2.0, dtype=cupy.float32)
         for _ in range(20):
             big = big * 1.0 + 0.0  # keep the side stream busy
-        ty = torch.full((37, 53), 1.0, device="cuda")
-        tx = big[:37, :53].contiguous()
-        op_x = operand(tx, "x", dtypes=FLOAT_DTYPES)  # exports stream s: operand synchronises it
-        op_y = operand(ty, "y", dtypes=FLOAT_DTYPES)
+        cx = cupy.ascontiguousarray(big[:37, :53])
+        cy = cupy.full((37, 53), 1.0, dtype=cupy.float32)
+        op_x = operand(cx, "x", dtypes=FLOAT_DTYPES)
+        op_y = operand(cy, "y", dtypes=FLOAT_DTYPES)
     out = output((37, 53), np.float32, like=op_x)
-    _axpy[(5, 7), (8, 8)](3.0, op_x.dev, op_y.dev, out)
-    np.testing.assert_array_equal(out.copy_to_host(), np.full((37, 53), 7.0, np.float32))
+    _axpy[(5, 7), (8, 8)](A, op_x.dev, op_y.dev, out)
+    np.testing.assert_array_equal(cupy.asnumpy(result(out, like=op_x)), np.full((37, 53), 5.0, np.float32))
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_fast_views_equal_numbas_own(lib):
+    """operand()'s cached-layout view equals cuda.as_cuda_array on C, F and strided layouts."""
+    mod = _lib(lib)
+    rng = np.random.default_rng(3)
+    host = rng.standard_normal((6, 10)).astype(np.float32)
+    base = mod.asarray(host, device="cuda") if lib == "torch" else mod.asarray(host)
+    for view in (base, base.T, base[:, ::2], base[1:, 1:], base[::3]):
+        for _ in range(2):  # the second call uses the cached layout
+            op = operand(view, "v", dtypes=None, order=None)
+            ref = cuda.as_cuda_array(view)
+            assert (op.dev.shape, op.dev.strides, op.dev.dtype) == (ref.shape, ref.strides, ref.dtype)
+            assert _ptr(op.dev) == _ptr(ref)
+            np.testing.assert_array_equal(op.dev.copy_to_host(), ref.copy_to_host())
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_output_memory_comes_back_as_the_librarys_own_array(lib, order):
+    mod = _lib(lib)
+    src = mod.ones((3, 5), device="cuda") if lib == "torch" else mod.ones((3, 5), dtype=mod.float32)
+    op = operand(src, "x", dtypes=None)
+    out = output((4, 6), np.float32, like=op, order=order)
+    assert out.is_c_contiguous() if order == "C" else out.is_f_contiguous()
+    out.copy_to_device(np.asarray(np.arange(24, dtype=np.float32).reshape(4, 6), order=order))
+    back = result(out, like=op)
+    assert type(back) is type(src) and _ptr(out) == (back.data_ptr() if lib == "torch" else back.data.ptr)
+    host = back.cpu().numpy() if lib == "torch" else mod.asnumpy(back)
+    np.testing.assert_array_equal(host, np.arange(24, dtype=np.float32).reshape(4, 6))
+    square = output((4, 4), np.float32, like=op)
+    square.copy_to_device(np.arange(16, dtype=np.float32).reshape(4, 4))
+    t = result(square.T, like=op)  # same memory and shape as its owner, other strides: a new view
+    host = t.cpu().numpy() if lib == "torch" else mod.asnumpy(t)
+    np.testing.assert_array_equal(host, np.arange(16, dtype=np.float32).reshape(4, 4).T)
 
 
 def test_cupy_zero_copy_and_cupy_out():
@@ -85,8 +126,8 @@ def test_cupy_zero_copy_and_cupy_out():
     cx, cy = cupy.asarray(x), cupy.asarray(y)
     op = operand(cx, "x", dtypes=FLOAT_DTYPES, shape=(37, None))
     assert op.kind == "cai" and _ptr(op.dev) == cx.data.ptr
-    out = _launch_axpy(3.0, cx, cy)
+    out = _launch_axpy(A, cx, cy)
     assert isinstance(out, cupy.ndarray)
-    np.testing.assert_array_equal(cupy.asnumpy(out), np.float32(3.0) * x + y)
+    np.testing.assert_array_equal(cupy.asnumpy(out), np.float32(A) * x + y)
     with pytest.raises(ValueError, match="^x: expected a C-contiguous"):
         operand(cx[:, ::2], "x", dtypes=FLOAT_DTYPES)
