@@ -6,7 +6,8 @@ Every layer becomes one matrix product ``C (m x n) = W (m x k) @ X (k x n)``:
   ``n = batch * T``;
 * a convolution through im2col: ``m = out_channels``,
   ``k = in_channels / groups * kh * kw``, ``n = batch * output positions``;
-  a depthwise one has ``groups = channels`` (``m = C``, ``k = kh * kw``);
+  a depthwise one has ``groups = channels`` (``m = C``, ``k = kh * kw``) and
+  ``inputs`` = the feature map's size (what it reads instead of a ``k x n`` matrix);
 * attention's activation products (``Q K^T`` and ``A V``, per head and window)
   are layers with ``weights=False``: they cost time but there is nothing to prune.
 
@@ -19,7 +20,7 @@ MACs (multiply-adds) are ``sum(m * k * n * count)``; FLOPs are twice that.
 >>> round(macs(layers) / 1e9, 2)           # torchvision: 4.09 GMACs ("GFLOPS") at 224x224
 4.09
 >>> layers[0]
-Layer(name='conv1', m=64, k=147, n=12544, count=1, groups=1, weights=True, kind='conv')
+Layer(name='conv1', m=64, k=147, n=12544, count=1, groups=1, weights=True, kind='conv', inputs=None)
 
 The 20-problem DL SpMM suite of the course slides (Sputnik/SparseRT study,
 Table 1: ResNet-50, Transformer and MobileNetV1 at batch 1) is :data:`SPMM_SUITE`;
@@ -47,9 +48,10 @@ class Layer:
     k: int
     n: int
     count: int = 1          #: identical products (attention heads x windows x batch)
-    groups: int = 1         #: grouped conv: X holds groups * k rows
+    groups: int = 1         #: grouped conv (depthwise: groups = m)
     weights: bool = True    #: False for activation x activation products
     kind: str = "linear"    #: "conv", "dwconv", "linear", "attention"
+    inputs: int | None = None   #: elements of X read, where not k * n (depthwise: the feature map)
 
     @property
     def macs(self) -> int:
@@ -81,9 +83,11 @@ class _Net:
              groups: int = 1) -> None:
         pad = kernel // 2 if padding is None else padding
         h, w = _conv_out(self.h, kernel, stride, pad), _conv_out(self.w, kernel, stride, pad)
-        kind = "dwconv" if groups == self.c and groups > 1 else "conv"
+        depthwise = groups == self.c and groups > 1
+        # a depthwise conv's im2col matrix is never formed: it reads its feature map once
+        inputs = self.batch * self.c * self.h * self.w if depthwise else None
         self.layers.append(Layer(name, out, self.c // groups * kernel * kernel, self.batch * h * w,
-                                 groups=groups, kind=kind))
+                                 groups=groups, kind="dwconv" if depthwise else "conv", inputs=inputs))
         self.c, self.h, self.w = out, h, w
 
     def tokens_linear(self, name: str, out: int, tokens: int, k: int | None = None) -> None:

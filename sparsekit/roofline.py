@@ -8,8 +8,10 @@ Mirrors Section 3.2 of "The Sparsity Roofline" (Shinn et al., 2023) for the SpMM
   multiply-add); pass ``convention="paper"`` for that. Block and padded formats
   count every *stored* value (a kernel multiplies the zeros inside a block).
 * **bytes** = values + index data + B + C (Equation 1), each read or written
-  once at DRAM bandwidth (perfect caching, as in the Roofline model). Index
-  data per format:
+  once at DRAM bandwidth (perfect caching, as in the Roofline model). B is the
+  ``k x n`` matrix, i.e. the im2col matrix of a convolution, as Equation 1
+  counts it (a depthwise convolution is the exception: its im2col matrix is never
+  formed, so its feature map counts once). Index data per format:
 
   ===============  ==========================================================
   dense            none
@@ -225,7 +227,6 @@ class Counts:
     index_bytes: int
     b_bytes: int
     c_bytes: int
-    groups: int = 1
 
     @property
     def bytes(self) -> int:
@@ -255,14 +256,15 @@ def _nnz_from(density, nnz, total: int, what: str) -> int:
 
 
 def counts(kind, m: int, k: int, n: int, *, density=None, nnz=None, dtype="float16",
-           index_dtype=np.int32, block=None, nm=None, nm_index="auto", groups: int = 1,
+           index_dtype=np.int32, block=None, nm=None, nm_index="auto", b_elements: int | None = None,
            out_dtype=None) -> Counts:
     """Values, index and feature bytes of ``C = A @ B`` with ``A`` in format ``kind``.
 
     ``density`` (or ``nnz``) is the fraction (number) of nonzeros of ``A``; for
     block formats it is rounded to whole blocks, for ELL to whole ``K'`` per row;
-    N:M fixes it at N/M. ``groups`` > 1 models a grouped/depthwise convolution
-    whose weight is ``m x k`` with ``k`` per group (B holds ``groups * k`` rows).
+    N:M fixes it at N/M. ``b_elements`` overrides the ``k * n`` elements of B
+    that Equation 1 counts (a depthwise convolution reads its feature map once,
+    not an im2col matrix; :class:`sparsekit.models.Layer` says how many).
     """
     kind, params = parse_kind(kind)
     block = params.get("block", block)
@@ -270,11 +272,11 @@ def counts(kind, m: int, k: int, n: int, *, density=None, nnz=None, dtype="float
     m = check_int(m, "m", minimum=1)
     k = check_int(k, "k", minimum=1)
     n = check_int(n, "n", minimum=1)
-    groups = check_int(groups, "groups", minimum=1)
+    b_elements = k * n if b_elements is None else check_int(b_elements, "b_elements", minimum=0)
     dtype = dtype_name(dtype)
     out = dtype_name(out_dtype) if out_dtype is not None else dtype
     vs, isz = ITEMSIZE[dtype], _index_itemsize(index_dtype)
-    b_bytes = groups * k * n * vs
+    b_bytes = b_elements * vs
     c_bytes = m * n * ITEMSIZE[out]
     if kind == "dense":
         if density is not None or nnz is not None:
@@ -339,7 +341,7 @@ def counts(kind, m: int, k: int, n: int, *, density=None, nnz=None, dtype="float
             index = -(-stored * (width - 1).bit_length() // 8)   # ceil(log2 M) bits
         else:
             index = stored
-    return Counts(kind, m, k, n, stored, dtype, stored * vs, index, b_bytes, c_bytes, groups)
+    return Counts(kind, m, k, n, stored, dtype, stored * vs, index, b_bytes, c_bytes)
 
 
 def counts_of(fmt, n: int, *, out_dtype=None) -> Counts:
@@ -426,7 +428,7 @@ def speed_of_light(fmt, m: int | None = None, k: int | None = None, n: int | Non
     ``"bsr:4"``/``"block4"``, ``"blocked-ell:2"``, ``"2:4"``, ...) with ``m, k, n`` and
     ``density`` or ``nnz``; or a :mod:`sparsekit.formats` matrix with ``n`` only.
     ``device`` is a name of ``sparsekit.device.PEAKS``, ``"measured"`` or a :class:`Roof`.
-    Extra keywords (``index_dtype``, ``block``, ``nm``, ``nm_index``, ``groups``,
+    Extra keywords (``index_dtype``, ``block``, ``nm``, ``nm_index``, ``b_elements``,
     ``out_dtype``) go to :func:`counts`.
 
     >>> d = speed_of_light("dense", 4096, 4096, 1, dtype="float16")
@@ -521,7 +523,7 @@ def model_sol(layers: Iterable, pattern: str, sparsity=None, *, dtype="float16",
               dense_kind: str = "dense", convention: str = "2nnz", **count_args) -> ModelSoL:
     """Dense and sparse speed of light of every layer of a model and their sums.
 
-    ``layers`` are :class:`sparsekit.models.Layer` (``name, m, k, n, count, groups,
+    ``layers`` are :class:`sparsekit.models.Layer` (``name, m, k, n, count, inputs,
     weights``); weight layers get ``pattern`` at ``sparsity`` (or their own entry of
     ``densities``, e.g. from global magnitude pruning); layers without weights
     (attention's ``QK^T`` and ``AV``) are left out unless
@@ -535,12 +537,12 @@ def model_sol(layers: Iterable, pattern: str, sparsity=None, *, dtype="float16",
     same = _density_of(kind, params, sparsity) if densities is None else None
     out = []
     for i, l in enumerate(layers):
-        dense = sol_of(counts(dense_kind, l.m, l.k, l.n, dtype=dtype, groups=l.groups), device=r,
+        dense = sol_of(counts(dense_kind, l.m, l.k, l.n, dtype=dtype, b_elements=l.inputs), device=r,
                        convention=convention)
         if l.weights and kind != "dense":
             density = densities[i] if densities is not None else same
             c = counts(pattern, l.m, l.k, l.n, density=None if kind == "nm" else density, dtype=dtype,
-                       groups=l.groups, **count_args)
+                       b_elements=l.inputs, **count_args)
             sparse = sol_of(c, device=r, convention=convention)
         else:
             sparse = dense

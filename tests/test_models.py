@@ -47,7 +47,7 @@ def test_exact_hand_counts():
     assert (qk.m, qk.k, qk.n, qk.count, qk.weights) == (49, 32, 49, 3 * 64, False)
     # MobileNetV1 depthwise: one 3x3 filter per channel
     dw = model("mobilenet-v1")[1]
-    assert (dw.m, dw.k, dw.groups, dw.kind) == (32, 9, 32, "dwconv")
+    assert (dw.m, dw.k, dw.groups, dw.kind, dw.inputs) == (32, 9, 32, "dwconv", 32 * 112 * 112)
 
 
 def test_batch_scales_n_and_macs_only():

@@ -59,9 +59,9 @@ def test_padding_to_blocks_and_groups():
     assert counts("2:4", 1, 6, 1).nnz == 4   # 6 columns pad to 2 groups of 4
 
 
-def test_grouped_conv_reads_every_group_input():
-    c = counts("dense", 32, 9, 10, dtype="float32", groups=32)   # depthwise 3x3, 32 channels
-    assert c.b_bytes == 4 * 32 * 9 * 10 and c.value_bytes == 4 * 32 * 9 and c.flops() == 2 * 32 * 9 * 10
+def test_depthwise_conv_reads_its_feature_map_once():
+    c = counts("dense", 32, 9, 100, dtype="float32", b_elements=32 * 100)   # 3x3 depthwise, 10x10, 32 channels
+    assert c.b_bytes == 4 * 32 * 100 and c.value_bytes == 4 * 32 * 9 and c.flops() == 2 * 32 * 9 * 100
 
 
 def test_speed_of_light_is_max_of_two_times():
@@ -234,8 +234,8 @@ def test_nm_case_study_ranks_patterns():
 # ----------------------------------------------------------------------------- models
 
 class _L:
-    def __init__(self, name, m, k, n, count=1, groups=1, weights=True):
-        self.name, self.m, self.k, self.n, self.count, self.groups, self.weights = name, m, k, n, count, groups, weights
+    def __init__(self, name, m, k, n, count=1, inputs=None, weights=True):
+        self.name, self.m, self.k, self.n, self.count, self.inputs, self.weights = name, m, k, n, count, inputs, weights
 
 
 def test_model_sum_and_speedup():
