@@ -76,6 +76,7 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
     rows_per_warp = WARP_SIZE * vecsize          # rows one block covers
     shc_part = numwarps * WARP_SIZE              # sh_c(X, Y) = sh_c[X + Y*NumWarps*WarpSize], line 18
     shc_size = vsize * shc_part * vecsize        # line 17, split into vecsize parts (USpMM-Vec)
+    nctmp = vsize * vecsize                      # line 20 (compile-time array sizes must be constants)
 
     @cuda.jit
     def kernel(ellval, ellidx, b, c, m, n, ellwidth):
@@ -90,8 +91,8 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
         ccol_base = (tid // (mpad // vecsize * numwarps)) * vsize        # line 15
 
         sh_c = cuda.shared.array(shc_size, float32)                      # line 17
-        ctmp = cuda.local.array(vsize * vecsize, float32)                # line 20
-        for i in range(vsize * vecsize):                                 # lines 21-22
+        ctmp = cuda.local.array(nctmp, float32)                          # line 20
+        for i in range(nctmp):                                           # lines 21-22
             ctmp[i] = 0.0
         aval = cuda.local.array(vecsize, float32)
         brow = cuda.local.array(vecsize, np.int32)
@@ -178,6 +179,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     vw = min(cols_per_lane, 8 if half else 4)       # elements per 16-byte (or narrower) shared read
     vload = {2: load2, 4: load4, 8: load8}[vw]
     nvec = cols_per_lane // vw
+    tile_size = kc * nt
 
     @cuda.jit
     def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k):
@@ -185,14 +187,14 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_block + (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
-        sh_b = cuda.shared.array(kc * nt, tile_type)
+        sh_b = cuda.shared.array(tile_size, tile_type)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
         for chunk in range((k + kc - 1) // kc):
             k0 = chunk * kc
-            for e in range(t, kc * nt, nthreads):                        # 1. stage the B tile
+            for e in range(t, tile_size, nthreads):                        # 1. stage the B tile
                 kk = e // nt
                 cc = e % nt
                 if k0 + kk < k and col0 + cc < n:

@@ -1,0 +1,95 @@
+"""SpMM references (reference/spmm.py) against the dense product, and the GPU SpMM
+kernels (gpu/spmm.py) against the references, under the simulator without a GPU.
+
+``assert_fp32_accumulated`` is the one tolerance of every kernel that stores
+float16 or float32 and accumulates in float32 (gpu/spmm.py, gpu/uspmm.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reference import spmm as ref
+from spmm_close import assert_spmm_close
+from strategies import blocked_ell_matrices, coo_matrices, csr_matrices, dense_arrays, ell_matrices
+
+U32 = 2.0 ** -24   # unit roundoff of float32, the accumulation dtype of every GPU kernel here
+
+
+def assert_fp32_accumulated(got, want: np.ndarray, a_dense: np.ndarray, b: np.ndarray, reduction: int) -> None:
+    """``got`` (products and sums in float32, any order, rounded once to its dtype) vs
+    ``want`` (float64 sums rounded once to the same dtype).
+
+    A float32 sum of ``reduction`` products errs by at most ``reduction * U32 *
+    (|A| @ |B|)`` (Higham, eq. 3.5; float16 x float16 products are exact in
+    float32). Both results are then rounded once to the output dtype, each off
+    by at most half an ulp there (``u_out * |C|`` each), and by the smallest
+    subnormal where the sum underflows. ``reduction`` is the number of stored
+    entries per row (K' for ELL, the longest row for CSR/COO).
+    """
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    u_out = np.finfo(want.dtype).eps / 2
+    scale = np.abs(a_dense.astype(np.float64)) @ np.abs(b.astype(np.float64))
+    exact = a_dense.astype(np.float64) @ b.astype(np.float64)
+    bound = (reduction * U32 * scale + 2 * u_out * np.abs(exact)
+             + np.finfo(want.dtype).smallest_subnormal)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert (err <= bound).all(), f"max excess error {np.max(err - bound):.3g} (max error {err.max():.3g})"
+
+
+@st.composite
+def rhs_for(draw, a, *, max_n: int = 7):
+    """A dense ``b`` (``a.shape[1] x N``) of ``a``'s dtype, N from 1 to ``max_n``."""
+    n = draw(st.integers(1, max_n))
+    return draw(dense_arrays((a.shape[1], n), dtype=a.dtype))
+
+
+FORMATS = {
+    "csr": (csr_matrices, ref.spmm_csr),
+    "coo": (coo_matrices, ref.spmm_coo),
+    "blocked_ell": (blocked_ell_matrices, ref.spmm_blocked_ell),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@given(data=st.data())
+def test_references_equal_dense_product(fmt, data):
+    build, spmm = FORMATS[fmt]
+    a = data.draw(build())
+    b = data.draw(rhs_for(a))
+    dense = a.to_dense()
+    got = spmm(a, b)
+    assert got.dtype == b.dtype and got.flags.c_contiguous
+    assert_spmm_close(got, ref.spmm_dense(dense, b), dense, b)
+
+
+@given(data=st.data())
+def test_reference_takes_any_memory_order(data):
+    a = data.draw(csr_matrices(dtype=np.float32))
+    b = data.draw(rhs_for(a))
+    np.testing.assert_array_equal(ref.spmm_csr(a, np.asfortranarray(b)), ref.spmm_csr(a, b))
+
+
+@given(data=st.data())
+def test_uniform_reference_is_a_csr_product(data):
+    from reference.uspmm import uspmm
+    a = data.draw(ell_matrices())
+    b = data.draw(rhs_for(a))
+    dense = a.to_dense()
+    assert_spmm_close(uspmm(a, b), ref.spmm_csr(a.to_csr(), b), dense, b)
+
+
+def test_reference_bad_rhs():
+    from sparsekit.formats import CSR
+    a = CSR.from_dense(np.eye(3, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"b: expected shape \(3, \*\)"):
+        ref.spmm_csr(a, np.ones((4, 2), np.float32))
+    with pytest.raises(TypeError, match="b: dtype must equal"):
+        ref.spmm_csr(a, np.ones((3, 2), np.float64))
+    with pytest.raises(ValueError, match="b: expected a 2-D array"):
+        ref.spmm_csr(a, np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="b: expected a numpy.ndarray"):
+        ref.spmm_csr(a, [[1.0]] * 3)

@@ -1,0 +1,159 @@
+"""gpu/uspmm.py equals reference/uspmm.py for every variant, tunable, dtype, index
+dtype and memory order (CUDA simulator without a GPU: tiny shapes, few threads),
+and rejects bad input with a message naming the argument."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu import uspmm as gu
+from reference import uspmm as ru
+from sparsekit.formats import ELL
+from strategies import dense_arrays, ell_matrices
+from test_spmm import assert_fp32_accumulated, rhs_for
+
+KERNEL_DTYPES = (np.float32, np.float16)
+
+LISTING1 = st.fixed_dictionaries({
+    "variant": st.just("listing1"),
+    "nwarp": st.integers(1, 2),
+    "vsize": st.integers(1, 3),
+    "vecsize": st.sampled_from([1, 2, 4]),
+})
+# float16 reads sh_b 4 or 8 halves at a time, float32 2, 4 or 8 floats
+TILED = {
+    np.float32: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
+                                       "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([2, 4, 8]),
+                                       "kc": st.sampled_from([4, 8, 16])}),
+    np.float16: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
+                                       "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([4, 8]),
+                                       "kc": st.sampled_from([4, 8, 16])}),
+}
+
+
+def check_against_reference(ell, b, tunables):
+    got = gu.uspmm(ell, b, **tunables)
+    want = ru.uspmm(ell, b)
+    assert isinstance(got, np.ndarray)
+    assert got.flags.f_contiguous if not b.flags.c_contiguous else got.flags.c_contiguous
+    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=ell.kprime)
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES), order=st.sampled_from("CF"))
+def test_listing1_and_vec_match_reference(data, dtype, order):
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=40))
+    b = np.asarray(data.draw(rhs_for(ell, max_n=7)), order=order)
+    check_against_reference(ell, b, data.draw(LISTING1))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES), order=st.sampled_from("CF"))
+def test_tiled_matches_reference(data, dtype, order):
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=12))
+    b = np.asarray(data.draw(rhs_for(ell, max_n=9)), order=order)
+    check_against_reference(ell, b, data.draw(TILED[dtype]))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_linear_layout_matches_reference(data, dtype):
+    """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
+    n = data.draw(st.integers(1, 6))
+    x = data.draw(dense_arrays((n, ell.shape[1]), dtype=dtype))
+    got = gu.uspmm_linear(ell, x, **data.draw(LISTING1))
+    want = ru.uspmm_linear(ell, x)
+    assert got.flags.c_contiguous and got.shape == (n, ell.shape[0])
+    assert_fp32_accumulated(got.T, want.T, ell.to_dense(), x.T, reduction=ell.kprime)
+
+
+# Edge shapes the strategies may miss in 15 examples: K' = 0, K' = K, one row,
+# M and N not multiples of 32, VSize or vecSize.
+EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)]
+
+
+@pytest.mark.parametrize("shape,kprime", EDGE_CASES)
+@pytest.mark.parametrize("tunables", [dict(vsize=3, nwarp=2), dict(vsize=2, vecsize=4), dict(vsize=3, vecsize=2),
+                                      dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4)])
+def test_edge_shapes(shape, kprime, tunables):
+    rng = np.random.default_rng(kprime * 100 + shape[0])
+    m, k = shape
+    mask = np.zeros(shape, dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, shape).astype(np.float32), mask, index_dtype=np.int16)
+    b = rng.uniform(-2.0, 2.0, (k, 5)).astype(np.float32)
+    check_against_reference(ell, b, tunables)
+
+
+def test_device_arrays_in_device_arrays_out():
+    from numba import cuda
+    rng = np.random.default_rng(1)
+    w = rng.uniform(0.5, 2.0, (8, 6)).astype(np.float32)
+    ell = gu.prepare(ELL.from_dense(w))
+    b = rng.uniform(-1.0, 1.0, (6, 3)).astype(np.float32)
+    got = gu.uspmm(ell, cuda.to_device(b))
+    assert getattr(got, "__cuda_ndarray__", False)
+    np.testing.assert_array_equal(got.copy_to_host(), gu.uspmm(ell, b))
+
+
+# --- bad input (issue item 8): a clear error, never a wrong answer --------------------------------
+
+@pytest.fixture
+def small():
+    w = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 4.0]], dtype=np.float32)
+    return ELL.from_dense(w), np.ones((3, 2), np.float32)
+
+
+def test_rejects_wrong_rows(small):
+    ell, _ = small
+    with pytest.raises(ValueError, match=r"b: expected shape \(3, \*\)"):
+        gu.uspmm(ell, np.ones((4, 2), np.float32))
+
+
+def test_rejects_dtype_mismatch(small):
+    ell, b = small
+    with pytest.raises(TypeError, match=r"b: dtype must be one of \(float32\), got float16"):
+        gu.uspmm(ell, b.astype(np.float16))
+
+
+def test_rejects_non_contiguous(small):
+    ell, _ = small
+    with pytest.raises(ValueError, match="b: expected a C- or F-contiguous array"):
+        gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
+
+
+def test_rejects_float64(small):
+    ell, b = small
+    e64 = ELL(ell.values.astype(np.float64, order="F"), ell.indices, ell.shape)
+    with pytest.raises(TypeError, match="ell: values dtype must be float32 or float16"):
+        gu.uspmm(e64, b.astype(np.float64))
+
+
+def test_rejects_index_past_k(small):
+    ell, b = small
+    bad = np.asfortranarray(ell.indices.copy())
+    bad[1, 1] = 3
+    with pytest.raises(ValueError, match=r"indices: indices must lie in \[0, 3\), found 3"):
+        gu.uspmm(ELL(ell.values, bad, ell.shape), b)
+
+
+@pytest.mark.parametrize("tunables,match", [
+    (dict(vsize=16, nwarp=4), "exceeds 1024"),
+    (dict(vsize=8, nwarp=2, vecsize=4), "sh_c needs 65536 bytes"),
+    (dict(vecsize=3), "vecsize: must be 1, 2 or 4"),
+    (dict(variant="tiled", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
+    (dict(variant="tiled", kc=128, cols_per_lane=4), "the B tile needs 65536 bytes"),
+    (dict(variant="fast"), "variant: must be one of"),
+    (dict(nwarp=0), "nwarp: must be >= 1"),
+])
+def test_rejects_bad_tunables(small, tunables, match):
+    ell, b = small
+    with pytest.raises(ValueError, match=match):
+        gu.uspmm(ell, b, **tunables)
+
+
+def test_rejects_non_ell(small):
+    _, b = small
+    with pytest.raises(TypeError, match="ell: expected a sparsekit.formats.ELL"):
+        gu.uspmm(np.eye(3, dtype=np.float32), b)
