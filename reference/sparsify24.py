@@ -24,13 +24,22 @@ Tile masks (:func:`tile_masks`)
       network runs on the same records, so masks match PyTorch's bit for bit
       (``|w|`` compared in the input dtype; ``-0.0`` equals ``0.0``).
 
-    ``method="optimal"`` -- among the 90 4x4 0/1 matrices with every row and
-    every column summing to 2 (:data:`PATTERNS`), the one with the largest sum
-    of ``|w|``. Sums are float32, each pattern's as
-    ``((s0 + s1) + s2) + s3`` where ``s_r = |w[r, a]| + |w[r, b]|`` for the
-    pattern's two columns ``a < b`` of row ``r``; ties go to the first
-    pattern in :data:`PATTERNS` order. Always 8 values; every greedy mask lies
-    inside some pattern, so the optimal sum is never below the greedy one.
+    ``method="optimal"`` -- the mask with the largest sum of ``|w|`` among all
+    masks allowed (row and column sums <= 2). As ``|w| >= 0`` the best is a
+    maximal mask, and there are 186 (:data:`MAXIMAL`): the 90 full patterns
+    with every row and column summing to 2 (8 kept) and 96 with 7 kept that no
+    full pattern contains (three rows forming a 6-cycle on three columns, the
+    fourth row's value in the fourth column). So the optimal sum is never
+    below the greedy one.
+
+    ``method="optimal_full"`` -- the best of the 90 full patterns only
+    (:data:`PATTERNS`; always 8 kept). It can keep LESS magnitude than greedy:
+    when greedy's 7-value mask is one of the 96, no full pattern contains it.
+
+    Scores are float32 sums of row terms, ``((x0 + x1) + x2) + x3``, where
+    ``x_r = |w[r, a]| + |w[r, b]|`` for a row keeping columns ``a < b`` and
+    ``|w[r, a]|`` for a row keeping one; ties go to the first candidate in
+    :data:`MAXIMAL` order (8-value masks first).
 
 Tile bitmask: ``tile_masks[i, j]`` (uint16) has bit ``4*r + c`` set when
 ``w[4i + r, 4j + c]`` is kept (PyTorch's ``Indices4x4``).
@@ -82,41 +91,52 @@ from sparsekit.checks import check_array, check_divisible
 from sparsekit.sorting_networks import bose_nelson
 
 __all__ = ["Sparse24", "sparsify24", "tile_masks", "mask_from_tiles", "pack",
-           "meta_offsets", "PATTERNS", "PAIRS", "NIBBLE", "ALIGN", "DTYPES",
+           "meta_offsets", "MAXIMAL", "PATTERNS", "CANDIDATES", "PAIRS", "NIBBLE", "ALIGN", "DTYPES",
            "METHODS", "TIES"]
 
 DTYPES = (np.dtype(np.float16), np.dtype(np.float32))
-METHODS = ("greedy", "optimal")
+METHODS = ("greedy", "optimal", "optimal_full")
 TIES = ("index", "torch")
 #: M and K must be multiples of this (the metadata's 32-row groups and 32-column pairs).
 ALIGN = 32
 
 #: The 6 column pairs a row of a pattern can keep, in enumeration order.
 PAIRS = tuple(itertools.combinations(range(4), 2))
+#: Row terms of a candidate: 0-5 keep a pair of PAIRS, 6-9 keep the single column ``term - 6``.
+ROW_TERMS = tuple(PAIRS) + tuple((c,) for c in range(4))
 
 
-def _enumerate_patterns() -> tuple[np.ndarray, np.ndarray]:
-    """The 90 4x4 0/1 matrices with row and column sums 2, by (pair of row 0, 1, 2) lexicographic.
+def _enumerate_candidates() -> tuple[np.ndarray, np.ndarray]:
+    """Every maximal 4x4 0/1 mask with row and column sums <= 2, and its row terms.
 
-    Returns the uint16 masks (bit ``4r + c``) and the (90, 4) pair index of each row.
+    186 of them: the 90 with all row and column sums 2 (8 kept), then 96 with 7
+    kept (3 rows of 2 forming a 6-cycle on 3 columns, plus the fourth row's
+    single value in the fourth column: nothing can be added, yet no full
+    pattern contains it). Order: 8-value masks first, each group lexicographic
+    in the row terms. Returns the uint16 masks (bit ``4r + c``) and the
+    (186, 4) row terms.
     """
-    masks, rows = [], []
-    for p in itertools.product(range(6), repeat=3):
-        cols = np.zeros(4, int)
-        for q in p:
-            cols[list(PAIRS[q])] += 1
-        rest = tuple(int(c) for c in np.flatnonzero(cols == 1))
-        if cols.max() > 2 or len(rest) != 2:
+    found = []
+    for terms in itertools.product(range(len(ROW_TERMS)), repeat=4):
+        cells = [(r, c) for r, t in enumerate(terms) for c in ROW_TERMS[t]]
+        cols = np.bincount([c for _, c in cells], minlength=4)
+        if cols.max() > 2:
             continue
-        p3 = PAIRS.index(rest)
-        pairs = (*p, p3)
-        masks.append(sum(1 << (4 * r + c) for r, q in enumerate(pairs) for c in PAIRS[q]))
-        rows.append(pairs)
-    return np.array(masks, np.uint16), np.array(rows, np.int64)
+        free_rows = [r for r, t in enumerate(terms) if len(ROW_TERMS[t]) == 1]
+        if any(cols[c] < 2 for r in free_rows for c in range(4) if c not in ROW_TERMS[terms[r]]):
+            continue        # not maximal: a value could be added in a row and column with room
+        mask = sum(1 << (4 * r + c) for r, c in cells)
+        found.append((-len(cells), terms, mask))
+    found.sort()
+    return (np.array([f[2] for f in found], np.uint16), np.array([f[1] for f in found], np.int64))
 
 
-#: (90,) uint16 tile masks of the optimal variant's candidates, and (90, 4) their row pairs.
-PATTERNS, PATTERN_PAIRS = _enumerate_patterns()
+#: (186,) uint16 maximal masks and (186, 4) their row terms (see :func:`_enumerate_candidates`).
+MAXIMAL, MAXIMAL_TERMS = _enumerate_candidates()
+#: The 90 full patterns (8 kept, every row and column sum 2): the first 90 of MAXIMAL.
+PATTERNS, PATTERN_TERMS = MAXIMAL[:90], MAXIMAL_TERMS[:90]
+#: Candidates scored by each optimal method.
+CANDIDATES = {"optimal": (MAXIMAL, MAXIMAL_TERMS), "optimal_full": (PATTERNS, PATTERN_TERMS)}
 
 
 def _nibble(pattern: int) -> int:
@@ -170,13 +190,14 @@ def _greedy(mag: np.ndarray, ties: str) -> np.ndarray:
     return mask.astype(np.uint16)
 
 
-def _optimal(mag: np.ndarray) -> np.ndarray:
-    """Optimal masks of (T, 16) float32 magnitudes -> (T,) uint16 (sums in float32, fixed order)."""
+def _optimal(mag: np.ndarray, method: str) -> np.ndarray:
+    """Best candidate masks of (T, 16) float32 magnitudes -> (T,) uint16 (float32 sums, fixed order)."""
     a = mag.astype(np.float32).reshape(-1, 4, 4)
-    pair = np.stack([a[:, :, i] + a[:, :, j] for i, j in PAIRS], axis=2)  # (T, row, pair)
-    p = PATTERN_PAIRS
-    total = ((pair[:, 0, p[:, 0]] + pair[:, 1, p[:, 1]]) + pair[:, 2, p[:, 2]]) + pair[:, 3, p[:, 3]]
-    return PATTERNS[np.argmax(total, axis=1)]  # argmax: first of equal maxima
+    # row terms: the 6 pair sums, then the 4 singles (T, row, term)
+    terms = np.concatenate([np.stack([a[:, :, i] + a[:, :, j] for i, j in PAIRS], axis=2), a], axis=2)
+    masks, t = CANDIDATES[method]
+    total = ((terms[:, 0, t[:, 0]] + terms[:, 1, t[:, 1]]) + terms[:, 2, t[:, 2]]) + terms[:, 3, t[:, 3]]
+    return masks[np.argmax(total, axis=1)]  # argmax: first of equal maxima
 
 
 def _check(w, name: str = "w", align: int = 4) -> np.ndarray:
@@ -199,7 +220,7 @@ def tile_masks(w: np.ndarray, *, method: str = "greedy", ties: str = "index") ->
     _check_options(method, ties)
     m, k = w.shape
     mag = np.abs(_tiles(w))
-    out = _greedy(mag.astype(np.float64), ties) if method == "greedy" else _optimal(mag)
+    out = _greedy(mag.astype(np.float64), ties) if method == "greedy" else _optimal(mag, method)
     return out.reshape(m // 4, k // 4)
 
 
@@ -324,7 +345,8 @@ def sparsify24(w: np.ndarray, *, method: str = "greedy", ties: str = "index") ->
     Parameters
     ----------
     w : (M, K) float16 or float32 NumPy array, finite; M and K multiples of 32.
-    method : "greedy" (the post's) or "optimal" (best of the 90 full patterns).
+    method : "greedy" (the post's), "optimal" (best allowed mask) or "optimal_full"
+        (best of the 90 masks keeping 8).
     ties : "index" or "torch" (greedy only; see the module docstring).
     """
     _check(w, align=ALIGN)
