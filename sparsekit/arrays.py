@@ -235,8 +235,8 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
         _check(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
         if order is None and not (x.flags.c_contiguous or x.flags.f_contiguous):
             # Any layout is allowed and the data is copied anyway: copy a gapped view packed.
-            return Operand(cuda.to_device(np.ascontiguousarray(x)), "numpy", x)
-        return Operand(cuda.to_device(x), "numpy", x)
+            return Operand(_prime(cuda.to_device(np.ascontiguousarray(x))), "numpy", x)
+        return Operand(_prime(cuda.to_device(x)), "numpy", x)
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
         _check(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
         return Operand(x, "numba", x)
@@ -279,6 +279,7 @@ def _view(ptr: int, shape: tuple, strides, dtype: np.dtype, owner):
         desc = {"shape": shape, "strides": strides, "typestr": dtype.str, "data": (ptr, False),
                 "version": 2}
         dev = cuda.from_cuda_array_interface(desc, owner=owner, sync=False)
+        _prime(dev)
         if dev.size:
             if len(_TEMPLATES) >= _VALID_MAX:
                 _TEMPLATES.clear()
@@ -291,6 +292,29 @@ def _view(ptr: int, shape: tuple, strides, dtype: np.dtype, owner):
     return dev
 
 
+# (dtype, shape, strides) -> the Numba type of a device array of that layout.
+_NUMBA_TYPES: dict = {}
+
+
+def _prime(dev):
+    """Give a new device array its Numba type from a cache, and return it.
+
+    Numba computes a device array's type (``_numba_type_``, a cached property
+    of the instance) on its first launch, about 30 us; a launcher makes new
+    arrays on every call, so it would pay that every call. The type depends
+    only on dtype and layout, so it is computed once per layout here.
+    """
+    key = (dev.dtype, dev.shape, dev.strides)
+    t = _NUMBA_TYPES.get(key)
+    if t is None:
+        if len(_NUMBA_TYPES) >= _VALID_MAX:
+            _NUMBA_TYPES.clear()
+        t = _NUMBA_TYPES[key] = dev._numba_type_
+    else:
+        vars(dev)["_numba_type_"] = t
+    return dev
+
+
 def _c_strides(shape, itemsize):
     out, step = [], itemsize
     for d in reversed(shape):
@@ -299,10 +323,15 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(out))
 
 
-def _torch_empty(torch, shape, dtype, order, src):
+def _torch_dtype(torch, dtype: np.dtype):
     tdt = _TORCH_DTYPES.get(dtype)
     if tdt is None:
         tdt = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return tdt
+
+
+def _torch_empty(torch, shape, dtype, order, src):
+    tdt = _torch_dtype(torch, dtype)
     if order == "C":
         t = torch.empty(shape, dtype=tdt, device=src.device)
     else:
@@ -344,7 +373,7 @@ def output(shape, dtype, *, like: Operand, order: str = "C"):
             if ptr:
                 strides = None if order == "C" else _c_strides(shape[::-1], dtype.itemsize)[::-1]
                 return _view(ptr, shape, strides, dtype, obj)
-    return cuda.device_array(shape, dtype, order=order)
+    return _prime(cuda.device_array(shape, dtype, order=order))
 
 
 def _dtype_of(dtype) -> np.dtype:
@@ -358,19 +387,35 @@ def _dtype_of(dtype) -> np.dtype:
     return d
 
 
-def _owner_if_whole(dev, src):
+def _torch_layout(t):
+    item = t.element_size()
+    return t.data_ptr(), tuple(t.shape), tuple(st * item for st in t.stride())
+
+
+def _cupy_layout(a):
+    return a.data.ptr, a.shape, a.strides
+
+
+# Library -> (pointer, shape, byte strides) of one of its arrays, read without the CAI dict.
+_LAYOUTS = {"torch": _torch_layout, "cupy": _cupy_layout}
+
+
+def _owner_if_whole(dev, src, lib):
     """The object of ``src``'s type that owns exactly ``dev``'s memory and layout, else None."""
     owner = getattr(dev.gpu_data, "_owner", None)
     if type(owner) is not type(src):
         return None
-    desc = owner.__cuda_array_interface__
-    if (desc["data"][0] != int(dev.gpu_data.device_pointer) or tuple(desc["shape"]) != dev.shape
-            or _typestr_dtype(desc["typestr"]) != dev.dtype):
-        return None
-    strides = desc.get("strides")
-    if strides is None:
-        strides = _c_strides(dev.shape, dev.dtype.itemsize)
-    return owner if tuple(strides) == dev.strides or dev.size == 0 else None
+    ptr, shape, strides = _LAYOUTS[lib](owner)
+    if (ptr == int(dev.gpu_data.device_pointer) and shape == dev.shape
+            and (strides == dev.strides or dev.size == 0) and _same_dtype(owner, dev, lib)):
+        return owner
+    return None
+
+
+def _same_dtype(owner, dev, lib):
+    if lib == "cupy":
+        return owner.dtype == dev.dtype
+    return _torch_dtype(sys.modules["torch"], dev.dtype) == owner.dtype
 
 
 def result(dev, *, like: Operand):
@@ -393,7 +438,7 @@ def result(dev, *, like: Operand):
     lib = type(src).__module__.partition(".")[0]
     if lib not in _ALLOCATORS:
         return dev
-    owner = _owner_if_whole(dev, src)
+    owner = _owner_if_whole(dev, src, lib)
     if owner is not None:
         return owner
     if lib == "torch":

@@ -37,6 +37,19 @@ def _inputs(rng, shape=(37, 53)):
     return rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
 
 
+@pytest.mark.parametrize("shape, order", [((5,), "C"), ((4, 6), "C"), ((4, 6), "F"), ((1, 6), "F"),
+                                          ((2, 3, 4), "C")])
+def test_cached_numba_types_match_a_fresh_array(shape, order):
+    op = operand(np.ones(3, np.float32), "x", dtypes=None)
+    for _ in range(2):
+        out = output(shape, np.float16, like=op, order=order)
+        assert out._numba_type_ == cuda.device_array(shape, np.float16, order=order)._numba_type_
+    host = np.asarray(np.ones(shape, np.float64), order=order)
+    for _ in range(2):
+        assert operand(host, "h", dtypes=None, order=None).dev._numba_type_ == \
+            cuda.to_device(host)._numba_type_
+
+
 def test_numpy_and_numba_on_the_gpu():
     x, y = _inputs(np.random.default_rng(0))
     want = np.float32(A) * x + y
@@ -97,6 +110,7 @@ def test_fast_views_equal_numbas_own(lib):
             ref = cuda.as_cuda_array(view)
             assert (op.dev.shape, op.dev.strides, op.dev.dtype) == (ref.shape, ref.strides, ref.dtype)
             assert _ptr(op.dev) == _ptr(ref)
+            assert op.dev._numba_type_ == ref._numba_type_, "the cached Numba type is the layout's own"
             np.testing.assert_array_equal(op.dev.copy_to_host(), ref.copy_to_host())
 
 
