@@ -525,7 +525,8 @@ def model_sol(layers: Iterable, pattern: str, sparsity=None, *, dtype="float16",
 
     ``layers`` are :class:`sparsekit.models.Layer` (``name, m, k, n, count, inputs,
     weights``); weight layers get ``pattern`` at ``sparsity`` (or their own entry of
-    ``densities``, e.g. from global magnitude pruning); layers without weights
+    ``densities``, e.g. from global magnitude pruning; ``None`` keeps that layer
+    dense; N:M ignores the values); layers without weights
     (attention's ``QK^T`` and ``AV``) are left out unless
     ``include_activation_matmuls``, and then stay dense in both sums.
     """
@@ -539,12 +540,13 @@ def model_sol(layers: Iterable, pattern: str, sparsity=None, *, dtype="float16",
     for i, l in enumerate(layers):
         dense = sol_of(counts(dense_kind, l.m, l.k, l.n, dtype=dtype, b_elements=l.inputs), device=r,
                        convention=convention)
-        if l.weights and kind != "dense":
-            density = densities[i] if densities is not None else same
+        density = densities[i] if densities is not None else same
+        keep_dense = densities is not None and densities[i] is None
+        if l.weights and kind != "dense" and not keep_dense:
             c = counts(pattern, l.m, l.k, l.n, density=None if kind == "nm" else density, dtype=dtype,
                        b_elements=l.inputs, **count_args)
             sparse = sol_of(c, device=r, convention=convention)
         else:
             sparse = dense
-        out.append(LayerSoL(l.name, l.count, dense, sparse, l.weights and kind != "dense"))
+        out.append(LayerSoL(l.name, l.count, dense, sparse, sparse is not dense))
     return ModelSoL(pattern, tuple(out))

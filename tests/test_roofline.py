@@ -251,6 +251,8 @@ def test_model_sum_and_speedup():
     assert with_attn.layers[-1].sparse is with_attn.layers[-1].dense and with_attn.speedup < res.speedup
     per_layer = model_sol(layers, "csr", densities=[0.5, 0.1], dtype="float16")
     assert per_layer.layers[0].sparse.counts.nnz == round(0.5 * 256 * 256)
+    kept = model_sol(layers, "2:4", densities=[None, 0.5], dtype="float16")
+    assert kept.layers[0].sparse is kept.layers[0].dense and not kept.layers[0].pruned and kept.layers[1].pruned
     assert 0 < res.feature_share() < 1
 
 
@@ -317,3 +319,18 @@ def test_cli_errors_name_the_choices(argv, match, capsys):
 
     assert main(["roofline", *argv]) == 2
     assert re.search(match, capsys.readouterr().err)
+
+
+def test_roofline_experiment_runs(tmp_path):
+    from experiments.roofline import EXPERIMENT
+    from sparsekit.experiment import Context
+
+    sec = EXPERIMENT.run(Context(quick=True, backend="simulator", out_dir=tmp_path))
+    assert all((tmp_path / f).exists() for f in sec.figures) and len(sec.figures) == 3
+    nm = {(r["model"], r["device"], r["pattern"]): r["speedup_at_SoL"] for r in sec.tables[2].records}
+    # the paper's Section 4.2 on A100, batch 1: 2:16 nearly 1.8x and > 30 % faster than 2:4
+    for name in ("convnext-tiny", "swin-tiny"):
+        assert 1.7 < nm[(name, "A100", "2:16")] < 1.9
+        assert nm[(name, "A100", "2:16")] > 1.3 * nm[(name, "A100", "2:4")]
+    t1 = sec.tables[3].records
+    assert all(r["flops_ratio_block/unstr"] > 1.5 and r["block32_faster_by"] > 1 for r in t1)

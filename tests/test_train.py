@@ -118,3 +118,16 @@ def test_bad_input():
     with pytest.raises(ValueError, match="sizes: need at least inputs and outputs"):
         MLP.init([4], np.random.default_rng(0))
     assert train.pattern_kind("blocked-uniform:4") == "blocked-ell:4" and train.pattern_kind("block:8") == "bsr:8"
+
+
+def test_accuracy_experiment_runs_in_quick_mode(tmp_path):
+    """The registered experiment at toy size (CI keeps it from rotting; < 60 s on 2 cores)."""
+    from experiments.accuracy import EXPERIMENT
+    from sparsekit.experiment import Context
+
+    sec = EXPERIMENT.run(Context(quick=True, backend="simulator", out_dir=tmp_path))
+    assert all((tmp_path / f).exists() for f in sec.figures) and len(sec.figures) == 3
+    halving = sec.tables[1].records
+    assert {r["pattern"] for r in halving} == set(train.PATTERNS)
+    assert all(r["SoL_speedup_H100_b1"] > 0 for r in halving)
+    assert "Does uniform track unstructured?" in sec.text
