@@ -169,19 +169,17 @@ class Roof:
 
 def roof(device="H100") -> Roof:
     """The :class:`Roof` of ``device``: a name in ``sparsekit.device.PEAKS`` (any case),
-    ``"measured"`` (this machine: measured copy bandwidth, table peaks), a
-    :class:`Roof`, or a peaks record of :mod:`sparsekit.device`."""
+    ``"measured"`` (this machine: :func:`sparsekit.device.measured_peaks`, i.e. the
+    table's FLOP/s and the bandwidth of a large device copy; needs a GPU), a
+    :class:`Roof`, or a :class:`sparsekit.device.Peak`."""
     if isinstance(device, Roof):
         return device
     from sparsekit import device as dev
 
     if isinstance(device, str):
-        if device.lower() == "measured":
-            info = dev.info()
-            base = roof(dev.peaks_for(info.name))
-            return replace(base, name=f"{base.name} (measured bandwidth)",
-                           bandwidth=float(dev.measured_bandwidth()),
-                           source=base.source + "; bandwidth measured with a large device copy")
+        if device.lower() == "measured":   # this GPU: table FLOP/s, copy-measured bandwidth
+            base = _roof_from_peaks(dev.measured_peaks())
+            return replace(base, name=f"{base.name} (measured bandwidth)")
         table = {k.lower(): k for k in dev.PEAKS}
         if device.lower() not in table:
             raise ValueError(f"device: unknown device {device!r}; known: {', '.join(dev.PEAKS)}, measured")

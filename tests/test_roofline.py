@@ -334,3 +334,12 @@ def test_roofline_experiment_runs(tmp_path):
         assert nm[(name, "A100", "2:16")] > 1.3 * nm[(name, "A100", "2:4")]
     t1 = sec.tables[3].records
     assert all(r["flops_ratio_block/unstr"] > 1.5 and r["block32_faster_by"] > 1 for r in t1)
+
+
+def test_measured_roof_needs_a_gpu():
+    from sparsekit.testsuite import gpu_present
+
+    if gpu_present():
+        pytest.skip("a GPU is present: the measured roof is exercised by the GPU benchmarks")
+    with pytest.raises(RuntimeError):
+        roof("measured")
