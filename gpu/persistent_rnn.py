@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from numba import config, cuda, float32, int32, typeof, uint32
+from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
 from gpu.sync_primitives import ld_volatile_u32, ld_x4_f32
 from sparsekit.arrays import cdiv, operand, output, result
@@ -81,7 +81,7 @@ from sparsekit.checks import check_int
 from sparsekit.rnn_layout import RNNLayout, split
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "SHARED_LIMIT", "PersistentRNN", "rnn_forward",
-           "shared_bytes", "max_hidden"]
+           "step_stride", "shared_bytes", "max_hidden"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -101,17 +101,21 @@ _NEG0_F16 = 0x8000
 
 @lru_cache(maxsize=None)
 def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
-            prefetch: int = 0):
+            words: int, pipeline: bool = True):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
-    they must be constants; ``prefetch`` (Lamport) is the number of 32-bit
-    words of ``h`` each thread loads per step.
+    they must be constants; ``words`` is the number of 32-bit words of ``h``
+    each thread moves per step (``ceil(stride * itemsize / 4 / threads)``);
+    ``pipeline`` (Lamport) issues the loads of the next step's input before
+    the operate stage.
     """
-    NPT, TPR, B, PF = npt, tpr, batch, prefetch
+    NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
     TANH = activation == "tanh"
     F16 = dtype == np.dtype(np.float16)
+    PIPELINE = pipeline
+    PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
     ZERO_BAND = float32(_ZERO_BAND[dtype])
     ITEM = dtype.itemsize
     nb_dtype = typeof(np.zeros(1, dtype)).dtype
@@ -122,36 +126,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         if y <= float32(0.0) and y >= -ZERO_BAND:     # Section 4.2: never write -0.0 (nor what rounds to it)
             y = float32(0.0)
         return y
-
-    @cuda.jit(device=True, inline=True)
-    def operate(h_sh, h_off, hidden, w, j, acc):
-        """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
-        for i in range(NPT):
-            wi = float32(w[i])
-            if WIDE:                                   # Section 4.1: one ld.shared.v4 brings 4 samples
-                a0, a1, a2, a3 = ld_x4_f32(h_sh, h_off + j[i] * 4)
-                acc[0] += wi * a0
-                acc[1] += wi * a1
-                acc[2] += wi * a2
-                acc[3] += wi * a3
-            else:                                      # naive: one scalar load per sample
-                for b in range(B):
-                    acc[b] += wi * float32(h_sh[h_off + b * hidden + j[i]])
-
-    @cuda.jit(device=True, inline=True)
-    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden):
-        """Reduce stage: the row's tpr partials through shared memory, + b'_t, g, write h_t."""
-        for b in range(B):
-            red[red_off + tid * B + b] = acc[b]
-        cuda.syncthreads()
-        if active:
-            for b in range(lane, B, TPR):
-                s = float32(0.0)
-                for k in range(TPR):
-                    s += red[red_off + (r_local * TPR + k) * B + b]
-                y = activate(s + float32(bprime[t, b, row]))
-                xchg[(t + 1) * hidden * B + row * B + b] = y
-                hs[t, b, row] = y
 
     @cuda.jit(device=True, inline=True)
     def load_weights(vals, idx, row, lane, active, w, j):
@@ -165,14 +139,75 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 j[i] = 0
 
     @cuda.jit(device=True, inline=True)
+    def issue_loads(xchg_words, base, pf, tid, nthreads, n_words):
+        """Load stage, first half: this thread's words of h (global, batch-interleaved) into registers.
+
+        The loop has a constant trip count, so the loads are issued back to back.
+        """
+        for k in range(PF):
+            e = tid + k * nthreads
+            if e < n_words:
+                pf[k] = ld_volatile_u32(xchg_words, base + e)
+
+    @cuda.jit(device=True, inline=True)
+    def store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden):
+        """Load stage, second half: registers to shared memory in the operate stage's layout."""
+        for k in range(PF):
+            e = tid + k * nthreads
+            if e < n_words:
+                v = pf[k]
+                if WIDE:                               # interleaved h[j * 4 + b], as in global
+                    h_words[e] = v
+                elif F16:                              # naive, float16: two elements per word
+                    for m in range(2):
+                        el = 2 * e + m
+                        if el < hidden * B:
+                            h_u16[(el % B) * hidden + el // B] = uint16(v >> uint32(16 * m))
+                else:                                  # naive, float32: batch-major h[b * H + j]
+                    if e < hidden * B:
+                        h_words[(e % B) * hidden + e // B] = v
+
+    @cuda.jit(device=True, inline=True)
+    def operate(h_sh, hidden, w, j, acc):
+        """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
+        for b in range(B):
+            acc[b] = float32(0.0)
+        for i in range(NPT):
+            wi = float32(w[i])
+            if WIDE:                                   # Section 4.1: one ld.shared.v4 brings 4 samples
+                a0, a1, a2, a3 = ld_x4_f32(h_sh, j[i] * 4)
+                acc[0] += wi * a0
+                acc[1] += wi * a1
+                acc[2] += wi * a2
+                acc[3] += wi * a3
+            else:                                      # naive: one scalar load per sample
+                for b in range(B):
+                    acc[b] += wi * float32(h_sh[b * hidden + j[i]])
+
+    @cuda.jit(device=True, inline=True)
+    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs):
+        """Reduce stage: the row's tpr partials through shared memory, + b'_t, g, write h_t."""
+        for b in range(B):
+            red[red_off + tid * B + b] = acc[b]
+        cuda.syncthreads()
+        if active:
+            for b in range(lane, B, TPR):
+                s = float32(0.0)
+                for k in range(TPR):
+                    s += red[red_off + (r_local * TPR + k) * B + b]
+                y = activate(s + float32(bprime[t, b, row]))
+                xchg[(t + 1) * stride + row * B + b] = y
+                hs[t, b, row] = y
+
+    @cuda.jit(device=True, inline=True)
     def is_pending(v):
         """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
         if F16:
             return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
         return v == uint32(_NEG0_F32)
 
-    def barrier_kernel(vals, idx, bprime, xchg, hs,      # arrays
-                       hidden, t_start, t_stop):          # sizes
+    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs,     # arrays
+                       hidden, stride, t_start, t_stop):           # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -180,30 +215,27 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         row = cuda.blockIdx.x * (nthreads // TPR) + r_local
         active = row < hidden
         h_sh = cuda.shared.array(0, nb_dtype)            # h_{t-1}: H * B activations
+        h_words = cuda.shared.array(0, uint32)           # the same memory, as words / halves
+        h_u16 = cuda.shared.array(0, uint16)
         red = cuda.shared.array(0, float32)              # the same memory, partials after h
-        red_off = (hidden * B * ITEM + 15) // 16 * 4
+        red_off = (stride * ITEM + 15) // 16 * 4
+        n_words = stride * ITEM // 4
         w = cuda.local.array(NPT, nb_dtype)
         j = cuda.local.array(NPT, int32)
         acc = cuda.local.array(B, float32)
+        pf = cuda.local.array(PF, uint32)
         load_weights(vals, idx, row, lane, active, w, j)
         grid = cuda.cg.this_grid()
         for t in range(t_start, t_stop):
-            # load: h_{t-1} from global to shared (interleaved in global; transposed for naive)
-            base = t * hidden * B
-            for e in range(tid, hidden * B, nthreads):
-                if WIDE:
-                    h_sh[e] = xchg[base + e]
-                else:
-                    h_sh[(e % B) * hidden + e // B] = xchg[base + e]
+            issue_loads(xchg_words, t * n_words, pf, tid, nthreads, n_words)   # load: h_{t-1}
+            store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden)
             cuda.syncthreads()
-            for b in range(B):
-                acc[b] = float32(0.0)
-            operate(h_sh, 0, hidden, w, j, acc)
-            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden)
+            operate(h_sh, hidden, w, j, acc)
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs)
             grid.sync()                                   # synchronize: global barrier (Section 3.2)
 
     def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, status,   # arrays
-                       hidden, t_start, t_stop, spin_limit):              # sizes
+                       hidden, stride, t_start, t_stop, spin_limit):      # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -212,49 +244,50 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         active = row < hidden
         h_sh = cuda.shared.array(0, nb_dtype)
         h_words = cuda.shared.array(0, uint32)           # the same memory as 32-bit words
+        h_u16 = cuda.shared.array(0, uint16)
         red = cuda.shared.array(0, float32)
         abort = cuda.shared.array(1, int32)
-        words = hidden * B * ITEM // 4                   # words of h per step
-        red_off = (hidden * B * ITEM + 15) // 16 * 4
+        red_off = (stride * ITEM + 15) // 16 * 4
+        n_words = stride * ITEM // 4
         w = cuda.local.array(NPT, nb_dtype)
         j = cuda.local.array(NPT, int32)
         acc = cuda.local.array(B, float32)
-        pf = cuda.local.array(PF, uint32)                # prefetched words of the next step's input
+        pf = cuda.local.array(PF, uint32)                # this thread's words of the next input
         load_weights(vals, idx, row, lane, active, w, j)
         if tid == 0:
             abort[0] = 0
-        for k in range(PF):                              # first input: h_{t_start} (complete)
-            e = tid + k * nthreads
-            if e < words:
-                pf[k] = ld_volatile_u32(xchg_words, t_start * words + e)
+        issue_loads(xchg_words, t_start * n_words, pf, tid, nthreads, n_words)
         for t in range(t_start, t_stop):
-            # load: store the prefetched words; reload those still -0.0 (bounded spin)
-            for k in range(PF):
-                e = tid + k * nthreads
-                if e < words:
-                    v = pf[k]
-                    polls = 0
-                    while is_pending(v) and polls < spin_limit:
-                        v = ld_volatile_u32(xchg_words, t * words + e)
-                        polls += 1
-                    if is_pending(v):
-                        abort[0] = 1
-                    h_words[e] = v
+            # load: poll until none of this thread's words is -0.0; each round reissues
+            # all pending loads back to back (one L2 round trip per round), bounded
+            polls = 0
+            pending = True
+            while pending and polls < spin_limit:
+                pending = False
+                for k in range(PF):
+                    e = tid + k * nthreads
+                    if e < n_words and is_pending(pf[k]):
+                        pf[k] = ld_volatile_u32(xchg_words, t * n_words + e)
+                for k in range(PF):
+                    e = tid + k * nthreads
+                    if e < n_words and is_pending(pf[k]):
+                        pending = True
+                polls += 1
+            if pending:
+                abort[0] = 1
+            store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden)
             cuda.syncthreads()
             if abort[0] != 0:                            # timed out: leave together, host resumes
                 if tid == 0:
                     cuda.atomic.max(status, 0, 1)
                 return
-            # software pipeline: issue the loads of h_t (next input) before operating on h_{t-1}
-            if t + 1 < t_stop:
+            if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
+                issue_loads(xchg_words, (t + 1) * n_words, pf, tid, nthreads, n_words)
+            else:
                 for k in range(PF):
-                    e = tid + k * nthreads
-                    if e < words:
-                        pf[k] = ld_volatile_u32(xchg_words, (t + 1) * words + e)
-            for b in range(B):
-                acc[b] = float32(0.0)
-            operate(h_sh, 0, hidden, w, j, acc)
-            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, hs, hidden)
+                    pf[k] = PENDING                      # loaded in the next load stage
+            operate(h_sh, hidden, w, j, acc)
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs)
 
     return cuda.jit(barrier_kernel if sync == "barrier" else lamport_kernel)
 
@@ -280,14 +313,19 @@ def _set_h0(h0, xchg):
 # launcher
 # ---------------------------------------------------------------------------
 
+def step_stride(hidden: int, batch: int) -> int:
+    """Elements of one step's h in the exchange buffer: H * B rounded up to 4 (whole, aligned words)."""
+    return cdiv(hidden * batch, 4) * 4
+
+
 def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int) -> int:
     """Dynamic shared memory of one block: h (16-byte aligned) plus the partial sums."""
-    return (hidden * batch * itemsize + 15) // 16 * 16 + threads * batch * 4
+    return (step_stride(hidden, batch) * itemsize + 15) // 16 * 16 + threads * batch * 4
 
 
 def max_hidden(batch: int, itemsize: int, threads: int, limit: int = SHARED_LIMIT) -> int:
     """Largest hidden size whose activations fit ``limit`` bytes of shared memory per block."""
-    return max(0, (limit - threads * batch * 4) // (batch * itemsize) // 4 * 4)
+    return max(0, (limit - threads * batch * 4 - 16) // (batch * itemsize) // 4 * 4)
 
 
 @dataclass
@@ -306,6 +344,7 @@ class PersistentRNN:
     rows_per_block: int | None = None
     spin_limit: int = 1 << 22
     max_relaunch: int = 8
+    pipeline: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -343,13 +382,16 @@ class PersistentRNN:
         if config.ENABLE_CUDASIM and self.split.blocks > 1:
             raise ValueError(f"rows_per_block: the CUDA simulator runs one block at a time, so a persistent "
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
-        words = hidden * self.batch * lay.dtype.itemsize // 4
-        self.prefetch = cdiv(words, self.split.threads_per_block) if self.sync == "lamport" else 0
+        if not isinstance(self.pipeline, bool):
+            raise TypeError(f"pipeline: expected a bool, got {type(self.pipeline).__name__}")
+        self.stride = step_stride(hidden, self.batch)
+        words = cdiv(self.stride * lay.dtype.itemsize // 4, self.split.threads_per_block)
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
-                              self.activation, self.prefetch)
+                              self.activation, words, self.pipeline)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(np.ascontiguousarray(lay.indices))
         self._checked = set()
+        self.relaunches = 0          #: relaunches after spin timeouts in the last call
 
     @staticmethod
     def _default_rows_per_block(hidden: int, tpr: int) -> int:
@@ -365,9 +407,9 @@ class PersistentRNN:
     def _args(self, bprime, xchg, hs, status, t_start, t_stop):
         hidden = self.layout.shape[0]
         if self.sync == "barrier":
-            return (self.vals, self.idx, bprime, xchg, hs, hidden, t_start, t_stop)
+            return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, hidden, self.stride, t_start, t_stop)
         return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, status,
-                hidden, t_start, t_stop, self.spin_limit)
+                hidden, self.stride, t_start, t_stop, self.spin_limit)
 
     def check_coresident(self, args) -> None:
         """Refuse a launch whose blocks cannot all be resident at once (it would deadlock)."""
@@ -414,7 +456,7 @@ class PersistentRNN:
 
     def buffers(self, steps: int):
         """Device scratch for a run of ``steps``: the exchange buffer ``h_0..h_T`` and the status flag."""
-        xchg = cuda.device_array((steps + 1) * self.layout.shape[0] * self.batch, dtype=self.layout.dtype)
+        xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
         return xchg, cuda.to_device(np.zeros(1, dtype=np.int32))
 
     def enqueue(self, bprime, h0, steps: int, xchg, hs, status) -> None:
@@ -433,19 +475,22 @@ class PersistentRNN:
 
     def _resume(self, bprime, xchg, hs, status, steps):
         """After a spin timeout, relaunch from the first step whose outputs are incomplete."""
-        for _ in range(self.max_relaunch + 1):
-            if int(status.copy_to_host()[0]) == 0:
-                return
+        self.relaunches = 0
+        neg0 = _NEG0_F32 if self.layout.dtype.itemsize == 4 else _NEG0_F16
+        while int(status.copy_to_host()[0]) != 0:
             words = xchg.view(np.uint32).copy_to_host().reshape(steps + 1, -1)
-            neg0 = _NEG0_F32 if self.layout.dtype.itemsize == 4 else _NEG0_F16
             halves = words if self.layout.dtype.itemsize == 4 else np.stack([words & 0xFFFF, words >> 16], -1)
             pending = (halves == neg0).reshape(steps + 1, -1).any(axis=1)
-            first = int(np.argmax(pending))                      # first step with a missing value
+            if not pending.any():                                # finished after all
+                return
+            if self.relaunches == self.max_relaunch:
+                raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
+                                   f"(spin_limit={self.spin_limit}); blocks are not making progress")
+            self.relaunches += 1
+            first = int(np.argmax(pending))                      # first step with a missing value (>= 1)
             status.copy_to_device(np.zeros(1, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, first - 1, steps)
             self.kernel[self.split.blocks, self.split.threads_per_block, 0, self.smem](*args)
-        raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
-                           f"(spin_limit={self.spin_limit}); blocks are not making progress")
 
 
 def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "tanh", *,

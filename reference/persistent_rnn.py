@@ -40,7 +40,7 @@ import numpy as np
 
 from sparsekit.checks import FLOAT_DTYPES, check_array, check_int
 
-__all__ = ["ACTIVATIONS", "rnn_forward", "lstm_forward", "dense_weight"]
+__all__ = ["ACTIVATIONS", "rnn_forward", "lstm_forward", "dense_weight", "tolerance"]
 
 #: Elementwise activations ``g`` of Eq. 2 the kernels implement.
 ACTIVATIONS = {
@@ -128,3 +128,24 @@ def lstm_forward(u, b_prime: np.ndarray, h0: np.ndarray, c0: np.ndarray, steps: 
         h = (_sigmoid(o) * np.tanh(c.astype(np.float64))).astype(b_prime.dtype)
         hs[t], cs[t] = h, c
     return hs, cs
+
+
+#: Unit roundoff of the dtype the state h_t is stored in.
+_STORE_U = {np.dtype(np.float16): 2.0 ** -11, np.dtype(np.float32): 2.0 ** -24}
+
+
+def tolerance(dtype, k: int) -> float:
+    """Max |kernel - rnn_forward| over any number of steps, ``k`` slots per row, float32 accumulation.
+
+    Valid when every row's |U| sum is <= 1/2 and |b'| <= 1 (the tests and
+    benchmarks scale their weights so): then |pre-activation| <= 2, and since
+    tanh and relu are 1-Lipschitz an error in h_{t-1} shrinks by 1/2 per step,
+    so the error after any number of steps is at most twice the error made in
+    one step. One step: float32 accumulation of k + 1 terms of size <= 2
+    (float64 here), libm tanh error (<= 2 float32 ulp), and rounding of
+    |h| <= 2 to its storage dtype (kernel and reference may round to
+    neighbouring values, so it counts twice). The last factor 2 is headroom
+    on these constants.
+    """
+    one_step = (k + 1) * 2.0 ** -23 * 2 + 2 * 2.0 ** -23 + 2 * _STORE_U[np.dtype(dtype)] * 2
+    return 2 * 2 * one_step

@@ -24,29 +24,11 @@ CONFIGS = {
     "lamport": ("wide", "lamport", True),
 }
 
-#: Storage rounding of the state h_t (unit roundoff of the dtype it is kept in).
-_STORE_U = {np.dtype(np.float16): 2.0 ** -11, np.dtype(np.float32): 2.0 ** -24}
-
-
-def tolerance(dtype, k: int, steps: int) -> float:
-    """Max |kernel - reference| for a run of ``steps`` with ``k`` slots per row.
-
-    Weights are scaled so every row's |U| sum is <= 1/2 and |b'| <= 1, so
-    |pre-activation| <= 2 and an error in h_{t-1} shrinks by 1/2 per step:
-    the error after ``steps`` is at most 2 x the error made in one step. One
-    step: float32 accumulation of k + 1 terms of size <= 2 (the kernel;
-    the reference is float64), libm tanh error (<= 2 float32 ulp), and
-    rounding of h to its storage dtype; the kernel and the reference may
-    round to neighbouring values, so that term counts twice. Times ``steps``
-    as a safe bound on the geometric sum; doubled for headroom on the bound's
-    constants, not to hide failures.
-    """
-    one_step = (k + 1) * 2.0 ** -23 * 2 + 2 * 2.0 ** -23 + 2 * _STORE_U[np.dtype(dtype)] * 2
-    return 2 * 2 * steps * one_step
+tolerance = ref_rnn.tolerance
 
 
 def _scaled(dense: np.ndarray, dtype) -> np.ndarray:
-    """Scale so each row's |U| sum is <= 1/2 (stable recurrence; see tolerance)."""
+    """Scale so each row's |U| sum is <= 1/2 (what reference.persistent_rnn.tolerance assumes)."""
     rowsum = np.abs(dense.astype(np.float64)).sum(axis=1).max()
     return (dense / (2 * rowsum) if rowsum > 0 else dense).astype(dtype)
 
@@ -88,7 +70,7 @@ def test_table1_configs_match_reference(config, problem):
     want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
     assert got.shape == want.shape == (steps, 4, u.shape[0]) and got.dtype == u.dtype
     err = np.abs(got.astype(np.float64) - want.astype(np.float64)).max()
-    assert err <= tolerance(u.dtype, lay.kpad, steps), (config, err)
+    assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
 @given(problem=problems())
@@ -96,7 +78,7 @@ def test_naive_any_batch_matches_reference(problem):
     u, bp, h0, steps, tpr, activation = problem
     lay, got = _run(u, bp, h0, steps, tpr, activation, "naive")
     want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
-    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad, steps)
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

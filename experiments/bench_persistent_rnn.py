@@ -1,0 +1,344 @@
+"""GPU benchmark and multi-block checks of the sparse persistent RNN (gpu/persistent_rnn.py).
+
+Not an experiment module (no EXPERIMENT): run it as a script on a GPU::
+
+    python experiments/bench_persistent_rnn.py --out DIR [--parts check,time,sweep]
+    python experiments/bench_persistent_rnn.py --sanitize     # tiny multi-block run for compute-sanitizer
+
+Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
+
+``check``  multi-block correctness against reference.persistent_rnn at several
+           layer sizes and both dtypes for the four Table 1 configurations;
+           repeated runs bitwise identical; a Lamport run with ``spin_limit=1``
+           (forces spin timeouts, so the relaunch path must finish the job);
+           a planted non-co-resident launch and a layer too large for shared
+           memory refused before launch.
+``time``   Table 1 at layers 1152 and 1792 (density 10%, batch 4, 256 steps,
+           float16): us/step of naive / wide / bank-aware / Lamport for
+           tpr in {8, 16, 32}, against torch.nn.RNN (cuDNN), a dense GEMM loop
+           (cuBLAS through PyTorch, plain and captured in a CUDA graph),
+           cuSPARSE CSR per step, and our kernel on the dense weight.
+``sweep``  Figure 2 analog around layer 1792 (density, layer size, timesteps)
+           for the Lamport kernel and the graph-captured GEMM loop.
+
+Device time comes from ``sparsekit.timing.measure`` (events behind a spin
+kernel, median of repeats), L2 not flushed: the point of a persistent kernel
+is that its weights stay on chip across steps.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from gpu import persistent_rnn as gpu_rnn  # noqa: E402
+from reference import persistent_rnn as ref_rnn  # noqa: E402
+from sparsekit import prune  # noqa: E402
+from sparsekit.rnn_layout import balance, bank_aware  # noqa: E402
+
+#: Table 1's rows: name -> (scheme, sync, bank-aware layout)
+CONFIGS = {
+    "naive": ("naive", "barrier", False),
+    "wide": ("wide", "barrier", False),
+    "bank_aware": ("wide", "barrier", True),
+    "lamport": ("wide", "lamport", True),
+}
+#: The paper's Table 1 (V100): speedup over dense GEMM and bank-conflict penalty.
+PAPER_TABLE1 = {"naive": (2.53, 1.3), "wide": (4.28, 1.0), "bank_aware": (4.56, 0.3), "lamport": (5.44, 0.3)}
+
+
+def problem(hidden: int, density: float, batch: int, steps: int, dtype, seed: int = 0):
+    """Row-balanced pruned U (rows' |U| sums <= 1/2), b' and h0 in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    mask = prune.row_balanced(u, 1.0 - density) if density < 1 else np.ones_like(u, dtype=bool)
+    u = np.where(mask, u, 0)
+    u = (u / (2 * np.abs(u).sum(axis=1).max())).astype(dtype)
+    bp = rng.uniform(-1, 1, (steps, batch, hidden)).astype(dtype)
+    h0 = rng.uniform(-1, 1, (batch, hidden)).astype(dtype)
+    return u, mask, bp, h0
+
+
+def layout_for(u, mask, tpr: int, aware: bool):
+    lay = balance(u, mask, tpr=tpr)
+    return bank_aware(lay, width=4 * u.dtype.itemsize) if aware else lay
+
+
+def plan_for(u, mask, config: str, tpr: int, batch: int = 4, **kw):
+    scheme, sync, aware = CONFIGS[config]
+    return gpu_rnn.PersistentRNN(layout_for(u, mask, tpr, aware), batch, scheme=scheme, sync=sync, **kw)
+
+
+def _save(out, name, records):
+    if out:
+        with open(os.path.join(out, f"persistent_rnn_{name}.json"), "w") as f:
+            json.dump(records, f, indent=1, default=str)
+
+
+def _table(records, keys):
+    print(" | ".join(keys))
+    for r in records:
+        print(" | ".join(f"{r.get(k):.4g}" if isinstance(r.get(k), float) else str(r.get(k)) for k in keys))
+    sys.stdout.flush()
+
+
+# -- check ---------------------------------------------------------------------
+
+def check(out=None, sizes=((256, "float32"), (1152, "float32"), (1152, "float16"), (1792, "float16"),
+                           (2304, "float16"), (3000, "float16")), steps=64, tpr=8, extras=True):
+    records = []
+    for hidden, dt in sizes:
+        u, mask, bp, h0 = problem(hidden, 0.1, 4, steps, np.dtype(dt), seed=hidden)
+        want = ref_rnn.rnn_forward(u, bp, h0, steps)
+        for config in CONFIGS:
+            rec = {"hidden": hidden, "dtype": dt, "config": config}
+            try:
+                plan = plan_for(u, mask, config, tpr)
+                a = plan(bp, h0, steps)
+                b = plan(bp, h0, steps)
+                err = float(np.abs(a.astype(np.float64) - want).max())
+                tol = ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+                rec.update(blocks=plan.split.blocks, threads=plan.split.threads_per_block, max_err=err, tol=tol,
+                           correct=bool(err <= tol), identical=bool(np.array_equal(a.view(np.uint16 if dt == "float16" else np.uint32),
+                                                                                   b.view(np.uint16 if dt == "float16" else np.uint32))))
+            except Exception as e:  # record, keep going: the table shows what failed
+                rec.update(error=f"{type(e).__name__}: {e}"[:300], correct=False)
+            records.append(rec)
+    _table(records, ["hidden", "dtype", "config", "blocks", "threads", "max_err", "tol", "correct", "identical", "error"])
+
+    extra = []
+    if not extras:
+        return records, extra
+    # forced spin timeouts: every relaunch must resume where the last one stopped
+    u, mask, bp, h0 = problem(1152, 0.1, 4, 16, np.float16, seed=1)
+    want = ref_rnn.rnn_forward(u, bp, h0, 16)
+    try:
+        plan = plan_for(u, mask, "lamport", 8, spin_limit=1, max_relaunch=64)
+        got = plan(bp, h0, 16)
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        extra.append({"check": "lamport spin_limit=1 relaunch", "relaunches": plan.relaunches, "max_err": err,
+                      "ok": bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad))})
+    except Exception as e:
+        extra.append({"check": "lamport spin_limit=1 relaunch", "ok": False, "error": f"{type(e).__name__}: {e}"[:300]})
+    # planted non-co-resident launch: 4096 blocks of 32 threads with 33 KB shared each
+    u, mask, bp, h0 = problem(4096, 0.01, 4, 2, np.float16, seed=2)
+    for config in ("bank_aware", "lamport"):
+        try:
+            plan = plan_for(u, mask, config, 32, rows_per_block=1)
+            plan(bp, h0, 2)
+            extra.append({"check": f"non-co-resident refused ({config})", "ok": False, "error": "launched"})
+        except ValueError as e:
+            extra.append({"check": f"non-co-resident refused ({config})", "ok": "co-resident" in str(e),
+                          "error": str(e)[:300]})
+    # a layer too large for shared memory
+    u, mask, bp, h0 = problem(6144, 0.01, 4, 2, np.float16, seed=3)
+    try:
+        plan_for(u, mask, "lamport", 32)
+        extra.append({"check": "too large refused", "ok": False, "error": "accepted"})
+    except ValueError as e:
+        extra.append({"check": "too large refused", "ok": "largest that fits" in str(e), "error": str(e)[:300]})
+    _table(extra, ["check", "ok", "relaunches", "max_err", "error"])
+    _save(out, "check", {"kernels": records, "extra": extra})
+    return records, extra
+
+
+def sanitize():
+    """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps."""
+    ok = True
+    for dt in ("float32", "float16"):
+        u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
+        want = ref_rnn.rnn_forward(u, bp, h0, 6)
+        for config in CONFIGS:
+            plan = plan_for(u, mask, config, 8, rows_per_block=8)
+            got = plan(bp, h0, 6)
+            err = float(np.abs(got.astype(np.float64) - want).max())
+            good = err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+            ok &= good
+            print(f"sanitize {dt} {config}: blocks={plan.split.blocks} max_err={err:.3g} ok={good}")
+    print("SANITIZE_RUN", "PASS" if ok else "FAIL")
+
+
+# -- time ----------------------------------------------------------------------
+
+def _torch_baselines(u, bp, h0, steps):
+    """us/step of cuDNN RNN, the GEMM loop (plain and CUDA graph), cuSPARSE CSR per step."""
+    import torch
+
+    from sparsekit.timing import measure
+    dev = torch.device("cuda")
+    hidden, batch = u.shape[0], h0.shape[0]
+    U = torch.tensor(u, device=dev)
+    Ut = U.t().contiguous()
+    BP = torch.tensor(bp, device=dev)
+    H0 = torch.tensor(h0, device=dev)
+    res = {}
+
+    try:
+        rnn = torch.nn.RNN(hidden, hidden, nonlinearity="tanh").to(dev, dtype=U.dtype)
+        x = torch.randn(steps, batch, hidden, device=dev, dtype=U.dtype)
+        with torch.no_grad():
+            res["cudnn_rnn"] = measure(lambda: rnn(x, H0[None]), repeat=20, warmup=3, flush_l2=False).median_s
+    except Exception as e:
+        res["cudnn_rnn_error"] = f"{type(e).__name__}: {e}"[:200]
+
+    def loop():
+        h = H0
+        for t in range(steps):
+            h = torch.tanh(torch.addmm(BP[t], h, Ut))
+        return h
+    res["gemm_loop"] = measure(loop, repeat=10, warmup=2, flush_l2=False).median_s
+
+    try:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            loop()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out_graph = loop()
+        res["gemm_graph"] = measure(g.replay, repeat=20, warmup=3, flush_l2=False).median_s
+        ref_last = ref_rnn.rnn_forward(u, bp, h0, steps)[-1]
+        g.replay()
+        torch.cuda.synchronize()
+        res["gemm_graph_max_err"] = float(np.abs(out_graph.float().cpu().numpy() - ref_last).max())
+    except Exception as e:
+        res["gemm_graph_error"] = f"{type(e).__name__}: {e}"[:200]
+
+    try:
+        Ucsr = U.to_sparse_csr()
+        BPt = BP.transpose(1, 2).contiguous()
+
+        def csr_loop():
+            h = H0.t().contiguous()
+            for t in range(steps):
+                h = torch.tanh(torch.sparse.mm(Ucsr, h) + BPt[t])
+            return h
+        csr_loop()
+        res["cusparse_csr"] = measure(csr_loop, repeat=5, warmup=2, flush_l2=False).median_s
+    except Exception as e:
+        res["cusparse_csr_error"] = f"{type(e).__name__}: {e}"[:200]
+    return res
+
+
+def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype="float16"):
+    from numba import cuda
+
+    from sparsekit.timing import measure
+    records = []
+    for hidden in sizes:
+        u, mask, bp, h0 = problem(hidden, 0.1, 4, steps, np.dtype(dtype), seed=hidden)
+        want = ref_rnn.rnn_forward(u, bp, h0, steps)
+        base = _torch_baselines(u, bp, h0, steps)
+        print(f"H={hidden} baselines (us/step):",
+              {k: (v * 1e6 / steps if isinstance(v, float) and not k.endswith("err") else v) for k, v in base.items()})
+        for name in ("cudnn_rnn", "gemm_loop", "gemm_graph", "cusparse_csr"):
+            if name in base:
+                records.append({"hidden": hidden, "provider": name, "tpr": "", "us_per_step": base[name] * 1e6 / steps,
+                                "correct": base.get(f"{name}_max_err", "") if name == "gemm_graph" else ""})
+        d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+        variants = ([(c, c, tpr, 0.1, {}) for c in CONFIGS for tpr in tprs]
+                    + [("lamport_no_pipeline", "lamport", tpr, 0.1, {"pipeline": False}) for tpr in tprs]
+                    + [("dense_persistent_ours", "lamport", 32, 1.0, {})])
+        for provider, config, tpr, density, kw in variants:
+            rec = {"hidden": hidden, "provider": provider, "tpr": tpr}
+            try:
+                if density < 1:
+                    plan = plan_for(u, mask, config, tpr, **kw)
+                else:
+                    ud, md, _, _ = problem(hidden, 1.0, 4, steps, np.dtype(dtype), seed=hidden)
+                    plan = plan_for(ud, md, config, tpr, **kw)
+                hs = cuda.device_array((steps, 4, hidden), dtype=dtype)
+                xchg, status = plan.buffers(steps)
+                m = measure(lambda: plan.enqueue(d_bp, d_h0, steps, xchg, hs, status), repeat=20, warmup=3,
+                            flush_l2=False)
+                timeouts = int(status.copy_to_host()[0])
+                rec.update(us_per_step=m.median_s * 1e6 / steps, p10=m.p10_s * 1e6 / steps, p90=m.p90_s * 1e6 / steps,
+                           blocks=plan.split.blocks, threads=plan.split.threads_per_block, npt=plan.layout.npt,
+                           smem=plan.smem, timeouts=timeouts)
+                if density < 1:
+                    got = hs.copy_to_host()
+                    err = float(np.abs(got.astype(np.float64) - want).max())
+                    rec["correct"] = bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0
+            except Exception as e:
+                rec.update(error=f"{type(e).__name__}: {e}"[:300])
+            records.append(rec)
+            _table([rec], list(rec))
+        for r in records:
+            if r["hidden"] == hidden and "us_per_step" in r:
+                for key in ("gemm_graph", "gemm_loop", "cudnn_rnn"):
+                    if key in base:
+                        r[f"speedup_vs_{key}"] = base[key] * 1e6 / steps / r["us_per_step"]
+    _table(records, ["hidden", "provider", "tpr", "us_per_step", "p10", "p90", "blocks", "threads", "npt",
+                     "speedup_vs_gemm_graph", "speedup_vs_gemm_loop", "speedup_vs_cudnn_rnn", "correct", "timeouts", "error"])
+    _save(out, "time", records)
+    return records
+
+
+def sweep(out=None, steps=256, dtype="float16"):
+    """Figure 2 analog: Lamport (best tpr of 8/16) and the graph-captured GEMM loop."""
+    from numba import cuda
+
+    from sparsekit.timing import measure
+    base = dict(hidden=1792, density=0.1, steps=steps)
+    axes = [("density", [0.01, 0.05, 0.1, 0.2, 0.3]), ("hidden", [1152, 2304, 3584, 4608]),
+            ("steps", [16, 64, 1024])]
+    records = []
+    for axis, values in axes:
+        for v in values:
+            p = dict(base, **{axis: v})
+            u, mask, bp, h0 = problem(p["hidden"], p["density"], 4, p["steps"], np.dtype(dtype), seed=7)
+            rec = {"axis": axis, "hidden": p["hidden"], "density": p["density"], "steps": p["steps"]}
+            try:
+                b = _torch_baselines(u, bp, h0, p["steps"])
+                rec.update(gemm_graph_us=b["gemm_graph"] * 1e6 / p["steps"], cudnn_us=b["cudnn_rnn"] * 1e6 / p["steps"])
+                best = None
+                for tpr in (8, 16):
+                    plan = plan_for(u, mask, "lamport", tpr)
+                    hs = cuda.device_array((p["steps"], 4, p["hidden"]), dtype=dtype)
+                    xchg, status = plan.buffers(p["steps"])
+                    d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+                    m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
+                                warmup=2, flush_l2=False)
+                    t = m.median_s * 1e6 / p["steps"]
+                    if best is None or t < best[0]:
+                        best = (t, tpr)
+                rec.update(lamport_us=best[0], lamport_tpr=best[1], speedup_vs_graph=rec["gemm_graph_us"] / best[0],
+                           speedup_vs_cudnn=rec["cudnn_us"] / best[0])
+            except Exception as e:
+                rec.update(error=f"{type(e).__name__}: {e}"[:300])
+            records.append(rec)
+            _table([rec], list(rec))
+    _save(out, "sweep", records)
+    return records
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--parts", default="check,time")
+    ap.add_argument("--sanitize", action="store_true")
+    args = ap.parse_args(argv)
+    if args.sanitize:
+        sanitize()
+        return
+    from sparsekit.device import info
+    print(datetime.now(timezone.utc).isoformat(timespec="seconds"), info())
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    for part in args.parts.split(","):
+        t0 = time.time()
+        {"check": check, "time": time_table, "sweep": sweep}[part](args.out)
+        print(f"[{part} took {time.time() - t0:.0f} s]")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
