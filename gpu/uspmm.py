@@ -28,8 +28,8 @@ are refused, nothing is copied); ``C`` comes back in the same order. The F
 case is the paper's Eq. 2 / Listing 1 memory layout (``X[bcol*k + brow]``,
 ``Y[ccol*m + crow]``): :func:`uspmm_linear` uses it to compute a PyTorch
 ``Linear`` ``Y = X @ W^T`` from row-major ``X`` (``N x K``) with no transpose.
-The kernels index ``b[brow, bcol]`` and ``c[crow, ccol]``; Numba compiles one
-specialisation per memory order.
+Listing 1 indexes ``b[brow, bcol]`` and ``c[crow, ccol]``; Numba compiles one
+specialisation per memory order. The tiled kernel needs a C-ordered ``b``.
 
 Paper tunables: ``nwarp`` (NWarp), ``vsize`` (VSize), ``vecsize`` (vecSize).
 The paper uses (NWarp, VSize) = (1, 8) for USpMM and (2, 8) for USpMM-Vec in
@@ -45,7 +45,7 @@ from numba import cuda, float32
 
 from numba.core.types import float16
 
-from gpu.vector_loads import load2, load4, load8
+from gpu.vector_loads import aligned, load2, load4, load8
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.formats import ELL
@@ -145,22 +145,25 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
 # ---------------------------------------------------------------------------
 
 @functools.cache
-def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool):
-    """Register- and shared-memory-tiled USpMM (``variant="tiled"``).
+def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool,
+                  interleave: bool):
+    """Register- and shared-memory-tiled USpMM (``variant="tiled"``), ``b`` and ``c`` C-ordered.
 
     A block owns ``numwarps * rows_per_warp`` rows and ``NT = 32 *
     cols_per_lane`` columns of ``C``; lane ``l`` owns columns ``l*cols_per_lane
     ..`` of the tile. The block walks ``K`` in chunks of ``kc`` rows of ``B``:
 
     1. all threads copy the ``kc x NT`` tile of ``B`` into shared ``sh_b``
-       (coalesced, bounds-checked, zero outside ``B``);
-    2. each warp takes its rows one at a time; the row's entries whose column
-       falls in the chunk are one run of slots (indices ascend), from
-       ``slot_ptr[row, chunk]`` to ``slot_ptr[row, chunk+1]``; for each, the
-       ``(ellval, ellidx)`` pair is read once by the whole warp (a broadcast)
-       and ``ellval * sh_b[ellidx - k0, lane's columns]`` is added to
-       ``cols_per_lane`` float32 registers, ``sh_b`` read with 16-byte vector
-       loads (``ld.shared.v4``).
+       (16-byte vector loads when ``N`` allows, zero outside ``B``);
+    2. each warp takes its rows; a row's entries whose column falls in the
+       chunk are one run of slots (indices ascend), ``slot_ptr[row, chunk]`` to
+       ``slot_ptr[row, chunk+1]``; for each, the ``(ellval, ellidx)`` pair is
+       read once by the whole warp (a broadcast) and ``ellval * sh_b[ellidx -
+       k0, lane's columns]`` is added into ``cols_per_lane`` float32 registers,
+       ``sh_b`` read with 16-byte vector loads (``ld.shared.v4``). With
+       ``interleave`` the warp steps through its rows' runs side by side (slot
+       ``j`` of every row, then ``j+1``) so ``rows_per_warp`` independent
+       load-multiply chains are in flight; otherwise one row after the other.
 
     Compared with Listing 1, one loaded entry feeds ``NT`` multiply-adds
     instead of ``VSize``, and ``B`` comes from shared memory instead of a
@@ -169,8 +172,9 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     peak for float32, half for float16 (8 halves per 16-byte read).
 
     Arguments, grouped: arrays ``ellval``, ``ellidx`` (flat column-major),
-    ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b`` (K x N), ``c`` (M x N,
-    out); sizes ``m``, ``n``, ``k``.
+    ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b`` (flat ``K*N``, row-major),
+    ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``; ``vec_ok`` (every row of
+    ``b`` starts on a 16-byte boundary, so the staging may use vector loads).
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
@@ -180,38 +184,61 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     vload = {2: load2, 4: load4, 8: load8}[vw]
     nvec = cols_per_lane // vw
     tile_size = kc * nt
+    bw = 8 if half else 4                            # elements per 16-byte global read of B
+    bload = {4: load4, 8: load8}[bw]
+
+    @cuda.jit(device=True, inline=True)
+    def fma_slot(acc, r, s, ellval, ellidx, sh_b, m, row, k0, lane):
+        a = float32(ellval[s * m + row])                                 # broadcast to the warp
+        base = (ellidx[s * m + row] - k0) * nt + lane * cols_per_lane
+        for q in range(nvec):
+            v = vload(sh_b, base + q * vw)                               # ld.shared.v4
+            for j in range(vw):
+                acc[r, q * vw + j] += a * float32(v[j])
 
     @cuda.jit
-    def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k):
+    def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k, vec_ok):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_block + (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
         sh_b = cuda.shared.array(tile_size, tile_type)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
+        lo = cuda.local.array(rows_per_warp, np.int32)
+        cnt = cuda.local.array(rows_per_warp, np.int32)
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
         for chunk in range((k + kc - 1) // kc):
             k0 = chunk * kc
-            for e in range(t, tile_size, nthreads):                        # 1. stage the B tile
-                kk = e // nt
-                cc = e % nt
-                if k0 + kk < k and col0 + cc < n:
-                    sh_b[e] = b[k0 + kk, col0 + cc]
+            for e in range(t * bw, tile_size, nthreads * bw):            # 1. stage the B tile
+                gk = k0 + e // nt
+                gc = col0 + e % nt
+                if gk < k and vec_ok and gc + bw <= n:
+                    v = bload(b, gk * n + gc)                            # ld.global.v4
+                    for j in range(bw):
+                        sh_b[e + j] = v[j]
                 else:
-                    sh_b[e] = 0.0
+                    for j in range(bw):
+                        sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else 0.0
             cuda.syncthreads()
-            for r in range(rows_per_warp):                               # 2. the warp's rows
-                row = row0 + r
-                if row < m:
-                    for s in range(slot_ptr[row, chunk], slot_ptr[row, chunk + 1]):
-                        a = float32(ellval[s * m + row])                 # broadcast to the warp
-                        base = (ellidx[s * m + row] - k0) * nt + lane * cols_per_lane
-                        for q in range(nvec):
-                            v = vload(sh_b, base + q * vw)              # ld.shared.v4
-                            for j in range(vw):
-                                acc[r, q * vw + j] += a * float32(v[j])
+            if interleave:                                               # 2. the warp's rows, side by side
+                most = 0
+                for r in range(rows_per_warp):
+                    row = row0 + r
+                    lo[r] = slot_ptr[row, chunk] if row < m else 0
+                    cnt[r] = slot_ptr[row, chunk + 1] - lo[r] if row < m else 0
+                    most = max(most, cnt[r])
+                for j in range(most):
+                    for r in range(rows_per_warp):
+                        if j < cnt[r]:
+                            fma_slot(acc, r, lo[r] + j, ellval, ellidx, sh_b, m, row0 + r, k0, lane)
+            else:                                                        # 2. the warp's rows, in turn
+                for r in range(rows_per_warp):
+                    row = row0 + r
+                    if row < m:
+                        for s in range(slot_ptr[row, chunk], slot_ptr[row, chunk + 1]):
+                            fma_slot(acc, r, s, ellval, ellidx, sh_b, m, row, k0, lane)
             cuda.syncthreads()
         for r in range(rows_per_warp):
             row = row0 + r
@@ -314,9 +341,13 @@ def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
     kernel[ntiles * cdiv(n, vsize), threads](dell.ellval, dell.ellidx, bdev, c, m, n, dell.host.kprime)
 
 
-def _launch_tiled(dell, bdev, c, nwarp, rows_per_warp, cols_per_lane, kc):
+def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, interleave):
     m, n = c.shape
+    k = dell.shape[1]
     half = dell.dtype == np.float16
+    if order != "C":
+        raise ValueError("b: variant 'tiled' needs a C-ordered (row-major) b; use variant 'listing1' "
+                         "for the column-major layout of Eq. 2")
     if cols_per_lane not in (2, 4, 8):
         raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of sh_b), got {cols_per_lane}")
     if half and cols_per_lane == 2:
@@ -328,31 +359,16 @@ def _launch_tiled(dell, bdev, c, nwarp, rows_per_warp, cols_per_lane, kc):
     if shared > SHARED_LIMIT:
         raise ValueError(f"kc, cols_per_lane: the B tile needs {shared} bytes of shared memory "
                          f"(kc * 32 * cols_per_lane * itemsize), more than {SHARED_LIMIT}")
-    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, half)
+    bw = 16 // dell.dtype.itemsize
+    vec_ok = n % bw == 0 and aligned(bdev, bw)
+    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(interleave))
     grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
-    kernel[grid, threads](dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev, c, m, n, dell.shape[1])
+    kernel[grid, threads](dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok)
 
 
-def uspmm(ell, b, *, variant: str = "listing1", nwarp: int = 1, vsize: int = 8, vecsize: int = 1,
-          rows_per_warp: int = 4, cols_per_lane: int = 4, kc: int = 64, config=None):
-    """``C = A @ b`` for a uniform-sparse ``A`` (``ELL`` or :class:`DeviceELL`, ``M x K``)
-    and a dense ``b`` (``K x N``, C or F order, ``A``'s dtype: float32 or float16).
-
-    Returns ``C`` (``M x N``, float32 accumulation rounded to ``b``'s dtype) in
-    ``b``'s memory order and array kind (NumPy, Numba, CuPy, PyTorch).
-
-    Tunables: ``variant`` ("listing1" or "tiled"); for "listing1" the paper's
-    ``nwarp`` (NWarp), ``vsize`` (VSize) and ``vecsize`` (vecSize: 1 = USpMM,
-    2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps per block),
-    ``rows_per_warp``, ``cols_per_lane`` (2, 4, 8) and ``kc`` (rows of B per
-    shared tile). ``config`` is a dict of these, or ``"auto"`` for the
-    autotuner's cached choice (:func:`sparsekit.tune.lookup`).
-    """
-    dell = prepare(ell)
-    if config is not None:
-        from sparsekit.tune import resolve
-        cfg = resolve(config, dell, b)
-        return uspmm(dell, b, **cfg)
+def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
+         rows_per_warp=4, cols_per_lane=4, kc=64, interleave=False):
+    """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
     nwarp = check_int(nwarp, "nwarp", minimum=1, maximum=32)
@@ -363,26 +379,50 @@ def uspmm(ell, b, *, variant: str = "listing1", nwarp: int = 1, vsize: int = 8, 
     rows_per_warp = check_int(rows_per_warp, "rows_per_warp", minimum=1, maximum=16)
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = check_int(kc, "kc", minimum=1)
-    bop, order = _rhs(b, dell, "b")
-    m, n = dell.shape[0], bop.dev.shape[1]
-    c = output((m, n), dell.dtype, like=bop, order=order)
+    m, n = dell.shape[0], bdev.shape[1]
+    c = output((m, n), dell.dtype, like=like, order=order)
     if m and n:
         if variant == "listing1":
-            _launch_listing1(dell, bop.dev, c, nwarp, vsize, vecsize)
+            _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
         else:
-            _launch_tiled(dell, bop.dev, c, nwarp, rows_per_warp, cols_per_lane, kc)
-    return result(c, like=bop)
+            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, interleave)
+    return c
+
+
+def uspmm(ell, b, *, config=None, **tunables):
+    """``C = A @ b`` for a uniform-sparse ``A`` (``ELL`` or :class:`DeviceELL`, ``M x K``)
+    and a dense ``b`` (``K x N``, C or F order, ``A``'s dtype: float32 or float16).
+
+    Returns ``C`` (``M x N``, float32 accumulation rounded to ``b``'s dtype) in
+    ``b``'s memory order and array kind (NumPy, Numba, CuPy, PyTorch).
+
+    Tunables: ``variant`` ("listing1" or "tiled"); for "listing1" the paper's
+    ``nwarp`` (NWarp, default 1), ``vsize`` (VSize, 8) and ``vecsize``
+    (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps
+    per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8),
+    ``kc`` (rows of B per shared tile, 64) and ``interleave`` (rows of a warp
+    side by side); "tiled" needs a C-ordered ``b``. ``config`` is a dict of
+    these, or ``"auto"`` for the autotuner's cached choice
+    (:func:`sparsekit.tune.resolve`), instead of keyword tunables.
+    """
+    dell = prepare(ell)
+    bop, order = _rhs(b, dell, "b")
+    if config is not None:
+        from sparsekit.tune import resolve
+        tunables = dict(resolve(config, dell, bop.dev.shape[1], order), **tunables)
+    return result(_run(dell, bop.dev, order, bop, **tunables), like=bop)
 
 
 def uspmm_linear(ell, x, **tunables):
     """``Y = x @ W^T`` for a PyTorch ``Linear`` weight ``W`` (``ell``, out x in) and a
     row-major ``x`` (``N x K``): Eq. 2, ``Y^T = W @ x^T``, with no data moved.
 
-    ``x.T`` is a column-major ``K x N`` array, so :func:`uspmm` runs Listing 1's
-    own layout and returns ``Y^T`` column-major, i.e. ``Y`` row-major
-    (``N x M``). Equals :func:`reference.uspmm.uspmm_linear`.
+    ``x.T`` is a column-major ``K x N`` array, so Listing 1 runs in its own
+    layout and writes ``Y^T`` column-major, i.e. ``Y`` row-major (``N x M``).
+    Equals :func:`reference.uspmm.uspmm_linear`. Tunables as for :func:`uspmm`
+    (variant "listing1" only).
     """
     dell = prepare(ell)
     xop = operand(x, "x", dtypes=(dell.dtype,), ndim=2, shape=(None, dell.shape[1]), order="C")
-    yt = uspmm(dell, xop.dev.T, **tunables)           # Y^T, M x N, column-major (Numba array)
+    yt = _run(dell, xop.dev.T, "F", xop, **tunables)   # Y^T: M x N, column-major
     return result(yt.T, like=xop)

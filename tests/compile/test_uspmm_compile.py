@@ -28,10 +28,10 @@ def listing1_args(vt, it, layout):
     return [types.Array(vt, 1, "C"), types.Array(it, 1, "C"), mat, mat, types.int64, types.int64, types.int64]
 
 
-def tiled_args(vt, it, layout):
-    mat = types.Array(vt, 2, layout)
+def tiled_args(vt, it):
     return [types.Array(vt, 1, "C"), types.Array(it, 1, "C"), types.Array(types.int32, 2, "C"),
-            mat, mat, types.int64, types.int64, types.int64]
+            types.Array(vt, 1, "C"), types.Array(vt, 2, "C"), types.int64, types.int64, types.int64,
+            types.boolean]
 
 
 # value/index dtype pairs: every value dtype and every index dtype at least once
@@ -71,9 +71,10 @@ def test_vec_uses_vector_loads(cc, dtype, index, vecsize, expect):
     ("float32", 2, "ld.shared.v2.f32"),
 ])
 @pytest.mark.parametrize("index", ["int32", "int16"])
-def test_tiled_compiles_with_vector_shared_reads(cc, dtype, cols_per_lane, expect, index):
-    kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16")
-    for layout in ("C", "F"):
-        ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index], layout), cc)
-        assert expect in ptx
-        assert ".local" not in ptx                                 # the accumulator tile is in registers
+@pytest.mark.parametrize("interleave", [False, True])
+def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index, interleave):
+    kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16", interleave)
+    ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
+    assert expect in ptx
+    assert "ld.global.v4" in ptx                                   # the B tile is staged 16 bytes at a time
+    assert ".local" not in ptx                                     # the accumulator tile is in registers

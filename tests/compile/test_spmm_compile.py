@@ -1,0 +1,48 @@
+"""The SpMM baseline kernels (gpu/spmm.py) compile for sm_80 and sm_90 offline, float32 and float16."""
+from __future__ import annotations
+
+import pytest
+from numba import cuda, types
+
+from gpu import spmm as gs
+
+CCS = [(8, 0), (9, 0)]
+VALUE_TYPES = [types.float32, types.float16]
+
+
+def mat(t, layout="C"):
+    return types.Array(t, 2, layout)
+
+
+def vec(t):
+    return types.Array(t, 1, "C")
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("vt", VALUE_TYPES)
+@pytest.mark.parametrize("cols_per_lane", [1, 4])
+def test_csr_compiles(cc, vt, cols_per_lane):
+    sig = (vec(types.int32), vec(types.int32), vec(vt), vec(types.int32), mat(vt), mat(vt), types.int64, types.int64)
+    ptx, _ = cuda.compile_ptx(gs._csr_kernel(cols_per_lane).py_func, sig, cc=cc)
+    assert f".target sm_{cc[0]}{cc[1]}" in ptx
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("vt", VALUE_TYPES)
+def test_coo_compiles_with_float32_atomics(cc, vt):
+    sig = (vec(types.int32), vec(types.int32), vec(vt), mat(vt), mat(types.float32), types.int64, types.int64)
+    ptx, _ = cuda.compile_ptx(gs._coo_kernel.py_func, sig, cc=cc)
+    assert "red.global.add.f32" in ptx or "atom.global.add.f32" in ptx
+    cast, _ = cuda.compile_ptx(gs._cast_kernel.py_func, (mat(types.float32), mat(vt)), cc=cc)
+    assert f".target sm_{cc[0]}{cc[1]}" in cast
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("vt", VALUE_TYPES)
+@pytest.mark.parametrize("it", [types.int16, types.int32])
+def test_blocked_ell_compiles(cc, vt, it):
+    sig = (types.Array(vt, 4, "C"), mat(it), mat(vt), mat(vt), types.int64, types.int64, types.int64)
+    ptx, _ = cuda.compile_ptx(gs._blocked_ell_kernel.py_func, sig, cc=cc)
+    assert f".target sm_{cc[0]}{cc[1]}" in ptx
+    zero, _ = cuda.compile_ptx(gs._zero_kernel.py_func, (mat(types.float32),), cc=cc)
+    assert "st.global" in zero
