@@ -46,12 +46,25 @@ Only the current CUDA device is supported: CAI objects must live on it.
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) NumPy inputs and
 simulator device arrays work the same way; CAI objects cannot exist there.
 
-This runs on every launch, so it is kept cheap: dtype sets are normalised once
-per distinct ``dtypes`` argument, an argument description (dtype, shape,
-strides and the requirements) that passed once is remembered, so a repeated
-launch pays one dict lookup, and nothing builds ``np.dtype`` objects on the
-hot path. ``experiments/bench_foundation.py`` measures what it
-adds to a launch.
+This runs on every launch, so it is kept cheap (bounded caches, all keyed by
+layout, never by object):
+
+* dtype sets are normalised once per distinct ``dtypes`` argument, and an
+  argument description (dtype, shape, strides and the requirements) that
+  passed once is remembered, so a repeated launch pays one dict lookup;
+* a CAI object becomes a Numba view by copying the attributes of a template
+  array of the same layout and adding a new memory pointer (about half the
+  cost of ``cuda.from_cuda_array_interface``);
+* every device array made here gets its Numba kernel type from a per-layout
+  cache: Numba would otherwise compute it on the first launch of each new
+  array, which costs more than the launch itself;
+* ``output`` for a CuPy/PyTorch ``like`` allocates from that library's
+  caching allocator.
+
+``experiments/bench_foundation.py`` measures what this adds to a launch;
+``experiments/results/foundation.md`` has the H100 numbers (with device
+arrays the launcher path is faster than hand-written Numba code that
+allocates its output; CAI inputs still cost 9-17 us per argument).
 """
 from __future__ import annotations
 
@@ -63,12 +76,11 @@ from numba import cuda
 
 __all__ = ["Operand", "operand", "output", "result", "cdiv"]
 
-_KINDS = ("numpy", "numba", "cai")
 _ORDERS = ("C", "F", None)
 
 # dtypes argument -> frozenset of np.dtype (filled on first use of each argument).
 _DTYPE_SETS: dict = {}
-# CAI typestr ('<f4') -> np.dtype.
+# CAI typestr ('<f4') or output dtype spec (np.float32) -> np.dtype.
 _TYPESTR: dict = {}
 # (dtype, shape, strides, dtypes, ndim, required shape, order) of every argument
 # that passed validation: a repeated launch costs one dict lookup. Bounded.
@@ -245,13 +257,18 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
         raise TypeError(f"{name}: expected a numpy.ndarray, a Numba device array or an object "
                         f"with __cuda_array_interface__ (CuPy, PyTorch CUDA tensor), "
                         f"got {type(x).__module__}.{type(x).__qualname__}")
+    if desc.get("mask") is not None:
+        raise TypeError(f"{name}: masked __cuda_array_interface__ arrays are not supported")
     dtype = _typestr_dtype(desc["typestr"])
+    dims = tuple(desc["shape"])
     strides = desc.get("strides")
-    _check(name, dtype, desc["shape"], strides, dtype.itemsize, dtypes, ndim, shape, order)
+    if strides is not None:
+        strides = tuple(strides)
+    _check(name, dtype, dims, strides, dtype.itemsize, dtypes, ndim, shape, order)
     stream = desc.get("stream")
     if stream not in _NO_SYNC_STREAMS:
         cuda.external_stream(stream).synchronize()
-    return Operand(_view(desc["data"][0], tuple(desc["shape"]), strides, dtype, x), "cai", x)
+    return Operand(_view(desc["data"][0], dims, strides, dtype, x), "cai", x)
 
 
 # (shape, strides or None, dtype) -> the attributes of a DeviceNDArray of that

@@ -220,7 +220,11 @@ def test_cai_is_validated_from_its_description():
     with pytest.raises(ValueError, match="expected shape"):
         operand(_FakeCAI((2, 2), "<f4"), "c", dtypes=np.float32, shape=(3, None))
     with pytest.raises(ValueError, match="C-contiguous"):
-        operand(_FakeCAI((2, 2), "<f4", strides=(4, 8)), "c", dtypes=np.float32)
+        operand(_FakeCAI((2, 2), "<f4", strides=[4, 8]), "c", dtypes=np.float32)
+    masked = _FakeCAI((2,), "<f4")
+    masked.__cuda_array_interface__["mask"] = object()
+    with pytest.raises(TypeError, match="^c: masked"):
+        operand(masked, "c", dtypes=np.float32)
 
 
 def test_output_and_result():
