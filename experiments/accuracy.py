@@ -32,7 +32,7 @@ ONE_SHOT_PATTERNS = ("unstructured", "uniform", "row-balanced", "blocked-uniform
 
 def _config(quick: bool) -> dict:
     if quick:
-        return dict(sizes=[64, 128, 128, 10], pretrain=20, round_epochs=6, one_shot=(0.5, 0.7, 0.9), seeds=(0,))
+        return dict(sizes=[64, 64, 64, 10], pretrain=15, round_epochs=5, one_shot=(0.5, 0.7, 0.9), seeds=(0,))
     return dict(sizes=[64, 256, 256, 10], pretrain=60, round_epochs=20,
                 one_shot=tuple(round(0.1 * i, 1) for i in range(1, 10)), seeds=(0, 1, 2))
 
