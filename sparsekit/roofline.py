@@ -43,6 +43,10 @@ throughput on the kept values.
 Shapes that a block or N:M pattern does not divide are zero-padded up to the
 next multiple (the stored values include the padding).
 
+For a benchmark: ``sol = speed_of_light(ell, n=b.shape[1], device="measured")``
+(``ell`` any :mod:`sparsekit.formats` matrix, its ``nbytes()`` counted exactly), then
+``sol.fraction(measured_seconds)`` is the % of speed of light to report.
+
 >>> r = speed_of_light("dense", 1024, 1024, 1, dtype="float16", device="H100")
 >>> r.bound, r.flops, r.bytes == 2 * (1024 * 1024 + 1024 + 1024)
 ('memory', 2097152, True)
