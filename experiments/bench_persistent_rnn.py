@@ -18,8 +18,12 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            tpr in {8, 16, 32}, against torch.nn.RNN (cuDNN), a dense GEMM loop
            (cuBLAS through PyTorch, plain and captured in a CUDA graph),
            cuSPARSE CSR per step, and our kernel on the dense weight.
-``sweep``  Figure 2 analog around layer 1792 (density, layer size, timesteps)
-           for the Lamport kernel and the graph-captured GEMM loop.
+``sweep``  Figure 2 analog around layer 1792 (density, layer size, batch,
+           timesteps): ours against the graph-captured GEMM loop, cuDNN and
+           cuSPARSE, with the speedup over the next-best.
+
+``--ncu`` runs each Table 1 configuration once at layer 1152 for Nsight
+Compute's shared-memory bank-conflict counters.
 
 Device time comes from ``sparsekit.timing.measure`` (events behind a spin
 kernel, median of repeats), L2 not flushed: the point of a persistent kernel
@@ -244,9 +248,12 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
                 records.append({"hidden": hidden, "provider": name, "tpr": "", "us_per_step": base[name] * 1e6 / steps,
                                 "correct": base.get(f"{name}_max_err", "") if name == "gemm_graph" else ""})
         d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+        default16 = -(-hidden // 132)                     # rows per block of one block per SM
         variants = ([(c, c, tpr, 0.1, {}) for c in CONFIGS for tpr in tprs]
-                    + [("lamport_no_pipeline", "lamport", tpr, 0.1, {"pipeline": False}) for tpr in tprs]
-                    + [("dense_persistent_ours", "lamport", 32, 1.0, {})])
+                    + [("lamport_pipeline", "lamport", 16, 0.1, {"pipeline": True})]
+                    + [(f"lamport_rpb{k * default16}", "lamport", 16, 0.1, {"rows_per_block": k * default16})
+                       for k in (2, 4)]
+                    + [("dense_persistent_ours", "lamport", tpr, 1.0, {}) for tpr in (8, 16)])
         for provider, config, tpr, density, kw in variants:
             rec = {"hidden": hidden, "provider": provider, "tpr": tpr}
             try:
@@ -262,7 +269,7 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
                 timeouts = int(status.copy_to_host()[0])
                 rec.update(us_per_step=m.median_s * 1e6 / steps, p10=m.p10_s * 1e6 / steps, p90=m.p90_s * 1e6 / steps,
                            blocks=plan.split.blocks, threads=plan.split.threads_per_block, npt=plan.layout.npt,
-                           smem=plan.smem, timeouts=timeouts)
+                           smem=plan.smem, regs=plan.resources.get("registers"), timeouts=timeouts)
                 if density < 1:
                     got = hs.copy_to_host()
                     err = float(np.abs(got.astype(np.float64) - want).max())
@@ -271,53 +278,83 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
                 rec.update(error=f"{type(e).__name__}: {e}"[:300])
             records.append(rec)
             _table([rec], list(rec))
+            _save(out, "time", records)
         for r in records:
             if r["hidden"] == hidden and "us_per_step" in r:
                 for key in ("gemm_graph", "gemm_loop", "cudnn_rnn"):
                     if key in base:
                         r[f"speedup_vs_{key}"] = base[key] * 1e6 / steps / r["us_per_step"]
-    _table(records, ["hidden", "provider", "tpr", "us_per_step", "p10", "p90", "blocks", "threads", "npt",
+    _table(records, ["hidden", "provider", "tpr", "us_per_step", "p10", "p90", "blocks", "threads", "npt", "regs",
                      "speedup_vs_gemm_graph", "speedup_vs_gemm_loop", "speedup_vs_cudnn_rnn", "correct", "timeouts", "error"])
     _save(out, "time", records)
     return records
 
 
 def sweep(out=None, steps=256, dtype="float16"):
-    """Figure 2 analog: Lamport (best tpr of 8/16) and the graph-captured GEMM loop."""
+    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps: one axis varied at a time.
+
+    Ours: the fastest of tpr 8 / 16 (Lamport for batch 4, naive + grid barrier
+    for other batches, which the wide loads do not support); baselines: the
+    graph-captured GEMM loop and cuDNN.
+    """
     from numba import cuda
 
     from sparsekit.timing import measure
-    base = dict(hidden=1792, density=0.1, steps=steps)
-    axes = [("density", [0.01, 0.05, 0.1, 0.2, 0.3]), ("hidden", [1152, 2304, 3584, 4608]),
-            ("steps", [16, 64, 1024])]
+    base = dict(hidden=1792, density=0.1, steps=steps, batch=4)
+    axes = [("density", [0.01, 0.05, 0.2, 0.3]), ("hidden", [1152, 2304, 3584, 4608]),
+            ("batch", [1, 2, 8]), ("steps", [16, 64, 1024]), ("base", [None])]
     records = []
     for axis, values in axes:
         for v in values:
-            p = dict(base, **{axis: v})
-            u, mask, bp, h0 = problem(p["hidden"], p["density"], 4, p["steps"], np.dtype(dtype), seed=7)
-            rec = {"axis": axis, "hidden": p["hidden"], "density": p["density"], "steps": p["steps"]}
+            p = dict(base) if axis == "base" else dict(base, **{axis: v})
+            u, mask, bp, h0 = problem(p["hidden"], p["density"], p["batch"], p["steps"], np.dtype(dtype), seed=7)
+            rec = dict(axis=axis, **p)
             try:
                 b = _torch_baselines(u, bp, h0, p["steps"])
-                rec.update(gemm_graph_us=b["gemm_graph"] * 1e6 / p["steps"], cudnn_us=b["cudnn_rnn"] * 1e6 / p["steps"])
+                for key in ("gemm_graph", "cudnn_rnn", "cusparse_csr"):
+                    if key in b:
+                        rec[f"{key}_us"] = b[key] * 1e6 / p["steps"]
+                config = "lamport" if p["batch"] == 4 else "naive"
                 best = None
+                d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
                 for tpr in (8, 16):
-                    plan = plan_for(u, mask, "lamport", tpr)
-                    hs = cuda.device_array((p["steps"], 4, p["hidden"]), dtype=dtype)
-                    xchg, status = plan.buffers(p["steps"])
-                    d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
-                    m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
-                                warmup=2, flush_l2=False)
+                    try:
+                        plan = plan_for(u, mask, config, tpr, batch=p["batch"])
+                        hs = cuda.device_array((p["steps"], p["batch"], p["hidden"]), dtype=dtype)
+                        xchg, status = plan.buffers(p["steps"])
+                        m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
+                                    warmup=2, flush_l2=False)
+                    except ValueError as e:
+                        rec[f"tpr{tpr}_error"] = str(e)[:160]
+                        continue
                     t = m.median_s * 1e6 / p["steps"]
                     if best is None or t < best[0]:
                         best = (t, tpr)
-                rec.update(lamport_us=best[0], lamport_tpr=best[1], speedup_vs_graph=rec["gemm_graph_us"] / best[0],
-                           speedup_vs_cudnn=rec["cudnn_us"] / best[0])
+                if best is not None:
+                    rec.update(ours=config, ours_us=best[0], ours_tpr=best[1])
+                    others = [rec[k] for k in ("gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us") if k in rec]
+                    rec["speedup_vs_next_best"] = min(others) / best[0] if others else None
+                    rec["speedup_vs_gemm_graph"] = rec["gemm_graph_us"] / best[0] if "gemm_graph_us" in rec else None
             except Exception as e:
                 rec.update(error=f"{type(e).__name__}: {e}"[:300])
             records.append(rec)
             _table([rec], list(rec))
-    _save(out, "sweep", records)
+            _save(out, "sweep", records)
     return records
+
+
+def ncu_runs(steps=8):
+    """Each Table 1 configuration at layer 1152 (float32 and float16, tpr 16), for Nsight Compute.
+
+    Run under ``ncu --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,...``;
+    ``analyzer_prediction`` gives the matching rnn_layout.bank_conflicts numbers.
+    """
+    for dt in ("float32", "float16"):
+        u, mask, bp, h0 = problem(1152, 0.1, 4, steps, np.dtype(dt), seed=11)
+        for config in CONFIGS:
+            plan = plan_for(u, mask, config, 16)
+            plan(bp, h0, steps)
+            print(f"ncu-run {dt} {config} blocks={plan.split.blocks} threads={plan.split.threads_per_block}")
 
 
 def main(argv=None):
@@ -325,9 +362,13 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--parts", default="check,time")
     ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--ncu", action="store_true")
     args = ap.parse_args(argv)
     if args.sanitize:
         sanitize()
+        return
+    if args.ncu:
+        ncu_runs()
         return
     from sparsekit.device import info
     print(datetime.now(timezone.utc).isoformat(timespec="seconds"), info())

@@ -40,15 +40,20 @@ Lamport            wide      lamport  bank_aware(..)
 
 Lamport details. The exchange buffer ``xchg`` holds ``h_t`` for every step
 (``(T + 1) x H x B``, batch-interleaved), so a slot is written once and
-``-0.0`` unambiguously means "not yet". Readers spin with
-``ld.volatile.global.u32`` (``gpu/sync_primitives.py``), on 32-bit words (one
-float32 or two float16, each half checked). Software pipeline: after the load
-stage of step ``t`` each thread issues one load of its words of ``h_t`` (the
+``-0.0`` unambiguously means "not yet". Readers poll with
+``ld.volatile.global.u32`` (``gpu/sync_primitives.py``) on 32-bit words (one
+float32 or two float16, each half checked); every polling round reissues all
+of a thread's still-pending words back to back, so a round costs one L2 round
+trip, not one per word. Software pipeline (``pipeline=True``): after the load
+stage of step ``t`` each thread issues the loads of its words of ``h_t`` (the
 next step's input) *before* the operate stage and keeps them in registers;
 only words still ``-0.0`` after the operate stage are loaded again. (The
 paper double-buffers shared memory for this; here the prefetched words wait
 in registers and are stored to the single shared buffer after the barrier
-that ends the operate stage, which needs half the shared memory.)
+that ends the operate stage, which needs half the shared memory.) It is off
+by default: on the H100 all blocks run in near lockstep, the prefetch almost
+always sees ``-0.0`` and costs a round trip more than it saves
+(``experiments/results/persistent_rnn.md``).
 
 Spins are bounded (``spin_limit`` polls per word): on timeout the block
 raises ``status[0]``, all its threads leave together, and the launcher
@@ -344,7 +349,7 @@ class PersistentRNN:
     rows_per_block: int | None = None
     spin_limit: int = 1 << 22
     max_relaunch: int = 8
-    pipeline: bool = True
+    pipeline: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -391,6 +396,7 @@ class PersistentRNN:
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(np.ascontiguousarray(lay.indices))
         self._checked = set()
+        self.resources = {}          #: registers etc. of the compiled kernel (filled at the first launch)
         self.relaunches = 0          #: relaunches after spin timeouts in the last call
 
     @staticmethod
@@ -419,12 +425,15 @@ class PersistentRNN:
         if argtypes in self._checked:
             return
         compiled = self.kernel.compile(argtypes)
+        self.resources = {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
+                          "max_threads_per_block": compiled.max_threads_per_block}
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
         if self.split.blocks > fit:
             sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
             raise ValueError(
                 f"layout: {self.split.blocks} blocks of {self.split.threads_per_block} threads "
-                f"({self.smem} B shared, {self.layout.npt} pairs per thread) cannot all be co-resident: "
+                f"({self.smem} B shared, {self.layout.npt} pairs per thread, {compiled.regs_per_thread} registers "
+                f"per thread) cannot all be co-resident: "
                 f"at most {fit} fit ({fit // max(sms, 1)} per SM x {sms} SMs); a persistent launch would "
                 f"deadlock. Use more rows per block (larger tpr * rows_per_block) or fewer pairs per thread.")
         self._checked.add(argtypes)

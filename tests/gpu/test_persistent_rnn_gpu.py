@@ -1,0 +1,111 @@
+"""Multi-block persistent RNN on a real GPU: what the one-block simulator cannot show.
+
+Grid barrier and Lamport flags across many blocks, several layer sizes, both
+dtypes, bitwise-identical repeats, the relaunch after forced spin timeouts,
+refusal of non-co-resident launches, device-array inputs (no copy back).
+compute-sanitizer runs ``experiments/bench_persistent_rnn.py --sanitize``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu import persistent_rnn as gpu_rnn
+from reference import persistent_rnn as ref_rnn
+from sparsekit import prune
+from sparsekit.rnn_layout import balance, bank_aware
+
+pytestmark = pytest.mark.gpu
+
+CONFIGS = {
+    "naive": ("naive", "barrier", False),
+    "wide": ("wide", "barrier", False),
+    "bank_aware": ("wide", "barrier", True),
+    "lamport": ("wide", "lamport", True),
+}
+
+
+def _problem(hidden, density, steps, dtype, seed=0, batch=4):
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((hidden, hidden)).astype(np.float32)
+    mask = prune.row_balanced(u, 1.0 - density)
+    u = np.where(mask, u, 0)
+    u = (u / (2 * np.abs(u).sum(axis=1).max())).astype(dtype)   # reference.persistent_rnn.tolerance's premise
+    bp = rng.uniform(-1, 1, (steps, batch, hidden)).astype(dtype)
+    h0 = rng.uniform(-1, 1, (batch, hidden)).astype(dtype)
+    return u, mask, bp, h0
+
+
+def _plan(u, mask, config, tpr, **kw):
+    scheme, sync, aware = CONFIGS[config]
+    lay = balance(u, mask, tpr=tpr)
+    if aware:
+        lay = bank_aware(lay, width=4 * u.dtype.itemsize)
+    return gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, **kw)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("hidden, dtype, tpr", [(130, np.float32, 4), (1152, np.float16, 8), (1792, np.float16, 16),
+                                               (2500, np.float32, 16)])
+def test_multi_block_matches_reference_and_repeats_bitwise(config, hidden, dtype, tpr):
+    steps = 40
+    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden)
+    plan = _plan(u, mask, config, tpr)
+    assert plan.split.blocks > 1
+    a = plan(bp, h0, steps)
+    b = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+    assert a.tobytes() == b.tobytes()
+
+
+def test_lamport_pipeline_matches_reference():
+    u, mask, bp, h0 = _problem(1152, 0.1, 32, np.float16, seed=3)
+    plan = _plan(u, mask, "lamport", 8, pipeline=True)
+    got = plan(bp, h0, 32)
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 32)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+def test_spin_timeouts_relaunch_and_finish():
+    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=64)
+    got = plan(bp, h0, 16)
+    assert plan.relaunches > 0
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+def test_spin_timeouts_give_up_after_max_relaunch():
+    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=0)
+    with pytest.raises(RuntimeError, match="spins still timing out after 0 relaunches"):
+        plan(bp, h0, 16)
+
+
+@pytest.mark.parametrize("config", ["bank_aware", "lamport"])
+def test_non_coresident_launch_refused(config):
+    u, mask, bp, h0 = _problem(4096, 0.01, 2, np.float16, seed=2)
+    plan = _plan(u, mask, config, 32, rows_per_block=1)      # 4096 blocks of 32 threads, 33 KB shared each
+    with pytest.raises(ValueError, match="cannot all be co-resident"):
+        plan(bp, h0, 2)
+
+
+def test_device_arrays_in_device_array_out():
+    from numba import cuda
+    u, mask, bp, h0 = _problem(512, 0.1, 8, np.float32, seed=4)
+    plan = _plan(u, mask, "lamport", 8)
+    got = plan(cuda.to_device(bp), cuda.to_device(h0), 8)
+    assert cuda.is_cuda_array(got)
+    assert np.abs(got.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 8)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_naive_other_batches(batch):
+    u, mask, bp, h0 = _problem(777, 0.1, 24, np.float16, seed=batch, batch=batch)
+    lay = balance(u, mask, tpr=8)
+    plan = gpu_rnn.PersistentRNN(lay, batch, scheme="naive", sync="barrier")
+    got = plan(bp, h0, 24)
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 24)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
