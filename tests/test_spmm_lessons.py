@@ -41,10 +41,12 @@ def test_warp_per_row(prob, nwarps):
     _check(les.warp_per_row(CSR.from_dense(a), b, nwarps=nwarps), a, b)
 
 
-@given(problems(), st.sampled_from([1, 2]), st.sampled_from([1, 3]), st.sampled_from([8, 32]))
-def test_smem_tiled(prob, nwarps, rows_per_warp, tile_k):
+@given(problems(), st.sampled_from([1, 2]), st.sampled_from([1, 3]), st.sampled_from([8, 32]), st.booleans())
+def test_smem_tiled(prob, nwarps, rows_per_warp, tile_k, swizzle):
     a, b = prob
-    _check(les.smem_tiled(CSR.from_dense(a), b, nwarps=nwarps, rows_per_warp=rows_per_warp, tile_k=tile_k), a, b)
+    got = les.smem_tiled(CSR.from_dense(a), b, nwarps=nwarps, rows_per_warp=rows_per_warp, tile_k=tile_k,
+                         swizzle=swizzle)
+    _check(got, a, b)
 
 
 @given(problems(), st.sampled_from([1, 3]))
@@ -97,5 +99,7 @@ def test_errors_name_the_argument():
         les.warp_per_row(a, np.ones((5, 2), np.float32))
     with pytest.raises(ValueError, match="nwarps: must be <= 32"):
         les.warp_per_row(a, np.ones((4, 2), np.float32), nwarps=33)
+    with pytest.raises(TypeError, match="swizzle: expected True or False"):
+        les.smem_tiled(a, np.ones((4, 2), np.float32), swizzle=1)
     with pytest.raises(ValueError, match="k_split: must be >= 1"):
         les.thread_group(a, np.ones((4, 2), np.float32), k_split=0)

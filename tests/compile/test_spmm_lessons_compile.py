@@ -39,7 +39,7 @@ def test_step_4_swizzle_compiles(cc):
 @pytest.mark.parametrize("cc", CCS)
 @pytest.mark.parametrize("nwarps,rows_per_warp,tile_k", [(4, 2, 32), (8, 1, 64), (2, 4, 16)])
 def test_step_3_stages_b_in_shared_memory(cc, nwarps, rows_per_warp, tile_k):
-    ptx = ptx_of(les._smem_tiled_kernel(nwarps, rows_per_warp, tile_k), CSR_ARGS + (I64,), cc)
+    ptx = ptx_of(les._smem_tiled_kernel(nwarps, rows_per_warp, tile_k), (I32,) + CSR_ARGS + (I64,), cc)
     assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx and "bar.sync" in ptx
     assert ".local" not in ptx            # acc[] and cursor[] (static indices, unrolled) live in registers
 
