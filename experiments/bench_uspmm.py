@@ -1,0 +1,334 @@
+"""USpMM benchmark on a GPU: our kernels against cuSPARSE, cuBLAS and the roofline.
+
+Not an experiment module (no EXPERIMENT; ``experiments/uspmm_figures.py`` is):
+run it as a script on a GPU::
+
+    python experiments/bench_uspmm.py --table [--dtype float32] [--out DIR]   # the issue's table
+    python experiments/bench_uspmm.py --check [--out DIR]     # real shapes vs float64, repeats bit-identical
+    python experiments/bench_uspmm.py --sweep [--out DIR]     # every tunable on the sweep problems
+    python experiments/bench_uspmm.py --sanitize              # each kernel once, tiny (compute-sanitizer)
+
+:func:`bench_problem` is the one declarative benchmark (``sparsekit bench
+uspmm`` and the figures call it): a problem (M, K, N, sparsity, dtype) and a
+dict of providers in, one record per provider out, each with median/p10/p90
+device time (:func:`sparsekit.timing.measure`, L2 flushed), TFLOP/s on the
+stored nonzeros (2 * nnz * N), % of the roofline speed of light
+(:func:`sparsekit.roofline.speed_of_light` of the ELL problem on the table's
+peaks), and ``correct`` (against a float64 product on the GPU, within the
+float32-accumulation bound of ``tests/test_spmm.py``).
+
+Vendor baselines come from PyTorch when it is installed: cuSPARSE CSR
+(``torch.sparse_csr_tensor @ B``), cuSPARSE COO (``torch.sparse.mm``) and dense
+cuBLAS (``W @ B``; TF32 off, so float32 runs on CUDA cores; float16 on tensor
+cores, as it is). Without PyTorch they are skipped and the output says so.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+
+#: The issue's table: (M, K, N, sparsity).
+TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
+                  (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60)]
+#: Problems of ``--sweep`` (float16: the first only).
+SWEEP_PROBLEMS = [(1024, 1024, 1024, 0.60), (4096, 4096, 1024, 0.90), (1024, 1024, 16384, 0.60)]
+U32 = 2.0 ** -24
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def our_providers(dtype, *, n: int | None = None) -> dict:
+    """Our kernels with their default or paper settings (name -> tunables dict)."""
+    half = np.dtype(dtype) == np.float16
+    provs = {
+        "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
+        "USpMM-Vec2 (2,8)": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2),
+        "USpMM-Vec4 (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=4),
+        "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=8 if half else 4, kc=32),
+        "auto": "auto",
+    }
+    return provs
+
+
+class Problem:
+    """One USpMM problem on the device: the ELL weight, B, and float64 answers."""
+
+    def __init__(self, m, k, n, sparsity, dtype, *, seed=0, order="C"):
+        from numba import cuda
+
+        from gpu.uspmm import prepare
+        from sparsekit.tune import make_ell
+        self.m, self.k, self.n, self.sparsity, self.dtype, self.order = m, k, n, sparsity, np.dtype(dtype), order
+        self.ell = make_ell(m, k, sparsity, dtype, seed=seed)
+        self.dell = prepare(self.ell)
+        rng = np.random.default_rng(seed + 1)
+        self.b_host = np.asarray(rng.standard_normal((k, n)).astype(dtype), order=order)
+        self.b = cuda.to_device(self.b_host)
+        self.dense = self.ell.to_dense()
+        self._exact = None
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.ell.nnz * self.n
+
+    def exact(self):
+        """(A @ B, |A| @ |B|) in float64, computed on the GPU with PyTorch (NumPy without it)."""
+        if self._exact is None:
+            torch = _torch()
+            if torch is not None:
+                a = torch.from_numpy(self.dense.astype(np.float64)).cuda()
+                b = torch.from_numpy(np.ascontiguousarray(self.b_host, dtype=np.float64)).cuda()
+                self._exact = ((a @ b).cpu().numpy(), (a.abs() @ b.abs()).cpu().numpy())
+            else:
+                a, b = self.dense.astype(np.float64), self.b_host.astype(np.float64)
+                self._exact = (a @ b, np.abs(a) @ np.abs(b))
+        return self._exact
+
+    def correct(self, got) -> bool:
+        """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``)."""
+        exact, scale = self.exact()
+        got = np.asarray(got, dtype=np.float64)
+        u_out = np.finfo(self.dtype).eps / 2
+        bound = self.ell.kprime * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(self.dtype).smallest_subnormal
+        return bool((np.abs(got - exact) <= bound).all())
+
+    def sol_s(self, device="H100") -> float:
+        from sparsekit.roofline import speed_of_light
+        return speed_of_light(self.ell, n=self.n, device=device).seconds
+
+
+def vendor_launches(p: Problem) -> dict:
+    """name -> (launch, result) for the PyTorch baselines (empty without PyTorch)."""
+    torch = _torch()
+    if torch is None:
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tdt = torch.float16 if p.dtype == np.float16 else torch.float32
+    w = torch.from_numpy(p.dense).to(device="cuda", dtype=tdt)
+    b = torch.from_numpy(np.ascontiguousarray(p.b_host)).to(device="cuda", dtype=tdt)
+    csr = w.to_sparse_csr()
+    coo = w.to_sparse_coo()
+    return {
+        "cuSPARSE CSR (torch)": lambda: torch.matmul(csr, b),
+        "cuSPARSE COO (torch)": lambda: torch.sparse.mm(coo, b),
+        "dense cuBLAS (torch" + (", tensor cores)" if p.dtype == np.float16 else ", TF32 off)"): lambda: w @ b,
+    }
+
+
+def spmm_launches(p: Problem) -> dict:
+    """Our CSR baselines (gpu/spmm.py) on the same matrix, device-resident."""
+    from gpu import spmm as gs
+    from sparsekit.formats import CSR
+    csr = gs.prepare(CSR.from_dense(p.dense, p.ell.mask()), CSR)
+    if p.order != "C":
+        return {}
+    return {"ours CSR warp/row": lambda: gs.spmm_csr(csr, p.b),
+            "ours CSR swizzled": lambda: gs.spmm_csr(csr, p.b, swizzle=True)}
+
+
+def _to_host(x):
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    if hasattr(x, "cpu"):                                  # torch tensor (dense result)
+        return x.cpu().numpy()
+    return np.asarray(x)
+
+
+def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, repeat=30, seed=0,
+                  device="H100") -> list[dict]:
+    """One record per provider for the problem (see the module docstring)."""
+    from gpu.uspmm import uspmm
+    from sparsekit.timing import measure
+    p = Problem(m, k, n, sparsity, dtype, seed=seed)
+    sol = p.sol_s(device)
+    launches = {}
+    for name, cfg in (our_providers(dtype) if providers is None else providers).items():
+        kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
+        launches[name] = (lambda kw=kw: uspmm(p.dell, p.b, **kw))
+    if vendors:
+        launches.update(vendor_launches(p))
+        launches.update(spmm_launches(p))
+    records = []
+    for name, launch in launches.items():
+        rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        try:
+            correct = p.correct(_to_host(launch()))
+            t = measure(launch, repeat=repeat, warmup=2)
+        except Exception as err:  # a provider that cannot run this problem: say why, keep going
+            records.append(dict(rec, error=f"{type(err).__name__}: {err}"))
+            continue
+        records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
+                            tflops=p.flops / t.median_s / 1e12, sol_us=sol * 1e6,
+                            pct_sol=100 * sol / t.median_s, correct=correct))
+    base = {r["provider"]: r.get("median_us") for r in records}
+    ref = base.get("cuSPARSE CSR (torch)")
+    for r in records:
+        if ref and r.get("median_us"):
+            r["speedup_vs_cusparse_csr"] = ref / r["median_us"]
+    return records
+
+
+def check_real_shapes(dtype) -> list[dict]:
+    """Every variant on real shapes (odd sizes included) against float64; two runs bit-identical."""
+    from gpu.uspmm import uspmm, uspmm_linear
+    from numba import cuda
+    out = []
+    configs = dict(our_providers(dtype))
+    configs.pop("auto")
+    configs["tiled interleaved"] = dict(configs["tiled"], interleave=True)
+    for (m, k, n, s) in [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6), (4096, 4096, 1024, 0.9), (97, 130, 33, 0.3)]:
+        p = Problem(m, k, n, s, dtype)
+        for name, cfg in configs.items():
+            r1 = uspmm(p.dell, p.b, **cfg).copy_to_host()
+            r2 = uspmm(p.dell, p.b, **cfg).copy_to_host()
+            out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, provider=name,
+                            correct=p.correct(r1), bit_identical=bool((r1.view(np.uint8) == r2.view(np.uint8)).all())))
+        # Eq. 2: Y = X W^T from row-major X
+        x = np.ascontiguousarray(p.b_host.T)
+        y = uspmm_linear(p.dell, cuda.to_device(x)).copy_to_host()
+        out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, provider="uspmm_linear (Eq. 2)",
+                        correct=p.correct(y.T), bit_identical=True))
+    return out
+
+
+def check_spmm_baselines(dtype) -> list[dict]:
+    """Our CSR/COO/blocked-ELL kernels on a real shape against float64."""
+    from gpu import spmm as gs
+    from sparsekit.formats import COO, CSR, BlockedELL
+    from sparsekit.prune import blocked_uniform
+    out = []
+    p = Problem(1024, 1024, 512, 0.7, dtype)
+    csr = CSR.from_dense(p.dense, p.ell.mask())
+    for name, fn in [("csr", lambda: gs.spmm_csr(csr, p.b)), ("csr swizzle", lambda: gs.spmm_csr(csr, p.b, swizzle=True)),
+                     ("coo", lambda: gs.spmm_coo(COO.from_dense(p.dense, p.ell.mask()), p.b))]:
+        out.append(dict(provider=name, dtype=np.dtype(dtype).name, correct=p.correct(fn().copy_to_host())))
+    w = np.random.default_rng(3).standard_normal((1024, 1024)).astype(dtype)
+    bell = BlockedELL.from_dense(w, blocked_uniform(w, 0.7, 4), block=4)
+    pb = Problem(1024, 1024, 512, 0.7, dtype)
+    got = gs.spmm_blocked_ell(bell, pb.b).copy_to_host().astype(np.float64)
+    exact = bell.to_dense().astype(np.float64) @ pb.b_host.astype(np.float64)
+    scale = np.abs(bell.to_dense().astype(np.float64)) @ np.abs(pb.b_host.astype(np.float64))
+    ok = np.abs(got - exact) <= 1024 * U32 * scale + 2 * np.finfo(dtype).eps / 2 * np.abs(exact) + 1e-30
+    out.append(dict(provider="blocked-ell b=4", dtype=np.dtype(dtype).name, correct=bool(ok.all())))
+    return out
+
+
+def sanitize_case() -> None:
+    """Each kernel once on small odd shapes (for compute-sanitizer memcheck/racecheck)."""
+    from gpu import spmm as gs
+    from gpu.uspmm import uspmm, uspmm_linear
+    from sparsekit.formats import COO, CSR, BlockedELL
+    for dtype in (np.float32, np.float16):
+        p = Problem(77, 45, 37, 0.6, dtype)
+        for cfg in [dict(), dict(vecsize=2, nwarp=2), dict(vecsize=4), dict(vsize=3, nwarp=2),
+                    dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
+                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, interleave=True)]:
+            assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), cfg
+        assert p.correct(uspmm_linear(p.dell, np.ascontiguousarray(p.b_host.T)).T)
+        csr = CSR.from_dense(p.dense, p.ell.mask())
+        assert p.correct(gs.spmm_csr(csr, p.b_host, swizzle=True))
+        assert p.correct(gs.spmm_coo(COO.from_dense(p.dense, p.ell.mask()), p.b_host))
+        w = np.ones((8, 12), dtype)
+        bell = BlockedELL.from_dense(w, np.kron(np.eye(2, 3, dtype=bool), np.ones((4, 4), bool)), block=4)
+        got = gs.spmm_blocked_ell(bell, np.ones((12, 5), dtype))
+        assert (got == 4).all()
+    print("sanitize case: every kernel ran and matched")
+
+
+def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
+    """Every configuration of :func:`sparsekit.tune.space` on each problem (the tuning data);
+    records are appended to ``out`` and ``save()`` is called after each problem."""
+    from sparsekit.tune import tune
+    out = [] if out is None else out
+    for (m, k, n, s) in problems:
+        p = Problem(m, k, n, s, dtype)
+        winner, recs = tune(p.ell, n, repeat=10, store=False)
+        sol = p.sol_s()
+        for r in recs:
+            out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, **r,
+                            pct_sol=100 * sol / (r["median_us"] * 1e-6)))
+        print(f"sweep {m}x{k}x{n} {s:.0%} {np.dtype(dtype).name}: best {winner} "
+              f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
+        save()
+    return out
+
+
+def markdown(records, keys) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in records]
+    return "\n".join(lines)
+
+
+TABLE_KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "p90_us", "tflops",
+              "pct_sol", "speedup_vs_cusparse_csr", "correct"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--table", action="store_true", help="the issue's five problems, every provider")
+    ap.add_argument("--check", action="store_true", help="correctness and bit-identical repeats at real shapes")
+    ap.add_argument("--sweep", action="store_true", help="every tunable configuration on the sweep problems")
+    ap.add_argument("--sanitize", action="store_true", help="each kernel once, tiny (for compute-sanitizer)")
+    ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
+                    help="dtype(s) (default: both)")
+    ap.add_argument("--out", help="folder for the JSON records")
+    args = ap.parse_args(argv)
+    dtypes = args.dtype or ["float32", "float16"]
+    if args.sanitize:
+        sanitize_case()
+        return 0
+    from sparsekit.device import info
+    dev = info()
+    print(f"device: {dev.name}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; torch: "
+          f"{'yes' if _torch() is not None else 'not installed (vendor baselines skipped)'}", flush=True)
+    results = {}
+
+    def save():
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "bench_uspmm.json"), "w") as f:
+                json.dump(dict(device=dev.name, date=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+                               argv=sys.argv, results=results), f, indent=1, default=str)
+
+    if args.check:
+        recs = [r for d in dtypes for r in check_real_shapes(d) + check_spmm_baselines(d)]
+        results["check"] = recs
+        print(markdown(recs, ["m", "k", "n", "sparsity", "dtype", "provider", "correct", "bit_identical"]), flush=True)
+        save()
+    if args.table:
+        recs = results["table"] = []
+        for d in dtypes:
+            for (m, k, n, s) in TABLE_PROBLEMS:
+                recs += bench_problem(m, k, n, s, d)
+                save()
+        print(markdown(recs, TABLE_KEYS), flush=True)
+    if args.sweep:
+        recs = results["sweep"] = []
+        for d in dtypes:
+            probs = SWEEP_PROBLEMS if d == "float32" else SWEEP_PROBLEMS[:1]
+            sweep(probs, d, out=recs, save=save)
+    bad = [r for recs in results.values() for r in recs if r.get("correct") is False or r.get("bit_identical") is False]
+    if bad:
+        print(f"{len(bad)} INCORRECT results:", bad[:5])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(main())

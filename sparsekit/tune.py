@@ -1,0 +1,174 @@
+"""Autotuner for :func:`gpu.uspmm.uspmm`: pick the variant and tunables per problem.
+
+The uniform-sparsity paper fixes (NWarp, VSize) by hand and leaves the choice
+between USpMM and USpMM-Vec to future work (Section 4.3, "Performance Tuning
+Opportunities"). This module is that work, done by exhaustive search:
+
+* :func:`space` lists the candidate configurations for a dtype and memory
+  order: Listing 1 with (NWarp, VSize) in :data:`LISTING1_SHAPES` (the paper's
+  (1, 8) and (2, 8) included) and vecSize 1, 2, 4; the tiled kernel over
+  warps, rows per warp, columns per lane, K chunk and row interleaving.
+  Configurations whose shared memory or block size the launcher would refuse
+  are left out.
+* :func:`tune` times every candidate with :func:`sparsekit.timing.measure`
+  (device time, L2 flushed), checks each result against the best
+  configuration's (a wrong answer is never a winner), stores the winner in a
+  JSON cache and returns all records.
+* The cache (``$SPARSEKIT_TUNE_CACHE`` or ``~/.cache/sparsekit/uspmm.json``)
+  is keyed by device name and problem: ``M, K, N, K', dtype, index dtype,
+  memory order of B``. :func:`resolve` serves ``uspmm(..., config="auto")``:
+  the cached winner when there is one, else :func:`heuristic`.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["LISTING1_SHAPES", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+           "tune", "make_ell"]
+
+#: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
+LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
+
+
+def space(dtype, order: str = "C") -> list[dict]:
+    """Every configuration :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``."""
+    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE
+    itemsize = np.dtype(dtype).itemsize
+    out = []
+    for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
+        if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
+            out.append(dict(variant="listing1", nwarp=nwarp, vsize=vsize, vecsize=vecsize))
+    if order == "C":
+        for nwarp, rpw, cpl, kc, inter in itertools.product((4, 8), (2, 4, 8), (4, 8), (32, 64), (False, True)):
+            if kc * WARP_SIZE * cpl * itemsize <= SHARED_LIMIT:
+                out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc,
+                                interleave=inter))
+    return out
+
+
+def problem_key(device: str, m: int, k: int, n: int, kprime: int, dtype, index_dtype, order: str) -> str:
+    """The cache key of one problem on one device."""
+    return (f"{device}|m={m}|k={k}|n={n}|kprime={kprime}|{np.dtype(dtype).name}|"
+            f"{np.dtype(index_dtype).name}|{order}")
+
+
+def cache_path() -> Path:
+    """``$SPARSEKIT_TUNE_CACHE``, else ``~/.cache/sparsekit/uspmm.json``."""
+    env = os.environ.get("SPARSEKIT_TUNE_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "sparsekit" / "uspmm.json"
+
+
+def _load() -> dict:
+    path = cache_path()
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _store(key: str, entry: dict) -> None:
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = _load()
+    data[key] = entry
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _device_name() -> str:
+    from sparsekit.device import info
+    return info().name
+
+
+def lookup(dell, n: int, order: str) -> dict | None:
+    """The cached winner for ``dell`` (a :class:`gpu.uspmm.DeviceELL`) times a ``K x n`` B, or None."""
+    m, k = dell.shape
+    key = problem_key(_device_name(), m, k, n, dell.host.kprime, dell.dtype, dell.host.indices.dtype, order)
+    entry = _load().get(key)
+    return None if entry is None else dict(entry["config"])
+
+
+def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str) -> dict:
+    """The configuration used when the cache has no entry.
+
+    Column-major ``B`` (Eq. 2 / Listing 1's layout), or fewer than 64 columns:
+    Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8). Otherwise
+    the tiled kernel: 8 warps of 4 rows, 8 (float16) or 4 (float32) columns per
+    lane, a K chunk of 32 rows.
+    """
+    if order != "C" or n < 64:
+        return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
+    half = np.dtype(dtype) == np.float16
+    return dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=8 if half else 4, kc=32,
+                interleave=False)
+
+
+def resolve(config, dell, n: int, order: str) -> dict:
+    """Tunables for ``uspmm(..., config=config)``: a dict passes through; ``"auto"``
+    is the cached winner or :func:`heuristic`."""
+    if isinstance(config, dict):
+        return dict(config)
+    if config != "auto":
+        raise ValueError(f"config: expected a dict of tunables or 'auto', got {config!r}")
+    found = lookup(dell, n, order)
+    if found is not None:
+        return found
+    m, k = dell.shape
+    return heuristic(m, k, n, dell.host.kprime, dell.dtype, order)
+
+
+def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dtype=np.int32):
+    """A random ``m x k`` weight pruned to uniform ``sparsity`` (:func:`sparsekit.prune.uniform`), as ELL."""
+    from sparsekit.formats import ELL
+    from sparsekit.prune import uniform
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((m, k)).astype(dtype)
+    return ELL.from_dense(w, uniform(w, sparsity), index_dtype=index_dtype)
+
+
+def tune(ell, n: int, *, order: str = "C", configs=None, repeat: int = 20, seed: int = 0,
+         store: bool = True, progress=None) -> tuple[dict, list[dict]]:
+    """Time every configuration of :func:`space` (or ``configs``) on ``ell`` times a
+    random ``K x n`` B; return ``(winner, records)`` and cache the winner.
+
+    Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
+    ``correct`` (bit pattern within float32 accumulation of the first
+    configuration's result: all must agree to 1e-3 relative to ``|A| |B|``).
+    Needs a GPU (timing raises ``RuntimeError`` otherwise).
+    """
+    from numba import cuda
+
+    from gpu.uspmm import prepare, uspmm
+    from sparsekit.timing import measure, require_gpu
+
+    require_gpu("sparsekit.tune.tune")
+    dell = prepare(ell)
+    m, k = dell.shape
+    rng = np.random.default_rng(seed)
+    b_host = np.asarray(rng.standard_normal((k, n)).astype(dell.dtype), order=order)
+    b = cuda.to_device(b_host)
+    scale = (np.abs(dell.host.to_dense().astype(np.float64)) @ np.abs(b_host.astype(np.float64))).max()
+    candidates = space(dell.dtype, order) if configs is None else list(configs)
+    records, first = [], None
+    for cfg in (candidates if progress is None else progress(candidates)):
+        out = uspmm(dell, b, **cfg).copy_to_host().astype(np.float64)
+        if first is None:
+            first = out
+        correct = bool(np.abs(out - first).max() <= 1e-3 * scale)
+        t = measure(lambda: uspmm(dell, b, **cfg), repeat=repeat, warmup=2)
+        records.append(dict(cfg, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
+                            correct=correct))
+    good = [r for r in records if r["correct"]]
+    best = min(good, key=lambda r: r["median_us"])
+    winner = {key: best[key] for key in candidates[records.index(best)]}
+    if store:
+        key = problem_key(_device_name(), m, k, n, dell.host.kprime, dell.dtype, dell.host.indices.dtype, order)
+        _store(key, dict(config=winner, median_us=best["median_us"]))
+    return winner, records
