@@ -1,0 +1,408 @@
+"""Teaching-track benchmarks: CPU loop orders, tiling and the 20-problem suite; GPU lessons.
+
+Not an experiment module (``experiments/teaching.py`` is); run it as a script::
+
+    python experiments/bench_teaching.py loop-orders [--quick]   # every CSR order + tile grid at 1024 x 1024 x 256, 90%
+    python experiments/bench_teaching.py cpu-suite [--quick]     # the 20 suite problems vs scipy.sparse and BLAS
+    python experiments/bench_teaching.py specialize [--quick]    # SparseRT-style kernels: compile vs run time
+    python experiments/bench_teaching.py gpu [--quick] [--out DIR]   # lessons vs cuSPARSE/cuBLAS, conv vs cuDNN
+    python experiments/bench_teaching.py sanitize                # each GPU lesson once, tiny (compute-sanitizer)
+
+Each benchmark is one function returning one record per configuration (times
+with spread, ``correct``); the script prints them as a markdown table and,
+with ``--out``, writes JSON. ``sparsekit bench spmm`` and the teaching
+experiment call the same functions.
+
+Problems: :data:`sparsekit.models.SPMM_SUITE` (the course slides' Table 1),
+``A`` = magnitude-pruned N(0, 1) weights (:func:`sparsekit.prune.magnitude`,
+fixed seed), ``B`` = N(0, 1) activations, float32. CPU times are wall clock
+(median of ``repeat`` after a warm-up call, threads = ``numba.get_num_threads()``);
+GPU times are device times from :func:`sparsekit.timing.measure` (L2 flushed).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+SPARSITIES = (0.9, 0.95)
+#: The slides' sparse 3x3 convolutions (Table 3): (image size, input channels, output channels).
+CONV_LAYERS = ((56, 64, 64), (28, 128, 128), (14, 256, 256), (7, 512, 512))
+
+
+# --------------------------------------------------------------------------- problems
+
+def suite_matrix(m: int, k: int, n: int, sparsity: float, *, seed: int = 0):
+    """``(csr, b, dense_a)``: magnitude-pruned N(0,1) ``m x k`` float32 weights and an N(0,1) ``k x n`` B."""
+    from sparsekit.formats import CSR
+    from sparsekit.prune import magnitude
+
+    rng = np.random.default_rng([seed, m, k, n, int(round(sparsity * 1000))])
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    mask = magnitude(w, sparsity)
+    a = np.where(mask, w, np.float32(0))
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    return CSR.from_dense(a, mask), b, a
+
+
+def suite_problems(quick: bool = False):
+    """``(number, m, k, n, use_case, sparsity)`` for the 20 problems at 90% (quick: 4 of them, shrunk)."""
+    from sparsekit.models import SPMM_SUITE
+
+    probs = [(p.number, p.m, p.k, p.n, p.use_case, 0.9) for p in SPMM_SUITE]
+    if quick:
+        probs = [(num, max(8, m // 16), max(8, k // 16), max(4, n // 16), use, s)
+                 for num, m, k, n, use, s in probs[::5]]
+    return probs
+
+
+def spmm_bound(a64: np.ndarray, b64: np.ndarray, c64: np.ndarray) -> np.ndarray:
+    """float32 accumulation bound of ``tests/spmm_close.py``: (k+1) u |A||B| + u |C| (u = 2^-24)."""
+    u = 2.0 ** -24
+    return (a64.shape[1] + 1) * u * (np.abs(a64) @ np.abs(b64)) + u * np.abs(c64)
+
+
+def _correct(got, a: np.ndarray, b: np.ndarray) -> bool:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    c64 = a64 @ b64
+    return bool((np.abs(np.asarray(got, dtype=np.float64) - c64) <= spmm_bound(a64, b64, c64)).all())
+
+
+# --------------------------------------------------------------------------- CPU
+
+def wall_time(fn, repeat: int = 7) -> tuple[float, float, float]:
+    """Median, 10th and 90th percentile wall-clock seconds of ``fn()`` after one warm-up call."""
+    fn()
+    t = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
+
+
+def tune_tiles(csr, b, *, parallel: bool = True, tiles=None, repeat: int = 3):
+    """The autotuner: exhaustive grid search of ``spmm_csr_tiled`` over (tile_n, tile_k) in TILES^2.
+
+    Returns ``(best (tile_n, tile_k), records)``; a record per pair with its median time.
+    """
+    from cpu.spmm import TILES, spmm_csr_tiled
+
+    tiles = TILES if tiles is None else tiles
+    recs = []
+    for tn in tiles:
+        for tk in tiles:
+            med, _, _ = wall_time(lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=parallel), repeat)
+            recs.append({"tile_n": tn, "tile_k": tk, "ms": med * 1e3})
+    best = min(recs, key=lambda r: r["ms"])
+    return (best["tile_n"], best["tile_k"]), recs
+
+
+def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: float = 0.9, *,
+                      repeat: int = 5) -> list[dict]:
+    """Every CSR loop order, serial and parallel, and the tuned tiled kernel, with ratio to the naive order.
+
+    "naive" is the slides' baseline order ``i, j, k`` on CSR: the dot-product order ``inner``.
+    """
+    from cpu.spmm import ORDERS, spmm_csr, spmm_csr_tiled
+
+    csr, b, a = suite_matrix(m, k, n, sparsity)
+    recs = []
+    for order in ORDERS:
+        for par in (False, True):
+            fn = lambda: spmm_csr(csr, b, order, parallel=par)          # noqa: E731
+            med, p10, p90 = wall_time(fn, repeat)
+            recs.append({"kernel": f"{order}", "parallel": par, "ms": med * 1e3, "p10_ms": p10 * 1e3,
+                         "p90_ms": p90 * 1e3, "correct": _correct(fn(), a, b)})
+    for par in (False, True):
+        (tn, tk), _ = tune_tiles(csr, b, parallel=par, repeat=max(2, repeat // 2))
+        fn = lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=par)   # noqa: E731
+        med, p10, p90 = wall_time(fn, repeat)
+        recs.append({"kernel": f"tiled (tile_n={tn}, tile_k={tk})", "parallel": par, "ms": med * 1e3,
+                     "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": _correct(fn(), a, b)})
+    sp = csr.to_scipy()
+    med, p10, p90 = wall_time(lambda: sp @ b, repeat)
+    recs.append({"kernel": "scipy.sparse csr @ dense", "parallel": False, "ms": med * 1e3,
+                 "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": _correct(sp @ b, a, b)})
+    naive = next(r["ms"] for r in recs if r["kernel"] == "inner" and not r["parallel"])
+    for r in recs:
+        r["speedup_vs_naive"] = naive / r["ms"]
+    return recs
+
+
+def bench_cpu_suite(problems, *, repeat: int = 5, tune: bool = True) -> list[dict]:
+    """Per suite problem: scipy.sparse, dense BLAS, our rowwise (serial/parallel) and tuned tiled kernel."""
+    import numba
+
+    from cpu.spmm import spmm_csr, spmm_csr_tiled
+
+    recs = []
+    for num, m, k, n, use, s in problems:
+        csr, b, a = suite_matrix(m, k, n, s)
+        sp = csr.to_scipy()
+        t = {"scipy": wall_time(lambda: sp @ b, repeat)[0],
+             "dense BLAS": wall_time(lambda: a @ b, repeat)[0],
+             "rowwise": wall_time(lambda: spmm_csr(csr, b), repeat)[0],
+             "rowwise parallel": wall_time(lambda: spmm_csr(csr, b, parallel=True), repeat)[0]}
+        (tn, tk), _ = tune_tiles(csr, b, repeat=2) if tune else ((64, 64), [])
+        t[f"tiled {tn}x{tk} parallel"] = wall_time(
+            lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True), repeat)[0]
+        ours = {kname: v for kname, v in t.items() if kname not in ("scipy", "dense BLAS")}
+        best = min(ours, key=ours.get)
+        ok = all(_correct(x, a, b) for x in (spmm_csr(csr, b, parallel=True),
+                                            spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True)))
+        recs.append({"problem": num, "M": m, "K": k, "N": n, "use": use, "sparsity": s,
+                     "scipy_ms": t["scipy"] * 1e3, "dense_blas_ms": t["dense BLAS"] * 1e3,
+                     "rowwise_ms": t["rowwise"] * 1e3, "rowwise_par_ms": t["rowwise parallel"] * 1e3,
+                     "tiled_par_ms": t[f"tiled {tn}x{tk} parallel"] * 1e3, "best_ours": best,
+                     "speedup_vs_scipy": t["scipy"] / ours[best], "speedup_vs_dense": t["dense BLAS"] / ours[best],
+                     "threads": numba.get_num_threads(), "correct": ok})
+    return recs
+
+
+def bench_specialize(sizes=(16, 32, 64, 128), *, n: int = 256, sparsity: float = 0.9, repeat: int = 10):
+    """SparseRT-style specialisation: compile and run time against the generic rowwise kernel."""
+    from sparsekit.specialize import compare
+
+    recs = []
+    for s in sizes:
+        csr, b, a = suite_matrix(s, s, n, sparsity)
+        recs.append(compare(csr, b, repeat=repeat))
+    return recs
+
+
+# --------------------------------------------------------------------------- GPU
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def gpu_providers(csr, *, tune: bool = True):
+    """Our GPU CSR kernels by name -> ``launch(b_dev)``; with ``tune`` the grid-searched variants too."""
+    from gpu import spmm as prod
+    from gpu import spmm_lessons as les
+    from sparsekit.formats import CSR
+
+    d = les.prepare(csr)
+    p = prod.prepare(csr, CSR)
+    out = {
+        "1 thread_per_row": lambda b: les.thread_per_row(d, b),
+        "2 warp_per_row": lambda b: les.warp_per_row(d, b),
+        "3 smem_tiled": lambda b: les.smem_tiled(d, b),
+        "4 warp_per_row_swizzled": lambda b: les.warp_per_row_swizzled(d, b),
+        "3+4 smem_tiled_swizzled": lambda b: les.smem_tiled(d, b, swizzle=True),
+        "5 thread_group": lambda b: les.thread_group(d, b),
+        "gpu.spmm csr swizzle": lambda b: prod.spmm_csr(p, b, swizzle=True),
+    }
+    if tune:
+        for nw in (4, 8):
+            for rpw in (2, 4, 8):
+                for tk in (32, 64):
+                    out[f"smem_tiled_swizzled nw={nw} rpw={rpw} tk={tk}"] = (
+                        lambda b, nw=nw, rpw=rpw, tk=tk: les.smem_tiled(d, b, nwarps=nw, rows_per_warp=rpw,
+                                                                       tile_k=tk, swizzle=True))
+        for g in (4, 8):
+            for ks in (1, 4):
+                out[f"thread_group groups={g} k_split={ks}"] = (
+                    lambda b, g=g, ks=ks: les.thread_group(d, b, groups=g, k_split=ks))
+        for cpl in (2, 4):
+            out[f"gpu.spmm csr swizzle cpl={cpl}"] = (
+                lambda b, cpl=cpl: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=cpl))
+    return out
+
+
+def bench_gpu_problem(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 20, tune: bool = True,
+                      timer=None) -> list[dict]:
+    """One record per provider (ours, cuSPARSE CSR and dense cuBLAS through PyTorch when present).
+
+    ``timer(launch) -> seconds`` defaults to :func:`sparsekit.timing.measure`'s median.
+    """
+    from numba import cuda
+
+    if timer is None:
+        from sparsekit.timing import measure
+
+        def timer(launch):
+            m = measure(launch, repeat=repeat, warmup=3)
+            return m.median_s, m.p10_s, m.p90_s
+    b_dev = cuda.to_device(b)
+    recs = []
+    for name, fn in gpu_providers(csr, tune=tune).items():
+        got = fn(b_dev).copy_to_host()
+        med, p10, p90 = timer(lambda: fn(b_dev))
+        recs.append({"provider": name, "us": med * 1e6, "p10_us": p10 * 1e6, "p90_us": p90 * 1e6,
+                     "correct": _correct(got, a, b)})
+    torch = _torch()
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        tb = torch.as_tensor(b, device="cuda")
+        ta = torch.sparse_csr_tensor(torch.as_tensor(csr.indptr.astype(np.int64)),
+                                     torch.as_tensor(csr.indices.astype(np.int64)),
+                                     torch.as_tensor(csr.data), size=csr.shape).cuda()
+        td = torch.as_tensor(a, device="cuda")
+        for name, fn in (("cuSPARSE CSR (torch)", lambda: ta @ tb), ("cuBLAS dense (torch)", lambda: td @ tb)):
+            got = fn().cpu().numpy()
+            med, p10, p90 = timer(fn)
+            recs.append({"provider": name, "us": med * 1e6, "p10_us": p10 * 1e6, "p90_us": p90 * 1e6,
+                         "correct": _correct(got, a, b)})
+    return recs
+
+
+def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
+    """The slides' Table 1 row: best of ours (correct only) vs cuSPARSE and cuBLAS."""
+    num, m, k, n, use, s = problem
+    ours = [r for r in recs if "torch" not in r["provider"] and r["correct"]]
+    best = min(ours, key=lambda r: r["us"])
+    lesson = {r["provider"]: r["us"] for r in recs}
+    row = {"problem": num, "M": m, "K": k, "N": n, "use": use, "sparsity": s,
+           "best_ours": best["provider"], "best_us": best["us"],
+           "warp_per_row_us": lesson.get("2 warp_per_row"), "swizzled_us": lesson.get("4 warp_per_row_swizzled"),
+           "smem_tiled_swizzled_us": lesson.get("3+4 smem_tiled_swizzled"),
+           "thread_group_us": lesson.get("5 thread_group"),
+           "cusparse_us": lesson.get("cuSPARSE CSR (torch)"), "cublas_us": lesson.get("cuBLAS dense (torch)"),
+           "all_correct": all(r["correct"] for r in recs)}
+    if row["cusparse_us"]:
+        row["speedup_vs_cusparse"] = row["cusparse_us"] / best["us"]
+    if row["cublas_us"]:
+        row["speedup_vs_cublas"] = row["cublas_us"] / best["us"]
+    return row
+
+
+def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = False, timer=None) -> list[dict]:
+    """The slides' Table 3: 3x3 convolutions (padding 1, batch 1) as im2col + our SpMM vs cuDNN and im2col + cuBLAS."""
+    torch = _torch()
+    if torch is None:
+        return []
+    import torch.nn.functional as F
+
+    from gpu import spmm as prod
+    from sparsekit.formats import CSR
+    from sparsekit.prune import magnitude
+
+    if timer is None:
+        from sparsekit.timing import measure
+
+        def timer(launch):
+            mm = measure(launch, repeat=repeat, warmup=3)
+            return mm.median_s, mm.p10_s, mm.p90_s
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    recs = []
+    layers = CONV_LAYERS[-1:] if quick else CONV_LAYERS
+    for size, cin, cout in layers:
+        for s in sparsities:
+            rng = np.random.default_rng([size, cin, cout, int(s * 1000)])
+            w = rng.standard_normal((cout, cin * 9)).astype(np.float32)
+            mask = magnitude(w, s)
+            wd = np.where(mask, w, np.float32(0))
+            csr = CSR.from_dense(wd, mask)
+            p = prod.prepare(csr, CSR)
+            x = torch.as_tensor(rng.standard_normal((1, cin, size, size)).astype(np.float32), device="cuda")
+            w4 = torch.as_tensor(wd.reshape(cout, cin, 3, 3), device="cuda")
+            wmat = torch.as_tensor(wd, device="cuda")
+
+            def ours():
+                cols = F.unfold(x, 3, padding=1)[0]                      # (C*9, H*W), im2col on the GPU
+                return prod.spmm_csr(p, cols, swizzle=True)
+
+            providers = {"im2col + our SpMM (gpu.spmm swizzle)": ours,
+                         "cuDNN conv2d (torch)": lambda: F.conv2d(x, w4, padding=1),
+                         "im2col + cuBLAS GEMM (torch)": lambda: wmat @ F.unfold(x, 3, padding=1)[0]}
+            want = F.conv2d(x.double(), w4.double(), padding=1)[0].reshape(cout, -1).cpu().numpy()
+            cols64 = F.unfold(x.double(), 3, padding=1)[0].cpu().numpy()
+            bound = spmm_bound(wd.astype(np.float64), cols64, want)
+            row = {"image": size, "C_in": cin, "C_out": cout, "sparsity": s}
+            for name, fn in providers.items():
+                got = torch.as_tensor(fn()).reshape(cout, -1).double().cpu().numpy()
+                med, _, _ = timer(fn)
+                row[name + " us"] = med * 1e6
+                row[name + " correct"] = bool((np.abs(got - want) <= bound).all())
+            row["speedup_vs_cudnn"] = row["cuDNN conv2d (torch) us"] / row["im2col + our SpMM (gpu.spmm swizzle) us"]
+            recs.append(row)
+    return recs
+
+
+def sanitize() -> int:
+    """Run every GPU lesson kernel once on a small matrix (for compute-sanitizer) and check it."""
+    from gpu import spmm_lessons as les
+
+    csr, b, a = suite_matrix(70, 45, 40, 0.7)
+    bad = 0
+    for name, fn, _ in les.LESSONS:
+        ok = _correct(fn(csr, b), a, b)
+        print(f"{name}: {'ok' if ok else 'WRONG'}")
+        bad += not ok
+    ok = _correct(les.smem_tiled(csr, b, swizzle=True), a, b) and _correct(les.thread_group(csr, b, k_split=3), a, b)
+    print(f"smem_tiled swizzle / thread_group k_split=3: {'ok' if ok else 'WRONG'}")
+    return int(bad > 0 or not ok)
+
+
+# --------------------------------------------------------------------------- script
+
+def markdown(records: list[dict]) -> str:
+    from sparsekit.experiment import markdown_table
+
+    return markdown_table(records)
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=("loop-orders", "cpu-suite", "specialize", "gpu", "sanitize"))
+    ap.add_argument("--quick", action="store_true", help="toy sizes (CI)")
+    ap.add_argument("--repeat", type=int, default=None, help="timed repeats per configuration")
+    ap.add_argument("--out", default=None, help="folder for JSON results")
+    args = ap.parse_args(argv)
+    out = {}
+    if args.what == "sanitize":
+        return sanitize()
+    if args.what == "loop-orders":
+        size = (128, 128, 64) if args.quick else (1024, 1024, 256)
+        out["loop_orders"] = bench_loop_orders(*size, repeat=args.repeat or 5)
+    elif args.what == "cpu-suite":
+        out["cpu_suite"] = recs = bench_cpu_suite(suite_problems(args.quick), repeat=args.repeat or 5)
+        wins = sum(r["speedup_vs_scipy"] > 1 for r in recs)
+        within = sum(r["speedup_vs_scipy"] >= 1 / 1.5 for r in recs)
+        print(f"faster than scipy on {wins}/{len(recs)}; within 1.5x on {within}/{len(recs)}; "
+              f"geomean speedup vs scipy {geomean(r['speedup_vs_scipy'] for r in recs):.2f}")
+    elif args.what == "specialize":
+        sizes = (16, 32) if args.quick else (16, 32, 64, 128)
+        out["specialize"] = bench_specialize(sizes, repeat=args.repeat or 10)
+    else:
+        rows, detail = [], []
+        for prob in suite_problems(args.quick):
+            num, m, k, n, use, s = prob
+            csr, b, a = suite_matrix(m, k, n, s)
+            recs = bench_gpu_problem(csr, b, a, repeat=args.repeat or 20, tune=True)
+            detail += [{"problem": num, **r} for r in recs]
+            rows.append(summarize_gpu(prob, recs))
+            print(f"problem {num}: best {rows[-1]['best_ours']} {rows[-1]['best_us']:.1f} us, "
+                  f"cuSPARSE {rows[-1].get('cusparse_us')}", flush=True)
+        out["gpu_suite"], out["gpu_detail"] = rows, detail
+        out["gpu_conv"] = bench_gpu_conv(quick=args.quick, repeat=args.repeat or 20)
+        sp = [r.get("speedup_vs_cusparse") for r in rows if r.get("speedup_vs_cusparse")]
+        print(f"faster than cuSPARSE on {sum(x > 1 for x in sp)}/{len(sp)}; geomean {geomean(sp):.2f}x")
+    for key, recs in out.items():
+        print(f"\n## {key}\n\n{markdown(recs)}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, f"teaching_{args.what}.json"), "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
