@@ -32,9 +32,11 @@ ONE_SHOT_PATTERNS = ("unstructured", "uniform", "row-balanced", "blocked-uniform
 
 def _config(quick: bool) -> dict:
     if quick:
-        return dict(sizes=[64, 64, 64, 10], pretrain=15, round_epochs=5, one_shot=(0.5, 0.7, 0.9), seeds=(0,))
-    return dict(sizes=[64, 256, 256, 10], pretrain=60, round_epochs=20,
-                one_shot=tuple(round(0.1 * i, 1) for i in range(1, 10)), seeds=(0, 1, 2))
+        return dict(sizes=[64, 64, 64, 10], pretrain=15, round_epochs=5, one_shot=(0.7, 0.9, 0.95), seeds=(0,))
+    # digits is easy: every pattern is lossless below ~80 % (an earlier 0.1-0.9 sweep showed
+    # |task error| < 0.7 pp everywhere), so the one-shot levels reach 95 % where patterns differ
+    return dict(sizes=[64, 256, 256, 10], pretrain=60, round_epochs=20, one_shot=(0.5, 0.7, 0.8, 0.9, 0.95),
+                seeds=(0, 1, 2))
 
 
 def mlp_layers(sizes, batch: int = 1) -> list[Layer]:
@@ -106,45 +108,67 @@ def _iso(summary, pattern, tolerance=1.0):
     return best
 
 
-def _text(cfg, dense_acc, summary, halving) -> str:
+def _verdicts(summary, halving) -> dict:
+    """Whether the papers' two accuracy claims hold here, judged against seed noise."""
     err = {(r["pattern"], r["sparsity"]): r["task_error_pp_mean"] for r in summary}
+    std = [r["task_error_pp_std"] for r in summary if r["seeds"] > 1]
+    noise = max(0.19, float(np.mean(std))) if std else 0.19   # one test sample = 0.19 pp (540 samples)
     levels = sorted({r["sparsity"] for r in summary})
     gap = max(abs(err[("uniform", s)] - err[("unstructured", s)]) for s in levels)
-    high = [s for s in levels if s >= 0.7] or levels[-1:]
-    mean_at = {p: float(np.mean([err[(p, s)] for s in high])) for p in ONE_SHOT_PATTERNS}
-    degrades = mean_at["uniform"] <= mean_at["blocked-uniform:2"] <= mean_at["blocked-uniform:4"]
-    iso = {p: _iso(summary, p) for p in ONE_SHOT_PATTERNS}
+    high = [s for s in levels if s >= 0.9] or levels[-1:]
+    at_high = {p: float(np.mean([err[(p, s)] for s in high])) for p in ONE_SHOT_PATTERNS}
+    ordered = at_high["uniform"] <= at_high["blocked-uniform:2"] <= at_high["blocked-uniform:4"]
+    spread = at_high["blocked-uniform:4"] - at_high["uniform"]
+    hv = {(r["pattern"], r["target"]): r["task_error_pp"] for r in halving}
+    return dict(noise=noise, levels=levels, gap=gap, high=high, at_high=at_high,
+                tracks=gap <= max(1.0, 2 * noise),
+                degrades="yes" if ordered and spread > 2 * noise else
+                         ("ordered as in the paper, but within seed noise" if ordered else "no"),
+                halving={p: (hv.get((p, 0.9375)), hv.get((p, 0.96875))) for p in
+                         ("unstructured", "uniform", "row-balanced", "blocked-uniform:2", "blocked-uniform:4",
+                          "block:2", "block:4", "block:8", "block:16", "block:32")},
+                iso={p: _iso(summary, p) for p in ONE_SHOT_PATTERNS})
+
+
+def _text(cfg, dense_acc, summary, halving) -> str:
+    v = _verdicts(summary, halving)
     last = {r["pattern"]: r for r in halving if r["target"] >= 0.96875 or ":" in r["pattern"][:2]}
     acc = {p: r["accuracy"] for p, r in last.items()}
     sizes = " -> ".join(map(str, cfg["sizes"]))
+    hv = "; ".join(f"{p} {a:+.2f} / {b:+.2f}" for p, (a, b) in v["halving"].items() if a is not None)
     return f"""
 NumPy MLP {sizes} (ReLU, AdamW, weight decay 0.05, cosine LR 3e-3 -> 1e-5 with 10 % linear warm-up, batch 64),
-scikit-learn digits (1797 8x8 images, 70/30 stratified split); dense test accuracy
-{', '.join(f'{100 * a:.2f} %' for a in dense_acc.values())} (seeds {', '.join(map(str, dense_acc))}) after
+scikit-learn digits (1797 8x8 images, 70/30 stratified split, 540 test images: one image = 0.19 pp); dense test
+accuracy {', '.join(f'{100 * a:.2f} %' for a in dense_acc.values())} (seeds {', '.join(map(str, dense_acc))}) after
 {cfg['pretrain']} epochs. The two hidden layers are pruned, the classifier is not. Unstructured and uniform use one
 global threshold over both layers (the papers' global magnitude pruning; uniform aggregates sorted columns by l2);
 row-balanced, blocked-uniform, block and N:M prune each layer to the target. Halving schedule: {cfg['round_epochs']}
-epochs per level with the LR schedule rewound; one-shot: {cfg['pretrain']} epochs (K = T) per target,
-{len(cfg['seeds'])} seed(s).
+epochs per level with the LR schedule rewound (one seed); one-shot: {cfg['pretrain']} epochs (K = T) per target,
+{len(cfg['seeds'])} seed(s), mean seed std {v['noise']:.2f} pp.
 
-**Does uniform track unstructured?** The largest gap in mean task error over the one-shot levels
-{levels[0]:g}-{levels[-1]:g} is {gap:.2f} pp; iso-accuracy sparsity (task error <= 1 pp): unstructured
-{iso['unstructured']:g}, uniform {iso['uniform']:g}, row-balanced {iso['row-balanced']:g} ->
-{'yes, as in the paper' if gap <= 1.0 else 'not within 1 pp here'}.
-**Does blocked-uniform degrade with block size?** Mean task error at sparsity >= {high[0]:g}: uniform
-{mean_at['uniform']:.2f} pp, blocked-uniform b=2 {mean_at['blocked-uniform:2']:.2f} pp, b=4
-{mean_at['blocked-uniform:4']:.2f} pp; iso-accuracy sparsity b=2 {iso['blocked-uniform:2']:g}, b=4
-{iso['blocked-uniform:4']:g} -> {'yes, the order of the paper (uniform < U-Block 2 < U-Block 4)' if degrades else 'the ordering differs from the paper here'}.
-Digits is a small, easy task and the MLP is over-parameterised, so every fine-grained pattern keeps its accuracy far
-longer than the papers' large models do; differences below about one test sample (0.19 pp of 540) are noise.
+**Does uniform track unstructured?** One-shot LR rewinding, levels {', '.join(f'{s:g}' for s in v['levels'])}:
+largest gap in mean task error {v['gap']:.2f} pp; iso-accuracy sparsity (mean task error <= 1 pp at that level and
+all below): unstructured {v['iso']['unstructured']:g}, uniform {v['iso']['uniform']:g}, row-balanced
+{v['iso']['row-balanced']:g}. -> **{'yes' if v['tracks'] else 'no'}**{', as in the paper' if v['tracks'] else ''}.
 
-**Sparsity Roofline** (halving schedule, speedups of this MLP at batch 1 on H100): at 96.875 % sparsity
-unstructured reaches {100 * acc.get('unstructured', float('nan')):.1f} %, uniform {100 * acc.get('uniform', float('nan')):.1f} %,
-block 32x32 {100 * acc.get('block:32', float('nan')):.1f} %; at their fixed sparsities N:M 2:4 (50 %)
-{100 * acc.get('2:4', float('nan')):.1f} %, 2:16 (87.5 %) {100 * acc.get('2:16', float('nan')):.1f} %. CSR at 50 % is
-slower than dense at speed of light (a 32-bit index per 16-bit value). Blocked-uniform b = 4 at 96.875 % keeps
-round((1 - S) K/b) = 0 blocks per block row of the 64-input layer, and 32x32 blocks at >= 93.75 % keep no block of
-it either: the network is cut and accuracy falls to chance (those rows are real, not a bug).
+**Does blocked-uniform degrade with block size?** Mean one-shot task error at sparsity >= {v['high'][0]:g}: uniform
+{v['at_high']['uniform']:.2f} pp, blocked-uniform b=2 {v['at_high']['blocked-uniform:2']:.2f} pp, b=4
+{v['at_high']['blocked-uniform:4']:.2f} pp (iso-accuracy sparsity b=2 {v['iso']['blocked-uniform:2']:g}, b=4
+{v['iso']['blocked-uniform:4']:g}). -> **{v['degrades']}**. Halving schedule, task error (pp) at 93.75 % / 96.875 %:
+{hv}.
+
+Digits is a small, easy task and the MLP is over-parameterised, so every fine-grained pattern keeps its accuracy
+to far higher sparsity than the papers' ImageNet and WMT models; the ordering of the patterns is the transferable
+part, not the sparsity levels.
+
+**Sparsity Roofline** (halving schedule; speedup = this MLP's own layers at batch 1, float16, H100): at 96.875 %
+unstructured reaches {100 * acc.get('unstructured', float('nan')):.1f} %, uniform
+{100 * acc.get('uniform', float('nan')):.1f} %, block 32x32 {100 * acc.get('block:32', float('nan')):.1f} %; at
+their fixed sparsities N:M 2:4 (50 %) {100 * acc.get('2:4', float('nan')):.1f} % and 2:16 (87.5 %)
+{100 * acc.get('2:16', float('nan')):.1f} %. CSR at 50 % is slower than dense at speed of light (a 32-bit index per
+16-bit value). Blocked-uniform b = 4 at 96.875 % keeps round((1 - S) K/b) = 0 blocks per block row of the 64-input
+layer, and 32x32 blocks at >= 93.75 % keep no block of it either: the network is cut and accuracy falls to chance
+(those rows are real, not a bug).
 """
 
 
