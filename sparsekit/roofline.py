@@ -281,8 +281,9 @@ def counts(kind, m: int, k: int, n: int, *, density=None, nnz=None, dtype="float
     b_bytes = b_elements * vs
     c_bytes = m * n * ITEMSIZE[out]
     if kind == "dense":
-        if density is not None or nnz is not None:
-            _nnz_from(density, nnz, m * k, "dense")
+        if (density is not None or nnz is not None) and _nnz_from(density, nnz, m * k, "dense") != m * k:
+            raise ValueError(f"density: a dense matrix stores all {m * k} entries; got density={density!r}, "
+                             f"nnz={nnz!r} (use a sparse kind)")
         stored, index = m * k, 0
     elif kind in ("csr", "coo"):
         stored = _nnz_from(density, nnz, m * k, kind)

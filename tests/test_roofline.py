@@ -269,6 +269,7 @@ def test_model_sum_and_speedup():
     (lambda: counts("bsr", 4, 4, 4, density=0.5), "block: bsr needs a block size"),
     (lambda: counts("dense", 4, 4, 4, dtype="int4"), "dtype: expected one of float64"),
     (lambda: counts("ell", 4, 4, 4, nnz=6), "multiple of m=4"),
+    (lambda: counts("dense", 4, 4, 4, density=0.5), "a dense matrix stores all 16 entries"),
     (lambda: speed_of_light("dense", 4, 4, 4, device="B300"), "unknown device 'B300'; known: V100, A100, H100"),
     (lambda: speed_of_light("dense", 4, 4, 4, unit="tpu"), "unit: expected one of auto"),
     (lambda: speed_of_light("dense", 4, 4), "a format kind needs all three sizes"),
