@@ -1,0 +1,82 @@
+"""``sparsekit bench uspmm`` and ``sparsekit tune``: time and tune the USpMM kernels.
+
+    sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32
+    sparsekit tune --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float16
+
+``bench uspmm`` prints one row per provider (our variants, ``config="auto"``,
+our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
+installed): median and p10/p90 device time, TFLOP/s on the stored nonzeros, %
+of the roofline speed of light, speedup over cuSPARSE CSR, and whether the
+result matched a float64 product. ``tune`` times every configuration of
+:func:`sparsekit.tune.space` and caches the winner for ``config="auto"``.
+Both need a GPU (timings on the simulator would mean nothing).
+"""
+from __future__ import annotations
+
+
+def _problem_args(p) -> None:
+    p.add_argument("--m", type=int, required=True, help="rows of the sparse A (out features)")
+    p.add_argument("--k", type=int, required=True, help="columns of A, rows of B (in features)")
+    p.add_argument("--n", type=int, required=True, help="columns of B (batch x sequence)")
+    p.add_argument("--sparsity", type=float, required=True, help="fraction of zeros of A, uniform per row, in [0, 1)")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="dtype of A, B and C (accumulation is float32) (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="random seed of A and B (default: %(default)s)")
+
+
+def add_bench(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("uspmm", help="USpMM variants vs cuSPARSE, cuBLAS and the roofline",
+                                    description=__doc__.split("\n\n")[0])
+    _problem_args(p)
+    p.add_argument("--repeat", type=int, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.set_defaults(func=cmd_bench)
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("tune", help="autotune USpMM for one problem and cache the winner",
+                              description=__doc__.split("\n\n")[0])
+    _problem_args(p)
+    p.add_argument("--order", choices=("C", "F"), default="C",
+                   help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=20, help="timed repeats per configuration (default: %(default)s)")
+    p.set_defaults(func=cmd_tune)
+
+
+def _need_gpu(what: str) -> bool:
+    from sparsekit.cli import _choose_backend
+    if _choose_backend() != "gpu":
+        print(f"{what}: needs a CUDA GPU (none found); timings on the simulator would mean nothing")
+        return False
+    return True
+
+
+def cmd_bench(args) -> int:
+    if not _need_gpu("sparsekit bench uspmm"):
+        return 2
+    from experiments.bench_uspmm import TABLE_KEYS, bench_problem, markdown
+    from sparsekit.checks import check_int, check_sparsity
+    from sparsekit.device import info
+    for name in ("m", "k", "n"):
+        check_int(getattr(args, name), f"--{name}", minimum=1)
+    check_sparsity(args.sparsity, "--sparsity")
+    recs = bench_problem(args.m, args.k, args.n, args.sparsity, args.dtype, repeat=args.repeat, seed=args.seed)
+    print(f"device: {info().name}")
+    print(markdown(recs, TABLE_KEYS))
+    for r in recs:
+        if "error" in r:
+            print(f"{r['provider']}: {r['error']}")
+    return 0 if all(r.get("correct", True) for r in recs) else 1
+
+
+def cmd_tune(args) -> int:
+    if not _need_gpu("sparsekit tune"):
+        return 2
+    from experiments.bench_uspmm import markdown
+    from sparsekit.tune import cache_path, make_ell, tune
+    ell = make_ell(args.m, args.k, args.sparsity, args.dtype, seed=args.seed)
+    winner, recs = tune(ell, args.n, order=args.order, repeat=args.repeat, seed=args.seed)
+    recs.sort(key=lambda r: r["median_us"])
+    keys = sorted({k for r in recs for k in r}, key=lambda k: (k in ("median_us", "p10_us", "p90_us", "correct"), k))
+    print(markdown(recs[:15], keys))
+    print(f"winner {winner} cached in {cache_path()}")
+    return 0
