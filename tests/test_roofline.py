@@ -82,7 +82,7 @@ def test_speed_of_light_is_max_of_two_times():
     ("2:4", "float16", "sparse-tensor"), ("2:4", "float32", "cuda"),
 ])
 def test_which_peak_applies(kind, dtype, unit):
-    density = None if ":" in kind and kind[0].isdigit() else 0.5
+    density = None if kind == "dense" or kind[0].isdigit() else 0.5
     assert speed_of_light(kind, 64, 64, 64, density=density, dtype=dtype).unit == unit
 
 
