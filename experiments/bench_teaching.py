@@ -135,33 +135,38 @@ def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: floa
     return recs
 
 
-def bench_cpu_suite(problems, *, repeat: int = 5, tune: bool = True) -> list[dict]:
-    """Per suite problem: scipy.sparse, dense BLAS, our rowwise (serial/parallel) and tuned tiled kernel."""
+def bench_cpu_matrix(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 5, tune: bool = True) -> dict:
+    """One matrix: scipy.sparse, dense BLAS, our rowwise (serial/parallel) and tuned tiled kernel (ms)."""
     import numba
 
     from cpu.spmm import spmm_csr, spmm_csr_tiled
 
+    sp = csr.to_scipy()
+    t = {"scipy": wall_time(lambda: sp @ b, repeat)[0],
+         "dense BLAS": wall_time(lambda: a @ b, repeat)[0],
+         "rowwise": wall_time(lambda: spmm_csr(csr, b), repeat)[0],
+         "rowwise parallel": wall_time(lambda: spmm_csr(csr, b, parallel=True), repeat)[0]}
+    (tn, tk), _ = tune_tiles(csr, b, repeat=2) if tune else ((64, 64), [])
+    t[f"tiled {tn}x{tk} parallel"] = wall_time(
+        lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True), repeat)[0]
+    ours = {name: v for name, v in t.items() if name not in ("scipy", "dense BLAS")}
+    best = min(ours, key=ours.get)
+    ok = all(_correct(x, a, b) for x in (spmm_csr(csr, b, parallel=True),
+                                        spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True)))
+    return {"scipy_ms": t["scipy"] * 1e3, "dense_blas_ms": t["dense BLAS"] * 1e3,
+            "rowwise_ms": t["rowwise"] * 1e3, "rowwise_par_ms": t["rowwise parallel"] * 1e3,
+            "tiled_par_ms": t[f"tiled {tn}x{tk} parallel"] * 1e3, "best_ours": best,
+            "speedup_vs_scipy": t["scipy"] / ours[best], "speedup_vs_dense": t["dense BLAS"] / ours[best],
+            "threads": numba.get_num_threads(), "correct": ok}
+
+
+def bench_cpu_suite(problems, *, repeat: int = 5, tune: bool = True) -> list[dict]:
+    """:func:`bench_cpu_matrix` for every suite problem."""
     recs = []
     for num, m, k, n, use, s in problems:
         csr, b, a = suite_matrix(m, k, n, s)
-        sp = csr.to_scipy()
-        t = {"scipy": wall_time(lambda: sp @ b, repeat)[0],
-             "dense BLAS": wall_time(lambda: a @ b, repeat)[0],
-             "rowwise": wall_time(lambda: spmm_csr(csr, b), repeat)[0],
-             "rowwise parallel": wall_time(lambda: spmm_csr(csr, b, parallel=True), repeat)[0]}
-        (tn, tk), _ = tune_tiles(csr, b, repeat=2) if tune else ((64, 64), [])
-        t[f"tiled {tn}x{tk} parallel"] = wall_time(
-            lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True), repeat)[0]
-        ours = {kname: v for kname, v in t.items() if kname not in ("scipy", "dense BLAS")}
-        best = min(ours, key=ours.get)
-        ok = all(_correct(x, a, b) for x in (spmm_csr(csr, b, parallel=True),
-                                            spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True)))
         recs.append({"problem": num, "M": m, "K": k, "N": n, "use": use, "sparsity": s,
-                     "scipy_ms": t["scipy"] * 1e3, "dense_blas_ms": t["dense BLAS"] * 1e3,
-                     "rowwise_ms": t["rowwise"] * 1e3, "rowwise_par_ms": t["rowwise parallel"] * 1e3,
-                     "tiled_par_ms": t[f"tiled {tn}x{tk} parallel"] * 1e3, "best_ours": best,
-                     "speedup_vs_scipy": t["scipy"] / ours[best], "speedup_vs_dense": t["dense BLAS"] / ours[best],
-                     "threads": numba.get_num_threads(), "correct": ok})
+                     **bench_cpu_matrix(csr, b, a, repeat=repeat, tune=tune)})
     return recs
 
 

@@ -61,6 +61,19 @@ def test_mapping_imbalance_by_hand():
     assert r == {"warp_efficiency": pytest.approx(7 / 12), "block_imbalance": pytest.approx(4 / 3), "blocks": 2}
 
 
+@given(csrs(), st.sampled_from([1, 4, 32]), st.integers(1, 6), st.booleans())
+def test_makespan_bounds(a, rpw, slots, swizzle):
+    order = bal.row_swizzle(a) if swizzle else None
+    r = bal.mapping_imbalance(a, rows_per_warp=rpw, warps_per_block=2, order=order, slots=slots)
+    if a.nnz == 0:
+        return
+    # At least the even share (1); Graham's bound: greedy list scheduling ends within
+    # (2 - 1/slots) x the lower bound max(even share, largest block).
+    assert 1.0 - 1e-12 <= r["makespan"] <= (2 - 1 / slots) * max(1.0, r["block_imbalance"] * slots / r["blocks"]) + 1e-9
+    one = bal.mapping_imbalance(a, rows_per_warp=rpw, warps_per_block=2, order=order, slots=1)
+    assert one["makespan"] == pytest.approx(1.0)
+
+
 @given(csrs(), st.integers(1, 8))
 def test_split_m_covers_rows_with_bounded_excess(a, blocks):
     plan = bal.split_m(a, blocks)
