@@ -370,5 +370,5 @@ LESSONS = (
     ("warp_per_row", warp_per_row, "a warp per row, lanes on columns: uniform trip count, coalesced B"),
     ("smem_tiled", smem_tiled, "a TILE_K x 32 tile of B staged in shared memory for the block's rows"),
     ("warp_per_row_swizzled", warp_per_row_swizzled, "Sputnik's row swizzle: rows by decreasing length"),
-    ("thread_group", thread_group, "Algorithm 3: K-lists per thread group, ACC in registers, atomic adds"),
+    ("thread_group", thread_group, "Algorithm 3: K-lists per thread group, ACC per thread, atomic adds"),
 )
