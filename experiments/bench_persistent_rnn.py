@@ -357,13 +357,82 @@ def ncu_runs(steps=8):
             print(f"ncu-run {dt} {config} blocks={plan.split.blocks} threads={plan.split.threads_per_block}")
 
 
+NCU_METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+               "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+               "smsp__sass_inst_executed_op_shared_ld.sum")
+
+
+def reduce_stage_loads(sp, batch: int):
+    """(requests, wavefronts, ideal) of one step's reduce stage: lane b < batch of each row reads its tpr partials."""
+    from sparsekit.rnn_layout import wavefronts
+    req = wf = ideal = 0
+    for blk in range(sp.blocks):
+        for w in range(sp.warps_per_block):
+            for k in range(sp.tpr):
+                addr = []
+                for lane32 in range(32):
+                    tid = w * 32 + lane32
+                    r_local, lane = divmod(tid, sp.tpr)
+                    on = lane < batch and blk * sp.rows_per_block + r_local < sp.rows
+                    addr.append(((r_local * sp.tpr + k) * batch + lane) * 4 if on else -1)
+                if max(addr) < 0:
+                    continue
+                f, p = wavefronts(addr, 4)
+                req, wf, ideal = req + 1, wf + f, ideal + p
+    return req, wf, ideal
+
+
+def ncu_compare(csv_path, steps=8):
+    """Nsight Compute's shared-load counters of ``--ncu`` beside rnn_layout.bank_conflicts' prediction.
+
+    Prediction = (operate stage from the analyzer + reduce stage) x steps; the
+    kernels are listed in ``ncu_runs`` order.
+    """
+    import csv
+
+    from sparsekit.rnn_layout import bank_conflicts, split
+    measured, threads, header = {}, {}, None
+    with open(csv_path) as f:
+        for row in csv.reader(f):
+            if row and row[0] == "ID":
+                header = row
+            elif header and len(row) == len(header):
+                d = dict(zip(header, row))
+                measured.setdefault(int(d["ID"]), {})[d["Metric Name"]] = int(d["Metric Value"].replace(",", ""))
+                threads[int(d["ID"])] = int(d["Block Size"].strip("()").split(",")[0])
+    records, i = [], 0
+    for dt in ("float32", "float16"):
+        u, mask, bp, h0 = problem(1152, 0.1, 4, steps, np.dtype(dt), seed=11)
+        for config, (scheme, sync, aware) in CONFIGS.items():
+            tpr = 16
+            lay = layout_for(u, mask, tpr, aware)
+            sp = split(1152, tpr, threads[i] // tpr)        # the launch configuration ncu saw
+            rep = bank_conflicts(lay, batch=4, scheme=scheme, rows_per_block=sp.rows_per_block,
+                                 itemsize=np.dtype(dt).itemsize)
+            r_req, r_wf, r_ideal = reduce_stage_loads(sp, 4)
+            m = measured.get(i, {})
+            i += 1
+            records.append({
+                "dtype": dt, "config": config, "operate_penalty_analyzer": rep.penalty,
+                "ld_instructions_pred": (rep.requests + r_req) * steps, "ld_instructions_ncu": m.get(NCU_METRICS[2]),
+                "conflicts_pred": (rep.wavefronts - rep.ideal + r_wf - r_ideal) * steps,
+                "conflicts_ncu": m.get(NCU_METRICS[0]),
+                "wavefronts_pred": (rep.wavefronts + r_wf) * steps, "wavefronts_ncu": m.get(NCU_METRICS[1])})
+    _table(records, list(records[0]))
+    return records
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--parts", default="check,time")
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--ncu", action="store_true")
+    ap.add_argument("--ncu-compare", metavar="CSV", help="compare an ncu --csv log of --ncu with the analyzer (CPU)")
     args = ap.parse_args(argv)
+    if args.ncu_compare:
+        ncu_compare(args.ncu_compare)
+        return
     if args.sanitize:
         sanitize()
         return
