@@ -119,15 +119,15 @@ def mapping_imbalance(csr, *, rows_per_warp: int, warps_per_block: int, order=No
 
     ``warp_efficiency``  nonzeros / lane-steps issued, in (0, 1] (1: no waste);
     ``block_imbalance``  max over blocks of block cost / mean block cost, where a
-                         block costs the sum of its warps' lockstep steps (1: even);
+                         block costs the lane-steps its warps issue (1: even);
     ``blocks``           number of blocks;
     ``makespan``         (with ``slots``) the finishing time of a greedy scheduler
                          that starts the blocks in launch order on ``slots``
                          concurrent block slots (SMs x resident blocks), divided by
-                         the even share ``total cost / slots`` (1: no tail). This is
-                         where the row swizzle pays: sorted blocks put the heavy
-                         ones first, so the tail is short, even though sorting makes
-                         neighbouring blocks *more* different (``block_imbalance``).
+                         the ideal ``nnz / slots`` (1: no lockstep waste and no
+                         tail). Sorting rows (the swizzle) cuts the waste inside
+                         warps but groups the heaviest rows into the first blocks,
+                         so ``block_imbalance`` rises; the makespan weighs both.
     """
     rpw = check_int(rows_per_warp, "rows_per_warp", minimum=1)
     if slots is not None:
@@ -150,7 +150,7 @@ def mapping_imbalance(csr, *, rows_per_warp: int, warps_per_block: int, order=No
     issued = warp_steps * rpw
     blocks = -(-warps // wpb)
     block_cost = np.zeros(blocks * wpb, dtype=np.int64)
-    block_cost[:warps] = warp_steps
+    block_cost[:warps] = issued                                   # lane-steps, comparable with nnz
     block_cost = block_cost.reshape(blocks, wpb).sum(axis=1)
     nnz = int(lengths.sum())
     mean = block_cost.mean()
@@ -158,14 +158,13 @@ def mapping_imbalance(csr, *, rows_per_warp: int, warps_per_block: int, order=No
            "block_imbalance": float(block_cost.max() / mean) if mean else 1.0,
            "blocks": int(blocks)}
     if slots is not None:
-        out["makespan"] = _makespan(block_cost, slots)
+        out["makespan"] = _makespan(block_cost, slots, nnz)
     return out
 
 
-def _makespan(costs: np.ndarray, slots: int) -> float:
-    """Greedy list scheduling in launch order on ``slots`` slots, over the even share."""
-    total = float(costs.sum())
-    if total == 0:
+def _makespan(costs: np.ndarray, slots: int, nnz: int) -> float:
+    """Greedy list scheduling in launch order on ``slots`` slots, over the ideal ``nnz / slots``."""
+    if nnz == 0:
         return 1.0
     free = [0.0] * min(slots, costs.size)
     heapq.heapify(free)
@@ -174,7 +173,7 @@ def _makespan(costs: np.ndarray, slots: int) -> float:
         t = heapq.heappop(free) + float(c)
         end = max(end, t)
         heapq.heappush(free, t)
-    return end / (total / slots)
+    return end / (nnz / slots)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def main(quick: bool = False) -> dict:
         for name, order in (("natural", None), ("swizzled", bal.row_swizzle(csr))):
             r = bal.mapping_imbalance(csr, rows_per_warp=32, warps_per_block=1, order=order, slots=2)
             print(f"  thread per row, {name:8s}: {100 * r['warp_efficiency']:5.1f}% of lane-steps useful, "
-                  f"block schedule ends at {r['makespan']:.2f}x the even share")
+                  f"2 block slots finish at {r['makespan']:.2f}x the ideal nnz/2")
         blocks = 16
         tile_m = max(1, m // blocks)
         plans = (bal.equal_m_tiles(csr, tile_m), bal.split_m(csr, blocks), bal.split_k(csr, tile_m, blocks))
