@@ -73,6 +73,18 @@ def test_table1_configs_match_reference(config, problem):
     assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
+@given(problem=problems(batch=4))
+def test_lamport_software_pipeline_matches_reference(problem):
+    """pipeline=True: the next step's loads are issued before the operate stage (Section 4.2)."""
+    u, bp, h0, steps, tpr, activation = problem
+    lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
+    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, pipeline=True,
+                                 rows_per_block=_one_block(u.shape[0], tpr))
+    got = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
+
+
 @given(problem=problems())
 def test_naive_any_batch_matches_reference(problem):
     u, bp, h0, steps, tpr, activation = problem
