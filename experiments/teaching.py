@@ -115,7 +115,7 @@ def _plot_tiles(recs, path, title):
     ax.set_ylabel("tile_n")
     for i in range(len(tn)):
         for j in range(len(tk)):
-            ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w")
+            ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", fontsize=7, color="w")
     fig.colorbar(im, label="ms")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
