@@ -4,6 +4,7 @@ Not an experiment module (``experiments/teaching.py`` is); run it as a script::
 
     python experiments/bench_teaching.py loop-orders [--quick]   # every CSR order + tile grid at 1024 x 1024 x 256, 90%
     python experiments/bench_teaching.py cpu-suite [--quick]     # the 20 suite problems vs scipy.sparse and BLAS
+    python experiments/bench_teaching.py cpu-conv [--quick]      # the slides' 3x3 conv layers: im2col + SpMM vs BLAS
     python experiments/bench_teaching.py specialize [--quick]    # SparseRT-style kernels: compile vs run time
     python experiments/bench_teaching.py gpu [--quick] [--out DIR]   # lessons vs cuSPARSE/cuBLAS, conv vs cuDNN
     python experiments/bench_teaching.py sanitize                # each GPU lesson once, tiny (compute-sanitizer)
@@ -188,6 +189,39 @@ def bench_specialize(sizes=(16, 32, 64, 128), *, n: int = 256, sparsity: float =
     for s in sizes:
         csr, b, a = suite_matrix(s, s, n, sparsity)
         recs.append(compare(csr, b, repeat=repeat))
+    return recs
+
+
+def bench_cpu_conv(*, sparsities=SPARSITIES, repeat: int = 5, quick: bool = False) -> list[dict]:
+    """The slides' Table 3 layers on the CPU: im2col + our SpMM, virtual im2col, im2col + dense BLAS (ms)."""
+    from cpu import conv as cconv
+    from reference.conv import conv2d_direct
+    from sparsekit.formats import CSR
+    from sparsekit.prune import magnitude
+
+    recs = []
+    layers = [(7, 16, 16)] if quick else CONV_LAYERS
+    for size, cin, cout in layers:
+        for s in sparsities:
+            rng = np.random.default_rng([size, cin, cout, int(s * 1000)])
+            w = rng.standard_normal((cout, cin * 9)).astype(np.float32)
+            mask = magnitude(w, s)
+            wd = np.where(mask, w, np.float32(0))
+            csr = CSR.from_dense(wd, mask)
+            w4 = wd.reshape(cout, cin, 3, 3)
+            x = rng.standard_normal((cin, size, size)).astype(np.float32)
+            want = conv2d_direct(x, w4)
+            runs = {"im2col+SpMM": lambda: cconv.conv2d_im2col(csr, x),
+                    "virtual im2col": lambda: cconv.conv2d_virtual(csr, x),
+                    "im2col+dense BLAS": lambda: cconv.conv2d_dense(w4, x)}
+            row = {"image": size, "C_in": cin, "C_out": cout, "sparsity": s}
+            tol = 1e-4 * float(np.abs(want).max())
+            for name, fn in runs.items():
+                row[name + " ms"] = wall_time(fn, repeat)[0] * 1e3
+                row[name + " correct"] = bool(np.allclose(fn(), want, rtol=1e-4, atol=tol))
+            row["best sparse vs dense"] = row["im2col+dense BLAS ms"] / min(row["im2col+SpMM ms"],
+                                                                          row["virtual im2col ms"])
+            recs.append(row)
     return recs
 
 
@@ -377,7 +411,7 @@ def geomean(xs) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("loop-orders", "cpu-suite", "specialize", "gpu", "sanitize"))
+    ap.add_argument("what", choices=("loop-orders", "cpu-suite", "cpu-conv", "specialize", "gpu", "sanitize"))
     ap.add_argument("--quick", action="store_true", help="toy sizes (CI)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repeats per configuration")
     ap.add_argument("--out", default=None, help="folder for JSON results")
@@ -394,6 +428,8 @@ def main(argv=None) -> int:
         within = sum(r["speedup_vs_scipy"] >= 1 / 1.5 for r in recs)
         print(f"faster than scipy on {wins}/{len(recs)}; within 1.5x on {within}/{len(recs)}; "
               f"geomean speedup vs scipy {geomean(r['speedup_vs_scipy'] for r in recs):.2f}")
+    elif args.what == "cpu-conv":
+        out["cpu_conv"] = bench_cpu_conv(repeat=args.repeat or 5, quick=args.quick)
     elif args.what == "specialize":
         sizes = (16, 32) if args.quick else (16, 32, 64, 128)
         out["specialize"] = bench_specialize(sizes, repeat=args.repeat or 10)
