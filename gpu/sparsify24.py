@@ -27,8 +27,8 @@ training post (../shared/papers/semi-structured-24-training.txt, sections 2-4):
   ``syncthreads``, every thread writes two 32-bit words of each metadata
   array, consecutive threads consecutive words (the post shuffles inside a
   warp instead; shuffles do not run in the CUDA simulator, shared memory does).
-  A block is 8 x ``ROW_THREADS`` threads = ``8 * ROW_THREADS`` rows x 64 columns,
-  whole 32x32 metadata blocks.
+  A block is 8 x ``row_threads`` threads = ``8 * row_threads`` rows x 64 columns
+  (tunable, default 16), whole 32x32 metadata blocks.
 
 Non-finite input is reported through a flag word the launcher reads back
 (``check_finite=True``), so device arrays get the same error as NumPy ones.
@@ -43,14 +43,15 @@ from numba import cuda, float32, uint8
 from reference.sparsify24 import (ALIGN, CANDIDATES, DTYPES, METHODS, NIBBLE, PAIRS, ROW_TERMS,
                                   TIES, Sparse24)
 from sparsekit.arrays import cdiv, operand, output, result
-from sparsekit.checks import check_divisible
+from sparsekit.checks import check_divisible, check_int
 from sparsekit.sorting_networks import bose_nelson, compare_exchange_source, green16
 
-__all__ = ["sparsify24", "tile_mask_source", "ROW_THREADS"]
+__all__ = ["sparsify24", "kernel_for", "tile_mask_source", "ROW_THREADS", "GREEDY_TILE", "OPTIMAL_TILE"]
 
-#: Thread rows per block (a block is 8 x ROW_THREADS threads, 8*ROW_THREADS rows x 64 columns).
+#: Default thread rows per block (a block is 8 x row_threads threads, 8*row_threads rows x 64 columns).
 ROW_THREADS = 16
-_BLOCK_ROWS = 8 * ROW_THREADS
+#: Allowed row_threads: blocks must cover whole 32-row metadata groups.
+ROW_THREADS_ALLOWED = (4, 8, 16, 32)
 _BLOCK_COLS = 64
 
 #: Metadata nibble of every 4-bit row-group pattern, 4 bits each (3+ kept never occurs -> 0).
@@ -124,6 +125,11 @@ def _device(source: str, name: str):
     env = {"float32": float32}
     exec(compile(source, f"<generated {name}>", "exec"), env)
     return cuda.jit(device=True)(env[name])
+
+
+#: Generated device functions: (bits, ties) -> greedy_tile(r0, r1, r2, r3); method -> optimal_tile(wf, r, c).
+GREEDY_TILE = {(b, t): _device(_greedy_source(b, t), "greedy_tile") for b in (16, 32) for t in TIES}
+OPTIMAL_TILE = {m: _device(_optimal_source(m), "optimal_tile") for m in METHODS[1:]}
 
 
 # ---------------------------------------------------------------- device helpers
@@ -218,24 +224,30 @@ def _meta_row(d, h):
 
 # ---------------------------------------------------------------- kernels
 
-def _make_kernel(bits: int, method: str, ties: str):
-    """Kernel for one (element bits, method, ties); the choices are compile-time constants."""
+def _make_kernel(bits: int, method: str, ties: str, row_threads: int, min_blocks: int | None):
+    """Kernel for one (element bits, method, ties, block shape); all compile-time constants.
+
+    ``min_blocks``: launch bounds asking ptxas for that many resident blocks per SM
+    (caps registers); None leaves ptxas free.
+    """
     load4 = _load4_16 if bits == 16 else _load4_32
     inf = 0x7C00 if bits == 16 else 0x7F800000
     optimal = method != "greedy"
-    greedy_tile = _device(_greedy_source(bits, ties), "greedy_tile")
-    optimal_tile = _device(_optimal_source("optimal" if method == "greedy" else method), "optimal_tile")
+    greedy_tile = GREEDY_TILE[(bits, "index" if optimal else ties)]
+    optimal_tile = OPTIMAL_TILE["optimal" if method == "greedy" else method]
+    rows_t = row_threads
+    block_rows = 8 * row_threads
 
     def kernel(words, wf, packed, packed_t, meta, meta_t, tmasks, flags, m, k):
         # arrays: words (M, K*bits/64) int64 view of w; wf w itself (optimal scores);
         #   packed (M, K/2) / packed_t (K, M/2) element-bit views; meta (M*K/32,) /
         #   meta_t uint32 views; tmasks (M/4, K/4) uint16; flags (1,) int32.
         # sizes: m, k.
-        smem_w = cuda.shared.array((_BLOCK_ROWS, 8), uint8)   # nibble bytes: W row, 8-col block
-        smem_t = cuda.shared.array((_BLOCK_COLS, ROW_THREADS), uint8)  # W^T row (W col), 8-row block
+        smem_w = cuda.shared.array((block_rows, 8), uint8)    # nibble bytes: W row, 8-col block
+        smem_t = cuda.shared.array((_BLOCK_COLS, rows_t), uint8)  # W^T row (W col), 8-row block
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        row0 = (cuda.blockIdx.y * ROW_THREADS + ty) * 8
+        row0 = (cuda.blockIdx.y * rows_t + ty) * 8
         col0 = (cuda.blockIdx.x * 8 + tx) * 8
         if row0 < m and col0 < k:
             bad = 0
@@ -287,13 +299,13 @@ def _make_kernel(bits: int, method: str, ties: str):
         # from logical row _meta_row(d, h), logical column 2j | (d & 1) (module docstring
         # of reference.sparsify24, steps 3-5 inverted).
         t = ty * 8 + tx
-        rb = cuda.blockIdx.y * _BLOCK_ROWS
+        rb = cuda.blockIdx.y * block_rows
         cb = cuda.blockIdx.x * _BLOCK_COLS
         for s in range(2):
             # W: this block's stored rows rb.., column pairs j = cb/32, cb/32 + 1
-            q = t + s * _BLOCK_ROWS
-            d = rb + q % _BLOCK_ROWS
-            j = cb // 32 + q // _BLOCK_ROWS
+            q = t + s * block_rows
+            d = rb + q % block_rows
+            j = cb // 32 + q // block_rows
             if d < m and j * 32 < k:
                 cl = 2 * (2 * j + (d & 1) - cb // 16)            # byte of the 16-col word
                 lo = _meta_row(d, 0) - rb
@@ -312,17 +324,27 @@ def _make_kernel(bits: int, method: str, ties: str):
                         | (int(smem_t[hi, cl]) << 16) | (int(smem_t[hi, cl + 1]) << 24))
                 meta_t[j * k + d] = word
 
-    return cuda.jit(kernel)
+    if min_blocks is None:       # (the simulator's jit takes no launch_bounds at all)
+        return cuda.jit(kernel)
+    return cuda.jit(kernel, launch_bounds=(8 * row_threads, min_blocks))
 
 
-#: (bits, method, ties) -> kernel; the optimal methods ignore ties (registered as "index").
-KERNELS = {(b, "greedy", t): _make_kernel(b, "greedy", t) for b in (16, 32) for t in TIES}
-KERNELS.update({(b, o, "index"): _make_kernel(b, o, "index") for b in (16, 32) for o in METHODS[1:]})
+_KERNELS: dict = {}
+
+
+def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS,
+               min_blocks: int | None = None):
+    """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``."""
+    key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_kernel(*key)
+    return _KERNELS[key]
 
 
 # ---------------------------------------------------------------- launcher
 
-def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True) -> Sparse24:
+def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
+               row_threads: int = ROW_THREADS, min_blocks: int | None = None) -> Sparse24:
     """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
 
     Parameters
@@ -332,11 +354,17 @@ def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: 
     method, ties : as in the reference.
     check_finite : read the kernel's non-finite flag back and raise ``ValueError``
         (one small device-to-host copy, which synchronises; pass False when timing).
+    row_threads : tunable, thread rows per block (4, 8, 16, 32; 8 thread columns).
+    min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: no bound).
     """
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
     if ties not in TIES:
         raise ValueError(f"ties: must be one of {TIES}, got {ties!r}")
+    if row_threads not in ROW_THREADS_ALLOWED:
+        raise ValueError(f"row_threads: must be one of {ROW_THREADS_ALLOWED}, got {row_threads!r}")
+    if min_blocks is not None:
+        check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
     op = operand(w, "w", dtypes=DTYPES, ndim=2, order="C")
     dev = op.dev
     m, k = dev.shape
@@ -351,9 +379,9 @@ def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: 
     tmasks = output((m // 4, k // 4), np.uint16, like=op)
     flags = cuda.to_device(np.zeros(1, np.int32))
     if m and k:
-        kern = KERNELS[(bits, method, ties if method == "greedy" else "index")]
-        grid = (cdiv(k, _BLOCK_COLS), cdiv(m, _BLOCK_ROWS))
-        kern[grid, (8, ROW_THREADS)](dev.view(np.int64), dev, packed.view(ebits), packed_t.view(ebits),
+        kern = kernel_for(bits, method, ties, row_threads, min_blocks)
+        grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
+        kern[grid, (8, row_threads)](dev.view(np.int64), dev, packed.view(ebits), packed_t.view(ebits),
                                      meta, meta_t, tmasks, flags, m, k)
     if check_finite and flags.copy_to_host()[0]:
         raise ValueError("w: must be finite, found NaN/Inf value(s) (flagged by the kernel)")

@@ -221,12 +221,12 @@ def test_reference_rejects_bad_options():
 
 # ------------------------------------------------------------------------- kernel == reference
 
-@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS))
-def test_kernel_equals_reference_bit_for_bit(w, option):
+@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]))
+def test_kernel_equals_reference_bit_for_bit(w, option, row_threads):
     from gpu import sparsify24 as gpu
     method, ties = option
     want = ref.sparsify24(w, method=method, ties=ties)
-    got = gpu.sparsify24(w, method=method, ties=ties)
+    got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads)
     for f in FIELDS:
         a, b = getattr(got, f), getattr(want, f)
         assert a.shape == b.shape and a.dtype == b.dtype, f
@@ -271,3 +271,12 @@ def test_kernel_launcher_rejects_bad_input(bad, err, match):
     from gpu import sparsify24 as gpu
     with pytest.raises(err, match=match):
         gpu.sparsify24(bad)
+
+
+def test_kernel_launcher_rejects_bad_tunables():
+    from gpu import sparsify24 as gpu
+    w = np.ones((32, 32), np.float16)
+    with pytest.raises(ValueError, match="row_threads: must be one of"):
+        gpu.sparsify24(w, row_threads=3)
+    with pytest.raises(ValueError, match="method: must be one of"):
+        gpu.sparsify24(w, method="best")
