@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparsekit import formats, roofline
+from sparsekit import formats
 from sparsekit.device import PEAKS
 from sparsekit.roofline import counts, counts_of, model_sol, parse_kind, roof, speed_of_light
 
