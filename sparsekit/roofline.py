@@ -412,6 +412,19 @@ class SoL:
         return self.seconds / measured_s
 
 
+def compare(dense: SoL, sparse: SoL, dense_s: float, sparse_s: float) -> dict:
+    """Predicted (SoL) vs measured speedup of one layer, with each kernel's fraction of SoL.
+
+    Section 3.4: the two speedups are equal exactly when both fractions are equal;
+    ``predicted / measured == dense_fraction / sparse_fraction`` says who is further
+    from its roof. Times in seconds.
+    """
+    fd, fs = dense.fraction(dense_s), sparse.fraction(sparse_s)
+    return {"predicted_speedup": dense.seconds / sparse.seconds, "measured_speedup": dense_s / sparse_s,
+            "dense_fraction_of_sol": fd, "sparse_fraction_of_sol": fs, "bound_dense": dense.bound,
+            "bound_sparse": sparse.bound}
+
+
 def default_unit(kind: str, dtype: str) -> str:
     """The unit a well-optimized kernel of ``kind`` uses for ``dtype`` (see module docstring)."""
     tc = dtype in TENSOR_DTYPES

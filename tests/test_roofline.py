@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparsekit import formats
+from sparsekit import formats, roofline
 from sparsekit.device import PEAKS
 from sparsekit.roofline import counts, counts_of, model_sol, parse_kind, roof, speed_of_light
 
@@ -221,6 +221,16 @@ def test_equal_fraction_of_sol_means_predicted_equals_measured_speedup():
     measured_dense, measured_sparse = d.seconds / frac, s.seconds / frac
     assert d.fraction(measured_dense) == pytest.approx(s.fraction(measured_sparse)) == pytest.approx(frac)
     assert measured_dense / measured_sparse == pytest.approx(d.seconds / s.seconds)
+
+
+def test_compare_reports_both_speedups_and_fractions():
+    d = speed_of_light("dense", 512, 512, 8, dtype="float16")
+    s = speed_of_light("2:4", 512, 512, 8, dtype="float16")
+    r = roofline.compare(d, s, d.seconds / 0.8, s.seconds / 0.4)   # sparse kernel half as close to its roof
+    assert r["dense_fraction_of_sol"] == pytest.approx(0.8) and r["sparse_fraction_of_sol"] == pytest.approx(0.4)
+    assert r["predicted_speedup"] / r["measured_speedup"] == pytest.approx(0.8 / 0.4)
+    with pytest.raises(ValueError, match="measured_s: must be a positive time"):
+        roofline.compare(d, s, 0.0, 1.0)
 
 
 def test_nm_case_study_ranks_patterns():
