@@ -68,7 +68,7 @@ def cmd_roofline(args) -> int:
         r = roof(args.device)
         result = model_sol(layers, args.pattern, args.sparsity, dtype=args.dtype, device=r,
                            include_activation_matmuls=args.attention, convention=args.convention)
-    except (ValueError, TypeError) as err:
+    except (ValueError, TypeError, RuntimeError) as err:   # RuntimeError: "measured" without a GPU
         print(f"sparsekit roofline: {err}", file=sys.stderr)
         return 2
     print(render(result, r.name))
