@@ -19,6 +19,12 @@ Problems: :data:`sparsekit.models.SPMM_SUITE` (the course slides' Table 1),
 fixed seed), ``B`` = N(0, 1) activations, float32. CPU times are wall clock
 (median of ``repeat`` after a warm-up call, threads = ``numba.get_num_threads()``);
 GPU times are device times from :func:`sparsekit.timing.measure` (L2 flushed).
+
+On a shared 2-core machine, run the CPU benchmarks as
+``OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive python ...``: two OpenBLAS
+threads on contended cores took 16 ms for a GEMM that one thread does in 1 ms,
+and spinning OpenMP workers of Numba's ``prange`` steal the cores from
+whatever runs next. The records state the thread counts.
 """
 from __future__ import annotations
 
@@ -168,7 +174,8 @@ def bench_cpu_matrix(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 5, tune
             "rowwise_ms": t["rowwise"] * 1e3, "rowwise_par_ms": t["rowwise parallel"] * 1e3,
             "tiled_par_ms": t[f"tiled {tn}x{tk} parallel"] * 1e3, "best_ours": best,
             "speedup_vs_scipy": t["scipy"] / ours[best], "speedup_vs_dense": t["dense BLAS"] / ours[best],
-            "threads": numba.get_num_threads(), "correct": ok}
+            "threads": numba.get_num_threads(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+            "correct": ok}
 
 
 def bench_cpu_suite(problems, *, repeat: int = 5, tune: bool = True) -> list[dict]:
