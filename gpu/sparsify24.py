@@ -46,7 +46,7 @@ from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.sorting_networks import bose_nelson, compare_exchange_source, green16
 
-__all__ = ["sparsify24", "kernel_for", "tile_mask_source", "ROW_THREADS", "GREEDY_TILE", "OPTIMAL_TILE"]
+__all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREADS", "GREEDY_TILE", "OPTIMAL_TILE"]
 
 #: Default thread rows per block (a block is 8 x row_threads threads, 8*row_threads rows x 64 columns).
 ROW_THREADS = 16
@@ -343,19 +343,14 @@ def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS
 
 # ---------------------------------------------------------------- launcher
 
-def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
-               row_threads: int = ROW_THREADS, min_blocks: int | None = None) -> Sparse24:
-    """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
+def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int = ROW_THREADS,
+            min_blocks: int | None = None):
+    """Validate and allocate once; return ``(launch, out)`` for repeated launches (benchmarks).
 
-    Parameters
-    ----------
-    w : (M, K) float16 or float32, C-contiguous; NumPy, Numba device array or CAI
-        (CuPy, PyTorch). M and K multiples of 32.
-    method, ties : as in the reference.
-    check_finite : read the kernel's non-finite flag back and raise ``ValueError``
-        (one small device-to-host copy, which synchronises; pass False when timing).
-    row_threads : tunable, thread rows per block (4, 8, 16, 32; 8 thread columns).
-    min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: no bound).
+    ``launch()`` queues the kernel and returns without synchronising. The second
+    item is ``(operand, out, flags)``: the validated input, a :class:`Sparse24`
+    of the Numba device arrays the kernel writes (metadata as flat 16-bit
+    views) and the non-finite flag word.
     """
     if method not in METHODS:
         raise ValueError(f"method: must be one of {METHODS}, got {method!r}")
@@ -374,19 +369,44 @@ def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: 
     ebits = np.uint16 if bits == 16 else np.uint32
     packed = output((m, k // 2), dev.dtype, like=op)
     packed_t = output((k, m // 2), dev.dtype, like=op)
-    meta = output((m * k // 32,), np.uint32, like=op)
+    meta = output((m * k // 32,), np.uint32, like=op)      # written as 32-bit words
     meta_t = output((m * k // 32,), np.uint32, like=op)
     tmasks = output((m // 4, k // 4), np.uint16, like=op)
     flags = cuda.to_device(np.zeros(1, np.int32))
-    if m and k:
-        kern = kernel_for(bits, method, ties, row_threads, min_blocks)
-        grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
-        kern[grid, (8, row_threads)](dev.view(np.int64), dev, packed.view(ebits), packed_t.view(ebits),
-                                     meta, meta_t, tmasks, flags, m, k)
+    kern = kernel_for(bits, method, ties, row_threads, min_blocks)
+    grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
+    args = (dev.view(np.int64), dev, packed.view(ebits), packed_t.view(ebits), meta, meta_t, tmasks,
+            flags, m, k)
+
+    def launch():
+        if m and k:
+            kern[grid, (8, row_threads)](*args)
+
+    out = Sparse24(tmasks, packed, meta.view(np.int16), packed_t, meta_t.view(np.int16), method,
+                   ties if method == "greedy" else "index")
+    return launch, (op, out, flags)
+
+
+def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
+               row_threads: int = ROW_THREADS, min_blocks: int | None = None) -> Sparse24:
+    """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
+
+    Parameters
+    ----------
+    w : (M, K) float16 or float32, C-contiguous; NumPy, Numba device array or CAI
+        (CuPy, PyTorch). M and K multiples of 32.
+    method, ties : as in the reference.
+    check_finite : read the kernel's non-finite flag back and raise ``ValueError``
+        (one small device-to-host copy, which synchronises; pass False when timing).
+    row_threads : tunable, thread rows per block (4, 8, 16, 32; 8 thread columns).
+    min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: no bound).
+    """
+    launch, (op, out, flags) = prepare(w, method=method, ties=ties, row_threads=row_threads,
+                                       min_blocks=min_blocks)
+    launch()
     if check_finite and flags.copy_to_host()[0]:
         raise ValueError("w: must be finite, found NaN/Inf value(s) (flagged by the kernel)")
-    # metadata: 32-bit words written, 16-bit words (M, K/16) returned (same bytes)
-    return Sparse24(result(tmasks, like=op), result(packed, like=op),
-                    result(meta.view(np.int16), like=op).reshape(m, k // 16), result(packed_t, like=op),
-                    result(meta_t.view(np.int16), like=op).reshape(k, m // 16), method,
-                    ties if method == "greedy" else "index")
+    m, k = out.shape
+    return Sparse24(result(out.tile_masks, like=op), result(out.packed, like=op),
+                    result(out.meta, like=op).reshape(m, k // 16), result(out.packed_t, like=op),
+                    result(out.meta_t, like=op).reshape(k, m // 16), out.method, out.ties)

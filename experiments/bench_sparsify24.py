@@ -1,0 +1,350 @@
+"""2:4 tile sparsifier on a GPU: agreement with PyTorch, sanitizer runs, timings.
+
+Not an experiment module (no EXPERIMENT; ``experiments/sparsify24.py`` is). Run
+it as a script on a GPU::
+
+    python experiments/bench_sparsify24.py --check [--out DIR]   # vs reference and vs PyTorch
+    python experiments/bench_sparsify24.py --time [--out DIR]    # the issue's timing table
+    python experiments/bench_sparsify24.py --sanitize            # each kernel once, small (compute-sanitizer)
+
+``--check``: every kernel variant equals :func:`reference.sparsify24.sparsify24`
+bit for bit at 256x192; at fp16 shapes 128..8192 our ``ties="torch"`` masks,
+packed W and packed W^T equal ``torch._sparse_semi_structured_tile(w,
+"largest_abs_values_greedy", use_cutlass=True)`` and our metadata equals
+PyTorch's in every row group that keeps two values (PyTorch leaves the filler
+index of a group keeping fewer uninitialised); then PyTorch's CUTLASS sparse
+GEMM consumes our packed W and W^T and matches the dense product.
+
+``--time``: :func:`bench_shape` -- one record per provider with median/p10/p90
+device time (:func:`sparsekit.timing.measure`, L2 flushed), GB/s of the bytes
+the kernel must move (read W, write packed W, packed W^T, both metadata and the
+tile masks: 4.375 bytes per fp16 element) and % of the measured copy bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from reference import sparsify24 as ref  # noqa: E402
+
+#: The issue's shapes (M, K), fp16.
+TIME_SHAPES = [(4096, 1024), (4096, 4096), (8192, 8192)]
+CHECK_SHAPES = [(128, 128), (256, 1024), (1024, 4096), (4096, 1024), (8192, 8192)]
+#: Our providers: name -> (dtype, prepare() keywords).
+OURS = {
+    "ours greedy (index ties)": (np.float16, dict(method="greedy", ties="index")),
+    "ours greedy (torch ties)": (np.float16, dict(method="greedy", ties="torch")),
+    "ours optimal (186)": (np.float16, dict(method="optimal")),
+    "ours optimal_full (90)": (np.float16, dict(method="optimal_full")),
+    "ours greedy, 32-thread blocks": (np.float16, dict(method="greedy", row_threads=4)),
+    "ours greedy (torch ties), min 4 blocks/SM": (np.float16, dict(method="greedy", ties="torch", min_blocks=4)),
+    "ours greedy fp32": (np.float32, dict(method="greedy", ties="index")),
+}
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def bytes_moved(m: int, k: int, itemsize: int) -> int:
+    """Bytes the sparsifier must read and write: W, packed W and W^T, both metadata, tile masks."""
+    return m * k * itemsize + 2 * (m * k // 2) * itemsize + 2 * (m * k // 16) * 2 + (m * k // 16) * 2
+
+
+def random_weight(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def popcount16(a: np.ndarray) -> np.ndarray:
+    """Bits set in each uint16."""
+    return np.unpackbits(a.astype(np.uint16).view(np.uint8).reshape(-1, 2), axis=1).sum(axis=1)
+
+
+# ----------------------------------------------------------------------------- check
+
+def torch_tile_masks(torch, threads_masks, m, k):
+    """PyTorch's per-thread (a, b, c, d) 4x4 masks -> our (M/4, K/4) layout."""
+    tm = threads_masks.view(torch.int16).reshape(m // 8, k // 8, 4).cpu().numpy().view(np.uint16)
+    out = np.empty((m // 4, k // 4), np.uint16)
+    out[0::2, 0::2], out[0::2, 1::2] = tm[:, :, 0], tm[:, :, 1]
+    out[1::2, 0::2], out[1::2, 1::2] = tm[:, :, 2], tm[:, :, 3]
+    return out
+
+
+def logical_meta(flat_u16: np.ndarray, m: int, k: int) -> np.ndarray:
+    """(M, K/4) nibbles from stored metadata (flat 16-bit words)."""
+    words = flat_u16[ref.meta_offsets(m, k)].astype(np.int64)
+    return ((words[:, :, None] >> (4 * np.arange(4))) & 15).reshape(m, k // 4)
+
+
+def check_reference(results: dict) -> bool:
+    from gpu import sparsify24 as gpu
+    rng = np.random.default_rng(0)
+    ok_all = True
+    for name, (dtype, kw) in OURS.items():
+        for data in ("normal", "ties"):
+            w = random_weight(rng, (256, 192), dtype) if data == "normal" else \
+                rng.integers(-2, 3, (256, 192)).astype(dtype)
+            got = gpu.sparsify24(w, **kw)
+            want = ref.sparsify24(w, method=kw["method"], ties=kw.get("ties", "index"))
+            ok = all(np.array_equal(getattr(got, f).view(np.uint8), getattr(want, f).view(np.uint8))
+                     for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
+            again = gpu.sparsify24(w, **kw)
+            det = all(np.array_equal(getattr(got, f), getattr(again, f)) for f in ("packed", "meta", "meta_t"))
+            log(f"  reference {name:45s} {data:6s} equal={ok} repeat-identical={det}")
+            results.setdefault("reference", []).append(dict(provider=name, data=data, equal=ok, repeat=det))
+            ok_all &= ok and det
+    return ok_all
+
+
+def check_torch(results: dict) -> bool:
+    import torch
+    from numba import cuda
+    from gpu import sparsify24 as gpu
+    ok_all = True
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for m, k in CHECK_SHAPES:
+        for data in ("normal", "ties"):
+            if data == "normal":
+                w = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+            else:
+                w = torch.randint(-2, 3, (m, k), device="cuda", generator=g).to(torch.float16)
+            packed, meta, packed_t, meta_t, tmasks = torch._sparse_semi_structured_tile(
+                w, algorithm="largest_abs_values_greedy", use_cutlass=True)
+            wn = cuda.as_cuda_array(w)          # Numba views in, Numba arrays out (no uint16 tensors)
+            ours = gpu.sparsify24(wn, ties="torch")
+            ours_index = gpu.sparsify24(wn, ties="index")
+            torch.cuda.synchronize()
+            t_tm = torch_tile_masks(torch, tmasks, m, k)
+            o_tm = ours.tile_masks.copy_to_host()
+            oi_tm = ours_index.tile_masks.copy_to_host()
+            masks_equal = bool(np.array_equal(t_tm, o_tm))
+            index_tiles_differ = int(np.count_nonzero(t_tm != oi_tm))
+            packed_equal = bool(np.array_equal(packed[:m, :k // 2].cpu().numpy().view(np.uint16),
+                                               ours.packed.copy_to_host().view(np.uint16)))
+            packed_t_equal = bool(np.array_equal(packed_t[:k, :m // 2].cpu().numpy().view(np.uint16),
+                                                 ours.packed_t.copy_to_host().view(np.uint16)))
+            # PyTorch's metadata tensor is a permuted view of (K/32, M, 2) storage: undo it to get the bytes
+            t_meta = meta.permute(2, 0, 1).contiguous().reshape(-1).cpu().numpy().view(np.uint16)
+            t_meta_t = meta_t.permute(2, 0, 1).contiguous().reshape(-1).cpu().numpy().view(np.uint16)
+            mask = ref.mask_from_tiles(o_tm)
+            two = mask.reshape(m, k // 4, 4).sum(axis=2) == 2
+            two_t = mask.T.reshape(k, m // 4, 4).sum(axis=2) == 2
+            o_meta = ours.meta.copy_to_host().reshape(-1).view(np.uint16)
+            o_meta_t = ours.meta_t.copy_to_host().reshape(-1).view(np.uint16)
+            nib_eq = logical_meta(t_meta, m, k)[two] == logical_meta(o_meta, m, k)[two]
+            nib_t_eq = logical_meta(t_meta_t, k, m)[two_t] == logical_meta(o_meta_t, k, m)[two_t]
+            rec = dict(m=m, k=k, data=data, masks_equal=masks_equal, packed_equal=packed_equal,
+                       packed_t_equal=packed_t_equal, meta_equal_where_two_kept=bool(nib_eq.all()),
+                       meta_t_equal_where_two_kept=bool(nib_t_eq.all()),
+                       groups_with_two=int(two.sum()), groups_total=int(two.size),
+                       meta_words_identical=bool(np.array_equal(t_meta, o_meta)),
+                       tiles_differing_with_index_ties=index_tiles_differ, tiles=int(t_tm.size),
+                       tiles_with_7_or_fewer=int(np.count_nonzero(popcount16(o_tm) < 8)))
+            log(f"  torch {m}x{k} {data}: {rec}")
+            results.setdefault("torch", []).append(rec)
+            ok_all &= masks_equal and packed_equal and packed_t_equal and rec["meta_equal_where_two_kept"] \
+                and rec["meta_t_equal_where_two_kept"]
+    return ok_all
+
+
+def check_torch_gemm(results: dict) -> bool:
+    """PyTorch's CUTLASS 2:4 GEMM reads our packed W / W^T and metadata."""
+    import torch
+    from numba import cuda
+    from torch.sparse import SparseSemiStructuredTensorCUTLASS as Cutlass
+    from gpu import sparsify24 as gpu
+    ok_all = True
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for m, k, n in [(128, 128, 128), (4096, 1024, 512)]:
+        w = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=g)
+        ours = gpu.sparsify24(cuda.as_cuda_array(w), ties="torch")
+        dense = torch.from_numpy(ref.mask_from_tiles(ours.tile_masks.copy_to_host())).cuda() * w
+
+        def tt(a):  # Numba device array -> torch tensor, zero copy
+            return torch.as_tensor(a, device="cuda")
+
+        theirs = Cutlass.prune_dense_static_sort(w, algorithm="largest_abs_values_greedy")
+        # PyTorch's metadata tensors are (rows, 2, cols/32) views of (cols/32, rows, 2) storage
+        ours_sp = Cutlass(w.shape, packed=tt(ours.packed), meta=tt(ours.meta).view(k // 32, m, 2).permute(1, 2, 0),
+                          packed_t=tt(ours.packed_t),
+                          meta_t=tt(ours.meta_t).view(m // 32, k, 2).permute(1, 2, 0),
+                          compressed_swizzled_bitmask=None, requires_grad=False)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16, generator=g)
+        c = torch.randn(m, n, device="cuda", dtype=torch.float16, generator=g)
+        y_ours, y_theirs, y_dense = torch.mm(ours_sp, b), torch.mm(theirs, b), torch.mm(dense, b)
+        yt_ours, yt_theirs, yt_dense = torch.mm(ours_sp.t(), c), torch.mm(theirs.t(), c), torch.mm(dense.t(), c)
+        ref64 = dense.double() @ b.double()
+        ref64_t = dense.t().double() @ c.double()
+        # fp16 output of an fp32-accumulated product: within a few fp16 ulps of the float64 result
+        scale, scale_t = ref64.abs().max().item(), ref64_t.abs().max().item()
+        rec = dict(m=m, k=k, n=n,
+                   ours_equals_torch_sparse=bool(torch.equal(y_ours, y_theirs)),
+                   ours_t_equals_torch_sparse=bool(torch.equal(yt_ours, yt_theirs)),
+                   max_err_vs_fp64=(y_ours.double() - ref64).abs().max().item() / scale,
+                   max_err_t_vs_fp64=(yt_ours.double() - ref64_t).abs().max().item() / scale_t,
+                   dense_max_err_vs_fp64=(y_dense.double() - ref64).abs().max().item() / scale)
+        log(f"  gemm {rec}")
+        results.setdefault("gemm", []).append(rec)
+        ok_all &= rec["ours_equals_torch_sparse"] and rec["ours_t_equals_torch_sparse"] \
+            and rec["max_err_vs_fp64"] < 2e-3 and rec["max_err_t_vs_fp64"] < 2e-3
+    return ok_all
+
+
+# ----------------------------------------------------------------------------- time
+
+def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int = 30) -> list[dict]:
+    """One record per provider: device time (median, p10, p90), GB/s, % of copy bandwidth."""
+    from numba import cuda
+    from gpu import sparsify24 as gpu
+    from sparsekit.timing import measure
+    rng = np.random.default_rng(0)
+    records = []
+    for name, (dtype, kw) in providers.items():
+        w = cuda.to_device(random_weight(rng, (m, k), dtype))
+        launch, _ = gpu.prepare(w, **kw)
+        meas = measure(launch, repeat=repeat, warmup=3, flush_l2=True)
+        nbytes = bytes_moved(m, k, np.dtype(dtype).itemsize)
+        records.append(_record(name, m, k, np.dtype(dtype).name, meas, nbytes, copy_bw))
+    try:
+        import torch
+    except ImportError:
+        log("  torch not installed: no PyTorch baseline")
+        return records
+    from torch.sparse import to_sparse_semi_structured
+    w = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    nbytes = bytes_moved(m, k, 2)
+    meas = measure(lambda: torch._sparse_semi_structured_tile(w, algorithm="largest_abs_values_greedy",
+                                                              use_cutlass=True), repeat=repeat, warmup=3)
+    records.append(_record("torch._sparse_semi_structured_tile (CUTLASS meta)", m, k, "float16", meas, nbytes, copy_bw))
+    meas = measure(lambda: torch._sparse_semi_structured_tile(w, algorithm="largest_abs_values_greedy",
+                                                              use_cutlass=False), repeat=repeat, warmup=3)
+    records.append(_record("torch._sparse_semi_structured_tile (cuSPARSELt meta)", m, k, "float16", meas, nbytes, copy_bw))
+    try:
+        from numba import cuda as ncuda
+        tm = gpu.sparsify24(ncuda.as_cuda_array(w)).tile_masks.copy_to_host()
+        dense24 = torch.from_numpy(ref.mask_from_tiles(tm)).cuda() * w     # a 2:4 matrix to compress
+        meas = measure(lambda: to_sparse_semi_structured(dense24), repeat=repeat, warmup=3)
+        records.append(_record("to_sparse_semi_structured (compress only, W only)", m, k, "float16", meas,
+                               m * k * 2 + m * k + m * k // 8, copy_bw))
+    except Exception as e:  # noqa: BLE001 - a baseline that does not run is reported, not fatal
+        log(f"  to_sparse_semi_structured failed: {type(e).__name__}: {e}")
+    return records
+
+
+def _record(name, m, k, dtype, meas, nbytes, copy_bw):
+    rec = dict(provider=name, m=m, k=k, dtype=dtype, median_us=meas.median_s * 1e6, p10_us=meas.p10_s * 1e6,
+               p90_us=meas.p90_s * 1e6, gbps=nbytes / meas.median_s / 1e9,
+               pct_copy_bw=100 * nbytes / meas.median_s / copy_bw)
+    log(f"  {name:55s} {m}x{k} {dtype}: {rec['median_us']:8.1f} us (p10 {rec['p10_us']:.1f}, "
+        f"p90 {rec['p90_us']:.1f})  {rec['gbps']:7.0f} GB/s  {rec['pct_copy_bw']:5.1f}% of copy")
+    return rec
+
+
+def gemm_budget(results: dict) -> None:
+    """The post's budget at its ViT-L MLP shape: dense GEMM time minus 2:4 sparse GEMM time."""
+    import torch
+    from sparsekit.timing import measure
+    from torch.sparse import SparseSemiStructuredTensorCUTLASS as Cutlass
+    x = torch.randn(13008, 1024, device="cuda", dtype=torch.float16)
+    w = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
+    sp = Cutlass.prune_dense_static_sort(w, algorithm="largest_abs_values_greedy")
+    dense = measure(lambda: torch.mm(w, x.t()), repeat=20, warmup=3)
+    sparse = measure(lambda: torch.mm(sp, x.t()), repeat=20, warmup=3)
+    rec = dict(shape="W 4096x1024, x 13008x1024 (W @ x^T)", dense_us=dense.median_s * 1e6,
+               sparse_cutlass_us=sparse.median_s * 1e6, budget_us=(dense.median_s - sparse.median_s) * 1e6)
+    log(f"  gemm budget {rec}")
+    results["gemm_budget"] = rec
+
+
+# ----------------------------------------------------------------------------- main
+
+def sanitize_run() -> int:
+    """Each fp16/fp32 variant once at 160x96 (partial blocks), compared with the reference."""
+    from gpu import sparsify24 as gpu
+    rng = np.random.default_rng(5)
+    bad = 0
+    for kw, dtype in [(dict(method="greedy", ties="torch"), np.float16), (dict(method="optimal"), np.float16),
+                      (dict(method="greedy", row_threads=4), np.float32)]:
+        w = random_weight(rng, (160, 96), dtype)
+        got = gpu.sparsify24(w, **kw)
+        want = ref.sparsify24(w, method=kw["method"], ties=kw.get("ties", "index"))
+        same = all(np.array_equal(getattr(got, f).view(np.uint8), getattr(want, f).view(np.uint8))
+                   for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
+        log(f"sanitize {kw} {np.dtype(dtype).name}: equal={same}")
+        bad += not same
+    return int(bad > 0)
+
+
+def _wait_for(pids) -> None:
+    """Block until every process in ``pids`` has exited (so they do not share the GPU with timings)."""
+    for pid in pids:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.5)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="agreement with the reference and PyTorch")
+    ap.add_argument("--time", action="store_true", help="the timing table")
+    ap.add_argument("--sanitize", action="store_true", help="small run for compute-sanitizer")
+    ap.add_argument("--out", default=None, help="folder for results.json")
+    ap.add_argument("--after", type=int, nargs="*", default=[],
+                    help="process ids (e.g. sanitizer runs) to wait for before timing")
+    args = ap.parse_args(argv)
+    if args.sanitize:
+        return sanitize_run()
+    results: dict = {}
+    ok = True
+    t0 = time.time()
+    from sparsekit import device
+    info = device.info()
+    results["device"] = str(info)
+    log(f"device: {info}")
+    if args.check:
+        log("check: kernels vs reference (256x192)")
+        ok &= check_reference(results)
+        log(f"  ({time.time() - t0:.0f} s)")
+        for step in (check_torch, check_torch_gemm):
+            try:
+                ok &= step(results)
+            except Exception as e:  # noqa: BLE001 - report and go on to the timings
+                log(f"  {step.__name__} failed: {type(e).__name__}: {e}")
+                ok = False
+            log(f"  ({time.time() - t0:.0f} s)")
+    if args.time:
+        _wait_for(args.after)
+        copy_bw = device.measured_bandwidth()
+        results["copy_bandwidth_GBps"] = copy_bw / 1e9
+        log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
+        recs = []
+        for m, k in TIME_SHAPES:
+            recs += bench_shape(m, k, OURS, copy_bw=copy_bw)
+            log(f"  ({time.time() - t0:.0f} s)")
+        results["time"] = recs
+        try:
+            gemm_budget(results)
+        except Exception as e:  # noqa: BLE001
+            log(f"  gemm budget failed: {type(e).__name__}: {e}")
+    results["ok"] = bool(ok)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "sparsify24.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    log(f"ok={ok} ({time.time() - t0:.0f} s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
