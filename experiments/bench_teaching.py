@@ -257,6 +257,7 @@ def gpu_providers(csr, *, tune: bool = True):
         "4 warp_per_row_swizzled": lambda b: les.warp_per_row_swizzled(d, b),
         "3+4 smem_tiled_swizzled": lambda b: les.smem_tiled(d, b, swizzle=True),
         "5 thread_group": lambda b: les.thread_group(d, b),
+        "6 balanced_blocks": lambda b: les.balanced_blocks(d, b),
         "gpu.spmm csr swizzle": lambda b: prod.spmm_csr(p, b, swizzle=True),
     }
     if tune:
@@ -270,6 +271,9 @@ def gpu_providers(csr, *, tune: bool = True):
             for ks in (1, 4):
                 out[f"thread_group groups={g} k_split={ks}"] = (
                     lambda b, g=g, ks=ks: les.thread_group(d, b, groups=g, k_split=ks))
+        for rpb in (8, 64):
+            out[f"balanced_blocks rows_per_block={rpb}"] = (
+                lambda b, rpb=rpb: les.balanced_blocks(d, b, rows_per_block=rpb))
         for cpl in (2, 4):
             out[f"gpu.spmm csr swizzle cpl={cpl}"] = (
                 lambda b, cpl=cpl: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=cpl))
@@ -324,7 +328,7 @@ def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
            "best_ours": best["provider"], "best_us": best["us"],
            "warp_per_row_us": lesson.get("2 warp_per_row"), "swizzled_us": lesson.get("4 warp_per_row_swizzled"),
            "smem_tiled_swizzled_us": lesson.get("3+4 smem_tiled_swizzled"),
-           "thread_group_us": lesson.get("5 thread_group"),
+           "thread_group_us": lesson.get("5 thread_group"), "balanced_blocks_us": lesson.get("6 balanced_blocks"),
            "cusparse_us": lesson.get("cuSPARSE CSR (torch)"), "cublas_us": lesson.get("cuBLAS dense (torch)"),
            "all_correct": all(r["correct"] for r in recs)}
     if row["cusparse_us"]:

@@ -31,13 +31,18 @@ kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
    (``ACC[M_list, n]`` in registers), then the groups' ``ACC`` meet in shared
    memory by atomic adds and the block adds the tile into ``C`` atomically
    (``k_split > 1`` lets several blocks share one tile: the slides' first way
-   of balancing blocks). ``A`` is read by columns of each M-tile
+   of balancing blocks, here by K columns rather than by equal nonzeros).
+   ``A`` is read by columns of each M-tile
    (:func:`tile_csc`), as SparseRT's code generator walks it. One honest
    difference: ``ACC[a]`` is indexed by a row read from memory, so the
    compiler keeps it in local memory (L1-cached), not in registers; SparseRT
    bakes the rows into the instruction stream as constants, which is what
    keeps its ACC in registers (:mod:`sparsekit.specialize` shows that step on
    the CPU; ``tests/compile/test_spmm_lessons_compile.py`` checks the PTX).
+
+6. :func:`balanced_blocks`: the slides' *second way* of balancing blocks:
+   each block owns a variable-height M-tile holding about equal nonzeros
+   (:func:`sparsekit.balance.split_m`), one output tile per block.
 
 Launchers take a :class:`sparsekit.formats.CSR` (or a :class:`DeviceCSR` from
 :func:`prepare`, to keep ``A`` on the device between calls) and ``b`` as a
@@ -53,12 +58,13 @@ import numpy as np
 from numba import cuda, float32
 
 from sparsekit.arrays import cdiv, operand, output, result
-from sparsekit.balance import row_swizzle
+from sparsekit.balance import row_swizzle, split_m
 from sparsekit.checks import check_int
 from sparsekit.formats import CSR
 
 __all__ = ["LESSONS", "DeviceCSR", "prepare", "tile_csc", "thread_per_row", "warp_per_row",
-           "smem_tiled", "warp_per_row_swizzled", "thread_group", "WARP_SIZE", "TILE_M", "TILE_N"]
+           "smem_tiled", "warp_per_row_swizzled", "thread_group", "balanced_blocks", "WARP_SIZE",
+           "TILE_M", "TILE_N"]
 
 WARP_SIZE = 32
 #: Rows and columns of the C tile of a thread-group block (the slides' 32 x 32 ACC).
@@ -164,6 +170,26 @@ def _warp_per_row_swizzled_kernel(order, indptr, indices, data, b, c, m, n):
     c[i, j] = acc
 
 
+# --------------------------------------------------------------------------- 6. balanced blocks
+
+@cuda.jit
+def _balanced_blocks_kernel(starts, indptr, indices, data, b, c, m, n):
+    # Block x owns rows starts[x] .. starts[x+1]-1 (a variable-height M-tile holding about
+    # nnz / blocks nonzeros: the slides' second way); its warps stride over those rows.
+    nwarps = cuda.blockDim.x // WARP_SIZE
+    warp = cuda.threadIdx.x // WARP_SIZE
+    lane = cuda.threadIdx.x % WARP_SIZE
+    j = cuda.blockIdx.y * WARP_SIZE + lane
+    if j >= n:
+        return
+    for i in range(starts[cuda.blockIdx.x] + warp, starts[cuda.blockIdx.x + 1], nwarps):
+        if i < m:
+            acc = float32(0.0)
+            for p in range(indptr[i], indptr[i + 1]):
+                acc += data[p] * b[indices[p], j]
+            c[i, j] = acc
+
+
 # --------------------------------------------------------------------------- 5. Algorithm 3
 
 @functools.cache
@@ -259,6 +285,16 @@ class DeviceCSR:
         if "identity" not in self._derived:
             self._derived["identity"] = cuda.to_device(np.arange(self.shape[0], dtype=np.int32))
         return self._derived["identity"]
+
+    def balanced_starts(self, rows_per_block: int):
+        """Row boundaries of :func:`sparsekit.balance.split_m` into ``ceil(M / rows_per_block)``
+        blocks of about equal nonzeros, on the device (computed once per size)."""
+        key = ("balanced", rows_per_block)
+        if key not in self._derived:
+            plan = split_m(self.host, max(1, cdiv(self.shape[0], rows_per_block)))
+            starts = np.append(plan.start, self.shape[0]).astype(np.int32)
+            self._derived[key] = cuda.to_device(starts)
+        return self._derived[key]
 
     def tiles(self):
         """:func:`tile_csc` of ``A`` on the device (computed once)."""
@@ -364,6 +400,21 @@ def thread_group(csr, b, *, groups: int = 4, k_split: int = 1):
     return result(c, like=bop)
 
 
+def balanced_blocks(csr, b, *, nwarps: int = 4, rows_per_block: int = 16):
+    """Step 6: the slides' second way of balancing blocks: variable-height M-tiles holding about
+    equal nonzeros (:func:`sparsekit.balance.split_m`), ``nwarps`` warps striding over each tile's
+    rows. ``rows_per_block`` sets the number of blocks, ``ceil(M / rows_per_block)``."""
+    nwarps = check_int(nwarps, "nwarps", minimum=1, maximum=32)
+    rows_per_block = check_int(rows_per_block, "rows_per_block", minimum=1)
+    dcsr, bop, c, m, n = _operands(csr, b)
+    if m and n:
+        starts = dcsr.balanced_starts(rows_per_block)
+        grid = (starts.shape[0] - 1, cdiv(n, WARP_SIZE))
+        _balanced_blocks_kernel[grid, WARP_SIZE * nwarps](starts, dcsr.indptr, dcsr.indices, dcsr.data,
+                                                          bop.dev, c, m, n)
+    return result(c, like=bop)
+
+
 #: The steps in lesson order: (name, launcher, one line of what changes).
 LESSONS = (
     ("thread_per_row", thread_per_row, "a thread per C element; warps span rows: divergent, uncoalesced"),
@@ -371,4 +422,5 @@ LESSONS = (
     ("smem_tiled", smem_tiled, "a TILE_K x 32 tile of B staged in shared memory for the block's rows"),
     ("warp_per_row_swizzled", warp_per_row_swizzled, "Sputnik's row swizzle: rows by decreasing length"),
     ("thread_group", thread_group, "Algorithm 3: K-lists per thread group, ACC per thread, atomic adds"),
+    ("balanced_blocks", balanced_blocks, "variable M-tiles of equal nonzeros (the slides' second way)"),
 )

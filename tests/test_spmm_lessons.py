@@ -61,6 +61,12 @@ def test_thread_group(prob, groups, k_split):
     _check(les.thread_group(CSR.from_dense(a), b, groups=groups, k_split=k_split), a, b)
 
 
+@given(problems(), st.sampled_from([1, 3]), st.sampled_from([1, 5, 64]))
+def test_balanced_blocks(prob, nwarps, rows_per_block):
+    a, b = prob
+    _check(les.balanced_blocks(CSR.from_dense(a), b, nwarps=nwarps, rows_per_block=rows_per_block), a, b)
+
+
 @given(problems())
 def test_tile_csc_lists_every_nonzero_once(prob):
     a, _ = prob
@@ -84,7 +90,7 @@ def test_prepared_matrix_is_reused_and_lessons_agree():
     for got in outs:
         _check(got, a, b)
     assert [name for name, _, _ in les.LESSONS] == ["thread_per_row", "warp_per_row", "smem_tiled",
-                                                     "warp_per_row_swizzled", "thread_group"]
+                                                     "warp_per_row_swizzled", "thread_group", "balanced_blocks"]
 
 
 def test_errors_name_the_argument():

@@ -31,6 +31,12 @@ def test_steps_1_and_2_compile_without_shared_memory(cc, kernel):
 
 
 @pytest.mark.parametrize("cc", CCS)
+def test_step_6_balanced_blocks_compiles(cc):
+    ptx = ptx_of(les._balanced_blocks_kernel, (I32,) + CSR_ARGS, cc)
+    assert "bar.sync" not in ptx
+
+
+@pytest.mark.parametrize("cc", CCS)
 def test_step_4_swizzle_compiles(cc):
     ptx = ptx_of(les._warp_per_row_swizzled_kernel, (I32,) + CSR_ARGS, cc)
     assert "bar.sync" not in ptx
