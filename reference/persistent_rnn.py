@@ -40,7 +40,7 @@ import numpy as np
 
 from sparsekit.checks import FLOAT_DTYPES, check_array, check_int
 
-__all__ = ["ACTIVATIONS", "rnn_forward", "lstm_forward", "dense_weight", "tolerance"]
+__all__ = ["ACTIVATIONS", "rnn_forward", "lstm_forward", "dense_weight", "tolerance", "lstm_tolerance"]
 
 #: Elementwise activations ``g`` of Eq. 2 the kernels implement.
 ACTIVATIONS = {
@@ -149,3 +149,22 @@ def tolerance(dtype, k: int) -> float:
     """
     one_step = (k + 1) * 2.0 ** -23 * 2 + 2 * 2.0 ** -23 + 2 * _STORE_U[np.dtype(dtype)] * 2
     return 2 * 2 * one_step
+
+
+def lstm_tolerance(dtype, k: int, steps: int) -> float:
+    """Max |kernel - lstm_forward| (h and c) after ``steps`` steps, ``k`` slots per gate row.
+
+    Valid when every gate row's |U| sum is <= 1/2, |b'| <= 1, |h0|, |c0| <= 1.
+    Then |z| <= 2 and |c_t| <= 1 + t. One step adds to the error of c: the
+    float32 sums of the four gates (k + 1 terms of size <= 2), times the
+    gates' slopes (sigmoid' <= 1/4, tanh' <= 1) and |c|; libm's expf/tanhf
+    (a few float32 ulp); and rounding c and h to the storage dtype (twice,
+    as in :func:`tolerance`); the previous error passes through f <= 1 and
+    through z (slope <= 1/2 x 2 gates' worth), so it can grow by at most 2x
+    per step. A run of ``steps`` is bounded by 2**steps x one step: meant for
+    the few steps of the simulator tests. Doubled for headroom.
+    """
+    c_max = 1.0 + steps
+    accum = (k + 1) * 2.0 ** -23 * 2
+    one_step = accum * (c_max / 4 + 2) + 8 * 2.0 ** -23 * c_max + 2 * _STORE_U[np.dtype(dtype)] * c_max * 2
+    return 2 * (2.0 ** steps) * one_step

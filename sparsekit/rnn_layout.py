@@ -193,7 +193,7 @@ def split(rows: int, tpr: int, rows_per_block: int) -> Split:
     return Split(rows, tpr, rows_per_block, threads, -(-rows // rows_per_block), threads // _WARP)
 
 
-def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4) -> RNNLayout:
+def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: int = 1) -> RNNLayout:
     """Appendix A, Algorithm 1: reorder each row so a warp's loads hit distinct banks.
 
     Slot ``p`` of row ``r`` is read by warp lane ``(r * tpr + p) % 32`` at the
@@ -215,19 +215,26 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4) -> RNNL
     banks ``bank + 8, bank + 16, ...`` that the same 8 lanes cannot collide in,
     before ``index_t++``. With ``width <= 4`` the probe order is the listing's.
 
+    ``gates`` (4 for an LSTM's ``(4H, H)`` weight): row ``r`` belongs to hidden
+    unit ``r % H``, whose threads sit at lane offset ``(r % H) * tpr``.
+
     Deviation from the listing: it tests ``Color(bank) > N``; with 0-based
     slots the bank is full at ``Color(bank) >= N``, which is what this does.
     """
     banks = check_int(banks, "banks", minimum=1)
     width = check_int(width, "width", minimum=1, maximum=16)
     group = banks if width <= _WORD else (128 // width) * banks // _WARP   # lanes served per phase
+    gates = check_int(gates, "gates", minimum=1)
     rows, cols = layout.shape
+    if rows % gates:
+        raise ValueError(f"gates: the layout's {rows} rows are not {gates} gate blocks")
+    units = rows // gates
     n = layout.kpad
     values = np.zeros_like(layout.values)
     indices = np.zeros_like(layout.indices)
     pad = layout.values == 0
     for r in range(rows):
-        rot = (r * layout.tpr) % banks
+        rot = ((r % units) * layout.tpr) % banks
         color = [(bank - rot) % banks for bank in range(banks)]       # Color(bank): next slot of that bank
         used = np.zeros(n, dtype=bool)
         # real pairs first; a stored explicit zero is a real pair too, so only trailing padding is skipped

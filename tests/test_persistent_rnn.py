@@ -93,6 +93,49 @@ def test_naive_any_batch_matches_reference(problem):
     assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
 
 
+@st.composite
+def lstm_problems(draw):
+    dtype = draw(sks.dtypes(allowed=(np.float32, np.float16)))
+    hidden = draw(st.integers(1, 12))
+    steps = draw(st.integers(1, 3))
+    u = _scaled(draw(sks.sparse_dense((4 * hidden, hidden), dtype=np.float32)), dtype)
+    bp = draw(sks.dense_arrays((steps, 4, 4 * hidden), dtype=np.float32, low=0.0, high=1.0)).astype(dtype)
+    h0 = draw(sks.dense_arrays((4, hidden), dtype=np.float32, low=0.0, high=1.0)).astype(dtype)
+    c0 = draw(sks.dense_arrays((4, hidden), dtype=np.float32, low=0.0, high=1.0)).astype(dtype)
+    tpr = draw(st.sampled_from([1, 2, 4, 8]))
+    return u, bp, h0, c0, steps, tpr
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@given(problem=lstm_problems())
+def test_lstm_matches_reference(config, problem):
+    """Appendix B: each thread holds pairs of its unit's four gate rows; c stays with its thread."""
+    u, bp, h0, c0, steps, tpr = problem
+    scheme, sync, aware = CONFIGS[config]
+    lay = balance(u, tpr=tpr)
+    if aware:
+        lay = bank_aware(lay, width=4 * u.dtype.itemsize, gates=4)
+    h, c = gpu_rnn.lstm_forward(lay, bp, h0, c0, steps, scheme=scheme, sync=sync,
+                                rows_per_block=_one_block(u.shape[1], tpr))
+    want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
+    tol = ref_rnn.lstm_tolerance(u.dtype, lay.kpad, steps)
+    assert h.shape == c.shape == (steps, 4, u.shape[1])
+    assert np.abs(h.astype(np.float64) - want_h.astype(np.float64)).max() <= tol
+    assert np.abs(c.astype(np.float64) - want_c.astype(np.float64)).max() <= tol
+
+
+def test_lstm_bad_input():
+    u = _scaled(np.ones((8, 2), dtype=np.float32), np.float32)
+    lay = balance(u, tpr=4)
+    bp, h0 = np.zeros((2, 4, 8), dtype=np.float32), np.zeros((4, 2), dtype=np.float32)
+    with pytest.raises(ValueError, match="c0: an LSTM needs the initial cell state"):
+        gpu_rnn.PersistentRNN(lay, 4, cell="lstm", rows_per_block=8)(bp, h0, 2)
+    with pytest.raises(ValueError, match=r"layout: a recurrent weight is \(4H, H\) for an LSTM"):
+        gpu_rnn.PersistentRNN(balance(np.ones((6, 2), dtype=np.float32), tpr=4), 4, cell="lstm", rows_per_block=8)
+    with pytest.raises(ValueError, match="activation: an LSTM uses sigmoid and tanh"):
+        gpu_rnn.PersistentRNN(lay, 4, cell="lstm", activation="relu", rows_per_block=8)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_lamport_never_writes_negative_zero(dtype):
     """relu of negative sums and float16 values that round to -0 are written as +0.0 (Section 4.2)."""

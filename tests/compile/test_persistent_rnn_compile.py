@@ -24,14 +24,14 @@ _F = {np.dtype(np.float32): types.float32, np.dtype(np.float16): types.float16}
 def _signature(sync: str, dtype: np.dtype):
     val = _F[dtype]
     a1, a2, a3 = (lambda t: types.Array(t, 1, "C")), (lambda t: types.Array(t, 2, "C")), (lambda t: types.Array(t, 3, "C"))
-    head = (a2(val), a2(types.int16), a3(val), a1(val), a1(types.uint32), a3(val))
+    head = (a2(val), a2(types.int16), a3(val), a1(val), a1(types.uint32), a3(val), a3(val), a2(val))
     if sync == "barrier":
         return head + (types.int64,) * 4
     return head + (a1(types.int32),) + (types.int64,) * 5
 
 
-def _lto_ptx(sync, scheme, dtype, cc, pipeline=False):
-    kernel = _kernel(sync, scheme, np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, pipeline)
+def _lto_ptx(sync, scheme, dtype, cc, pipeline=False, cell="rnn"):
+    kernel = _kernel(sync, scheme, np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, pipeline, cell)
     lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype)), device=False,
                                         abi="numba", cc=cc, lto=True)
     lib._lto = True
@@ -66,3 +66,11 @@ def test_kernel_compiles_and_ptx_shows_the_design(sync, scheme, dtype, cc):
 def test_lamport_pipeline_compiles():
     ptx = _lto_ptx("lamport", "wide", np.float16, (9, 0), pipeline=True)
     assert ".local" not in ptx and "ld.volatile.global.u32" in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync", ["barrier", "lamport"])
+def test_lstm_compiles_with_one_wide_load_per_pair_and_gate(sync):
+    ptx = _lto_ptx(sync, "wide", np.float16, (9, 0), cell="lstm")
+    assert ".local" not in ptx
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == 4 * NPT

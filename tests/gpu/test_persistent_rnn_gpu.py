@@ -109,3 +109,24 @@ def test_naive_other_batches(batch):
     got = plan(bp, h0, 24)
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 24)).max() <= \
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+@pytest.mark.parametrize("config", ["naive", "lamport"])
+def test_lstm_multi_block_matches_reference(config):
+    hidden, steps = 1024, 3
+    u4, mask4, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
+    rng = np.random.default_rng(9)
+    u = np.concatenate([np.roll(u4, g, axis=1) for g in range(4)]).astype(np.float16)   # (4H, H), rows' |U| <= 1/2
+    bp = rng.uniform(-1, 1, (steps, 4, 4 * hidden)).astype(np.float16)
+    h0, c0 = (rng.uniform(-1, 1, (4, hidden)).astype(np.float16) for _ in range(2))
+    scheme, sync, aware = CONFIGS[config]
+    lay = balance(u, tpr=8)
+    if aware:
+        lay = bank_aware(lay, width=8, gates=4)
+    plan = gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, cell="lstm")
+    assert plan.split.blocks > 1
+    h, c = plan(bp, h0, steps, c0)
+    want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
+    tol = ref_rnn.lstm_tolerance(u.dtype, lay.kpad, steps)
+    assert np.abs(h.astype(np.float64) - want_h).max() <= tol
+    assert np.abs(c.astype(np.float64) - want_c).max() <= tol
