@@ -298,8 +298,13 @@ def bench_gpu_problem(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 20, tu
     check = Checker(a, b)
     recs = []
     for name, fn in gpu_providers(csr, tune=tune).items():
-        got = fn(b_dev).copy_to_host()
-        med, p10, p90 = timer(lambda: fn(b_dev))
+        try:
+            got = fn(b_dev).copy_to_host()
+            med, p10, p90 = timer(lambda: fn(b_dev))
+        except Exception as err:   # one failing configuration must not end a one-shot GPU run: record it
+            recs.append({"provider": name, "us": float("nan"), "p10_us": float("nan"), "p90_us": float("nan"),
+                         "correct": False, "error": f"{type(err).__name__}: {err}"[:200]})
+            continue
         recs.append({"provider": name, "us": med * 1e6, "p10_us": p10 * 1e6, "p90_us": p90 * 1e6,
                      "correct": check(got)})
     torch = _torch()
@@ -322,7 +327,7 @@ def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
     """The slides' Table 1 row: best of ours (correct only) vs cuSPARSE and cuBLAS."""
     num, m, k, n, use, s = problem
     ours = [r for r in recs if "torch" not in r["provider"] and r["correct"]]
-    best = min(ours, key=lambda r: r["us"])
+    best = min(ours, key=lambda r: r["us"]) if ours else {"provider": "none correct", "us": float("nan")}
     lesson = {r["provider"]: r["us"] for r in recs}
     row = {"problem": num, "M": m, "K": k, "N": n, "use": use, "sparsity": s,
            "best_ours": best["provider"], "best_us": best["us"],
@@ -331,9 +336,9 @@ def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
            "thread_group_us": lesson.get("5 thread_group"), "balanced_blocks_us": lesson.get("6 balanced_blocks"),
            "cusparse_us": lesson.get("cuSPARSE CSR (torch)"), "cublas_us": lesson.get("cuBLAS dense (torch)"),
            "all_correct": all(r["correct"] for r in recs)}
-    if row["cusparse_us"]:
+    if row["cusparse_us"] and ours:
         row["speedup_vs_cusparse"] = row["cusparse_us"] / best["us"]
-    if row["cublas_us"]:
+    if row["cublas_us"] and ours:
         row["speedup_vs_cublas"] = row["cublas_us"] / best["us"]
     return row
 
@@ -383,8 +388,12 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
             bound = spmm_bound(wd.astype(np.float64), cols64, want)
             row = {"image": size, "C_in": cin, "C_out": cout, "sparsity": s}
             for name, fn in providers.items():
-                got = torch.as_tensor(fn()).reshape(cout, -1).double().cpu().numpy()
-                med, _, _ = timer(fn)
+                try:
+                    got = torch.as_tensor(fn()).reshape(cout, -1).double().cpu().numpy()
+                    med, _, _ = timer(fn)
+                except Exception as err:   # record and go on (one-shot GPU runs)
+                    row[name + " us"], row[name + " correct"] = float("nan"), f"{type(err).__name__}: {err}"[:120]
+                    continue
                 row[name + " us"] = med * 1e6
                 row[name + " correct"] = bool((np.abs(got - want) <= bound).all())
             row["speedup_vs_cudnn"] = row["cuDNN conv2d (torch) us"] / row["im2col + our SpMM (gpu.spmm swizzle) us"]
@@ -426,6 +435,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="toy sizes (CI)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repeats per configuration")
     ap.add_argument("--out", default=None, help="folder for JSON results")
+    ap.add_argument("--budget-s", type=float, default=float("inf"),
+                    help="gpu: stop starting new suite problems after this many seconds")
     args = ap.parse_args(argv)
     out = {}
     if args.what == "sanitize":
@@ -446,8 +457,12 @@ def main(argv=None) -> int:
         out["specialize"] = bench_specialize(sizes, repeat=args.repeat or 10)
     else:
         rows, detail = [], []
+        start = time.perf_counter()
         for prob in suite_problems(args.quick):
             num, m, k, n, use, s = prob
+            if time.perf_counter() - start > args.budget_s:
+                print(f"time budget of {args.budget_s} s spent: problems from {num} on are not measured")
+                break
             csr, b, a = suite_matrix(m, k, n, s)
             recs = bench_gpu_problem(csr, b, a, repeat=args.repeat or 20, tune=True)
             detail += [{"problem": num, **r} for r in recs]
