@@ -22,6 +22,10 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            timesteps): ours against the graph-captured GEMM loop, cuDNN and
            cuSPARSE, with the speedup over the next-best.
 
+``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
+           Speech 2 layer sizes and densities against cuDNN LSTM and the
+           graph-captured GEMM loop (written; not yet run on a GPU).
+
 ``--ncu`` runs each Table 1 configuration once at layer 1152 for Nsight
 Compute's shared-memory bank-conflict counters.
 
@@ -284,6 +288,8 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
                 for key in ("gemm_graph", "gemm_loop", "cudnn_rnn"):
                     if key in base:
                         r[f"speedup_vs_{key}"] = base[key] * 1e6 / steps / r["us_per_step"]
+                if r["provider"] in PAPER_TABLE1:
+                    r["paper_speedup_vs_gemm"] = PAPER_TABLE1[r["provider"]][0]
     _table(records, ["hidden", "provider", "tpr", "us_per_step", "p10", "p90", "blocks", "threads", "npt", "regs",
                      "speedup_vs_gemm_graph", "speedup_vs_gemm_loop", "speedup_vs_cudnn_rnn", "correct", "timeouts", "error"])
     _save(out, "time", records)
@@ -340,6 +346,88 @@ def sweep(out=None, steps=256, dtype="float16"):
             records.append(rec)
             _table([rec], list(rec))
             _save(out, "sweep", records)
+    return records
+
+
+#: Appendix B, Tables 2-3: (network, layer size, density, batch) of the pruned LSTMs.
+LSTM_WORKLOADS = [("NMT", 256, 0.125, 4), ("NMT", 512, 0.0625, 4), ("NMT", 768, 0.0417, 4),
+                  ("NMT", 1024, 0.047, 4), ("NMT", 1024, 0.125, 4), ("NMT", 1448, 0.047, 4),
+                  ("DS2", 1760, 0.12, 1), ("DS2", 2560, 0.12, 1), ("DS2", 3072, 0.12, 1)]
+
+
+def lstm_table(out=None, steps=256, dtype="float16"):
+    """Appendix B: our persistent LSTM (Lamport for batch 4, naive + barrier for batch 1) vs cuDNN LSTM
+    and the GEMM loop (plain and CUDA graph), 256 steps, at the NMT and Deep Speech 2 sizes."""
+    import torch
+    from numba import cuda
+
+    from sparsekit.timing import measure
+    dev = torch.device("cuda")
+    records = []
+    for net, hidden, density, batch in LSTM_WORKLOADS:
+        rec = {"network": net, "hidden": hidden, "density": density, "batch": batch}
+        rng = np.random.default_rng(hidden)
+        u = rng.standard_normal((4 * hidden, hidden)).astype(np.float32)
+        mask = prune.row_balanced(u, 1.0 - density)
+        u = np.where(mask, u, 0)
+        u = (u / (2 * np.abs(u).sum(axis=1).max())).astype(dtype)
+        bp = rng.uniform(-1, 1, (steps, batch, 4 * hidden)).astype(dtype)
+        h0, c0 = (rng.uniform(-1, 1, (batch, hidden)).astype(dtype) for _ in range(2))
+        try:
+            lstm = torch.nn.LSTM(hidden, hidden).to(dev, dtype=torch.float16)
+            x = torch.randn(steps, batch, hidden, device=dev, dtype=torch.float16)
+            H0, C0 = torch.tensor(h0, device=dev)[None], torch.tensor(c0, device=dev)[None]
+            with torch.no_grad():
+                rec["cudnn_lstm_us"] = measure(lambda: lstm(x, (H0, C0)), repeat=10, warmup=2,
+                                               flush_l2=False).median_s * 1e6 / steps
+            Ut, BP = torch.tensor(u, device=dev).t().contiguous(), torch.tensor(bp, device=dev)
+
+            def loop():
+                h, c = H0[0], C0[0]
+                for t in range(steps):
+                    z = torch.addmm(BP[t], h, Ut)
+                    i, f, g, o = z.chunk(4, dim=1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                return h
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                loop()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                loop()
+            rec["gemm_graph_us"] = measure(g.replay, repeat=10, warmup=2, flush_l2=False).median_s * 1e6 / steps
+            config = "lamport" if batch == 4 else "naive"
+            best = None
+            for tpr in (4, 8, 16):
+                scheme, sync, aware = CONFIGS[config]
+                lay = balance(u, mask, tpr=tpr)
+                if aware:
+                    lay = bank_aware(lay, width=4 * u.dtype.itemsize, gates=4)
+                try:
+                    plan = gpu_rnn.PersistentRNN(lay, batch, scheme=scheme, sync=sync, cell="lstm")
+                    d_bp, d_h0, d_c0 = cuda.to_device(bp), cuda.to_device(h0), cuda.to_device(c0)
+                    hs = cuda.device_array((steps, batch, hidden), dtype=dtype)
+                    cs = cuda.device_array((steps, batch, hidden), dtype=dtype)
+                    xchg, status = plan.buffers(steps)
+                    m = measure(lambda: plan.enqueue(d_bp, d_h0, steps, xchg, hs, status, cs, d_c0), repeat=10,
+                                warmup=2, flush_l2=False)
+                except ValueError as e:
+                    rec[f"tpr{tpr}_error"] = str(e)[:160]
+                    continue
+                t = m.median_s * 1e6 / steps
+                if best is None or t < best[0]:
+                    best = (t, tpr)
+            if best:
+                rec.update(ours=config, ours_us=best[0], ours_tpr=best[1],
+                           speedup_vs_next_best=min(rec["cudnn_lstm_us"], rec["gemm_graph_us"]) / best[0])
+        except Exception as e:
+            rec["error"] = f"{type(e).__name__}: {e}"[:300]
+        records.append(rec)
+        _table([rec], list(rec))
+        _save(out, "lstm", records)
     return records
 
 
@@ -445,7 +533,7 @@ def main(argv=None):
         os.makedirs(args.out, exist_ok=True)
     for part in args.parts.split(","):
         t0 = time.time()
-        {"check": check, "time": time_table, "sweep": sweep}[part](args.out)
+        {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

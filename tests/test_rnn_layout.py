@@ -63,6 +63,11 @@ def test_balance_errors():
 
 # -- split --------------------------------------------------------------------
 
+def test_thread_slots_stride_by_tpr():
+    lay = balance(np.ones((2, 12), dtype=np.float32), tpr=4)
+    assert lay.npt == 3 and lay.thread_slots(1).tolist() == [1, 5, 9]
+
+
 def test_split_counts():
     sp = split(1792, 16, 14)
     assert (sp.threads_per_block, sp.blocks, sp.warps_per_block) == (224, 128, 7)

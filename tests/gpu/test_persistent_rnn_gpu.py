@@ -114,7 +114,7 @@ def test_naive_other_batches(batch):
 @pytest.mark.parametrize("config", ["naive", "lamport"])
 def test_lstm_multi_block_matches_reference(config):
     hidden, steps = 1024, 3
-    u4, mask4, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
+    u4, _, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
     rng = np.random.default_rng(9)
     u = np.concatenate([np.roll(u4, g, axis=1) for g in range(4)]).astype(np.float16)   # (4H, H), rows' |U| <= 1/2
     bp = rng.uniform(-1, 1, (steps, 4, 4 * hidden)).astype(np.float16)
