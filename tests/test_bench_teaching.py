@@ -1,0 +1,80 @@
+"""The teaching benchmarks and experiment run at toy size (so they never rot), and say `correct`."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from experiments import bench_teaching as bt
+
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def test_cpu_benchmarks_at_toy_size():
+    for rec in bt.bench_cpu_suite(bt.suite_problems(quick=True), repeat=1):
+        assert rec["correct"] and rec["speedup_vs_scipy"] > 0 and rec["threads"] >= 1
+    loop = bt.bench_loop_orders(64, 64, 32, 0.9, repeat=1)
+    assert all(r["correct"] for r in loop)
+    assert {r["kernel"] for r in loop} >= {"rowwise", "inner", "colwise", "outer", "scipy.sparse csr @ dense"}
+    for rec in bt.bench_cpu_conv(quick=True, repeat=1):
+        assert rec["im2col+SpMM correct"] and rec["virtual im2col correct"] and rec["im2col+dense BLAS correct"]
+
+
+def test_suite_matrix_is_magnitude_pruned_and_seeded():
+    csr, b, a = bt.suite_matrix(64, 32, 8, 0.9)
+    assert csr.nnz == round(0.1 * 64 * 32) and b.shape == (32, 8)
+    assert np.array_equal(csr.to_dense(), a)
+    again, _, _ = bt.suite_matrix(64, 32, 8, 0.9)
+    assert np.array_equal(again.data, csr.data)
+
+
+def test_checker_catches_a_wrong_result():
+    _, b, a = bt.suite_matrix(16, 16, 4, 0.5)
+    check = bt.Checker(a, b)
+    good = (a.astype(np.float64) @ b).astype(np.float32)
+    assert check(good)
+    bad = good.copy()
+    bad[3, 2] += 1e-3 * (1 + abs(bad[3, 2]))
+    assert not check(bad)
+
+
+def test_teaching_experiment_quick(tmp_path):
+    from experiments.teaching import EXPERIMENT
+    from sparsekit.experiment import Context
+
+    sec = EXPERIMENT.run(Context(quick=True, backend="simulator", out_dir=tmp_path))
+    assert len(sec.tables) == 5 and all(t.records for t in sec.tables)
+    for name in sec.figures:
+        assert (tmp_path / name).stat().st_size > 0
+    table = sec.tables[0].records
+    assert all(r[f"{a} predicted"] == r[f"{a} simulated"] for r in table for a in "ABC")
+
+
+def test_bench_spmm_command_on_an_smtx_file(tmp_path, capsys):
+    from sparsekit import cli, io
+    from sparsekit.formats import CSR
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "layer.smtx"
+    io.write_smtx(path, CSR.from_dense(np.where(rng.random((40, 30)) < 0.2, 1.0, 0.0)))
+    assert cli.main(["bench", "spmm", "--matrix", str(path), "--n", "16", "--repeat", "1", "--cpu-only"]) == 0
+    out = capsys.readouterr().out
+    assert "layer.smtx 40x30" in out and "| True |" in out
+    assert cli.main(["bench", "spmm", "--problem", "99", "--cpu-only"]) == 2
+
+
+def _one_microsecond(launch):
+    """A stand-in for sparsekit.timing.measure on the simulator: run once, report 1 us."""
+    launch()
+    return 1e-6, 1e-6, 1e-6
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="checks the GPU benchmark's plumbing on the simulator; "
+                                          "on a GPU, experiments/bench_teaching.py gpu times it")
+def test_gpu_benchmark_plumbing_on_the_simulator():
+    csr, b, a = bt.suite_matrix(20, 24, 36, 0.8)
+    recs = bt.bench_gpu_problem(csr, b, a, tune=False, timer=_one_microsecond)
+    assert recs and all(r["correct"] for r in recs)
+    row = bt.summarize_gpu((11, 20, 24, 36, "NLP", 0.8), recs)
+    assert row["all_correct"] and row["best_us"] == pytest.approx(1.0)
