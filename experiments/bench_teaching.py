@@ -466,9 +466,15 @@ def main(argv=None) -> int:
             csr, b, a = suite_matrix(m, k, n, s)
             recs = bench_gpu_problem(csr, b, a, repeat=args.repeat or 20, tune=True)
             detail += [{"problem": num, **r} for r in recs]
-            rows.append(summarize_gpu(prob, recs))
-            print(f"problem {num}: best {rows[-1]['best_ours']} {rows[-1]['best_us']:.1f} us, "
-                  f"cuSPARSE {rows[-1].get('cusparse_us')}", flush=True)
+            row = summarize_gpu(prob, recs)
+            rows.append(row)
+            print(f"problem {num} ({m}x{k}x{n}): best {row['best_ours']} {row['best_us']:.1f} us | "
+                  f"cuSPARSE {row.get('cusparse_us')} us | cuBLAS {row.get('cublas_us')} us | "
+                  f"vs cuSPARSE {row.get('speedup_vs_cusparse')} | all correct {row['all_correct']}", flush=True)
+            if args.out:   # keep what is measured even if the run is cut short
+                os.makedirs(args.out, exist_ok=True)
+                with open(os.path.join(args.out, "teaching_gpu_partial.json"), "w") as f:
+                    json.dump({"gpu_suite": rows, "gpu_detail": detail}, f, indent=1, default=str)
         out["gpu_suite"], out["gpu_detail"] = rows, detail
         out["gpu_conv"] = bench_gpu_conv(quick=args.quick, repeat=args.repeat or 20)
         sp = [r.get("speedup_vs_cusparse") for r in rows if r.get("speedup_vs_cusparse")]
