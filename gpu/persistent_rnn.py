@@ -5,12 +5,18 @@ equals :func:`reference.persistent_rnn.rnn_forward` (float32 accumulation
 here, float64 there; the state is stored in the weights' dtype after every
 step in both). ``U`` comes as an :class:`sparsekit.rnn_layout.RNNLayout`: the
 ``<index, value>`` rows padded to ``kpad`` slots, ``tpr`` threads per row.
+:func:`lstm_forward` runs the LSTM of the paper's Appendix B the same way and
+equals :func:`reference.persistent_rnn.lstm_forward`: a thread holds ``npt``
+pairs of each of its hidden unit's four gate rows (i, f, g, o), and the thread
+that owns (unit, sample) keeps the cell state ``c`` across steps (stored to
+``c`` of the result each step and read back, so a relaunch can resume).
 
 Each thread keeps its ``npt = kpad / tpr`` pairs in registers for the whole
 launch (Section 3.3) and runs the paper's four stages every step:
 
 * load: the block copies ``h_{t-1}`` (all ``H x B`` values) from global into
-  shared memory;
+  shared memory, 32-bit words, each thread's words loaded back to back into
+  registers first;
 * operate: ``acc += value[i] * activation_in_shm[index[i]]`` over its pairs,
   for all ``B`` batch samples;
 * reduce: the ``tpr`` partial sums of a row go through shared memory; one
