@@ -54,6 +54,8 @@ def our_providers(dtype, *, n: int | None = None) -> dict:
     half = np.dtype(dtype) == np.float16
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
+        "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
+        "USpMM-Vec2 (2,8) B col-major": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2, layout="F"),
         "USpMM-Vec2 (2,8)": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2),
         "USpMM-Vec4 (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=4),
         "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=8 if half else 4, kc=32),
@@ -76,6 +78,7 @@ class Problem:
         rng = np.random.default_rng(seed + 1)
         self.b_host = np.asarray(rng.standard_normal((k, n)).astype(dtype), order=order)
         self.b = cuda.to_device(self.b_host)
+        self.b_f = cuda.to_device(np.asfortranarray(self.b_host))   # Eq. 2 / Listing 1's layout
         self.dense = self.ell.to_dense()
         self._exact = None
 
@@ -156,7 +159,8 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     launches = {}
     for name, cfg in (our_providers(dtype) if providers is None else providers).items():
         kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
-        launches[name] = (lambda kw=kw: uspmm(p.dell, p.b, **kw))
+        b = p.b_f if kw.pop("layout", "C") == "F" else p.b
+        launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
     if vendors:
         launches.update(vendor_launches(p))
         launches.update(spmm_launches(p))
@@ -187,7 +191,9 @@ def check_real_shapes(dtype) -> list[dict]:
     out = []
     configs = dict(our_providers(dtype))
     configs.pop("auto")
-    configs["tiled interleaved"] = dict(configs["tiled"], interleave=True)
+    configs = {k: v for k, v in configs.items() if "layout" not in v}
+    half = np.dtype(dtype) == np.float16
+    configs["tiled narrow"] = dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=4 if half else 2, kc=64)
     for (m, k, n, s) in [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6), (4096, 4096, 1024, 0.9), (97, 130, 33, 0.3)]:
         p = Problem(m, k, n, s, dtype)
         for name, cfg in configs.items():
@@ -234,7 +240,7 @@ def sanitize_case() -> None:
         p = Problem(77, 45, 37, 0.6, dtype)
         for cfg in [dict(), dict(vecsize=2, nwarp=2), dict(vecsize=4), dict(vsize=3, nwarp=2),
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
-                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, interleave=True)]:
+                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16)]:
             assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), cfg
         assert p.correct(uspmm_linear(p.dell, np.ascontiguousarray(p.b_host.T)).T)
         csr = CSR.from_dense(p.dense, p.ell.mask())
@@ -254,11 +260,11 @@ def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
     out = [] if out is None else out
     for (m, k, n, s) in problems:
         p = Problem(m, k, n, s, dtype)
-        winner, recs = tune(p.ell, n, repeat=10, store=False)
+        winner, recs = tune(p.ell, n, repeat=10)
         sol = p.sol_s()
         for r in recs:
-            out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, **r,
-                            pct_sol=100 * sol / (r["median_us"] * 1e-6)))
+            extra = dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}
+            out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, **r, **extra))
         print(f"sweep {m}x{k}x{n} {s:.0%} {np.dtype(dtype).name}: best {winner} "
               f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
         save()

@@ -144,9 +144,12 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
 # Tiled kernel (past the paper)
 # ---------------------------------------------------------------------------
 
+#: Entries of a row that the tiled kernel's inner loop loads before using any (ILP).
+UNROLL = 4
+
+
 @functools.cache
-def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool,
-                  interleave: bool):
+def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool):
     """Register- and shared-memory-tiled USpMM (``variant="tiled"``), ``b`` and ``c`` C-ordered.
 
     A block owns ``numwarps * rows_per_warp`` rows and ``NT = 32 *
@@ -155,15 +158,13 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
 
     1. all threads copy the ``kc x NT`` tile of ``B`` into shared ``sh_b``
        (16-byte vector loads when ``N`` allows, zero outside ``B``);
-    2. each warp takes its rows; a row's entries whose column falls in the
-       chunk are one run of slots (indices ascend), ``slot_ptr[row, chunk]`` to
-       ``slot_ptr[row, chunk+1]``; for each, the ``(ellval, ellidx)`` pair is
-       read once by the whole warp (a broadcast) and ``ellval * sh_b[ellidx -
-       k0, lane's columns]`` is added into ``cols_per_lane`` float32 registers,
-       ``sh_b`` read with 16-byte vector loads (``ld.shared.v4``). With
-       ``interleave`` the warp steps through its rows' runs side by side (slot
-       ``j`` of every row, then ``j+1``) so ``rows_per_warp`` independent
-       load-multiply chains are in flight; otherwise one row after the other.
+    2. each warp takes its rows in turn; a row's entries whose column falls in
+       the chunk are one run of slots (indices ascend), ``slot_ptr[row,
+       chunk]`` to ``slot_ptr[row, chunk+1]``. The warp reads ``UNROLL``
+       ``(ellval, ellidx)`` pairs of the run at once (broadcast loads, issued
+       together so their latencies overlap), then for each adds ``ellval *
+       sh_b[ellidx - k0, lane's columns]`` into ``cols_per_lane`` float32
+       registers, ``sh_b`` read with 16-byte vector loads (``ld.shared.v4``).
 
     Compared with Listing 1, one loaded entry feeds ``NT`` multiply-adds
     instead of ``VSize``, and ``B`` comes from shared memory instead of a
@@ -188,13 +189,12 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     bload = {4: load4, 8: load8}[bw]
 
     @cuda.jit(device=True, inline=True)
-    def fma_slot(acc, r, s, ellval, ellidx, sh_b, m, row, k0, lane):
-        a = float32(ellval[s * m + row])                                 # broadcast to the warp
-        base = (ellidx[s * m + row] - k0) * nt + lane * cols_per_lane
+    def fma_entry(racc, a, base, sh_b):
+        """racc[:] += a * sh_b[base : base + cols_per_lane]"""
         for q in range(nvec):
             v = vload(sh_b, base + q * vw)                               # ld.shared.v4
             for j in range(vw):
-                acc[r, q * vw + j] += a * float32(v[j])
+                racc[q * vw + j] += a * float32(v[j])
 
     @cuda.jit
     def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k, vec_ok):
@@ -203,9 +203,11 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         row0 = cuda.blockIdx.x * rows_per_block + (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
         sh_b = cuda.shared.array(tile_size, tile_type)
-        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
-        lo = cuda.local.array(rows_per_warp, np.int32)
-        cnt = cuda.local.array(rows_per_warp, np.int32)
+        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)   # C tile of this lane
+        racc = cuda.local.array(cols_per_lane, float32)                    # the row being updated
+        av = cuda.local.array(UNROLL, float32)
+        ab = cuda.local.array(UNROLL, np.int32)
+        zero = tile_type(0.0)
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
@@ -220,25 +222,28 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
                         sh_b[e + j] = v[j]
                 else:
                     for j in range(bw):
-                        sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else 0.0
+                        sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else zero
             cuda.syncthreads()
-            if interleave:                                               # 2. the warp's rows, side by side
-                most = 0
-                for r in range(rows_per_warp):
-                    row = row0 + r
-                    lo[r] = slot_ptr[row, chunk] if row < m else 0
-                    cnt[r] = slot_ptr[row, chunk + 1] - lo[r] if row < m else 0
-                    most = max(most, cnt[r])
-                for j in range(most):
-                    for r in range(rows_per_warp):
-                        if j < cnt[r]:
-                            fma_slot(acc, r, lo[r] + j, ellval, ellidx, sh_b, m, row0 + r, k0, lane)
-            else:                                                        # 2. the warp's rows, in turn
-                for r in range(rows_per_warp):
-                    row = row0 + r
-                    if row < m:
-                        for s in range(slot_ptr[row, chunk], slot_ptr[row, chunk + 1]):
-                            fma_slot(acc, r, s, ellval, ellidx, sh_b, m, row, k0, lane)
+            lane_off = lane * cols_per_lane - k0 * nt
+            for r in range(rows_per_warp):                               # 2. the warp's rows
+                row = row0 + r
+                if row < m:
+                    for j in range(cols_per_lane):                       # registers (acc[r] may be in
+                        racc[j] = acc[r, j]                              # local memory when r is not unrolled)
+                    s = slot_ptr[row, chunk]
+                    end = slot_ptr[row, chunk + 1]
+                    while s + UNROLL <= end:                             # UNROLL entries in flight
+                        for u in range(UNROLL):
+                            av[u] = float32(ellval[(s + u) * m + row])
+                            ab[u] = ellidx[(s + u) * m + row]
+                        for u in range(UNROLL):
+                            fma_entry(racc, av[u], ab[u] * nt + lane_off, sh_b)
+                        s += UNROLL
+                    while s < end:                                       # the rest, one at a time
+                        fma_entry(racc, float32(ellval[s * m + row]), ellidx[s * m + row] * nt + lane_off, sh_b)
+                        s += 1
+                    for j in range(cols_per_lane):
+                        acc[r, j] = racc[j]
             cuda.syncthreads()
         for r in range(rows_per_warp):
             row = row0 + r
@@ -326,6 +331,18 @@ def _rhs(b, dell: DeviceELL, name: str):
                          f"{tuple(np.shape(b))}") from None
 
 
+def _launch(kernel, grid, block, args, tunables: str) -> None:
+    """``kernel[grid, block](*args)``; a block too large for the register file is a ValueError."""
+    try:
+        kernel[grid, block](*args)
+    except Exception as err:
+        if "OUT_OF_RESOURCES" not in str(err):
+            raise
+        regs = max(kernel.get_regs_per_thread().values())
+        raise ValueError(f"{tunables}: a block of {block} threads at {regs} registers per thread does not fit "
+                         f"the register file; choose fewer warps or a smaller tile") from None
+
+
 def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
     m, n = c.shape
     numwarps = vsize * nwarp
@@ -338,10 +355,11 @@ def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
                          f"(vsize * 32 * vsize * nwarp * vecsize * 4), more than {SHARED_LIMIT}")
     ntiles = cdiv(m, WARP_SIZE * vecsize)
     kernel = _listing1_kernel(vsize, numwarps, vecsize)
-    kernel[ntiles * cdiv(n, vsize), threads](dell.ellval, dell.ellidx, bdev, c, m, n, dell.host.kprime)
+    _launch(kernel, ntiles * cdiv(n, vsize), threads, (dell.ellval, dell.ellidx, bdev, c, m, n, dell.host.kprime),
+            "nwarp, vsize, vecsize")
 
 
-def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, interleave):
+def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc):
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
@@ -361,13 +379,14 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
                          f"(kc * 32 * cols_per_lane * itemsize), more than {SHARED_LIMIT}")
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
-    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(interleave))
+    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half))
     grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
-    kernel[grid, threads](dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok)
+    _launch(kernel, grid, threads, (dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k,
+                                    vec_ok), "nwarp, rows_per_warp, cols_per_lane")
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64, interleave=False):
+         rows_per_warp=4, cols_per_lane=4, kc=64):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
@@ -385,7 +404,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         if variant == "listing1":
             _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
         else:
-            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, interleave)
+            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc)
     return c
 
 
@@ -400,8 +419,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     ``nwarp`` (NWarp, default 1), ``vsize`` (VSize, 8) and ``vecsize``
     (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps
     per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8),
-    ``kc`` (rows of B per shared tile, 64) and ``interleave`` (rows of a warp
-    side by side); "tiled" needs a C-ordered ``b``. ``config`` is a dict of
+    and ``kc`` (rows of B per shared tile, 64); "tiled" needs a C-ordered
+    ``b``. ``config`` is a dict of
     these, or ``"auto"`` for the autotuner's cached choice
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables.
     """

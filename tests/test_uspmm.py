@@ -48,11 +48,11 @@ def test_listing1_and_vec_match_reference(data, dtype, order):
     check_against_reference(ell, b, data.draw(LISTING1))
 
 
-@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES), interleave=st.booleans())
-def test_tiled_matches_reference(data, dtype, interleave):
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_tiled_matches_reference(data, dtype):
     ell = data.draw(ell_matrices(dtype=dtype, max_size=12))
     b = data.draw(rhs_for(ell, max_n=9))
-    check_against_reference(ell, b, dict(data.draw(TILED[dtype]), interleave=interleave))
+    check_against_reference(ell, b, data.draw(TILED[dtype]))
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
@@ -75,7 +75,7 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
 @pytest.mark.parametrize("shape,kprime", EDGE_CASES)
 @pytest.mark.parametrize("tunables", [dict(vsize=3, nwarp=2), dict(vsize=2, vecsize=4), dict(vsize=3, vecsize=2),
                                       dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4),
-                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, interleave=True)])
+                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
