@@ -95,8 +95,8 @@ def _plot(records: list[dict], path) -> None:
         ax.bar(np.arange(len(labels)) + i * width, vals, width, label=dist)
     ax.set_xticks(np.arange(len(labels)) + width, labels, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("share of sum |w| kept")
-    lo = min(r["kept_share"] for r in records)
-    ax.set_ylim(lo - 0.02, 1.0)
+    shares = [r["kept_share"] for r in records]
+    ax.set_ylim(min(shares) - 0.02, max(shares) + 0.02)
     ax.legend()
     ax.set_title("2:4 masks on random fp16 weights")
     fig.tight_layout()
