@@ -1,0 +1,56 @@
+"""``sparsekit bench sparsify24``: the 2:4 tile sparsifier against PyTorch's, and its masks' quality.
+
+    sparsekit bench sparsify24 --m 4096 --k 1024
+    sparsekit bench sparsify24 --m 8192 --k 8192 --check
+
+On a GPU: device time of our kernels (greedy with both tie orders, optimal,
+optimal_full, fp32) and of ``torch._sparse_semi_structured_tile`` when PyTorch
+is installed, with % of the measured copy bandwidth (experiments/bench_sparsify24.py
+``bench_shape``); ``--check`` first compares every kernel with the NumPy
+reference. Everywhere: the share of ``|w|`` each mask keeps on a random fp16
+weight of that shape (experiments/sparsify24.py ``kept_magnitude``).
+"""
+from __future__ import annotations
+
+
+def add_bench(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("sparsify24", help="2:4 tile sparsifier: ours vs PyTorch's, greedy vs optimal",
+                                    description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=int, default=4096, help="rows of the weight, a multiple of 32 (default: %(default)s)")
+    p.add_argument("--k", type=int, default=1024, help="columns, a multiple of 32 (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weight (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.add_argument("--check", action="store_true", help="compare every kernel with the reference first (GPU)")
+    p.set_defaults(func=cmd_bench_sparsify24)
+
+
+def cmd_bench_sparsify24(args) -> int:
+    import numpy as np
+
+    from experiments.sparsify24 import kept_magnitude
+    from reference.sparsify24 import ALIGN
+    from sparsekit.checks import check_divisible, check_int
+    from sparsekit.experiment import markdown_table
+
+    m = check_int(args.m, "--m", minimum=ALIGN)
+    k = check_int(args.k, "--k", minimum=ALIGN)
+    check_divisible(m, ALIGN, "--m")
+    check_divisible(k, ALIGN, "--k")
+    w = np.random.default_rng(args.seed).standard_normal((m, k)).astype(np.float16)
+    print(f"share of sum |w| kept, random normal fp16 {m}x{k} (NumPy reference):")
+    print(markdown_table(kept_magnitude(w)))
+    from sparsekit import timing
+    try:
+        timing.require_gpu("sparsekit bench sparsify24")
+    except RuntimeError as e:
+        print(f"no timings: {e}")
+        return 0
+    from experiments import bench_sparsify24 as bench
+    from sparsekit import device
+    ok = True
+    if args.check:
+        ok = bench.check_reference({})
+    bw = device.measured_bandwidth()
+    print(f"copy bandwidth {bw / 1e9:.0f} GB/s")
+    print(markdown_table(bench.bench_shape(m, k, bench.OURS, copy_bw=bw, repeat=args.repeat)))
+    return 0 if ok else 1
