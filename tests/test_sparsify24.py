@@ -280,3 +280,15 @@ def test_kernel_launcher_rejects_bad_tunables():
         gpu.sparsify24(w, row_threads=3)
     with pytest.raises(ValueError, match="method: must be one of"):
         gpu.sparsify24(w, method="best")
+
+
+@pytest.mark.parametrize("shape", [(0, 32), (32, 0), (0, 0)])
+def test_empty_weights_give_empty_outputs(shape):
+    from gpu import sparsify24 as gpu
+    w = np.zeros(shape, np.float16)
+    want, got = ref.sparsify24(w), gpu.sparsify24(w)
+    m, k = shape
+    expect = {"tile_masks": (m // 4, k // 4), "packed": (m, k // 2), "meta": (m, k // 16),
+              "packed_t": (k, m // 2), "meta_t": (k, m // 16)}
+    for f, s in expect.items():
+        assert getattr(want, f).shape == getattr(got, f).shape == s, f
