@@ -7,7 +7,8 @@ from hypothesis import given, strategies as st
 from sparsekit.sorting_networks import (Network, batcher_odd_even_merge, bose_nelson,
                                         compare_exchange_source, green16, verify)
 
-# Known comparator counts (Knuth, TAOCP 3, 5.3.4): Batcher 16 -> 63, Bose-Nelson 16 -> 65.
+# Comparator counts from the literature (Knuth, TAOCP 3, 5.3.4): Batcher 16 -> 63 (depth 10),
+# Bose-Nelson 16 -> 65, Green 16 -> 60 (depth 10); 15 is the depth of Bose-Nelson in generation order.
 KNOWN = {("batcher", 16): (63, 10), ("bose_nelson", 16): (65, 15), ("green", 16): (60, 10)}
 
 
