@@ -232,6 +232,15 @@ def _csr_tiled(indptr, indices, data, b, c, tile_m, tile_n, tile_k):
 _TILED = _serial_and_parallel(_csr_tiled)
 
 
+@njit(cache=True)
+def _rows_sorted(indptr, indices):
+    for i in range(indptr.size - 1):
+        for p in range(indptr[i] + 1, indptr[i + 1]):
+            if indices[p] <= indices[p - 1]:
+                return False
+    return True
+
+
 # --------------------------------------------------------------------------- COO
 
 def _coo_serial(row, col, data, b, c):
@@ -366,13 +375,17 @@ def spmm_csr_tiled(csr, b: np.ndarray, *, tile_n: int = 64, tile_k: int = 64, ti
     panel sweeps ``tile_n``-wide column tiles of ``b`` and, inside those,
     ``tile_k``-tall row tiles, so a ``tile_k x tile_n`` block of ``b`` is
     reused by every row of the panel. The slides tune ``tile_n`` and ``tile_k``
-    over :data:`TILES`; any positive size is accepted.
+    over :data:`TILES`; any positive size is accepted. Column indices must be
+    sorted within rows (checked: one pass over ``indices``).
     """
     indptr, indices, data = _check_csr(csr)
     check_rhs(b, shape=csr.shape, dtype=data.dtype)
     tm = check_int(tile_m, "tile_m", minimum=1)
     tn = check_int(tile_n, "tile_n", minimum=1)
     tk = check_int(tile_k, "tile_k", minimum=1)
+    if not _rows_sorted(indptr, indices):
+        raise ValueError("csr.indices: the tiled kernel needs sorted, unique column indices within each row "
+                         "(it walks each row's entries K tile by K tile); sort them first")
     c = np.zeros((csr.shape[0], b.shape[1]), dtype=b.dtype)
     _TILED[_check_parallel(parallel)](indptr, indices, data, b, c, tm, tn, tk)
     return c

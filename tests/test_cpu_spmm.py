@@ -120,6 +120,9 @@ def test_errors_name_the_argument():
         cpu.spmm_csr(csr, np.ones((3, 2), np.float32), parallel=1)
     with pytest.raises(TypeError, match="csr: expected a CSR matrix"):
         cpu.spmm_csr(a, np.ones((3, 2), np.float32))
+    shuffled = sp.csr_array((np.ones(2, np.float32), np.array([2, 0]), np.array([0, 2, 2, 2])), shape=(3, 3))
+    with pytest.raises(ValueError, match="csr.indices: the tiled kernel needs sorted"):
+        cpu.spmm_csr_tiled(shuffled, np.ones((3, 2), np.float32))
     unsorted = COO(np.array([1, 0]), np.array([0, 0]), np.ones(2, np.float32), (2, 2))
     with pytest.raises(ValueError, match="coo.row"):
         cpu.spmm_coo(unsorted, np.ones((2, 2), np.float32), parallel=True)
