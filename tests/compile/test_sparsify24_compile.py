@@ -19,9 +19,6 @@ from numba.cuda.cudadrv import driver
 
 from gpu import sparsify24 as g
 
-VARIANTS = [(16, "greedy", "index"), (16, "greedy", "torch"), (16, "optimal", "index"),
-            (16, "optimal_full", "index"), (32, "greedy", "index"), (32, "greedy", "torch"),
-            (32, "optimal", "index"), (32, "optimal_full", "index")]
 
 
 def kernel_args(bits: int):
@@ -54,9 +51,13 @@ def build(kernel, args, cc):
     return text, report
 
 
-# Every variant on sm_90 (ptxas included); two on sm_80, the fp16 greedy the post is about and the
-# largest one: each build is NVVM + ptxas on ~2-5k lines of generated code (5-30 s on 2 cores).
-BUILDS = [((9, 0), *v) for v in VARIANTS] + [((8, 0), 16, "greedy", "index"), ((8, 0), 32, "optimal", "index")]
+# Each build is NVVM + two nvJitLink LTO passes (PTX, then cubin for ptxas's report) on 2-5k lines
+# of generated code: 10-60 s on the 2-core CI machine, so not all 16 (variant, cc) pairs run here.
+# sm_90: the four that differ in code shape (fp16 greedy with each network, the 186-candidate
+# optimal, fp32 loads); sm_80: the post's kernel. With all 8 variants on sm_90 plus 2 on sm_80
+# (commit 1ba1d7c's version of this file) every build passed: no .local, 0 spills (444 s on 2 cores).
+BUILDS = [((9, 0), 16, "greedy", "index"), ((9, 0), 16, "greedy", "torch"), ((9, 0), 16, "optimal", "index"),
+          ((9, 0), 32, "greedy", "index"), ((8, 0), 16, "greedy", "index")]
 
 
 @pytest.mark.parametrize("cc,bits,method,ties", BUILDS)
