@@ -292,3 +292,32 @@ def test_empty_weights_give_empty_outputs(shape):
               "packed_t": (k, m // 2), "meta_t": (k, m // 16)}
     for f, s in expect.items():
         assert getattr(want, f).shape == getattr(got, f).shape == s, f
+
+
+# ------------------------------------------------------------------------- experiment, bench, command at toy size
+
+def test_experiment_runs_quick(tmp_path):
+    from experiments.sparsify24 import EXPERIMENT
+    from sparsekit.experiment import Context
+    sec = EXPERIMENT.run(Context(quick=True, backend="simulator", out_dir=tmp_path))
+    kept, correct, training = sec.tables[:3]
+    assert all(r["correct"] for r in correct.records)
+    by_mask = {(r["dist"], r["mask"]): r["kept_share"] for r in kept.records}
+    for dist in ("normal", "uniform", "laplace"):
+        assert by_mask[(dist, "optimal")] >= by_mask[(dist, "greedy (index ties)")]
+        assert by_mask[(dist, "row-wise 2:4 (not transposable)")] >= by_mask[(dist, "optimal")]
+    assert all(0.0 <= r["acc_with_24_mask"] <= 1.0 for r in training.records)
+    assert (tmp_path / "sparsify24_kept.png").exists()
+
+
+def test_bench_sanitize_run_passes_on_the_simulator():
+    from experiments import bench_sparsify24 as bench
+    assert bench.sanitize_run() == 0
+    assert bench.bytes_moved(4096, 1024, 2) == int(4.375 * 4096 * 1024)
+
+
+def test_bench_command_reports_mask_quality_without_a_gpu(capsys):
+    from sparsekit import cli
+    assert cli.main(["bench", "sparsify24", "--m", "64", "--k", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "optimal_full" in out and "no timings" in out
