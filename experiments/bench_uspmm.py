@@ -51,14 +51,13 @@ def _torch():
 
 def our_providers(dtype, *, n: int | None = None) -> dict:
     """Our kernels with their default or paper settings (name -> tunables dict)."""
-    half = np.dtype(dtype) == np.float16
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
         "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
         "USpMM-Vec2 (2,8) B col-major": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2, layout="F"),
         "USpMM-Vec2 (2,8)": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2),
         "USpMM-Vec4 (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=4),
-        "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=8 if half else 4, kc=32),
+        "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64),
         "auto": "auto",
     }
     return provs

@@ -47,7 +47,7 @@ from numba.core.types import float16
 
 from gpu.vector_loads import aligned, load2, load4, load8
 from sparsekit.arrays import cdiv, operand, output, result
-from sparsekit.checks import check_int
+from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
@@ -144,27 +144,39 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
 # Tiled kernel (past the paper)
 # ---------------------------------------------------------------------------
 
-#: Entries of a row that the tiled kernel's inner loop loads before using any (ILP).
+#: Entries of a row that the tiled kernel's inner loop reads at once (one 16-byte read of
+#: four values, one 8-byte read of four offsets) before using any; ``kc`` must be a multiple.
 UNROLL = 4
+
+
+def tiled_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int, itemsize: int) -> int:
+    """Shared memory of one tiled block: the B tile, the staged entries of the block's rows
+    in one K chunk (float32 value, int16 offset into the tile: below kc * NT, which the
+    48 KB limit keeps under 24576) and their counts."""
+    return kc * WARP_SIZE * cols_per_lane * itemsize + rows_per_block * kc * 6 + rows_per_block * 4
 
 
 @functools.cache
 def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool):
     """Register- and shared-memory-tiled USpMM (``variant="tiled"``), ``b`` and ``c`` C-ordered.
 
-    A block owns ``numwarps * rows_per_warp`` rows and ``NT = 32 *
+    A block owns ``R = numwarps * rows_per_warp`` rows and ``NT = 32 *
     cols_per_lane`` columns of ``C``; lane ``l`` owns columns ``l*cols_per_lane
     ..`` of the tile. The block walks ``K`` in chunks of ``kc`` rows of ``B``:
 
-    1. all threads copy the ``kc x NT`` tile of ``B`` into shared ``sh_b``
-       (16-byte vector loads when ``N`` allows, zero outside ``B``);
-    2. each warp takes its rows in turn; a row's entries whose column falls in
-       the chunk are one run of slots (indices ascend), ``slot_ptr[row,
-       chunk]`` to ``slot_ptr[row, chunk+1]``. The warp reads ``UNROLL``
-       ``(ellval, ellidx)`` pairs of the run at once (broadcast loads, issued
-       together so their latencies overlap), then for each adds ``ellval *
-       sh_b[ellidx - k0, lane's columns]`` into ``cols_per_lane`` float32
-       registers, ``sh_b`` read with 16-byte vector loads (``ld.shared.v4``).
+    1. all threads stage, in shared memory, the ``kc x NT`` tile of ``B``
+       (16-byte vector loads when ``N`` allows, zero outside ``B``) and the
+       block's stored entries whose column falls in the chunk: indices ascend,
+       so for row ``r`` they are one run of slots, ``slot_ptr[row, chunk]`` to
+       ``slot_ptr[row, chunk+1]`` (at most ``kc``), read coalesced from the
+       row-major copy of ``ellval``/``ellidx``; each is kept as its value in
+       float32 and its offset into the B tile (16 bits: the paper's future work
+       of 16-bit indices, here chunk-relative so any ``K`` fits);
+    2. each warp takes its rows in turn and, ``UNROLL`` entries at a time
+       (their values and offsets read with one vector load each, all lanes
+       the same address), adds ``value * sh_b[offset + lane's columns]`` into
+       ``cols_per_lane`` float32 registers, ``sh_b`` read with 16-byte vector
+       loads (``ld.shared.v4``).
 
     Compared with Listing 1, one loaded entry feeds ``NT`` multiply-adds
     instead of ``VSize``, and ``B`` comes from shared memory instead of a
@@ -172,10 +184,11 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     element per multiply-add (128 bytes per clock per SM): a quarter of FP32
     peak for float32, half for float16 (8 halves per 16-byte read).
 
-    Arguments, grouped: arrays ``ellval``, ``ellidx`` (flat column-major),
-    ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b`` (flat ``K*N``, row-major),
-    ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``; ``vec_ok`` (every row of
-    ``b`` starts on a 16-byte boundary, so the staging may use vector loads).
+    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'``, row-major
+    copies of ``ellval``/``ellidx``), ``slot_ptr`` (``M x (nchunks+1)``
+    int32), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes
+    ``m``, ``n``, ``k``; ``vec_ok`` (every row of ``b`` starts on a 16-byte
+    boundary, so the staging may use vector loads).
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
@@ -185,6 +198,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     vload = {2: load2, 4: load4, 8: load8}[vw]
     nvec = cols_per_lane // vw
     tile_size = kc * nt
+    entries = rows_per_block * kc                    # staged entries per chunk (at most kc per row)
     bw = 8 if half else 4                            # elements per 16-byte global read of B
     bload = {4: load4, 8: load8}[bw]
 
@@ -197,23 +211,25 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
                 racc[q * vw + j] += a * float32(v[j])
 
     @cuda.jit
-    def kernel(ellval, ellidx, slot_ptr, b, c, m, n, k, vec_ok):
+    def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
-        row0 = cuda.blockIdx.x * rows_per_block + (t // WARP_SIZE) * rows_per_warp
+        block_row0 = cuda.blockIdx.x * rows_per_block
+        warp_rb0 = (t // WARP_SIZE) * rows_per_warp                      # first row of this warp, in the block
         col0 = cuda.blockIdx.y * nt
         sh_b = cuda.shared.array(tile_size, tile_type)
+        sh_val = cuda.shared.array(entries, float32)
+        sh_off = cuda.shared.array(entries, np.int16)
+        sh_cnt = cuda.shared.array(rows_per_block, np.int32)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)   # C tile of this lane
         racc = cuda.local.array(cols_per_lane, float32)                    # the row being updated
-        av = cuda.local.array(UNROLL, float32)
-        ab = cuda.local.array(UNROLL, np.int32)
         zero = tile_type(0.0)
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
         for chunk in range((k + kc - 1) // kc):
             k0 = chunk * kc
-            for e in range(t * bw, tile_size, nthreads * bw):            # 1. stage the B tile
+            for e in range(t * bw, tile_size, nthreads * bw):            # 1a. the B tile
                 gk = k0 + e // nt
                 gc = col0 + e % nt
                 if gk < k and vec_ok and gc + bw <= n:
@@ -223,30 +239,38 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
                 else:
                     for j in range(bw):
                         sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else zero
-            cuda.syncthreads()
-            lane_off = lane * cols_per_lane - k0 * nt
-            for r in range(rows_per_warp):                               # 2. the warp's rows
-                row = row0 + r
+            for e in range(t, entries, nthreads):                        # 1b. the rows' entries in the chunk
+                row = block_row0 + e // kc
                 if row < m:
-                    for j in range(cols_per_lane):                       # registers (acc[r] may be in
-                        racc[j] = acc[r, j]                              # local memory when r is not unrolled)
-                    s = slot_ptr[row, chunk]
-                    end = slot_ptr[row, chunk + 1]
-                    while s + UNROLL <= end:                             # UNROLL entries in flight
-                        for u in range(UNROLL):
-                            av[u] = float32(ellval[(s + u) * m + row])
-                            ab[u] = ellidx[(s + u) * m + row]
-                        for u in range(UNROLL):
-                            fma_entry(racc, av[u], ab[u] * nt + lane_off, sh_b)
-                        s += UNROLL
-                    while s < end:                                       # the rest, one at a time
-                        fma_entry(racc, float32(ellval[s * m + row]), ellidx[s * m + row] * nt + lane_off, sh_b)
-                        s += 1
-                    for j in range(cols_per_lane):
-                        acc[r, j] = racc[j]
+                    s = slot_ptr[row, chunk] + e % kc
+                    if s < slot_ptr[row, chunk + 1]:
+                        sh_val[e] = float32(vals[row, s])
+                        sh_off[e] = (idxs[row, s] - k0) * nt
+            if t < rows_per_block:
+                row = block_row0 + t
+                sh_cnt[t] = slot_ptr[row, chunk + 1] - slot_ptr[row, chunk] if row < m else 0
+            cuda.syncthreads()
+            for r in range(rows_per_warp):                               # 2. the warp's rows
+                rb = warp_rb0 + r
+                cnt = sh_cnt[rb]
+                for j in range(cols_per_lane):                           # registers (acc[r] may be in
+                    racc[j] = acc[r, j]                                  # local memory when r is not unrolled)
+                e0 = rb * kc
+                i = 0
+                while i + UNROLL <= cnt:                                 # UNROLL entries per step
+                    va = load4(sh_val, e0 + i)                           # 4 values: ld.shared.v4.f32
+                    vo = load4(sh_off, e0 + i)                           # 4 offsets: ld.shared.v2.u32
+                    for u in range(UNROLL):
+                        fma_entry(racc, va[u], vo[u] + lane * cols_per_lane, sh_b)
+                    i += UNROLL
+                while i < cnt:                                           # the rest, one at a time
+                    fma_entry(racc, sh_val[e0 + i], sh_off[e0 + i] + lane * cols_per_lane, sh_b)
+                    i += 1
+                for j in range(cols_per_lane):
+                    acc[r, j] = racc[j]
             cuda.syncthreads()
         for r in range(rows_per_warp):
-            row = row0 + r
+            row = block_row0 + warp_rb0 + r
             for j in range(cols_per_lane):
                 col = col0 + lane * cols_per_lane + j
                 if row < m and col < n:
@@ -264,7 +288,8 @@ class DeviceELL:
     """An :class:`~sparsekit.formats.ELL` checked once and copied to the device.
 
     ``ellval``/``ellidx`` are the paper's flat column-major arrays (length
-    ``M*K'``) on the device. Build it with :func:`prepare`; pass it to
+    ``M*K'``) on the device; :meth:`slot_ptr` and :meth:`row_major` add what
+    the tiled kernel reads, built on first use and kept. Build it with :func:`prepare`; pass it to
     :func:`uspmm` in place of the ELL to skip the copy and the full check on
     every call (what a benchmark or a layer does).
     """
@@ -272,7 +297,7 @@ class DeviceELL:
     host: ELL
     ellval: object
     ellidx: object
-    _slot_ptrs: dict
+    _extras: dict        #: per-kernel extras built on first use (chunk pointers, row-major copies)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -286,7 +311,7 @@ class DeviceELL:
         """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
         column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
         ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
-        if kc not in self._slot_ptrs:
+        if kc not in self._extras:
             m, k = self.shape
             nchunks = cdiv(k, kc)
             chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
@@ -294,8 +319,16 @@ class DeviceELL:
             counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
             ptr = np.zeros((m, nchunks + 1), dtype=np.int32)
             np.cumsum(counts, axis=1, out=ptr[:, 1:])
-            self._slot_ptrs[kc] = cuda.to_device(ptr)
-        return self._slot_ptrs[kc]
+            self._extras[kc] = cuda.to_device(ptr)
+        return self._extras[kc]
+
+    def row_major(self):
+        """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
+        which reads a row's entries together); copied once."""
+        if "rows" not in self._extras:
+            self._extras["rows"] = (cuda.to_device(np.ascontiguousarray(self.host.values)),
+                                       cuda.to_device(np.ascontiguousarray(self.host.indices)))
+        return self._extras["rows"]
 
     def __repr__(self) -> str:
         return f"<DeviceELL {self.host!r}>"
@@ -368,21 +401,23 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc)
                          "for the column-major layout of Eq. 2")
     if cols_per_lane not in (2, 4, 8):
         raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of sh_b), got {cols_per_lane}")
+    check_divisible(kc, UNROLL, "kc")
     if half and cols_per_lane == 2:
         raise ValueError("cols_per_lane: float16 needs 4 or 8 (a 2-element read is narrower than 4 bytes)")
     threads = WARP_SIZE * nwarp
     if threads > 1024:
         raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
-    shared = kc * WARP_SIZE * cols_per_lane * dell.dtype.itemsize
+    shared = tiled_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc, dell.dtype.itemsize)
     if shared > SHARED_LIMIT:
-        raise ValueError(f"kc, cols_per_lane: the B tile needs {shared} bytes of shared memory "
-                         f"(kc * 32 * cols_per_lane * itemsize), more than {SHARED_LIMIT}")
+        raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: the B tile and the staged entries need "
+                         f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half))
     grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
-    _launch(kernel, grid, threads, (dell.ellval, dell.ellidx, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k,
-                                    vec_ok), "nwarp, rows_per_warp, cols_per_lane")
+    vals, idxs = dell.row_major()
+    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
+            "nwarp, rows_per_warp, cols_per_lane")
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,

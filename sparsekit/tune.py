@@ -37,7 +37,7 @@ LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
 
 def space(dtype, order: str = "C") -> list[dict]:
     """Every configuration :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``."""
-    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE
+    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, tiled_shared_bytes
     itemsize = np.dtype(dtype).itemsize
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
@@ -45,7 +45,7 @@ def space(dtype, order: str = "C") -> list[dict]:
             out.append(dict(variant="listing1", nwarp=nwarp, vsize=vsize, vecsize=vecsize))
     if order == "C":
         for nwarp, rpw, cpl, kc in itertools.product((4, 8), (2, 4, 8), (2, 4, 8), (32, 64)):
-            if kc * WARP_SIZE * cpl * itemsize <= SHARED_LIMIT and not (itemsize == 2 and cpl == 2):
+            if tiled_shared_bytes(nwarp * rpw, cpl, kc, itemsize) <= SHARED_LIMIT and not (itemsize == 2 and cpl == 2):
                 out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc))
     return out
 
@@ -99,13 +99,13 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str) -> dict:
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout), or fewer than 64 columns:
     Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8). Otherwise
-    the tiled kernel: 8 warps of 4 rows, 8 (float16) or 4 (float32) columns per
-    lane, a K chunk of 32 rows.
+    the tiled kernel with the setting that won the sweep at 1024^3, 60% on the
+    H100 (experiments/results/uspmm.md): 8 warps of 4 rows, 4 columns per
+    lane, a K chunk of 64 rows.
     """
     if order != "C" or n < 64:
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
-    half = np.dtype(dtype) == np.float16
-    return dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=8 if half else 4, kc=32)
+    return dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
 
 
 def resolve(config, dell, n: int, order: str) -> dict:

@@ -150,8 +150,9 @@ def test_rejects_index_past_k(small):
     (dict(vsize=8, nwarp=2, vecsize=4), "sh_c needs 65536 bytes"),
     (dict(vecsize=3), "vecsize: must be 1, 2 or 4"),
     (dict(variant="tiled", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
-    (dict(variant="tiled", kc=128, cols_per_lane=4), "the B tile needs 65536 bytes"),
+    (dict(variant="tiled", kc=128, cols_per_lane=4), r"the B tile and the staged entries need 68624 bytes"),
     (dict(variant="fast"), "variant: must be one of"),
+    (dict(variant="tiled", kc=30), "kc: must be divisible by 4, got 30"),
     (dict(nwarp=0), "nwarp: must be >= 1"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):

@@ -29,7 +29,7 @@ def listing1_args(vt, it, layout):
 
 
 def tiled_args(vt, it):
-    return [types.Array(vt, 1, "C"), types.Array(it, 1, "C"), types.Array(types.int32, 2, "C"),
+    return [types.Array(vt, 2, "C"), types.Array(it, 2, "C"), types.Array(types.int32, 2, "C"),
             types.Array(vt, 1, "C"), types.Array(vt, 2, "C"), types.int64, types.int64, types.int64,
             types.boolean]
 
