@@ -69,7 +69,7 @@ def test_every_tile_row_and_column_keeps_at_most_two(w, option):
     assert mask.T.reshape(k, m // 4, 4).sum(axis=2).max() <= 2
     if method == "optimal_full":
         assert (t.sum(axis=(2, 3)) == 8).all()
-    if method == "optimal":
+    if method in ("optimal", "greedy"):    # both maximal, and every maximal mask keeps 7 or 8
         assert np.isin(t.sum(axis=(2, 3)), [7, 8]).all()
 
 
