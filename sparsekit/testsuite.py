@@ -42,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
         args = ["-m", "compile"]
-    cmd = [sys.executable, "-m", "pytest", "-q", *args, *extra]
+    # One worker per core (CI has 2): compile checks are NVVM-bound and the
+    # simulator is Python-bound, so both scale with processes.
+    workers = ["-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
+    cmd = [sys.executable, "-m", "pytest", "-q", *workers, *args, *extra]
     return subprocess.run(cmd, env=env).returncode
 
 
