@@ -172,6 +172,9 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
        row-major copy of ``ellval``/``ellidx``; each is kept as its value in
        float32 and its offset into the B tile (16 bits: the paper's future work
        of 16-bit indices, here chunk-relative so any ``K`` fits);
+       Staging is software-pipelined: the next chunk's loads are issued into
+       registers before the current chunk is computed and stored to shared
+       memory after it, so global-memory latency hides behind the arithmetic;
     2. each warp takes its rows in turn and, ``UNROLL`` entries at a time
        (their values and offsets read with one vector load each, all lanes
        the same address), adds ``value * sh_b[offset + lane's columns]`` into
@@ -210,6 +213,56 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
             for j in range(vw):
                 racc[q * vw + j] += a * float32(v[j])
 
+    nb = -(-tile_size // (nthreads * bw))             # 16-byte reads of B per thread per chunk
+    na = -(-entries // nthreads)                      # staged entries per thread per chunk
+
+    @cuda.jit(device=True, inline=True)
+    def load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt):
+        """Phase 1a: this thread's share of chunk ``chunk`` (B tile, entries, a row count) into
+        registers; nothing waits for these loads until :func:`store_chunk`."""
+        k0 = chunk * kc
+        zero = tile_type(0.0)
+        for i in range(nb):                                              # the B tile
+            e = (t + i * nthreads) * bw
+            gk = k0 + e // nt
+            gc = col0 + e % nt
+            if e < tile_size and gk < k and vec_ok and gc + bw <= n:
+                v = bload(b, gk * n + gc)                                # ld.global.v4
+                for j in range(bw):
+                    breg[i, j] = v[j]
+            else:
+                for j in range(bw):
+                    breg[i, j] = b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero
+        for i in range(na):                                              # the rows' entries in the chunk
+            e = t + i * nthreads
+            row = block_row0 + e // kc
+            aval[i] = 0.0
+            aoff[i] = 0
+            if e < entries and row < m:
+                s = slot_ptr[row, chunk] + e % kc
+                if s < slot_ptr[row, chunk + 1]:
+                    aval[i] = float32(vals[row, s])
+                    aoff[i] = (idxs[row, s] - k0) * nt
+        acnt[0] = 0
+        if t < rows_per_block and block_row0 + t < m:
+            acnt[0] = slot_ptr[block_row0 + t, chunk + 1] - slot_ptr[block_row0 + t, chunk]
+
+    @cuda.jit(device=True, inline=True)
+    def store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
+        """Phase 1b: the registers of :func:`load_chunk` into shared memory."""
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            if e < tile_size:
+                for j in range(bw):
+                    sh_b[e + j] = breg[i, j]
+        for i in range(na):
+            e = t + i * nthreads
+            if e < entries:
+                sh_val[e] = aval[i]
+                sh_off[e] = aoff[i]
+        if t < rows_per_block:
+            sh_cnt[t] = acnt[0]
+
     @cuda.jit
     def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
         t = cuda.threadIdx.x
@@ -221,35 +274,24 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         sh_val = cuda.shared.array(entries, float32)
         sh_off = cuda.shared.array(entries, np.int16)
         sh_cnt = cuda.shared.array(rows_per_block, np.int32)
+        breg = cuda.local.array((nb, bw), tile_type)                     # the next chunk, in flight
+        aval = cuda.local.array(na, float32)
+        aoff = cuda.local.array(na, np.int32)
+        acnt = cuda.local.array(1, np.int32)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)   # C tile of this lane
         racc = cuda.local.array(cols_per_lane, float32)                    # the row being updated
-        zero = tile_type(0.0)
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
-        for chunk in range((k + kc - 1) // kc):
-            k0 = chunk * kc
-            for e in range(t * bw, tile_size, nthreads * bw):            # 1a. the B tile
-                gk = k0 + e // nt
-                gc = col0 + e % nt
-                if gk < k and vec_ok and gc + bw <= n:
-                    v = bload(b, gk * n + gc)                            # ld.global.v4
-                    for j in range(bw):
-                        sh_b[e + j] = v[j]
-                else:
-                    for j in range(bw):
-                        sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else zero
-            for e in range(t, entries, nthreads):                        # 1b. the rows' entries in the chunk
-                row = block_row0 + e // kc
-                if row < m:
-                    s = slot_ptr[row, chunk] + e % kc
-                    if s < slot_ptr[row, chunk + 1]:
-                        sh_val[e] = float32(vals[row, s])
-                        sh_off[e] = (idxs[row, s] - k0) * nt
-            if t < rows_per_block:
-                row = block_row0 + t
-                sh_cnt[t] = slot_ptr[row, chunk + 1] - slot_ptr[row, chunk] if row < m else 0
-            cuda.syncthreads()
+        nchunks = (k + kc - 1) // kc
+        if nchunks > 0:
+            load_chunk(0, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt)
+            store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
+        cuda.syncthreads()
+        for chunk in range(nchunks):
+            if chunk + 1 < nchunks:                                      # 1a. prefetch the next chunk
+                load_chunk(chunk + 1, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
+                           breg, aval, aoff, acnt)
             for r in range(rows_per_warp):                               # 2. the warp's rows
                 rb = warp_rb0 + r
                 cnt = sh_cnt[rb]
@@ -268,6 +310,9 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
                     i += 1
                 for j in range(cols_per_lane):
                     acc[r, j] = racc[j]
+            cuda.syncthreads()
+            if chunk + 1 < nchunks:                                      # 1b. the next chunk into shared
+                store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
             cuda.syncthreads()
         for r in range(rows_per_warp):
             row = block_row0 + warp_rb0 + r
