@@ -239,7 +239,7 @@ def sanitize_case() -> None:
         p = Problem(77, 45, 37, 0.6, dtype)
         for cfg in [dict(), dict(vecsize=2, nwarp=2), dict(vecsize=4), dict(vsize=3, nwarp=2),
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
-                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16)]:
+                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True)]:
             assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), cfg
         assert p.correct(uspmm_linear(p.dell, np.ascontiguousarray(p.b_host.T)).T)
         csr = CSR.from_dense(p.dense, p.ell.mask())
@@ -289,6 +289,7 @@ def main(argv=None) -> int:
     ap.add_argument("--table", action="store_true", help="the issue's five problems, every provider")
     ap.add_argument("--check", action="store_true", help="correctness and bit-identical repeats at real shapes")
     ap.add_argument("--sweep", action="store_true", help="every tunable configuration on the sweep problems")
+    ap.add_argument("--sweep-first", action="store_true", help="sweep only the first sweep problem (1024^3, 60%%)")
     ap.add_argument("--sanitize", action="store_true", help="each kernel once, tiny (for compute-sanitizer)")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
                     help="dtype(s) (default: both)")
@@ -316,6 +317,11 @@ def main(argv=None) -> int:
         results["check"] = recs
         print(markdown(recs, ["m", "k", "n", "sparsity", "dtype", "provider", "correct", "bit_identical"]), flush=True)
         save()
+    if args.sweep:
+        recs = results["sweep"] = []
+        for d in dtypes:
+            probs = SWEEP_PROBLEMS if d == "float32" and not args.sweep_first else SWEEP_PROBLEMS[:1]
+            sweep(probs, d, out=recs, save=save)
     if args.table:
         recs = results["table"] = []
         for d in dtypes:
@@ -323,12 +329,9 @@ def main(argv=None) -> int:
                 recs += bench_problem(m, k, n, s, d)
                 save()
         print(markdown(recs, TABLE_KEYS), flush=True)
-    if args.sweep:
-        recs = results["sweep"] = []
-        for d in dtypes:
-            probs = SWEEP_PROBLEMS if d == "float32" else SWEEP_PROBLEMS[:1]
-            sweep(probs, d, out=recs, save=save)
-    bad = [r for recs in results.values() for r in recs if r.get("correct") is False or r.get("bit_identical") is False]
+    # our kernels must be right; a vendor result outside our float32 bound is reported, not fatal
+    bad = [r for recs in results.values() for r in recs if "error" not in r and "torch" not in r.get("provider", "")
+           and (r.get("correct") is False or r.get("bit_identical") is False)]
     if bad:
         print(f"{len(bad)} INCORRECT results:", bad[:5])
     return 1 if bad else 0

@@ -157,7 +157,7 @@ def tiled_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int, itemsiz
 
 
 @functools.cache
-def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool):
+def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool, batch: bool):
     """Register- and shared-memory-tiled USpMM (``variant="tiled"``), ``b`` and ``c`` C-ordered.
 
     A block owns ``R = numwarps * rows_per_warp`` rows and ``NT = 32 *
@@ -172,9 +172,10 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
        row-major copy of ``ellval``/``ellidx``; each is kept as its value in
        float32 and its offset into the B tile (16 bits: the paper's future work
        of 16-bit indices, here chunk-relative so any ``K`` fits);
-       Staging is software-pipelined: the next chunk's loads are issued into
-       registers before the current chunk is computed and stored to shared
-       memory after it, so global-memory latency hides behind the arithmetic;
+       With ``batch`` each thread issues all its loads of the chunk into
+       registers before storing any (one memory latency per chunk instead of
+       one per load, at the price of registers: ~200 per thread against ~95,
+       so fewer resident blocks); without, it loads and stores in turn;
     2. each warp takes its rows in turn and, ``UNROLL`` entries at a time
        (their values and offsets read with one vector load each, all lanes
        the same address), adds ``value * sh_b[offset + lane's columns]`` into
@@ -219,7 +220,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     @cuda.jit(device=True, inline=True)
     def load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt):
         """Phase 1a: this thread's share of chunk ``chunk`` (B tile, entries, a row count) into
-        registers; nothing waits for these loads until :func:`store_chunk`."""
+        registers; nothing waits for these loads until :func:`store_chunk` (independent loads)."""
         k0 = chunk * kc
         zero = tile_type(0.0)
         for i in range(nb):                                              # the B tile
@@ -263,6 +264,33 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         if t < rows_per_block:
             sh_cnt[t] = acnt[0]
 
+    @cuda.jit(device=True, inline=True)
+    def stage_in_turn(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
+                      sh_b, sh_val, sh_off, sh_cnt):
+        """Phase 1 without ``batch``: each load is stored before the next is issued."""
+        k0 = chunk * kc
+        zero = tile_type(0.0)
+        for e in range(t * bw, tile_size, nthreads * bw):
+            gk = k0 + e // nt
+            gc = col0 + e % nt
+            if gk < k and vec_ok and gc + bw <= n:
+                v = bload(b, gk * n + gc)                                # ld.global.v4
+                for j in range(bw):
+                    sh_b[e + j] = v[j]
+            else:
+                for j in range(bw):
+                    sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else zero
+        for e in range(t, entries, nthreads):
+            row = block_row0 + e // kc
+            if row < m:
+                s = slot_ptr[row, chunk] + e % kc
+                if s < slot_ptr[row, chunk + 1]:
+                    sh_val[e] = float32(vals[row, s])
+                    sh_off[e] = (idxs[row, s] - k0) * nt
+        if t < rows_per_block:
+            row = block_row0 + t
+            sh_cnt[t] = slot_ptr[row, chunk + 1] - slot_ptr[row, chunk] if row < m else 0
+
     @cuda.jit
     def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
         t = cuda.threadIdx.x
@@ -274,7 +302,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         sh_val = cuda.shared.array(entries, float32)
         sh_off = cuda.shared.array(entries, np.int16)
         sh_cnt = cuda.shared.array(rows_per_block, np.int32)
-        breg = cuda.local.array((nb, bw), tile_type)                     # the next chunk, in flight
+        breg = cuda.local.array((nb, bw), tile_type)                     # the chunk, in flight
         aval = cuda.local.array(na, float32)
         aoff = cuda.local.array(na, np.int32)
         acnt = cuda.local.array(1, np.int32)
@@ -283,15 +311,15 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         for r in range(rows_per_warp):
             for j in range(cols_per_lane):
                 acc[r, j] = 0.0
-        nchunks = (k + kc - 1) // kc
-        if nchunks > 0:
-            load_chunk(0, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt)
-            store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
-        cuda.syncthreads()
-        for chunk in range(nchunks):
-            if chunk + 1 < nchunks:                                      # 1a. prefetch the next chunk
-                load_chunk(chunk + 1, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
-                           breg, aval, aoff, acnt)
+        for chunk in range((k + kc - 1) // kc):
+            if batch:
+                load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,   # 1a. all loads
+                           breg, aval, aoff, acnt)                                             # issued at once
+                store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)           # 1b. then stored
+            else:
+                stage_in_turn(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
+                              sh_b, sh_val, sh_off, sh_cnt)
+            cuda.syncthreads()
             for r in range(rows_per_warp):                               # 2. the warp's rows
                 rb = warp_rb0 + r
                 cnt = sh_cnt[rb]
@@ -310,9 +338,6 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
                     i += 1
                 for j in range(cols_per_lane):
                     acc[r, j] = racc[j]
-            cuda.syncthreads()
-            if chunk + 1 < nchunks:                                      # 1b. the next chunk into shared
-                store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
             cuda.syncthreads()
         for r in range(rows_per_warp):
             row = block_row0 + warp_rb0 + r
@@ -437,7 +462,7 @@ def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
             "nwarp, vsize, vecsize")
 
 
-def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc):
+def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
@@ -458,7 +483,7 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc)
                          f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
-    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half))
+    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(batch))
     grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
     vals, idxs = dell.row_major()
     _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
@@ -466,7 +491,7 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc)
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64):
+         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
@@ -484,7 +509,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         if variant == "listing1":
             _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
         else:
-            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc)
+            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch)
     return c
 
 
@@ -499,8 +524,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     ``nwarp`` (NWarp, default 1), ``vsize`` (VSize, 8) and ``vecsize``
     (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps
     per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8),
-    and ``kc`` (rows of B per shared tile, 64); "tiled" needs a C-ordered
-    ``b``. ``config`` is a dict of
+    ``kc`` (rows of B per shared tile, 64) and ``batch`` (issue a chunk's
+    loads together); "tiled" needs a C-ordered ``b``. ``config`` is a dict of
     these, or ``"auto"`` for the autotuner's cached choice
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables.
     """

@@ -44,9 +44,10 @@ def space(dtype, order: str = "C") -> list[dict]:
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
             out.append(dict(variant="listing1", nwarp=nwarp, vsize=vsize, vecsize=vecsize))
     if order == "C":
-        for nwarp, rpw, cpl, kc in itertools.product((4, 8), (2, 4, 8), (2, 4, 8), (32, 64)):
+        for nwarp, rpw, cpl, kc, batch in itertools.product((4, 8), (2, 4), (2, 4, 8), (32, 64), (False, True)):
             if tiled_shared_bytes(nwarp * rpw, cpl, kc, itemsize) <= SHARED_LIMIT and not (itemsize == 2 and cpl == 2):
-                out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc))
+                out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc,
+                                batch=batch))
     return out
 
 

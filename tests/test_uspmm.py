@@ -26,10 +26,10 @@ LISTING1 = st.fixed_dictionaries({
 TILED = {
     np.float32: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
                                        "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([2, 4, 8]),
-                                       "kc": st.sampled_from([4, 8, 16])}),
+                                       "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
     np.float16: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
                                        "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([4, 8]),
-                                       "kc": st.sampled_from([4, 8, 16])}),
+                                       "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
 }
 
 
@@ -75,7 +75,7 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
 @pytest.mark.parametrize("shape,kprime", EDGE_CASES)
 @pytest.mark.parametrize("tunables", [dict(vsize=3, nwarp=2), dict(vsize=2, vecsize=4), dict(vsize=3, vecsize=2),
                                       dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4),
-                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8)])
+                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, batch=True)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape

@@ -71,8 +71,9 @@ def test_vec_uses_vector_loads(cc, dtype, index, vecsize, expect):
     ("float32", 2, "ld.shared.v2.f32"),
 ])
 @pytest.mark.parametrize("index", ["int32", "int16"])
-def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index):
-    kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16")
+@pytest.mark.parametrize("batch", [False, True])
+def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index, batch):
+    kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16", batch)
     ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
     assert expect in ptx
     assert "ld.global.v4" in ptx                                   # the B tile is staged 16 bytes at a time

@@ -13,7 +13,7 @@ CONFIGS = [
     dict(variant="listing1", nwarp=1, vsize=8, vecsize=4),
     dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=32),
     dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=8, kc=32),
-    dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=4, kc=64),
+    dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=4, kc=64, batch=True),
 ]
 
 
