@@ -38,10 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             env["NUMBA_ENABLE_CUDASIM"] = "1"
             print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
-        args = ["-m", "not compile"]
+        args = ["tests", "--ignore=tests/compile", "-m", "not compile"]
     else:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
-        args = ["-m", "compile"]
+        args = ["tests/compile", "-m", "compile"]
     # One worker per core (CI has 2): compile checks are NVVM-bound and the
     # simulator is Python-bound, so both scale with processes.
     workers = ["-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
