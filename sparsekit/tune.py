@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from pathlib import Path
 
@@ -95,18 +96,25 @@ def lookup(dell, n: int, order: str) -> dict | None:
     return None if entry is None else dict(entry["config"])
 
 
-def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str) -> dict:
+def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132) -> dict:
     """The configuration used when the cache has no entry.
 
-    Column-major ``B`` (Eq. 2 / Listing 1's layout), or fewer than 64 columns:
-    Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8). Otherwise
-    the tiled kernel with the setting that won the sweep at 1024^3, 60% on the
-    H100 (experiments/results/uspmm.md): 8 warps of 4 rows, 4 columns per
-    lane, a K chunk of 64 rows.
+    Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's
+    USpMM setting (NWarp, VSize) = (1, 8). Otherwise the tiled kernel with the
+    setting that won the sweep at 1024^3, 60% on the H100 (4 columns per lane,
+    a K chunk of 64; experiments/results/uspmm.md), and rows per block chosen
+    so that the grid has about two blocks per SM (``sms``; the H100 has 132):
+    ``R = 2^round(log2(M * column_tiles / (2 * sms)))`` clamped to [4, 32], as
+    8 warps of ``R/8`` rows or 4 warps of ``R/4``. At 1024^3 that is the sweep's
+    winner (R = 32); at N = 128 it keeps 256 blocks busy instead of 32.
     """
-    if order != "C" or n < 64:
+    if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
-    return dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
+    col_tiles = -(-n // 128)
+    want = max(m * col_tiles / (2 * sms), 1.0)
+    rows = int(min(32, max(4, 2 ** round(math.log2(want)))))
+    nwarp = 8 if rows >= 16 else 4
+    return dict(variant="tiled", nwarp=nwarp, rows_per_warp=rows // nwarp, cols_per_lane=4, kc=64)
 
 
 def resolve(config, dell, n: int, order: str) -> dict:
