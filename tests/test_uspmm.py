@@ -165,3 +165,47 @@ def test_rejects_non_ell(small):
     _, b = small
     with pytest.raises(TypeError, match="ell: expected a sparsekit.formats.ELL"):
         gu.uspmm(np.eye(3, dtype=np.float32), b)
+
+
+# --- autotuner and CLI (no timing without a GPU) ------------------------------------------------
+
+def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
+    from sparsekit.tune import space
+    for dtype in KERNEL_DTYPES:
+        configs = space(dtype)
+        l1 = {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
+        assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= l1
+        assert any(c["variant"] == "tiled" for c in configs)
+    assert all(c["variant"] == "listing1" for c in space(np.float32, "F"))
+
+
+def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
+    from sparsekit import tune
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "cache.json"))
+    ell, b = small
+    dell = gu.prepare(ell)
+    assert tune.lookup(dell, 2, "C") is None
+    assert tune.resolve("auto", dell, 2, "C") == tune.heuristic(2, 3, 2, 2, np.float32, "C")
+    cfg = dict(variant="listing1", nwarp=1, vsize=2, vecsize=2)
+    key = tune.problem_key(tune._device_name(), 2, 3, 2, 2, np.float32, np.int32, "C")
+    tune._store(key, dict(config=cfg, median_us=1.0))
+    assert tune.resolve("auto", dell, 2, "C") == cfg
+    np.testing.assert_array_equal(gu.uspmm(dell, b, config="auto"), gu.uspmm(dell, b, **cfg))
+    with pytest.raises(ValueError, match="config: expected a dict of tunables or 'auto'"):
+        gu.uspmm(dell, b, config="fastest")
+
+
+def test_heuristic_sizes_the_grid():
+    from sparsekit.tune import heuristic
+    assert heuristic(1024, 1024, 1024, 410, np.float32, "C") == dict(
+        variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
+    assert heuristic(1024, 1024, 128, 410, np.float16, "C")["rows_per_warp"] * 4 == 4
+    assert heuristic(1024, 1024, 1024, 410, np.float32, "F")["variant"] == "listing1"
+
+
+@pytest.mark.parametrize("argv", [["bench", "uspmm", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5"],
+                                  ["tune", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5"]])
+def test_cli_refuses_to_time_without_gpu(argv, capsys):
+    from sparsekit.cli import main
+    assert main(argv) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
