@@ -19,9 +19,17 @@ accumulates in float32):
     block covers ``32 * vecsize`` rows and ``sh_c`` is split into ``vecsize``
     parts, one per vector element (Section 3, "Vectorization").
 ``"tiled"``: past the paper (see :func:`_tiled_kernel`)
-    a block stages a ``KC x NT`` tile of ``B`` in shared memory and every warp
-    computes several rows by ``8`` (fp32: ``4``) columns per lane, so a loaded
-    ``ellval``/``ellidx`` pair feeds ``NT`` multiply-adds instead of ``VSize``.
+    per K chunk, a block stages a ``kc x NT`` tile of ``B`` and its rows'
+    entries in that chunk (float32 value, 16-bit tile offset) in shared
+    memory; every warp computes several rows by ``cols_per_lane`` columns per
+    lane in registers, so a staged entry feeds ``NT = 32 * cols_per_lane``
+    multiply-adds instead of ``VSize``, and ``B`` is read from shared memory
+    (``ld.shared.v4``) instead of gathered.
+
+Which is faster depends on the problem (measured on an H100 in
+``experiments/results/uspmm.md``): "tiled" at N >= 1024 and moderate
+sparsity, Listing 1 with a column-major ``B`` at N = 128 and at >= 90%
+sparsity. :mod:`sparsekit.tune` searches both (``config="auto"``).
 
 Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
 are refused, nothing is copied); ``C`` comes back in the same order. The F
