@@ -175,7 +175,7 @@ def _plot_fig8(ctx, recs, dtype) -> str:
 
 def _tiny(m, k, n) -> tuple[int, int, int]:
     """A GPU problem scaled to a simulator-sized one (keeps M != K != N, odd sizes)."""
-    return max(3, m // 32 + 1), max(3, k // 32 + 2), max(2, n // 128 + 1)
+    return max(3, m // 64 + 1), max(3, k // 32 + 2), max(2, n // 512 + 1)
 
 
 def _simulator(ctx: Context) -> Section:
@@ -194,8 +194,9 @@ def _simulator(ctx: Context) -> Section:
             want = ref(ell, b).astype(np.float64)
             scale = np.abs(ell.to_dense().astype(np.float64)) @ np.abs(b.astype(np.float64))
             for name, cfg in _ours(dtype).items():
-                kw = dict(config=cfg) if isinstance(cfg, str) else cfg
-                got = uspmm(ell, b, **kw).astype(np.float64)
+                kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
+                order = kw.pop("layout", "C")                    # "F": B column-major (Eq. 2)
+                got = uspmm(ell, np.asarray(b, order=order), **kw).astype(np.float64)
                 tol = ell.kprime * 2.0 ** -24 * scale + np.finfo(dtype).eps * np.abs(want) + 1e-7
                 recs.append(dict(figure=fig, paper_problem=f"{m}x{k}x{n} {sp:.0%}", m=tm, k=tk, n=tn, dtype=dtype,
                                  provider=name, correct=bool((np.abs(got - want) <= tol).all()),
