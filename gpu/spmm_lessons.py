@@ -44,6 +44,12 @@ kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
    each block owns a variable-height M-tile holding about equal nonzeros
    (:func:`sparsekit.balance.split_m`), one output tile per block.
 
+On the H100 over the 20-problem suite at 90% (``experiments/results/teaching.md``;
+geometric-mean speedup over cuSPARSE): step 1 0.51x, step 2 1.05x, step 3
+0.29x, step 4 1.10x, step 5 0.27x, step 6 0.70x. The shared-memory tile loses
+there because a staged element of ``B`` serves only 32 rows x 10% density and
+``B`` fits in L2 anyway; the lesson is when staging pays, not that it always does.
+
 Launchers take a :class:`sparsekit.formats.CSR` (or a :class:`DeviceCSR` from
 :func:`prepare`, to keep ``A`` on the device between calls) and ``b`` as a
 NumPy array, a Numba device array or any ``__cuda_array_interface__`` object,
