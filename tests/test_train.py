@@ -4,10 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="the digits data set ships with scikit-learn")
-
-from sparsekit import prune, train  # noqa: E402
-from sparsekit.train import MLP, masks_for  # noqa: E402
+from sparsekit import prune, train
+from sparsekit.train import MLP, masks_for
 
 
 @pytest.fixture(scope="module")
