@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparsekit import roofline, train
-from sparsekit.experiment import Context, Experiment, Section, Table
+from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.models import Layer
 
 ONE_SHOT_PATTERNS = ("unstructured", "uniform", "row-balanced", "blocked-uniform:2", "blocked-uniform:4")
@@ -195,10 +195,7 @@ def _plot_sparsity_roofline(path, halving, base) -> str:
     ax.set_ylim(max(0, 100 * base - 25), 100)
     ax.legend(fontsize=6, ncol=2, loc="lower left")
     ax.set_title("Sparsity Roofline on digits (halving schedule with LR rewinding)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 def _plot_task_error(path, summary) -> str:
@@ -213,10 +210,7 @@ def _plot_task_error(path, summary) -> str:
     ax.set_ylabel("task error (pp, dense - pruned accuracy)")
     ax.legend(fontsize=7)
     ax.set_title("One-shot LR rewinding on digits (Uniform Sparsity Figs. 3-4 analog)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 def _plot_halving(path, halving) -> str:
@@ -231,10 +225,7 @@ def _plot_halving(path, halving) -> str:
     ax.set_ylabel("test accuracy (%)")
     ax.legend(fontsize=6, ncol=2)
     ax.set_title("Halving schedule: accuracy per pattern and level", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 EXPERIMENT = Experiment(

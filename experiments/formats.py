@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparsekit import prune
-from sparsekit.experiment import Context, Experiment, Section, Table
+from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.formats import BSR, COO, CSR, ELL, NM, BlockedELL
 
 SPARSITIES = (0.0, 0.25, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -82,10 +82,7 @@ def _plot(records, path, size) -> str:
     ax.set_title(f"Storage of a {size}x{size} fp16 weight")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 EXPERIMENT = Experiment("formats", "Storage of each sparse format against dense",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparsekit.experiment import Experiment, Section, Table
+from sparsekit.experiment import Experiment, Section, Table, save_figure
 
 PAPER_PENALTY = {"naive": 1.3, "wide": 1.0, "bank_aware": 0.3}
 
@@ -95,9 +95,7 @@ def _plot_penalties(records, path):
     ax.set_ylabel("bank-conflict penalty")
     ax.set_title("Table 1: layer 1152, batch 4, density 10%")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _plot_sweep(records, path):
@@ -122,9 +120,7 @@ def _plot_sweep(records, path):
         ax.set_ylabel("us / step")
         ax.set_yscale("log")
     axs[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(ctx) -> Section:

@@ -20,7 +20,7 @@ in quick and full mode (it takes about a second):
 from __future__ import annotations
 
 from sparsekit import models, roofline
-from sparsekit.experiment import Context, Experiment, Section, Table
+from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 
 VISION = ("resnet50", "efficientnet-b4", "convnext-tiny", "deit-small", "swin-tiny", "mixer-s16")
 ALL = VISION + ("mobilenet-v1", "bert-base", "transformer", "transformer-big")
@@ -202,10 +202,7 @@ def _plot_roofline(path, device: str) -> str:
     axes[0].set_ylabel("attainable TFLOP/s (speed of light)")
     axes[0].legend(fontsize=7, loc="lower right")
     fig.suptitle("Roofline: every weight layer of six vision models (sparsities 50-96.9 %)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 def _plot_case_studies(path, block_rows, nm_rows, device: str) -> str:
@@ -226,10 +223,7 @@ def _plot_case_studies(path, block_rows, nm_rows, device: str) -> str:
     axes[0].set_ylabel("speedup over dense at speed of light")
     axes[0].legend(fontsize=7)
     fig.suptitle("Block-size and N:M case studies (speed half of the paper's Figures 3-4)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 def _plot_feature_share(path, rows) -> str:
@@ -247,10 +241,7 @@ def _plot_feature_share(path, rows) -> str:
     ax.axhline(0.5, color="k", lw=0.6, ls=":")
     ax.legend(fontsize=8)
     ax.set_title("Feature overhead: input/output bytes that pruning cannot remove (Figure 7)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path.name
+    return save_figure(fig, path)
 
 
 EXPERIMENT = Experiment(

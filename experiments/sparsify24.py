@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from reference import sparsify24 as ref
-from sparsekit.experiment import Context, Experiment, Section, Table
+from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.train import MLP, cosine_lr, load_digits_split
 
 MASKS = [("greedy", "index"), ("greedy", "torch"), ("optimal", "index"), ("optimal_full", "index")]
@@ -173,9 +173,7 @@ def _plot(records: list[dict], path) -> None:
     ax.set_ylim(min(shares) - 0.02, max(shares) + 0.02)
     ax.legend()
     ax.set_title("2:4 masks on random fp16 weights")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(ctx: Context) -> Section:

@@ -26,12 +26,12 @@ C-ordered, ``b``'s dtype and array kind. Accumulation is float32.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda, float32
 
-from sparsekit.arrays import cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
+from sparsekit.balance import row_swizzle
 from sparsekit.checks import check_int
 from sparsekit.formats import COO, CSR, BlockedELL
 
@@ -125,38 +125,19 @@ def _blocked_ell_kernel(values, indices, b, c, m, n, bs):
 # Launchers
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
-class DeviceSparse:
+class DeviceSparse(DeviceMatrix):
     """A CSR, COO or BlockedELL checked once (``validate(full=True)``) with its
     arrays on the device (``arrays``: name -> device array). Pass it in place of
     the host matrix to skip the copy and the check on every call."""
 
-    host: object
-    arrays: dict
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.host.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.host.dtype
-
     def swizzle(self):
-        """CSR rows by decreasing length (stable), on the device; computed once."""
-        if "perm" not in self.arrays:
-            lengths = np.diff(self.host.indptr)
-            self.arrays["perm"] = cuda.to_device(np.argsort(-lengths, kind="stable").astype(np.int32))
-        return self.arrays["perm"]
+        """CSR rows by decreasing length (stable, :func:`sparsekit.balance.row_swizzle`),
+        on the device; computed once."""
+        return self.cached("swizzle", lambda: row_swizzle(self.host))
 
     def identity(self):
         """CSR rows in their own order, on the device; computed once."""
-        if "identity" not in self.arrays:
-            self.arrays["identity"] = cuda.to_device(np.arange(self.shape[0], dtype=np.int32))
-        return self.arrays["identity"]
-
-    def __repr__(self) -> str:
-        return f"<DeviceSparse {self.host!r}>"
+        return self.cached("identity", lambda: np.arange(self.shape[0], dtype=np.int32))
 
 
 _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), BlockedELL: ("values", "indices")}
@@ -164,15 +145,9 @@ _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), Bloc
 
 def prepare(a, cls) -> DeviceSparse:
     """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device."""
-    if isinstance(a, DeviceSparse) and isinstance(a.host, cls):
-        return a
-    if not isinstance(a, cls):
-        raise TypeError(f"a: expected a sparsekit.formats.{cls.__name__} (or its DeviceSparse), "
-                        f"got {type(a).__name__}")
-    a.validate(full=True)
-    if a.dtype not in _DTYPES:
-        raise TypeError(f"a: values dtype must be float32 or float16 for the GPU kernels, got {a.dtype}")
-    return DeviceSparse(a, {f: cuda.to_device(np.ascontiguousarray(getattr(a, f))) for f in _FIELDS[cls]})
+    return DeviceSparse.from_host(a, cls, _FIELDS[cls], name="a", dtypes=_DTYPES,
+                                  dtype_rule="values dtype must be float32 or float16 for the GPU kernels, "
+                                             "got {dtype}")
 
 
 def _rhs(b, dev: DeviceSparse):

@@ -58,13 +58,13 @@ and return ``C`` as the same kind (:mod:`sparsekit.arrays`).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 import numpy as np
 from numba import cuda, float32
 
+from gpu.spmm import DeviceSparse
 from sparsekit.arrays import cdiv, operand, output, result
-from sparsekit.balance import row_swizzle, split_m
+from sparsekit.balance import split_m
 from sparsekit.checks import check_int
 from sparsekit.formats import CSR
 
@@ -266,62 +266,37 @@ def tile_csc(csr, tile_m: int = TILE_M):
             np.ascontiguousarray(csr.data[order]))
 
 
-@dataclass
-class DeviceCSR:
-    """A CSR matrix on the device (float32 values), with the derived layouts made on first use."""
-
-    host: CSR
-    indptr: object
-    indices: object
-    data: object
-    _derived: dict = field(default_factory=dict)
+class DeviceCSR(DeviceSparse):
+    """A CSR matrix on the device (float32 values), with the derived layouts made on first use:
+    the row orders of :class:`gpu.spmm.DeviceSparse` (``swizzle()``, ``identity()``) and the
+    ones below."""
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return self.host.shape
-
-    def swizzle(self):
-        """Sputnik's row order on the device (computed once)."""
-        if "swizzle" not in self._derived:
-            self._derived["swizzle"] = cuda.to_device(row_swizzle(self.host))
-        return self._derived["swizzle"]
-
-    def identity(self):
-        """The natural row order ``0 .. M-1`` on the device (computed once)."""
-        if "identity" not in self._derived:
-            self._derived["identity"] = cuda.to_device(np.arange(self.shape[0], dtype=np.int32))
-        return self._derived["identity"]
+    def csr(self) -> tuple:
+        """``(indptr, indices, data)`` on the device, in the order the kernels take them."""
+        return tuple(self.arrays[f] for f in _CSR_FIELDS)
 
     def balanced_starts(self, rows_per_block: int):
         """Row boundaries of :func:`sparsekit.balance.split_m` into ``ceil(M / rows_per_block)``
         blocks of about equal nonzeros, on the device (computed once per size)."""
-        key = ("balanced", rows_per_block)
-        if key not in self._derived:
-            plan = split_m(self.host, max(1, cdiv(self.shape[0], rows_per_block)))
-            starts = np.append(plan.start, self.shape[0]).astype(np.int32)
-            self._derived[key] = cuda.to_device(starts)
-        return self._derived[key]
+        return self.cached(("balanced", rows_per_block), lambda: self._balanced_starts(rows_per_block))
+
+    def _balanced_starts(self, rows_per_block: int) -> np.ndarray:
+        plan = split_m(self.host, max(1, cdiv(self.shape[0], rows_per_block)))
+        return np.append(plan.start, self.shape[0]).astype(np.int32)
 
     def tiles(self):
         """:func:`tile_csc` of ``A`` on the device (computed once)."""
-        if "tiles" not in self._derived:
-            self._derived["tiles"] = tuple(cuda.to_device(x) for x in tile_csc(self.host, TILE_M))
-        return self._derived["tiles"]
+        return self.cached("tiles", lambda: tile_csc(self.host, TILE_M))
 
-    def __repr__(self) -> str:
-        return f"<DeviceCSR {self.host!r}>"
+
+_CSR_FIELDS = ("indptr", "indices", "data")
 
 
 def prepare(csr) -> DeviceCSR:
     """Check ``csr`` fully and copy it to the device (pass the result to every lesson kernel)."""
-    if isinstance(csr, DeviceCSR):
-        return csr
-    if not isinstance(csr, CSR):
-        raise TypeError(f"csr: expected a sparsekit.formats.CSR (or a DeviceCSR), got {type(csr).__name__}")
-    csr.validate(full=True)
-    if csr.dtype != _F32:
-        raise TypeError(f"csr: the lesson kernels compute in float32, got values of dtype {csr.dtype}")
-    return DeviceCSR(csr, cuda.to_device(csr.indptr), cuda.to_device(csr.indices), cuda.to_device(csr.data))
+    return DeviceCSR.from_host(csr, CSR, _CSR_FIELDS, name="csr", dtypes=(_F32,),
+                               dtype_rule="the lesson kernels compute in float32, got values of dtype {dtype}")
 
 
 def _operands(csr, b):
@@ -341,8 +316,7 @@ def thread_per_row(csr, b, *, threads: int = 128):
     threads = check_int(threads, "threads", minimum=32, maximum=1024)
     dcsr, bop, c, m, n = _operands(csr, b)
     if m * n:
-        _thread_per_row_kernel[cdiv(m * n, threads), threads](dcsr.indptr, dcsr.indices, dcsr.data,
-                                                              bop.dev, c, m, n)
+        _thread_per_row_kernel[cdiv(m * n, threads), threads](*dcsr.csr, bop.dev, c, m, n)
     return result(c, like=bop)
 
 
@@ -352,7 +326,7 @@ def warp_per_row(csr, b, *, nwarps: int = 4):
     dcsr, bop, c, m, n = _operands(csr, b)
     if m and n:
         grid = (cdiv(m, nwarps), cdiv(n, WARP_SIZE))
-        _warp_per_row_kernel[grid, WARP_SIZE * nwarps](dcsr.indptr, dcsr.indices, dcsr.data, bop.dev, c, m, n)
+        _warp_per_row_kernel[grid, WARP_SIZE * nwarps](*dcsr.csr, bop.dev, c, m, n)
     return result(c, like=bop)
 
 
@@ -375,8 +349,7 @@ def smem_tiled(csr, b, *, nwarps: int = 8, rows_per_warp: int = 4, tile_k: int =
         grid = (cdiv(m, nwarps * rows_per_warp), cdiv(n, WARP_SIZE))
         kernel = _smem_tiled_kernel(nwarps, rows_per_warp, tile_k)
         order = dcsr.swizzle() if swizzle else dcsr.identity()
-        kernel[grid, WARP_SIZE * nwarps](order, dcsr.indptr, dcsr.indices, dcsr.data, bop.dev, c, m, n,
-                                         dcsr.shape[1])
+        kernel[grid, WARP_SIZE * nwarps](order, *dcsr.csr, bop.dev, c, m, n, dcsr.shape[1])
     return result(c, like=bop)
 
 
@@ -386,8 +359,7 @@ def warp_per_row_swizzled(csr, b, *, nwarps: int = 4):
     dcsr, bop, c, m, n = _operands(csr, b)
     if m and n:
         grid = (cdiv(m, nwarps), cdiv(n, WARP_SIZE))
-        _warp_per_row_swizzled_kernel[grid, WARP_SIZE * nwarps](dcsr.swizzle(), dcsr.indptr, dcsr.indices,
-                                                                dcsr.data, bop.dev, c, m, n)
+        _warp_per_row_swizzled_kernel[grid, WARP_SIZE * nwarps](dcsr.swizzle(), *dcsr.csr, bop.dev, c, m, n)
     return result(c, like=bop)
 
 
@@ -416,8 +388,7 @@ def balanced_blocks(csr, b, *, nwarps: int = 4, rows_per_block: int = 16):
     if m and n:
         starts = dcsr.balanced_starts(rows_per_block)
         grid = (starts.shape[0] - 1, cdiv(n, WARP_SIZE))
-        _balanced_blocks_kernel[grid, WARP_SIZE * nwarps](starts, dcsr.indptr, dcsr.indices, dcsr.data,
-                                                          bop.dev, c, m, n)
+        _balanced_blocks_kernel[grid, WARP_SIZE * nwarps](starts, *dcsr.csr, bop.dev, c, m, n)
     return result(c, like=bop)
 
 

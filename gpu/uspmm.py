@@ -46,7 +46,6 @@ Section 4.3 (its Section 4.1 swaps them); (1, 8) is the default here.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda, float32
@@ -54,7 +53,7 @@ from numba import cuda, float32
 from numba.core.types import float16
 
 from gpu.vector_loads import aligned, load2, load4, load8
-from sparsekit.arrays import cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
 
@@ -361,67 +360,44 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
 # Launchers
 # ---------------------------------------------------------------------------
 
-@dataclass(frozen=True, eq=False)
-class DeviceELL:
+class DeviceELL(DeviceMatrix):
     """An :class:`~sparsekit.formats.ELL` checked once and copied to the device.
 
-    ``ellval``/``ellidx`` are the paper's flat column-major arrays (length
-    ``M*K'``) on the device; :meth:`slot_ptr` and :meth:`row_major` add what
+    ``arrays["ellval"]``/``arrays["ellidx"]`` are the paper's flat column-major
+    arrays (length ``M*K'``) on the device; :meth:`slot_ptr` and :meth:`row_major` add what
     the tiled kernel reads, built on first use and kept. Build it with :func:`prepare`; pass it to
     :func:`uspmm` in place of the ELL to skip the copy and the full check on
     every call (what a benchmark or a layer does).
     """
 
-    host: ELL
-    ellval: object
-    ellidx: object
-    _extras: dict        #: per-kernel extras built on first use (chunk pointers, row-major copies)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.host.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.host.dtype
-
     def slot_ptr(self, kc: int):
         """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
         column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
         ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
-        if kc not in self._extras:
-            m, k = self.shape
-            nchunks = cdiv(k, kc)
-            chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
-            flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
-            counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
-            ptr = np.zeros((m, nchunks + 1), dtype=np.int32)
-            np.cumsum(counts, axis=1, out=ptr[:, 1:])
-            self._extras[kc] = cuda.to_device(ptr)
-        return self._extras[kc]
+        return self.cached(("slot_ptr", kc), lambda: self._slot_ptr(kc))
+
+    def _slot_ptr(self, kc: int) -> np.ndarray:
+        m, k = self.shape
+        nchunks = cdiv(k, kc)
+        chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
+        flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
+        counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
+        ptr = np.zeros((m, nchunks + 1), dtype=np.int32)
+        np.cumsum(counts, axis=1, out=ptr[:, 1:])
+        return ptr
 
     def row_major(self):
         """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
         which reads a row's entries together); copied once."""
-        if "rows" not in self._extras:
-            self._extras["rows"] = (cuda.to_device(np.ascontiguousarray(self.host.values)),
-                                       cuda.to_device(np.ascontiguousarray(self.host.indices)))
-        return self._extras["rows"]
-
-    def __repr__(self) -> str:
-        return f"<DeviceELL {self.host!r}>"
+        return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
+                                            np.ascontiguousarray(self.host.indices)))
 
 
 def prepare(ell) -> DeviceELL:
     """Check ``ell`` fully (index range, ascending rows, finite values) and copy it to the device."""
-    if isinstance(ell, DeviceELL):
-        return ell
-    if not isinstance(ell, ELL):
-        raise TypeError(f"ell: expected a sparsekit.formats.ELL (or a DeviceELL), got {type(ell).__name__}")
-    ell.validate(full=True)
-    if ell.dtype not in _DTYPES:
-        raise TypeError(f"ell: values dtype must be float32 or float16 for the GPU kernels, got {ell.dtype}")
-    return DeviceELL(ell, cuda.to_device(ell.ellval), cuda.to_device(ell.ellidx), {})
+    return DeviceELL.from_host(ell, ELL, ("ellval", "ellidx"), name="ell", dtypes=_DTYPES,
+                               dtype_rule="values dtype must be float32 or float16 for the GPU kernels, "
+                                          "got {dtype}")
 
 
 def _rhs(b, dell: DeviceELL, name: str):
@@ -466,8 +442,8 @@ def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
                          f"(vsize * 32 * vsize * nwarp * vecsize * 4), more than {SHARED_LIMIT}")
     ntiles = cdiv(m, WARP_SIZE * vecsize)
     kernel = _listing1_kernel(vsize, numwarps, vecsize)
-    _launch(kernel, ntiles * cdiv(n, vsize), threads, (dell.ellval, dell.ellidx, bdev, c, m, n, dell.host.kprime),
-            "nwarp, vsize, vecsize")
+    args = (dell.arrays["ellval"], dell.arrays["ellidx"], bdev, c, m, n, dell.host.kprime)
+    _launch(kernel, ntiles * cdiv(n, vsize), threads, args, "nwarp, vsize, vecsize")
 
 
 def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):

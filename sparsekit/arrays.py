@@ -61,6 +61,13 @@ layout, never by object):
 * ``output`` for a CuPy/PyTorch ``like`` allocates from that library's
   caching allocator.
 
+A sparse matrix that several launches share is checked and copied once:
+:class:`DeviceMatrix` keeps the host matrix, its arrays on the device, and
+what a kernel derives from them (a row order, chunk pointers, a re-layout),
+built on first use. Each GPU module subclasses it with its derived arrays and
+builds it in its own ``prepare`` (its rules, its messages) through
+:meth:`DeviceMatrix.from_host`.
+
 ``experiments/bench_foundation.py`` measures what this adds to a launch;
 ``experiments/results/foundation.md`` has the H100 numbers (with device
 arrays the launcher path is faster than hand-written Numba code that
@@ -69,12 +76,12 @@ allocates its output; CAI inputs still cost 9-17 us per argument).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import cuda
 
-__all__ = ["Operand", "operand", "output", "result", "cdiv"]
+__all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix"]
 
 _ORDERS = ("C", "F", None)
 
@@ -109,6 +116,69 @@ class Operand:
     def __repr__(self) -> str:
         return (f"<Operand kind={self.kind} shape={tuple(self.dev.shape)} "
                 f"dtype={self.dev.dtype} source={type(self.source).__name__}>")
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceMatrix:
+    """A host sparse matrix checked once, with its arrays on the device.
+
+    host : a :mod:`sparsekit.formats` matrix
+        the matrix itself (``shape`` and ``dtype`` pass through).
+    arrays : dict
+        name -> device copy of the host's array of that name
+        (:meth:`from_host` fills it).
+
+    A subclass adds the arrays its kernels derive from these, each a method
+    returning :meth:`cached`. Pass the instance to a launcher in place of the
+    host matrix to skip the copy and the full check on every call.
+    """
+
+    host: object
+    arrays: dict
+    _cache: dict = field(default_factory=dict)   #: key -> derived device array(s), see :meth:`cached`
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.host.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.host.dtype
+
+    def cached(self, key, build):
+        """``build()`` (a NumPy array, or a tuple of them) copied to the device on the first
+        call with ``key``; later calls with ``key`` return the same device array(s)."""
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        made = build()
+        dev = tuple(cuda.to_device(x) for x in made) if isinstance(made, tuple) else cuda.to_device(made)
+        self._cache[key] = dev
+        return dev
+
+    @classmethod
+    def from_host(cls, x, fmt: type, names: tuple[str, ...], *, name: str, dtypes, dtype_rule: str):
+        """``x`` itself when it is already a ``cls`` over a ``fmt``; otherwise ``x`` (a ``fmt``)
+        checked fully (``validate(full=True)``), its values' dtype checked against ``dtypes``,
+        and its arrays ``names`` copied to the device, as a ``cls``.
+
+        Errors name the argument ``name``: a ``TypeError`` for another type, and
+        ``TypeError(f"{name}: {dtype_rule}")`` with ``{dtype}`` in ``dtype_rule`` replaced by
+        the dtype found, for a dtype outside ``dtypes``; ``validate`` raises its own.
+        """
+        if isinstance(x, cls) and isinstance(x.host, fmt):
+            return x
+        if not isinstance(x, fmt):
+            raise TypeError(f"{name}: expected a sparsekit.formats.{fmt.__name__} (or a {cls.__name__}), "
+                            f"got {type(x).__name__}")
+        x.validate(full=True)
+        if x.dtype not in dtypes:
+            raise TypeError(f"{name}: " + dtype_rule.format(dtype=x.dtype))
+        return cls(x, {f: cuda.to_device(np.ascontiguousarray(getattr(x, f))) for f in names})
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.host!r}>"
 
 
 def cdiv(a: int, b: int) -> int:

@@ -100,6 +100,17 @@ def _import_failure(name: str, err: Exception) -> Experiment:
     return Experiment(name, f"{name} (failed to import)", "unknown", run)
 
 
+def save_figure(fig, path: Path) -> str:
+    """Lay out ``fig``, write it to ``path`` as a PNG at 120 dpi, close it; returns the file's name
+    (what :attr:`Section.figures` lists)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path.name
+
+
 def slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")[:60] or "table"
 

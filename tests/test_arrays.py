@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from sparsekit import arrays
-from sparsekit.arrays import Operand, cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, Operand, cdiv, operand, output, result
 from sparsekit.checks import FLOAT_DTYPES
+from sparsekit.formats import COO, CSR
 from tests.strategies import dense_arrays, dtypes
 
 ALL_DTYPES = FLOAT_DTYPES + (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64),
@@ -254,3 +255,49 @@ def test_cdiv(a, b):
 def test_cdiv_rejects_nonpositive_divisor():
     with pytest.raises(ValueError, match="^b: must be a positive"):
         cdiv(4, 0)
+
+
+class _Rows(DeviceMatrix):
+    """A DeviceMatrix subclass as a GPU module writes one: one derived array, built by ``cached``."""
+
+    builds = 0
+
+    def lengths(self):
+        return self.cached("lengths", self._lengths)
+
+    def _lengths(self):
+        _Rows.builds += 1
+        return np.diff(self.host.indptr).astype(np.int32)
+
+
+def _prepare_rows(x):
+    return _Rows.from_host(x, CSR, ("indptr", "data"), name="x", dtypes=(np.dtype(np.float32),),
+                           dtype_rule="the test kernels take float32, got {dtype}")
+
+
+def test_device_matrix_checks_once_copies_and_passes_shape_dtype_through():
+    csr = CSR.from_dense(np.array([[1, 0, 2], [0, 0, 0]], np.float32))
+    dev = _prepare_rows(csr)
+    assert dev.host is csr and dev.shape == (2, 3) and dev.dtype == np.float32
+    assert repr(dev) == f"<_Rows {csr!r}>"
+    assert sorted(dev.arrays) == ["data", "indptr"]
+    np.testing.assert_array_equal(dev.arrays["indptr"].copy_to_host(), csr.indptr)
+    assert _prepare_rows(dev) is dev
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        dev.host = csr
+    with pytest.raises(TypeError, match=r"^x: expected a sparsekit.formats.CSR \(or a _Rows\), got COO"):
+        _prepare_rows(COO.from_dense(np.ones((2, 2), np.float32)))
+    with pytest.raises(TypeError, match="^x: the test kernels take float32, got float64"):
+        _prepare_rows(CSR.from_dense(np.ones((2, 2))))
+
+
+def test_device_matrix_cached_builds_once_per_key():
+    dev = _prepare_rows(CSR.from_dense(np.array([[1, 0, 2], [0, 3, 0]], np.float32)))
+    before = _Rows.builds
+    first = dev.lengths()
+    assert dev.lengths() is first and _Rows.builds == before + 1
+    np.testing.assert_array_equal(first.copy_to_host(), [2, 1])
+    pair = dev.cached(("pair", 1), lambda: (np.zeros(2, np.int32), np.ones(3, np.float32)))
+    assert isinstance(pair, tuple) and [a.shape for a in pair] == [(2,), (3,)]
+    assert dev.cached(("pair", 1), lambda: pytest.fail("built twice")) is pair
+    assert _prepare_rows(dev.host).lengths() is not first            # the cache belongs to the instance
