@@ -21,17 +21,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-
-def _choose_backend() -> str:
-    """'gpu' when a CUDA device answers, else switch this process to the simulator."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "simulator"
-    from sparsekit.testsuite import gpu_present
-
-    if gpu_present():
-        return "gpu"
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    return "simulator"
+from sparsekit.backend import choose_backend
 
 
 def _versions() -> dict[str, str]:
@@ -46,7 +36,7 @@ def _versions() -> dict[str, str]:
 
 
 def cmd_info(args) -> int:
-    backend = _choose_backend()
+    backend = choose_backend()
     from sparsekit import device
 
     print(f"backend: {backend}")
@@ -80,7 +70,7 @@ def _report_header(backend: str, quick: bool, device_name: str) -> str:
 
 
 def cmd_reproduce(args) -> int:
-    backend = _choose_backend()
+    backend = choose_backend()
     from tqdm.auto import tqdm
 
     from sparsekit import device

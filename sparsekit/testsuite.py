@@ -13,14 +13,7 @@ import os
 import subprocess
 import sys
 
-
-def gpu_present() -> bool:
-    """True when a CUDA driver and device answer (checked in a child process)."""
-    probe = "from numba import cuda; import sys; sys.exit(0 if cuda.is_available() else 1)"
-    env = dict(os.environ)
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    return subprocess.run([sys.executable, "-c", probe], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+from sparsekit.backend import gpu_present
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -348,7 +348,7 @@ def test_roofline_experiment_runs(tmp_path):
 
 
 def test_measured_roof_needs_a_gpu():
-    from sparsekit.testsuite import gpu_present
+    from sparsekit.backend import gpu_present
 
     if gpu_present():
         pytest.skip("a GPU is present: the measured roof is exercised by the GPU benchmarks")

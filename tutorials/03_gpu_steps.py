@@ -64,4 +64,7 @@ def main(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
+    from sparsekit.backend import choose_backend
+
+    choose_backend()      # the simulator when no GPU answers (before numba.cuda is imported)
     main(quick="--quick" in sys.argv)

@@ -56,9 +56,9 @@ def _load(args):
 
 
 def cmd_bench_spmm(args) -> int:
-    from sparsekit.cli import _choose_backend
+    from sparsekit.backend import choose_backend
 
-    backend = "cpu" if args.cpu_only else _choose_backend()
+    backend = "cpu" if args.cpu_only else choose_backend()
     from experiments.bench_teaching import bench_cpu_matrix, bench_gpu_problem, markdown
     from sparsekit.balance import row_stats
 

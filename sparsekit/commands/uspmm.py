@@ -43,8 +43,8 @@ def add_commands(subparsers) -> None:
 
 
 def _need_gpu(what: str) -> bool:
-    from sparsekit.cli import _choose_backend
-    if _choose_backend() != "gpu":
+    from sparsekit.backend import choose_backend
+    if choose_backend() != "gpu":
         print(f"{what}: needs a CUDA GPU (none found); timings on the simulator would mean nothing")
         return False
     return True
