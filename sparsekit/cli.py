@@ -127,8 +127,15 @@ def cmd_reproduce(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparsekit", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="sparsekit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="GPU kernels for sparse neural networks (Numba CUDA), each beside its NumPy reference.",
+        epilog="examples:\n"
+               "  sparsekit info\n"
+               "  sparsekit reproduce --quick              # every experiment -> reproduce-out/REPORT.md\n"
+               "  sparsekit reproduce --list\n"
+               "  sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32\n"
+               "  sparsekit roofline --model resnet50 --pattern 2:4 --device h100")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
