@@ -175,6 +175,24 @@ def sanitize():
 
 # -- time ----------------------------------------------------------------------
 
+def _capture_graph(loop):
+    """Warm ``loop`` up on a side stream (as PyTorch requires), then capture it in a CUDA graph.
+
+    Returns the graph and the output tensor its replays write.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loop()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = loop()
+    return graph, out
+
+
 def _torch_baselines(u, bp, h0, steps):
     """us/step of cuDNN RNN, the GEMM loop (plain and CUDA graph), cuSPARSE CSR per step."""
     import torch
@@ -204,14 +222,7 @@ def _torch_baselines(u, bp, h0, steps):
     res["gemm_loop"] = measure(loop, repeat=10, warmup=2, flush_l2=False).median_s
 
     try:
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            loop()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            out_graph = loop()
+        g, out_graph = _capture_graph(loop)
         res["gemm_graph"] = measure(g.replay, repeat=20, warmup=3, flush_l2=False).median_s
         ref_last = ref_rnn.rnn_forward(u, bp, h0, steps)[-1]
         g.replay()
@@ -390,14 +401,7 @@ def lstm_table(out=None, steps=256, dtype="float16"):
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(c)
                 return h
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                loop()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                loop()
+            g, _ = _capture_graph(loop)
             rec["gemm_graph_us"] = measure(g.replay, repeat=10, warmup=2, flush_l2=False).median_s * 1e6 / steps
             config = "lamport" if batch == 4 else "naive"
             best = None

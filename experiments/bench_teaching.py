@@ -199,22 +199,31 @@ def bench_specialize(sizes=(16, 32, 64, 128), *, n: int = 256, sparsity: float =
     return recs
 
 
+def conv_weight(size: int, cin: int, cout: int, sparsity: float):
+    """One layer's seeded 3x3 weight as ``C_out x 9 C_in``, magnitude-pruned: (rng, dense, CSR).
+
+    The generator is returned so each benchmark draws its input from the same stream.
+    """
+    from sparsekit.formats import CSR
+    from sparsekit.prune import magnitude
+
+    rng = np.random.default_rng([size, cin, cout, int(sparsity * 1000)])
+    w = rng.standard_normal((cout, cin * 9)).astype(np.float32)
+    mask = magnitude(w, sparsity)
+    wd = np.where(mask, w, np.float32(0))
+    return rng, wd, CSR.from_dense(wd, mask)
+
+
 def bench_cpu_conv(*, sparsities=SPARSITIES, repeat: int = 5, quick: bool = False) -> list[dict]:
     """The slides' Table 3 layers on the CPU: im2col + our SpMM, virtual im2col, im2col + dense BLAS (ms)."""
     from cpu import conv as cconv
     from reference.conv import conv2d_direct
-    from sparsekit.formats import CSR
-    from sparsekit.prune import magnitude
 
     recs = []
     layers = [(7, 16, 16)] if quick else CONV_LAYERS
     for size, cin, cout in layers:
         for s in sparsities:
-            rng = np.random.default_rng([size, cin, cout, int(s * 1000)])
-            w = rng.standard_normal((cout, cin * 9)).astype(np.float32)
-            mask = magnitude(w, s)
-            wd = np.where(mask, w, np.float32(0))
-            csr = CSR.from_dense(wd, mask)
+            rng, wd, csr = conv_weight(size, cin, cout, s)
             w4 = wd.reshape(cout, cin, 3, 3)
             x = rng.standard_normal((cin, size, size)).astype(np.float32)
             want = conv2d_direct(x, w4)
@@ -352,7 +361,6 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
 
     from gpu import spmm as prod
     from sparsekit.formats import CSR
-    from sparsekit.prune import magnitude
 
     if timer is None:
         from sparsekit.timing import measure
@@ -366,11 +374,7 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
     layers = CONV_LAYERS[-1:] if quick else CONV_LAYERS
     for size, cin, cout in layers:
         for s in sparsities:
-            rng = np.random.default_rng([size, cin, cout, int(s * 1000)])
-            w = rng.standard_normal((cout, cin * 9)).astype(np.float32)
-            mask = magnitude(w, s)
-            wd = np.where(mask, w, np.float32(0))
-            csr = CSR.from_dense(wd, mask)
+            rng, wd, csr = conv_weight(size, cin, cout, s)
             p = prod.prepare(csr, CSR)
             x = torch.as_tensor(rng.standard_normal((1, cin, size, size)).astype(np.float32), device="cuda")
             w4 = torch.as_tensor(wd.reshape(cout, cin, 3, 3), device="cuda")

@@ -388,8 +388,7 @@ class CSR(_Format):
             return
         _check_indptr_full(self.indptr)
         check_indices(self.indices, "indices", k)
-        rows = np.repeat(np.arange(m), np.diff(self.indptr))
-        _check_ascending_segments(self.indices, rows, "indices", "row")
+        _check_ascending_segments(self.indices, self._rows(), "indices", "row")
         check_array(self.data, "data", finite=True)
 
     def _index_arrays(self):

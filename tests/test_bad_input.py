@@ -6,7 +6,8 @@ input that must raise ``TypeError`` or ``ValueError`` whose message names the
 argument. A coverage test fails when a public function is added to
 ``sparsekit.prune`` or a format gains a ``from_dense`` without a row here.
 The modules' own tests check the exact rules; this one checks that no entry
-point forgets a class.
+point forgets a class. Sparsity outside [0, 1) is covered for every pruner by
+``tests/test_prune.py::test_bad_sparsity`` and not repeated here.
 """
 from __future__ import annotations
 
@@ -108,25 +109,6 @@ def test_conv_weights_only_where_documented(entry):
     else:
         with pytest.raises(ValueError, match="2-D"):
             call(conv)
-
-
-SPARSITY_TAKING = {
-    "magnitude": lambda s: prune.magnitude(GOOD, s),
-    "uniform": lambda s: prune.uniform(GOOD, s),
-    "row_balanced": lambda s: prune.row_balanced(GOOD, s),
-    "blocked_uniform": lambda s: prune.blocked_uniform(GOOD, s, 2),
-    "block": lambda s: prune.block(GOOD, s, (2, 2)),
-    "magnitude_global": lambda s: prune.magnitude_global({"fc": GOOD}, s),
-    "uniform_global": lambda s: prune.uniform_global({"fc": GOOD}, s),
-}
-
-
-@pytest.mark.parametrize("entry", sorted(SPARSITY_TAKING))
-@pytest.mark.parametrize("sparsity, exc", [(1.0, ValueError), (-0.1, ValueError), (1.5, ValueError),
-                                           (float("nan"), ValueError), ("0.5", TypeError), (True, TypeError)])
-def test_sparsity_outside_unit_interval_is_refused(entry, sparsity, exc):
-    with pytest.raises(exc, match="sparsity"):
-        SPARSITY_TAKING[entry](sparsity)
 
 
 @pytest.mark.parametrize("call, match", [
