@@ -119,7 +119,11 @@ def cmd_reproduce(args) -> int:
             parts.append(f"**{table.caption}** ([csv]({exp.name}/{name}))\n\n{markdown_table(table.records)}\n")
         for fig in section.figures:
             parts.append(f"![{fig}]({exp.name}/{fig})\n")
-        parts.append(f"_Ran in {time.perf_counter() - start:.1f} s._\n")
+        elapsed = time.perf_counter() - start
+        parts.append(f"_Ran in {elapsed:.1f} s._\n")
+        print(f"[reproduce] {exp.name}: {elapsed:.1f} s", file=sys.stderr)
+        # Written after every experiment, so an interrupted run still leaves a report of what finished.
+        (out / "REPORT.md").write_text("\n".join(parts))
     (out / "REPORT.md").write_text("\n".join(parts))
     print(f"[reproduce] wrote {out / 'REPORT.md'}" + (f"; FAILED: {', '.join(failed)}" if failed else ""),
           file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -51,8 +52,9 @@ def test_info_reports_backend(capsys):
     assert "numba" in out
 
 
-def test_reproduce_quick_writes_report_csv_and_figure(tmp_path):
+def test_reproduce_quick_writes_report_csv_and_figure(tmp_path, capsys):
     assert cli.main(["reproduce", "--quick", "--only", "formats", "--out", str(tmp_path)]) == 0
+    assert re.search(r"^\[reproduce\] formats: [0-9.]+ s$", capsys.readouterr().err, re.M)  # time per experiment
     report = (tmp_path / "REPORT.md").read_text()
     assert report.startswith("# sparsekit reproduce report")
     assert "simulator" in report.splitlines()[2]        # the no-GPU notice is at the top
