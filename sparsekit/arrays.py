@@ -55,6 +55,10 @@ layout, never by object):
 * a CAI object becomes a Numba view by copying the attributes of a template
   array of the same layout and adding a new memory pointer (about half the
   cost of ``cuda.from_cuda_array_interface``);
+* PyTorch tensors and CuPy arrays are read through their own attributes
+  (pointer, shape, strides, dtype) rather than the ``__cuda_array_interface__``
+  dict, which PyTorch builds in Python on every access; the answers, refusals
+  and stream rule are the interface's;
 * every device array made here gets its Numba kernel type from a per-layout
   cache: Numba would otherwise compute it on the first launch of each new
   array, which costs more than the launch itself;
@@ -71,7 +75,8 @@ builds it in its own ``prepare`` (its rules, its messages) through
 ``experiments/bench_foundation.py`` measures what this adds to a launch;
 ``experiments/results/foundation.md`` has the H100 numbers (with device
 arrays the launcher path is faster than hand-written Numba code that
-allocates its output; CAI inputs still cost 9-17 us per argument).
+allocates its output; CuPy/PyTorch inputs cost 9-17 us per argument through
+the interface dict, measured before the direct read above).
 """
 from __future__ import annotations
 
@@ -322,6 +327,13 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
         _check(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
         return Operand(x, "numba", x)
+    read = _direct_reader(type(x))
+    if read is not None:
+        described = read(x, name)
+        if described is not None:
+            ptr, dims, strides, dtype = described
+            _check(name, dtype, dims, strides, dtype.itemsize, dtypes, ndim, shape, order)
+            return Operand(_view(ptr, dims, strides, dtype, x), "cai", x)
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None:
         raise TypeError(f"{name}: expected a numpy.ndarray, a Numba device array or an object "
@@ -485,6 +497,58 @@ def _cupy_layout(a):
 
 # Library -> (pointer, shape, byte strides) of one of its arrays, read without the CAI dict.
 _LAYOUTS = {"torch": _torch_layout, "cupy": _cupy_layout}
+
+
+def _torch_direct(t, name):
+    """(pointer, shape, byte strides, dtype) of a CUDA tensor read from its attributes, or None
+    (a dtype NumPy lacks, such as bfloat16) to take the ``__cuda_array_interface__`` path.
+
+    Same answers and refusals as PyTorch's interface (CUDA tensors only, none that
+    require grad; no stream is exported), at a fraction of the cost of building its dict.
+    """
+    if not t.is_cuda:
+        raise TypeError(f"{name}: a PyTorch tensor on {t.device} has no GPU memory; move it with .cuda()")
+    if t.requires_grad:
+        raise TypeError(f"{name}: the tensor requires grad; pass t.detach() (no gradient flows through a kernel)")
+    dtype = _NUMPY_OF_TORCH.get(t.dtype)
+    if dtype is None:
+        return None
+    return (*_torch_layout(t), dtype)
+
+
+def _cupy_direct(a, name):
+    """(pointer, shape, byte strides, dtype) of a CuPy array; work on CuPy's current stream is
+    finished first unless that is the legacy default stream, as its interface's stream rule asks."""
+    stream = sys.modules["cupy"].cuda.get_current_stream()
+    if stream.ptr != 0:
+        stream.synchronize()
+    return a.data.ptr, a.shape, a.strides, a.dtype
+
+
+# NumPy dtypes a tensor may have, by torch dtype (filled on the first tensor).
+_NUMPY_OF_TORCH: dict = {}
+# Type of a CAI source -> its direct reader, or None for the generic interface path.
+_DIRECT: dict = {}
+
+
+def _direct_reader(kind: type):
+    try:
+        return _DIRECT[kind]
+    except KeyError:
+        pass
+    lib = kind.__module__.partition(".")[0]
+    reader = None
+    if lib == "torch" and issubclass(kind, sys.modules["torch"].Tensor):
+        torch = sys.modules["torch"]
+        if not _NUMPY_OF_TORCH:
+            for d in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                      np.uint8, np.bool_, np.complex64, np.complex128):
+                _NUMPY_OF_TORCH[_torch_dtype(torch, np.dtype(d))] = np.dtype(d)
+        reader = _torch_direct
+    elif lib == "cupy" and kind is sys.modules["cupy"].ndarray:
+        reader = _cupy_direct
+    _DIRECT[kind] = reader
+    return reader
 
 
 def _owner_if_whole(dev, src, lib):

@@ -81,6 +81,19 @@ def test_torch_errors_name_the_argument():
         operand(t.double(), "x", dtypes=(np.float32,))
 
 
+def test_torch_tensors_the_interface_refuses_are_refused_by_name():
+    """The direct read of a tensor refuses what PyTorch's own interface refuses, naming the argument."""
+    torch = _lib("torch")
+    with pytest.raises(TypeError, match="^x: a PyTorch tensor on cpu has no GPU memory"):
+        operand(torch.ones(4), "x", dtypes=None)
+    with pytest.raises(TypeError, match=r"^w: the tensor requires grad; pass t.detach\(\)"):
+        operand(torch.ones(4, device="cuda", requires_grad=True), "w", dtypes=None)
+    p = torch.nn.Parameter(torch.ones(4, device="cuda"), requires_grad=False)   # a Tensor subclass
+    assert _ptr(operand(p, "p", dtypes=(np.float32,)).dev) == p.data_ptr()
+    with pytest.raises(TypeError):   # no NumPy dtype: the interface path, which refuses bfloat16
+        operand(torch.ones(4, device="cuda", dtype=torch.bfloat16), "b", dtypes=None)
+
+
 def test_cupy_side_stream_work_is_finished_before_use():
     """CuPy exports its current stream; operand() synchronises a non-default one."""
     cupy = _lib("cupy")
