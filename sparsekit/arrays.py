@@ -329,11 +329,9 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
         return Operand(x, "numba", x)
     read = _direct_reader(type(x))
     if read is not None:
-        described = read(x, name)
-        if described is not None:
-            ptr, dims, strides, dtype = described
-            _check(name, dtype, dims, strides, dtype.itemsize, dtypes, ndim, shape, order)
-            return Operand(_view(ptr, dims, strides, dtype, x), "cai", x)
+        ptr, dims, strides, dtype = read(x, name)
+        _check(name, dtype, dims, strides, dtype.itemsize, dtypes, ndim, shape, order)
+        return Operand(_view(ptr, dims, strides, dtype, x), "cai", x)
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None:
         raise TypeError(f"{name}: expected a numpy.ndarray, a Numba device array or an object "
@@ -500,11 +498,11 @@ _LAYOUTS = {"torch": _torch_layout, "cupy": _cupy_layout}
 
 
 def _torch_direct(t, name):
-    """(pointer, shape, byte strides, dtype) of a CUDA tensor read from its attributes, or None
-    (a dtype NumPy lacks, such as bfloat16) to take the ``__cuda_array_interface__`` path.
+    """(pointer, shape, byte strides, dtype) of a CUDA tensor read from its attributes.
 
     Same answers and refusals as PyTorch's interface (CUDA tensors only, none that
-    require grad; no stream is exported), at a fraction of the cost of building its dict.
+    require grad, only dtypes NumPy has; no stream is exported), at a fraction of the
+    cost of building its dict, and each refusal names the argument.
     """
     if not t.is_cuda:
         raise TypeError(f"{name}: a PyTorch tensor on {t.device} has no GPU memory; move it with .cuda()")
@@ -512,7 +510,8 @@ def _torch_direct(t, name):
         raise TypeError(f"{name}: the tensor requires grad; pass t.detach() (no gradient flows through a kernel)")
     dtype = _NUMPY_OF_TORCH.get(t.dtype)
     if dtype is None:
-        return None
+        raise TypeError(f"{name}: {t.dtype} has no NumPy dtype, so no Numba kernel can take it; "
+                        f"convert it first (e.g. t.half() or t.float())")
     return (*_torch_layout(t), dtype)
 
 

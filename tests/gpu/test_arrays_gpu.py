@@ -90,7 +90,7 @@ def test_torch_tensors_the_interface_refuses_are_refused_by_name():
         operand(torch.ones(4, device="cuda", requires_grad=True), "w", dtypes=None)
     p = torch.nn.Parameter(torch.ones(4, device="cuda"), requires_grad=False)   # a Tensor subclass
     assert _ptr(operand(p, "p", dtypes=(np.float32,)).dev) == p.data_ptr()
-    with pytest.raises(TypeError):   # no NumPy dtype: the interface path, which refuses bfloat16
+    with pytest.raises(TypeError, match="^b: torch.bfloat16 has no NumPy dtype"):
         operand(torch.ones(4, device="cuda", dtype=torch.bfloat16), "b", dtypes=None)
 
 
