@@ -35,7 +35,7 @@ from sparsekit import prune
 from sparsekit.checks import check_int, check_sparsity
 from sparsekit.roofline import parse_kind
 
-__all__ = ["Data", "MLP", "load_digits_split", "train", "masks_for", "PATTERNS", "pattern_kind",
+__all__ = ["Data", "MLP", "load_digits_split", "load_mnist1d_split", "DATASETS", "load_dataset", "train", "masks_for", "PATTERNS", "pattern_kind",
            "halving_schedule_run", "one_shot_rewind_run"]
 
 
@@ -58,6 +58,50 @@ def load_digits_split(seed: int = 0, test_fraction: float = 0.3) -> Data:
     xtr, xte, ytr, yte = train_test_split(x, d.target, test_size=test_fraction, random_state=seed,
                                           stratify=d.target)
     return Data(xtr, ytr.astype(np.int64), xte, yte.astype(np.int64), 10)
+
+
+#: pip package that generates MNIST-1D (an optional extra; Apache-2.0; generated locally, no download).
+MNIST1D_PACKAGE = "mnist1d"
+
+
+def load_mnist1d_split(seed: int = 0, num_samples: int | None = None) -> Data:
+    """MNIST-1D (Greydanus & Kobak, 2020): 10 classes of 40-sample 1-D signals, made by the
+    ``mnist1d`` package's own generator (``mnist1d.data.make_dataset``) on this machine.
+
+    With the package's default arguments (``num_samples=None``) this is the published
+    dataset: 4000 training and 1000 test signals, the generator's own 80/20 split and
+    seed 42 (``seed`` does not change the data, only ``num_samples`` does; it is kept for
+    the signature the experiments share). The generator is procedural, so nothing is
+    downloaded (``mnist1d.data.get_dataset`` would fetch a pickle; it is not used). It
+    reseeds NumPy's legacy global generator (``np.random.seed``); the global state is
+    restored afterwards. Raises ``ImportError`` naming the package when it is missing.
+    """
+    try:
+        from mnist1d.data import get_dataset_args, make_dataset
+    except ImportError as err:
+        raise ImportError(f"MNIST-1D needs the optional package {MNIST1D_PACKAGE!r} "
+                          f"(pip install {MNIST1D_PACKAGE}): {err}") from err
+    args = get_dataset_args()
+    if num_samples is not None:
+        args.num_samples = check_int(num_samples, "num_samples", minimum=10)
+    state = np.random.get_state()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(state)
+    return Data(d["x"].astype(np.float32), d["y"].astype(np.int64), d["x_test"].astype(np.float32),
+                d["y_test"].astype(np.int64), 10)
+
+
+#: Data sets the accuracy experiments can use: name -> loader(seed) -> :class:`Data`.
+DATASETS = {"digits": load_digits_split, "mnist1d": load_mnist1d_split}
+
+
+def load_dataset(name: str, seed: int = 0) -> Data:
+    """The :class:`Data` of ``name`` (one of :data:`DATASETS`)."""
+    if name not in DATASETS:
+        raise ValueError(f"name: unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    return DATASETS[name](seed=seed)
 
 
 @dataclass
@@ -217,19 +261,32 @@ def is_nm(pattern: str) -> bool:
     return pattern_kind(pattern) == pattern and ":" in pattern
 
 
-def masks_for(pattern: str, weights: list, sparsity: float | None) -> list:
+def _pruned_range(count: int, first_dense: bool) -> range:
+    """Indices of the pruned layers: all but the classifier (and the input layer if ``first_dense``)."""
+    first = 1 if first_dense else 0
+    if count - 1 <= first:
+        raise ValueError(f"first_dense: a {count}-layer MLP keeping its {'input and ' if first_dense else ''}"
+                         f"classifier layers dense has no layer left to prune")
+    return range(first, count - 1)
+
+
+def masks_for(pattern: str, weights: list, sparsity: float | None, *, first_dense: bool = False) -> list:
     """Masks for the prunable weights (all but the last); ``None`` for the classifier.
 
     ``unstructured`` and ``uniform`` use ONE global threshold over the pruned
     layers (the papers' global magnitude pruning); the other patterns prune each
     layer to ``sparsity``. N:M ignores ``sparsity`` (it is fixed at 1 - N/M).
+    ``first_dense`` also keeps the input layer dense (common practice for a first
+    layer; MNIST-1D's 40 inputs fit no 16-wide block or N:M group); it gets ``None``.
     """
-    pruned = {f"fc{i}": w for i, w in enumerate(weights[:-1])}
+    idx = _pruned_range(len(weights), first_dense)
+    pruned = {f"fc{i}": weights[i] for i in idx}
+    head = [None] * idx.start
     kind = pattern_kind(pattern)
     if is_nm(pattern):
         keep, width = (int(v) for v in pattern.split(":"))
         out = [prune.n_m(w, keep, width) for w in pruned.values()]
-        return out + [None]
+        return head + out + [None]
     s = check_sparsity(sparsity)
     if pattern == "unstructured":
         out = list(prune.magnitude_global(pruned, s).values())
@@ -243,12 +300,13 @@ def masks_for(pattern: str, weights: list, sparsity: float | None) -> list:
     else:
         b = int(kind.split(":")[1])
         out = [prune.block(w, s, (b, b)) for w in pruned.values()]
-    return out + [None]
+    return head + out + [None]
 
 
-def achieved_sparsity(net: MLP) -> float:
-    """Fraction of zeros over the pruned layers (all but the classifier)."""
-    masks = net.masks[:-1]
+def achieved_sparsity(net: MLP, *, first_dense: bool = False) -> float:
+    """Fraction of zeros over the pruned layers (all but the classifier, and the input layer
+    if ``first_dense``)."""
+    masks = [net.masks[i] for i in _pruned_range(len(net.masks), first_dense)]
     return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.size for m in masks)
 
 
@@ -264,36 +322,38 @@ class Point:
     densities: tuple   #: kept fraction per layer (1.0 for the dense classifier)
 
 
-def _point(net: MLP, data: Data, pattern: str, schedule: str, target: float) -> Point:
-    return Point(pattern, schedule, target, achieved_sparsity(net), net.accuracy(data.x_test, data.y_test),
-                 tuple(float(m.mean()) for m in net.masks))
+def _point(net: MLP, data: Data, pattern: str, schedule: str, target: float, first_dense: bool) -> Point:
+    return Point(pattern, schedule, target, achieved_sparsity(net, first_dense=first_dense),
+                 net.accuracy(data.x_test, data.y_test), tuple(float(m.mean()) for m in net.masks))
 
 
 def halving_schedule_run(dense: MLP, data: Data, pattern: str, *, epochs: int, rng: np.random.Generator,
-                         rounds: int = 5, **train_args) -> list[Point]:
+                         rounds: int = 5, first_dense: bool = False, **train_args) -> list[Point]:
     """The Sparsity Roofline's schedule: 50 %, then ``S += (1 - S) / 2`` per round, LR rewound each time.
 
     Each round prunes the current (already sparse, fine-tuned) weights to the
     next level and fine-tunes for ``epochs`` with a fresh learning-rate
-    schedule. N:M patterns have one fixed level: one round.
+    schedule. N:M patterns have one fixed level: one round. ``first_dense``: see :func:`masks_for`.
     """
     net = dense.copy()
     levels = [None] if is_nm(pattern) else prune.halving_schedule(rounds, 0.5)
     points = []
     for s in levels:
-        net.set_masks(masks_for(pattern, net.weights, s))
+        net.set_masks(masks_for(pattern, net.weights, s, first_dense=first_dense))
         train(net, data, epochs=epochs, rng=rng, **train_args)
-        points.append(_point(net, data, pattern, "halving", 1.0 - _nm_density(pattern) if s is None else s))
+        points.append(_point(net, data, pattern, "halving", 1.0 - _nm_density(pattern) if s is None else s,
+                             first_dense))
     return points
 
 
 def one_shot_rewind_run(dense: MLP, data: Data, pattern: str, sparsity: float | None, *, epochs: int,
-                        rng: np.random.Generator, **train_args) -> Point:
+                        rng: np.random.Generator, first_dense: bool = False, **train_args) -> Point:
     """Uniform Sparsity's LR rewinding: prune the dense model once, retrain with the full schedule."""
     net = dense.copy()
-    net.set_masks(masks_for(pattern, net.weights, sparsity))
+    net.set_masks(masks_for(pattern, net.weights, sparsity, first_dense=first_dense))
     train(net, data, epochs=epochs, rng=rng, **train_args)
-    return _point(net, data, pattern, "one-shot", 1.0 - _nm_density(pattern) if sparsity is None else sparsity)
+    return _point(net, data, pattern, "one-shot", 1.0 - _nm_density(pattern) if sparsity is None else sparsity,
+                  first_dense)
 
 
 def _nm_density(pattern: str) -> float:

@@ -1,6 +1,8 @@
 """The NumPy MLP, its training loop, the pattern masks and the two fine-tuning schedules."""
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,63 @@ def test_accuracy_experiment_runs_in_quick_mode(tmp_path):
     assert {r["pattern"] for r in halving} == set(train.PATTERNS)
     assert all(r["SoL_speedup_H100_b1"] > 0 for r in halving)
     assert "Does uniform track unstructured?" in sec.text
+
+
+needs_mnist1d = pytest.mark.skipif(
+    importlib.util.find_spec(train.MNIST1D_PACKAGE) is None,
+    reason=f"optional package {train.MNIST1D_PACKAGE!r} (MNIST-1D generator) is not installed")
+
+
+@needs_mnist1d
+def test_mnist1d_is_the_published_split_and_leaves_numpy_seed_alone():
+    np.random.seed(123)
+    before = np.random.random()
+    np.random.seed(123)
+    d = train.load_dataset("mnist1d")
+    assert np.random.random() == before          # the generator's np.random.seed is undone
+    assert d.x_train.shape == (4000, 40) and d.x_test.shape == (1000, 40) and d.classes == 10
+    assert d.x_train.dtype == np.float32 and set(np.unique(d.y_test)) == set(range(10))
+    again = train.load_mnist1d_split()
+    assert np.array_equal(d.x_train, again.x_train) and np.array_equal(d.y_test, again.y_test)
+    small = train.load_mnist1d_split(num_samples=200)
+    assert small.x_train.shape == (160, 40) and small.x_test.shape == (40, 40)
+
+
+def test_missing_mnist1d_is_an_import_error_naming_the_package(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "mnist1d", None)
+    monkeypatch.setitem(sys.modules, "mnist1d.data", None)
+    with pytest.raises(ImportError, match="optional package 'mnist1d'"):
+        train.load_mnist1d_split()
+    with pytest.raises(ValueError, match="unknown dataset 'mnist'; known: digits, mnist1d"):
+        train.load_dataset("mnist")
+
+
+def test_first_dense_keeps_the_input_layer_and_prunes_the_rest():
+    rng = np.random.default_rng(3)
+    ws = [rng.standard_normal(s).astype(np.float32) for s in ((32, 40), (32, 32), (32, 32), (10, 32))]
+    for pattern in ("unstructured", "block:16", "2:16"):
+        masks = masks_for(pattern, ws, 0.75, first_dense=True)
+        assert masks[0] is None and masks[-1] is None and all(m.mean() < 1 for m in masks[1:3])
+    net = MLP.init([40, 32, 32, 32, 10], rng)
+    net.set_masks(masks_for("uniform", net.weights, 0.75, first_dense=True))
+    assert train.achieved_sparsity(net, first_dense=True) == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="first_dense: a 2-layer MLP"):
+        masks_for("uniform", ws[:2], 0.5, first_dense=True)
+
+
+@needs_mnist1d
+def test_accuracy_sweep_on_mnist1d_at_toy_size(tmp_path):
+    """The full-mode MNIST-1D branch of the accuracy experiment, with a tiny configuration."""
+    from experiments.accuracy import sweep
+    from sparsekit.experiment import Context
+
+    cfg = dict(sizes=[40, 32, 32, 10], first_dense=True, pretrain=1, round_epochs=1, one_shot=(0.9,), seeds=(0,))
+    sec = sweep(Context(quick=True, backend="simulator", out_dir=tmp_path), "mnist1d", cfg)
+    assert sec.figures == ["sparsity_roofline_mnist1d.png", "task_error_one_shot_mnist1d.png",
+                           "halving_accuracy_by_pattern_mnist1d.png"]
+    assert all((tmp_path / f).stat().st_size > 0 for f in sec.figures)
+    assert [t.csv_name for t in sec.tables] == ["one_shot_summary_mnist1d.csv", "halving_mnist1d.csv",
+                                               "one_shot_runs_mnist1d.csv"]
+    assert {r["pattern"] for r in sec.tables[1].records} == set(train.PATTERNS)
+    assert "### mnist1d" in sec.text and "1000 test 1-D signals" in sec.text
