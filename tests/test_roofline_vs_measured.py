@@ -114,7 +114,9 @@ def test_compare_measured_prices_each_format_and_keeps_the_identity(tmp_path):
         assert r["predicted speedup"] / r["measured speedup"] == pytest.approx(r["dense % SoL"] / r["sparse % SoL"],
                                                                                rel=2e-3)   # 4 digits each
     summary = rvm.summarize(list(got.values()))
-    assert {s["kernel"] for s in summary} == set(got) and all(s["all correct"] for s in summary)
+    assert {s["kernel"] for s in summary} == set(got) | {rvm.BEST_OURS} and all(s["all correct"] for s in summary)
+    best = rvm.best_of_ours(list(got.values()))
+    assert len(best) == 1 and best[0]["chosen"] == "USpMM config=auto (ours)"
     # the recorded-CSV path gives the same rows
     rvm.write_csv(rows, tmp_path / "m.csv")
     again, source = rvm.load_recorded(tmp_path / "m.csv")
