@@ -251,14 +251,17 @@ def _torch():
     return torch if torch.cuda.is_available() else None
 
 
-def gpu_providers(csr, *, tune: bool = True):
-    """Our GPU CSR kernels by name -> ``launch(b_dev)``; with ``tune`` the grid-searched variants too."""
+def gpu_providers(csr, n: int, *, tune: bool = True):
+    """Our GPU CSR kernels for ``B`` of ``n`` columns by name -> ``launch(b_dev)``; with ``tune`` the
+    grid-searched variants too."""
     from gpu import spmm as prod
     from gpu import spmm_lessons as les
     from sparsekit.formats import CSR
 
     d = les.prepare(csr)
     p = prod.prepare(csr, CSR)
+    staged = prod.staged_tunables(p, n)
+    vec = staged["vector"]
     out = {
         "1 thread_per_row": lambda b: les.thread_per_row(d, b),
         "2 warp_per_row": lambda b: les.warp_per_row(d, b),
@@ -268,6 +271,8 @@ def gpu_providers(csr, *, tune: bool = True):
         "5 thread_group": lambda b: les.thread_group(d, b),
         "6 balanced_blocks": lambda b: les.balanced_blocks(d, b),
         "gpu.spmm csr swizzle": lambda b: prod.spmm_csr(p, b, swizzle=True),
+        "7 row_split": lambda b: les.row_split(d, b),
+        "gpu.spmm staged (staged_tunables)": lambda b: prod.spmm_csr(p, b, **staged),
     }
     if tune:
         for nw in (4, 8):
@@ -286,14 +291,54 @@ def gpu_providers(csr, *, tune: bool = True):
         for cpl in (2, 4):
             out[f"gpu.spmm csr swizzle cpl={cpl}"] = (
                 lambda b, cpl=cpl: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=cpl))
+        for wpr in (1, 2, 4, 8):
+            kw = dict(swizzle=True, warps_per_row=wpr, warps_per_block=max(4, wpr), vector=vec, cols_per_lane=2)
+            out[f"gpu.spmm staged wpr={wpr} vec={vec} cpl=2"] = lambda b, kw=kw: prod.spmm_csr(p, b, **kw)
+    return out
+
+
+def split_configs(n: int, *, wide: bool = True) -> dict:
+    """The grid search of :func:`gpu.spmm.spmm_csr`'s staged kernel (rows swizzled): label -> keyword
+    arguments. ``warps_per_row`` x rows per block (blocks of 4 or 8 warps) x ``cols_per_lane``, with
+    vector loads of 4 columns where ``n`` allows them (``wide``: also without, and ``unroll = 8``)."""
+    out = {}
+    vectors = (4, 1) if n % 4 == 0 else (1,)
+    for vec in vectors if wide else vectors[:1]:
+        for wpr, wpb in ((1, 4), (1, 8), (2, 4), (2, 8), (4, 4), (4, 8), (8, 8)):
+            for cpl in (1, 2):
+                out[f"gpu.spmm staged wpr={wpr} wpb={wpb} vec={vec} cpl={cpl}"] = dict(
+                    swizzle=True, warps_per_row=wpr, warps_per_block=wpb, vector=vec, cols_per_lane=cpl)
+        if wide:
+            for wpr, wpb in ((2, 8), (4, 8)):
+                out[f"gpu.spmm staged wpr={wpr} wpb={wpb} vec={vec} cpl=1 unroll=8"] = dict(
+                    swizzle=True, warps_per_row=wpr, warps_per_block=wpb, vector=vec, cols_per_lane=1, unroll=8)
+    return out
+
+
+def sweep_providers(csr, n: int) -> dict:
+    """The staged-kernel grid (:func:`split_configs`), lesson 7 (``row_split``) and the previous best
+    two of ours, by name -> ``launch(b_dev)``."""
+    from gpu import spmm as prod
+    from gpu import spmm_lessons as les
+    from sparsekit.formats import CSR
+
+    d = les.prepare(csr)
+    p = prod.prepare(csr, CSR)
+    out = {"4 warp_per_row_swizzled": lambda b: les.warp_per_row_swizzled(d, b),
+           "gpu.spmm csr swizzle cpl=4": lambda b: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=4)}
+    for wpr in (2, 4, 8):
+        out[f"7 row_split wpr={wpr}"] = lambda b, wpr=wpr: les.row_split(d, b, warps_per_row=wpr)
+    for name, kw in split_configs(n).items():
+        out[name] = lambda b, kw=kw: prod.spmm_csr(p, b, **kw)
     return out
 
 
 def bench_gpu_problem(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 20, tune: bool = True,
-                      timer=None) -> list[dict]:
+                      timer=None, providers=None) -> list[dict]:
     """One record per provider (ours, cuSPARSE CSR and dense cuBLAS through PyTorch when present).
 
-    ``timer(launch) -> seconds`` defaults to :func:`sparsekit.timing.measure`'s median.
+    ``timer(launch) -> seconds`` defaults to :func:`sparsekit.timing.measure`'s median;
+    ``providers`` (name -> ``launch(b_dev)``) defaults to :func:`gpu_providers`.
     """
     from numba import cuda
 
@@ -306,7 +351,7 @@ def bench_gpu_problem(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 20, tu
     b_dev = cuda.to_device(b)
     check = Checker(a, b)
     recs = []
-    for name, fn in gpu_providers(csr, tune=tune).items():
+    for name, fn in (gpu_providers(csr, b.shape[1], tune=tune) if providers is None else providers).items():
         try:
             got = fn(b_dev).copy_to_host()
             med, p10, p90 = timer(lambda: fn(b_dev))
@@ -343,6 +388,7 @@ def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
            "warp_per_row_us": lesson.get("2 warp_per_row"), "swizzled_us": lesson.get("4 warp_per_row_swizzled"),
            "smem_tiled_swizzled_us": lesson.get("3+4 smem_tiled_swizzled"),
            "thread_group_us": lesson.get("5 thread_group"), "balanced_blocks_us": lesson.get("6 balanced_blocks"),
+           "row_split_us": lesson.get("7 row_split"), "staged_us": lesson.get("gpu.spmm staged (staged_tunables)"),
            "cusparse_us": lesson.get("cuSPARSE CSR (torch)"), "cublas_us": lesson.get("cuBLAS dense (torch)"),
            "all_correct": all(r["correct"] for r in recs)}
     if row["cusparse_us"] and ours:
@@ -406,7 +452,9 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
 
 
 def sanitize() -> int:
-    """Run every GPU lesson kernel once on a small matrix (for compute-sanitizer) and check it."""
+    """Run every GPU lesson kernel and the staged CSR kernel once on small matrices (for
+    compute-sanitizer) and check them."""
+    from gpu import spmm as prod
     from gpu import spmm_lessons as les
 
     csr, b, a = suite_matrix(70, 45, 40, 0.7)
@@ -417,7 +465,63 @@ def sanitize() -> int:
         bad += not ok
     ok = _correct(les.smem_tiled(csr, b, swizzle=True), a, b) and _correct(les.thread_group(csr, b, k_split=3), a, b)
     print(f"smem_tiled swizzle / thread_group k_split=3: {'ok' if ok else 'WRONG'}")
-    return int(bad > 0 or not ok)
+    bad += not ok
+    # gpu.spmm's staged CSR kernel, with rows longer than one staged chunk (several chunks per row).
+    long_rows = suite_matrix(9, 300, 40, 0.3)
+    for kw in SANITIZE_STAGED:
+        for mat, rhs, dense in ((csr, b, a), long_rows):
+            ok = _correct(prod.spmm_csr(mat, rhs, **kw), dense, rhs)
+            print(f"gpu.spmm staged {kw} on {mat.shape}: {'ok' if ok else 'WRONG'}")
+            bad += not ok
+    return int(bad > 0)
+
+
+#: The staged-kernel configurations :func:`sanitize` runs (every code path: split, several rows
+#: per block, vector loads of 2 and 4, two column slices per lane, unroll 8, rows in natural order).
+SANITIZE_STAGED = (
+    dict(swizzle=True, warps_per_row=2, warps_per_block=4, vector=4, cols_per_lane=2),
+    dict(swizzle=True, warps_per_row=1, warps_per_block=4, vector=1),
+    dict(swizzle=False, warps_per_row=8, warps_per_block=8, vector=2, cols_per_lane=1, unroll=8),
+    dict(swizzle=True, warps_per_row=4, warps_per_block=8, vector=1, cols_per_lane=2),
+)
+
+
+def sweep_gpu(problems, *, repeat: int = 10, budget_s: float = float("inf"), timer=None) -> list[dict]:
+    """:func:`sweep_providers` on each problem against cuSPARSE: one record per (problem, provider)
+    with ``speedup_vs_cusparse`` (NaN without PyTorch); prints the best per problem and each
+    provider's geometric mean. ``timer`` as for :func:`bench_gpu_problem`."""
+    recs = []
+    start = time.perf_counter()
+    for num, m, k, n, use, s in problems:
+        if time.perf_counter() - start > budget_s:
+            print(f"time budget of {budget_s} s spent: problems from {num} on are not measured")
+            break
+        csr, b, a = suite_matrix(m, k, n, s)
+        got = bench_gpu_problem(csr, b, a, repeat=repeat, providers=sweep_providers(csr, n), timer=timer)
+        base = next((r["us"] for r in got if r["provider"] == "cuSPARSE CSR (torch)"), float("nan"))
+        for r in got:
+            recs.append({"problem": num, "M": m, "K": k, "N": n, **r, "speedup_vs_cusparse": base / r["us"]})
+        ours = [r for r in got if "torch" not in r["provider"] and r["correct"]]
+        best = min(ours, key=lambda r: r["us"])
+        print(f"problem {num} ({m}x{k}x{n}): best {best['provider']} {best['us']:.1f} us, cuSPARSE {base:.1f} us, "
+              f"all correct {all(r['correct'] for r in got)}", flush=True)
+    summary = []
+    for name in dict.fromkeys(r["provider"] for r in recs):
+        mine = [r for r in recs if r["provider"] == name]
+        summary.append({"provider": name, "problems": len(mine),
+                        "geomean_vs_cusparse": geomean(r["speedup_vs_cusparse"] for r in mine),
+                        "wins": sum(r["speedup_vs_cusparse"] > 1 for r in mine),
+                        "all_correct": all(r["correct"] for r in mine)})
+    print(f"\n## gpu_sweep_summary\n\n{markdown(summary)}")
+    return recs
+
+
+def _selected(problems, numbers: str | None):
+    """``problems`` whose number is in the comma-separated ``numbers``, in that order (all when None)."""
+    if numbers is None:
+        return problems
+    by_number = {p[0]: p for p in problems}
+    return [by_number[int(x)] for x in numbers.split(",") if int(x) in by_number]
 
 
 # --------------------------------------------------------------------------- script
@@ -435,7 +539,9 @@ def geomean(xs) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=("loop-orders", "cpu-suite", "cpu-conv", "specialize", "gpu", "sanitize"))
+    ap.add_argument("what", choices=("loop-orders", "cpu-suite", "cpu-conv", "specialize", "gpu", "gpu-sweep",
+                                     "sanitize"))
+    ap.add_argument("--problems", default=None, help="gpu, gpu-sweep: comma-separated suite problem numbers")
     ap.add_argument("--quick", action="store_true", help="toy sizes (CI)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repeats per configuration")
     ap.add_argument("--out", default=None, help="folder for JSON results")
@@ -459,10 +565,13 @@ def main(argv=None) -> int:
     elif args.what == "specialize":
         sizes = (16, 32) if args.quick else (16, 32, 64, 128)
         out["specialize"] = bench_specialize(sizes, repeat=args.repeat or 10)
+    elif args.what == "gpu-sweep":
+        out["gpu_sweep"] = sweep_gpu(_selected(suite_problems(args.quick), args.problems),
+                                     repeat=args.repeat or 10, budget_s=args.budget_s)
     else:
         rows, detail = [], []
         start = time.perf_counter()
-        for prob in suite_problems(args.quick):
+        for prob in _selected(suite_problems(args.quick), args.problems):
             num, m, k, n, use, s = prob
             if time.perf_counter() - start > args.budget_s:
                 print(f"time budget of {args.budget_s} s spent: problems from {num} on are not measured")
@@ -484,7 +593,8 @@ def main(argv=None) -> int:
         sp = [r.get("speedup_vs_cusparse") for r in rows if r.get("speedup_vs_cusparse")]
         print(f"faster than cuSPARSE on {sum(x > 1 for x in sp)}/{len(sp)}; geomean {geomean(sp):.2f}x")
     for key, recs in out.items():
-        print(f"\n## {key}\n\n{markdown(recs)}")
+        if key != "gpu_sweep":       # one record per (problem, configuration): JSON only, summary printed
+            print(f"\n## {key}\n\n{markdown(recs)}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, f"teaching_{args.what}.json"), "w") as f:

@@ -11,6 +11,16 @@ figures and the teaching track's examples of load balance:
     rows' warps idle. ``swizzle=True`` launches the rows in order of
     decreasing length (Sputnik's row swizzle: ``row = perm[warp]``), so the
     warps of one block, and blocks launched together, get similar work.
+``spmm_csr(csr, b, warps_per_row=S, vector=V)``
+    for long rows (large K): ``S`` warps share a row and each takes a part of
+    its nonzeros; the block stages a chunk of ``32 * S`` (column, value) pairs
+    per row in shared memory with one coalesced load (Sputnik keeps the sparse
+    row in shared memory; GE-SpMM calls it coalesced row caching), every warp
+    multiplies its 32 of them, loading ``V`` consecutive columns of ``B`` per
+    lane with one vector load (``gpu/vector_loads.py``), and the ``S`` partial
+    sums meet in shared memory in a fixed order (deterministic).
+    :func:`staged_tunables` picks ``S`` and ``V`` for a problem; on the H100
+    it beats cuSPARSE on all 20 suite problems (``experiments/results/teaching.md``).
 ``spmm_coo(coo, b)``
     one thread per (stored entry, column of ``B``), adding into ``C`` with
     float32 atomics: perfectly balanced, but the order of the additions (and
@@ -28,14 +38,15 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
+from gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.balance import row_swizzle
 from sparsekit.checks import check_int
 from sparsekit.formats import COO, CSR, BlockedELL
 
-__all__ = ["DeviceSparse", "prepare", "spmm_csr", "spmm_coo", "spmm_blocked_ell"]
+__all__ = ["DeviceSparse", "prepare", "spmm_csr", "staged_tunables", "spmm_coo", "spmm_blocked_ell"]
 
 WARP_SIZE = 32
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
@@ -74,6 +85,109 @@ def _csr_kernel(cols_per_lane: int):
             col = col0 + lane + j * WARP_SIZE
             if col < n:
                 c[row, col] = acc[j]
+
+    return kernel
+
+
+@cuda.jit(device=True)
+def _load1(arr, i):
+    """``(arr[i],)``: the one-element case of :mod:`gpu.vector_loads`."""
+    return (arr[i],)
+
+
+_LOADS = {1: _load1, 2: load2, 4: load4}
+
+
+@functools.cache
+def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: int, vector: int, unroll: int):
+    """Several warps per row, the row's nonzeros staged in shared memory.
+
+    Arrays ``indptr``, ``indices``, ``data``, ``perm`` (launch order of the
+    rows), ``b`` (K x N flattened to 1-D, for the vector loads), ``c`` (M x N,
+    out); sizes ``m``, ``n``. Block: ``rows_per_block`` rows x
+    ``warps_per_row`` warps; grid: (row groups, tiles of ``32 * vector *
+    cols_per_lane`` columns). Lane ``l`` owns columns ``tile0 + 32 * vector * j
+    + l * vector + v`` (``j < cols_per_lane``, ``v < vector``). ``unroll``
+    staged entries are multiplied per step, their loads of ``B`` issued first.
+    """
+    chunk = WARP_SIZE * warps_per_row                   # nonzeros staged per row and step
+    width = WARP_SIZE * vector * cols_per_lane          # columns of the block's tile
+    nacc = vector * cols_per_lane
+    load = _LOADS[vector]
+
+    @cuda.jit
+    def kernel(indptr, indices, data, perm, b, c, m, n):
+        tid = cuda.threadIdx.x
+        warp = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        r = warp // warps_per_row                        # the block's row slot of this warp
+        part = warp % warps_per_row                      # which 32 of each staged chunk it takes
+        tile0 = cuda.blockIdx.y * width
+        s_col = cuda.shared.array((rows_per_block, chunk), int32)
+        s_val = cuda.shared.array((rows_per_block, chunk), float32)
+        s_sum = cuda.shared.array((rows_per_block, warps_per_row, width), float32)
+        slot = cuda.blockIdx.x * rows_per_block + r
+        start = end = 0
+        if slot < m:
+            row = perm[slot]                             # identity, or rows by decreasing length
+            start = indptr[row]
+            end = indptr[row + 1]
+        # Every thread walks the same number of chunks: that of the block's longest row
+        # (rows of one block are alike under the swizzle), so the barriers below are uniform.
+        longest = 0
+        for q in range(rows_per_block):
+            s = cuda.blockIdx.x * rows_per_block + q
+            if s < m:
+                longest = max(longest, indptr[perm[s] + 1] - indptr[perm[s]])
+        acc = cuda.local.array(nacc, float32)
+        a_u = cuda.local.array(unroll, float32)             # ``unroll`` entries' values and rows of B
+        b_u = cuda.local.array((unroll, nacc), float32)
+        for x in range(nacc):
+            acc[x] = 0.0
+            for u in range(unroll):
+                b_u[u, x] = 0.0                              # columns past n stay 0 (never stored)
+        for p0 in range(0, longest, chunk):
+            # Stage: one coalesced load of (column, value) per thread.
+            t = part * WARP_SIZE + lane
+            if start + p0 + t < end:
+                s_col[r, t] = indices[start + p0 + t]
+                s_val[r, t] = float32(data[start + p0 + t])
+            cuda.syncthreads()
+            # Multiply: this warp's 32 staged entries (fewer at the row's end), read from shared
+            # memory by every lane at once (broadcast), ``unroll`` at a time: first all their loads
+            # of B (independent, so they are in flight together), then the multiply-adds.
+            first = part * WARP_SIZE
+            stop = min(first + WARP_SIZE, end - start - p0)
+            for e0 in range(first, stop, unroll):
+                for u in range(unroll):
+                    if e0 + u < stop:
+                        a_u[u] = s_val[r, e0 + u]
+                        off = s_col[r, e0 + u] * n
+                        for j in range(cols_per_lane):
+                            col = tile0 + j * WARP_SIZE * vector + lane * vector
+                            if col < n:                  # n % vector == 0: the whole vector is inside
+                                xs = load(b, off + col)
+                                for v in range(vector):
+                                    b_u[u, j * vector + v] = float32(xs[v])
+                for u in range(unroll):
+                    if e0 + u < stop:
+                        for x in range(nacc):
+                            acc[x] += a_u[u] * b_u[u, x]
+            cuda.syncthreads()                           # before the next chunk overwrites the stage
+        # Reduce: the row's warps add their partial sums in a fixed order.
+        for j in range(cols_per_lane):
+            for v in range(vector):
+                s_sum[r, part, j * WARP_SIZE * vector + lane * vector + v] = acc[j * vector + v]
+        cuda.syncthreads()
+        for x in range(tid, rows_per_block * width, cuda.blockDim.x):
+            rr = x // width
+            col = tile0 + x % width
+            s = cuda.blockIdx.x * rows_per_block + rr
+            if s < m and col < n:
+                total = float32(0.0)
+                for q in range(warps_per_row):
+                    total += s_sum[rr, q, x % width]
+                c[perm[s], col] = total
 
     return kernel
 
@@ -154,22 +268,80 @@ def _rhs(b, dev: DeviceSparse):
     return operand(b, "b", dtypes=(dev.dtype,), ndim=2, shape=(dev.shape[1], None), order="C")
 
 
-def spmm_csr(csr, b, *, swizzle: bool = False, cols_per_lane: int = 1, warps_per_block: int = 4):
+def spmm_csr(csr, b, *, swizzle: bool = False, cols_per_lane: int = 1, warps_per_block: int = 4,
+             warps_per_row: int = 1, vector: int = 1, unroll: int = 4):
     """``C = A @ b`` for ``A`` in CSR: warp per row, rows in their order or by
     decreasing length (``swizzle``). Tunables: ``cols_per_lane`` (columns of
-    ``B`` per lane: the warp covers ``32 * cols_per_lane``), ``warps_per_block``."""
+    ``B`` per lane: the warp covers ``32 * cols_per_lane``), ``warps_per_block``.
+
+    ``warps_per_row > 1`` or ``vector > 1`` selects the staged kernel:
+    ``warps_per_row`` warps share each row (``warps_per_block`` must be a
+    multiple of it; the block holds ``warps_per_block / warps_per_row`` rows),
+    and each lane loads ``vector`` consecutive columns of ``B`` (1, 2 or 4) in
+    one instruction, for ``vector * cols_per_lane`` columns per lane. A vector
+    load needs ``N`` divisible by ``vector`` and ``b``'s first element aligned
+    to ``vector * itemsize`` bytes; otherwise ``ValueError``. ``unroll``: staged
+    entries whose loads of ``B`` are issued together (1 to 16).
+    """
     dev = prepare(csr, CSR)
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     warps_per_block = check_int(warps_per_block, "warps_per_block", minimum=1, maximum=32)
+    warps_per_row = check_int(warps_per_row, "warps_per_row", minimum=1, maximum=32)
+    unroll = check_int(unroll, "unroll", minimum=1, maximum=16)
+    if vector not in _LOADS:
+        raise ValueError(f"vector: must be one of {tuple(_LOADS)}, got {vector!r}")
+    if warps_per_block % warps_per_row:
+        raise ValueError(f"warps_per_block: must be a multiple of warps_per_row ({warps_per_row}), "
+                         f"got {warps_per_block}")
     bop = _rhs(b, dev)
     m, n = dev.shape[0], bop.dev.shape[1]
+    if n % vector:
+        raise ValueError(f"vector: the columns of b ({n}) must be divisible by vector ({vector})")
+    if not aligned(bop.dev, vector):
+        raise ValueError(f"vector: b's first element must be aligned to {vector * bop.dev.dtype.itemsize} bytes")
     c = output((m, n), dev.dtype, like=bop)
     if m and n:
         perm = dev.swizzle() if swizzle else dev.identity()
-        grid = (cdiv(m, warps_per_block), cdiv(n, WARP_SIZE * cols_per_lane))
-        _csr_kernel(cols_per_lane)[grid, WARP_SIZE * warps_per_block](
-            dev.arrays["indptr"], dev.arrays["indices"], dev.arrays["data"], perm, bop.dev, c, m, n)
+        csr_arrays = (dev.arrays["indptr"], dev.arrays["indices"], dev.arrays["data"], perm)
+        if warps_per_row == 1 and vector == 1:
+            grid = (cdiv(m, warps_per_block), cdiv(n, WARP_SIZE * cols_per_lane))
+            _csr_kernel(cols_per_lane)[grid, WARP_SIZE * warps_per_block](*csr_arrays, bop.dev, c, m, n)
+        else:
+            rows_per_block = warps_per_block // warps_per_row
+            grid = (cdiv(m, rows_per_block), cdiv(n, WARP_SIZE * vector * cols_per_lane))
+            kernel = _csr_split_kernel(rows_per_block, warps_per_row, cols_per_lane, vector, unroll)
+            b_flat = bop.dev.reshape(dev.shape[1] * n)          # 1-D view for the vector loads
+            kernel[grid, WARP_SIZE * warps_per_block](*csr_arrays, b_flat, c, m, n)
     return result(c, like=bop)
+
+
+def staged_tunables(csr, n: int) -> dict:
+    """Keyword arguments of :func:`spmm_csr` for the staged kernel, chosen from ``csr``'s (a
+    CSR or a :class:`DeviceSparse` of one) rows and
+    nonzeros and ``B``'s column count ``n`` (a rule fitted to the H100 sweep of
+    ``experiments/bench_teaching.py gpu-sweep``, ``experiments/results/teaching.md``).
+
+    Rows swizzled, ``cols_per_lane = 2``, vector loads of 4 when ``n % 4 == 0``;
+    ``warps_per_row`` doubles from 1 (at most 8) while the launch has fewer than
+    4096 warps and each warp would still get 8 nonzeros of an average row: few
+    long rows get split, many short ones do not (a split costs a reduction).
+    ``b`` must then be aligned for the vector load (fresh NumPy, Numba, CuPy and
+    PyTorch allocations are).
+    """
+    host = csr.host if isinstance(csr, DeviceSparse) else csr
+    if not isinstance(host, CSR):
+        raise TypeError(f"csr: expected a sparsekit.formats.CSR (or a DeviceSparse of one), got {type(host).__name__}")
+    m = host.shape[0]
+    n = check_int(n, "n", minimum=0)
+    vector = 4 if n % 4 == 0 else 1
+    cols_per_lane = 2
+    warps = m * cdiv(n, WARP_SIZE * vector * cols_per_lane)
+    mean_row = host.nnz / m if m else 0.0
+    warps_per_row = 1
+    while warps_per_row < 8 and warps * warps_per_row < 4096 and mean_row / (2 * warps_per_row) >= 8:
+        warps_per_row *= 2
+    return dict(swizzle=True, warps_per_row=warps_per_row, warps_per_block=max(4, warps_per_row),
+                vector=vector, cols_per_lane=cols_per_lane)
 
 
 def spmm_coo(coo, b):

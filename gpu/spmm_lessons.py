@@ -43,6 +43,19 @@ kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
 6. :func:`balanced_blocks`: the slides' *second way* of balancing blocks:
    each block owns a variable-height M-tile holding about equal nonzeros
    (:func:`sparsekit.balance.split_m`), one output tile per block.
+7. :func:`row_split`: for long rows (large K), several warps per row. A block
+   owns one row (by the row swizzle) and a 32-column strip; its
+   ``warps_per_row`` warps stage a chunk of ``32 * warps_per_row`` (column,
+   value) pairs of the row in shared memory with one coalesced load, each
+   warp multiplies 32 of them, and the warps' partial sums meet in shared
+   memory in a fixed order. The slides' "Comparing to Sputnik": Sputnik keeps
+   the sparse row in shared memory (GE-SpMM calls it coalesced row caching);
+   the staging and ``__syncthreads`` are those of "Detail about Shared
+   Memory". It teaches that a warp walking a row of 205 nonzeros one after
+   another is bound by load latency, not bandwidth: splitting the row puts
+   more warps (more loads) in flight. :func:`gpu.spmm.spmm_csr` with
+   ``warps_per_row``/``vector`` adds the next two steps: several rows per
+   block, vector loads of ``B`` and unrolled loads.
 
 On the H100 over the 20-problem suite at 90% (``experiments/results/teaching.md``;
 geometric-mean speedup over cuSPARSE): step 1 0.51x, step 2 1.05x, step 3
@@ -69,7 +82,7 @@ from sparsekit.checks import check_int
 from sparsekit.formats import CSR
 
 __all__ = ["LESSONS", "DeviceCSR", "prepare", "tile_csc", "thread_per_row", "warp_per_row",
-           "smem_tiled", "warp_per_row_swizzled", "thread_group", "balanced_blocks", "WARP_SIZE",
+           "smem_tiled", "warp_per_row_swizzled", "thread_group", "balanced_blocks", "row_split", "WARP_SIZE",
            "TILE_M", "TILE_N"]
 
 WARP_SIZE = 32
@@ -242,6 +255,46 @@ def _zero_kernel(c, m, n):
         c[t // n, t % n] = 0.0
 
 
+# --------------------------------------------------------------------------- 7. row split
+
+@functools.cache
+def _row_split_kernel(warps_per_row: int):
+    chunk = WARP_SIZE * warps_per_row
+
+    @cuda.jit
+    def kernel(order, indptr, indices, data, b, c, m, n):
+        # Block (x: row slot, y: 32-column strip); warp w takes staged entries w*32 .. w*32+31.
+        tid = cuda.threadIdx.x
+        warp = tid // WARP_SIZE
+        lane = tid % WARP_SIZE
+        j = cuda.blockIdx.y * WARP_SIZE + lane
+        i = order[cuda.blockIdx.x]                                  # m > 0: one block per row
+        start = indptr[i]
+        end = indptr[i + 1]
+        s_col = cuda.shared.array(chunk, np.int32)                  # the row's chunk, staged
+        s_val = cuda.shared.array(chunk, float32)
+        s_sum = cuda.shared.array((warps_per_row, WARP_SIZE), float32)
+        acc = float32(0.0)
+        for p0 in range(start, end, chunk):                         # the same trip count for the block
+            if p0 + tid < end:                                      # one coalesced load per thread
+                s_col[tid] = indices[p0 + tid]
+                s_val[tid] = data[p0 + tid]
+            cuda.syncthreads()
+            if j < n:
+                for e in range(warp * WARP_SIZE, min((warp + 1) * WARP_SIZE, end - p0)):
+                    acc += s_val[e] * b[s_col[e], j]                # s_val[e]: one broadcast read
+            cuda.syncthreads()                                      # before the next chunk
+        s_sum[warp, lane] = acc
+        cuda.syncthreads()
+        if warp == 0 and j < n:                                     # fixed order: deterministic
+            total = float32(0.0)
+            for w in range(warps_per_row):
+                total += s_sum[w, lane]
+            c[i, j] = total
+
+    return kernel
+
+
 # --------------------------------------------------------------------------- host side
 
 def tile_csc(csr, tile_m: int = TILE_M):
@@ -392,6 +445,19 @@ def balanced_blocks(csr, b, *, nwarps: int = 4, rows_per_block: int = 16):
     return result(c, like=bop)
 
 
+def row_split(csr, b, *, warps_per_row: int = 4):
+    """Step 7: ``warps_per_row`` warps share each row (one row per block, rows by the swizzle),
+    a chunk of the row's (column, value) pairs staged in shared memory, partial sums added in
+    shared memory."""
+    warps_per_row = check_int(warps_per_row, "warps_per_row", minimum=1, maximum=32)
+    dcsr, bop, c, m, n = _operands(csr, b)
+    if m and n:
+        grid = (m, cdiv(n, WARP_SIZE))
+        _row_split_kernel(warps_per_row)[grid, WARP_SIZE * warps_per_row](dcsr.swizzle(), *dcsr.csr, bop.dev,
+                                                                         c, m, n)
+    return result(c, like=bop)
+
+
 #: The steps in lesson order: (name, launcher, one line of what changes).
 LESSONS = (
     ("thread_per_row", thread_per_row, "a thread per C element; warps span rows: divergent, uncoalesced"),
@@ -400,4 +466,5 @@ LESSONS = (
     ("warp_per_row_swizzled", warp_per_row_swizzled, "Sputnik's row swizzle: rows by decreasing length"),
     ("thread_group", thread_group, "Algorithm 3: K-lists per thread group, ACC per thread, atomic adds"),
     ("balanced_blocks", balanced_blocks, "variable M-tiles of equal nonzeros (the slides' second way)"),
+    ("row_split", row_split, "several warps per row, the row's nonzeros staged in shared memory"),
 )

@@ -78,3 +78,18 @@ def test_gpu_benchmark_plumbing_on_the_simulator():
     assert recs and all(r["correct"] for r in recs)
     row = bt.summarize_gpu((11, 20, 24, 36, "NLP", 0.8), recs)
     assert row["all_correct"] and row["best_us"] == pytest.approx(1.0)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="checks the GPU sweep's plumbing on the simulator; "
+                                          "on a GPU, experiments/bench_teaching.py gpu-sweep times it")
+def test_gpu_sweep_plumbing_on_the_simulator(monkeypatch):
+    grid = bt.split_configs(8)
+    assert len(grid) == 32 and all(kw["vector"] in (1, 4) for kw in grid.values())
+    assert all(kw["vector"] == 1 for kw in bt.split_configs(49).values())
+    one = {"staged": dict(warps_per_row=2, warps_per_block=2, vector=4)}
+    monkeypatch.setattr(bt, "split_configs", lambda n: one)      # one configuration: simulator time
+    problems = bt._selected([(1, 6, 40, 8, "toy", 0.7), (2, 4, 4, 4, "toy", 0.5)], "2,1")
+    assert [p[0] for p in problems] == [2, 1]
+    recs = bt.sweep_gpu(problems[1:], timer=_one_microsecond)
+    assert {r["provider"] for r in recs} >= {"staged", "7 row_split wpr=2", "4 warp_per_row_swizzled"}
+    assert all(r["correct"] for r in recs)

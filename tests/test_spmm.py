@@ -120,6 +120,50 @@ def test_gpu_kernels_match_reference(fmt, tunables, data, dtype):
     assert_fp32_accumulated(got, spmm_ref(a, b), a.to_dense(), b, reduction=_longest_row(a))
 
 
+# The staged CSR kernel: split rows (2 warps), several rows per block with vector loads of 4 and
+# two column slices per lane, vector loads of 2 with an unroll that does not divide the 32 entries.
+STAGED = [
+    dict(warps_per_row=2),
+    dict(warps_per_row=1, warps_per_block=2, vector=4, cols_per_lane=2, swizzle=True),
+    dict(warps_per_row=2, warps_per_block=4, vector=2, unroll=3, swizzle=True),
+]
+
+
+@pytest.mark.parametrize("tunables", STAGED)
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
+    """Few rows (the simulator runs 64-128 threads per row group) but up to 80 columns, so a row
+    can be longer than one staged chunk of 32 or 64 entries; N a multiple of the vector width."""
+    from gpu import spmm as gs
+    from sparsekit.formats import CSR
+    from strategies import sparse_dense
+    m, k = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 80))
+    dense = data.draw(sparse_dense((m, k), dtype=dtype))
+    a = CSR.from_dense(dense)
+    n = tunables.get("vector", 1) * data.draw(st.integers(1, 9))
+    b = data.draw(dense_arrays((k, n), dtype=dtype))
+    got = gs.spmm_csr(a, b, **tunables)
+    assert got.flags.c_contiguous and got.dtype == b.dtype
+    assert_fp32_accumulated(got, ref.spmm_csr(a, b), dense, b, reduction=_longest_row(a))
+
+
+def test_staged_tunables_follow_the_rule():
+    """One warp per row while the launch is large or rows are short; split long rows of small
+    launches (2048 x 512 at 90%: 51 per row, 2048 warps -> 2 warps per row)."""
+    from experiments.bench_teaching import suite_matrix
+    from gpu import spmm as gs
+    csr, _, _ = suite_matrix(2048, 512, 8, 0.9)
+    assert gs.staged_tunables(csr, 256) == dict(swizzle=True, warps_per_row=2, warps_per_block=4, vector=4,
+                                                cols_per_lane=2)
+    csr, _, _ = suite_matrix(512, 2048, 8, 0.9)         # 205 per row, 512 warps at N = 49
+    assert gs.staged_tunables(csr, 49)["warps_per_row"] == 8 and gs.staged_tunables(csr, 49)["vector"] == 1
+    assert gs.staged_tunables(csr, 49)["warps_per_block"] == 8
+    csr, _, _ = suite_matrix(64, 32, 8, 0.9)            # 3 per row: never split
+    assert gs.staged_tunables(csr, 12544)["warps_per_row"] == 1
+    with pytest.raises(TypeError, match="csr: expected a sparsekit.formats.CSR"):
+        gs.staged_tunables(np.eye(3), 4)
+
+
 def test_gpu_csr_swizzle_order():
     """Swizzle launches rows longest first; rows of equal length keep their order."""
     from gpu import spmm as gs
@@ -147,3 +191,9 @@ def test_gpu_bad_input():
         gs.spmm_csr(bad, np.ones((3, 2), np.float32))
     with pytest.raises(TypeError, match="float32 or float16"):
         gs.spmm_coo(COO.from_dense(np.eye(3)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"vector: the columns of b \(2\) must be divisible by vector \(4\)"):
+        gs.spmm_csr(a, np.ones((3, 2), np.float32), vector=4)
+    with pytest.raises(ValueError, match="vector: must be one of"):
+        gs.spmm_csr(a, np.ones((3, 4), np.float32), vector=3)
+    with pytest.raises(ValueError, match=r"warps_per_block: must be a multiple of warps_per_row \(8\), got 4"):
+        gs.spmm_csr(a, np.ones((3, 4), np.float32), warps_per_row=8)

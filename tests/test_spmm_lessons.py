@@ -67,6 +67,21 @@ def test_balanced_blocks(prob, nwarps, rows_per_block):
     _check(les.balanced_blocks(CSR.from_dense(a), b, nwarps=nwarps, rows_per_block=rows_per_block), a, b)
 
 
+@st.composite
+def long_rows(draw):
+    # Few rows (a block of 32-64 threads each), up to 80 columns: a row can span several staged
+    # chunks of 32 * warps_per_row; N up to 40 crosses a 32-column strip.
+    m, k = draw(st.integers(1, 4)), draw(st.integers(1, 80))
+    a = draw(sparse_dense((m, k), dtype=np.float32))
+    return a, draw(dense_arrays((k, draw(dims(max_size=40))), dtype=np.float32))
+
+
+@given(long_rows(), st.sampled_from([1, 2]))
+def test_row_split(prob, warps_per_row):
+    a, b = prob
+    _check(les.row_split(CSR.from_dense(a), b, warps_per_row=warps_per_row), a, b)
+
+
 @given(problems())
 def test_tile_csc_lists_every_nonzero_once(prob):
     a, _ = prob
@@ -90,7 +105,8 @@ def test_prepared_matrix_is_reused_and_lessons_agree():
     for got in outs:
         _check(got, a, b)
     assert [name for name, _, _ in les.LESSONS] == ["thread_per_row", "warp_per_row", "smem_tiled",
-                                                     "warp_per_row_swizzled", "thread_group", "balanced_blocks"]
+                                                     "warp_per_row_swizzled", "thread_group", "balanced_blocks",
+                                                     "row_split"]
 
 
 def test_errors_name_the_argument():
@@ -107,5 +123,7 @@ def test_errors_name_the_argument():
         les.warp_per_row(a, np.ones((4, 2), np.float32), nwarps=33)
     with pytest.raises(TypeError, match="swizzle: expected True or False"):
         les.smem_tiled(a, np.ones((4, 2), np.float32), swizzle=1)
+    with pytest.raises(ValueError, match="warps_per_row: must be <= 32"):
+        les.row_split(a, np.ones((4, 2), np.float32), warps_per_row=33)
     with pytest.raises(ValueError, match="k_split: must be >= 1"):
         les.thread_group(a, np.ones((4, 2), np.float32), k_split=0)

@@ -1,6 +1,8 @@
 """The SpMM baseline kernels (gpu/spmm.py) compile for sm_80 and sm_90 offline, float32 and float16."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from numba import cuda, types
 
@@ -25,6 +27,23 @@ def test_csr_compiles(cc, vt, cols_per_lane):
     sig = (vec(types.int32), vec(types.int32), vec(vt), vec(types.int32), mat(vt), mat(vt), types.int64, types.int64)
     ptx, _ = cuda.compile_ptx(gs._csr_kernel(cols_per_lane).py_func, sig, cc=cc)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("vt", VALUE_TYPES)
+@pytest.mark.parametrize("rows,wpr,cpl,vector,unroll", [(1, 4, 2, 4, 4), (4, 1, 1, 1, 4), (2, 2, 1, 2, 8)])
+def test_staged_csr_uses_vector_loads_and_no_local_memory(cc, vt, rows, wpr, cpl, vector, unroll):
+    """The staged kernel's B loads are ``vector`` wide (float32 x 4 = v4.f32, float16 x 4 = v2 of
+    32-bit words), ``unroll`` of them per step, and its accumulators stay in registers."""
+    sig = (vec(types.int32), vec(types.int32), vec(vt), vec(types.int32), vec(vt), mat(vt), types.int64, types.int64)
+    ptx, _ = cuda.compile_ptx(gs._csr_split_kernel(rows, wpr, cpl, vector, unroll).py_func, sig, cc=cc)
+    assert ".local" not in ptx and "bar.sync" in ptx
+    nbytes = vector * (4 if vt == types.float32 else 2)
+    wide = {16: r"ld\.global\.v4\.(f32|u32|b32)", 8: r"ld\.global\.v2\.(f32|u32|b32)"}.get(nbytes)
+    if wide:
+        assert len(re.findall(wide, ptx)) == unroll * cpl       # one vector load per entry and column slice
+    else:
+        assert not re.search(r"ld\.global\.v[24]", ptx)
 
 
 @pytest.mark.parametrize("cc", CCS)

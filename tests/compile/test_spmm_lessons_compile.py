@@ -60,3 +60,12 @@ def test_step_5_algorithm_3_uses_atomics(cc, groups):
     # ACC[a] is indexed by a row read from memory, so it cannot stay in registers: the
     # price of a generic kernel that SparseRT's generated code (constant rows) does not pay.
     assert ".local" in ptx
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("warps_per_row", [1, 4])
+def test_step_7_row_split_stages_the_row_in_shared_memory(cc, warps_per_row):
+    ptx = ptx_of(les._row_split_kernel(warps_per_row), (I32,) + CSR_ARGS, cc)
+    assert "st.shared.u32" in ptx or "st.shared.b32" in ptx             # staged column indices
+    assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx and "bar.sync" in ptx
+    assert ".local" not in ptx

@@ -9,7 +9,8 @@ pytestmark = pytest.mark.gpu
 
 # (M, K, N) from the DL SpMM suite (course slides, Table 1): problems 11, 7, 12.
 SHAPES = [(512, 512, 256), (512, 2048, 49), (64, 32, 12544)]
-DETERMINISTIC = ("thread_per_row", "warp_per_row", "smem_tiled", "warp_per_row_swizzled", "balanced_blocks")
+DETERMINISTIC = ("thread_per_row", "warp_per_row", "smem_tiled", "warp_per_row_swizzled", "balanced_blocks",
+                 "row_split")
 
 
 @pytest.fixture(scope="module", params=SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -22,7 +23,7 @@ def problem(request):
 
 
 @pytest.mark.parametrize("name", ["thread_per_row", "warp_per_row", "smem_tiled", "warp_per_row_swizzled",
-                                  "thread_group", "balanced_blocks"])
+                                  "thread_group", "balanced_blocks", "row_split"])
 def test_lesson_correct_at_suite_shapes(problem, name):
     from numba import cuda
 
