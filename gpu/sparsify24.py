@@ -46,12 +46,20 @@ from __future__ import annotations
 
 import numpy as np
 from numba import cuda, float32, uint8
+from numba.cuda import config
 
 from reference.sparsify24 import (ALIGN, CANDIDATES, DTYPES, METHODS, NIBBLE, PAIRS, ROW_TERMS,
                                   TIES, Sparse24)
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.sorting_networks import bose_nelson, compare_exchange_source, green16
+
+from gpu.vector_loads import aligned, load4
+
+if not config.ENABLE_CUDASIM:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
 
 __all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREADS", "GREEDY_TILE",
            "OPTIMAL_TILE"]
@@ -68,9 +76,12 @@ _NIBBLES = sum(int(n) << (4 * p) for p, n in enumerate(NIBBLE) if n != 0xFF)
 
 # ---------------------------------------------------------------- generated tile-mask functions
 
-def _greedy_source(bits: int, ties: str) -> str:
-    """Source of ``greedy_tile(r0, r1, r2, r3)``: 4 tuples of 4 raw bit patterns -> 16-bit mask."""
-    absmask = (1 << (bits - 1)) - 1
+def _greedy_source(ties: str) -> str:
+    """Source of the fp32 ``greedy_tile(r0, r1, r2, r3)``: 4 tuples of 4 raw bit patterns -> 16-bit mask.
+
+    Keys ``|w| bits << 4 | position`` need 35 bits: 64-bit integers (see the fp16 form for 32).
+    """
+    absmask = 0x7FFFFFFF
     flip = 15 if ties == "index" else 0       # low key bits: 15 - position, or position
     lines = ["def greedy_tile(r0, r1, r2, r3):",
              "    a0, a1, a2, a3 = r0", "    a4, a5, a6, a7 = r1",
@@ -116,38 +127,142 @@ def _optimal_source(method: str) -> str:
     for n, (rows, pat) in enumerate(zip(terms, masks)):
         score = f"(({term(0, rows[0])} + {term(1, rows[1])}) + {term(2, rows[2])}) + {term(3, rows[3])}"
         if n == 0:
-            lines += [f"    best = {score}", f"    mask = {int(pat)}"]
+            lines += [f"    best = {score}", f"    mask = _U({int(pat)})"]
         else:
             lines += [f"    t = {score}", "    better = t > best",
-                      "    best = t if better else best", f"    mask = {int(pat)} if better else mask"]
+                      "    best = t if better else best", f"    mask = _U({int(pat)}) if better else mask"]
     lines.append("    return mask")
     return "\n".join(lines) + "\n"
 
 
+# ---------------------------------------------------------------- fp16: 32-bit words throughout
+#
+# Numba types every integer operation as 64-bit (an int32 op int32 is int64), so the fp16
+# kernel wraps each step in np.uint32 (``_U``): LLVM then narrows adds, ands, ors, compares,
+# min/max, multiplies and constant shifts to 32 bits. What it does not narrow gets an
+# intrinsic: variable shifts (``shr32``, ``shl32``) and PTX's byte permute (``prmt``), which
+# moves fp16 lanes between 32-bit words in one instruction.
+
+_U = np.uint32
+#: Key layout (fp16): |w| bits 12..26, tie payload 4..11 (row one-hot 8..11, column one-hot 4..7), position 0..3.
+_KEY_MAG = 0x7FFF000
+_KEY_RC = 0xFF0
+
+
+def _payload(p: int, ties: str) -> int:
+    """Bits 0..11 of the key of tile position ``p`` (see :data:`_KEY_MAG`).
+
+    The row/column one-hot byte is what the greedy pass tests and counts with;
+    its order among equal magnitudes is the tie order: increasing in ``p`` as
+    ``16 << r | 1 << c``, so for ``ties="index"`` (lower position first from
+    the top) the row and column are mirrored. With ``ties="torch"`` only
+    the network decides where equal magnitudes go.
+    """
+    r, c = divmod(p, 4)
+    if ties == "index":
+        r, c = 3 - r, 3 - c
+    return ((16 << r) | (1 << c)) << 4 | p
+
+
+def _greedy16_source(ties: str) -> str:
+    """Source of ``greedy_tile16(l0, h0, .., l3, h3)``: 8 words (row i: l cols 0-1, h cols 2-3) -> mask."""
+    lines = ["def greedy_tile16(l0, h0, l1, h1, l2, h2, l3, h3):",
+             "    # keys: |w| above the row/column byte and the position (_payload)"]
+    for p in range(16):
+        word = ("l" if p % 4 < 2 else "h") + str(p // 4)
+        shifted = f"({word} << 12)" if p % 2 == 0 else f"({word} >> 4)"
+        lines.append(f"    k{p} = _U(_U({shifted} & {_KEY_MAG:#x}) | {_payload(p, ties):#x})")
+    if ties == "index":
+        lines.append("    # Green's 60-comparator network (keys distinct): min.u32 / max.u32")
+        lines.append(compare_exchange_source(green16(), "k", indent="    ").rstrip())
+    else:
+        lines.append("    # PyTorch's Bose-Nelson network, exchanging unless |a| < |b| strictly")
+        lines.append(compare_exchange_source(bose_nelson(16), "k", less=f"{{a}} < _U({{b}} & {_KEY_MAG:#x})",
+                                             indent="    ").rstrip())
+    lines += ["    # greedy from the largest: 'one' = rows/columns holding >= 1, 'two' = holding 2",
+              "    one = _U(0)", "    two = _U(0)", "    mask = _U(0)"]
+    for i in range(15, -1, -1):
+        lines += [f"    keep = _U(two & k{i}) == 0",
+                  f"    two = _U(two | _U(one & k{i})) if keep else two",
+                  f"    one = _U(one | _U(k{i} & {_KEY_RC:#x})) if keep else one",
+                  f"    mask = _U(mask | shl32(1, _U(k{i} & 15))) if keep else mask"]
+    lines.append("    return mask")
+    return "\n".join(lines) + "\n"
+
+
+if config.ENABLE_CUDASIM:
+    def shr32(x, s):
+        """``x >> s`` on 32 bits (simulator form)."""
+        return _U(int(x) >> int(s))
+
+    def shl32(x, s):
+        """``x << s`` on 32 bits (simulator form)."""
+        return _U((int(x) << int(s)) & 0xFFFFFFFF)
+
+    def prmt(a, b, s):
+        """PTX ``prmt.b32``: byte i of the result is byte ``(s >> 4i) & 7`` of ``b:a`` (simulator form)."""
+        src = int(a) | int(b) << 32
+        return _U(sum(((src >> (8 * ((int(s) >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4)))
+else:
+    @intrinsic
+    def shr32(typingctx, x, s):
+        """``x >> s`` as one 32-bit ``shr.u32`` (Numba would widen it to 64 bits); ``s < 32``."""
+        if not (isinstance(x, types.Integer) and isinstance(s, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+            return builder.lshr(a, n)
+
+        return types.uint32(x, s), codegen
+
+    @intrinsic
+    def shl32(typingctx, x, s):
+        """``x << s`` as one 32-bit ``shl.b32`` (a variable shift stays 64-bit otherwise); ``s < 32``."""
+        if not (isinstance(x, types.Integer) and isinstance(s, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            a, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+            return builder.shl(a, n)
+
+        return types.uint32(x, s), codegen
+
+    @intrinsic
+    def prmt(typingctx, a, b, s):
+        """PTX ``prmt.b32 d, a, b, s`` (byte permute of the 8 bytes ``b:a``), inline assembly."""
+        if not all(isinstance(v, types.Integer) for v in (a, b, s)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            vals = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+            fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32)] * 3)
+            return builder.call(ir.InlineAsm(fnty, "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r"), vals)
+
+        return types.uint32(a, b, s), codegen
+
+
 def tile_mask_source(method: str = "greedy", ties: str = "index", bits: int = 16) -> str:
     """The generated straight-line source of a tile-mask device function (for reading)."""
-    return _greedy_source(bits, ties) if method == "greedy" else _optimal_source(method)
+    if method != "greedy":
+        return _optimal_source(method)
+    return _greedy16_source(ties) if bits == 16 else _greedy_source(ties)
 
 
 def _device(source: str, name: str):
-    env = {"float32": float32}
+    env = {"float32": float32, "_U": _U, "shl32": shl32}
     exec(compile(source, f"<generated {name}>", "exec"), env)
     return cuda.jit(device=True)(env[name])
 
 
-#: Generated device functions: (bits, ties) -> greedy_tile(r0, r1, r2, r3); method -> optimal_tile(wf, r, c).
-GREEDY_TILE = {(b, t): _device(_greedy_source(b, t), "greedy_tile") for b in (16, 32) for t in TIES}
+#: Generated device functions: ties -> greedy_tile16(l0, h0, .., l3, h3) (fp16 words) and
+#: greedy_tile(r0, r1, r2, r3) (fp32 bit patterns); method -> optimal_tile(wf, r, c).
+GREEDY_TILE16 = {t: _device(_greedy16_source(t), "greedy_tile16") for t in TIES}
+GREEDY_TILE32 = {t: _device(_greedy_source(t), "greedy_tile") for t in TIES}
 OPTIMAL_TILE = {m: _device(_optimal_source(m), "optimal_tile") for m in METHODS[1:]}
 
 
 # ---------------------------------------------------------------- device helpers
-
-@cuda.jit(device=True)
-def _load4_16(words, r, c):
-    """Bit patterns of fp16 w[r, c:c+4] (one 64-bit word; c a multiple of 4)."""
-    x = words[r, c >> 2]
-    return x & 0xFFFF, (x >> 16) & 0xFFFF, (x >> 32) & 0xFFFF, (x >> 48) & 0xFFFF
-
 
 @cuda.jit(device=True)
 def _load4_32(words, r, c):
@@ -226,29 +341,235 @@ def _nonfinite(t, inf):
 @cuda.jit(device=True)
 def _meta_row(d, h):
     """Logical metadata row of stored row ``d`` with column parity ``h`` (steps 3-4 undone)."""
-    d0 = (d & ~1) | h
-    return (d0 & ~31) | ((d0 & 3) << 3) | ((d0 >> 2) & 7)
+    d0 = _U(_U(d & 0xFFFFFFFE) | h)
+    return _U(_U(d0 & 0xFFFFFFE0) | _U(_U(_U(d0 & 3) << 3) | _U(_U(d0 >> 2) & 7)))
+
+
+# ---------------------------------------------------------------- fp16 device helpers (32-bit words)
+
+#: Metadata nibbles of row-group patterns 0-7 and 8-15, 4 bits each, as two 32-bit constants.
+_NIB_LO = _NIBBLES & 0xFFFFFFFF
+_NIB_HI = _NIBBLES >> 32
+
+
+@cuda.jit(device=True)
+def _lanes16(b):
+    """0xFFFF in each fp16 lane of a word whose lane j is kept (bit j of ``b``, j = 0, 1)."""
+    return _U(_U(_U(_U(b & 3) * 0x8001) & 0x10001) * 0xFFFF)
+
+
+@cuda.jit(device=True)
+def _pack16(b, lo, hi):
+    """One row group: kept pattern ``b`` (4 bits), lanes ``lo`` (cols 0-1) ``hi`` (2-3) -> (word, nibble).
+
+    Dropped lanes are already 0, so the filler slot (module docstring of the
+    reference) reads 0. ``prmt`` picks fp16 lane ``i`` as bytes ``2i, 2i+1``.
+    """
+    nib = _U(shr32(_U(_NIB_HI) if b >= 8 else _U(_NIB_LO), _U(_U(b & 7) << 2)) & 15)
+    sel = _U(_U(0x1010 + _U(_U(nib & 3) * 0x22)) + _U(_U(nib & 12) * 0x880))   # (2i0, 2i0+1, 2i1, 2i1+1)
+    return prmt(lo, hi, sel), nib
+
+
+@cuda.jit(device=True)
+def _transpose16(m):
+    """4x4 bit transpose (bit 4r+c -> bit 4c+r) by two delta swaps."""
+    t = _U(_U(m ^ shr32(m, 3)) & 0x0A0A)
+    m = _U(m ^ _U(t ^ _U(t << 3)))
+    t = _U(_U(m ^ shr32(m, 6)) & 0x00CC)
+    return _U(m ^ _U(t ^ _U(t << 6)))
+
+
+@cuda.jit(device=True)
+def _tile16(m, l0, h0, l1, h1, l2, h2, l3, h3):
+    """Pack one fp16 tile with mask ``m`` for W and W^T.
+
+    Returns W's 4 packed words (row i: 2 fp16), W's 4 nibbles (row i in bits
+    4i..), W^T's 4 packed words (W column c) and W^T's nibbles.
+    """
+    # drop: zero every fp16 lane outside the mask (both packers then read 0 in a filler slot)
+    l0 = _U(l0 & _lanes16(m))
+    h0 = _U(h0 & _lanes16(shr32(m, 2)))
+    l1 = _U(l1 & _lanes16(shr32(m, 4)))
+    h1 = _U(h1 & _lanes16(shr32(m, 6)))
+    l2 = _U(l2 & _lanes16(shr32(m, 8)))
+    h2 = _U(h2 & _lanes16(shr32(m, 10)))
+    l3 = _U(l3 & _lanes16(shr32(m, 12)))
+    h3 = _U(h3 & _lanes16(shr32(m, 14)))
+    w0, n0 = _pack16(_U(m & 15), l0, h0)
+    w1, n1 = _pack16(_U(shr32(m, 4) & 15), l1, h1)
+    w2, n2 = _pack16(_U(shr32(m, 8) & 15), l2, h2)
+    w3, n3 = _pack16(_U(shr32(m, 12) & 15), l3, h3)
+    # W^T: column c of the tile as two words (rows 0-1, rows 2-3), one byte permute each
+    mt = _transpose16(m)
+    t0, u0 = _pack16(_U(mt & 15), prmt(l0, l1, 0x5410), prmt(l2, l3, 0x5410))
+    t1, u1 = _pack16(_U(shr32(mt, 4) & 15), prmt(l0, l1, 0x7632), prmt(l2, l3, 0x7632))
+    t2, u2 = _pack16(_U(shr32(mt, 8) & 15), prmt(h0, h1, 0x5410), prmt(h2, h3, 0x5410))
+    t3, u3 = _pack16(_U(shr32(mt, 12) & 15), prmt(h0, h1, 0x7632), prmt(h2, h3, 0x7632))
+    nib = _U(_U(n0 | _U(n1 << 4)) | _U(_U(n2 << 8) | _U(n3 << 12)))
+    nib_t = _U(_U(u0 | _U(u1 << 4)) | _U(_U(u2 << 8) | _U(u3 << 12)))
+    return w0, w1, w2, w3, nib, t0, t1, t2, t3, nib_t
+
+
+@cuda.jit(device=True)
+def _bad16(acc, x):
+    """Accumulate a non-finite test of the two fp16 lanes of ``x``: bit 15/31 set if a lane's exponent is all ones."""
+    return _U(acc | _U(_U(x & 0x7C007C00) + 0x04000400))
+
+
+@cuda.jit(device=True)
+def _u64(lo, hi):
+    """One 64-bit word from two 32-bit ones (``lo`` first in memory)."""
+    return np.uint64(lo) | (np.uint64(hi) << np.uint64(32))
 
 
 # ---------------------------------------------------------------- kernels
 
-def _make_kernel(bits: int, method: str, ties: str, row_threads: int, min_blocks: int | None):
-    """Kernel for one (element bits, method, ties, block shape); all compile-time constants.
+@cuda.jit(device=True)
+def _write_meta(smem_w, smem_t, meta, meta_t, m, k, block_rows):
+    """Metadata out, after the block's nibble bytes are in shared memory (one syncthreads before).
 
-    ``min_blocks``: launch bounds asking ptxas for that many resident blocks per SM
-    (caps registers); None leaves ptxas free.
+    32-bit word u of a stored array holds the two 16-bit words of stored row
+    d = u % rows at stored columns 2j, 2j+1 (j = u // rows); each comes from
+    logical row _meta_row(d, h), logical column 2j | (d & 1) (module docstring
+    of reference.sparsify24, steps 3-5 inverted). Each thread writes two words
+    of each array, consecutive threads consecutive words.
+    (int(): shared bytes are uint8; widen before shifting, as the simulator keeps uint8.)
     """
-    load4 = _load4_16 if bits == 16 else _load4_32
-    inf = 0x7C00 if bits == 16 else 0x7F800000
+    t = _U(_U(cuda.threadIdx.y * 8) + cuda.threadIdx.x)
+    rb = _U(cuda.blockIdx.y * block_rows)
+    cb = _U(cuda.blockIdx.x * _BLOCK_COLS)
+    for s in range(2):
+        # W: this block's stored rows rb.., column pairs j = cb/32, cb/32 + 1
+        q = _U(t + _U(s * block_rows))
+        d = _U(rb + _U(q % block_rows))
+        j = _U(_U(cb // 32) + _U(q // block_rows))
+        if d < m and _U(j * 32) < k:
+            cl = _U(2 * _U(_U(_U(2 * j) + _U(d & 1)) - _U(cb // 16)))     # byte of the 16-col word
+            lo = _U(_meta_row(d, 0) - rb)
+            hi = _U(_meta_row(d, 1) - rb)
+            meta[_U(_U(j * m) + d)] = (int(smem_w[lo, cl]) | (int(smem_w[lo, cl + 1]) << 8)
+                                       | (int(smem_w[hi, cl]) << 16) | (int(smem_w[hi, cl + 1]) << 24))
+        # W^T: stored rows cb.. (W columns), column pairs j = rb/32 ..
+        d = _U(cb + _U(q % _BLOCK_COLS))
+        j = _U(_U(rb // 32) + _U(q // _BLOCK_COLS))
+        if d < k and _U(j * 32) < m:
+            cl = _U(2 * _U(_U(_U(2 * j) + _U(d & 1)) - _U(rb // 16)))
+            lo = _U(_meta_row(d, 0) - cb)
+            hi = _U(_meta_row(d, 1) - cb)
+            meta_t[_U(_U(j * k) + d)] = (int(smem_t[lo, cl]) | (int(smem_t[lo, cl + 1]) << 8)
+                                         | (int(smem_t[hi, cl]) << 16) | (int(smem_t[hi, cl + 1]) << 24))
+
+
+def _jit(kernel, row_threads: int, min_blocks: int | None):
+    if min_blocks is None:       # (the simulator's jit takes no launch_bounds at all)
+        return cuda.jit(kernel)
+    return cuda.jit(kernel, launch_bounds=(8 * row_threads, min_blocks))
+
+
+def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | None):
+    """fp16 kernel for one (method, ties, block shape): 32-bit words, 128-bit loads, 64-bit stores."""
+    greedy = method == "greedy"
+    greedy_tile = GREEDY_TILE16[ties]
+    optimal_tile = OPTIMAL_TILE["optimal" if greedy else method]
+    rows_t = row_threads
+    block_rows = 8 * row_threads
+
+    @cuda.jit(device=True)
+    def half(w32, wf, packed64, tmasks32, r, col0, k):
+        """Rows r..r+3 of the thread's 8 columns: tiles A (col0..) and B (col0+4..).
+
+        Writes packed W (one 64-bit word per row) and the two tile masks (one
+        32-bit word); returns the non-finite accumulator, W's nibbles of A and
+        B, and the W^T words and nibbles of A and B.
+        """
+        stride = _U(k >> 1)
+        base = _U(_U(r * k + col0) >> 1)                # 32-bit word of w[r, col0]
+        la0, ha0, lb0, hb0 = load4(w32, base)           # one 128-bit load per row: 8 fp16
+        la1, ha1, lb1, hb1 = load4(w32, _U(base + stride))
+        la2, ha2, lb2, hb2 = load4(w32, _U(base + _U(2 * stride)))
+        la3, ha3, lb3, hb3 = load4(w32, _U(base + _U(3 * stride)))
+        bad = _bad16(_bad16(_bad16(_bad16(_U(0), la0), ha0), lb0), hb0)
+        bad = _bad16(_bad16(_bad16(_bad16(bad, la1), ha1), lb1), hb1)
+        bad = _bad16(_bad16(_bad16(_bad16(bad, la2), ha2), lb2), hb2)
+        bad = _bad16(_bad16(_bad16(_bad16(bad, la3), ha3), lb3), hb3)
+        if greedy:
+            ma = greedy_tile(la0, ha0, la1, ha1, la2, ha2, la3, ha3)
+            mb = greedy_tile(lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
+        else:
+            ma = optimal_tile(wf, r, col0)
+            mb = optimal_tile(wf, r, col0 + 4)
+        q = _U(k >> 3)
+        tmasks32[_U(_U(_U(r >> 2) * q) + _U(col0 >> 3))] = _U(ma | _U(mb << 16))
+        wa0, wa1, wa2, wa3, na, ta0, ta1, ta2, ta3, tna = _tile16(ma, la0, ha0, la1, ha1, la2, ha2, la3, ha3)
+        wb0, wb1, wb2, wb3, nb, tb0, tb1, tb2, tb3, tnb = _tile16(mb, lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
+        p = _U(_U(r * q) + _U(col0 >> 3))               # packed W[r, col0/2 ..] as 64-bit words
+        packed64[p] = _u64(wa0, wb0)
+        packed64[_U(p + q)] = _u64(wa1, wb1)
+        packed64[_U(p + _U(2 * q))] = _u64(wa2, wb2)
+        packed64[_U(p + _U(3 * q))] = _u64(wa3, wb3)
+        return bad, na, nb, ta0, ta1, ta2, ta3, tna, tb0, tb1, tb2, tb3, tnb
+
+    def kernel(w32, wf, packed64, packed_t64, meta, meta_t, tmasks32, flags, m, k):
+        # arrays: w32 (M*K/2,) uint32 view of w; wf w itself (optimal scores); packed64
+        #   (M*K/8,) / packed_t64 (K*M/8,) uint64 views of packed W / W^T; meta / meta_t
+        #   (M*K/32,) uint32; tmasks32 (M*K/32,) uint32 view of the (M/4, K/4) uint16 masks;
+        #   flags (1,) int32.  sizes: m, k.
+        smem_w = cuda.shared.array((block_rows, 8), uint8)      # nibble bytes: W row, 8-col block
+        smem_t = cuda.shared.array((_BLOCK_COLS, rows_t), uint8)  # W^T row (W col), 8-row block
+        tx = _U(cuda.threadIdx.x)
+        ty = _U(cuda.threadIdx.y)
+        row0 = _U(_U(_U(cuda.blockIdx.y * rows_t) + ty) * 8)
+        col0 = _U(_U(_U(cuda.blockIdx.x * 8) + tx) * 8)
+        if row0 < m and col0 < k:
+            bad = _U(0)
+            # half 0's W^T words and nibbles, kept for half 1 (a loop, not unrolled: half the code)
+            sa0 = sa1 = sa2 = sa3 = sb0 = sb1 = sb2 = sb3 = sna = snb = _U(0)
+            for h in range(2):                          # tiles A, B (rows 0-3), then C, D (rows 4-7)
+                (b, na, nb, ta0, ta1, ta2, ta3, tna,
+                 tb0, tb1, tb2, tb3, tnb) = half(w32, wf, packed64, tmasks32, _U(row0 + _U(4 * h)), col0, k)
+                bad = _U(bad | b)
+                for i in range(4):
+                    smem_w[ty * 8 + 4 * h + i, tx] = _U(shr32(na, 4 * i) & 15) | _U(_U(shr32(nb, 4 * i) & 15) << 4)
+                if h == 0:
+                    sa0, sa1, sa2, sa3, sna = ta0, ta1, ta2, ta3, tna
+                    sb0, sb1, sb2, sb3, snb = tb0, tb1, tb2, tb3, tnb
+                else:
+                    for i in range(4):
+                        # W^T metadata byte of a W column: low nibble rows 0-3, high rows 4-7
+                        smem_t[tx * 8 + i, ty] = _U(shr32(sna, 4 * i) & 15) | _U(_U(shr32(tna, 4 * i) & 15) << 4)
+                        smem_t[tx * 8 + 4 + i, ty] = (_U(shr32(snb, 4 * i) & 15)
+                                                      | _U(_U(shr32(tnb, 4 * i) & 15) << 4))
+                    # packed W^T rows col0..col0+7, packed columns row0/2 .. + 3: one 64-bit word each
+                    q = _U(m >> 3)
+                    p = _U(_U(col0 * q) + _U(row0 >> 3))
+                    packed_t64[p] = _u64(sa0, ta0)
+                    packed_t64[_U(p + q)] = _u64(sa1, ta1)
+                    packed_t64[_U(p + _U(2 * q))] = _u64(sa2, ta2)
+                    packed_t64[_U(p + _U(3 * q))] = _u64(sa3, ta3)
+                    packed_t64[_U(p + _U(4 * q))] = _u64(sb0, tb0)
+                    packed_t64[_U(p + _U(5 * q))] = _u64(sb1, tb1)
+                    packed_t64[_U(p + _U(6 * q))] = _u64(sb2, tb2)
+                    packed_t64[_U(p + _U(7 * q))] = _u64(sb3, tb3)
+            if bad & 0x80008000:
+                flags[0] = 1
+        cuda.syncthreads()
+        _write_meta(smem_w, smem_t, meta, meta_t, m, k, block_rows)
+
+    return _jit(kernel, row_threads, min_blocks)
+
+
+def _make_kernel32(method: str, ties: str, row_threads: int, min_blocks: int | None):
+    """fp32 kernel for one (method, ties, block shape): keys need 35 bits, so 64-bit integers."""
+    inf = 0x7F800000
     optimal = method != "greedy"
-    greedy_tile = GREEDY_TILE[(bits, "index" if optimal else ties)]
+    greedy_tile = GREEDY_TILE32["index" if optimal else ties]
     optimal_tile = OPTIMAL_TILE["optimal" if method == "greedy" else method]
     rows_t = row_threads
     block_rows = 8 * row_threads
 
     def kernel(words, wf, packed, packed_t, meta, meta_t, tmasks, flags, m, k):
-        # arrays: words (M, K*bits/64) int64 view of w; wf w itself (optimal scores);
-        #   packed (M, K/2) / packed_t (K, M/2) element-bit views; meta (M*K/32,) /
+        # arrays: words (M, K/2) int64 view of w; wf w itself (optimal scores);
+        #   packed (M, K/2) / packed_t (K, M/2) uint32 views; meta (M*K/32,) /
         #   meta_t uint32 views; tmasks (M/4, K/4) uint16; flags (1,) int32.
         # sizes: m, k.
         smem_w = cuda.shared.array((block_rows, 8), uint8)    # nibble bytes: W row, 8-col block
@@ -261,20 +582,20 @@ def _make_kernel(bits: int, method: str, ties: str, row_threads: int, min_blocks
             bad = 0
             for half in range(2):                       # tiles A, B (rows 0-3), then C, D (rows 4-7)
                 r = row0 + 4 * half
-                a0 = load4(words, r, col0)              # left tile rows
-                a1 = load4(words, r + 1, col0)
-                a2 = load4(words, r + 2, col0)
-                a3 = load4(words, r + 3, col0)
-                b0 = load4(words, r, col0 + 4)          # right tile rows
-                b1 = load4(words, r + 1, col0 + 4)
-                b2 = load4(words, r + 2, col0 + 4)
-                b3 = load4(words, r + 3, col0 + 4)
+                a0 = _load4_32(words, r, col0)          # left tile rows
+                a1 = _load4_32(words, r + 1, col0)
+                a2 = _load4_32(words, r + 2, col0)
+                a3 = _load4_32(words, r + 3, col0)
+                b0 = _load4_32(words, r, col0 + 4)      # right tile rows
+                b1 = _load4_32(words, r + 1, col0 + 4)
+                b2 = _load4_32(words, r + 2, col0 + 4)
+                b3 = _load4_32(words, r + 3, col0 + 4)
                 bad |= (_nonfinite(a0, inf) | _nonfinite(a1, inf) | _nonfinite(a2, inf)
                         | _nonfinite(a3, inf) | _nonfinite(b0, inf) | _nonfinite(b1, inf)
                         | _nonfinite(b2, inf) | _nonfinite(b3, inf))
                 if optimal:
-                    ma = optimal_tile(wf, r, col0)
-                    mb = optimal_tile(wf, r, col0 + 4)
+                    ma = int(optimal_tile(wf, r, col0))       # (64-bit, as the rest of this kernel)
+                    mb = int(optimal_tile(wf, r, col0 + 4))
                 else:
                     ma = greedy_tile(a0, a1, a2, a3)
                     mb = greedy_tile(b0, b1, b2, b3)
@@ -301,40 +622,9 @@ def _make_kernel(bits: int, method: str, ties: str, row_threads: int, min_blocks
             if bad:
                 flags[0] = 1
         cuda.syncthreads()
-        # (int(): shared bytes are uint8; widen before shifting, as the simulator keeps uint8)
-        # Metadata out: 32-bit word u of a stored array holds the two 16-bit words of
-        # stored row d = u % rows at stored columns 2j, 2j+1 (j = u // rows); each comes
-        # from logical row _meta_row(d, h), logical column 2j | (d & 1) (module docstring
-        # of reference.sparsify24, steps 3-5 inverted).
-        t = ty * 8 + tx
-        rb = cuda.blockIdx.y * block_rows
-        cb = cuda.blockIdx.x * _BLOCK_COLS
-        for s in range(2):
-            # W: this block's stored rows rb.., column pairs j = cb/32, cb/32 + 1
-            q = t + s * block_rows
-            d = rb + q % block_rows
-            j = cb // 32 + q // block_rows
-            if d < m and j * 32 < k:
-                cl = 2 * (2 * j + (d & 1) - cb // 16)            # byte of the 16-col word
-                lo = _meta_row(d, 0) - rb
-                hi = _meta_row(d, 1) - rb
-                word = (int(smem_w[lo, cl]) | (int(smem_w[lo, cl + 1]) << 8)
-                        | (int(smem_w[hi, cl]) << 16) | (int(smem_w[hi, cl + 1]) << 24))
-                meta[j * m + d] = word
-            # W^T: stored rows cb.. (W columns), column pairs j = rb/32 ..
-            d = cb + q % _BLOCK_COLS
-            j = rb // 32 + q // _BLOCK_COLS
-            if d < k and j * 32 < m:
-                cl = 2 * (2 * j + (d & 1) - rb // 16)
-                lo = _meta_row(d, 0) - cb
-                hi = _meta_row(d, 1) - cb
-                word = (int(smem_t[lo, cl]) | (int(smem_t[lo, cl + 1]) << 8)
-                        | (int(smem_t[hi, cl]) << 16) | (int(smem_t[hi, cl + 1]) << 24))
-                meta_t[j * k + d] = word
+        _write_meta(smem_w, smem_t, meta, meta_t, m, k, block_rows)
 
-    if min_blocks is None:       # (the simulator's jit takes no launch_bounds at all)
-        return cuda.jit(kernel)
-    return cuda.jit(kernel, launch_bounds=(8 * row_threads, min_blocks))
+    return _jit(kernel, row_threads, min_blocks)
 
 
 _KERNELS: dict = {}
@@ -345,7 +635,8 @@ def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS
     """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``."""
     key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks)
     if key not in _KERNELS:
-        _KERNELS[key] = _make_kernel(*key)
+        make = _make_kernel16 if bits == 16 else _make_kernel32
+        _KERNELS[key] = make(*key[1:])
     return _KERNELS[key]
 
 
@@ -374,7 +665,9 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     check_divisible(m, ALIGN, "w.shape[0]")
     check_divisible(k, ALIGN, "w.shape[1]")
     bits = 8 * dev.dtype.itemsize
-    ebits = np.uint16 if bits == 16 else np.uint32
+    if bits == 16 and not aligned(dev, 8):
+        raise ValueError("w: float16 data must start on a 16-byte boundary (the kernel reads 8 values "
+                         "per load), got an offset view")
     packed = output((m, k // 2), dev.dtype, like=op)
     packed_t = output((k, m // 2), dev.dtype, like=op)
     meta = output((m * k // 32,), np.uint32, like=op)      # written as 32-bit words
@@ -383,11 +676,18 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     flags = cuda.to_device(np.zeros(1, np.int32))
     kern = kernel_for(bits, method, ties, row_threads, min_blocks)
     grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
-    args = (dev.view(np.int64), dev, packed.view(ebits), packed_t.view(ebits), meta, meta_t, tmasks,
-            flags, m, k)
+    if not (m and k):
+        args = None
+    elif bits == 16:      # flat 32-bit words in, 64-bit words out (vector loads and stores)
+        args = (dev.reshape(-1).view(np.uint32), dev, packed.reshape(-1).view(np.uint64),
+                packed_t.reshape(-1).view(np.uint64), meta, meta_t, tmasks.reshape(-1).view(np.uint32),
+                flags, m, k)
+    else:
+        args = (dev.view(np.int64), dev, packed.view(np.uint32), packed_t.view(np.uint32), meta, meta_t,
+                tmasks, flags, m, k)
 
     def launch():
-        if m and k:
+        if args is not None:
             kern[grid, (8, row_threads)](*args)
 
     out = Sparse24(tmasks, packed, meta.view(np.int16), packed_t, meta_t.view(np.int16), method,

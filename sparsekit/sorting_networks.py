@@ -196,7 +196,7 @@ def verify(network: Network) -> bool:
 
 
 def compare_exchange_source(network: Network, prefix: str, *, swap_equal_on: str | None = None,
-                            indent: str = "") -> str:
+                            less: str | None = None, indent: str = "") -> str:
     """Straight-line Python that sorts variables ``{prefix}0 .. {prefix}{n-1}`` ascending.
 
     Default: each comparator is ``a, b = min(a, b), max(a, b)`` (keys must be
@@ -207,14 +207,18 @@ def compare_exchange_source(network: Network, prefix: str, *, swap_equal_on: str
     key and exchanges the two wires unless the first is strictly smaller, as
     PyTorch's ``StaticSort`` does: ``expr`` is a format string with ``{}`` for
     the variable, e.g. ``"({} >> 4)"`` to compare a value stored above 4
-    position bits. Both forms compile to selects, no branches.
+    position bits. ``less="expr"`` is the same comparator with the whole test
+    given, a format string with ``{a}`` and ``{b}`` (e.g. ``"{a} < ({b} & ~15)"``,
+    the same test as ``({a} >> 4) < ({b} >> 4)`` in one fewer operation).
+    All forms compile to selects, no branches.
     """
     lines = []
     for i, j in network.comparators:
         a, b = f"{prefix}{i}", f"{prefix}{j}"
-        if swap_equal_on is None:
+        if swap_equal_on is None and less is None:
             lines.append(f"{indent}{a}, {b} = min({a}, {b}), max({a}, {b})")
         else:
-            ka, kb = swap_equal_on.format(a), swap_equal_on.format(b)
-            lines.append(f"{indent}{a}, {b} = ({a} if {ka} < {kb} else {b}), ({b} if {ka} < {kb} else {a})")
+            lt = less.format(a=a, b=b) if less is not None else \
+                f"{swap_equal_on.format(a)} < {swap_equal_on.format(b)}"
+            lines.append(f"{indent}{a}, {b} = ({a} if {lt} else {b}), ({b} if {lt} else {a})")
     return "\n".join(lines) + "\n"

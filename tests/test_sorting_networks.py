@@ -67,6 +67,15 @@ def test_swap_equal_form_sorts_on_the_derived_key_and_moves_ties(keys):
     assert sorted(o & 15 for o in out) == list(range(16))
 
 
+@given(st.lists(st.integers(0, 3), min_size=16, max_size=16))
+def test_less_form_is_the_swap_equal_form(keys):
+    # "{a} < ({b} & ~15)" is the test "({a} >> 4) < ({b} >> 4)": same outputs, ties moved the same way
+    packed = [(v << 4) | i for i, v in enumerate(keys)]
+    net = bose_nelson(16)
+    assert _run(compare_exchange_source(net, "k", less="{a} < ({b} & ~15)"), 16, packed) == \
+        _run(compare_exchange_source(net, "k", swap_equal_on="({} >> 4)"), 16, packed)
+
+
 def test_swap_equal_form_swaps_on_equal_keys():
     net = Network("one", 2, ((0, 1),))
     assert _run(compare_exchange_source(net, "k", swap_equal_on="({} >> 4)"), 2, [0x10, 0x11]) == [0x11, 0x10]

@@ -91,3 +91,13 @@ def test_torch_tensor_in_gives_torch_tensors_out():
     s = gpu.sparsify24(w)
     assert isinstance(s.packed, torch.Tensor) and s.packed.shape == (64, 32) and s.meta.shape == (64, 4)
     assert s.packed.data_ptr() != w.data_ptr()
+
+
+def test_misaligned_fp16_device_input_is_an_error():
+    torch = _torch()
+    if torch is None:
+        pytest.skip("needs PyTorch with CUDA (an offset view of a device buffer)")
+    from gpu import sparsify24 as gpu
+    w = torch.zeros(64 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(64, 64)   # 2 bytes off
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        gpu.sparsify24(w)
