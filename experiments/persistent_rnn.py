@@ -26,8 +26,9 @@ from sparsekit.experiment import Experiment, Section, Table, save_figure
 PAPER_PENALTY = {"naive": 1.3, "wide": 1.0, "bank_aware": 0.3}
 
 
-def conflict_table(hidden: int = 1152, density: float = 0.1, batch: int = 4, seed: int = 0) -> list[dict]:
-    """Analyzer penalties of Table 1's three layouts, float32 and float16 h, one warp per row and tpr = 16."""
+def conflict_table(hidden: int = 1152, density: float = 0.1, batch: int = 4, seed: int = 0,
+                   tprs=((32, 8), (16, 10))) -> list[dict]:
+    """Analyzer penalties of Table 1's three layouts, float32 and float16 h, for each (tpr, rows per block)."""
     from sparsekit import prune
     from sparsekit.rnn_layout import balance, bank_aware, bank_conflicts
 
@@ -35,7 +36,7 @@ def conflict_table(hidden: int = 1152, density: float = 0.1, batch: int = 4, see
     u = rng.standard_normal((hidden, hidden)).astype(np.float32)
     mask = prune.row_balanced(u, 1.0 - density)
     records = []
-    for tpr, rpb in ((32, 8), (16, 10)):
+    for tpr, rpb in tprs:
         lay = balance(u, mask, tpr=tpr)
         for itemsize, dtype in ((4, "float32"), (2, "float16")):
             aware = bank_aware(lay, width=batch * itemsize)
@@ -124,7 +125,7 @@ def _plot_sweep(records, path):
 
 
 def run(ctx) -> Section:
-    conflicts = conflict_table()
+    conflicts = conflict_table(tprs=((32, 8),) if ctx.quick else ((32, 8), (16, 10)))
     padding = padding_table()
     _plot_penalties(conflicts, ctx.out_dir / "table1_penalty.png")
     tables = [Table("Table 1 bank-conflict penalty (analyzer), layer 1152, batch 4, density 10%", conflicts,
@@ -138,7 +139,7 @@ def run(ctx) -> Section:
     if ctx.on_gpu:
         from experiments import bench_persistent_rnn as bench
         timing = bench.time_table(ctx.out_dir, sizes=(1152,) if ctx.quick else (1152, 1792),
-                                  tprs=(16,) if ctx.quick else (8, 16, 32))
+                                  tprs=(16,) if ctx.quick else (8, 16, 32), extras=not ctx.quick)
         tables.append(Table("Table 1 ablation on this GPU (float16, batch 4, density 10%, 256 steps), us/step",
                             timing, "table1_timing.csv"))
         if not ctx.quick:

@@ -86,13 +86,13 @@ from functools import lru_cache
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
-from gpu.sync_primitives import ld_volatile_u32, ld_x4_f32
+from gpu.sync_primitives import clock64, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
-from sparsekit.rnn_layout import RNNLayout, split
+from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
-__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "SHARED_LIMIT", "PersistentRNN", "rnn_forward", "lstm_forward",
-           "step_stride", "shared_bytes", "max_hidden"]
+__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "SHARED_LIMIT", "TRACE_PHASES", "PersistentRNN",
+           "rnn_forward", "lstm_forward", "step_stride", "shared_bytes", "max_hidden", "shared_limit"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -100,8 +100,15 @@ ACTIVATIONS = ("tanh", "relu")
 CELLS = ("rnn", "lstm")
 #: Dynamic shared memory a Numba launch may use without the opt-in attribute (bytes).
 SHARED_LIMIT = 48 * 1024
+#: Static shared memory of the kernels (Lamport's abort flag, aligned), out of the same per-block limit.
+_STATIC_SHARED = 16
 #: float16 results in [-2**-25, 0] round to -0.0; they are written as +0.0 (Lamport's sentinel).
 _ZERO_BAND = {np.dtype(np.float32): 0.0, np.dtype(np.float16): 2.0 ** -25}
+#: What the trace of a step records (``trace=True``), clock64 at: step start, h_{t-1} in registers,
+#: after the block barrier (h in shared memory), after the operate stage, after the reduce stage and the
+#: write of h_t, and (barrier kernels) after the grid barrier; Lamport kernels store thread 0's poll
+#: rounds of the step in the last slot instead.
+TRACE_PHASES = ("start", "loaded", "shared", "operated", "written", "synced_or_polls")
 #: the -0.0 bit patterns of one 32-bit word
 _NEG0_F32 = 0x80000000
 _NEG0_F16 = 0x8000
@@ -113,7 +120,9 @@ _NEG0_F16 = 0x8000
 
 @lru_cache(maxsize=None)
 def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
-            words: int, pipeline: bool = True, cell: str = "rnn"):
+            words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
+            double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
+            load: str = "volatile"):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -121,7 +130,18 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     each thread moves per step (``ceil(stride * itemsize / 4 / threads)``);
     ``pipeline`` (Lamport) issues the loads of the next step's input before
     the operate stage; ``cell="lstm"`` gives every thread ``npt`` pairs of
-    each of the four gate rows of its hidden unit (Appendix B).
+    each of the four gate rows of its hidden unit (Appendix B); ``poll``
+    (Lamport): ``"batch"`` reissues all still-pending words every round,
+    ``"lead"`` waits on one pending word alone between rounds (less L2
+    traffic); ``double_buffer`` (Lamport): ``h`` alternates between two shared
+    buffers, so the reduce stage needs only a warp barrier; ``index16``: the
+    indices arrive packed two per uint32 (``rnn_layout.thread_packed_indices``)
+    and stay packed in registers; ``trace``: thread 0 of each block records
+    ``clock64`` at the stage boundaries of every step (``TRACE_PHASES``);
+    ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
+    ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``);
+    ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
+    scope) or ``"relaxed"`` (``ld.relaxed.gpu``).
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -129,12 +149,26 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     F16 = dtype == np.dtype(np.float16)
     PIPELINE = pipeline
     LSTM = cell == "lstm"
+    LEAD = poll == "lead"
+    IDX16 = index16
+    TRACE = trace
+    NBUF = 2 if double_buffer and sync == "lamport" else 1
+    CG_SYNC = grid_sync == "cg"
+    ld_word = ld_relaxed_u32 if load == "relaxed" else ld_volatile_u32
+    # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
+    # warp can overwrite h meanwhile: behind a grid barrier, or with two h buffers
+    # (the simulator has no syncwarp: it runs the block barrier, which every thread reaches there too)
+    WARP_REDUCE = TPR <= 32 and (sync == "barrier" or NBUF == 2) and not config.ENABLE_CUDASIM
     G = 4 if LSTM else 1                               # gate rows per hidden unit (LSTM: i, f, g, o)
-    NW, NACC = G * NPT, G * B                          # register array sizes (constants)
+    NJ = (NPT + 1) // 2 if IDX16 else NPT              # index registers per gate row
+    NBO = (B + TPR - 1) // TPR                         # (row, sample) outputs owned per thread
+    NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
     PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
     ZERO_BAND = float32(_ZERO_BAND[dtype])
     ITEM = dtype.itemsize
+    NPH = len(TRACE_PHASES)
     nb_dtype = typeof(np.zeros(1, dtype)).dtype
+    idx_dtype = uint32 if IDX16 else int32
 
     @cuda.jit(device=True, inline=True)
     def activate(s):
@@ -151,16 +185,29 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         return float32(1.0) / (float32(1.0) + math.exp(-x))
 
     @cuda.jit(device=True, inline=True)
+    def stamp(tr, t, phase, value):
+        """Trace: thread 0 of the block records ``value`` for (step t, phase)."""
+        if TRACE and cuda.threadIdx.x == 0:
+            steps = tr.shape[0] // (cuda.gridDim.x * NPH)
+            tr[(cuda.blockIdx.x * steps + t) * NPH + phase] = value
+
+    @cuda.jit(device=True, inline=True)
     def load_weights(vals, idx, row, hidden, lane, active, w, j):
         """Every thread keeps its npt <index, value> pairs (per gate row) in registers for all steps."""
         for g in range(G):
             for i in range(NPT):
-                if active:
-                    w[g * NPT + i] = vals[g * hidden + row, lane + i * TPR]
-                    j[g * NPT + i] = int32(idx[g * hidden + row, lane + i * TPR])
-                else:
-                    w[g * NPT + i] = 0
-                    j[g * NPT + i] = 0
+                w[g * NPT + i] = vals[g * hidden + row, lane + i * TPR] if active else 0
+            for i in range(NJ):                        # IDX16: word i holds pairs 2i and 2i + 1
+                j[g * NJ + i] = idx_dtype(idx[g * hidden + row, lane + i * TPR]) if active else 0
+
+    @cuda.jit(device=True, inline=True)
+    def load_bias(bprime, t, hidden, row, lane, active, bp):
+        """b'_t of the (row, sample) outputs this thread owns, loaded before the step needs them."""
+        for q in range(NBO):
+            b = lane + q * TPR
+            if active and b < B:
+                for g in range(G):
+                    bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
     @cuda.jit(device=True, inline=True)
     def issue_loads(xchg_words, base, pf, tid, nthreads, n_words):
@@ -171,80 +218,91 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         for k in range(PF):
             e = tid + k * nthreads
             if e < n_words:
-                pf[k] = ld_volatile_u32(xchg_words, base + e)
+                pf[k] = ld_word(xchg_words, base + e)
 
     @cuda.jit(device=True, inline=True)
-    def store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden):
-        """Load stage, second half: registers to shared memory in the operate stage's layout."""
+    def store_words(h_words, h_u16, woff, pf, tid, nthreads, n_words, hidden):
+        """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
         for k in range(PF):
             e = tid + k * nthreads
             if e < n_words:
                 v = pf[k]
                 if WIDE:                               # interleaved h[j * 4 + b], as in global
-                    h_words[e] = v
+                    h_words[woff + e] = v
                 elif F16:                              # naive, float16: two elements per word
                     for m in range(2):
                         el = 2 * e + m
                         if el < hidden * B:
-                            h_u16[(el % B) * hidden + el // B] = uint16(v >> uint32(16 * m))
+                            h_u16[2 * woff + (el % B) * hidden + el // B] = uint16(v >> uint32(16 * m))
                 else:                                  # naive, float32: batch-major h[b * H + j]
                     if e < hidden * B:
-                        h_words[(e % B) * hidden + e // B] = v
+                        h_words[woff + (e % B) * hidden + e // B] = v
 
     @cuda.jit(device=True, inline=True)
-    def operate(h_sh, hidden, w, j, acc):
+    def operate(h_sh, hoff, hidden, w, j, acc):
         """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
         for q in range(G * B):
             acc[q] = float32(0.0)
         for g in range(G):
             for i in range(NPT):
                 wi = float32(w[g * NPT + i])
-                ji = j[g * NPT + i]
+                ji = unpack16(j[g * NJ + i // 2], i % 2) if IDX16 else j[g * NPT + i]
                 if WIDE:                               # Section 4.1: one ld.shared.v4 brings 4 samples
-                    a0, a1, a2, a3 = ld_x4_f32(h_sh, ji * 4)
+                    a0, a1, a2, a3 = ld_x4_f32(h_sh, hoff + ji * 4)
                     acc[g * B + 0] += wi * a0
                     acc[g * B + 1] += wi * a1
                     acc[g * B + 2] += wi * a2
                     acc[g * B + 3] += wi * a3
                 else:                                  # naive: one scalar load per sample
                     for b in range(B):
-                        acc[g * B + b] += wi * float32(h_sh[b * hidden + ji])
+                        acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
 
     @cuda.jit(device=True, inline=True)
-    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs,
-                         hidden, cs, c0):
+    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
+                         hidden, cs, c):
         """Reduce stage: the row's tpr partials through shared memory, + b'_t, g, write h_t.
 
-        LSTM: the same thread owns (unit, sample) at every step, so c_{t-1} is
-        the value it stored itself (cs[t - 1], or c0), rounded to the dtype as
-        the reference does.
+        LSTM: the same thread owns (unit, sample) at every step and keeps
+        c_{t-1} in a register (``c``), rounded to the dtype as the reference does.
         """
         for q in range(G * B):
             red[red_off + tid * G * B + q] = acc[q]
-        cuda.syncthreads()
-        if active:
-            for b in range(lane, B, TPR):
+        if WARP_REDUCE:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
+        for q in range(NBO):
+            b = lane + q * TPR
+            if active and b < B:
                 if LSTM:
-                    zi = float32(bprime[t, b, row])
-                    zf = float32(bprime[t, b, hidden + row])
-                    zg = float32(bprime[t, b, 2 * hidden + row])
-                    zo = float32(bprime[t, b, 3 * hidden + row])
+                    zi, zf = float32(bp[q * G]), float32(bp[q * G + 1])
+                    zg, zo = float32(bp[q * G + 2]), float32(bp[q * G + 3])
                     for k in range(TPR):
                         base = red_off + (r_local * TPR + k) * G * B + b
                         zi += red[base]
                         zf += red[base + B]
                         zg += red[base + 2 * B]
                         zo += red[base + 3 * B]
-                    c_prev = float32(c0[b, row]) if t == 0 else float32(cs[t - 1, b, row])
-                    cs[t, b, row] = sigmoid(zf) * c_prev + sigmoid(zi) * math.tanh(zg)
-                    y = zero_band(sigmoid(zo) * math.tanh(float32(cs[t, b, row])))
+                    c_new = nb_dtype(sigmoid(zf) * c[q] + sigmoid(zi) * math.tanh(zg))   # stored dtype
+                    cs[t, b, row] = c_new
+                    c[q] = float32(c_new)
+                    y = zero_band(sigmoid(zo) * math.tanh(c[q]))
                 else:
                     s = float32(0.0)
                     for k in range(TPR):
                         s += red[red_off + (r_local * TPR + k) * B + b]
-                    y = zero_band(activate(s + float32(bprime[t, b, row])))
+                    y = zero_band(activate(s + float32(bp[q])))
                 xchg[(t + 1) * stride + row * B + b] = y
                 hs[t, b, row] = y
+
+    @cuda.jit(device=True, inline=True)
+    def load_cell(cs, c0, t_start, row, lane, active, c):
+        """LSTM: c_{t_start - 1} of the owned (unit, sample) outputs (c0, or what a previous launch stored)."""
+        for q in range(NBO):
+            b = lane + q * TPR
+            c[q] = float32(0.0)
+            if LSTM and active and b < B:
+                c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
 
     @cuda.jit(device=True, inline=True)
     def is_pending(v):
@@ -253,8 +311,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
         return v == uint32(_NEG0_F32)
 
-    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0,   # arrays
-                       hidden, stride, t_start, t_stop):                 # sizes
+    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status,   # arrays
+                       hidden, stride, t_start, t_stop, spin_limit):                  # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -265,66 +323,110 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         h_words = cuda.shared.array(0, uint32)           # the same memory, as words / halves
         h_u16 = cuda.shared.array(0, uint16)
         red = cuda.shared.array(0, float32)              # the same memory, partials after h
+        abort = cuda.shared.array(1, int32)
         red_off = (stride * ITEM + 15) // 16 * 4
         n_words = stride * ITEM // 4
         w = cuda.local.array(NW, nb_dtype)
-        j = cuda.local.array(NW, int32)
+        j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
         pf = cuda.local.array(PF, uint32)
+        bp = cuda.local.array(NBP, nb_dtype)
+        c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
-        grid = cuda.cg.this_grid()
+        load_cell(cs, c0, t_start, row, lane, active, c)
+        if tid == 0:
+            abort[0] = 0
         for t in range(t_start, t_stop):
+            stamp(tr, t, 0, clock64())
+            load_bias(bprime, t, hidden, row, lane, active, bp)
             issue_loads(xchg_words, t * n_words, pf, tid, nthreads, n_words)   # load: h_{t-1}
-            store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden)
+            store_words(h_words, h_u16, 0, pf, tid, nthreads, n_words, hidden)
+            stamp(tr, t, 1, clock64())
             cuda.syncthreads()
-            operate(h_sh, hidden, w, j, acc)
-            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs,
-                             hidden, cs, c0)
-            grid.sync()                                   # synchronize: global barrier (Section 3.2)
+            stamp(tr, t, 2, clock64())
+            operate(h_sh, 0, hidden, w, j, acc)
+            stamp(tr, t, 3, clock64())
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
+                             hidden, cs, c)
+            stamp(tr, t, 4, clock64())
+            # synchronize: global barrier (Section 3.2)
+            if CG_SYNC:
+                cuda.cg.this_grid().sync()               # cooperative launch, a call into cudadevrt
+            else:                                        # inline: arrive on a counter, wait for the round
+                cuda.syncthreads()
+                if tid == 0:
+                    cuda.threadfence()                   # this block's h_t before its arrival
+                    arrived = cuda.atomic.add(status, 1, 1)
+                    target = (arrived // cuda.gridDim.x + 1) * cuda.gridDim.x
+                    polls = 0
+                    while cuda.atomic.add(status, 1, 0) < target and polls < spin_limit:
+                        polls += 1
+                    if polls == spin_limit:
+                        abort[0] = 1
+                        cuda.atomic.max(status, 0, 1)
+                    cuda.threadfence()
+                cuda.syncthreads()
+                if abort[0] != 0:                        # timed out (blocks not co-resident): give up
+                    return
+            stamp(tr, t, 5, clock64())
 
-    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, status,   # arrays
-                       hidden, stride, t_start, t_stop, spin_limit):              # sizes
+    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status,   # arrays
+                       hidden, stride, t_start, t_stop, spin_limit):                  # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
         lane = tid % TPR
         row = cuda.blockIdx.x * (nthreads // TPR) + r_local
         active = row < hidden
-        h_sh = cuda.shared.array(0, nb_dtype)
+        h_sh = cuda.shared.array(0, nb_dtype)            # NBUF buffers of h, then the partial sums
         h_words = cuda.shared.array(0, uint32)           # the same memory as 32-bit words
         h_u16 = cuda.shared.array(0, uint16)
         red = cuda.shared.array(0, float32)
         abort = cuda.shared.array(1, int32)
-        red_off = (stride * ITEM + 15) // 16 * 4
+        buf_words = (stride * ITEM + 15) // 16 * 4       # one h buffer, in words (16-byte aligned)
+        red_off = NBUF * buf_words
         n_words = stride * ITEM // 4
         w = cuda.local.array(NW, nb_dtype)
-        j = cuda.local.array(NW, int32)
+        j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
         pf = cuda.local.array(PF, uint32)                # this thread's words of the next input
+        bp = cuda.local.array(NBP, nb_dtype)
+        c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
+        load_cell(cs, c0, t_start, row, lane, active, c)
         if tid == 0:
             abort[0] = 0
         issue_loads(xchg_words, t_start * n_words, pf, tid, nthreads, n_words)
         for t in range(t_start, t_stop):
+            stamp(tr, t, 0, clock64())
+            load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
             # load: poll until none of this thread's words is -0.0; each round reissues
             # all pending loads back to back (one L2 round trip per round), bounded
             polls = 0
             pending = True
             while pending and polls < spin_limit:
-                pending = False
                 for k in range(PF):
                     e = tid + k * nthreads
                     if e < n_words and is_pending(pf[k]):
-                        pf[k] = ld_volatile_u32(xchg_words, t * n_words + e)
+                        pf[k] = ld_word(xchg_words, t * n_words + e)
+                pending = False
+                lead = 0
                 for k in range(PF):
                     e = tid + k * nthreads
                     if e < n_words and is_pending(pf[k]):
                         pending = True
+                        lead = e
                 polls += 1
+                if LEAD and pending:                     # wait on one pending word alone, then a full round
+                    while polls < spin_limit and is_pending(ld_word(xchg_words, t * n_words + lead)):
+                        polls += 1
             if pending:
                 abort[0] = 1
-            store_words(h_words, h_u16, pf, tid, nthreads, n_words, hidden)
+            stamp(tr, t, 1, clock64())
+            woff = (t % NBUF) * buf_words
+            store_words(h_words, h_u16, woff, pf, tid, nthreads, n_words, hidden)
             cuda.syncthreads()
+            stamp(tr, t, 2, clock64())
             if abort[0] != 0:                            # timed out: leave together, host resumes
                 if tid == 0:
                     cuda.atomic.max(status, 0, 1)
@@ -334,9 +436,12 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             else:
                 for k in range(PF):
                     pf[k] = PENDING                      # loaded in the next load stage
-            operate(h_sh, hidden, w, j, acc)
-            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bprime, xchg, stride, hs,
-                             hidden, cs, c0)
+            operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
+            stamp(tr, t, 3, clock64())
+            reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
+                             hidden, cs, c)
+            stamp(tr, t, 4, clock64())
+            stamp(tr, t, 5, polls)
 
     return cuda.jit(barrier_kernel if sync == "barrier" else lamport_kernel)
 
@@ -367,14 +472,41 @@ def step_stride(hidden: int, batch: int) -> int:
     return cdiv(hidden * batch, 4) * 4
 
 
-def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int, gates: int = 1) -> int:
-    """Dynamic shared memory of one block: h (16-byte aligned) plus the partial sums (per gate)."""
-    return (step_stride(hidden, batch) * itemsize + 15) // 16 * 16 + threads * gates * batch * 4
+def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int, gates: int = 1, buffers: int = 1) -> int:
+    """Dynamic shared memory of one block: ``buffers`` copies of h (16-byte aligned) plus the partial sums."""
+    return buffers * ((step_stride(hidden, batch) * itemsize + 15) // 16 * 16) + threads * gates * batch * 4
 
 
-def max_hidden(batch: int, itemsize: int, threads: int, limit: int = SHARED_LIMIT, gates: int = 1) -> int:
+def max_hidden(batch: int, itemsize: int, threads: int, limit: int = SHARED_LIMIT, gates: int = 1,
+               buffers: int = 1) -> int:
     """Largest hidden size whose activations fit ``limit`` bytes of shared memory per block."""
-    return max(0, (limit - threads * gates * batch * 4 - 16) // (batch * itemsize) // 4 * 4)
+    return max(0, ((limit - threads * gates * batch * 4) // buffers - 16) // (batch * itemsize) // 4 * 4)
+
+
+def shared_limit() -> int:
+    """Dynamic shared memory one block may use here: the device's opt-in maximum (H100: 232448 bytes).
+
+    Launches above :data:`SHARED_LIMIT` set the kernel's
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` first (NUMBA_NOTES.md).
+    The simulator has no such attribute: 48 KB there.
+    """
+    if config.ENABLE_CUDASIM:
+        return SHARED_LIMIT
+    return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+
+def _opt_in_shared(compiled, nbytes: int) -> None:
+    """Allow ``nbytes`` of dynamic shared memory for a compiled kernel (above 48 KB needs this)."""
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    handle = compiled._codelibrary.get_cufunc().handle
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, handle, cuda.get_current_device().id)
+
+
+POLLS = ("batch", "lead")
+GRID_SYNCS = ("cg", "atomic")
+LOADS = ("volatile", "relaxed")
 
 
 @dataclass
@@ -386,6 +518,11 @@ class PersistentRNN:
     :func:`rnn_forward` and :func:`lstm_forward` do both in one call.
     ``cell="lstm"``: ``layout`` holds the ``(4H, H)`` gate rows (i, f, g, o),
     each thread holds ``npt`` pairs of each of its unit's four rows.
+    Tunables (results do not depend on them): ``poll``, ``double_buffer``
+    (Lamport only), ``index16`` (indices packed two per register),
+    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``; ``trace=True`` records per-stage clock64
+    stamps of every block and step in ``trace_cycles()`` (for finding where a
+    step's time goes; see ``TRACE_PHASES``).
     """
 
     layout: RNNLayout
@@ -398,6 +535,12 @@ class PersistentRNN:
     max_relaunch: int = 8
     pipeline: bool = False
     cell: str = "rnn"
+    poll: str = "batch"
+    double_buffer: bool = False
+    index16: bool = False
+    trace: bool = False
+    grid_sync: str = "cg"
+    load: str = "volatile"
 
     def __post_init__(self):
         lay = self.layout
@@ -406,9 +549,14 @@ class PersistentRNN:
         if lay.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
             raise TypeError(f"layout: values must be float32 or float16, got {lay.dtype}")
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),
-                                     ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS)):
+                                     ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS),
+                                     ("poll", self.poll, POLLS), ("grid_sync", self.grid_sync, GRID_SYNCS),
+                                     ("load", self.load, LOADS)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
+        for name in ("pipeline", "double_buffer", "index16", "trace"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
         rows, hidden = lay.shape
         if rows != self.gates * hidden:
@@ -416,6 +564,8 @@ class PersistentRNN:
             raise ValueError(f"layout: a recurrent weight is {want}, got shape {lay.shape}")
         if self.cell == "lstm" and self.activation != "tanh":
             raise ValueError(f"activation: an LSTM uses sigmoid and tanh, got activation={self.activation!r}")
+        if self.index16 and hidden > 1 << 16:
+            raise ValueError(f"index16: 16-bit indices address at most 65536 columns, got hidden={hidden}")
         self.hidden = hidden
         self.batch = check_int(self.batch, "batch", minimum=1)
         if self.scheme == "wide" and self.batch != 4:
@@ -426,28 +576,32 @@ class PersistentRNN:
                              f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
         self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
-        if not isinstance(self.pipeline, bool):
-            raise TypeError(f"pipeline: expected a bool, got {type(self.pipeline).__name__}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
-        self.smem = shared_bytes(hidden, self.batch, lay.dtype.itemsize, self.split.threads_per_block, self.gates)
-        if self.smem > SHARED_LIMIT:
+        self.buffers_h = 2 if self.double_buffer and self.sync == "lamport" else 1
+        threads = self.split.threads_per_block
+        itemsize = lay.dtype.itemsize
+        self.smem = shared_bytes(hidden, self.batch, itemsize, threads, self.gates, self.buffers_h)
+        limit = shared_limit() - _STATIC_SHARED
+        if self.smem > limit:
             raise ValueError(
                 f"layout: hidden size {hidden} needs {self.smem} bytes of shared memory per block "
-                f"(h for batch {self.batch} plus partial sums), over the {SHARED_LIMIT}-byte limit; the largest "
-                f"that fits with {self.split.threads_per_block} threads is "
-                f"{max_hidden(self.batch, lay.dtype.itemsize, self.split.threads_per_block, gates=self.gates)}")
+                f"({self.buffers_h} x h for batch {self.batch} plus partial sums), over this device's {limit}-byte "
+                f"limit; the largest that fits with {threads} threads is "
+                f"{max_hidden(self.batch, itemsize, threads, limit, self.gates, self.buffers_h)}")
         if config.ENABLE_CUDASIM and self.split.blocks > 1:
             raise ValueError(f"rows_per_block: the CUDA simulator runs one block at a time, so a persistent "
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
         self.stride = step_stride(hidden, self.batch)
-        words = cdiv(self.stride * lay.dtype.itemsize // 4, self.split.threads_per_block)
+        words = cdiv(self.stride * itemsize // 4, threads)
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
-                              self.activation, words, self.pipeline, self.cell)
+                              self.activation, words, self.pipeline, self.cell, self.poll,
+                              self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
-        self.idx = cuda.to_device(np.ascontiguousarray(lay.indices))
+        self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))
+        self._trace = cuda.device_array(1, dtype=np.int64)
         self._checked = set()
         self.resources = {}          #: registers etc. of the compiled kernel (filled at the first launch)
         self.relaunches = 0          #: relaunches after spin timeouts in the last call
@@ -466,10 +620,14 @@ class PersistentRNN:
     def _args(self, bprime, xchg, hs, status, t_start, t_stop, cs, c0):
         if cs is None:
             cs, c0 = self._no_cell
-        head = (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, cs, c0)
-        if self.sync == "barrier":
-            return head + (self.hidden, self.stride, t_start, t_stop)
-        return head + (status, self.hidden, self.stride, t_start, t_stop, self.spin_limit)
+        return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, cs, c0, self._trace, status,
+                self.hidden, self.stride, t_start, t_stop, self.spin_limit)
+
+    def trace_cycles(self) -> np.ndarray:
+        """The last traced run's stamps, ``(blocks, steps, len(TRACE_PHASES))`` int64 (``trace=True``)."""
+        if not self.trace:
+            raise ValueError("trace: this plan was built with trace=False")
+        return self._trace.copy_to_host().reshape(self.split.blocks, -1, len(TRACE_PHASES))
 
     def check_coresident(self, args) -> None:
         """Refuse a launch whose blocks cannot all be resident at once (it would deadlock)."""
@@ -479,6 +637,8 @@ class PersistentRNN:
         if argtypes in self._checked:
             return
         compiled = self.kernel.compile(argtypes)
+        if self.smem > SHARED_LIMIT:
+            _opt_in_shared(compiled, self.smem)
         self.resources = {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
                           "max_threads_per_block": compiled.max_threads_per_block}
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
@@ -506,6 +666,9 @@ class PersistentRNN:
             self.enqueue(bp.dev, h0o.dev, steps, xchg, hs, status, cs, c0o.dev if c0o else None)
             if self.sync == "lamport":
                 self._resume(bp.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
+            elif int(status.copy_to_host()[0]) != 0:
+                raise RuntimeError(f"persistent RNN: the grid barrier timed out after spin_limit={self.spin_limit} "
+                                   f"polls; blocks are not making progress (not co-resident?)")
         if self.cell == "lstm":
             return result(hs, like=bp), result(cs, like=bp)
         return result(hs, like=bp)
@@ -533,7 +696,9 @@ class PersistentRNN:
     def buffers(self, steps: int):
         """Device scratch for a run of ``steps``: the exchange buffer ``h_0..h_T`` and the status flag."""
         xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
-        return xchg, cuda.to_device(np.zeros(1, dtype=np.int32))
+        if self.trace and self._trace.size != self.split.blocks * steps * len(TRACE_PHASES):
+            self._trace = cuda.to_device(np.zeros(self.split.blocks * steps * len(TRACE_PHASES), dtype=np.int64))
+        return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))   # [timeout flag, barrier arrivals]
 
     def enqueue(self, bprime, h0, steps: int, xchg, hs, status, cs=None, c0=None) -> None:
         """Queue one run on device arrays without synchronising (what a benchmark times).

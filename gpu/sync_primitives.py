@@ -11,6 +11,12 @@ NUMBA_NOTES.md ("Vector loads"): no indexing pattern yields ``ld.shared.v4``;
 the vector's alignment, giving ``ld.shared.v4.f32`` (float32) or one 8-byte
 load of four halves (float16, widened to float32 in registers).
 
+Also: :func:`clock64` (the SM's cycle counter, to trace where a step's time
+goes), :func:`unpack16` (one 16-bit half of a packed 32-bit index word, as
+side-effecting inline PTX so LLVM cannot hoist the unpacking out of the time
+loop and keep every index unpacked in its own register, which would undo the
+packing).
+
 Under the CUDA simulator these intrinsics cannot run; plain-Python versions
 with the same results stand in (the simulator has no caches to bypass).
 """
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 from numba import config
 
-__all__ = ["ld_volatile_u32", "ld_x4_f32"]
+__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16"]
 
 if config.ENABLE_CUDASIM:
     import numpy as np
@@ -27,10 +33,21 @@ if config.ENABLE_CUDASIM:
         """``array[i]`` of a 1-D uint32 array, loaded again on every call (simulator stand-in)."""
         return array[i]
 
+    ld_relaxed_u32 = ld_volatile_u32
+
     def ld_x4_f32(array, i):
         """``array[i:i + 4]`` of a float32/float16 array as four float32 (simulator stand-in)."""
         return (np.float32(array[i]), np.float32(array[i + 1]),
                 np.float32(array[i + 2]), np.float32(array[i + 3]))
+
+    def clock64():
+        """A cycle counter stand-in: nanoseconds of the host clock."""
+        import time
+        return np.int64(time.perf_counter_ns())
+
+    def unpack16(word, half):
+        """Bits ``16 * half .. 16 * half + 15`` of a uint32 as int32."""
+        return np.int32((int(word) >> (16 * int(half))) & 0xFFFF)
 
 else:
     from llvmlite import ir
@@ -38,6 +55,37 @@ else:
     from numba.core.errors import TypingError
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def clock64(typingctx):
+        """``mov.u64 %clock64``: the SM's 64-bit cycle counter (side-effecting: never moved or merged)."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %clock64;", "=l,~{memory}",
+                               side_effect=True)
+            return builder.call(asm, [])
+
+        return types.int64(), codegen
+
+    @intrinsic
+    def unpack16(typingctx, word, half):
+        """``bfe.u32``: bits ``16 * half .. 16 * half + 15`` of ``word`` (uint32) as int32.
+
+        ``half`` is 0 or 1 (a constant after loop unrolling). The asm is
+        side-effecting so the unpacking stays where it is used, inside the loop.
+        """
+        if word != types.uint32:
+            raise TypingError(f"unpack16: expected a uint32 word, got {word}")
+        if not isinstance(half, types.Integer):
+            raise TypingError(f"unpack16: expected an integer half, got {half}")
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            shift = builder.mul(context.cast(builder, args[1], sig.args[1], types.int32), ir.Constant(i32, 16))
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), "bfe.u32 $0, $1, $2, 16;", "=r,r,r",
+                               side_effect=True)
+            return builder.call(asm, [args[0], shift])
+
+        return types.int32(word, half), codegen
 
     def _element_pointer(context, builder, array_type, array, index):
         ary = context.make_array(array_type)(context, builder, value=array)
@@ -56,6 +104,28 @@ else:
                                    context.cast(builder, args[1], sig.args[1], types.intp))
             fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
             asm = ir.InlineAsm(fnty, "ld.volatile.global.u32 $0, [$1];", "=r,l,~{memory}",
+                               side_effect=True)
+            return builder.call(asm, [ptr])
+
+        return types.uint32(array, index), codegen
+
+    @intrinsic
+    def ld_relaxed_u32(typingctx, array, index):
+        """``ld.relaxed.gpu.global.u32`` of ``array[index]``: a GPU-scope coherent load (L2), never hoisted.
+
+        ``ld.volatile`` is a relaxed load of *system* scope; this one asks
+        only for the GPU scope every block of a persistent kernel shares.
+        """
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint32):
+            raise TypingError(f"ld_relaxed_u32: expected a 1-D uint32 array, got {array}")
+        if not isinstance(index, types.Integer):
+            raise TypingError(f"ld_relaxed_u32: expected an integer index, got {index}")
+
+        def codegen(context, builder, sig, args):
+            ptr = _element_pointer(context, builder, sig.args[0], args[0],
+                                   context.cast(builder, args[1], sig.args[1], types.intp))
+            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
+            asm = ir.InlineAsm(fnty, "ld.relaxed.gpu.global.u32 $0, [$1];", "=r,l,~{memory}",
                                side_effect=True)
             return builder.call(asm, [ptr])
 

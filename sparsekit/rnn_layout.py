@@ -19,7 +19,9 @@ What this module provides:
 * :func:`split`: the split of rows over threads, warps and blocks;
 * :func:`bank_aware`: Appendix A's greedy per-row reordering (Algorithm 1);
 * :func:`pack_indices16` / :func:`unpack_indices16`: two 16-bit indices per
-  32-bit register (the paper's Section 6 future work);
+  32-bit register (the paper's Section 6 future work), and
+  :func:`thread_packed_indices`: the same in the order the kernels load them
+  (a thread's pairs ``2m`` and ``2m + 1`` in one word);
 * :func:`bank_conflicts`: an analyzer replaying each warp's shared-memory
   loads of the operate stage for a layout, batch and load width, reporting
   the wavefronts and the conflict penalty; :func:`wavefronts` is its core for
@@ -53,7 +55,7 @@ import numpy as np
 from sparsekit.checks import FLOAT_DTYPES, check_array, check_int
 
 __all__ = ["BANKS", "RNNLayout", "Split", "ConflictReport", "balance", "split", "bank_aware",
-           "pack_indices16", "unpack_indices16", "wavefronts", "bank_conflicts"]
+           "pack_indices16", "unpack_indices16", "thread_packed_indices", "wavefronts", "bank_conflicts"]
 
 #: Shared-memory banks of 4 bytes each (every NVIDIA GPU since Kepler's 4-byte mode).
 BANKS = 32
@@ -291,6 +293,26 @@ def unpack_indices16(packed: np.ndarray) -> np.ndarray:
     out[..., 0::2] = packed & np.uint32(0xFFFF)
     out[..., 1::2] = packed >> np.uint32(16)
     return out
+
+
+def thread_packed_indices(layout: RNNLayout) -> np.ndarray:
+    """The layout's indices packed two per uint32 in the order a thread holds its pairs.
+
+    Thread ``lane`` of a row holds slots ``lane + i * tpr`` (``i < npt``); word
+    ``lane + m * tpr`` of the result's row packs its pairs ``i = 2m`` (low
+    half) and ``i = 2m + 1`` (high half, 0 when ``npt`` is odd). Shape
+    ``(rows, ceil(npt / 2) * tpr)``.
+
+    >>> lay = balance(np.arange(1, 9, dtype=np.float32).reshape(1, 8), tpr=2)
+    >>> [hex(w) for w in thread_packed_indices(lay)[0]]
+    ['0x20000', '0x30001', '0x60004', '0x70005']
+    """
+    rows, tpr, npt = layout.shape[0], layout.tpr, layout.npt
+    per_thread = layout.indices.reshape(rows, npt, tpr)                  # [row, i, lane]
+    if npt % 2:
+        per_thread = np.concatenate([per_thread, np.zeros((rows, 1, tpr), per_thread.dtype)], axis=1)
+    pairs = np.moveaxis(per_thread.reshape(rows, -1, 2, tpr), 2, -1)     # [row, m, lane, (2m, 2m + 1)]
+    return np.ascontiguousarray(pack_indices16(pairs)[..., 0].reshape(rows, -1))
 
 
 def wavefronts(byte_addresses, width: int) -> tuple[int, int]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpu import persistent_rnn as gpu_rnn
 from reference import persistent_rnn as ref_rnn
-from sparsekit.rnn_layout import balance, bank_aware
+from sparsekit.rnn_layout import RNNLayout, balance, bank_aware
 from tests import strategies as sks
 
 #: The four rows of the paper's Table 1: (scheme, sync, bank-aware layout).
@@ -73,16 +73,44 @@ def test_table1_configs_match_reference(config, problem):
     assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
-@given(problem=problems(batch=4))
-def test_lamport_software_pipeline_matches_reference(problem):
-    """pipeline=True: the next step's loads are issued before the operate stage (Section 4.2)."""
+@st.composite
+def tunables(draw):
+    """(sync, options): every PersistentRNN tunable that must leave the result unchanged."""
+    sync = draw(st.sampled_from(gpu_rnn.SYNCS))
+    opts = {"index16": draw(st.booleans()), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
+    if sync == "barrier":
+        opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
+    else:
+        opts.update(pipeline=draw(st.booleans()), poll=draw(st.sampled_from(gpu_rnn.POLLS)),
+                    double_buffer=draw(st.booleans()))
+    return sync, opts
+
+
+@given(problem=problems(batch=4), tun=tunables())
+def test_tunables_match_reference(problem, tun):
+    """16-bit packed indices, load kind, the inline grid barrier, Lamport's pipeline, poll pattern, double buffer."""
     u, bp, h0, steps, tpr, activation = problem
+    sync, opts = tun
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
-    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, pipeline=True,
-                                 rows_per_block=_one_block(u.shape[0], tpr))
+    plan = gpu_rnn.PersistentRNN(lay, 4, sync=sync, activation=activation,
+                                 rows_per_block=_one_block(u.shape[0], tpr), **opts)
     got = plan(bp, h0, steps)
     want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
     assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
+
+
+@pytest.mark.parametrize("sync", gpu_rnn.SYNCS)
+def test_trace_records_every_stage_in_order(sync):
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
+    bp, h0 = np.zeros((3, 4, 8), dtype=np.float32), np.ones((4, 8), dtype=np.float32)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, sync=sync, rows_per_block=8, trace=True)
+    plan(bp, h0, 3)
+    stamps = plan.trace_cycles()
+    assert stamps.shape == (1, 3, len(gpu_rnn.TRACE_PHASES))
+    clocks = stamps[..., :5] if sync == "lamport" else stamps
+    assert (np.diff(clocks, axis=-1) >= 0).all() and (np.diff(stamps[0, :, 0]) > 0).all()
+    if sync == "lamport":
+        assert (stamps[..., 5] >= 1).all()                  # poll rounds
 
 
 @given(problem=problems())
@@ -223,3 +251,18 @@ def test_bad_configuration():
     rect = balance(np.ones((4, 8), dtype=np.float32), tpr=4)
     with pytest.raises(ValueError, match=r"layout: a recurrent weight is square"):
         gpu_rnn.PersistentRNN(rect, 4, rows_per_block=8)
+    with pytest.raises(ValueError, match="poll: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, poll="spin", rows_per_block=8)
+    with pytest.raises(ValueError, match="grid_sync: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, sync="barrier", grid_sync="mpi", rows_per_block=8)
+    with pytest.raises(TypeError, match="double_buffer: expected a bool"):
+        gpu_rnn.PersistentRNN(lay, 4, double_buffer=1, rows_per_block=8)
+    with pytest.raises(ValueError, match="trace: this plan was built with trace=False"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8).trace_cycles()
+
+
+def test_index16_refuses_more_than_65536_columns():
+    n = 65537
+    lay = RNNLayout(np.zeros((n, 1), np.float32), np.zeros((n, 1), np.int32), (n, n), 1, 0)
+    with pytest.raises(ValueError, match="index16: 16-bit indices address at most 65536 columns"):
+        gpu_rnn.PersistentRNN(lay, 4, index16=True, rows_per_block=32)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from sparsekit import prune
 from sparsekit.rnn_layout import (ConflictReport, balance, bank_aware, bank_conflicts, pack_indices16, split,
-                                  unpack_indices16, wavefronts)
+                                  thread_packed_indices, unpack_indices16, wavefronts)
 from tests import strategies as sks
 
 TPRS = st.sampled_from([1, 2, 4, 8, 16, 32])
@@ -154,6 +154,25 @@ def test_pack_indices16_layout_and_errors():
         pack_indices16(np.array([1, 2, 3], dtype=np.int32))
     with pytest.raises(ValueError, match="found 70000"):
         pack_indices16(np.array([1, 70000], dtype=np.int32))
+
+
+@given(rows=st.integers(1, 6), npt=st.integers(1, 5), tpr=st.sampled_from([1, 2, 4]), seed=st.integers(0, 99))
+def test_thread_packed_indices_hold_each_threads_pairs_in_order(rows, npt, tpr, seed):
+    """Word lane + m * tpr of a row packs that thread's pairs 2m (low half) and 2m + 1 (high half)."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((rows, 300)).astype(np.float32)
+    u[:, rng.permutation(300)[npt * tpr:]] = 0
+    lay = balance(u, tpr=tpr)
+    assert lay.npt == npt
+    packed = thread_packed_indices(lay)
+    assert packed.dtype == np.uint32 and packed.shape == (rows, -(-npt // 2) * tpr)
+    halves = unpack_indices16(packed)                      # [row, 2 * (lane + m * tpr) + half]
+    for lane in range(tpr):
+        for i in range(npt):
+            m, half = divmod(i, 2)
+            assert np.array_equal(halves[:, 2 * (lane + m * tpr) + half], lay.indices[:, lane + i * tpr])
+    if npt % 2:                                            # the unused high half of the last word is 0
+        assert (halves[:, 2 * (np.arange(tpr) + (npt // 2) * tpr) + 1] == 0).all()
 
 
 # -- the analyzer on hand-made access patterns ------------------------------------

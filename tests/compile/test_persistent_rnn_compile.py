@@ -21,12 +21,11 @@ NPT, TPR, BATCH, WORDS = 6, 8, 4, 8
 _F = {np.dtype(np.float32): types.float32, np.dtype(np.float16): types.float16}
 
 
-def _signature(sync: str, dtype: np.dtype):
+def _signature(sync: str, dtype: np.dtype, index16: bool = False):
     val = _F[dtype]
     a1, a2, a3 = (lambda t: types.Array(t, 1, "C")), (lambda t: types.Array(t, 2, "C")), (lambda t: types.Array(t, 3, "C"))
-    head = (a2(val), a2(types.int16), a3(val), a1(val), a1(types.uint32), a3(val), a3(val), a2(val))
-    if sync == "barrier":
-        return head + (types.int64,) * 4
+    head = (a2(val), a2(types.uint32 if index16 else types.int16), a3(val), a1(val), a1(types.uint32), a3(val),
+            a3(val), a2(val), a1(types.int64))
     return head + (a1(types.int32),) + (types.int64,) * 5
 
 
@@ -74,3 +73,47 @@ def test_lstm_compiles_with_one_wide_load_per_pair_and_gate(sync):
     ptx = _lto_ptx(sync, "wide", np.float16, (9, 0), cell="lstm")
     assert ".local" not in ptx
     assert len(re.findall(r"ld\.shared\.u64", ptx)) == 4 * NPT
+
+
+def _lto_ptx_opts(sync, dtype, **opts):
+    kernel = _kernel(sync, "wide", np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, **opts)
+    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype), opts.get("index16", False)),
+                                        device=False, abi="numba", cc=(9, 0), lto=True)
+    lib._lto = True
+    return lib.get_lto_ptx(cc=(9, 0))
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_atomic_grid_barrier_is_inline():
+    """grid_sync='atomic': no call into cudadevrt (whose call ABI costs registers and stack), an atomic counter."""
+    ptx = _lto_ptx_opts("barrier", np.float16, grid_sync="atomic")
+    assert "cudaCGSynchronize" not in ptx and ".local" not in ptx
+    assert re.search(r"atom\.global\.add", ptx) and "membar.gl" in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync", ["barrier", "lamport"])
+def test_index16_keeps_indices_packed(sync):
+    """index16: one bfe.u32 per pair unpacks an index inside the step loop (not hoisted out of it)."""
+    opts = {"index16": True} if sync == "lamport" else {"index16": True, "grid_sync": "atomic"}
+    ptx = _lto_ptx_opts(sync, np.float16, **opts)
+    assert ".local" not in ptx
+    assert len(re.findall(r"bfe\.u32", ptx)) == NPT
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync", ["barrier", "lamport"])
+def test_relaxed_gpu_scope_loads(sync):
+    """load='relaxed': h's words come in with ld.relaxed.gpu (GPU scope), no ld.volatile (system scope) left."""
+    opts = {"load": "relaxed"} if sync == "lamport" else {"load": "relaxed", "grid_sync": "atomic"}
+    ptx = _lto_ptx_opts(sync, np.float16, **opts)
+    assert "ld.relaxed.gpu.global.u32" in ptx and "ld.volatile.global" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_lamport_double_buffer_lead_poll_trace_compile():
+    """double_buffer: the reduce stage syncs a warp (bar.warp.sync), one block barrier per step remains."""
+    ptx = _lto_ptx_opts("lamport", np.float16, double_buffer=True, poll="lead", trace=True)
+    assert ".local" not in ptx and "ld.volatile.global.u32" in ptx
+    assert "bar.warp.sync" in ptx and "%clock64" in ptx
