@@ -53,7 +53,7 @@ DATASET_NOTES = {
                "layer, and 32x32 blocks at >= 93.75 % keep no block of it either: the network is cut and accuracy "
                "falls to chance\n(those rows are real, not a bug)."),
     "mnist1d": ("MNIST-1D is hard for an MLP (no spatial prior; the net fits the training set exactly and tests at "
-                "~68 %), so pruning\nacts partly as a regulariser here: a negative task error means the pruned "
+                "~70 %; the data set's README gives 68 % for its MLP), so pruning\nacts partly as a regulariser here: a negative task error means the pruned "
                 "net generalises better than the dense one.",
                 "A 32x32-block layer of 256 x 256 at 96.875 % keeps 2 of its 64 blocks; a row at chance is a "
                 "layer cut by the pattern\n(real, not a bug)."),
@@ -63,8 +63,8 @@ DATASET_NOTES = {
 def _config(quick: bool, dataset: str = "digits") -> dict:
     if dataset == "mnist1d":
         # full mode only. 40 inputs fit no 16/32-wide block or 2:16 group, so the input layer stays
-        # dense and the two 256 x 256 hidden layers are pruned. ~68 % dense test accuracy (the MLP
-        # over-fits: 100 % on the training set), as in the MNIST-1D paper's MLP baseline.
+        # dense and the two 256 x 256 hidden layers are pruned. ~70 % dense test accuracy (the MLP
+        # over-fits: 100 % on the training set); the MNIST-1D README's MLP baseline is 68 %.
         # Four one-shot levels (not digits' five) keep the whole sweep near 7 min on 2 cores.
         return dict(sizes=[40, 256, 256, 256, 10], first_dense=True, pretrain=60, round_epochs=20,
                     one_shot=(0.5, 0.8, 0.9, 0.95), seeds=(0, 1, 2))
@@ -257,8 +257,10 @@ def _plot_sparsity_roofline(path, halving, base, dataset) -> str:
     ax.scatter([1.0], [100 * base], color="k", marker="s", zorder=3, label="dense")
     ax.set_xlabel("speedup over dense at speed of light (this MLP, batch 1, H100, float16)")
     ax.set_ylabel("test accuracy (%)")
-    top = min(100, max([100 * base] + [100 * r["accuracy"] for r in halving]) + 3)
-    ax.set_ylim(max(0, 100 * base - 25), top)
+    accs = [100 * r["accuracy"] for r in halving]
+    top = min(100, max(accs + [100 * base]) + 3)
+    above_chance = [a for a in accs if a > 15] or [100 * base]   # rows cut to chance stay off the axes
+    ax.set_ylim(max(0, 100 * base - 25, min(above_chance) - 3), top)
     ax.legend(fontsize=6, ncol=2, loc="lower left")
     ax.set_title(f"Sparsity Roofline on {dataset} (halving schedule with LR rewinding)", fontsize=9)
     return save_figure(fig, path)
