@@ -277,7 +277,8 @@ def semi_structured_launch(ops: Operands, torch):
         packed = torch._cslt_compress(w)
         torch._cslt_sparse_mm(packed, bp)
         torch.cuda.synchronize()
-        note = "torch._cslt_sparse_mm" + (f", B padded {n}->{n + pad} columns" if pad else "")
+        note = ("torch._cslt_sparse_mm" + (f", B padded {n}->{n + pad} columns" if pad else "")
+                + f" (first path refused: {errors[0][:200]})")
         return (lambda: torch._cslt_sparse_mm(packed, bp)), note
     except Exception as err:   # noqa: BLE001
         errors.append(f"torch._cslt_sparse_mm: {type(err).__name__}: {err}")
