@@ -1,4 +1,4 @@
-"""CSR SpMM on the GPU in lesson order: from one thread per row to the slides' Algorithm 3.
+"""CSR SpMM on the GPU in lesson order: from one thread per row to Algorithm 3 and a split row.
 
 Every kernel computes ``C = A @ B`` for ``A`` (``M x K``) in CSR and a dense
 float32 ``B`` (``K x N``, C order), accumulating in float32, and equals
@@ -54,14 +54,18 @@ kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
    Memory". It teaches that a warp walking a row of 205 nonzeros one after
    another is bound by load latency, not bandwidth: splitting the row puts
    more warps (more loads) in flight. :func:`gpu.spmm.spmm_csr` with
-   ``warps_per_row``/``vector`` adds the next two steps: several rows per
+   ``warps_per_row``/``vector`` adds what comes next: several rows per
    block, vector loads of ``B`` and unrolled loads.
 
 On the H100 over the 20-problem suite at 90% (``experiments/results/teaching.md``;
-geometric-mean speedup over cuSPARSE): step 1 0.51x, step 2 1.05x, step 3
-0.29x, step 4 1.10x, step 5 0.27x, step 6 0.70x. The shared-memory tile loses
-there because a staged element of ``B`` serves only 32 rows x 10% density and
-``B`` fits in L2 anyway; the lesson is when staging pays, not that it always does.
+geometric-mean speedup over cuSPARSE): step 1 0.53x, step 2 1.09x, step 3
+0.30x, step 4 1.14x, step 5 0.28x, step 6 0.72x, step 7 1.05x (1.2-2.1x faster
+than step 4 on the long-row problems, slower on short rows); ``gpu.spmm``'s
+staged kernel, step 7 with vector loads and unrolled loads, 1.79x. The
+shared-memory tile of step 3 loses because a staged element of ``B`` serves
+only 32 rows x 10% density and ``B`` fits in L2 anyway, while staging the
+sparse row (step 7) pays; the lesson is what to stage, not that staging always
+pays.
 
 Launchers take a :class:`sparsekit.formats.CSR` (or a :class:`DeviceCSR` from
 :func:`prepare`, to keep ``A`` on the device between calls) and ``b`` as a
