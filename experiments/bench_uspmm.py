@@ -6,7 +6,9 @@ run it as a script on a GPU::
     python experiments/bench_uspmm.py --table [--dtype float32] [--out DIR]   # the issue's table
     python experiments/bench_uspmm.py --check [--out DIR]     # real shapes vs float64, repeats bit-identical
     python experiments/bench_uspmm.py --sweep [--out DIR]     # every tunable on the sweep problems
-    python experiments/bench_uspmm.py --sanitize              # each kernel once, tiny (compute-sanitizer)
+    python experiments/bench_uspmm.py --tune-table --table    # tune each table problem, then the table
+    python experiments/bench_uspmm.py --explore               # pipelined settings on more problems
+    python experiments/bench_uspmm.py --sanitize [pipelined]  # each kernel once, tiny (compute-sanitizer)
 
 :func:`bench_problem` is the one declarative benchmark (``sparsekit bench
 uspmm`` and the figures call it): a problem (M, K, N, sparsity, dtype) and a
@@ -49,8 +51,11 @@ def _torch():
     return torch if torch.cuda.is_available() else None
 
 
-def our_providers(dtype, *, n: int | None = None) -> dict:
-    """Our kernels with their default or paper settings (name -> tunables dict)."""
+def our_providers(dtype, *, quick: bool = False) -> dict:
+    """Our kernels with their default or paper settings (name -> tunables dict, or a ``config``
+    string: "auto", the tuner's cached choice, "heuristic", :func:`sparsekit.tune.heuristic`'s);
+    ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only."""
+    from sparsekit.tune import pipelined
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
         "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
@@ -58,8 +63,12 @@ def our_providers(dtype, *, n: int | None = None) -> dict:
         "USpMM-Vec2 (2,8)": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2),
         "USpMM-Vec4 (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=4),
         "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64),
+        "pipelined": pipelined(4, 4, 8, 32, 4, 2),
+        "heuristic": "heuristic",
         "auto": "auto",
     }
+    if quick:
+        provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
     return provs
 
 
@@ -111,8 +120,9 @@ class Problem:
         return speed_of_light(self.ell, n=self.n, device=device).seconds
 
 
-def vendor_launches(p: Problem) -> dict:
-    """name -> (launch, result) for the PyTorch baselines (empty without PyTorch)."""
+def vendor_launches(p: Problem, *, coo: bool = True) -> dict:
+    """name -> launch for the PyTorch baselines (empty without PyTorch); ``coo=False`` leaves
+    cuSPARSE COO out."""
     torch = _torch()
     if torch is None:
         return {}
@@ -121,12 +131,12 @@ def vendor_launches(p: Problem) -> dict:
     w = torch.from_numpy(p.dense).to(device="cuda", dtype=tdt)
     b = torch.from_numpy(np.ascontiguousarray(p.b_host)).to(device="cuda", dtype=tdt)
     csr = w.to_sparse_csr()
-    coo = w.to_sparse_coo()
-    return {
-        "cuSPARSE CSR (torch)": lambda: torch.matmul(csr, b),
-        "cuSPARSE COO (torch)": lambda: torch.sparse.mm(coo, b),
-        "dense cuBLAS (torch" + (", tensor cores)" if p.dtype == np.float16 else ", TF32 off)"): lambda: w @ b,
-    }
+    out = {"cuSPARSE CSR (torch)": lambda: torch.matmul(csr, b)}
+    if coo:
+        coo_w = w.to_sparse_coo()
+        out["cuSPARSE COO (torch)"] = lambda: torch.sparse.mm(coo_w, b)
+    out["dense cuBLAS (torch" + (", tensor cores)" if p.dtype == np.float16 else ", TF32 off)")] = lambda: w @ b
+    return out
 
 
 def spmm_launches(p: Problem) -> dict:
@@ -150,7 +160,8 @@ def _to_host(x):
 
 def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, repeat=30, seed=0,
                   device="H100") -> list[dict]:
-    """One record per provider for the problem (see the module docstring)."""
+    """One record per provider for the problem (see the module docstring). ``vendors``: True for
+    every baseline, "fast" for cuSPARSE CSR and dense cuBLAS only, False for none."""
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
     p = Problem(m, k, n, sparsity, dtype, seed=seed)
@@ -161,8 +172,9 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
         b = p.b_f if kw.pop("layout", "C") == "F" else p.b
         launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
     if vendors:
-        launches.update(vendor_launches(p))
-        launches.update(spmm_launches(p))
+        launches.update(vendor_launches(p, coo=vendors != "fast"))
+        if vendors != "fast":
+            launches.update(spmm_launches(p))
     records = []
     for name, launch in launches.items():
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
@@ -187,12 +199,14 @@ def check_real_shapes(dtype) -> list[dict]:
     """Every variant on real shapes (odd sizes included) against float64; two runs bit-identical."""
     from gpu.uspmm import uspmm, uspmm_linear
     from numba import cuda
+
+    from sparsekit.tune import pipelined
     out = []
     configs = dict(our_providers(dtype))
-    configs.pop("auto")
-    configs = {k: v for k, v in configs.items() if "layout" not in v}
+    configs = {k: v for k, v in configs.items() if isinstance(v, dict) and "layout" not in v}
     half = np.dtype(dtype) == np.float16
     configs["tiled narrow"] = dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=4 if half else 2, kc=64)
+    configs["pipelined wide"] = pipelined(8, 2, 8, 16, 2, 2)
     for (m, k, n, s) in [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6), (4096, 4096, 1024, 0.9), (97, 130, 33, 0.3)]:
         p = Problem(m, k, n, s, dtype)
         for name, cfg in configs.items():
@@ -230,17 +244,27 @@ def check_spmm_baselines(dtype) -> list[dict]:
     return out
 
 
-def sanitize_case() -> None:
-    """Each kernel once on small odd shapes (for compute-sanitizer memcheck/racecheck)."""
+def sanitize_case(only: str = "all") -> None:
+    """Each kernel once on small odd shapes (for compute-sanitizer memcheck/racecheck);
+    ``only="pipelined"``: that variant alone."""
     from gpu import spmm as gs
     from gpu.uspmm import uspmm, uspmm_linear
     from sparsekit.formats import COO, CSR, BlockedELL
+    from sparsekit.tune import pipelined
     for dtype in (np.float32, np.float16):
         p = Problem(77, 45, 37, 0.6, dtype)
+        q = Problem(70, 300, 136, 0.7, dtype)        # several K chunks, both buffers, a partial column tile
         for cfg in [dict(), dict(vecsize=2, nwarp=2), dict(vecsize=4), dict(vsize=3, nwarp=2),
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
-                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True)]:
-            assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), cfg
+                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True),
+                    pipelined(8, 2, 4, 16, 4, 2), pipelined(4, 3, 2, 8, 2, 1), pipelined(4, 4, 8, 32, 4, 2),
+                    pipelined(2, 2, 2, 8, 4, 1)]:
+            if only != "all" and cfg.get("variant") != only:
+                continue
+            for prob in (p, q) if cfg.get("variant") == "pipelined" else (p,):
+                assert prob.correct(uspmm(prob.dell, prob.b, **cfg).copy_to_host()), cfg
+        if only != "all":
+            continue
         assert p.correct(uspmm_linear(p.dell, np.ascontiguousarray(p.b_host.T)).T)
         csr = CSR.from_dense(p.dense, p.ell.mask())
         assert p.correct(gs.spmm_csr(csr, p.b_host, swizzle=True))
@@ -259,7 +283,7 @@ def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
     out = [] if out is None else out
     for (m, k, n, s) in problems:
         p = Problem(m, k, n, s, dtype)
-        winner, recs = tune(p.ell, n, repeat=10)
+        winner, recs = tune(p.ell, n, full=True, repeat=10)
         sol = p.sol_s()
         for r in recs:
             extra = dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}
@@ -267,6 +291,56 @@ def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
         print(f"sweep {m}x{k}x{n} {s:.0%} {np.dtype(dtype).name}: best {winner} "
               f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
         save()
+    return out
+
+
+#: ``--explore`` problems: the settings of :data:`sparsekit.tune.PIPELINED_SHAPES` on each.
+EXPLORE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.95),
+                    (4096, 4096, 1024, 0.90), (1024, 1024, 128, 0.60), (128, 128, 128, 0.60),
+                    (1024, 1024, 16384, 0.60)]
+
+
+def explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
+    """Every :data:`sparsekit.tune.PIPELINED_SHAPES` setting, the tiled kernel and the vendor
+    baselines on ``EXPLORE_PROBLEMS`` (the data :func:`sparsekit.tune.heuristic` is fitted to)."""
+    from gpu.uspmm import _pipelined_kernel
+    from sparsekit.tune import PIPELINED_SHAPES, pipelined
+    out = [] if out is None else out
+    for d in dtypes:
+        provs = {f"pipelined {shape}": pipelined(*shape) for shape in PIPELINED_SHAPES}
+        provs["tiled"] = dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
+        provs["heuristic"] = "heuristic"
+        for (m, k, n, s) in EXPLORE_PROBLEMS:
+            recs = bench_problem(m, k, n, s, d, providers=provs, repeat=10 if n > 4096 else 20)
+            out += recs
+            best = min((r for r in recs if r.get("correct") and "torch" not in r["provider"]),
+                       key=lambda r: r["median_us"])
+            csr = next((r.get("median_us") for r in recs if r["provider"] == "cuSPARSE CSR (torch)"), None)
+            print(f"explore {m}x{k}x{n} {s:.0%} {d}: best {best['provider']} {best['median_us']:.1f} us "
+                  f"({best['pct_sol']:.1f}% SoL), cuSPARSE CSR {csr} us", flush=True)
+            save()
+        for shape in PIPELINED_SHAPES:
+            regs = _pipelined_kernel(*shape[:5], d == "float16", shape[5]).get_regs_per_thread()
+            print(f"registers {d} pipelined {shape}: {sorted(set(regs.values()))}", flush=True)
+    return out
+
+
+def tune_table(dtypes, *, save=lambda: None, out=None) -> list[dict]:
+    """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` problem, caching the
+    winners for ``config="auto"``; one record per configuration and problem."""
+    from sparsekit.tune import tune
+    out = [] if out is None else out
+    for d in dtypes:
+        for (m, k, n, s) in TABLE_PROBLEMS:
+            p = Problem(m, k, n, s, d)
+            winner, recs = tune(p.ell, n, repeat=10 if n > 4096 else 20)
+            sol = p.sol_s()
+            for r in recs:
+                extra = dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}
+                out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(d).name, **r, **extra))
+            print(f"tuned {m}x{k}x{n} {s:.0%} {d}: {winner} "
+                  f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
+            save()
     return out
 
 
@@ -290,14 +364,17 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="correctness and bit-identical repeats at real shapes")
     ap.add_argument("--sweep", action="store_true", help="every tunable configuration on the sweep problems")
     ap.add_argument("--sweep-first", action="store_true", help="sweep only the first sweep problem (1024^3, 60%%)")
-    ap.add_argument("--sanitize", action="store_true", help="each kernel once, tiny (for compute-sanitizer)")
+    ap.add_argument("--explore", action="store_true", help="pipelined settings on EXPLORE_PROBLEMS (for the heuristic)")
+    ap.add_argument("--tune-table", action="store_true", help="tune every --table problem first (auto then uses it)")
+    ap.add_argument("--sanitize", nargs="?", const="all", help="each kernel once, tiny (for compute-sanitizer); "
+                    "--sanitize pipelined: that variant only")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
                     help="dtype(s) (default: both)")
     ap.add_argument("--out", help="folder for the JSON records")
     args = ap.parse_args(argv)
     dtypes = args.dtype or ["float32", "float16"]
     if args.sanitize:
-        sanitize_case()
+        sanitize_case(args.sanitize)
         return 0
     from sparsekit.device import info
     dev = info()
@@ -322,6 +399,13 @@ def main(argv=None) -> int:
         for d in dtypes:
             probs = SWEEP_PROBLEMS if d == "float32" and not args.sweep_first else SWEEP_PROBLEMS[:1]
             sweep(probs, d, out=recs, save=save)
+    if args.tune_table:
+        recs = results["tune_table"] = []
+        tune_table(dtypes, save=save, out=recs)
+    if args.explore:
+        recs = results["explore"] = []
+        explore(dtypes, save=save, out=recs)
+        print(markdown(recs, TABLE_KEYS), flush=True)
     if args.table:
         recs = results["table"] = []
         for d in dtypes:

@@ -17,7 +17,9 @@ and returns one record each, with % of the roofline speed of light:
 On the simulator (no GPU) nothing can be timed: the same problem lists run
 scaled down to tiny shapes, each variant is checked against the NumPy
 reference, and the tables carry the roofline speed of light and ``correct``.
-Quick mode on a GPU keeps every figure but fewer points.
+Quick mode on a GPU keeps every figure but float32 only, two points a curve,
+Listing 1 (paper layout), the pipelined kernel and ``auto`` against cuSPARSE
+CSR and cuBLAS (under ~30 s with compilation).
 """
 from __future__ import annotations
 
@@ -34,25 +36,27 @@ PAPER = ("Paper (A100, fp16, cuSPARSE 11.6): USpMM/USpMM-Vec beat cuSPARSE CSR a
          "N = 1024, 65%) and 1.31x/1.01x (ResNet-50, N = 128, 81%) for USpMM/USpMM-Vec.")
 
 
-def _ours(dtype) -> dict:
+def _ours(dtype, quick: bool = False) -> dict:
     from experiments.bench_uspmm import our_providers
-    return our_providers(dtype)
+    return our_providers(dtype, quick=quick)
 
 
 def figure_points(quick: bool) -> dict:
-    """name -> list of (M, K, N, sparsity) for each figure (GPU sizes)."""
-    sizes = (128, 512, 1024) if quick else (128, 256, 512, 768, 1024)
-    sparsities = (0.05, 0.3, 0.6, 0.8, 0.95) if quick else tuple(round(0.05 * i, 2) for i in range(1, 20))
-    ns = (128, 1024, 4096) if quick else (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    """name -> list of (M, K, N, sparsity) for each figure (GPU sizes); quick keeps two points a curve."""
+    sizes = (128, 1024) if quick else (128, 256, 512, 768, 1024)
+    sparsities = (0.6, 0.95) if quick else tuple(round(0.05 * i, 2) for i in range(1, 20))
+    ns = (128, 4096) if quick else (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
     return {
         "fig5": [(s, s, n, 0.6) for n in (128, 1024) for s in sizes],
         "fig6": [(s, s, s, sp) for s in (128, 1024) for sp in sparsities],
         "fig7": [(1024, 1024, n, 0.6) for n in ns],
-        "fig8": [(1024, 1024, 1024, sp) for sp in ((0.6, 0.95) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95))],
+        "fig8": [(1024, 1024, 1024, sp) for sp in ((0.6,) if quick else (0.5, 0.6, 0.7, 0.8, 0.9, 0.95))],
     }
 
 
 FIG8_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4))
+#: Quick mode (GPU): float32 only, Fig. 8 over the paper's two settings, two layers a model.
+QUICK_FIG8_SHAPES = ((1, 8), (2, 8))
 
 
 def table1_layers() -> dict:
@@ -80,15 +84,18 @@ def _gpu(ctx: Context, dtype: str) -> Section:
     from experiments.bench_uspmm import bench_problem
     pts = figure_points(ctx.quick)
     repeat = 10 if ctx.quick else 20
+    ours = _ours(dtype, ctx.quick)
+    vendors = "fast" if ctx.quick else True                     # quick: cuSPARSE CSR and cuBLAS only
     tables, figures = [], []
     for fig in ("fig5", "fig6", "fig7"):
         recs = []
         for (m, k, n, sp) in ctx.progress(pts[fig], desc=fig):
-            recs += bench_problem(m, k, n, sp, dtype, repeat=repeat, seed=ctx.seed)
+            recs += bench_problem(m, k, n, sp, dtype, providers=ours, vendors=vendors, repeat=repeat, seed=ctx.seed)
         tables.append(Table(f"{fig} {dtype}", recs, csv_name=f"uspmm_{fig}_{dtype}.csv"))
         figures.append(_plot(ctx, fig, recs, dtype))
-    provs = {f"USpMM-Vec2 ({a},{b})": dict(variant="listing1", nwarp=a, vsize=b, vecsize=2) for a, b in FIG8_SHAPES}
-    provs.update({f"USpMM ({a},{b})": dict(variant="listing1", nwarp=a, vsize=b, vecsize=1) for a, b in FIG8_SHAPES})
+    shapes = QUICK_FIG8_SHAPES if ctx.quick else FIG8_SHAPES
+    provs = {f"USpMM-Vec2 ({a},{b})": dict(variant="listing1", nwarp=a, vsize=b, vecsize=2) for a, b in shapes}
+    provs.update({f"USpMM ({a},{b})": dict(variant="listing1", nwarp=a, vsize=b, vecsize=1) for a, b in shapes})
     recs = []
     for (m, k, n, sp) in ctx.progress(pts["fig8"], desc="fig8"):
         recs += bench_problem(m, k, n, sp, dtype, providers=provs, vendors=False, repeat=repeat, seed=ctx.seed)
@@ -97,10 +104,11 @@ def _gpu(ctx: Context, dtype: str) -> Section:
     t1_recs, summary = [], []
     for model, (n, sp, shapes) in table1_layers().items():
         if ctx.quick:
-            shapes = shapes[:4]
+            shapes = shapes[:2]
         speed = defaultdict(list)
         for (m, k, count) in ctx.progress(shapes, desc=model):
-            for r in bench_problem(m, k, n, sp, dtype, repeat=repeat, seed=ctx.seed):
+            for r in bench_problem(m, k, n, sp, dtype, providers=ours, vendors=vendors, repeat=repeat,
+                                   seed=ctx.seed):
                 t1_recs.append(dict(r, model=model, count=count))
                 if "speedup_vs_cusparse_csr" in r:
                     speed[r["provider"]].append((r["speedup_vs_cusparse_csr"], count))
@@ -212,7 +220,7 @@ def _simulator(ctx: Context) -> Section:
 def run(ctx: Context) -> Section:
     if not ctx.on_gpu:
         return _simulator(ctx)
-    sections = [_gpu(ctx, dtype) for dtype in ("float32", "float16")]
+    sections = [_gpu(ctx, dtype) for dtype in (("float32",) if ctx.quick else ("float32", "float16"))]
     return Section("USpMM: Figures 5-8 and Table 1", text=PAPER,
                    tables=[t for s in sections for t in s.tables], figures=[f for s in sections for f in s.figures])
 

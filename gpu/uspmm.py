@@ -49,10 +49,11 @@ import functools
 
 import numpy as np
 from numba import cuda, float32
+from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
-from gpu.vector_loads import aligned, load2, load4, load8
+from gpu.vector_loads import aligned, load2, load4, load8, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
@@ -62,9 +63,11 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SI
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled")
+VARIANTS = ("listing1", "tiled", "pipelined")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
+#: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
+SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
 
 
 # ---------------------------------------------------------------------------
@@ -357,6 +360,244 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
 
 
 # ---------------------------------------------------------------------------
+# Pipelined kernel (past the paper)
+# ---------------------------------------------------------------------------
+
+def pipelined_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int) -> int:
+    """Shared memory of one pipelined block: two buffers, each holding a ``(kc + 1) x NT`` float32
+    tile of B (its last row zeros, for padding entries), the block's staged entries of one K chunk
+    (float32 value, int16 tile offset) and, per row, its entry count and the slot range of a later
+    chunk (the same for float16 ``B``: the tile is converted while staged)."""
+    nt = WARP_SIZE * cols_per_lane
+    return 2 * ((kc + 1) * nt * _F32 + rows_per_block * kc * 6 + rows_per_block * 12)
+
+
+def _fma_group(width: int):
+    """``fma<width>(racc, o, a, v)``: ``racc[o + x] += a * v[x]`` for ``x < width`` (2 or 4), written
+    out (a loop over a tuple that the compiler does not unroll indexes it through a chain of branches)."""
+    if width == 2:
+        @cuda.jit(device=True, inline=True)
+        def fma(racc, o, a, v):
+            racc[o] += a * v[0]
+            racc[o + 1] += a * v[1]
+    else:
+        @cuda.jit(device=True, inline=True)
+        def fma(racc, o, a, v):
+            racc[o] += a * v[0]
+            racc[o + 1] += a * v[1]
+            racc[o + 2] += a * v[2]
+            racc[o + 3] += a * v[3]
+    return fma
+
+
+@functools.cache
+def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, unroll: int, half: bool,
+                      min_blocks: int = 1):
+    """Register-tiled USpMM with double-buffered, software-pipelined staging (``variant="pipelined"``).
+
+    Same tiling as :func:`_tiled_kernel`: a block owns ``R = numwarps *
+    rows_per_warp`` rows and ``NT = 32 * cols_per_lane`` columns of ``C``, a
+    lane ``cols_per_lane`` columns of each of its warp's rows, in float32
+    registers; ``K`` is walked in chunks of ``kc`` rows of ``B``. What changes:
+
+    * two shared buffers: while the warps multiply chunk ``j`` out of buffer
+      ``j % 2``, the loads of chunk ``j + 1`` (its ``kc x NT`` tile of ``B``,
+      16 bytes per load, and the block's entries in it) are already in flight
+      into registers; they are written to buffer ``(j + 1) % 2`` after the
+      multiply (the tile with 16-byte stores), then ONE barrier per chunk;
+    * the slot range of each row in a chunk (``slot_ptr``) is read from global
+      memory one chunk earlier still and kept in shared memory, so the entry
+      loads of chunk ``j + 1`` depend only on shared memory;
+    * each row's staged entries are padded to a multiple of ``unroll`` with
+      entries ``(0, zero row)``: the tile has an extra row of zeros, so a padding
+      entry adds ``0 * 0`` (exact, whatever B holds); the inner loop reads
+      ``unroll`` values and ``unroll`` 16-bit tile offsets with one shared
+      vector read each, written out ``unroll`` times, with no remainder loop;
+    * lane ``l`` owns the columns ``g * 32 * vw + l * vw + x`` (``vw`` elements
+      per 16-byte read, ``g < cols_per_lane / vw``): each shared read of the
+      tile is 32 consecutive 16-byte pieces, free of bank conflicts.
+
+    Per entry a lane reads ``cols_per_lane`` elements of the B tile
+    (``ld.shared.v4``) and does ``cols_per_lane`` multiply-adds: shared-memory
+    bandwidth caps float32 at a quarter of FP32 peak (one 4-byte read per
+    multiply-add) and float16 at half of it.
+
+    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies
+    of ``ellval``/``ellidx``), ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b``
+    (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``,
+    ``k``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    """
+    nt = WARP_SIZE * cols_per_lane
+    nthreads = numwarps * WARP_SIZE
+    rows_per_block = numwarps * rows_per_warp
+    in_type = float16 if half else float32           # B in global memory; the shared tile is float32 always
+    vw = min(cols_per_lane, 4)                       # floats per shared read of the B tile (<= 16 bytes)
+    vload = {2: load2, 4: load4}[vw]
+    fma_v = _fma_group(vw)
+    nvec = cols_per_lane // vw                       # 1 or 2 shared reads per entry
+    gstride = WARP_SIZE * vw                         # tile columns between a lane's two groups
+    uload = {2: load2, 4: load4}[unroll]
+    tile_stride = (kc + 1) * nt                      # one buffer's B tile: kc rows, then a row of zeros
+    tile_size = kc * nt
+    zero_off = kc * nt                               # tile offset of the zero row (padding entries)
+    entries = rows_per_block * kc                    # staged entry slots per buffer (at most kc per row)
+    bw = 8 if half else 4                            # elements per 16-byte global read of B
+    bload = {4: load4, 8: load8}[bw]
+    nb = -(-tile_size // (nthreads * bw))            # 16-byte reads of B per thread per chunk
+    na = -(-entries // nthreads)                     # entry slots per thread per chunk
+    two_tiles, two_entries, two_rows = 2 * tile_stride, 2 * entries, 2 * rows_per_block   # both buffers
+
+    @cuda.jit(device=True, inline=True)
+    def load_chunk(q, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
+        """Chunk ``q`` into this thread's registers (its share of the B tile, of the entry
+        slots, and for ``t < R`` the row's padded count). The slot ranges come from shared
+        memory (``sh_lo``/``sh_hi`` of buffer ``q % 2``), so every load here is independent."""
+        k0 = q * kc
+        sp = (q % 2) * rows_per_block
+        zero = in_type(0.0)
+        for i in range(nb):                                              # the B tile (float16: converted
+            e = (t + i * nthreads) * bw                                  # to float32 here, once per block,
+            gk = k0 + e // nt                                            # not once per multiply-add)
+            gc = col0 + e % nt
+            if interior and e < tile_size and gk < k:                   # (block-uniform but for the last chunk)
+                v = bload(b, gk * n + gc)                                # ld.global.v4
+                for j in range(bw):
+                    breg[i, j] = float32(v[j])
+            elif interior:
+                for j in range(bw):
+                    breg[i, j] = 0.0
+            else:                                                        # the last column tile of an N that
+                for j in range(bw):                                      # 16-byte reads do not fit
+                    breg[i, j] = float32(b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero)
+        for i in range(na):                                              # the entries; past the row's run:
+            e = t + i * nthreads                                         # (0, zero row)
+            r = e // kc
+            aval[i] = 0.0
+            aoff[i] = zero_off
+            if e < entries:
+                s = sh_lo[sp + r] + e % kc
+                if s < sh_hi[sp + r]:
+                    aval[i] = float32(vals[row0 + r, s])
+                    aoff[i] = (idxs[row0 + r, s] - k0) * nt
+        if t < rows_per_block:
+            cnt = sh_hi[sp + t] - sh_lo[sp + t]
+            acnt[0] = (cnt + unroll - 1) // unroll * unroll
+
+    @cuda.jit(device=True, inline=True)
+    def store_chunk(p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
+        """The registers of :func:`load_chunk` into buffer ``p`` (the tile 16 bytes per store)."""
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            if e < tile_size:
+                store4(sh_b, p * tile_stride + e, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))  # st.shared.v4
+                if half:
+                    store4(sh_b, p * tile_stride + e + 4, (breg[i, 4], breg[i, 5], breg[i, 6], breg[i, 7]))
+        for i in range(na):
+            e = t + i * nthreads
+            if e < entries:
+                sh_val[p * entries + e] = aval[i]
+                sh_off[p * entries + e] = aoff[i]
+        if t < rows_per_block:
+            sh_cnt[p * rows_per_block + t] = acnt[0]
+
+    @cuda.jit(device=True, inline=True)
+    def fma_entry(racc, a, base, sh_b):
+        """``racc += a * (this lane's columns of the tile row at base)``: 1 or 2 shared reads."""
+        fma_v(racc, 0, a, vload(sh_b, base))                             # ld.shared.v4
+        if nvec == 2:
+            fma_v(racc, vw, a, vload(sh_b, base + gstride))
+
+    @cuda.jit
+    def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
+        t = cuda.threadIdx.x
+        lane = t % WARP_SIZE
+        row0 = cuda.blockIdx.x * rows_per_block
+        warp_rb0 = (t // WARP_SIZE) * rows_per_warp                      # this warp's first row, in the block
+        col0 = cuda.blockIdx.y * nt
+        interior = vec_ok and col0 + nt <= n                             # every B read of the tile is 16 bytes
+        nchunks = (k + kc - 1) // kc
+        sh_b = cuda.shared.array(two_tiles, float32, alignment=SMEM_ALIGN)       # vector reads need 16 bytes
+        sh_val = cuda.shared.array(two_entries, float32, alignment=SMEM_ALIGN)
+        sh_off = cuda.shared.array(two_entries, np.int16, alignment=SMEM_ALIGN)
+        sh_cnt = cuda.shared.array(two_rows, np.int32)
+        sh_lo = cuda.shared.array(two_rows, np.int32)                    # slot range of row r in a chunk:
+        sh_hi = cuda.shared.array(two_rows, np.int32)                    # buffer (chunk % 2)
+        breg = cuda.local.array((nb, bw), float32)                       # the next chunk, in flight
+        aval = cuda.local.array(na, float32)
+        aoff = cuda.local.array(na, np.int32)
+        acnt = cuda.local.array(1, np.int32)
+        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)  # this lane's C tile
+        racc = cuda.local.array(cols_per_lane, float32)                   # the row being multiplied
+        for r in range(rows_per_warp):
+            for j in range(cols_per_lane):
+                acc[r, j] = 0.0
+        acnt[0] = 0
+        row = row0 + t
+        # Prologue: the zero rows, the slot ranges of chunks 0 and 1, then chunk 0 into buffer 0.
+        for e in range(t, nt, nthreads):
+            sh_b[zero_off + e] = 0.0
+            sh_b[tile_stride + zero_off + e] = 0.0
+        if t < rows_per_block:
+            for q in range(2):
+                lo = hi = 0
+                if row < m and q < nchunks:
+                    lo = slot_ptr[row, q]
+                    hi = slot_ptr[row, q + 1]
+                sh_lo[q * rows_per_block + t] = lo
+                sh_hi[q * rows_per_block + t] = hi
+        cuda.syncthreads()
+        load_chunk(0, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
+        store_chunk(0, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
+        cuda.syncthreads()
+        lane_base = lane * vw
+        for j in range(nchunks):
+            p = j % 2
+            # 1. issue the loads of chunk j+1 (registers) and the slot ranges of chunk j+2
+            if j + 1 < nchunks:
+                load_chunk(j + 1, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
+            lo = hi = 0
+            if t < rows_per_block and row < m and j + 2 < nchunks:
+                lo = slot_ptr[row, j + 2]
+                hi = slot_ptr[row, j + 3]
+            # 2. multiply chunk j: each warp's rows, unroll entries per step
+            tb = p * tile_stride + lane_base
+            for r in range(rows_per_warp):
+                rb = warp_rb0 + r
+                e0 = (p * rows_per_block + rb) * kc
+                cnt = sh_cnt[p * rows_per_block + rb]
+                for x in range(cols_per_lane):                           # registers even where the row loop
+                    racc[x] = acc[r, x]                                  # is not unrolled (acc then local)
+                for i in range(0, cnt, unroll):
+                    va = uload(sh_val, e0 + i)                           # unroll values: ld.shared.v4.f32
+                    vo = uload(sh_off, e0 + i)                           # unroll offsets: ld.shared.v2.u32
+                    fma_entry(racc, va[0], tb + vo[0], sh_b)             # written out: no tuple index
+                    fma_entry(racc, va[1], tb + vo[1], sh_b)             # chosen at run time
+                    if unroll == 4:
+                        fma_entry(racc, va[2], tb + vo[2], sh_b)
+                        fma_entry(racc, va[3], tb + vo[3], sh_b)
+                for x in range(cols_per_lane):
+                    acc[r, x] = racc[x]
+            # 3. chunk j+1 into the other buffer, chunk j+2's slot ranges into this one's
+            if j + 1 < nchunks:
+                store_chunk(1 - p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
+            if t < rows_per_block:
+                sh_lo[p * rows_per_block + t] = lo
+                sh_hi[p * rows_per_block + t] = hi
+            cuda.syncthreads()
+        for r in range(rows_per_warp):
+            row = row0 + warp_rb0 + r
+            for g in range(nvec):
+                for x in range(vw):
+                    col = col0 + g * gstride + lane_base + x
+                    if row < m and col < n:
+                        c[row, col] = acc[r, g * vw + x]
+
+    if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
+        return kernel
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)   # registers capped for min_blocks/SM
+
+
+# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -474,8 +715,39 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
             "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll, min_blocks):
+    m, n = c.shape
+    k = dell.shape[1]
+    half = dell.dtype == np.float16
+    if order != "C":
+        raise ValueError("b: variant 'pipelined' needs a C-ordered (row-major) b; use variant 'listing1' "
+                         "for the column-major layout of Eq. 2")
+    if cols_per_lane not in (2, 4, 8):
+        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of the B tile), got {cols_per_lane}")
+    if unroll not in (2, 4):
+        raise ValueError(f"unroll: must be 2 or 4 (one shared vector read of that many entries), got {unroll}")
+    check_divisible(kc, unroll, "kc")
+    if kc * WARP_SIZE * cols_per_lane > np.iinfo(np.int16).max:
+        raise ValueError(f"kc, cols_per_lane: tile offsets up to kc * 32 * cols_per_lane = "
+                         f"{kc * WARP_SIZE * cols_per_lane} do not fit the 16-bit staged offsets")
+    threads = WARP_SIZE * nwarp
+    if threads > 1024:
+        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
+    shared = pipelined_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc)
+    if shared > SHARED_LIMIT:
+        raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: two buffers of the B tile and the staged "
+                         f"entries need {shared} bytes of shared memory, more than {SHARED_LIMIT}")
+    bw = 16 // dell.dtype.itemsize
+    vec_ok = n % bw == 0 and aligned(bdev, bw)
+    kernel = _pipelined_kernel(cols_per_lane, rows_per_warp, nwarp, kc, unroll, bool(half), min_blocks)
+    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
+    vals, idxs = dell.row_major()
+    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
+            "nwarp, rows_per_warp, cols_per_lane")
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False):
+         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
@@ -492,8 +764,11 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     if m and n:
         if variant == "listing1":
             _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
-        else:
+        elif variant == "tiled":
             _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch)
+        else:
+            _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll,
+                              check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
     return c
 
 

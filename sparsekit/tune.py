@@ -5,11 +5,12 @@ between USpMM and USpMM-Vec to future work (Section 4.3, "Performance Tuning
 Opportunities"). This module is that work, done by exhaustive search:
 
 * :func:`space` lists the candidate configurations for a dtype and memory
-  order: Listing 1 with (NWarp, VSize) in :data:`LISTING1_SHAPES` (the paper's
-  (1, 8) and (2, 8) included) and vecSize 1, 2, 4; the tiled kernel over
-  warps, rows per warp, columns per lane, K chunk and row interleaving.
-  Configurations whose shared memory or block size the launcher would refuse
-  are left out.
+  order: by default the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
+  USpMM-Vec), the tiled kernel's best setting and the pipelined kernel's
+  :data:`PIPELINED_SHAPES`; with ``full=True`` Listing 1 over
+  :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and grids of the tiled and
+  pipelined kernels' tunables. Configurations whose shared memory or block
+  size the launcher would refuse are left out.
 * :func:`tune` times every candidate with :func:`sparsekit.timing.measure`
   (device time, L2 flushed), checks each result against the best
   configuration's (a wrong answer is never a winner), stores the winner in a
@@ -29,17 +30,43 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LISTING1_SHAPES", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "pipelined", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
 LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
 
 
-def space(dtype, order: str = "C") -> list[dict]:
-    """Every configuration :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``."""
-    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, tiled_shared_bytes
+#: The pipelined kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, kc,
+#: unroll, min_blocks): 128- and 256-column tiles of 8 to 32 rows (the shapes that won or came
+#: close on the H100, experiments/results/uspmm.md; the full grid is ``space(..., full=True)``).
+PIPELINED_SHAPES = ((4, 4, 8, 32, 4, 2), (4, 4, 8, 32, 2, 2), (4, 2, 8, 32, 4, 2), (4, 1, 8, 32, 4, 2),
+                    (8, 2, 8, 16, 4, 2), (8, 2, 8, 16, 2, 2), (8, 1, 8, 16, 2, 2))
+
+
+def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: int) -> dict:
+    """The tunables of one pipelined setting (the order of :data:`PIPELINED_SHAPES`)."""
+    return dict(variant="pipelined", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc, unroll=unroll,
+                min_blocks=min_blocks)
+
+
+def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
+    """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
+
+    Default (``full=False``): the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8),
+    the tiled kernel's best setting and :data:`PIPELINED_SHAPES` (B row-major only) -- a dozen
+    kernels, a few seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x
+    vecSize 1, 2, 4 and the tiled and pipelined kernels over grids of their tunables.
+    Configurations whose shared memory or block size the launcher would refuse are left out.
+    """
+    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, pipelined_shared_bytes, tiled_shared_bytes
     itemsize = np.dtype(dtype).itemsize
+    if not full:
+        out = [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1), dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
+        if order == "C":
+            out.append(dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64))
+            out += [pipelined(*shape) for shape in PIPELINED_SHAPES]
+        return out
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -49,6 +76,9 @@ def space(dtype, order: str = "C") -> list[dict]:
             if tiled_shared_bytes(nwarp * rpw, cpl, kc, itemsize) <= SHARED_LIMIT and not (itemsize == 2 and cpl == 2):
                 out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc,
                                 batch=batch))
+        for cpl, rpw, kc, unroll in itertools.product((2, 4, 8), (1, 2, 4, 8), (16, 32), (2, 4)):
+            if pipelined_shared_bytes(8 * rpw, cpl, kc) <= SHARED_LIMIT:
+                out.append(pipelined(cpl, rpw, 8, kc, unroll, 2))
     return out
 
 
@@ -100,31 +130,32 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     """The configuration used when the cache has no entry.
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's
-    USpMM setting (NWarp, VSize) = (1, 8). Otherwise the tiled kernel with the
-    setting that won the sweep at 1024^3, 60% on the H100 (4 columns per lane,
-    a K chunk of 64; experiments/results/uspmm.md), and rows per block chosen
+    USpMM setting (NWarp, VSize) = (1, 8). Otherwise the pipelined kernel with
+    128-column tiles, K chunks of 32 and 8 warps; rows per block ``R`` chosen
     so that the grid has about two blocks per SM (``sms``; the H100 has 132):
-    ``R = 2^round(log2(M * column_tiles / (2 * sms)))`` clamped to [4, 32], as
-    8 warps of ``R/8`` rows or 4 warps of ``R/4``. At 1024^3 that is the sweep's
-    winner (R = 32); at N = 128 it keeps 256 blocks busy instead of 32.
+    ``R = 2^round(log2(M * column_tiles / (2 * sms)))`` clamped to [8, 32]
+    (1 to 4 rows per warp); entries read 4 at a time, or 2 at a time where a
+    row has fewer than ~3 entries per chunk (``32 K'/K < 3``, above ~90%
+    sparsity), which halves the zero padding. Fitted to the H100 measurements
+    in experiments/results/uspmm.md.
     """
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
     col_tiles = -(-n // 128)
     want = max(m * col_tiles / (2 * sms), 1.0)
-    rows = int(min(32, max(4, 2 ** round(math.log2(want)))))
-    nwarp = 8 if rows >= 16 else 4
-    return dict(variant="tiled", nwarp=nwarp, rows_per_warp=rows // nwarp, cols_per_lane=4, kc=64)
+    rows = int(min(32, max(8, 2 ** round(math.log2(want)))))
+    unroll = 2 if 32 * kprime < 3 * k else 4
+    return pipelined(4, rows // 8, 8, 32, unroll, 2)
 
 
 def resolve(config, dell, n: int, order: str) -> dict:
     """Tunables for ``uspmm(..., config=config)``: a dict passes through; ``"auto"``
-    is the cached winner or :func:`heuristic`."""
+    is the cached winner or :func:`heuristic`; ``"heuristic"`` is :func:`heuristic` alone."""
     if isinstance(config, dict):
         return dict(config)
-    if config != "auto":
-        raise ValueError(f"config: expected a dict of tunables or 'auto', got {config!r}")
-    found = lookup(dell, n, order)
+    if config not in ("auto", "heuristic"):
+        raise ValueError(f"config: expected a dict of tunables, 'auto' or 'heuristic', got {config!r}")
+    found = lookup(dell, n, order) if config == "auto" else None
     if found is not None:
         return found
     m, k = dell.shape
@@ -140,9 +171,9 @@ def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dty
     return ELL.from_dense(w, uniform(w, sparsity), index_dtype=index_dtype)
 
 
-def tune(ell, n: int, *, order: str = "C", configs=None, repeat: int = 20, seed: int = 0,
+def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, repeat: int = 20, seed: int = 0,
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
-    """Time every configuration of :func:`space` (or ``configs``) on ``ell`` times a
+    """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
@@ -163,7 +194,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, repeat: int = 20, seed:
     b_host = np.asarray(rng.standard_normal((k, n)).astype(dell.dtype), order=order)
     b = cuda.to_device(b_host)
     scale = (np.abs(dell.host.to_dense().astype(np.float64)) @ np.abs(b_host.astype(np.float64))).max()
-    candidates = space(dell.dtype, order) if configs is None else list(configs)
+    candidates = space(dell.dtype, order, full=full) if configs is None else list(configs)
     records, first = [], None
     for cfg in (candidates if progress is None else progress(candidates)):
         try:

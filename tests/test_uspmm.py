@@ -32,6 +32,15 @@ TILED = {
                                        "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
 }
 
+# float16 reads the B tile 4 or 8 halves at a time, float32 2, 4 or 8 floats; kc a multiple of unroll
+PIPELINED = {
+    dt: st.fixed_dictionaries({"variant": st.just("pipelined"), "nwarp": st.integers(1, 2),
+                               "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
+                               "kc": st.sampled_from([4, 8, 16]), "unroll": st.sampled_from([2, 4]),
+                               "min_blocks": st.integers(1, 2)})
+    for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
+}
+
 
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
@@ -56,6 +65,14 @@ def test_tiled_matches_reference(data, dtype):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_pipelined_matches_reference(data, dtype):
+    """Several K chunks (both shared buffers in turn), partial column tiles, rows past M."""
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=24))
+    b = data.draw(rhs_for(ell, max_n=9))
+    check_against_reference(ell, b, data.draw(PIPELINED[dtype]))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_linear_layout_matches_reference(data, dtype):
     """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
@@ -75,7 +92,9 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
 @pytest.mark.parametrize("shape,kprime", EDGE_CASES)
 @pytest.mark.parametrize("tunables", [dict(vsize=3, nwarp=2), dict(vsize=2, vecsize=4), dict(vsize=3, vecsize=2),
                                       dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4),
-                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, batch=True)])
+                                      dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, batch=True),
+                                      dict(variant="pipelined", nwarp=2, rows_per_warp=2, cols_per_lane=2, kc=4,
+                                           unroll=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -124,10 +143,11 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-def test_rejects_column_major_for_tiled(small):
+@pytest.mark.parametrize("variant", ["tiled", "pipelined"])
+def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
-    with pytest.raises(ValueError, match="b: variant 'tiled' needs a C-ordered"):
-        gu.uspmm(ell, np.asfortranarray(np.ones((3, 4), np.float32)), variant="tiled")
+    with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
+        gu.uspmm(ell, np.asfortranarray(np.ones((3, 4), np.float32)), variant=variant)
 
 
 def test_rejects_float64(small):
@@ -153,6 +173,11 @@ def test_rejects_index_past_k(small):
     (dict(variant="tiled", kc=128, cols_per_lane=4), r"the B tile and the staged entries need 68624 bytes"),
     (dict(variant="fast"), "variant: must be one of"),
     (dict(variant="tiled", kc=30), "kc: must be divisible by 4, got 30"),
+    (dict(variant="pipelined", kc=6, unroll=4), "kc: must be divisible by 4, got 6"),
+    (dict(variant="pipelined", unroll=3), "unroll: must be 2 or 4"),
+    (dict(variant="pipelined", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
+    (dict(variant="pipelined", kc=64, cols_per_lane=4, nwarp=8), r"two buffers .* need 91904 bytes"),
+    (dict(variant="pipelined", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(nwarp=0), "nwarp: must be >= 1"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
@@ -170,12 +195,18 @@ def test_rejects_non_ell(small):
 # --- autotuner and CLI (no timing without a GPU) ------------------------------------------------
 
 def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
+    from gpu.uspmm import SHARED_LIMIT, pipelined_shared_bytes
     from sparsekit.tune import space
     for dtype in KERNEL_DTYPES:
-        configs = space(dtype)
-        l1 = {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
-        assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= l1
-        assert any(c["variant"] == "tiled" for c in configs)
+        for full in (False, True):
+            configs = space(dtype, full=full)
+            l1 = {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
+            assert {(1, 8, 1), (2, 8, 2)} <= l1
+            assert {"tiled", "pipelined"} <= {c["variant"] for c in configs}
+            assert all(pipelined_shared_bytes(c["nwarp"] * c["rows_per_warp"], c["cols_per_lane"], c["kc"])
+                       <= SHARED_LIMIT for c in configs if c["variant"] == "pipelined")
+    assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= {
+        (c["nwarp"], c["vsize"], c["vecsize"]) for c in space(np.float32, full=True) if c["variant"] == "listing1"}
     assert all(c["variant"] == "listing1" for c in space(np.float32, "F"))
 
 
@@ -191,16 +222,27 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
     tune._store(key, dict(config=cfg, median_us=1.0))
     assert tune.resolve("auto", dell, 2, "C") == cfg
     np.testing.assert_array_equal(gu.uspmm(dell, b, config="auto"), gu.uspmm(dell, b, **cfg))
-    with pytest.raises(ValueError, match="config: expected a dict of tunables or 'auto'"):
+    with pytest.raises(ValueError, match="config: expected a dict of tunables, 'auto' or 'heuristic'"):
         gu.uspmm(dell, b, config="fastest")
 
 
 def test_heuristic_sizes_the_grid():
-    from sparsekit.tune import heuristic
-    assert heuristic(1024, 1024, 1024, 410, np.float32, "C") == dict(
-        variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
-    assert heuristic(1024, 1024, 128, 410, np.float16, "C")["rows_per_warp"] * 4 == 4
+    from sparsekit.tune import heuristic, pipelined
+    assert heuristic(1024, 1024, 1024, 410, np.float32, "C") == pipelined(4, 4, 8, 32, 4, 2)
+    assert heuristic(1024, 1024, 128, 410, np.float16, "C")["rows_per_warp"] == 1
+    assert heuristic(1024, 1024, 1024, 51, np.float32, "C")["unroll"] == 2
     assert heuristic(1024, 1024, 1024, 410, np.float32, "F")["variant"] == "listing1"
+
+
+def test_heuristic_config_skips_the_cache(tmp_path, monkeypatch, small):
+    from sparsekit import tune
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "cache.json"))
+    ell, b = small
+    dell = gu.prepare(ell)
+    key = tune.problem_key(tune._device_name(), 2, 3, 2, 2, np.float32, np.int32, "C")
+    tune._store(key, dict(config=dict(variant="listing1", nwarp=1, vsize=2, vecsize=2), median_us=1.0))
+    assert tune.resolve("heuristic", dell, 2, "C") == tune.heuristic(2, 3, 2, 2, np.float32, "C")
+    np.testing.assert_array_equal(gu.uspmm(dell, b, config="heuristic"), ru.uspmm(ell, b))
 
 
 @pytest.mark.parametrize("argv", [["bench", "uspmm", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5"],

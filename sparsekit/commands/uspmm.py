@@ -8,7 +8,8 @@ our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
 installed): median and p10/p90 device time, TFLOP/s on the stored nonzeros, %
 of the roofline speed of light, speedup over cuSPARSE CSR, and whether the
 result matched a float64 product. ``tune`` times every configuration of
-:func:`sparsekit.tune.space` and caches the winner for ``config="auto"``.
+:func:`sparsekit.tune.space` (``--full``: the full grid) and caches the winner
+for ``config="auto"``.
 Both need a GPU (timings on the simulator would mean nothing).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("--order", choices=("C", "F"), default="C",
                    help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
     p.add_argument("--repeat", type=int, default=20, help="timed repeats per configuration (default: %(default)s)")
+    p.add_argument("--full", action="store_true", help="search the full grid of tunables, not the default dozen")
     p.set_defaults(func=cmd_tune)
 
 
@@ -74,8 +76,8 @@ def cmd_tune(args) -> int:
     from experiments.bench_uspmm import markdown
     from sparsekit.tune import cache_path, make_ell, tune
     ell = make_ell(args.m, args.k, args.sparsity, args.dtype, seed=args.seed)
-    winner, recs = tune(ell, args.n, order=args.order, repeat=args.repeat, seed=args.seed)
-    recs.sort(key=lambda r: r["median_us"])
+    winner, recs = tune(ell, args.n, order=args.order, full=args.full, repeat=args.repeat, seed=args.seed)
+    recs.sort(key=lambda r: r.get("median_us", float("inf")))             # refused configurations last
     keys = sorted({k for r in recs for k in r}, key=lambda k: (k in ("median_us", "p10_us", "p90_us", "correct"), k))
     print(markdown(recs[:15], keys))
     print(f"winner {winner} cached in {cache_path()}")

@@ -1,5 +1,5 @@
 """Every USpMM kernel, tunable shape and dtype compiles for sm_80 and sm_90 offline;
-the post-LTO PTX shows the vector loads USpMM-Vec and the tiled kernel rely on."""
+the post-LTO PTX shows the vector loads USpMM-Vec, the tiled and the pipelined kernels rely on."""
 from __future__ import annotations
 
 import re
@@ -16,9 +16,11 @@ INDEX_TYPES = {"int32": types.int32, "int16": types.int16}
 
 
 def lto_ptx(kernel, argtypes, cc):
-    """PTX after link-time optimisation (NUMBA_NOTES.md: the plain PTX hides fp16 math in shims)."""
+    """PTX after link-time optimisation (NUMBA_NOTES.md: the plain PTX hides fp16 math in shims),
+    compiled with the kernel's launch bounds."""
     lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, tuple(argtypes), device=False,
-                                                 abi="numba", cc=cc, lto=True)
+                                                 abi="numba", cc=cc, lto=True,
+                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
     lib._lto = True
     return lib.get_lto_ptx(cc=cc)
 
@@ -80,4 +82,21 @@ def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, inde
     # the accumulator tile may sit in local memory (read and written once per row and K chunk);
     # the inner loop's row accumulator must not: no local access between the shared reads and the FMAs
     inner = ptx[ptx.index(expect):ptx.rindex("fma.rn.f32")]
+    assert "ld.local" not in inner and "st.local" not in inner
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("dtype,index", [("float32", "int32"), ("float16", "int16")])
+@pytest.mark.parametrize("shape", [(4, 4, 8, 32, 4, 2), (8, 2, 8, 16, 2, 2)],
+                         ids=lambda s: "cpl{}-rpw{}-nw{}-kc{}-u{}-mb{}".format(*s))
+def test_pipelined_compiles_with_vector_loads_and_stores(cc, dtype, index, shape):
+    """The B tile is read from global memory and written to shared memory 16 bytes at a time
+    (float16 converted to float32 on the way), read back with ``ld.shared.v4.f32``, and the
+    multiply-adds take their operands from registers: no local memory in the inner loop."""
+    cpl, rpw, nwarp, kc, unroll, min_blocks = shape
+    kernel = gu._pipelined_kernel(cpl, rpw, nwarp, kc, unroll, dtype == "float16", min_blocks)
+    ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
+    assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
+    assert ptx.count("bar.sync") == 3                              # prologue (2) + one per K chunk
+    inner = ptx[ptx.index("ld.shared.v4.f32"):ptx.rindex("fma.rn.f32")]
     assert "ld.local" not in inner and "st.local" not in inner

@@ -14,6 +14,9 @@ CONFIGS = [
     dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=32),
     dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=8, kc=32),
     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=4, kc=64, batch=True),
+    dict(variant="pipelined", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=32, unroll=4, min_blocks=2),
+    dict(variant="pipelined", nwarp=8, rows_per_warp=2, cols_per_lane=8, kc=16, unroll=2, min_blocks=2),
+    dict(variant="pipelined", nwarp=4, rows_per_warp=3, cols_per_lane=4, kc=8, unroll=4),
 ]
 
 
