@@ -289,7 +289,15 @@ def sanitize_run() -> int:
                    for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
         log(f"sanitize {kw} {np.dtype(dtype).name}: equal={same}")
         bad += not same
-    return int(bad > 0)
+    # the cuSPARSELt metadata reorder (sparsekit.sparse24_training), 192x128
+    from gpu.sparse24_cusparselt import cusparselt_meta
+    from reference.sparse24_cusparselt import to_cusparselt
+    w = random_weight(rng, (192, 128), np.float16)
+    s = ref.sparsify24(w)
+    same = np.array_equal(cusparselt_meta(s.meta, 192, 128),
+                          to_cusparselt(s.packed, s.meta).reshape(-1).view(np.uint8)[192 * 128:])
+    log(f"sanitize cusparselt_meta: equal={same}")
+    return int(bad > 0 or not same)
 
 
 def _wait_for(pids) -> None:

@@ -16,10 +16,15 @@ out, no copies), the sparse GEMMs are PyTorch's cuSPARSELt ones
 (``torch._cslt_sparse_mm``), because PyTorch's CUTLASS 2:4 GEMM refuses sm_90
 ("Supported only on GPUs with compute capability 8.x", measured on the H100).
 
-cuSPARSELt keeps values and metadata in one opaque buffer made by
-``torch._cslt_compress`` from the pruned dense matrix, so our CUTLASS-layout
-packing cannot be handed to it as is: ``compress="cslt"`` expands our tile
-masks to the pruned ``W`` and compresses ``W`` and ``W^T`` with cuSPARSELt.
+cuSPARSELt keeps values and metadata in one buffer (``torch._cslt_compress`` of
+the pruned dense matrix). Its layout, read off the H100
+(:mod:`reference.sparse24_cusparselt`), holds our packed values unchanged and
+our metadata nibbles in another order, so ``pack="ours"`` (default) builds
+both buffers from our kernel's outputs: one small kernel reorders the
+metadata (:func:`gpu.sparse24_cusparselt.cusparselt_meta`) and a concatenation
+puts it after the values, no compression pass. ``pack="compress"`` is the
+cross-check: expand our tile masks to the pruned ``W`` and compress ``W`` and
+``W^T`` with cuSPARSELt (the same bytes, slower).
 """
 from __future__ import annotations
 
@@ -61,17 +66,30 @@ def pruned_dense(w, method: str = "greedy", ties: str = "torch"):
     return w * mask.to(w.dtype), s
 
 
-def cusparselt_pair(w, method: str = "greedy", ties: str = "torch"):
-    """cuSPARSELt buffers of the pruned ``W`` and of ``W^T`` (for the forward and the dx GEMM)."""
+def cusparselt_pair(w, method: str = "greedy", ties: str = "torch", pack: str = "ours"):
+    """cuSPARSELt buffers of the pruned ``W`` and of ``W^T`` (forward and dx GEMMs); M, K multiples of 64."""
     torch = _torch()
-    wp, _ = pruned_dense(w, method, ties)
-    return torch._cslt_compress(wp), torch._cslt_compress(wp.t().contiguous())
+    if pack == "compress":
+        wp, _ = pruned_dense(w, method, ties)
+        return torch._cslt_compress(wp), torch._cslt_compress(wp.t().contiguous())
+    if pack != "ours":
+        raise ValueError(f"pack: must be 'ours' or 'compress', got {pack!r}")
+    from gpu.sparse24_cusparselt import cusparselt_meta
+    from gpu.sparsify24 import sparsify24
+    s = sparsify24(w, method=method, ties=ties, check_finite=False)
+    m, k = w.shape
+
+    def buffer(packed, meta, rows, cols):
+        mb = cusparselt_meta(meta, rows, cols)
+        return torch.cat([packed.reshape(-1), mb.view(torch.float16)]).view(rows, cols * 9 // 16)
+
+    return buffer(s.packed, s.meta, m, k), buffer(s.packed_t, s.meta_t, k, m)
 
 
-def linear_step(x, w, dy, *, method: str = "greedy", ties: str = "torch"):
+def linear_step(x, w, dy, *, method: str = "greedy", ties: str = "torch", pack: str = "ours"):
     """One forward + backward of ``y = x W^T`` with 2:4 sparse GEMMs: ``(y, dx, dW)``, no autograd."""
     torch = _torch()
-    wc, wtc = cusparselt_pair(w, method, ties)
+    wc, wtc = cusparselt_pair(w, method, ties, pack)
     y = torch._cslt_sparse_mm(wc, x.t(), transpose_result=True)        # (W x^T)^T = x W^T
     dx = torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True)     # (W^T dy^T)^T = dy W
     dw = dy.t() @ x                                                     # dense (straight-through)
@@ -87,7 +105,7 @@ def _function():
 
         Forward and dx run on cuSPARSELt 2:4 GEMMs; dW is dense and reaches every
         weight (straight-through estimator, as the post does). ``x``: (N, in),
-        ``w``: (out, in), both fp16 CUDA; out and in multiples of 128 (cuSPARSELt).
+        ``w``: (out, in), both fp16 CUDA; out and in multiples of 64.
         """
 
         @staticmethod

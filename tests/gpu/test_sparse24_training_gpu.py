@@ -58,3 +58,13 @@ def test_autograd_function_equals_the_step():
     y.backward(dy)
     y2, dx2, dw2 = st.linear_step(x, w, dy)
     assert torch.equal(y, y2) and torch.equal(xa.grad, dx2) and torch.equal(wa.grad, dw2)
+
+
+@pytest.mark.parametrize("ties", ["torch", "index"])
+def test_our_buffers_equal_cusparselt_compress(ties):
+    torch, st = _torch()
+    _, w, _ = _inputs(torch, seed=2)
+    ours = st.cusparselt_pair(w, ties=ties, pack="ours")
+    theirs = st.cusparselt_pair(w, ties=ties, pack="compress")
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and torch.equal(a.view(torch.int16), b.view(torch.int16))
