@@ -176,18 +176,31 @@ def test_first_dense_keeps_the_input_layer_and_prunes_the_rest():
         masks_for("uniform", ws[:2], 0.5, first_dense=True)
 
 
-@needs_mnist1d
-def test_accuracy_sweep_on_mnist1d_at_toy_size(tmp_path):
-    """The full-mode MNIST-1D branch of the accuracy experiment, with a tiny configuration."""
-    from experiments.accuracy import sweep
+@pytest.mark.parametrize("have_mnist1d", [True, False])
+def test_full_mode_adds_mnist1d_or_says_why_not(tmp_path, monkeypatch, have_mnist1d):
+    """run() in full mode: digits, then MNIST-1D (or a note naming the missing package), at toy size."""
+    import sys
+
+    from experiments import accuracy
     from sparsekit.experiment import Context
 
-    cfg = dict(sizes=[40, 32, 32, 10], first_dense=True, pretrain=1, round_epochs=1, one_shot=(0.9,), seeds=(0,))
-    sec = sweep(Context(quick=True, backend="simulator", out_dir=tmp_path), "mnist1d", cfg)
-    assert sec.figures == ["sparsity_roofline_mnist1d.png", "task_error_one_shot_mnist1d.png",
-                           "halving_accuracy_by_pattern_mnist1d.png"]
-    assert all((tmp_path / f).stat().st_size > 0 for f in sec.figures)
-    assert [t.csv_name for t in sec.tables] == ["one_shot_summary_mnist1d.csv", "halving_mnist1d.csv",
-                                               "one_shot_runs_mnist1d.csv"]
-    assert {r["pattern"] for r in sec.tables[1].records} == set(train.PATTERNS)
-    assert "### mnist1d" in sec.text and "1000 test 1-D signals" in sec.text
+    if have_mnist1d and importlib.util.find_spec(train.MNIST1D_PACKAGE) is None:
+        pytest.skip(f"optional package {train.MNIST1D_PACKAGE!r} (MNIST-1D generator) is not installed")
+    if not have_mnist1d:
+        monkeypatch.setitem(sys.modules, "mnist1d", None)
+        monkeypatch.setitem(sys.modules, "mnist1d.data", None)
+    tiny = dict(pretrain=1, round_epochs=1, one_shot=(0.9,), seeds=(0,))
+    monkeypatch.setattr(accuracy, "_config", lambda quick, dataset="digits": dict(
+        tiny, sizes=[40, 32, 32, 10] if dataset == "mnist1d" else [64, 32, 32, 10], first_dense=dataset == "mnist1d"))
+    sec = accuracy.run(Context(quick=False, backend="simulator", out_dir=tmp_path))
+    if have_mnist1d:
+        assert sec.title.startswith("Accuracy of each sparsity pattern on digits and mnist1d")
+        assert sec.figures[3:] == ["sparsity_roofline_mnist1d.png", "task_error_one_shot_mnist1d.png",
+                                   "halving_accuracy_by_pattern_mnist1d.png"]
+        assert all((tmp_path / f).stat().st_size > 0 for f in sec.figures)
+        assert [t.csv_name for t in sec.tables[3:]] == ["one_shot_summary_mnist1d.csv", "halving_mnist1d.csv",
+                                                       "one_shot_runs_mnist1d.csv"]
+        assert {r["pattern"] for r in sec.tables[4].records} == set(train.PATTERNS)
+        assert "### mnist1d" in sec.text and "1000 test 1-D signals" in sec.text
+    else:
+        assert len(sec.figures) == 3 and "**MNIST-1D skipped**" in sec.text and "'mnist1d'" in sec.text
