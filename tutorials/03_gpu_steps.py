@@ -2,14 +2,15 @@
 
 What you will learn
 -------------------
-Six kernels of ``gpu/spmm_lessons.py``, each changing one thing:
+Seven kernels of ``gpu/spmm_lessons.py``, each changing one thing:
 
 1. a thread per output element (warps span rows: divergent, uncoalesced);
 2. a warp per row (lanes on columns: coalesced, no divergence);
 3. a tile of ``B`` in shared memory, reused by the block's rows;
 4. Sputnik's row swizzle (rows by decreasing length);
 5. the slides' thread-group Algorithm 3 (K-lists, ACC, atomic adds);
-6. blocks of variable height holding equal nonzeros (the slides' second way).
+6. blocks of variable height holding equal nonzeros (the slides' second way);
+7. several warps per row, the row's nonzeros staged in shared memory (long rows).
 
 Each is checked against ``reference/spmm.py``. On a GPU each is timed
 (device time, :func:`sparsekit.timing.measure`) against cuSPARSE when PyTorch
@@ -42,7 +43,7 @@ def main(quick: bool = False) -> dict:
     print(f"A: {m}x{k}, 90% sparse; a thread per row keeps {100 * tpr['warp_efficiency']:.0f}% of lanes busy "
           f"({100 * swz['warp_efficiency']:.0f}% with rows swizzled)")
 
-    # Steps 1-6: run each lesson, check it, time it on a GPU.
+    # Steps 1-7: run each lesson, check it, time it on a GPU.
     d = les.prepare(csr)
     results = {}
     for name, fn, what in les.LESSONS:
