@@ -63,7 +63,7 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SI
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled", "pipelined")
+VARIANTS = ("listing1", "tiled", "pipelined", "direct")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
@@ -373,20 +373,31 @@ def pipelined_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int) -> 
 
 
 def _fma_group(width: int):
-    """``fma<width>(racc, o, a, v)``: ``racc[o + x] += a * v[x]`` for ``x < width`` (2 or 4), written
+    """``fma<width>(racc, o, a, v)``: ``racc[o + x] += a * v[x]`` for ``x < width`` (2, 4 or 8), written
     out (a loop over a tuple that the compiler does not unroll indexes it through a chain of branches)."""
     if width == 2:
         @cuda.jit(device=True, inline=True)
         def fma(racc, o, a, v):
-            racc[o] += a * v[0]
-            racc[o + 1] += a * v[1]
+            racc[o] += a * float32(v[0])
+            racc[o + 1] += a * float32(v[1])
+    elif width == 4:
+        @cuda.jit(device=True, inline=True)
+        def fma(racc, o, a, v):
+            racc[o] += a * float32(v[0])
+            racc[o + 1] += a * float32(v[1])
+            racc[o + 2] += a * float32(v[2])
+            racc[o + 3] += a * float32(v[3])
     else:
         @cuda.jit(device=True, inline=True)
         def fma(racc, o, a, v):
-            racc[o] += a * v[0]
-            racc[o + 1] += a * v[1]
-            racc[o + 2] += a * v[2]
-            racc[o + 3] += a * v[3]
+            racc[o] += a * float32(v[0])
+            racc[o + 1] += a * float32(v[1])
+            racc[o + 2] += a * float32(v[2])
+            racc[o + 3] += a * float32(v[3])
+            racc[o + 4] += a * float32(v[4])
+            racc[o + 5] += a * float32(v[5])
+            racc[o + 6] += a * float32(v[6])
+            racc[o + 7] += a * float32(v[7])
     return fma
 
 
@@ -598,6 +609,93 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
 
 
 # ---------------------------------------------------------------------------
+# Direct kernel (past the paper: no shared memory, for high sparsity)
+# ---------------------------------------------------------------------------
+
+@functools.cache
+def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bool):
+    """USpMM with ``B`` read straight from global memory (``variant="direct"``), ``b``/``c`` C-ordered.
+
+    Warp ``w`` owns rows ``w * rows_per_warp ..`` and, in column tile ``blockIdx.y``, ``NT = 32 *
+    cols_per_lane`` columns; lane ``l`` owns the columns ``g * 32 * vw + l * vw + x`` (``vw``
+    elements per 16-byte read). For each of its rows the warp walks the ``K'`` entries ``unroll``
+    at a time: every lane reads the same ``unroll`` (value, index) pairs (one broadcast load each,
+    cached), then issues the ``unroll`` independent 16-byte reads of its columns of those rows of
+    ``B`` before multiplying. No shared memory and no barrier: nothing waits for a whole chunk,
+    which is what a row with few entries (high sparsity) needs; the price is that every entry
+    reads its row of the B tile again (from L1 or L2), where the staged kernels reuse it from
+    shared memory across the block's rows.
+
+    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
+    ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
+    ``kprime``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    """
+    nt = WARP_SIZE * cols_per_lane
+    vw = min(cols_per_lane, 8 if half else 4)       # elements per 16-byte read of B
+    nvec = cols_per_lane // vw
+    gstride = WARP_SIZE * vw
+    vload = {2: load2, 4: load4, 8: load8}[vw]
+    fma_v = _fma_group(vw)
+    in_type = float16 if half else float32
+
+    @cuda.jit(device=True, inline=True)
+    def fma_row(racc, a, b, base, n, interior, gcol):
+        """``racc += a * (this lane's columns of B's flat row starting at base)``."""
+        for g in range(nvec):
+            if interior:
+                fma_v(racc, g * vw, a, vload(b, base + g * gstride))        # ld.global.v4
+            else:
+                for x in range(vw):
+                    col = gcol + g * gstride + x
+                    racc[g * vw + x] += a * float32(b[base + g * gstride + x] if col < n else in_type(0.0))
+
+    @cuda.jit
+    def kernel(vals, idxs, b, c, m, n, kprime, vec_ok):
+        lane = cuda.threadIdx.x % WARP_SIZE
+        row0 = (cuda.grid(1) // WARP_SIZE) * rows_per_warp
+        gcol = cuda.blockIdx.y * nt + lane * vw                         # this lane's first column
+        interior = vec_ok and cuda.blockIdx.y * nt + nt <= n
+        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
+        racc = cuda.local.array(cols_per_lane, float32)
+        for r in range(rows_per_warp):
+            row = row0 + r
+            for x in range(cols_per_lane):
+                racc[x] = 0.0
+            if row < m:                                                  # (uniform across the warp)
+                s = 0
+                while s + unroll <= kprime:                              # unroll entries: loads first
+                    a0 = float32(vals[row, s])
+                    a1 = float32(vals[row, s + 1])
+                    o0 = idxs[row, s] * n + gcol
+                    o1 = idxs[row, s + 1] * n + gcol
+                    if unroll == 4:
+                        a2 = float32(vals[row, s + 2])
+                        a3 = float32(vals[row, s + 3])
+                        o2 = idxs[row, s + 2] * n + gcol
+                        o3 = idxs[row, s + 3] * n + gcol
+                    fma_row(racc, a0, b, o0, n, interior, gcol)
+                    fma_row(racc, a1, b, o1, n, interior, gcol)
+                    if unroll == 4:
+                        fma_row(racc, a2, b, o2, n, interior, gcol)
+                        fma_row(racc, a3, b, o3, n, interior, gcol)
+                    s += unroll
+                while s < kprime:                                        # the rest, one at a time
+                    fma_row(racc, float32(vals[row, s]), b, idxs[row, s] * n + gcol, n, interior, gcol)
+                    s += 1
+            for x in range(cols_per_lane):
+                acc[r, x] = racc[x]
+        for r in range(rows_per_warp):
+            row = row0 + r
+            for g in range(nvec):
+                for x in range(vw):
+                    col = gcol + g * gstride + x
+                    if row < m and col < n:
+                        c[row, col] = acc[r, g * vw + x]
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -746,6 +844,29 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
             "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll):
+    m, n = c.shape
+    half = dell.dtype == np.float16
+    if order != "C":
+        raise ValueError("b: variant 'direct' needs a C-ordered (row-major) b; use variant 'listing1' "
+                         "for the column-major layout of Eq. 2")
+    if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
+        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
+                         f"got {cols_per_lane}")
+    if unroll not in (2, 4):
+        raise ValueError(f"unroll: must be 2 or 4, got {unroll}")
+    threads = WARP_SIZE * nwarp
+    if threads > 1024:
+        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
+    vw = min(cols_per_lane, 8 if half else 4)
+    vec_ok = n % vw == 0 and aligned(bdev, vw)
+    kernel = _direct_kernel(cols_per_lane, rows_per_warp, unroll, bool(half))
+    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
+    vals, idxs = dell.row_major()
+    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, m, n, dell.host.kprime,
+                                    vec_ok), "nwarp, rows_per_warp, cols_per_lane")
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
          rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
@@ -766,9 +887,11 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
         elif variant == "tiled":
             _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch)
-        else:
+        elif variant == "pipelined":
             _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll,
                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+        else:
+            _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll)
     return c
 
 

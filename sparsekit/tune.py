@@ -6,10 +6,10 @@ Opportunities"). This module is that work, done by exhaustive search:
 
 * :func:`space` lists the candidate configurations for a dtype and memory
   order: by default the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
-  USpMM-Vec), the tiled kernel's best setting and the pipelined kernel's
-  :data:`PIPELINED_SHAPES`; with ``full=True`` Listing 1 over
-  :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and grids of the tiled and
-  pipelined kernels' tunables. Configurations whose shared memory or block
+  USpMM-Vec), the tiled kernel's best setting, the pipelined kernel's
+  :data:`PIPELINED_SHAPES` and the direct kernel's :data:`DIRECT_SHAPES`;
+  with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
+  and grids of the other kernels' tunables. Configurations whose shared memory or block
   size the launcher would refuse are left out.
 * :func:`tune` times every candidate with :func:`sparsekit.timing.measure`
   (device time, L2 flushed), checks each result against the best
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "pipelined", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "pipelined", "direct", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -44,6 +44,15 @@ PIPELINED_SHAPES = ((4, 4, 8, 32, 4, 2), (4, 4, 8, 32, 2, 2), (4, 2, 8, 32, 4, 2
                     (8, 2, 8, 16, 4, 2), (8, 2, 8, 16, 2, 2), (8, 1, 8, 16, 2, 2))
 
 
+#: The direct kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, unroll).
+DIRECT_SHAPES = ((4, 2, 4, 4), (8, 2, 4, 4))
+
+
+def direct(cpl: int, rpw: int, nwarp: int, unroll: int) -> dict:
+    """The tunables of one direct setting (the order of :data:`DIRECT_SHAPES`)."""
+    return dict(variant="direct", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll)
+
+
 def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: int) -> dict:
     """The tunables of one pipelined setting (the order of :data:`PIPELINED_SHAPES`)."""
     return dict(variant="pipelined", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc, unroll=unroll,
@@ -54,9 +63,10 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
     Default (``full=False``): the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8),
-    the tiled kernel's best setting and :data:`PIPELINED_SHAPES` (B row-major only) -- a dozen
-    kernels, a few seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x
-    vecSize 1, 2, 4 and the tiled and pipelined kernels over grids of their tunables.
+    the tiled kernel's best setting, :data:`PIPELINED_SHAPES` and :data:`DIRECT_SHAPES` (B
+    row-major only) -- a dozen kernels, a few seconds per problem. ``full=True``: Listing 1 over
+    :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and the tiled, pipelined and direct kernels over
+    grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
     """
     from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, pipelined_shared_bytes, tiled_shared_bytes
@@ -66,6 +76,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         if order == "C":
             out.append(dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64))
             out += [pipelined(*shape) for shape in PIPELINED_SHAPES]
+            out += [direct(*shape) for shape in DIRECT_SHAPES]
         return out
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
@@ -79,6 +90,8 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, kc, unroll in itertools.product((2, 4, 8), (1, 2, 4, 8), (16, 32), (2, 4)):
             if pipelined_shared_bytes(8 * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(pipelined(cpl, rpw, 8, kc, unroll, 2))
+        for cpl, rpw, nwarp, unroll in itertools.product((4, 8), (1, 2, 4), (4, 8), (2, 4)):
+            out.append(direct(cpl, rpw, nwarp, unroll))
     return out
 
 

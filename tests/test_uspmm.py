@@ -41,6 +41,13 @@ PIPELINED = {
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 
+DIRECT = {
+    dt: st.fixed_dictionaries({"variant": st.just("direct"), "nwarp": st.integers(1, 2),
+                               "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
+                               "unroll": st.sampled_from([2, 4])})
+    for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
+}
+
 
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
@@ -67,9 +74,16 @@ def test_tiled_matches_reference(data, dtype):
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_pipelined_matches_reference(data, dtype):
     """Several K chunks (both shared buffers in turn), partial column tiles, rows past M."""
-    ell = data.draw(ell_matrices(dtype=dtype, max_size=24))
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=18))
     b = data.draw(rhs_for(ell, max_n=9))
     check_against_reference(ell, b, data.draw(PIPELINED[dtype]))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_direct_matches_reference(data, dtype):
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=16))
+    b = data.draw(rhs_for(ell, max_n=9))
+    check_against_reference(ell, b, data.draw(DIRECT[dtype]))
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
@@ -94,7 +108,8 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
                                       dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4),
                                       dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, batch=True),
                                       dict(variant="pipelined", nwarp=2, rows_per_warp=2, cols_per_lane=2, kc=4,
-                                           unroll=4)])
+                                           unroll=4),
+                                      dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -143,7 +158,7 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined"])
+@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct"])
 def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
@@ -178,6 +193,8 @@ def test_rejects_index_past_k(small):
     (dict(variant="pipelined", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
     (dict(variant="pipelined", kc=64, cols_per_lane=4, nwarp=8), r"two buffers .* need 91904 bytes"),
     (dict(variant="pipelined", min_blocks=0), "min_blocks: must be >= 1"),
+    (dict(variant="direct", unroll=8), "unroll: must be 2 or 4"),
+    (dict(variant="direct", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
     (dict(nwarp=0), "nwarp: must be >= 1"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
@@ -202,7 +219,7 @@ def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
             configs = space(dtype, full=full)
             l1 = {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
             assert {(1, 8, 1), (2, 8, 2)} <= l1
-            assert {"tiled", "pipelined"} <= {c["variant"] for c in configs}
+            assert {"tiled", "pipelined", "direct"} <= {c["variant"] for c in configs}
             assert all(pipelined_shared_bytes(c["nwarp"] * c["rows_per_warp"], c["cols_per_lane"], c["kc"])
                        <= SHARED_LIMIT for c in configs if c["variant"] == "pipelined")
     assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= {

@@ -100,3 +100,17 @@ def test_pipelined_compiles_with_vector_loads_and_stores(cc, dtype, index, shape
     assert ptx.count("bar.sync") == 3                              # prologue (2) + one per K chunk
     inner = ptx[ptx.index("ld.shared.v4.f32"):ptx.rindex("fma.rn.f32")]
     assert "ld.local" not in inner and "st.local" not in inner
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("dtype,index,cpl", [("float32", "int32", 8), ("float16", "int16", 8)])
+def test_direct_compiles_with_vector_loads(cc, dtype, index, cpl):
+    """B is read 16 bytes a lane (two reads of 4 floats, one of 8 halves), no local memory."""
+    kernel = gu._direct_kernel(cpl, 2, 4, dtype == "float16")
+    args = [types.Array(VALUE_TYPES[dtype], 2, "C"), types.Array(INDEX_TYPES[index], 2, "C"),
+            types.Array(VALUE_TYPES[dtype], 1, "C"), types.Array(VALUE_TYPES[dtype], 2, "C"),
+            types.int64, types.int64, types.int64, types.boolean]
+    ptx = lto_ptx(kernel, args, cc)
+    assert "ld.global.v4" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert "bar.sync" not in ptx
