@@ -157,19 +157,29 @@ def check(out=None, sizes=((256, "float32"), (1152, "float32"), (1152, "float16"
     return records, extra
 
 
+#: every kernel variant the sanitizers see (float16; float32: Table 1's four): Table 1's four, this session's options
+SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
+    ("naive", {"grid_sync": "atomic", "load": "relaxed"}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 2}),
+    ("lamport", {"load": "relaxed", "index16": True}),
+    ("lamport", {"load": "relaxed", "index16": True, "chunk": 2}),
+    ("lamport", {"double_buffer": True, "poll": "lead"}),
+]
+
+
 def sanitize():
     """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps."""
     ok = True
     for dt in ("float32", "float16"):
         u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
         want = ref_rnn.rnn_forward(u, bp, h0, 6)
-        for config in CONFIGS:
-            plan = plan_for(u, mask, config, 8, rows_per_block=8)
+        for config, kw in SANITIZE_VARIANTS if dt == "float16" else [(c, {}) for c in CONFIGS]:
+            plan = plan_for(u, mask, config, 8, rows_per_block=8, **kw)
             got = plan(bp, h0, 6)
             err = float(np.abs(got.astype(np.float64) - want).max())
             good = err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
             ok &= good
-            print(f"sanitize {dt} {config}: blocks={plan.split.blocks} max_err={err:.3g} ok={good}")
+            print(f"sanitize {dt} {config} {kw}: blocks={plan.split.blocks} max_err={err:.3g} ok={good}")
     print("SANITIZE_RUN", "PASS" if ok else "FAIL")
 
 
@@ -316,56 +326,255 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
     return records
 
 
-def sweep(out=None, steps=256, dtype="float16"):
-    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps: one axis varied at a time.
+#: Figure 2 (one axis varied around layer 1792, density 10%, batch 4, 256 steps), then Figures 3-4:
+#: (axis, overrides of the base point)
+SWEEP_AXES = (
+    [("base", {})]
+    + [("steps", {"steps": v}) for v in (16, 64, 1024)]
+    + [("hidden", {"hidden": v}) for v in (1152, 2304, 3584, 4608)]
+    + [("density", {"density": v}) for v in (0.01, 0.05, 0.2, 0.3)]
+    + [("batch", {"batch": v}) for v in (1, 2, 8)]
+    + [("fig3a_2304", {"hidden": 2304, "density": v}) for v in (0.05, 0.1, 0.2, 0.3)]
+    + [("fig4_nnz1.32M", {"hidden": h, "density": round(1.32e6 / h / h, 4)}) for h in (2304, 3456, 4608, 5760)]
+    + [("fig3b_5760", {"hidden": 5760, "density": v}) for v in (0.01, 0.02)]
+)
+#: our kernel's options in the sweeps: batch 4 -> Lamport, other batches -> naive with the grid barrier
+SWEEP_OPTIONS = {"lamport": {"load": "relaxed", "index16": True},
+                 "naive": {"grid_sync": "atomic", "load": "relaxed", "index16": True}}
 
-    Ours: the fastest of tpr 8 / 16 (Lamport for batch 4, naive + grid barrier
-    for other batches, which the wide loads do not support); baselines: the
-    graph-captured GEMM loop and cuDNN.
+
+def sweep(out=None, dtype="float16", axes=SWEEP_AXES, tprs=(16, 8), options=SWEEP_OPTIONS):
+    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps: one axis varied at a time;
+    then the large-layer points of Figures 3-4.
+
+    Ours: the first of ``tprs`` that fits (Lamport for batch 4, naive + grid
+    barrier for other batches, which the wide loads do not support);
+    baselines: the graph-captured GEMM loop, cuDNN and cuSPARSE CSR.
     """
     from numba import cuda
 
     from sparsekit.timing import measure
-    base = dict(hidden=1792, density=0.1, steps=steps, batch=4)
-    axes = [("density", [0.01, 0.05, 0.2, 0.3]), ("hidden", [1152, 2304, 3584, 4608]),
-            ("batch", [1, 2, 8]), ("steps", [16, 64, 1024]), ("base", [None])]
+    base = dict(hidden=1792, density=0.1, steps=256, batch=4)
     records = []
-    for axis, values in axes:
-        for v in values:
-            p = dict(base) if axis == "base" else dict(base, **{axis: v})
-            u, mask, bp, h0 = problem(p["hidden"], p["density"], p["batch"], p["steps"], np.dtype(dtype), seed=7)
-            rec = dict(axis=axis, **p)
-            try:
-                b = _torch_baselines(u, bp, h0, p["steps"])
-                for key in ("gemm_graph", "cudnn_rnn", "cusparse_csr"):
-                    if key in b:
-                        rec[f"{key}_us"] = b[key] * 1e6 / p["steps"]
-                config = "lamport" if p["batch"] == 4 else "naive"
+    for axis, over in axes:
+        t0 = time.time()
+        p = dict(base, **over)
+        u, mask, bp, h0 = problem(p["hidden"], p["density"], p["batch"], p["steps"], np.dtype(dtype), seed=7)
+        rec = dict(axis=axis, **p)
+        try:
+            b = _torch_baselines(u, bp, h0, p["steps"])
+            for key in ("gemm_graph", "cudnn_rnn", "cusparse_csr"):
+                if key in b:
+                    rec[f"{key}_us"] = b[key] * 1e6 / p["steps"]
+            config = "lamport" if p["batch"] == 4 else "naive"
+            d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+            for tpr, extra in [(t, {}) for t in tprs] + [(t, {"chunk": 8}) for t in tprs]:
+                try:
+                    plan = plan_for(u, mask, config, tpr, batch=p["batch"], **options[config], **extra)
+                    hs = cuda.device_array((p["steps"], p["batch"], p["hidden"]), dtype=dtype)
+                    xchg, status = plan.buffers(p["steps"])
+                    m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
+                                warmup=2, flush_l2=False)
+                except ValueError as e:
+                    rec[f"tpr{tpr}{'_chunk8' if extra else ''}_error"] = str(e)[:160]
+                    continue
+                ours = m.median_s * 1e6 / p["steps"]
+                want = ref_rnn.rnn_forward(u, bp[:16], h0, min(16, p["steps"]))
+                err = float(np.abs(hs.copy_to_host()[:16].astype(np.float64) - want).max())
+                rec.update(ours=config, ours_us=ours, ours_tpr=tpr, chunk=plan.chunk, smem=plan.smem,
+                           correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)))
+                others = [rec[k] for k in ("gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us") if k in rec]
+                rec["speedup_vs_next_best"] = min(others) / ours if others else None
+                rec["speedup_vs_gemm_graph"] = rec["gemm_graph_us"] / ours if "gemm_graph_us" in rec else None
+                break
+        except Exception as e:
+            rec.update(error=f"{type(e).__name__}: {e}"[:300])
+        rec["wall_s"] = time.time() - t0
+        records.append(rec)
+        _table([rec], list(rec))
+        _save(out, "sweep", records)
+    return records
+
+
+#: the second GPU run's Table 1 rows: (label, config, options); "paper" rows are as the paper built them
+#: (cooperative-groups grid barrier, ld.volatile), the others this session's fixes
+FINAL_VARIANTS = [
+    ("naive (cg, volatile)", "naive", {}),
+    ("naive (atomic, relaxed)", "naive", {"grid_sync": "atomic", "load": "relaxed"}),
+    ("wide (cg, volatile)", "wide", {}),
+    ("wide (atomic, relaxed)", "wide", {"grid_sync": "atomic", "load": "relaxed"}),
+    ("bank_aware (cg, volatile)", "bank_aware", {}),
+    ("bank_aware (atomic, relaxed)", "bank_aware", {"grid_sync": "atomic", "load": "relaxed"}),
+    ("lamport (volatile)", "lamport", {}),
+    ("lamport (relaxed)", "lamport", {"load": "relaxed"}),
+    ("lamport (relaxed, idx16)", "lamport", {"load": "relaxed", "index16": True}),
+    ("lamport (relaxed, idx16, chunk 8)", "lamport", {"load": "relaxed", "index16": True, "chunk": 8}),
+]
+#: past 48 KB of shared memory per block (the opt-in attribute): (hidden, density, config, tpr, options)
+FINAL_LARGE = [(8192, 0.01, "lamport", 8, {"load": "relaxed", "index16": True, "chunk": 8}),
+               (8192, 0.01, "bank_aware", 8, {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 8}),
+               (11520, 0.01, "lamport", 4, {"load": "relaxed", "index16": True, "chunk": 8})]
+
+
+def final(out=None):
+    """The second GPU run: Table 1 rows old and new at 1152 and 1792 (tpr 16), traced breakdowns, baselines,
+    and layers past 48 KB of shared memory. Sequential (one process): compile ~2 s per kernel."""
+    tasks = []
+    for hidden in (1792, 1152):
+        for label, config, kw in FINAL_VARIANTS if hidden == 1792 else [FINAL_VARIANTS[i] for i in (0, 1, 3, 5, 7)]:
+            tasks.append((explore_one, dict(hidden=hidden, label=label, config=config, tpr=16, rpb_mult=1, kw=kw)))
+    for label, config, kw in (FINAL_VARIANTS[3], FINAL_VARIANTS[7]):
+        tasks.append((explore_one, dict(hidden=1792, label=label + " traced", config=config, tpr=16, rpb_mult=1,
+                                        kw=kw, traced=True)))
+    tasks += [(explore_one, dict(hidden=h, density=d, label=f"{config} {kw}", config=config, tpr=tpr, rpb_mult=1,
+                                 kw=kw, steps=64)) for h, d, config, tpr, kw in FINAL_LARGE]
+    records = []
+    for fn, kw in tasks:
+        records.append(fn(**kw))
+        _table([records[-1]], [k for k in records[-1] if k != "p10"])
+        _save(out, "final", records)
+    for hidden in (1792, 1152):
+        u, mask, bp, h0 = problem(hidden, 0.1, 4, 256, np.float16, seed=hidden)
+        base = _torch_baselines(u, bp, h0, 256)
+        records.append({"hidden": hidden, "variant": "baselines",
+                        **{k: (v * 1e6 / 256 if isinstance(v, float) and not k.endswith("err") else v)
+                           for k, v in base.items()}})
+        print(records[-1])
+        _save(out, "final", records)
+    return records
+
+
+# -- capacity: the largest layer that stays on chip (Figures 3-4 analog), offline -----------------------
+
+#: H100 limits (cudaDeviceProp of the lent device: 64K registers, 228 KB shared memory, 2048 threads per SM)
+H100 = {"sms": 132, "regs_per_sm": 65536, "smem_per_sm": 233472, "smem_per_block": 232448, "threads_per_sm": 2048,
+        "warps_per_sm": 64, "blocks_per_sm": 32, "smem_reserved_per_block": 1024}
+
+
+def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
+    """(registers, spill + stack bytes) of one kernel compiled for sm_90 without a GPU (NUMBA_NOTES.md's recipe)."""
+    import re
+
+    import numba.cuda.cudadrv.driver as drv
+    import numba.cuda.dispatcher as dispatcher
+    from numba import types
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+
+    class _Device:
+        compute_capability = (9, 0)
+    dispatcher.get_current_device = lambda: _Device()
+    if not getattr(drv._Linker, "_verbose_patch", False):
+        orig = drv._Linker._get_linker_options
+
+        def verbose(self, ptx):
+            o = orig(self, ptx)
+            o.verbose = True
+            return o
+        drv._Linker._get_linker_options = verbose
+        drv._Linker._verbose_patch = True
+    kernel = gpu_rnn._kernel(sync, "wide", np.dtype(dtype), npt, tpr, batch, "tanh", words, **opts)
+    val = types.float16 if dtype == "float16" else types.float32
+    a1, a2, a3 = (types.Array(t, n, "C") for t, n in ((val, 1), (val, 2), (val, 3)))
+    sig = (types.Array(val, 2, "C"), types.Array(types.uint32 if opts.get("index16") else types.int16, 2, "C"),
+           a3, a1, types.Array(types.uint32, 1, "C"), a3, a3, a2, types.Array(types.int64, 1, "C"),
+           types.Array(types.int32, 1, "C")) + (types.int64,) * 5
+    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True)
+    lib._lto = True
+    lib.get_cubin(cc=(9, 0))
+    info = lib.get_linkerinfo((9, 0))
+    regs = int(re.findall(r"Used (\d+) registers", info)[-1])
+    spill = int(re.findall(r"(\d+) bytes spill stores", info)[-1])
+    stack = int(re.findall(r"(\d+) bytes stack frame", info)[-1])
+    return regs, spill + stack            # a stack frame: register arrays demoted to local memory
+
+
+def fits_on_chip(hidden, density, tpr, sync, buffers=1, batch=4, itemsize=2, limits=H100, regs_fn=None, chunk=8):
+    """Whether a layer's persistent launch is co-resident on the device: (fits, details).
+
+    The occupancy rules: registers per warp in units of 256, shared memory per
+    block (+1 KB reserved) out of the SM's, threads and warps per SM; the
+    weights must stay in registers (no spills).
+    """
+    k = max(1, round(density * hidden))
+    kpad = -(-k // tpr) * tpr
+    npt = kpad // tpr
+    per_warp = max(1, 32 // tpr)
+    rpb = -(-hidden // limits["sms"])
+    rpb = -(-rpb // per_warp) * per_warp
+    rpb = max(per_warp, min(rpb, 1024 // tpr // per_warp * per_warp))
+    threads = rpb * tpr
+    blocks = -(-hidden // rpb)
+    stride = gpu_rnn.step_stride(hidden, batch)
+    words = -(-(stride * itemsize // 4) // threads)
+    smem = gpu_rnn.shared_bytes(hidden, batch, itemsize, threads, 1, buffers) + 16
+    d = {"hidden": hidden, "density": density, "tpr": tpr, "sync": sync, "buffers": buffers, "npt": npt,
+         "threads": threads, "blocks": blocks, "smem": smem}
+    if smem > limits["smem_per_block"]:
+        return False, dict(d, why="shared memory per block")
+    opts = {"index16": True, "load": "relaxed", "chunk": chunk}
+    if sync == "barrier":
+        opts["grid_sync"] = "atomic"
+    elif buffers == 2:
+        opts["double_buffer"] = True
+    regs, spill = regs_fn(sync, npt, tpr, words, **opts)
+    d.update(regs=regs, spill=spill)
+    if spill:
+        return False, dict(d, why="registers (weights spill to local memory)")
+    warps = -(-threads // 32)
+    by_regs = limits["regs_per_sm"] // (-(-regs * 32 // 256) * 256) // warps
+    by_smem = limits["smem_per_sm"] // (smem + limits["smem_reserved_per_block"])
+    per_sm = min(by_regs, by_smem, limits["threads_per_sm"] // threads, limits["warps_per_sm"] // warps,
+                 limits["blocks_per_sm"])
+    d["blocks_per_sm"] = per_sm
+    if blocks > per_sm * limits["sms"]:
+        return False, dict(d, why="registers" if per_sm == by_regs else "shared memory")
+    return True, d
+
+
+def capacity(out=None, densities=(0.01, 0.02, 0.05, 0.1, 0.2, 0.3), tprs=(4, 8, 16, 32), step=512, hi=16384):
+    """Figures 3-4 analog: the largest layer (a multiple of ``step``) that fits per density and synchronisation.
+
+    Offline (no GPU): register counts from sm_90 compiles, shared memory and
+    occupancy from the H100's limits; the launcher's co-residency check on
+    the GPU is the ground truth it is spot-checked against.
+    """
+    cache = {}
+
+    def regs(sync, npt, tpr, words, **o):
+        key = (sync, npt, tpr, words, tuple(sorted(o.items())))
+        if key not in cache:
+            cache[key] = offline_registers(sync, npt, tpr, words, **o)
+        return cache[key]
+    records = []
+    for density in densities:
+        for sync, buffers in (("lamport", 1), ("lamport", 2), ("barrier", 1)):
+            def fits(h):
                 best = None
-                d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
-                for tpr in (8, 16):
-                    try:
-                        plan = plan_for(u, mask, config, tpr, batch=p["batch"])
-                        hs = cuda.device_array((p["steps"], p["batch"], p["hidden"]), dtype=dtype)
-                        xchg, status = plan.buffers(p["steps"])
-                        m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
-                                    warmup=2, flush_l2=False)
-                    except ValueError as e:
-                        rec[f"tpr{tpr}_error"] = str(e)[:160]
-                        continue
-                    t = m.median_s * 1e6 / p["steps"]
-                    if best is None or t < best[0]:
-                        best = (t, tpr)
-                if best is not None:
-                    rec.update(ours=config, ours_us=best[0], ours_tpr=best[1])
-                    others = [rec[k] for k in ("gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us") if k in rec]
-                    rec["speedup_vs_next_best"] = min(others) / best[0] if others else None
-                    rec["speedup_vs_gemm_graph"] = rec["gemm_graph_us"] / best[0] if "gemm_graph_us" in rec else None
-            except Exception as e:
-                rec.update(error=f"{type(e).__name__}: {e}"[:300])
+                for tpr in tprs:
+                    ok, d = fits_on_chip(h, density, tpr, sync, buffers, regs_fn=regs)
+                    if ok:
+                        return True, d
+                    best = d
+                return False, best
+            lo, high = 0, hi // step            # bisection over multiples of step (fits is monotone in H)
+            why = None
+            while lo < high:
+                mid = (lo + high + 1) // 2
+                ok, d = fits(mid * step)
+                if ok:
+                    lo, best = mid, d
+                else:
+                    high, why = mid - 1, d
+            rec = {"density": density, "sync": sync if buffers == 1 else "lamport (2 buffers, the paper's)",
+                   "largest_hidden": lo * step, "nnz": round(density * lo * step) * lo * step}
+            if lo:
+                rec.update(tpr=best["tpr"], regs=best.get("regs"), threads=best["threads"], smem=best["smem"])
+            if why:
+                rec["next_fails_on"] = why.get("why")
             records.append(rec)
-            _table([rec], list(rec))
-            _save(out, "sweep", records)
+            print(rec)
+            sys.stdout.flush()
+            _save(out, "capacity", records)
     return records
 
 
@@ -754,7 +963,8 @@ def main(argv=None):
         os.makedirs(args.out, exist_ok=True)
     for part in args.parts.split(","):
         t0 = time.time()
-        {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore}[part](args.out)
+        {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
+         "capacity": capacity, "final": final}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

@@ -122,7 +122,7 @@ _NEG0_F16 = 0x8000
 def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
-            load: str = "volatile"):
+            load: str = "volatile", chunk: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -141,7 +141,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
     ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``);
     ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
-    scope) or ``"relaxed"`` (``ld.relaxed.gpu``).
+    scope) or ``"relaxed"`` (``ld.relaxed.gpu``); ``chunk`` (> 0): a thread
+    moves its words of h ``chunk`` at a time (fewer registers for large
+    layers, one L2 round trip per chunk; no Lamport pipeline then).
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -155,6 +157,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NBUF = 2 if double_buffer and sync == "lamport" else 1
     CG_SYNC = grid_sync == "cg"
     ld_word = ld_relaxed_u32 if load == "relaxed" else ld_volatile_u32
+    CHUNKED = 0 < chunk < PF
+    CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind a grid barrier, or with two h buffers
     # (the simulator has no syncwarp: it runs the block barrier, which every thread reaches there too)
@@ -210,21 +214,22 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
     @cuda.jit(device=True, inline=True)
-    def issue_loads(xchg_words, base, pf, tid, nthreads, n_words):
-        """Load stage, first half: this thread's words of h (global, batch-interleaved) into registers.
+    def issue_loads(xchg_words, base, kb, pf, tid, nthreads, n_words):
+        """Load stage, first half: this thread's words ``kb .. kb + CHW - 1`` of h (global, batch-interleaved)
+        into registers.
 
         The loop has a constant trip count, so the loads are issued back to back.
         """
-        for k in range(PF):
-            e = tid + k * nthreads
+        for k in range(CHW):
+            e = tid + (kb + k) * nthreads
             if e < n_words:
                 pf[k] = ld_word(xchg_words, base + e)
 
     @cuda.jit(device=True, inline=True)
-    def store_words(h_words, h_u16, woff, pf, tid, nthreads, n_words, hidden):
+    def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
         """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
-        for k in range(PF):
-            e = tid + k * nthreads
+        for k in range(CHW):
+            e = tid + (kb + k) * nthreads
             if e < n_words:
                 v = pf[k]
                 if WIDE:                               # interleaved h[j * 4 + b], as in global
@@ -305,6 +310,33 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
 
     @cuda.jit(device=True, inline=True)
+    def poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit):
+        """Lamport's load stage: reload this thread's words still -0.0 until none is (or spin_limit rounds).
+
+        Each round reissues all pending loads back to back (one L2 round trip
+        per round). Returns (still pending, rounds).
+        """
+        polls = 0
+        pending = True
+        while pending and polls < spin_limit:
+            for k in range(CHW):
+                e = tid + (kb + k) * nthreads
+                if e < n_words and is_pending(pf[k]):
+                    pf[k] = ld_word(xchg_words, base + e)
+            pending = False
+            lead = 0
+            for k in range(CHW):
+                e = tid + (kb + k) * nthreads
+                if e < n_words and is_pending(pf[k]):
+                    pending = True
+                    lead = e
+            polls += 1
+            if LEAD and pending:                         # wait on one pending word alone, then a full round
+                while polls < spin_limit and is_pending(ld_word(xchg_words, base + lead)):
+                    polls += 1
+        return pending, polls
+
+    @cuda.jit(device=True, inline=True)
     def is_pending(v):
         """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
         if F16:
@@ -329,7 +361,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         w = cuda.local.array(NW, nb_dtype)
         j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
-        pf = cuda.local.array(PF, uint32)
+        pf = cuda.local.array(CHW, uint32)
         bp = cuda.local.array(NBP, nb_dtype)
         c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
@@ -339,8 +371,13 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)
-            issue_loads(xchg_words, t * n_words, pf, tid, nthreads, n_words)   # load: h_{t-1}
-            store_words(h_words, h_u16, 0, pf, tid, nthreads, n_words, hidden)
+            if CHUNKED:                                  # load: h_{t-1}, CHW words at a time
+                for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
+                    issue_loads(xchg_words, t * n_words, kb, pf, tid, nthreads, n_words)
+                    store_words(h_words, h_u16, 0, kb, pf, tid, nthreads, n_words, hidden)
+            else:                                        # load: h_{t-1}
+                issue_loads(xchg_words, t * n_words, 0, pf, tid, nthreads, n_words)
+                store_words(h_words, h_u16, 0, 0, pf, tid, nthreads, n_words, hidden)
             stamp(tr, t, 1, clock64())
             cuda.syncthreads()
             stamp(tr, t, 2, clock64())
@@ -389,42 +426,37 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         w = cuda.local.array(NW, nb_dtype)
         j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
-        pf = cuda.local.array(PF, uint32)                # this thread's words of the next input
+        pf = cuda.local.array(CHW, uint32)                # this thread's words of the next input
         bp = cuda.local.array(NBP, nb_dtype)
         c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
         load_cell(cs, c0, t_start, row, lane, active, c)
         if tid == 0:
             abort[0] = 0
-        issue_loads(xchg_words, t_start * n_words, pf, tid, nthreads, n_words)
+        if not CHUNKED:
+            issue_loads(xchg_words, t_start * n_words, 0, pf, tid, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
-            # load: poll until none of this thread's words is -0.0; each round reissues
-            # all pending loads back to back (one L2 round trip per round), bounded
-            polls = 0
-            pending = True
-            while pending and polls < spin_limit:
-                for k in range(PF):
-                    e = tid + k * nthreads
-                    if e < n_words and is_pending(pf[k]):
-                        pf[k] = ld_word(xchg_words, t * n_words + e)
+            # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
+            woff = (t % NBUF) * buf_words
+            if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
                 pending = False
-                lead = 0
-                for k in range(PF):
-                    e = tid + k * nthreads
-                    if e < n_words and is_pending(pf[k]):
-                        pending = True
-                        lead = e
-                polls += 1
-                if LEAD and pending:                     # wait on one pending word alone, then a full round
-                    while polls < spin_limit and is_pending(ld_word(xchg_words, t * n_words + lead)):
-                        polls += 1
+                polls = 0
+                for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
+                    for k in range(CHW):
+                        pf[k] = PENDING
+                    pend, rounds = poll(xchg_words, t * n_words, kb, pf, tid, nthreads, n_words, spin_limit)
+                    pending = pending or pend
+                    polls += rounds
+                    store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
+            else:
+                pending, polls = poll(xchg_words, t * n_words, 0, pf, tid, nthreads, n_words, spin_limit)
             if pending:
                 abort[0] = 1
             stamp(tr, t, 1, clock64())
-            woff = (t % NBUF) * buf_words
-            store_words(h_words, h_u16, woff, pf, tid, nthreads, n_words, hidden)
+            if not CHUNKED:
+                store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
             cuda.syncthreads()
             stamp(tr, t, 2, clock64())
             if abort[0] != 0:                            # timed out: leave together, host resumes
@@ -432,9 +464,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     cuda.atomic.max(status, 0, 1)
                 return
             if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                issue_loads(xchg_words, (t + 1) * n_words, pf, tid, nthreads, n_words)
-            else:
-                for k in range(PF):
+                issue_loads(xchg_words, (t + 1) * n_words, 0, pf, tid, nthreads, n_words)
+            elif not CHUNKED:
+                for k in range(CHW):
                     pf[k] = PENDING                      # loaded in the next load stage
             operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
             stamp(tr, t, 3, clock64())
@@ -520,7 +552,7 @@ class PersistentRNN:
     each thread holds ``npt`` pairs of each of its unit's four rows.
     Tunables (results do not depend on them): ``poll``, ``double_buffer``
     (Lamport only), ``index16`` (indices packed two per register),
-    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``; ``trace=True`` records per-stage clock64
+    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``; ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
     step's time goes; see ``TRACE_PHASES``).
     """
@@ -541,6 +573,7 @@ class PersistentRNN:
     trace: bool = False
     grid_sync: str = "cg"
     load: str = "volatile"
+    chunk: int = 0
 
     def __post_init__(self):
         lay = self.layout
@@ -575,6 +608,9 @@ class PersistentRNN:
             raise ValueError(f"scheme: sync='lamport' copies h to shared memory as it arrives, batch-interleaved, "
                              f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
         self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
+        self.chunk = check_int(self.chunk, "chunk", minimum=0)
+        if self.chunk and self.pipeline:
+            raise ValueError("chunk: the Lamport pipeline prefetches all of a thread's words; use chunk=0 with it")
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
@@ -597,7 +633,8 @@ class PersistentRNN:
         words = cdiv(self.stride * itemsize // 4, threads)
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
-                              self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load)
+                              self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
+                              min(self.chunk, words))
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))

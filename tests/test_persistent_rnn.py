@@ -77,18 +77,20 @@ def test_table1_configs_match_reference(config, problem):
 def tunables(draw):
     """(sync, options): every PersistentRNN tunable that must leave the result unchanged."""
     sync = draw(st.sampled_from(gpu_rnn.SYNCS))
-    opts = {"index16": draw(st.booleans()), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
+    opts = {"index16": draw(st.booleans()), "load": draw(st.sampled_from(gpu_rnn.LOADS)),
+            "chunk": draw(st.sampled_from([0, 1, 2]))}
     if sync == "barrier":
         opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
     else:
-        opts.update(pipeline=draw(st.booleans()), poll=draw(st.sampled_from(gpu_rnn.POLLS)),
+        opts.update(pipeline=draw(st.booleans()) and not opts["chunk"], poll=draw(st.sampled_from(gpu_rnn.POLLS)),
                     double_buffer=draw(st.booleans()))
     return sync, opts
 
 
 @given(problem=problems(batch=4), tun=tunables())
 def test_tunables_match_reference(problem, tun):
-    """16-bit packed indices, load kind, the inline grid barrier, Lamport's pipeline, poll pattern, double buffer."""
+    """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
+    poll pattern, double buffer."""
     u, bp, h0, steps, tpr, activation = problem
     sync, opts = tun
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
@@ -255,6 +257,8 @@ def test_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, poll="spin", rows_per_block=8)
     with pytest.raises(ValueError, match="grid_sync: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, sync="barrier", grid_sync="mpi", rows_per_block=8)
+    with pytest.raises(ValueError, match="chunk: the Lamport pipeline prefetches"):
+        gpu_rnn.PersistentRNN(lay, 4, chunk=2, pipeline=True, rows_per_block=8)
     with pytest.raises(TypeError, match="double_buffer: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, double_buffer=1, rows_per_block=8)
     with pytest.raises(ValueError, match="trace: this plan was built with trace=False"):

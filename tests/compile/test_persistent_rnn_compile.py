@@ -112,6 +112,18 @@ def test_relaxed_gpu_scope_loads(sync):
 
 
 @pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync", ["barrier", "lamport"])
+def test_chunked_load_stage_keeps_fewer_words(sync):
+    """chunk=2: the load stage loops over chunks of 2 words; Lamport's poll loop keeps 2 loads per round
+    (the barrier kernel's chunk loop may be partly unrolled by LLVM)."""
+    opts = {"chunk": 2} if sync == "lamport" else {"chunk": 2, "grid_sync": "atomic"}
+    ptx = _lto_ptx_opts(sync, np.float16, **opts)
+    assert ".local" not in ptx
+    loads = len(re.findall(r"ld\.volatile\.global\.u32", ptx))
+    assert loads >= 2 and (sync == "barrier" or loads < WORDS)
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
 def test_lamport_double_buffer_lead_poll_trace_compile():
     """double_buffer: the reduce stage syncs a warp (bar.warp.sync), one block barrier per step remains."""
     ptx = _lto_ptx_opts("lamport", np.float16, double_buffer=True, poll="lead", trace=True)

@@ -130,3 +130,36 @@ def test_lstm_multi_block_matches_reference(config):
     tol = ref_rnn.lstm_tolerance(u.dtype, lay.kpad, steps)
     assert np.abs(h.astype(np.float64) - want_h).max() <= tol
     assert np.abs(c.astype(np.float64) - want_c).max() <= tol
+
+
+@pytest.mark.parametrize("config, kw", [
+    ("naive", {"grid_sync": "atomic", "load": "relaxed"}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 4}),
+    ("lamport", {"load": "relaxed", "index16": True}),
+    ("lamport", {"load": "relaxed", "index16": True, "chunk": 4}),
+    ("lamport", {"double_buffer": True, "poll": "lead"}),
+])
+@pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8)])
+def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
+    """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling."""
+    steps = 40
+    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 1)
+    plan = _plan(u, mask, config, tpr, **kw)
+    assert plan.split.blocks > 1
+    a = plan(bp, h0, steps)
+    b = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+    assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("config, kw", [("lamport", {}), ("bank_aware", {"grid_sync": "atomic"})])
+def test_layer_past_48kb_of_shared_memory(config, kw):
+    """8192 units: 64 KB of h per block, launched through the opt-in attribute; chunked loads keep registers low."""
+    steps = 8
+    u, mask, bp, h0 = _problem(8192, 0.01, steps, np.float16, seed=8)
+    plan = _plan(u, mask, config, 8, load="relaxed", index16=True, chunk=8, **kw)
+    assert plan.smem > gpu_rnn.SHARED_LIMIT
+    got = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(got.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
