@@ -258,7 +258,7 @@ def sanitize_case(only: str = "all") -> None:
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
                     dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True),
                     pipelined(8, 2, 4, 16, 4, 2), pipelined(4, 3, 2, 8, 2, 1), pipelined(4, 4, 8, 32, 4, 2),
-                    pipelined(2, 2, 2, 8, 4, 1), direct(8, 2, 4, 4), direct(4, 3, 2, 2)]:
+                    direct(8, 2, 4, 4), direct(4, 3, 2, 2)]:
             if only != "all" and cfg.get("variant") not in only.split(","):
                 continue
             for prob in (p, q) if cfg.get("variant") in ("pipelined", "direct") else (p,):
@@ -325,13 +325,18 @@ def explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
     return out
 
 
+#: Tuned besides the table's problems by ``--tune-table`` (float32): data for the heuristic.
+TUNE_EXTRA = [(1024, 1024, 128, 0.60), (1024, 1024, 1024, 0.80), (512, 512, 1024, 0.60)]
+
+
 def tune_table(dtypes, *, save=lambda: None, out=None) -> list[dict]:
-    """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` problem, caching the
-    winners for ``config="auto"``; one record per configuration and problem."""
+    """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` problem (and, for
+    float32, ``TUNE_EXTRA``), caching the winners for ``config="auto"``; one record per
+    configuration and problem."""
     from sparsekit.tune import tune
     out = [] if out is None else out
     for d in dtypes:
-        for (m, k, n, s) in TABLE_PROBLEMS:
+        for (m, k, n, s) in TABLE_PROBLEMS + (TUNE_EXTRA if d == "float32" else []):
             p = Problem(m, k, n, s, d)
             winner, recs = tune(p.ell, n, repeat=10 if n > 4096 else 20)
             sol = p.sol_s()

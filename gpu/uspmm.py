@@ -428,10 +428,12 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
       per 16-byte read, ``g < cols_per_lane / vw``): each shared read of the
       tile is 32 consecutive 16-byte pieces, free of bank conflicts.
 
-    Per entry a lane reads ``cols_per_lane`` elements of the B tile
-    (``ld.shared.v4``) and does ``cols_per_lane`` multiply-adds: shared-memory
-    bandwidth caps float32 at a quarter of FP32 peak (one 4-byte read per
-    multiply-add) and float16 at half of it.
+    The tile is float32 for both dtypes (float16 ``B`` is converted while
+    staged, once per block instead of once per multiply-add). Per entry a lane
+    reads ``cols_per_lane`` floats of the tile (``ld.shared.v4``) and does
+    ``cols_per_lane`` multiply-adds: shared-memory bandwidth (128 bytes per
+    clock per SM) caps the kernel at a quarter of FP32 peak, as it caps any
+    kernel that reads one ``B`` element per multiply-add.
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies
     of ``ellval``/``ellidx``), ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b``

@@ -5,9 +5,10 @@ between USpMM and USpMM-Vec to future work (Section 4.3, "Performance Tuning
 Opportunities"). This module is that work, done by exhaustive search:
 
 * :func:`space` lists the candidate configurations for a dtype and memory
-  order: by default the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
-  USpMM-Vec), the tiled kernel's best setting, the pipelined kernel's
-  :data:`PIPELINED_SHAPES` and the direct kernel's :data:`DIRECT_SHAPES`;
+  order: by default the tiled kernel's best setting, the pipelined kernel's
+  :data:`PIPELINED_SHAPES` and the direct kernel's :data:`DIRECT_SHAPES`
+  (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
+  USpMM-Vec; column-major B);
   with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
   and grids of the other kernels' tunables. Configurations whose shared memory or block
   size the launcher would refuse are left out.
@@ -62,9 +63,10 @@ def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: 
 def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
-    Default (``full=False``): the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8),
-    the tiled kernel's best setting, :data:`PIPELINED_SHAPES` and :data:`DIRECT_SHAPES` (B
-    row-major only) -- a dozen kernels, a few seconds per problem. ``full=True``: Listing 1 over
+    Default (``full=False``): for a row-major B the tiled kernel's best setting,
+    :data:`PIPELINED_SHAPES` and :data:`DIRECT_SHAPES` (Listing 1 gathers B along its rows there
+    and lost every measured problem, experiments/results/uspmm.md); for a column-major B the
+    paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few seconds per problem. ``full=True``: Listing 1 over
     :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and the tiled, pipelined and direct kernels over
     grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
@@ -72,12 +74,11 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, pipelined_shared_bytes, tiled_shared_bytes
     itemsize = np.dtype(dtype).itemsize
     if not full:
-        out = [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1), dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
-        if order == "C":
-            out.append(dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64))
-            out += [pipelined(*shape) for shape in PIPELINED_SHAPES]
-            out += [direct(*shape) for shape in DIRECT_SHAPES]
-        return out
+        if order != "C":
+            return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
+                    dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
+        return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
+                + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES])
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:

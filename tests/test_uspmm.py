@@ -214,17 +214,18 @@ def test_rejects_non_ell(small):
 def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
     from gpu.uspmm import SHARED_LIMIT, pipelined_shared_bytes
     from sparsekit.tune import space
+
+    def listing1(configs):
+        return {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
     for dtype in KERNEL_DTYPES:
+        assert listing1(space(dtype, "F")) == {(1, 8, 1), (2, 8, 2)}
+        assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= listing1(space(dtype, full=True))
         for full in (False, True):
             configs = space(dtype, full=full)
-            l1 = {(c["nwarp"], c["vsize"], c["vecsize"]) for c in configs if c["variant"] == "listing1"}
-            assert {(1, 8, 1), (2, 8, 2)} <= l1
             assert {"tiled", "pipelined", "direct"} <= {c["variant"] for c in configs}
             assert all(pipelined_shared_bytes(c["nwarp"] * c["rows_per_warp"], c["cols_per_lane"], c["kc"])
                        <= SHARED_LIMIT for c in configs if c["variant"] == "pipelined")
-    assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= {
-        (c["nwarp"], c["vsize"], c["vecsize"]) for c in space(np.float32, full=True) if c["variant"] == "listing1"}
-    assert all(c["variant"] == "listing1" for c in space(np.float32, "F"))
+    assert all(c["variant"] == "listing1" for c in space(np.float32, "F", full=True))
 
 
 def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
