@@ -147,13 +147,14 @@ def training(ctx: Context) -> list[dict]:
 def _kernel_correct(ctx: Context) -> list[dict]:
     """The GPU kernel (or its simulation) equals the reference on a small matrix.
 
-    Every mask, except in quick mode on a GPU: the greedy kernels only (the optimal
-    ones take minutes to compile; the full mode and the GPU tests check them).
+    Every mask, except in quick mode on a GPU: the greedy kernel with index ties only,
+    the one the quick timing compiles anyway (the others take 14 s to minutes to
+    compile; the full mode and the GPU tests check them).
     """
     from gpu import sparsify24 as gpu
     w = _weight(np.random.default_rng(ctx.seed + 1), "normal", (64, 64))
     out = []
-    for method, ties in [m for m in MASKS if not (ctx.quick and ctx.on_gpu and m[0] != "greedy")]:
+    for method, ties in [m for m in MASKS if not (ctx.quick and ctx.on_gpu and m != ("greedy", "index"))]:
         got, want = gpu.sparsify24(w, method=method, ties=ties), ref.sparsify24(w, method=method, ties=ties)
         ok = all(np.array_equal(getattr(got, f).view(np.uint8), getattr(want, f).view(np.uint8))
                  for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
@@ -200,13 +201,13 @@ def run(ctx: Context) -> Section:
         from experiments.bench_sparsify24 import OURS, QUICK, bench_shape
         from sparsekit import device
         bw = device.measured_bandwidth()
-        # quick: the greedy kernels only (seconds to compile); full: every mask, default blocks
+        # quick: the greedy kernel (seconds to compile); full: every mask, default blocks
         provs = {k: v for k, v in OURS.items()
                  if (k in QUICK if ctx.quick else "thread blocks" not in k)}
         tables.append(Table("Device time at the post's shape (fp16, 4096x1024)",
                             bench_shape(4096, 1024, provs, copy_bw=bw), "sparsify24_time.csv"))
-        text += (" Quick mode on a GPU compiles and times the greedy kernels only (the optimal ones "
-                 "take minutes to compile); the full mode times every mask.")
+        text += (" Quick mode on a GPU compiles and times the greedy kernel with index ties only (the "
+                 "others take 14 s to minutes to compile); the full mode times every mask.")
     else:
         text += " Timings need a GPU (simulated time says nothing); see experiments/results/sparsify24.md."
     return Section("2:4 tile sparsifier: greedy against optimal masks", text=text, tables=tables,

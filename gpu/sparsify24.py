@@ -6,36 +6,51 @@ packed values, same metadata bits, for ``method`` "greedy" with ``ties``
 training post (../shared/papers/semi-structured-24-training.txt, sections 2-4):
 
 * **Tiling (post, "Kernel tiling for efficient memory-IO")**: each thread owns
-  an 8x8 block of ``w``, four 4x4 tiles A B / C D. A warp is 4 thread-rows x
-  8 thread-columns, so each of its row loads covers 4 rows x 64 contiguous
-  columns (128 bytes per row in fp16). Values are read as 64-bit words
-  (4 fp16 or 2 fp32 per load) and kept as integer bit patterns.
+  an 8x8 block of ``w``, four 4x4 tiles A B / C D, in two halves (A B, then
+  C D; a loop kept rolled, which halves the code and the compile time). A
+  warp is 4 thread-rows x 8 thread-columns, so each of its row loads covers
+  4 rows x 64 contiguous columns (128 bytes per row in fp16).
+* **fp16: 32-bit words** (the post's kernel works on registers of 32 bits;
+  Numba would widen every integer operation to 64): a row of a half is read
+  with one 128-bit load (:func:`gpu.vector_loads.load4`, 8 fp16 as 4 words),
+  every integer step is wrapped in ``np.uint32`` so LLVM keeps it 32-bit, and
+  variable shifts and the fp16 lane shuffles go through three intrinsics
+  (``shr32``, ``shl32``, ``prmt``: PTX's byte permute). Packed W and packed
+  W^T are written as 64-bit words (4 fp16), the tile masks as 32-bit words.
+  Compile checks: under 7% of the PTX is 64-bit integer work (addressing),
+  64 registers, no spills. **fp32** keeps the first design: keys need 35
+  bits, so 64-bit integers, 64-bit loads, 32-bit stores.
 * **Sorting without divergence (post, section 3)**: the 16 keys of a tile are
-  ``(|w| bits) << 4 | position`` and are sorted by a comparator network
-  generated as straight-line code (:mod:`sparsekit.sorting_networks`), so
-  they stay in registers and every comparator is a select: Green's 60-comparator
-  network for ``ties="index"`` (keys distinct: the low bits are
-  ``15 - position``), PyTorch's Bose-Nelson network with swap-on-equal for
-  ``ties="torch"``. The greedy pass counts kept values per row and column in
-  2-bit fields of two integers, as PyTorch's kernel does.
+  sorted by a comparator network generated as straight-line code
+  (:mod:`sparsekit.sorting_networks`), so they stay in registers and every
+  comparator is a select or a min/max: Green's 60-comparator network for
+  ``ties="index"`` (keys distinct), PyTorch's Bose-Nelson network with
+  swap-on-equal for ``ties="torch"``. fp16 keys are 27 bits: ``|w|`` above a
+  byte holding the row and column one-hot (its order among equal ``|w|`` is
+  the tie order) above the position; the greedy pass tests and counts rows
+  and columns with two masks of that byte ("holds >= 1", "holds 2"): three
+  logic operations and two selects per step, no variable shift but the
+  mask bit's. fp32 keys are ``|w| bits << 4 | position`` with 2-bit counters.
 * **Optimal mask**: every candidate (186 maximal masks for "optimal", the 90
   full ones for "optimal_full") is scored from 24 row-pair sums and the 16
   magnitudes (3 float32 adds and two selects each), straight-line, first
   maximum wins.
-* **Writing (post, section 4)**: packed W and packed W^T are written from
-  registers; the metadata nibbles go to shared memory and, after one
-  ``syncthreads``, every thread writes two 32-bit words of each metadata
-  array, consecutive threads consecutive words (the post shuffles inside a
-  warp instead; shuffles do not run in the CUDA simulator, shared memory does).
-  A block is 8 x ``row_threads`` threads = ``8 * row_threads`` rows x 64 columns
-  (tunable, default 16), whole 32x32 metadata blocks.
+* **Writing (post, section 4)**: fp16 dropped lanes are zeroed once per tile,
+  so both packers (W's rows, W^T's columns: one ``prmt`` per column pair)
+  read 0 in a filler slot; one ``prmt`` picks a row group's two values. The
+  metadata nibbles go to shared memory and, after one ``syncthreads``, every
+  thread writes two 32-bit words of each metadata array, consecutive threads
+  consecutive words (the post shuffles inside a warp instead; shuffles do not
+  run in the CUDA simulator, shared memory does). A block is 8 x
+  ``row_threads`` threads = ``8 * row_threads`` rows x 64 columns (tunable,
+  default 16), whole 32x32 metadata blocks.
 
-Measured on the H100 (experiments/results/sparsify24.md): masks, packed W and
-packed W^T identical to ``torch._sparse_semi_structured_tile`` with
-``ties="torch"`` at 128^2..8192^2; compute-sanitizer clean; the greedy kernel
-takes 1.2x PyTorch's time (28.6 vs 23.5 us at 4096x1024), the 90-candidate
-optimal_full kernel 0.89-0.95x: the greedy pass is instruction-bound on the
-64-bit integers Numba computes with.
+Measured on the H100 (experiments/results/sparsify24.md): the 32-bit fp16
+greedy kernel took 15.2 us at 4096x1024 against 23.4 us for
+``torch._sparse_semi_structured_tile`` (0.65x; 17.0 us with ``ties="torch"``),
+(the first, 64-bit design: 28.6 us); on the GPU the new kernels equal the
+reference bit for bit at 160x96 under compute-sanitizer (clean). Masks, packed W and packed W^T of the reference with
+``ties="torch"`` equal PyTorch's at 128^2..8192^2 (the first design's run).
 
 Non-finite input is reported through a flag word the launcher reads back
 (``check_finite=True``), so device arrays get the same error as NumPy ones.

@@ -17,6 +17,11 @@ of 64, K of 32)
   four 16-row blocks (a 64-row band) at a time, then along the columns, then
   to the next band: block ``(R, G)`` is number ``(R // 4) * 4 * (K/32) + 4 G + R % 4``.
 
+The H100 buffers recorded are of full patterns (every row group keeps 2). A
+group keeping one value has a filler slot; here it is ours (the reference
+module's rule, value 0), which makes a valid buffer of the same matrix but
+not necessarily the bytes ``_cslt_compress`` would choose for it.
+
 PyTorch's own tile sparsifier (``_sparse_semi_structured_tile(...,
 use_cutlass=False)``) writes a different metadata order on this machine (the
 one reverse-engineered for cuSPARSELt on sm_80), so only the compress layout

@@ -24,7 +24,8 @@ both buffers from our kernel's outputs: one small kernel reorders the
 metadata (:func:`gpu.sparse24_cusparselt.cusparselt_meta`) and a concatenation
 puts it after the values, no compression pass. ``pack="compress"`` is the
 cross-check: expand our tile masks to the pruned ``W`` and compress ``W`` and
-``W^T`` with cuSPARSELt (the same bytes, slower).
+``W^T`` with cuSPARSELt (the same matrices; the same bytes where every row group
+keeps 2, e.g. ``method="optimal_full"``; slower).
 """
 from __future__ import annotations
 
