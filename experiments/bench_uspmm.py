@@ -199,7 +199,7 @@ def check_real_shapes(dtype) -> list[dict]:
     from gpu.uspmm import uspmm, uspmm_linear
     from numba import cuda
 
-    from sparsekit.tune import direct, pipelined
+    from sparsekit.tune import dense_tile, direct, pipelined
     out = []
     configs = dict(our_providers(dtype))
     configs = {k: v for k, v in configs.items() if isinstance(v, dict) and "layout" not in v}
@@ -207,6 +207,7 @@ def check_real_shapes(dtype) -> list[dict]:
     configs["tiled narrow"] = dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=4 if half else 2, kc=64)
     configs["pipelined wide"] = pipelined(8, 2, 8, 16, 2, 2)
     configs["direct"] = direct(8, 2, 4, 4)
+    configs["dense tile"] = dense_tile(4, 8, 8, 16, 2)
     for (m, k, n, s) in [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6), (4096, 4096, 1024, 0.9), (97, 130, 33, 0.3)]:
         p = Problem(m, k, n, s, dtype)
         for name, cfg in configs.items():
@@ -246,11 +247,11 @@ def check_spmm_baselines(dtype) -> list[dict]:
 
 def sanitize_case(only: str = "all") -> None:
     """Each kernel once on small odd shapes (for compute-sanitizer memcheck/racecheck);
-    ``only="pipelined,direct"``: those variants alone."""
+    ``only="pipelined,direct,dense_tile"``: those variants alone."""
     from gpu import spmm as gs
     from gpu.uspmm import uspmm, uspmm_linear
     from sparsekit.formats import COO, CSR, BlockedELL
-    from sparsekit.tune import direct, pipelined
+    from sparsekit.tune import dense_tile, direct, pipelined
     for dtype in (np.float32, np.float16):
         p = Problem(77, 45, 37, 0.6, dtype)
         q = Problem(70, 300, 136, 0.7, dtype)        # several K chunks, both buffers, a partial column tile
@@ -258,10 +259,10 @@ def sanitize_case(only: str = "all") -> None:
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
                     dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True),
                     pipelined(8, 2, 4, 16, 4, 2), pipelined(4, 3, 2, 8, 2, 1), pipelined(4, 4, 8, 32, 4, 2),
-                    direct(8, 2, 4, 4), direct(4, 3, 2, 2)]:
+                    direct(8, 2, 4, 4), direct(4, 3, 2, 2), dense_tile(4, 8, 4, 16, 2), dense_tile(8, 4, 2, 8, 1)]:
             if only != "all" and cfg.get("variant") not in only.split(","):
                 continue
-            for prob in (p, q) if cfg.get("variant") in ("pipelined", "direct") else (p,):
+            for prob in (p, q) if cfg.get("variant") in ("pipelined", "direct", "dense_tile") else (p,):
                 assert prob.correct(uspmm(prob.dell, prob.b, **cfg).copy_to_host()), cfg
         if only != "all":
             continue
@@ -372,7 +373,7 @@ def main(argv=None) -> int:
     ap.add_argument("--explore", action="store_true", help="pipelined settings on EXPLORE_PROBLEMS (for the heuristic)")
     ap.add_argument("--tune-table", action="store_true", help="tune every --table problem first (auto then uses it)")
     ap.add_argument("--sanitize", nargs="?", const="all", help="each kernel once, tiny (for compute-sanitizer); "
-                    "--sanitize pipelined,direct: those variants only")
+                    "--sanitize pipelined,direct,dense_tile: those variants only")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
                     help="dtype(s) (default: both)")
     ap.add_argument("--out", help="folder for the JSON records")

@@ -63,7 +63,7 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SI
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled", "pipelined", "direct")
+VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
@@ -698,6 +698,162 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
 
 
 # ---------------------------------------------------------------------------
+# Densified-tile kernel (past the paper: a loaded B element reused across rows)
+# ---------------------------------------------------------------------------
+
+def dense_tile_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int) -> int:
+    """Shared memory of one dense-tile block: two buffers of a ``kc x NT`` float32 tile of B and a
+    ``kc x R`` float32 tile of A^T."""
+    return 2 * kc * (WARP_SIZE * cols_per_lane + rows_per_block) * _F32
+
+
+@functools.cache
+def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool,
+                       min_blocks: int = 1):
+    """USpMM on densified tiles of A (``variant="dense_tile"``), ``b``/``c`` C-ordered.
+
+    The kernels above read one ``B`` element per multiply-add, which caps them at a quarter of
+    FP32 peak (shared-memory bandwidth). Here a lane keeps a ``rows_per_warp x cols_per_lane``
+    tile of ``C`` and, for each ``k`` of a K chunk, reads ``cols_per_lane`` elements of row ``k``
+    of the B tile and the ``rows_per_warp`` values ``A[rows, k]`` (two shared vector reads each)
+    and does ``rows_per_warp * cols_per_lane`` multiply-adds: every B element feeds
+    ``rows_per_warp`` of them. The price: the tile of A is dense, its zeros multiplied too (the
+    stored entries scattered into ``A^T``, ``K x M`` float32, built once per matrix), so only a
+    fraction ``K'/K`` of the multiply-adds count: it wins where the density ``K'/K`` is above what
+    the sparse kernels' quarter-of-peak ceiling gives up. Staging is the pipelined kernel's
+    (two buffers, the next chunk's loads in flight during the multiply, one barrier a chunk).
+
+    Arguments, grouped: arrays ``at`` (``K x M`` float32, A transposed and densified), ``b``
+    (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``; ``vec_ok`` (rows of ``b``
+    start on 16-byte boundaries).
+    """
+    nt = WARP_SIZE * cols_per_lane
+    nthreads = numwarps * WARP_SIZE
+    rows_per_block = numwarps * rows_per_warp
+    in_type = float16 if half else float32
+    nvec = cols_per_lane // 4                        # 16-byte shared reads of the B tile per k
+    gstride = WARP_SIZE * 4
+    ra = rows_per_warp // 4                          # 16-byte shared reads of A^T per k
+    b_size = kc * nt
+    a_size = kc * rows_per_block
+    bw = 8 if half else 4                            # elements per 16-byte global read of B
+    bload = {4: load4, 8: load8}[bw]
+    nb = -(-b_size // (nthreads * bw))               # 16-byte reads of B per thread per chunk
+    na = -(-a_size // (nthreads * 4))                # 4-float pieces of A^T per thread per chunk
+    two_b, two_a = 2 * b_size, 2 * a_size
+    set4 = _set_group()
+
+    @cuda.jit(device=True, inline=True)
+    def load_chunk(q, t, at, b, m, n, k, interior, row0, col0, breg, areg):
+        """Chunk ``q`` (the B tile and the ``kc x R`` tile of A^T) into this thread's registers."""
+        k0 = q * kc
+        zero = in_type(0.0)
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            gk = k0 + e // nt
+            gc = col0 + e % nt
+            if interior and e < b_size and gk < k:
+                v = bload(b, gk * n + gc)                                # ld.global.v4
+                for j in range(bw):
+                    breg[i, j] = float32(v[j])
+            elif interior:
+                for j in range(bw):
+                    breg[i, j] = 0.0
+            else:
+                for j in range(bw):
+                    breg[i, j] = float32(b[gk * n + gc + j] if e < b_size and gk < k and gc + j < n else zero)
+        for i in range(na):                                              # A^T rows: consecutive rows of A
+            e = (t + i * nthreads) * 4
+            gk = k0 + e // rows_per_block
+            r = row0 + e % rows_per_block
+            for j in range(4):
+                areg[i, j] = at[gk, r + j] if e < a_size and gk < k and r + j < m else float32(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def store_chunk(p, t, breg, areg, sh_b, sh_a):
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            if e < b_size:
+                store4(sh_b, p * b_size + e, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))  # st.shared.v4
+                if half:
+                    store4(sh_b, p * b_size + e + 4, (breg[i, 4], breg[i, 5], breg[i, 6], breg[i, 7]))
+        for i in range(na):
+            e = (t + i * nthreads) * 4
+            if e < a_size:
+                store4(sh_a, p * a_size + e, (areg[i, 0], areg[i, 1], areg[i, 2], areg[i, 3]))
+
+    @cuda.jit(device=True, inline=True)
+    def outer(acc, av, bv, sh_a, sh_b, ab, bb):
+        """``acc += A[rows, k] (x) B[k, lane's columns]``: the two operands read with 16-byte
+        shared reads (A's broadcast to the warp), ``rows_per_warp * cols_per_lane`` multiply-adds."""
+        for g in range(nvec):
+            set4(bv, g * 4, load4(sh_b, bb + g * gstride))               # ld.shared.v4: B[k, lane's cols]
+        for g in range(ra):
+            set4(av, g * 4, load4(sh_a, ab + g * 4))                     # ld.shared.v4 (broadcast): A[rows, k]
+        for r in range(rows_per_warp):
+            for x in range(cols_per_lane):
+                acc[r, x] += av[r] * bv[x]
+
+    @cuda.jit
+    def kernel(at, b, c, m, n, k, vec_ok):
+        t = cuda.threadIdx.x
+        lane = t % WARP_SIZE
+        row0 = cuda.blockIdx.x * rows_per_block
+        warp_rb0 = (t // WARP_SIZE) * rows_per_warp
+        col0 = cuda.blockIdx.y * nt
+        interior = vec_ok and col0 + nt <= n
+        nchunks = (k + kc - 1) // kc
+        sh_b = cuda.shared.array(two_b, float32, alignment=SMEM_ALIGN)
+        sh_a = cuda.shared.array(two_a, float32, alignment=SMEM_ALIGN)
+        breg = cuda.local.array((nb, bw), float32)
+        areg = cuda.local.array((na, 4), float32)
+        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
+        av = cuda.local.array(rows_per_warp, float32)
+        bv = cuda.local.array(cols_per_lane, float32)
+        for r in range(rows_per_warp):
+            for x in range(cols_per_lane):
+                acc[r, x] = 0.0
+        load_chunk(0, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+        store_chunk(0, t, breg, areg, sh_b, sh_a)
+        cuda.syncthreads()
+        for j in range(nchunks):
+            p = j % 2
+            if j + 1 < nchunks:                                          # next chunk's loads in flight
+                load_chunk(j + 1, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+            bb = p * b_size + lane * 4
+            ab = p * a_size + warp_rb0
+            for kk in range(0, kc, 2):                                   # outer products, two k a step
+                outer(acc, av, bv, sh_a, sh_b, ab + kk * rows_per_block, bb + kk * nt)
+                outer(acc, av, bv, sh_a, sh_b, ab + (kk + 1) * rows_per_block, bb + (kk + 1) * nt)
+            if j + 1 < nchunks:
+                store_chunk(1 - p, t, breg, areg, sh_b, sh_a)
+            cuda.syncthreads()
+        for r in range(rows_per_warp):
+            row = row0 + warp_rb0 + r
+            for g in range(nvec):
+                for x in range(4):
+                    col = col0 + g * gstride + lane * 4 + x
+                    if row < m and col < n:
+                        c[row, col] = acc[r, g * 4 + x]
+
+    if cuda_config.ENABLE_CUDASIM:
+        return kernel
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
+
+
+def _set_group():
+    """``set4(dst, o, v)``: ``dst[o : o + 4] = v`` for a 4-tuple, written out (no tuple index at
+    run time)."""
+    @cuda.jit(device=True, inline=True)
+    def set4(dst, o, v):
+        dst[o] = v[0]
+        dst[o + 1] = v[1]
+        dst[o + 2] = v[2]
+        dst[o + 3] = v[3]
+    return set4
+
+
+# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -732,6 +888,18 @@ class DeviceELL(DeviceMatrix):
         which reads a row's entries together); copied once."""
         return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
                                             np.ascontiguousarray(self.host.indices)))
+
+
+    def dense_t(self):
+        """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
+        kernel, which reads the block's rows of one ``k`` together); built once."""
+        def build():
+            m, k = self.shape
+            at = np.zeros((k, m), dtype=np.float32)
+            rows = np.broadcast_to(np.arange(m)[:, None], self.host.indices.shape)
+            at[self.host.indices, rows] = self.host.values
+            return at
+        return self.cached("dense_t", build)
 
 
 def prepare(ell) -> DeviceELL:
@@ -869,6 +1037,32 @@ def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, un
                                     vec_ok), "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, min_blocks):
+    m, n = c.shape
+    k = dell.shape[1]
+    half = dell.dtype == np.float16
+    if order != "C":
+        raise ValueError("b: variant 'dense_tile' needs a C-ordered (row-major) b; use variant 'listing1' "
+                         "for the column-major layout of Eq. 2")
+    if cols_per_lane not in (4, 8) or rows_per_warp not in (4, 8):
+        raise ValueError(f"cols_per_lane, rows_per_warp: must be 4 or 8 each (16-byte shared reads), "
+                         f"got {cols_per_lane}, {rows_per_warp}")
+    check_divisible(kc, 2, "kc")
+    threads = WARP_SIZE * nwarp
+    if threads > 1024:
+        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
+    shared = dense_tile_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc)
+    if shared > SHARED_LIMIT:
+        raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: two buffers of the B and A tiles need "
+                         f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
+    bw = 16 // dell.dtype.itemsize
+    vec_ok = n % bw == 0 and aligned(bdev, bw)
+    kernel = _dense_tile_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), min_blocks)
+    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
+    _launch(kernel, grid, threads, (dell.dense_t(), bdev.reshape(k * n), c, m, n, k, vec_ok),
+            "nwarp, rows_per_warp, cols_per_lane")
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
          rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
@@ -892,6 +1086,9 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         elif variant == "pipelined":
             _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll,
                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+        elif variant == "dense_tile":
+            _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll)
     return c

@@ -6,8 +6,8 @@ Opportunities"). This module is that work, done by exhaustive search:
 
 * :func:`space` lists the candidate configurations for a dtype and memory
   order: by default the tiled kernel's best setting, the pipelined kernel's
-  :data:`PIPELINED_SHAPES` and the direct kernel's :data:`DIRECT_SHAPES`
-  (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
+  :data:`PIPELINED_SHAPES`, the direct kernel's :data:`DIRECT_SHAPES` and the
+  dense-tile kernel's :data:`DENSE_TILE_SHAPES` (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8)
   USpMM-Vec; column-major B);
   with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
   and grids of the other kernels' tunables. Configurations whose shared memory or block
@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "pipelined", "direct", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "pipelined", "direct",
+           "dense_tile", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -41,8 +42,17 @@ LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
 #: The pipelined kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, kc,
 #: unroll, min_blocks): 128- and 256-column tiles of 8 to 32 rows (the shapes that won or came
 #: close on the H100, experiments/results/uspmm.md; the full grid is ``space(..., full=True)``).
-PIPELINED_SHAPES = ((4, 4, 8, 32, 4, 2), (4, 4, 8, 32, 2, 2), (4, 2, 8, 32, 4, 2), (4, 1, 8, 32, 4, 2),
-                    (8, 2, 8, 16, 4, 2), (8, 2, 8, 16, 2, 2), (8, 1, 8, 16, 2, 2))
+PIPELINED_SHAPES = ((4, 4, 8, 32, 4, 2), (4, 2, 8, 32, 4, 2), (4, 1, 8, 32, 4, 2), (8, 2, 8, 16, 2, 2),
+                    (8, 1, 8, 16, 2, 2))
+#: The dense-tile kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, kc,
+#: min_blocks): 32 or 64 rows x 128 or 256 columns a block.
+DENSE_TILE_SHAPES = ((4, 8, 8, 16, 2), (4, 8, 4, 16, 2), (4, 4, 8, 16, 2), (8, 4, 8, 16, 1))
+
+
+def dense_tile(cpl: int, rpw: int, nwarp: int, kc: int, min_blocks: int) -> dict:
+    """The tunables of one dense-tile setting (the order of :data:`DENSE_TILE_SHAPES`)."""
+    return dict(variant="dense_tile", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc,
+                min_blocks=min_blocks)
 
 
 #: The direct kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, unroll).
@@ -64,21 +74,23 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
     Default (``full=False``): for a row-major B the tiled kernel's best setting,
-    :data:`PIPELINED_SHAPES` and :data:`DIRECT_SHAPES` (Listing 1 gathers B along its rows there
-    and lost every measured problem, experiments/results/uspmm.md); for a column-major B the
-    paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few seconds per problem. ``full=True``: Listing 1 over
-    :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and the tiled, pipelined and direct kernels over
-    grids of their tunables.
+    :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES` and :data:`DENSE_TILE_SHAPES` (Listing 1
+    gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
+    for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
+    seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
+    and the tiled, pipelined, direct and dense-tile kernels over grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
     """
-    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, pipelined_shared_bytes, tiled_shared_bytes
+    from gpu.uspmm import (SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes,
+                           tiled_shared_bytes)
     itemsize = np.dtype(dtype).itemsize
     if not full:
         if order != "C":
             return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
                     dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
         return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
-                + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES])
+                + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
+                + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES])
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -93,6 +105,9 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
                 out.append(pipelined(cpl, rpw, 8, kc, unroll, 2))
         for cpl, rpw, nwarp, unroll in itertools.product((4, 8), (1, 2, 4), (4, 8), (2, 4)):
             out.append(direct(cpl, rpw, nwarp, unroll))
+        for cpl, rpw, nwarp, kc in itertools.product((4, 8), (4, 8), (4, 8), (8, 16)):
+            if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
+                out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
     return out
 
 
@@ -144,7 +159,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     """The configuration used when the cache has no entry.
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's
-    USpMM setting (NWarp, VSize) = (1, 8). Otherwise the pipelined kernel with
+    USpMM setting (NWarp, VSize) = (1, 8). Density ``K'/K >= 0.35``: the
+    dense-tile kernel (32 x 128 tiles). Otherwise the pipelined kernel with
     128-column tiles, K chunks of 32 and 8 warps; rows per block ``R`` chosen
     so that the grid has about two blocks per SM (``sms``; the H100 has 132):
     ``R = 2^round(log2(M * column_tiles / (2 * sms)))`` clamped to [8, 32]
@@ -155,6 +171,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     """
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
+    if kprime >= 0.35 * k:
+        return dense_tile(4, 8, 4, 16, 2)
     col_tiles = -(-n // 128)
     want = max(m * col_tiles / (2 * sms), 1.0)
     rows = int(min(32, max(8, 2 ** round(math.log2(want)))))

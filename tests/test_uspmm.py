@@ -48,6 +48,10 @@ DIRECT = {
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 
+DENSE_TILE = st.fixed_dictionaries({"variant": st.just("dense_tile"), "nwarp": st.integers(1, 2),
+                                    "rows_per_warp": st.sampled_from([4, 8]), "cols_per_lane": st.sampled_from([4, 8]),
+                                    "kc": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 2)})
+
 
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
@@ -87,6 +91,13 @@ def test_direct_matches_reference(data, dtype):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_dense_tile_matches_reference(data, dtype):
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=18))
+    b = data.draw(rhs_for(ell, max_n=9))
+    check_against_reference(ell, b, data.draw(DENSE_TILE))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_linear_layout_matches_reference(data, dtype):
     """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
@@ -109,7 +120,8 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
                                       dict(variant="tiled", rows_per_warp=2, cols_per_lane=2, kc=8, batch=True),
                                       dict(variant="pipelined", nwarp=2, rows_per_warp=2, cols_per_lane=2, kc=4,
                                            unroll=4),
-                                      dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4)])
+                                      dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4),
+                                      dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -158,7 +170,7 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct"])
+@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile"])
 def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
@@ -195,6 +207,9 @@ def test_rejects_index_past_k(small):
     (dict(variant="pipelined", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(variant="direct", unroll=8), "unroll: must be 2 or 4"),
     (dict(variant="direct", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
+    (dict(variant="dense_tile", rows_per_warp=3), "cols_per_lane, rows_per_warp: must be 4 or 8 each"),
+    (dict(variant="dense_tile", kc=15), "kc: must be divisible by 2, got 15"),
+    (dict(variant="dense_tile", kc=64, cols_per_lane=8, nwarp=8), r"B and A tiles need 147456 bytes"),
     (dict(nwarp=0), "nwarp: must be >= 1"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
@@ -222,7 +237,7 @@ def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
         assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= listing1(space(dtype, full=True))
         for full in (False, True):
             configs = space(dtype, full=full)
-            assert {"tiled", "pipelined", "direct"} <= {c["variant"] for c in configs}
+            assert {"tiled", "pipelined", "direct", "dense_tile"} <= {c["variant"] for c in configs}
             assert all(pipelined_shared_bytes(c["nwarp"] * c["rows_per_warp"], c["cols_per_lane"], c["kc"])
                        <= SHARED_LIMIT for c in configs if c["variant"] == "pipelined")
     assert all(c["variant"] == "listing1" for c in space(np.float32, "F", full=True))
@@ -245,9 +260,10 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
 
 
 def test_heuristic_sizes_the_grid():
-    from sparsekit.tune import heuristic, pipelined
-    assert heuristic(1024, 1024, 1024, 410, np.float32, "C") == pipelined(4, 4, 8, 32, 4, 2)
-    assert heuristic(1024, 1024, 128, 410, np.float16, "C")["rows_per_warp"] == 1
+    from sparsekit.tune import dense_tile, heuristic, pipelined
+    assert heuristic(1024, 1024, 1024, 410, np.float32, "C") == dense_tile(4, 8, 4, 16, 2)
+    assert heuristic(1024, 1024, 1024, 300, np.float32, "C") == pipelined(4, 4, 8, 32, 4, 2)
+    assert heuristic(1024, 1024, 128, 300, np.float16, "C")["rows_per_warp"] == 1
     assert heuristic(1024, 1024, 1024, 51, np.float32, "C")["unroll"] == 2
     assert heuristic(1024, 1024, 1024, 410, np.float32, "F")["variant"] == "listing1"
 

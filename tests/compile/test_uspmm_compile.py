@@ -114,3 +114,17 @@ def test_direct_compiles_with_vector_loads(cc, dtype, index, cpl):
     assert "ld.global.v4" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert "bar.sync" not in ptx
+
+
+@pytest.mark.parametrize("cc", CCS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_dense_tile_compiles_to_register_outer_products(cc, dtype):
+    """Per k: one ``ld.shared.v4`` of B and two (broadcast) of A^T feed 32 multiply-adds whose
+    accumulators stay in registers."""
+    kernel = gu._dense_tile_kernel(4, 8, 8, 16, dtype == "float16", 2)
+    args = [types.Array(types.float32, 2, "C"), types.Array(VALUE_TYPES[dtype], 1, "C"),
+            types.Array(VALUE_TYPES[dtype], 2, "C"), types.int64, types.int64, types.int64, types.boolean]
+    ptx = lto_ptx(kernel, args, cc)
+    assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+    assert ptx.count("fma.rn.f32") >= 64                           # two k a step, 8 x 4 each

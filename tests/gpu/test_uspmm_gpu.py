@@ -19,6 +19,8 @@ CONFIGS = [
     dict(variant="pipelined", nwarp=4, rows_per_warp=3, cols_per_lane=4, kc=8, unroll=4),
     dict(variant="direct", nwarp=4, rows_per_warp=2, cols_per_lane=8, unroll=4),
     dict(variant="direct", nwarp=2, rows_per_warp=3, cols_per_lane=4, unroll=2),
+    dict(variant="dense_tile", nwarp=8, rows_per_warp=8, cols_per_lane=4, kc=16, min_blocks=2),
+    dict(variant="dense_tile", nwarp=8, rows_per_warp=4, cols_per_lane=8, kc=16),
 ]
 
 
