@@ -150,6 +150,16 @@ def time_vitl(results) -> None:
         lambda: torch._cslt_sparse_mm(wc, x.t(), transpose_result=True), **rep))
     s_dx = _rec(results, "2:4 dx (cuSPARSELt, W^T)", measure(
         lambda: torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True), **rep))
+    try:   # cuSPARSELt's own algorithm search (PyTorch's default alg_id is 0)
+        alg = torch._cslt_sparse_mm_search(wc, x.t())
+        results["cslt_search_alg_id_fwd"] = alg
+        s_fwd = min(s_fwd, _rec(results, f"2:4 fwd (cuSPARSELt, searched alg_id {alg})", measure(
+            lambda: torch._cslt_sparse_mm(wc, x.t(), transpose_result=True, alg_id=alg), **rep)))
+        alg_t = torch._cslt_sparse_mm_search(wtc, dy.t())
+        s_dx = min(s_dx, _rec(results, f"2:4 dx (cuSPARSELt, searched alg_id {alg_t})", measure(
+            lambda: torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True, alg_id=alg_t), **rep)))
+    except (RuntimeError, TypeError, AttributeError) as e:
+        log(f"  cuSPARSELt algorithm search unavailable: {type(e).__name__}: {e}")
     results["budget_us"] = dict(fwd=d_fwd - s_fwd, dx=d_dx - s_dx, total=d_fwd + d_dx - s_fwd - s_dx)
     log(f"  budget (dense - sparse, fwd + dx): {results['budget_us']}")
     # sparsifiers at W's shape
