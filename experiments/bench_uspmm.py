@@ -371,7 +371,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", action="store_true", help="every tunable configuration on the sweep problems")
     ap.add_argument("--sweep-first", action="store_true", help="sweep only the first sweep problem (1024^3, 60%%)")
     ap.add_argument("--explore", action="store_true", help="pipelined settings on EXPLORE_PROBLEMS (for the heuristic)")
-    ap.add_argument("--tune-table", action="store_true", help="tune every --table problem first (auto then uses it)")
+    ap.add_argument("--tune-table", nargs="?", const="float32", metavar="DTYPES",
+                    help="tune every --table problem first, for these comma-separated dtypes (default float32); "
+                         "auto then uses the winners")
     ap.add_argument("--sanitize", nargs="?", const="all", help="each kernel once, tiny (for compute-sanitizer); "
                     "--sanitize pipelined,direct,dense_tile: those variants only")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
@@ -407,7 +409,7 @@ def main(argv=None) -> int:
             sweep(probs, d, out=recs, save=save)
     if args.tune_table:
         recs = results["tune_table"] = []
-        tune_table(dtypes, save=save, out=recs)
+        tune_table(args.tune_table.split(","), save=save, out=recs)
     if args.explore:
         recs = results["explore"] = []
         explore(dtypes, save=save, out=recs)
