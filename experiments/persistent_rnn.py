@@ -16,12 +16,24 @@ Three parts:
    does the measuring).
 3. **Figure 2 analog** (GPU, not quick): density, layer size, batch and
    timesteps varied around layer 1792; plotted with the baselines.
+4. **Recorded H100 results** (any backend, from
+   ``experiments/results/persistent_rnn_h100.json``): the Figure 2 points of the
+   last GPU run, the Figures 3-4 analog (the largest layer that stays on chip
+   per density, Lamport vs grid barrier, from sm_90 register counts and the
+   H100's occupancy rules, spot-checked on the GPU) and the persistent LSTM
+   against cuDNN (Appendix B, Tables 2-3).
 """
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 
 from sparsekit.experiment import Experiment, Section, Table, save_figure
+
+#: what the GPU runs of this session measured (experiments/results/persistent_rnn.md explains each part)
+RECORDED = Path(__file__).resolve().parent / "results" / "persistent_rnn_h100.json"
 
 PAPER_PENALTY = {"naive": 1.3, "wide": 1.0, "bank_aware": 0.3}
 
@@ -124,6 +136,49 @@ def _plot_sweep(records, path):
     save_figure(fig, path)
 
 
+def _plot_capacity(records, spot_checks, path):
+    """Figures 3-4 analog: the largest layer that stays on chip per density and synchronisation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for sync, marker in (("lamport", "o"), ("lamport (2 buffers, the paper's)", "s"), ("barrier", "^")):
+        rs = sorted((r for r in records if r["sync"] == sync), key=lambda r: r["density"])
+        ax.plot([100 * r["density"] for r in rs], [r["largest_hidden"] for r in rs], marker=marker, label=sync)
+    for r in spot_checks:
+        ax.scatter([100 * r["density"]], [r["hidden"]], color="k", marker="x", zorder=3)
+        ax.annotate(f"{r['us_per_step']:.1f} us/step on the H100", (100 * r["density"], r["hidden"]), fontsize=7,
+                    textcoords="offset points", xytext=(5, -10))
+    ax.set_xscale("log")
+    ax.set_xlabel("density (%)")
+    ax.set_ylabel("largest layer on chip")
+    ax.set_title("H100, float16, batch 4 (offline model; x: run on the GPU)", fontsize=9)
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def recorded_section(out_dir) -> tuple[list, list, str]:
+    """Tables and figures of the recorded H100 runs (no GPU needed)."""
+    data = json.loads(RECORDED.read_text())
+    run2 = data["run2"]
+    sweep = [r for r in run2["sweep"] if r["axis"] in ("base", "steps", "hidden", "density", "batch")]
+    _plot_sweep(sweep, out_dir / "figure2_recorded.png")
+    large = [r for r in run2["final"] if r["hidden"] >= 8192 and r.get("correct")]
+    _plot_capacity(data["capacity_offline"], large, out_dir / "figure3_4_capacity.png")
+    keys = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "ours_us", "gemm_graph_us",
+            "cudnn_rnn_us", "cusparse_csr_us", "speedup_vs_next_best", "correct"]
+    tables = [Table(f"Figure 2 points measured on the H100 ({run2['date']}), us/step", [
+                  {k: r.get(k) for k in keys} for r in sweep], "figure2_recorded.csv"),
+              Table("Figures 3-4 analog: largest layer on chip (offline register counts + H100 occupancy rules)",
+                    data["capacity_offline"], "capacity.csv"),
+              Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
+                    data["run1"]["lstm"], "lstm_recorded.csv")]
+    text = (" Recorded H100 results: see experiments/results/persistent_rnn.md for the commands; Figure 2 is "
+            "partial (the second run's sweep was cut off by its time limit).")
+    return tables, ["figure2_recorded.png", "figure3_4_capacity.png"], text
+
+
 def run(ctx) -> Section:
     conflicts = conflict_table(tprs=((32, 8),) if ctx.quick else ((32, 8), (16, 10)))
     padding = padding_table()
@@ -151,7 +206,12 @@ def run(ctx) -> Section:
         tables.append(Table("Each Table 1 kernel as one simulated block vs the reference", simulator_check(),
                             "simulator_check.csv"))
         text += " Simulator: kernels checked for correctness only; timings need a GPU."
-    return Section("Sparse persistent RNN (Table 1, Figure 2)", text=text, tables=tables, figures=figures)
+    rec_tables, rec_figures, rec_text = recorded_section(ctx.out_dir)
+    tables += rec_tables
+    figures += rec_figures
+    text += rec_text
+    return Section("Sparse persistent RNN (Table 1, Figure 2, Figures 3-4, LSTM)", text=text, tables=tables,
+                   figures=figures)
 
 
 EXPERIMENT = Experiment("persistent_rnn", "Sparse persistent RNN: Table 1 ablation and Figure 2 analog",

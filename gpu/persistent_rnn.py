@@ -8,21 +8,27 @@ step in both). ``U`` comes as an :class:`sparsekit.rnn_layout.RNNLayout`: the
 :func:`lstm_forward` runs the LSTM of the paper's Appendix B the same way and
 equals :func:`reference.persistent_rnn.lstm_forward`: a thread holds ``npt``
 pairs of each of its hidden unit's four gate rows (i, f, g, o), and the thread
-that owns (unit, sample) keeps the cell state ``c`` across steps (stored to
-``c`` of the result each step and read back, so a relaunch can resume).
+that owns (unit, sample) keeps the cell state ``c`` in a register across
+steps (and stores it to ``c`` of the result each step, so a relaunch can
+resume from there).
 
 Each thread keeps its ``npt = kpad / tpr`` pairs in registers for the whole
 launch (Section 3.3) and runs the paper's four stages every step:
 
 * load: the block copies ``h_{t-1}`` (all ``H x B`` values) from global into
   shared memory, 32-bit words, each thread's words loaded back to back into
-  registers first;
+  registers first (``chunk`` words at a time with ``chunk > 0``, which large
+  layers need to fit in registers); ``b'_t`` is loaded at the start of the
+  step so its latency hides behind the exchange;
 * operate: ``acc += value[i] * activation_in_shm[index[i]]`` over its pairs,
   for all ``B`` batch samples;
 * reduce: the ``tpr`` partial sums of a row go through shared memory; one
   thread per (row, sample) adds ``b'_t``, applies ``g`` and writes ``h_t``;
-* synchronize: ``sync="barrier"``: a grid-wide barrier (``cg.this_grid().sync()``,
-  cooperative launch); ``sync="lamport"``: none (Section 4.2): every output
+* synchronize: ``sync="barrier"``: a grid-wide barrier, ``grid_sync="atomic"``
+  (default) an inlined one (block barrier, one thread arrives on a counter and
+  waits for the round, block barrier) or ``grid_sync="cg"``
+  (``cg.this_grid().sync()``, a call into cudadevrt whose call ABI pushed the
+  kernels to 255 registers and a stack); ``sync="lamport"``: none (Section 4.2): every output
   slot of every step is preset to ``-0.0``, a result that is ``-0.0`` is
   written as ``+0.0``, and the load stage waits until each value it reads is
   no longer ``-0.0``.
@@ -47,6 +53,7 @@ Lamport            wide      lamport  bank_aware(..)
 Lamport details. The exchange buffer ``xchg`` holds ``h_t`` for every step
 (``(T + 1) x H x B``, batch-interleaved), so a slot is written once and
 ``-0.0`` unambiguously means "not yet". Readers poll with
+``ld.relaxed.gpu.global.u32`` (default, ``load="relaxed"``) or
 ``ld.volatile.global.u32`` (``gpu/sync_primitives.py``) on 32-bit words (one
 float32 or two float16, each half checked); every polling round reissues all
 of a thread's still-pending words back to back, so a round costs one L2 round
@@ -70,8 +77,23 @@ also refuses such launches beforehand.
 
 Sizes: ``rows_per_block * tpr`` threads per block (a multiple of 32),
 ``ceil(H / rows_per_block)`` blocks, all co-resident; dynamic shared memory
-``H * B * itemsize`` (rounded to 16 bytes) plus ``threads * B * 4`` bytes of
-partial sums, at most 48 KB (Numba's default limit; NUMBA_NOTES.md).
+``H * B * itemsize`` (rounded to 16 bytes; twice with ``double_buffer``) plus
+``threads * B * 4`` bytes of partial sums. Above 48 KB (Numba's default
+limit) the launcher sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``
+on the compiled kernel (NUMBA_NOTES.md), up to the device's opt-in maximum
+(227 KB on the H100). ``index16=True`` keeps the column indices packed two
+per register (the paper's future work), unpacked by a ``bfe`` inside the
+loop.
+
+What the step time is made of (H100, layer 1792, float16, batch 4; clock64
+traces, ``trace=True``, which itself adds about 0.7 us per step): the
+exchange, not the math. Lamport (2.44 us traced, 1.74 untraced): 0.99 us
+waiting for the 16 words of ``h_{t-1}`` each thread loads (thread 0 needs one
+poll round on average: the values are there, the loads' latency is the
+cost), 0.27 us copying them to shared memory and the block barrier, 0.38 us
+operate, 0.39 us reduce and write. Grid barrier, wide loads (5.16 us traced,
+4.25 untraced): 2.24 us loading ``h`` after the barrier, 1.73 us in the
+barrier, 0.37 us operate (``experiments/results/persistent_rnn.md``).
 
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
@@ -155,14 +177,16 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     IDX16 = index16
     TRACE = trace
     NBUF = 2 if double_buffer and sync == "lamport" else 1
-    CG_SYNC = grid_sync == "cg"
     ld_word = ld_relaxed_u32 if load == "relaxed" else ld_volatile_u32
     CHUNKED = 0 < chunk < PF
     CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
-    # warp can overwrite h meanwhile: behind a grid barrier, or with two h buffers
-    # (the simulator has no syncwarp: it runs the block barrier, which every thread reaches there too)
-    WARP_REDUCE = TPR <= 32 and (sync == "barrier" or NBUF == 2) and not config.ENABLE_CUDASIM
+    # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
+    # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
+    # experiments/results/persistent_rnn.md), so those kernels keep the block barrier here.
+    # (The simulator has no syncwarp: it runs the block barrier, which every thread reaches there too.)
+    CG_SYNC = grid_sync == "cg"
+    WARP_REDUCE = TPR <= 32 and ((sync == "barrier" and not CG_SYNC) or NBUF == 2) and not config.ENABLE_CUDASIM
     G = 4 if LSTM else 1                               # gate rows per hidden unit (LSTM: i, f, g, o)
     NJ = (NPT + 1) // 2 if IDX16 else NPT              # index registers per gate row
     NBO = (B + TPR - 1) // TPR                         # (row, sample) outputs owned per thread
@@ -550,7 +574,9 @@ class PersistentRNN:
     :func:`rnn_forward` and :func:`lstm_forward` do both in one call.
     ``cell="lstm"``: ``layout`` holds the ``(4H, H)`` gate rows (i, f, g, o),
     each thread holds ``npt`` pairs of each of its unit's four rows.
-    Tunables (results do not depend on them): ``poll``, ``double_buffer``
+    Tunables (results do not depend on them; the defaults are the fastest
+    measured on the H100, ``experiments/results/persistent_rnn.md``):
+    ``poll``, ``double_buffer``
     (Lamport only), ``index16`` (indices packed two per register),
     ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``; ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
@@ -571,8 +597,8 @@ class PersistentRNN:
     double_buffer: bool = False
     index16: bool = False
     trace: bool = False
-    grid_sync: str = "cg"
-    load: str = "volatile"
+    grid_sync: str = "atomic"
+    load: str = "relaxed"
     chunk: int = 0
 
     def __post_init__(self):
@@ -767,7 +793,7 @@ class PersistentRNN:
                                    f"(spin_limit={self.spin_limit}); blocks are not making progress")
             self.relaunches += 1
             first = int(np.argmax(pending))                      # first step with a missing value (>= 1)
-            status.copy_to_device(np.zeros(1, dtype=np.int32))
+            status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, first - 1, steps, cs, c0)
             self.kernel[self.split.blocks, self.split.threads_per_block, 0, self.smem](*args)
 

@@ -129,3 +129,11 @@ def test_lamport_double_buffer_lead_poll_trace_compile():
     ptx = _lto_ptx_opts("lamport", np.float16, double_buffer=True, poll="lead", trace=True)
     assert ".local" not in ptx and "ld.volatile.global.u32" in ptx
     assert "bar.warp.sync" in ptx and "%clock64" in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_reduce_barrier_is_a_warp_barrier_only_behind_the_inline_grid_barrier():
+    """racecheck does not see cg's grid sync order shared memory: those kernels keep the block barrier."""
+    assert "bar.warp.sync" not in _lto_ptx_opts("barrier", np.float16, grid_sync="cg")
+    assert "bar.warp.sync" in _lto_ptx_opts("barrier", np.float16, grid_sync="atomic")
+    assert "bar.warp.sync" not in _lto_ptx_opts("lamport", np.float16)
