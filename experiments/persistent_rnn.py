@@ -146,10 +146,11 @@ def _plot_capacity(records, spot_checks, path):
     for sync, marker in (("lamport", "o"), ("lamport (2 buffers, the paper's)", "s"), ("barrier", "^")):
         rs = sorted((r for r in records if r["sync"] == sync), key=lambda r: r["density"])
         ax.plot([100 * r["density"] for r in rs], [r["largest_hidden"] for r in rs], marker=marker, label=sync)
-    for r in spot_checks:
+    for i, r in enumerate(spot_checks):
         ax.scatter([100 * r["density"]], [r["hidden"]], color="k", marker="x", zorder=3)
-        ax.annotate(f"{r['us_per_step']:.1f} us/step on the H100", (100 * r["density"], r["hidden"]), fontsize=7,
-                    textcoords="offset points", xytext=(5, -10))
+        name = "Lamport" if r["variant"].startswith("lamport") else "grid barrier"
+        ax.annotate(f"{name}: {r['us_per_step']:.1f} us/step on the H100",
+                    (100 * r["density"], r["hidden"]), fontsize=7, textcoords="offset points", xytext=(5, -10 - 9 * i))
     ax.set_xscale("log")
     ax.set_xlabel("density (%)")
     ax.set_ylabel("largest layer on chip")
