@@ -56,13 +56,15 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     string: "auto", the tuner's cached choice, "heuristic", :func:`sparsekit.tune.heuristic`'s);
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
     with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep."""
-    from sparsekit.tune import pipelined
+    from sparsekit.tune import dense_tile, direct, pipelined
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
         "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
         "USpMM-Vec2 (2,8) B col-major": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2, layout="F"),
         "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64),
         "pipelined": pipelined(4, 4, 8, 32, 4, 2),
+        "direct": direct(4, 2, 4, 4),
+        "dense tile": dense_tile(4, 8, 8, 16, 2),
         "heuristic": "heuristic",
         "auto": "auto",
     }

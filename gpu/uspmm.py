@@ -25,11 +25,28 @@ accumulates in float32):
     lane in registers, so a staged entry feeds ``NT = 32 * cols_per_lane``
     multiply-adds instead of ``VSize``, and ``B`` is read from shared memory
     (``ld.shared.v4``) instead of gathered.
+``"pipelined"``: the tiled kernel rescheduled (see :func:`_pipelined_kernel`)
+    two shared buffers, the next chunk's loads in flight during the multiply,
+    one barrier a chunk, 16-byte shared stores and conflict-free reads, each
+    row's entries padded to ``unroll`` with entries pointing at a zero row.
+``"direct"``: no shared memory (see :func:`_direct_kernel`)
+    a warp walks its rows' entries ``unroll`` at a time and reads its 16
+    bytes of each needed row of ``B`` straight from L1/L2: no barrier, so rows
+    with few entries (high sparsity) do not wait on a staged chunk.
+``"dense_tile"``: densified tiles of A (see :func:`_dense_tile_kernel`)
+    register outer products over a densified ``A^T`` tile: a loaded ``B``
+    element feeds ``rows_per_warp`` multiply-adds, the zeros of A included.
+    ``0 * inf`` is NaN: with non-finite values in ``B`` its result differs
+    from the sparse kernels' where a row does not use them (finite ``B``:
+    same result within float32 accumulation).
 
-Which is faster depends on the problem (measured on an H100 in
-``experiments/results/uspmm.md``): "tiled" at N >= 1024 and moderate
-sparsity, Listing 1 with a column-major ``B`` at N = 128 and at >= 90%
-sparsity. :mod:`sparsekit.tune` searches both (``config="auto"``).
+Which is faster depends on the problem (float32 on the H100,
+``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
+M, N >= 512 (89.5 us at 1024^3 60%, cuSPARSE 202 us), "direct" at 90-95%
+(35.9 us at 1024^3 95%, cuSPARSE 46.6 us), "pipelined" with 8-row blocks
+where the output is too small for the others' grids (N = 128 at M = 1024,
+128^3). :mod:`sparsekit.tune` searches them (``config="auto"``) and its
+heuristic follows these measurements.
 
 Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
 are refused, nothing is copied); ``C`` comes back in the same order. The F
@@ -37,7 +54,8 @@ case is the paper's Eq. 2 / Listing 1 memory layout (``X[bcol*k + brow]``,
 ``Y[ccol*m + crow]``): :func:`uspmm_linear` uses it to compute a PyTorch
 ``Linear`` ``Y = X @ W^T`` from row-major ``X`` (``N x K``) with no transpose.
 Listing 1 indexes ``b[brow, bcol]`` and ``c[crow, ccol]``; Numba compiles one
-specialisation per memory order. The tiled kernel needs a C-ordered ``b``.
+specialisation per memory order. The tiled, pipelined, direct and dense-tile
+kernels need a C-ordered ``b``.
 
 Paper tunables: ``nwarp`` (NWarp), ``vsize`` (VSize), ``vecsize`` (vecSize).
 The paper uses (NWarp, VSize) = (1, 8) for USpMM and (2, 8) for USpMM-Vec in
@@ -1101,13 +1119,16 @@ def uspmm(ell, b, *, config=None, **tunables):
     Returns ``C`` (``M x N``, float32 accumulation rounded to ``b``'s dtype) in
     ``b``'s memory order and array kind (NumPy, Numba, CuPy, PyTorch).
 
-    Tunables: ``variant`` ("listing1" or "tiled"); for "listing1" the paper's
+    Tunables: ``variant`` (:data:`VARIANTS`); for "listing1" the paper's
     ``nwarp`` (NWarp, default 1), ``vsize`` (VSize, 8) and ``vecsize``
-    (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for "tiled" ``nwarp`` (warps
-    per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8),
-    ``kc`` (rows of B per shared tile, 64) and ``batch`` (issue a chunk's
-    loads together); "tiled" needs a C-ordered ``b``. ``config`` is a dict of
-    these, or ``"auto"`` for the autotuner's cached choice
+    (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for the others ``nwarp`` (warps
+    per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8), and as
+    they apply ``kc`` (rows of B per shared tile, 64), ``batch`` ("tiled":
+    issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
+    entries per step, 2 or 4) and ``min_blocks`` ("pipelined", "dense_tile":
+    resident blocks per SM the registers are capped for); all but "listing1"
+    need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
+    autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables.
     """
     dell = prepare(ell)
