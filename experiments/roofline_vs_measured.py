@@ -14,6 +14,7 @@ fraction of their speed of light. This module checks that on real kernels:
   ``USpMM config=auto (ours)``          ``gpu.uspmm.uspmm(ell, b, config="auto")``
   ``USpMM listing1 (ours)``             ``gpu.uspmm.uspmm(ell, b)`` (paper's (1, 8))
   ``CSR warp/row (ours)``               ``gpu.spmm.spmm_csr(csr, b)``
+  ``CSR staged (ours)``                 ``gpu.spmm.spmm_csr(csr, b, **gpu.spmm.staged_tunables(csr, n))``
   ``cuSPARSE CSR (torch)``              ``torch.matmul(w.to_sparse_csr(), b)``
   ``dense cuBLAS (torch)``              ``w @ b`` (float32: TF32 off; float16: tensor cores)
   ``2:4 cuSPARSELt (torch)``            float16 only: ``torch.mm(to_sparse_semi_structured(w24), b)``
@@ -70,9 +71,9 @@ SPARSE_KIND = {"tiled": "ell", "cuSPARSE CSR (torch)": "csr"}
 DENSE = "dense cuBLAS (torch)"
 #: provider -> format the roofline prices it as.
 PROVIDER_FORMAT = {"USpMM config=auto (ours)": "ell", "USpMM listing1 (ours)": "ell",
-                   "CSR warp/row (ours)": "csr", "cuSPARSE CSR (torch)": "csr",
+                   "CSR warp/row (ours)": "csr", "CSR staged (ours)": "csr", "cuSPARSE CSR (torch)": "csr",
                    "2:4 cuSPARSELt (torch)": "2:4", DENSE: "dense"}
-OURS = ("USpMM config=auto (ours)", "USpMM listing1 (ours)", "CSR warp/row (ours)")
+OURS = ("USpMM config=auto (ours)", "USpMM listing1 (ours)", "CSR warp/row (ours)", "CSR staged (ours)")
 CSV_FIELDS = ("device", "date", "problem", "m", "k", "n", "dtype", "sparsity", "provider", "format", "nnz",
               "index_bytes_per_nnz", "median_us", "p10_us", "p90_us", "late", "correct", "max_rel_err", "note",
               "error")
@@ -207,7 +208,8 @@ def our_launches(ops: Operands) -> dict:
     """provider -> (launch, note) for our kernels, operands already on the device (no copies timed).
 
     Only the launchers' public API is used: ``gpu.uspmm.prepare``/``uspmm`` and
-    ``gpu.spmm.prepare``/``spmm_csr``.
+    ``gpu.spmm.prepare``/``spmm_csr``/``staged_tunables`` (the staged CSR row is left out
+    when ``staged_tunables`` is absent).
     """
     from numba import cuda
 
@@ -223,9 +225,14 @@ def our_launches(ops: Operands) -> dict:
         auto = ", ".join(f"{k}={v}" for k, v in resolve("auto", dell, ops.b.shape[1], "C").items())
     except Exception as err:   # noqa: BLE001 - the note is informative, the launch below decides
         auto = f"config not shown ({type(err).__name__})"
-    return {"USpMM config=auto (ours)": (lambda: gu.uspmm(dell, b, config="auto"), auto),
-            "USpMM listing1 (ours)": (lambda: gu.uspmm(dell, b), "variant=listing1, nwarp=1, vsize=8, vecsize=1"),
-            "CSR warp/row (ours)": (lambda: gs.spmm_csr(dcsr, b), "one warp per row")}
+    out = {"USpMM config=auto (ours)": (lambda: gu.uspmm(dell, b, config="auto"), auto),
+           "USpMM listing1 (ours)": (lambda: gu.uspmm(dell, b), "variant=listing1, nwarp=1, vsize=8, vecsize=1"),
+           "CSR warp/row (ours)": (lambda: gs.spmm_csr(dcsr, b), "one warp per row")}
+    if hasattr(gs, "staged_tunables"):
+        staged = gs.staged_tunables(dcsr, ops.b.shape[1])
+        out["CSR staged (ours)"] = (lambda: gs.spmm_csr(dcsr, b, **staged),
+                                    ", ".join(f"{k}={v}" for k, v in staged.items()))
+    return out
 
 
 def torch_launches(ops: Operands, torch) -> dict:
@@ -569,7 +576,8 @@ def load_recorded(path: Path | None = None) -> tuple[list[dict], str]:
 # ----------------------------------------------------------------------------- report
 
 MARKERS = {"USpMM config=auto (ours)": "o", "USpMM listing1 (ours)": "v", "USpMM tiled (ours)": "o",
-           "CSR warp/row (ours)": "^", "cuSPARSE CSR (torch)": "s", "2:4 cuSPARSELt (torch)": "*"}
+           "CSR warp/row (ours)": "^", "CSR staged (ours)": "D", "cuSPARSE CSR (torch)": "s",
+           "2:4 cuSPARSELt (torch)": "*"}
 
 
 def plot(compared: list[dict], path: Path, title: str) -> str:
