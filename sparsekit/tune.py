@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 from pathlib import Path
 
