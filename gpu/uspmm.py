@@ -419,6 +419,18 @@ def _fma_group(width: int):
     return fma
 
 
+def _set_group():
+    """``set4(dst, o, v)``: ``dst[o : o + 4] = v`` for a 4-tuple, written out (no tuple index at
+    run time)."""
+    @cuda.jit(device=True, inline=True)
+    def set4(dst, o, v):
+        dst[o] = v[0]
+        dst[o + 1] = v[1]
+        dst[o + 2] = v[2]
+        dst[o + 3] = v[3]
+    return set4
+
+
 @functools.cache
 def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, unroll: int, half: bool,
                       min_blocks: int = 1):
@@ -859,18 +871,6 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _set_group():
-    """``set4(dst, o, v)``: ``dst[o : o + 4] = v`` for a 4-tuple, written out (no tuple index at
-    run time)."""
-    @cuda.jit(device=True, inline=True)
-    def set4(dst, o, v):
-        dst[o] = v[0]
-        dst[o + 1] = v[1]
-        dst[o + 2] = v[2]
-        dst[o + 3] = v[3]
-    return set4
-
-
 # ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
@@ -879,8 +879,9 @@ class DeviceELL(DeviceMatrix):
     """An :class:`~sparsekit.formats.ELL` checked once and copied to the device.
 
     ``arrays["ellval"]``/``arrays["ellidx"]`` are the paper's flat column-major
-    arrays (length ``M*K'``) on the device; :meth:`slot_ptr` and :meth:`row_major` add what
-    the tiled kernel reads, built on first use and kept. Build it with :func:`prepare`; pass it to
+    arrays (length ``M*K'``) on the device; :meth:`slot_ptr`, :meth:`row_major` and
+    :meth:`dense_t` add what the tiled, pipelined, direct and dense-tile kernels read, built on
+    first use and kept. Build it with :func:`prepare`; pass it to
     :func:`uspmm` in place of the ELL to skip the copy and the full check on
     every call (what a benchmark or a layer does).
     """
