@@ -974,21 +974,28 @@ def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
     _launch(kernel, ntiles * cdiv(n, vsize), threads, args, "nwarp, vsize, vecsize")
 
 
+def _row_major_shape(variant, order, m, n, nwarp, rows_per_warp, cols_per_lane):
+    """Threads per block and grid of the row-major-B variants (a warp owns ``rows_per_warp`` rows x
+    ``32 * cols_per_lane`` columns of C), after the two checks they share."""
+    if order != "C":
+        raise ValueError(f"b: variant '{variant}' needs a C-ordered (row-major) b; use variant 'listing1' "
+                         "for the column-major layout of Eq. 2")
+    threads = WARP_SIZE * nwarp
+    if threads > 1024:
+        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
+    return threads, (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
+
+
 def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
-    if order != "C":
-        raise ValueError("b: variant 'tiled' needs a C-ordered (row-major) b; use variant 'listing1' "
-                         "for the column-major layout of Eq. 2")
+    threads, grid = _row_major_shape("tiled", order, m, n, nwarp, rows_per_warp, cols_per_lane)
     if cols_per_lane not in (2, 4, 8):
         raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of sh_b), got {cols_per_lane}")
     check_divisible(kc, UNROLL, "kc")
     if half and cols_per_lane == 2:
         raise ValueError("cols_per_lane: float16 needs 4 or 8 (a 2-element read is narrower than 4 bytes)")
-    threads = WARP_SIZE * nwarp
-    if threads > 1024:
-        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
     shared = tiled_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc, dell.dtype.itemsize)
     if shared > SHARED_LIMIT:
         raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: the B tile and the staged entries need "
@@ -996,7 +1003,6 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(batch))
-    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
     vals, idxs = dell.row_major()
     _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
@@ -1006,9 +1012,7 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
-    if order != "C":
-        raise ValueError("b: variant 'pipelined' needs a C-ordered (row-major) b; use variant 'listing1' "
-                         "for the column-major layout of Eq. 2")
+    threads, grid = _row_major_shape("pipelined", order, m, n, nwarp, rows_per_warp, cols_per_lane)
     if cols_per_lane not in (2, 4, 8):
         raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of the B tile), got {cols_per_lane}")
     if unroll not in (2, 4):
@@ -1017,9 +1021,6 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     if kc * WARP_SIZE * cols_per_lane > np.iinfo(np.int16).max:
         raise ValueError(f"kc, cols_per_lane: tile offsets up to kc * 32 * cols_per_lane = "
                          f"{kc * WARP_SIZE * cols_per_lane} do not fit the 16-bit staged offsets")
-    threads = WARP_SIZE * nwarp
-    if threads > 1024:
-        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
     shared = pipelined_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc)
     if shared > SHARED_LIMIT:
         raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: two buffers of the B tile and the staged "
@@ -1027,7 +1028,6 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _pipelined_kernel(cols_per_lane, rows_per_warp, nwarp, kc, unroll, bool(half), min_blocks)
-    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
     vals, idxs = dell.row_major()
     _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
@@ -1036,21 +1036,15 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
 def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll):
     m, n = c.shape
     half = dell.dtype == np.float16
-    if order != "C":
-        raise ValueError("b: variant 'direct' needs a C-ordered (row-major) b; use variant 'listing1' "
-                         "for the column-major layout of Eq. 2")
+    threads, grid = _row_major_shape("direct", order, m, n, nwarp, rows_per_warp, cols_per_lane)
     if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
         raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
                          f"got {cols_per_lane}")
     if unroll not in (2, 4):
         raise ValueError(f"unroll: must be 2 or 4, got {unroll}")
-    threads = WARP_SIZE * nwarp
-    if threads > 1024:
-        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
     vw = min(cols_per_lane, 8 if half else 4)
     vec_ok = n % vw == 0 and aligned(bdev, vw)
     kernel = _direct_kernel(cols_per_lane, rows_per_warp, unroll, bool(half))
-    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
     vals, idxs = dell.row_major()
     _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, m, n, dell.host.kprime,
                                     vec_ok), "nwarp, rows_per_warp, cols_per_lane")
@@ -1060,16 +1054,11 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
-    if order != "C":
-        raise ValueError("b: variant 'dense_tile' needs a C-ordered (row-major) b; use variant 'listing1' "
-                         "for the column-major layout of Eq. 2")
+    threads, grid = _row_major_shape("dense_tile", order, m, n, nwarp, rows_per_warp, cols_per_lane)
     if cols_per_lane not in (4, 8) or rows_per_warp not in (4, 8):
         raise ValueError(f"cols_per_lane, rows_per_warp: must be 4 or 8 each (16-byte shared reads), "
                          f"got {cols_per_lane}, {rows_per_warp}")
     check_divisible(kc, 2, "kc")
-    threads = WARP_SIZE * nwarp
-    if threads > 1024:
-        raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
     shared = dense_tile_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc)
     if shared > SHARED_LIMIT:
         raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: two buffers of the B and A tiles need "
@@ -1077,7 +1066,6 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _dense_tile_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), min_blocks)
-    grid = (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
     _launch(kernel, grid, threads, (dell.dense_t(), bdev.reshape(k * n), c, m, n, k, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
 
