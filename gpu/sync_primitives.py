@@ -91,45 +91,33 @@ else:
         ary = context.make_array(array_type)(context, builder, value=array)
         return cgutils.get_item_pointer(context, builder, array_type, ary, [index], wraparound=False)
 
-    @intrinsic
-    def ld_volatile_u32(typingctx, array, index):
-        """``ld.volatile.global.u32`` of ``array[index]`` (1-D uint32 global array); never hoisted."""
-        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint32):
-            raise TypingError(f"ld_volatile_u32: expected a 1-D uint32 array, got {array}")
-        if not isinstance(index, types.Integer):
-            raise TypingError(f"ld_volatile_u32: expected an integer index, got {index}")
+    def _spin_load_u32(name, instruction):
+        """An intrinsic ``name(array, index)``: inline PTX ``instruction`` of ``array[index]`` (1-D uint32
+        global array), side-effecting with a memory clobber so it is never hoisted out of a spin loop."""
 
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0],
-                                   context.cast(builder, args[1], sig.args[1], types.intp))
-            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
-            asm = ir.InlineAsm(fnty, "ld.volatile.global.u32 $0, [$1];", "=r,l,~{memory}",
-                               side_effect=True)
-            return builder.call(asm, [ptr])
+        def typer(typingctx, array, index):
+            if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint32):
+                raise TypingError(f"{name}: expected a 1-D uint32 array, got {array}")
+            if not isinstance(index, types.Integer):
+                raise TypingError(f"{name}: expected an integer index, got {index}")
 
-        return types.uint32(array, index), codegen
+            def codegen(context, builder, sig, args):
+                ptr = _element_pointer(context, builder, sig.args[0], args[0],
+                                       context.cast(builder, args[1], sig.args[1], types.intp))
+                fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
+                asm = ir.InlineAsm(fnty, f"{instruction} $0, [$1];", "=r,l,~{memory}", side_effect=True)
+                return builder.call(asm, [ptr])
 
-    @intrinsic
-    def ld_relaxed_u32(typingctx, array, index):
-        """``ld.relaxed.gpu.global.u32`` of ``array[index]``: a GPU-scope coherent load (L2), never hoisted.
+            return types.uint32(array, index), codegen
 
-        ``ld.volatile`` is a relaxed load of *system* scope; this one asks
-        only for the GPU scope every block of a persistent kernel shares.
-        """
-        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint32):
-            raise TypingError(f"ld_relaxed_u32: expected a 1-D uint32 array, got {array}")
-        if not isinstance(index, types.Integer):
-            raise TypingError(f"ld_relaxed_u32: expected an integer index, got {index}")
+        typer.__name__ = typer.__qualname__ = name
+        return intrinsic(typer)
 
-        def codegen(context, builder, sig, args):
-            ptr = _element_pointer(context, builder, sig.args[0], args[0],
-                                   context.cast(builder, args[1], sig.args[1], types.intp))
-            fnty = ir.FunctionType(ir.IntType(32), [ptr.type])
-            asm = ir.InlineAsm(fnty, "ld.relaxed.gpu.global.u32 $0, [$1];", "=r,l,~{memory}",
-                               side_effect=True)
-            return builder.call(asm, [ptr])
-
-        return types.uint32(array, index), codegen
+    #: ``ld.volatile.global.u32``: a relaxed load of *system* scope, from L2 on every call.
+    ld_volatile_u32 = _spin_load_u32("ld_volatile_u32", "ld.volatile.global.u32")
+    #: ``ld.relaxed.gpu.global.u32``: a coherent load of GPU scope only, the scope every block of a
+    #: persistent kernel shares (cheaper than the system scope of ``ld.volatile``).
+    ld_relaxed_u32 = _spin_load_u32("ld_relaxed_u32", "ld.relaxed.gpu.global.u32")
 
     @intrinsic
     def ld_x4_f32(typingctx, array, index):
