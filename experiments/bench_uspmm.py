@@ -281,18 +281,24 @@ def sanitize_case(only: str = "all") -> None:
 def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
     """Every configuration of :func:`sparsekit.tune.space` on each problem (the tuning data);
     records are appended to ``out`` and ``save()`` is called after each problem."""
-    from sparsekit.tune import tune
     out = [] if out is None else out
     for (m, k, n, s) in problems:
-        p = Problem(m, k, n, s, dtype)
-        winner, recs = tune(p.ell, n, full=True, repeat=10)
-        sol = p.sol_s()
-        for r in recs:
-            extra = dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}
-            out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(dtype).name, **r, **extra))
-        print(f"sweep {m}x{k}x{n} {s:.0%} {np.dtype(dtype).name}: best {winner} "
-              f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
+        out += _tuned_records("sweep", Problem(m, k, n, s, dtype), full=True, repeat=10)
         save()
+    return out
+
+
+def _tuned_records(label, p, **tune_args) -> list[dict]:
+    """:func:`sparsekit.tune.tune` on problem ``p`` (caching its winner): one record per configuration
+    with its % of speed of light; prints the winner."""
+    from sparsekit.tune import tune
+    winner, recs = tune(p.ell, p.n, **tune_args)
+    sol = p.sol_s()
+    head = dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, dtype=np.dtype(p.dtype).name)
+    out = [dict(head, **r, **(dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}))
+           for r in recs]
+    print(f"{label} {p.m}x{p.k}x{p.n} {p.sparsity:.0%} {head['dtype']}: {winner} "
+          f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
     return out
 
 
@@ -335,18 +341,10 @@ def tune_table(dtypes, *, save=lambda: None, out=None) -> list[dict]:
     """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` problem (and, for
     float32, ``TUNE_EXTRA``), caching the winners for ``config="auto"``; one record per
     configuration and problem."""
-    from sparsekit.tune import tune
     out = [] if out is None else out
     for d in dtypes:
         for (m, k, n, s) in TABLE_PROBLEMS + (TUNE_EXTRA if d == "float32" else []):
-            p = Problem(m, k, n, s, d)
-            winner, recs = tune(p.ell, n, repeat=10 if n > 4096 else 20)
-            sol = p.sol_s()
-            for r in recs:
-                extra = dict(pct_sol=100 * sol / (r["median_us"] * 1e-6)) if "median_us" in r else {}
-                out.append(dict(m=m, k=k, n=n, sparsity=s, dtype=np.dtype(d).name, **r, **extra))
-            print(f"tuned {m}x{k}x{n} {s:.0%} {d}: {winner} "
-                  f"{min(r['median_us'] for r in recs if r['correct']):.1f} us", flush=True)
+            out += _tuned_records("tuned", Problem(m, k, n, s, d), repeat=10 if n > 4096 else 20)
             save()
     return out
 
