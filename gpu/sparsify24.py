@@ -219,29 +219,27 @@ if config.ENABLE_CUDASIM:
         src = int(a) | int(b) << 32
         return _U(sum(((src >> (8 * ((int(s) >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4)))
 else:
-    @intrinsic
-    def shr32(typingctx, x, s):
-        """``x >> s`` as one 32-bit ``shr.u32`` (Numba would widen it to 64 bits); ``s < 32``."""
-        if not (isinstance(x, types.Integer) and isinstance(s, types.Integer)):
-            return None
+    def _shift32(name, op):
+        """An intrinsic ``name(x, s)``: ``x`` and ``s`` as uint32, shifted by LLVM's ``op`` in 32 bits
+        (Numba would widen a variable shift to 64 bits); ``s < 32``."""
 
-        def codegen(context, builder, sig, args):
-            a, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
-            return builder.lshr(a, n)
+        def typer(typingctx, x, s):
+            if not (isinstance(x, types.Integer) and isinstance(s, types.Integer)):
+                return None
 
-        return types.uint32(x, s), codegen
+            def codegen(context, builder, sig, args):
+                a, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
+                return getattr(builder, op)(a, n)
 
-    @intrinsic
-    def shl32(typingctx, x, s):
-        """``x << s`` as one 32-bit ``shl.b32`` (a variable shift stays 64-bit otherwise); ``s < 32``."""
-        if not (isinstance(x, types.Integer) and isinstance(s, types.Integer)):
-            return None
+            return types.uint32(x, s), codegen
 
-        def codegen(context, builder, sig, args):
-            a, n = (context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args))
-            return builder.shl(a, n)
+        typer.__name__ = typer.__qualname__ = name
+        return intrinsic(typer)
 
-        return types.uint32(x, s), codegen
+    #: ``x >> s`` as one ``shr.u32``.
+    shr32 = _shift32("shr32", "lshr")
+    #: ``x << s`` as one ``shl.b32``.
+    shl32 = _shift32("shl32", "shl")
 
     @intrinsic
     def prmt(typingctx, a, b, s):
