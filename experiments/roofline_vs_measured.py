@@ -473,7 +473,7 @@ def compare_measured(rows: list[dict]) -> list[dict]:
                     "dense % SoL": _sig(100 * c["dense_fraction_of_sol"]),
                     "sparse % SoL": _sig(100 * c["sparse_fraction_of_sol"]),
                     "bound (dense/sparse)": f"{c['bound_dense']}/{c['bound_sparse']}",
-                    "correct": r.get("correct", "")})
+                    "correct": str(r.get("correct", ""))})   # the same from a fresh run and from the CSV
     return out
 
 
@@ -595,8 +595,9 @@ def plot(compared: list[dict], path: Path, title: str) -> str:
                    if r["kernel"] == kernel and r["dtype"] == dtype]
             if pts:
                 xs, ys = zip(*pts)
-                ax.scatter(xs, ys, marker=MARKERS.get(kernel, "x"), color=color, s=22, alpha=0.75,
-                           label=f"{kernel}, {dtype}")
+                star = MARKERS.get(kernel) == "*"   # the 2:4 points: larger and outlined, they sit among the CSR ones
+                ax.scatter(xs, ys, marker=MARKERS.get(kernel, "x"), color=color, s=90 if star else 22, alpha=0.75,
+                           edgecolors="k" if star else "none", linewidths=0.6, label=f"{kernel}, {dtype}")
     vals = [v for r in compared for v in (r["predicted speedup"], r["measured speedup"])] or [1.0]
     lo, hi = min(min(vals) / 1.5, 0.5), max(max(vals) * 1.5, 2.0)
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
