@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The whole-tree check on a GPU machine, in one command, one step after another:
+#   1. every GPU test (pytest tests/gpu, xdist workers compile kernels in parallel);
+#   2. compute-sanitizer memcheck and racecheck over each benchmark's --sanitize case;
+#   3. the quick reproduce, with each experiment's time.
+# Steps run in sequence on purpose: several processes compiling kernels at once
+# slow each other down far past their time limits (seen on the lent H100).
+#
+#   experiments/gpu_check.sh OUT_DIR [tests] [sanitize] [reproduce]     (default: all three)
+#
+# One device call is limited to 10 minutes: name the parts that fit (the GPU tests alone
+# took 325 s on the H100 with 14 workers). Each step writes OUT_DIR/<step>.log and gets its
+# own time limit in seconds (environment: TESTS_S, SANITIZE_S per sanitizer run,
+# REPRODUCE_S; WORKERS for pytest); a summary line per step goes to stdout and
+# OUT_DIR/summary.txt. The exit status is 1 if any step failed or timed out.
+set -u
+out=${1:?usage: experiments/gpu_check.sh OUT_DIR [tests] [sanitize] [reproduce]}
+shift
+parts=" ${*:-tests sanitize reproduce} "
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # the repository's packages, installed or not
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
+failed=0
+
+step() {   # step NAME SECONDS COMMAND...: run with a time limit, log, one summary line
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    local verdict=ok
+    [ "$rc" -eq 124 ] && verdict="TIMED OUT after ${limit} s"
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && verdict="FAILED (exit $rc)"
+    [ "$rc" -ne 0 ] && failed=1
+    echo "$name: $verdict in $((SECONDS - start)) s" | tee -a "$out/summary.txt"
+}
+
+if [[ $parts == *" tests "* ]]; then
+    step gpu_tests "${TESTS_S:-420}" python3 -m pytest tests/gpu -v -n "${WORKERS:-14}" -p no:cacheprovider -rfE \
+        -W ignore::numba.core.errors.NumbaPerformanceWarning
+    grep -E "^(FAILED|ERROR) " "$out/gpu_tests.log" | tee -a "$out/summary.txt"
+fi
+
+if [[ $parts == *" sanitize "* ]]; then
+    for case in "bench_foundation.py --sanitize" "bench_uspmm.py --sanitize" "bench_sparsify24.py --sanitize" \
+                "bench_persistent_rnn.py --sanitize" "bench_teaching.py sanitize"; do
+        name=${case%%.py*}
+        for tool in memcheck racecheck; do
+            # shellcheck disable=SC2086  # the case's arguments split on purpose
+            step "${tool}_${name#bench_}" "${SANITIZE_S:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                python3 -W ignore experiments/$case
+        done
+    done
+fi
+
+if [[ $parts == *" reproduce "* ]]; then
+    step reproduce_quick "${REPRODUCE_S:-300}" python3 -W ignore -m sparsekit.cli reproduce --quick \
+        --out "$out/reproduce"
+    grep -E "^\[reproduce\] [a-z_0-9]+: [0-9.]+ s$" "$out/reproduce_quick.log" | tee -a "$out/summary.txt"
+fi
+exit $failed
