@@ -432,6 +432,51 @@ def _set_group():
 
 
 @functools.cache
+def _b_tile_stager(nt: int, nthreads: int, tile_size: int, half: bool):
+    """``(nb, bw, load_b, store_b)``: how the double-buffered kernels move a chunk's tile of ``B``
+    (``tile_size`` elements, rows of ``nt``) through registers ``breg`` (``nb x bw`` float32).
+
+    ``load_b(k0, t, b, n, k, interior, col0, breg)`` reads thread ``t``'s 16-byte pieces of rows
+    ``k0, k0 + 1, ...`` of ``b`` (float16 converted to float32 here, once per block rather than
+    once per multiply-add), zeros past row ``k``; where ``interior`` is false (the last column
+    tile of an N that 16-byte reads do not fit) element by element, zeros past column ``n``.
+    ``store_b(sh_b, base, t, breg)`` writes them to the tile at ``sh_b[base:]`` with 16-byte stores.
+    """
+    bw = 8 if half else 4                            # elements per 16-byte global read of B
+    bload = {4: load4, 8: load8}[bw]
+    in_type = float16 if half else float32
+    nb = -(-tile_size // (nthreads * bw))            # 16-byte reads of B per thread per chunk
+
+    @cuda.jit(device=True, inline=True)
+    def load_b(k0, t, b, n, k, interior, col0, breg):
+        zero = in_type(0.0)
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            gk = k0 + e // nt
+            gc = col0 + e % nt
+            if interior and e < tile_size and gk < k:                   # (block-uniform but for the last chunk)
+                v = bload(b, gk * n + gc)                                # ld.global.v4
+                for j in range(bw):
+                    breg[i, j] = float32(v[j])
+            elif interior:
+                for j in range(bw):
+                    breg[i, j] = 0.0
+            else:
+                for j in range(bw):
+                    breg[i, j] = float32(b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero)
+
+    @cuda.jit(device=True, inline=True)
+    def store_b(sh_b, base, t, breg):
+        for i in range(nb):
+            e = (t + i * nthreads) * bw
+            if e < tile_size:
+                store4(sh_b, base + e, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))  # st.shared.v4
+                if half:
+                    store4(sh_b, base + e + 4, (breg[i, 4], breg[i, 5], breg[i, 6], breg[i, 7]))
+
+    return nb, bw, load_b, store_b
+
+
 def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, unroll: int, half: bool,
                       min_blocks: int = 1):
     """Register-tiled USpMM with double-buffered, software-pipelined staging (``variant="pipelined"``).
@@ -473,7 +518,6 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
     rows_per_block = numwarps * rows_per_warp
-    in_type = float16 if half else float32           # B in global memory; the shared tile is float32 always
     vw = min(cols_per_lane, 4)                       # floats per shared read of the B tile (<= 16 bytes)
     vload = {2: load2, 4: load4}[vw]
     fma_v = _fma_group(vw)
@@ -484,9 +528,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     tile_size = kc * nt
     zero_off = kc * nt                               # tile offset of the zero row (padding entries)
     entries = rows_per_block * kc                    # staged entry slots per buffer (at most kc per row)
-    bw = 8 if half else 4                            # elements per 16-byte global read of B
-    bload = {4: load4, 8: load8}[bw]
-    nb = -(-tile_size // (nthreads * bw))            # 16-byte reads of B per thread per chunk
+    nb, bw, load_b, store_b = _b_tile_stager(nt, nthreads, tile_size, half)
     na = -(-entries // nthreads)                     # entry slots per thread per chunk
     two_tiles, two_entries, two_rows = 2 * tile_stride, 2 * entries, 2 * rows_per_block   # both buffers
 
@@ -497,21 +539,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
         memory (``sh_lo``/``sh_hi`` of buffer ``q % 2``), so every load here is independent."""
         k0 = q * kc
         sp = (q % 2) * rows_per_block
-        zero = in_type(0.0)
-        for i in range(nb):                                              # the B tile (float16: converted
-            e = (t + i * nthreads) * bw                                  # to float32 here, once per block,
-            gk = k0 + e // nt                                            # not once per multiply-add)
-            gc = col0 + e % nt
-            if interior and e < tile_size and gk < k:                   # (block-uniform but for the last chunk)
-                v = bload(b, gk * n + gc)                                # ld.global.v4
-                for j in range(bw):
-                    breg[i, j] = float32(v[j])
-            elif interior:
-                for j in range(bw):
-                    breg[i, j] = 0.0
-            else:                                                        # the last column tile of an N that
-                for j in range(bw):                                      # 16-byte reads do not fit
-                    breg[i, j] = float32(b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero)
+        load_b(k0, t, b, n, k, interior, col0, breg)                     # the B tile
         for i in range(na):                                              # the entries; past the row's run:
             e = t + i * nthreads                                         # (0, zero row)
             r = e // kc
@@ -529,12 +557,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     @cuda.jit(device=True, inline=True)
     def store_chunk(p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
         """The registers of :func:`load_chunk` into buffer ``p`` (the tile 16 bytes per store)."""
-        for i in range(nb):
-            e = (t + i * nthreads) * bw
-            if e < tile_size:
-                store4(sh_b, p * tile_stride + e, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))  # st.shared.v4
-                if half:
-                    store4(sh_b, p * tile_stride + e + 4, (breg[i, 4], breg[i, 5], breg[i, 6], breg[i, 7]))
+        store_b(sh_b, p * tile_stride, t, breg)
         for i in range(na):
             e = t + i * nthreads
             if e < entries:
@@ -760,15 +783,12 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
     rows_per_block = numwarps * rows_per_warp
-    in_type = float16 if half else float32
     nvec = cols_per_lane // 4                        # 16-byte shared reads of the B tile per k
     gstride = WARP_SIZE * 4
     ra = rows_per_warp // 4                          # 16-byte shared reads of A^T per k
     b_size = kc * nt
     a_size = kc * rows_per_block
-    bw = 8 if half else 4                            # elements per 16-byte global read of B
-    bload = {4: load4, 8: load8}[bw]
-    nb = -(-b_size // (nthreads * bw))               # 16-byte reads of B per thread per chunk
+    nb, bw, load_b, store_b = _b_tile_stager(nt, nthreads, b_size, half)
     na = -(-a_size // (nthreads * 4))                # 4-float pieces of A^T per thread per chunk
     two_b, two_a = 2 * b_size, 2 * a_size
     set4 = _set_group()
@@ -777,21 +797,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     def load_chunk(q, t, at, b, m, n, k, interior, row0, col0, breg, areg):
         """Chunk ``q`` (the B tile and the ``kc x R`` tile of A^T) into this thread's registers."""
         k0 = q * kc
-        zero = in_type(0.0)
-        for i in range(nb):
-            e = (t + i * nthreads) * bw
-            gk = k0 + e // nt
-            gc = col0 + e % nt
-            if interior and e < b_size and gk < k:
-                v = bload(b, gk * n + gc)                                # ld.global.v4
-                for j in range(bw):
-                    breg[i, j] = float32(v[j])
-            elif interior:
-                for j in range(bw):
-                    breg[i, j] = 0.0
-            else:
-                for j in range(bw):
-                    breg[i, j] = float32(b[gk * n + gc + j] if e < b_size and gk < k and gc + j < n else zero)
+        load_b(k0, t, b, n, k, interior, col0, breg)
         for i in range(na):                                              # A^T rows: consecutive rows of A
             e = (t + i * nthreads) * 4
             gk = k0 + e // rows_per_block
@@ -801,12 +807,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
 
     @cuda.jit(device=True, inline=True)
     def store_chunk(p, t, breg, areg, sh_b, sh_a):
-        for i in range(nb):
-            e = (t + i * nthreads) * bw
-            if e < b_size:
-                store4(sh_b, p * b_size + e, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))  # st.shared.v4
-                if half:
-                    store4(sh_b, p * b_size + e + 4, (breg[i, 4], breg[i, 5], breg[i, 6], breg[i, 7]))
+        store_b(sh_b, p * b_size, t, breg)
         for i in range(na):
             e = (t + i * nthreads) * 4
             if e < a_size:
