@@ -81,6 +81,8 @@ __all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREA
 
 #: Default thread rows per block (a block is 8 x row_threads threads, 8*row_threads rows x 64 columns).
 ROW_THREADS = 16
+#: Default of the fp16 tunable ``prefetch``: read both halves of the 8x8 block before packing the first.
+PREFETCH = False
 #: Allowed row_threads: blocks must cover whole 32-row metadata groups.
 ROW_THREADS_ALLOWED = (4, 8, 16, 32)
 _BLOCK_COLS = 64
@@ -162,6 +164,8 @@ _U = np.uint32
 #: Key layout (fp16): |w| bits 12..26, tie payload 4..11 (row one-hot 8..11, column one-hot 4..7), position 0..3.
 _KEY_MAG = 0x7FFF000
 _KEY_RC = 0xFF0
+#: Smallest key of a non-finite fp16 value (|w| >= 0x7C00: exponent all ones).
+_KEY_INF = 0x7C00 << 12
 
 
 def _payload(p: int, ties: str) -> int:
@@ -180,7 +184,11 @@ def _payload(p: int, ties: str) -> int:
 
 
 def _greedy16_source(ties: str) -> str:
-    """Source of ``greedy_tile16(l0, h0, .., l3, h3)``: 8 words (row i: l cols 0-1, h cols 2-3) -> mask."""
+    """Source of ``greedy_tile16(l0, h0, .., l3, h3)``: 8 words (row i: l cols 0-1, h cols 2-3) -> (mask, top).
+
+    ``top`` is the largest key after the sort: the tile holds a NaN or Inf
+    exactly when ``top >= _KEY_INF`` (their magnitude bits are the largest).
+    """
     lines = ["def greedy_tile16(l0, h0, l1, h1, l2, h2, l3, h3):",
              "    # keys: |w| above the row/column byte and the position (_payload)"]
     for p in range(16):
@@ -201,7 +209,8 @@ def _greedy16_source(ties: str) -> str:
                   f"    two = _U(two | _U(one & k{i})) if keep else two",
                   f"    one = _U(one | _U(k{i} & {_KEY_RC:#x})) if keep else one",
                   f"    mask = _U(mask | shl32(1, _U(k{i} & 15))) if keep else mask"]
-    lines.append("    return mask")
+    lines.append("    # the sorted keys' largest |w| (k15) is all the non-finite test needs (NaN/Inf sort on top)")
+    lines.append("    return mask, k15")
     return "\n".join(lines) + "\n"
 
 
@@ -479,8 +488,8 @@ def _jit(kernel, row_threads: int, min_blocks: int | None):
     return cuda.jit(kernel, launch_bounds=(8 * row_threads, min_blocks))
 
 
-def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | None):
-    """fp16 kernel for one (method, ties, block shape): 32-bit words, 128-bit loads, 64-bit stores."""
+def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | None, prefetch: bool):
+    """fp16 kernel for one (method, ties, block shape, prefetch): 32-bit words, 128-bit loads, 64-bit stores."""
     greedy = method == "greedy"
     greedy_tile = GREEDY_TILE16[ties]
     optimal_tile = OPTIMAL_TILE["optimal" if greedy else method]
@@ -488,29 +497,34 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
     block_rows = 8 * row_threads
 
     @cuda.jit(device=True)
-    def half(w32, wf, packed64, tmasks32, r, col0, k):
-        """Rows r..r+3 of the thread's 8 columns: tiles A (col0..) and B (col0+4..).
-
-        Writes packed W (one 64-bit word per row) and the two tile masks (one
-        32-bit word); returns the non-finite accumulator, W's nibbles of A and
-        B, and the W^T words and nibbles of A and B.
-        """
+    def load_half(w32, r, col0, k):
+        """Rows r..r+3 of the thread's 8 columns, one 128-bit load per row: 4 tuples (la, ha, lb, hb)."""
         stride = _U(k >> 1)
         base = _U(_U(r * k + col0) >> 1)                # 32-bit word of w[r, col0]
-        la0, ha0, lb0, hb0 = load4(w32, base)           # one 128-bit load per row: 8 fp16
-        la1, ha1, lb1, hb1 = load4(w32, _U(base + stride))
-        la2, ha2, lb2, hb2 = load4(w32, _U(base + _U(2 * stride)))
-        la3, ha3, lb3, hb3 = load4(w32, _U(base + _U(3 * stride)))
-        bad = _bad16(_bad16(_bad16(_bad16(_U(0), la0), ha0), lb0), hb0)
-        bad = _bad16(_bad16(_bad16(_bad16(bad, la1), ha1), lb1), hb1)
-        bad = _bad16(_bad16(_bad16(_bad16(bad, la2), ha2), lb2), hb2)
-        bad = _bad16(_bad16(_bad16(_bad16(bad, la3), ha3), lb3), hb3)
+        return (load4(w32, base), load4(w32, _U(base + stride)), load4(w32, _U(base + _U(2 * stride))),
+                load4(w32, _U(base + _U(3 * stride))))
+
+    @cuda.jit(device=True)
+    def half(x, wf, packed64, tmasks32, r, col0, k):
+        """Rows r..r+3 (words ``x`` from load_half) of the thread's 8 columns: tiles A (col0..) and B (col0+4..).
+
+        Writes packed W (one 64-bit word per row) and the two tile masks (one
+        32-bit word); returns the non-finite indicator (>= _KEY_INF when a value
+        is NaN/Inf), W's nibbles of A and B, and the W^T words and nibbles of A and B.
+        """
+        (la0, ha0, lb0, hb0), (la1, ha1, lb1, hb1), (la2, ha2, lb2, hb2), (la3, ha3, lb3, hb3) = x
         if greedy:
-            ma = greedy_tile(la0, ha0, la1, ha1, la2, ha2, la3, ha3)
-            mb = greedy_tile(lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
+            ma, top_a = greedy_tile(la0, ha0, la1, ha1, la2, ha2, la3, ha3)
+            mb, top_b = greedy_tile(lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
+            bad = _U(top_a if top_a > top_b else top_b)
         else:
             ma = optimal_tile(wf, r, col0)
             mb = optimal_tile(wf, r, col0 + 4)
+            acc = _bad16(_bad16(_bad16(_bad16(_U(0), la0), ha0), lb0), hb0)
+            acc = _bad16(_bad16(_bad16(_bad16(acc, la1), ha1), lb1), hb1)
+            acc = _bad16(_bad16(_bad16(_bad16(acc, la2), ha2), lb2), hb2)
+            acc = _bad16(_bad16(_bad16(_bad16(acc, la3), ha3), lb3), hb3)
+            bad = _U(_KEY_INF) if acc & 0x80008000 else _U(0)
         q = _U(k >> 3)
         tmasks32[_U(_U(_U(r >> 2) * q) + _U(col0 >> 3))] = _U(ma | _U(mb << 16))
         wa0, wa1, wa2, wa3, na, ta0, ta1, ta2, ta3, tna = _tile16(ma, la0, ha0, la1, ha1, la2, ha2, la3, ha3)
@@ -537,10 +551,19 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
             bad = _U(0)
             # half 0's W^T words and nibbles, kept for half 1 (a loop, not unrolled: half the code)
             sa0 = sa1 = sa2 = sa3 = sb0 = sb1 = sb2 = sb3 = sna = snb = _U(0)
+            # prefetch: half 1's rows are read before half 0's stores (which the compiler may not move
+            # loads across), so both halves' loads are in flight at once
+            x = load_half(w32, row0, col0, k)
+            nxt = load_half(w32, _U(row0 + 4), col0, k) if prefetch else x
             for h in range(2):                          # tiles A, B (rows 0-3), then C, D (rows 4-7)
+                r = _U(row0 + _U(4 * h))
+                if not prefetch:
+                    x = load_half(w32, r, col0, k)
                 (b, na, nb, ta0, ta1, ta2, ta3, tna,
-                 tb0, tb1, tb2, tb3, tnb) = half(w32, wf, packed64, tmasks32, _U(row0 + _U(4 * h)), col0, k)
-                bad = _U(bad | b)
+                 tb0, tb1, tb2, tb3, tnb) = half(x, wf, packed64, tmasks32, r, col0, k)
+                if prefetch:
+                    x = nxt
+                bad = _U(bad if bad > b else b)
                 for i in range(4):
                     smem_w[ty * 8 + 4 * h + i, tx] = _U(shr32(na, 4 * i) & 15) | _U(_U(shr32(nb, 4 * i) & 15) << 4)
                 if h == 0:
@@ -563,7 +586,7 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
                     packed_t64[_U(p + _U(5 * q))] = _u64(sb1, tb1)
                     packed_t64[_U(p + _U(6 * q))] = _u64(sb2, tb2)
                     packed_t64[_U(p + _U(7 * q))] = _u64(sb3, tb3)
-            if bad & 0x80008000:
+            if bad >= _KEY_INF:
                 flags[0] = 1
         cuda.syncthreads()
         _write_meta(smem_w, smem_t, meta, meta_t, m, k, block_rows)
@@ -644,19 +667,19 @@ _KERNELS: dict = {}
 
 
 def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS,
-               min_blocks: int | None = None):
-    """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``."""
-    key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks)
+               min_blocks: int | None = None, prefetch: bool = PREFETCH):
+    """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``, fp32 ``prefetch``."""
+    key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks,
+           bool(prefetch) and bits == 16)
     if key not in _KERNELS:
-        make = _make_kernel16 if bits == 16 else _make_kernel32
-        _KERNELS[key] = make(*key[1:])
+        _KERNELS[key] = _make_kernel16(*key[1:]) if bits == 16 else _make_kernel32(*key[1:5])
     return _KERNELS[key]
 
 
 # ---------------------------------------------------------------- launcher
 
 def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int = ROW_THREADS,
-            min_blocks: int | None = None):
+            min_blocks: int | None = None, prefetch: bool = PREFETCH):
     """Validate and allocate once; return ``(launch, out)`` for repeated launches (benchmarks).
 
     ``launch()`` queues the kernel and returns without synchronising. The second
@@ -672,6 +695,8 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
         raise ValueError(f"row_threads: must be one of {ROW_THREADS_ALLOWED}, got {row_threads!r}")
     if min_blocks is not None:
         check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
+    if not isinstance(prefetch, bool):
+        raise TypeError(f"prefetch: expected a bool, got {type(prefetch).__name__}")
     op = operand(w, "w", dtypes=DTYPES, ndim=2, order="C")
     dev = op.dev
     m, k = dev.shape
@@ -687,7 +712,7 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     meta_t = output((m * k // 32,), np.uint32, like=op)
     tmasks = output((m // 4, k // 4), np.uint16, like=op)
     flags = cuda.to_device(np.zeros(1, np.int32))
-    kern = kernel_for(bits, method, ties, row_threads, min_blocks)
+    kern = kernel_for(bits, method, ties, row_threads, min_blocks, prefetch)
     grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
     if not (m and k):
         args = None
@@ -709,7 +734,8 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
 
 
 def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
-               row_threads: int = ROW_THREADS, min_blocks: int | None = None) -> Sparse24:
+               row_threads: int = ROW_THREADS, min_blocks: int | None = None,
+               prefetch: bool = PREFETCH) -> Sparse24:
     """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
 
     Parameters
@@ -721,9 +747,11 @@ def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: 
         (one small device-to-host copy, which synchronises; pass False when timing).
     row_threads : tunable, thread rows per block (4, 8, 16, 32; 8 thread columns).
     min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: no bound).
+    prefetch : tunable (fp16; fp32 ignores it), issue the loads of both halves of the thread's 8x8
+        block before packing the first (more bytes in flight, 16 more registers).
     """
     launch, (op, out, flags) = prepare(w, method=method, ties=ties, row_threads=row_threads,
-                                       min_blocks=min_blocks)
+                                       min_blocks=min_blocks, prefetch=prefetch)
     launch()
     if check_finite and flags.copy_to_host()[0]:
         raise ValueError("w: must be finite, found NaN/Inf value(s) (flagged by the kernel)")

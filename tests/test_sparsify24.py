@@ -221,12 +221,12 @@ def test_reference_rejects_bad_options():
 
 # ------------------------------------------------------------------------- kernel == reference
 
-@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]))
-def test_kernel_equals_reference_bit_for_bit(w, option, row_threads):
+@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]), st.booleans())
+def test_kernel_equals_reference_bit_for_bit(w, option, row_threads, prefetch):
     from gpu import sparsify24 as gpu
     method, ties = option
     want = ref.sparsify24(w, method=method, ties=ties)
-    got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads)
+    got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads, prefetch=prefetch)
     for f in FIELDS:
         a, b = getattr(got, f), getattr(want, f)
         assert a.shape == b.shape and a.dtype == b.dtype, f
@@ -252,7 +252,7 @@ def test_kernel_returns_device_arrays_for_device_input():
     assert np.array_equal(got.packed.copy_to_host(), ref.sparsify24(w).packed)
 
 
-@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("value", [np.nan, -np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_kernel_flags_non_finite_values(value, dtype):
     from gpu import sparsify24 as gpu
@@ -260,6 +260,21 @@ def test_kernel_flags_non_finite_values(value, dtype):
     w[17, 5] = value
     with pytest.raises(ValueError, match="must be finite"):
         gpu.sparsify24(w)
+
+
+# fp16 greedy tests the sorted tile's largest key, the optimal kernels every value's exponent:
+# each way, one non-finite value in the second half of a block (rows 4-7 of an 8x8) or the first
+@pytest.mark.parametrize("option", [("greedy", "index", False), ("greedy", "torch", True),
+                                    ("optimal_full", "index", False)])
+@pytest.mark.parametrize("where", [(2, 30), (39, 9)])
+def test_fp16_kernels_flag_the_largest_finite_value_but_not_beyond(option, where):
+    from gpu import sparsify24 as gpu
+    method, ties, prefetch = option
+    w = np.full((64, 32), np.finfo(np.float16).max, np.float16)     # largest finite: no error
+    gpu.sparsify24(w, method=method, ties=ties, prefetch=prefetch)
+    w[where] = -np.inf
+    with pytest.raises(ValueError, match="must be finite"):
+        gpu.sparsify24(w, method=method, ties=ties, prefetch=prefetch)
 
 
 @pytest.mark.parametrize("bad,err,match", [
@@ -278,6 +293,8 @@ def test_kernel_launcher_rejects_bad_tunables():
     w = np.ones((32, 32), np.float16)
     with pytest.raises(ValueError, match="row_threads: must be one of"):
         gpu.sparsify24(w, row_threads=3)
+    with pytest.raises(TypeError, match="prefetch: expected a bool"):
+        gpu.sparsify24(w, prefetch=1)
     with pytest.raises(ValueError, match="method: must be one of"):
         gpu.sparsify24(w, method="best")
 

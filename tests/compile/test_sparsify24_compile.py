@@ -7,7 +7,7 @@
 * fp16: the integer work is 32-bit (Numba would make it 64-bit): under 10% of
   the PTX instructions are 64-bit ALU operations (the rest is addressing); W is
   read with one 128-bit load per row (``ld.global.v4.u32``, 4 per half of the
-  8x8 block), packed W and W^T are written as 64-bit words;
+  8x8 block; 8 before the loop with ``prefetch``), packed W and W^T are written as 64-bit words;
 * fp32: 64-bit loads (``ld.global.u64``), 16 per half;
 * one ``bar.sync`` (the shared-memory metadata exchange).
 """
@@ -67,21 +67,24 @@ def build(kernel, args, cc):
 # Each build is NVVM + two nvJitLink LTO passes (PTX, then cubin for ptxas's report): seconds for
 # the fp16 greedy kernels, ~15 s for optimal_full, minutes for the 186-candidate optimal one on the
 # 2-core CI machine, which is therefore left to the GPU tests.
-BUILDS = [((9, 0), 16, "greedy", "index"), ((9, 0), 16, "greedy", "torch"), ((9, 0), 16, "optimal_full", "index"),
-          ((9, 0), 32, "greedy", "index"), ((8, 0), 16, "greedy", "index")]
+BUILDS = [((9, 0), 16, "greedy", "index", False), ((9, 0), 16, "greedy", "torch", False),
+          ((9, 0), 16, "optimal_full", "index", False), ((9, 0), 32, "greedy", "index", False),
+          ((8, 0), 16, "greedy", "index", False), ((9, 0), 16, "greedy", "index", True),
+          ((9, 0), 16, "greedy", "torch", True)]
 
 
-@pytest.mark.parametrize("cc,bits,method,ties", BUILDS)
-def test_kernel_compiles_in_registers(cc, bits, method, ties):
-    ptx, report = build(g.kernel_for(bits, method, ties), kernel_args(bits), cc)
+@pytest.mark.parametrize("cc,bits,method,ties,prefetch", BUILDS)
+def test_kernel_compiles_in_registers(cc, bits, method, ties, prefetch):
+    ptx, report = build(g.kernel_for(bits, method, ties, prefetch=prefetch), kernel_args(bits), cc)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     assert ".local" not in ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and all(a == "0" and b == "0" for a, b in spills), report
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 1
-    # the loop over the two halves is not unrolled: the loads below are one half's
+    # the loop over the two halves is not unrolled: the loads below are one half's (both halves'
+    # with prefetch, read before the loop)
     if bits == 16:
-        assert len(re.findall(r"ld\.global\.v4\.u32", ptx)) == 4
+        assert len(re.findall(r"ld\.global\.v4\.u32", ptx)) == (8 if prefetch else 4)
         assert len(re.findall(r"st\.global\.u64", ptx)) == 4 + 8       # packed W rows, packed W^T rows
         assert alu64_share(ptx) < 0.10
     else:
@@ -96,12 +99,12 @@ _tile16 = g._tile16
 
 @cuda.jit
 def _probe_greedy16_index(w, out):
-    out[0] = _greedy_index(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
+    out[0], out[1] = _greedy_index(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
 
 
 @cuda.jit
 def _probe_greedy16_torch(w, out):
-    out[0] = _greedy_torch(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
+    out[0], out[1] = _greedy_torch(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
 
 
 @cuda.jit
