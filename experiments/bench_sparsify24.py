@@ -6,6 +6,8 @@ it as a script on a GPU::
     python experiments/bench_sparsify24.py --check [--out DIR]   # vs reference and vs PyTorch
     python experiments/bench_sparsify24.py --time [--out DIR]    # the issue's timing table
     python experiments/bench_sparsify24.py --sanitize            # each kernel once, small (compute-sanitizer)
+    python experiments/bench_sparsify24.py --time --sweep        # also the launch-configuration variants
+    python experiments/bench_sparsify24.py --profile 4096x4096 --only ...   # one launch each, for ncu
 
 ``--check``: every kernel variant equals :func:`reference.sparsify24.sparsify24`
 bit for bit at 256x192; at fp16 shapes 128..8192 our ``ties="torch"`` masks,
@@ -52,6 +54,20 @@ OURS = {
     "ours greedy, 64-thread blocks": (np.float16, dict(method="greedy", row_threads=8)),
     "ours greedy, 256-thread blocks": (np.float16, dict(method="greedy", row_threads=32)),
     "ours greedy fp32": (np.float32, dict(method="greedy", ties="index")),
+}
+#: Launch-configuration variants of the greedy fp16 kernel (``--sweep``): block size, both halves'
+#: loads issued first (``prefetch``: 95 registers, so 5 blocks of 128 a SM; with launch bounds of 6
+#: or 12 blocks, 80 registers and no spill, ptxas offline).
+TUNING = {
+    "ours greedy (index ties), prefetch": (np.float16, dict(method="greedy", prefetch=True)),
+    "ours greedy (index ties), prefetch, 6 blocks/SM": (np.float16, dict(method="greedy", prefetch=True,
+                                                                         min_blocks=6)),
+    "ours greedy (index ties), prefetch, 64-thread blocks, 12/SM": (
+        np.float16, dict(method="greedy", prefetch=True, row_threads=8, min_blocks=12)),
+    "ours greedy (torch ties), prefetch, 6 blocks/SM": (np.float16, dict(method="greedy", ties="torch",
+                                                                         prefetch=True, min_blocks=6)),
+    "ours optimal_full (90), prefetch, 6 blocks/SM": (np.float16, dict(method="optimal_full", prefetch=True,
+                                                                       min_blocks=6)),
 }
 #: What the experiment's quick mode times on a GPU: one kernel, ~6 s to compile on the H100 machine
 #: (torch ties took 14 s there, the optimal kernels minutes).
@@ -110,6 +126,31 @@ def check_reference(results: dict, providers: dict = OURS) -> bool:
             log(f"  reference {name:45s} {data:6s} equal={ok} repeat-identical={det}")
             results.setdefault("reference", []).append(dict(provider=name, data=data, equal=ok, repeat=det))
             ok_all &= ok and det
+    return ok_all
+
+
+def check_variants(results: dict, providers: dict, shapes=TIME_SHAPES) -> bool:
+    """Each provider equals the default launch configuration of its (method, ties, dtype) bit for bit.
+
+    The default configuration equals the reference (``check_reference``, the tests); this carries
+    that to the launch-configuration variants at the timing shapes, where the NumPy reference is slow.
+    """
+    from numba import cuda
+    from gpu import sparsify24 as gpu
+    rng = np.random.default_rng(2)
+    ok_all = True
+    for m, k in shapes:
+        for name, (dtype, kw) in providers.items():
+            if set(kw) <= {"method", "ties"}:      # a default configuration itself
+                continue
+            base = dict(method=kw["method"], ties=kw.get("ties", "index"))
+            w = cuda.to_device(random_weight(rng, (m, k), dtype))
+            got, want = gpu.sparsify24(w, **kw), gpu.sparsify24(w, **base)
+            ok = all(np.array_equal(getattr(got, f).copy_to_host(), getattr(want, f).copy_to_host())
+                     for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
+            log(f"  variant {name:55s} {m}x{k}: equal to {base} = {ok}")
+            results.setdefault("variants", []).append(dict(provider=name, m=m, k=k, equal=ok))
+            ok_all &= ok
     return ok_all
 
 
@@ -189,7 +230,7 @@ def check_torch_gemm(results: dict) -> bool:
         b = torch.randn(k, n, device="cuda", dtype=torch.float16, generator=g)
         c = torch.randn(m, n, device="cuda", dtype=torch.float16, generator=g)
         y_ours, y_theirs, y_dense = torch.mm(ours_sp, b), torch.mm(theirs, b), torch.mm(dense, b)
-        yt_ours, yt_theirs, yt_dense = torch.mm(ours_sp.t(), c), torch.mm(theirs.t(), c), torch.mm(dense.t(), c)
+        yt_ours, yt_theirs = torch.mm(ours_sp.t(), c), torch.mm(theirs.t(), c)
         ref64 = dense.double() @ b.double()
         ref64_t = dense.t().double() @ c.double()
         # fp16 output of an fp32-accumulated product: within a few fp16 ulps of the float64 result
@@ -224,8 +265,12 @@ def compile_all(providers: dict) -> dict:
     return took
 
 
-def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int = 30) -> list[dict]:
-    """One record per provider: device time (median, p10, p90), GB/s, % of copy bandwidth."""
+def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int = 30,
+                baselines: bool = True) -> list[dict]:
+    """One record per provider: device time (median, p10, p90), GB/s, % of copy bandwidth.
+
+    ``baselines``: also PyTorch's tile sparsifier (both metadata layouts) and ``to_sparse_semi_structured``.
+    """
     from numba import cuda
     from gpu import sparsify24 as gpu
     from sparsekit.timing import measure
@@ -237,6 +282,8 @@ def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int 
         meas = measure(launch, repeat=repeat, warmup=3, flush_l2=True)
         nbytes = bytes_moved(m, k, np.dtype(dtype).itemsize)
         records.append(_record(name, m, k, np.dtype(dtype).name, meas, nbytes, copy_bw))
+    if not baselines:
+        return records
     try:
         import torch
     except ImportError:
@@ -281,6 +328,8 @@ def sanitize_run() -> int:
     bad = 0
     for kw, dtype in [(dict(method="greedy", ties="torch"), np.float16),
                       (dict(method="greedy", row_threads=4), np.float16),
+                      (dict(method="greedy", prefetch=True), np.float16),
+                      (dict(method="greedy", ties="torch", prefetch=True, row_threads=8), np.float16),
                       (dict(method="optimal_full"), np.float16),
                       (dict(method="greedy", row_threads=4), np.float32)]:
         w = random_weight(rng, (160, 96), dtype)
@@ -301,6 +350,19 @@ def sanitize_run() -> int:
     return int(bad > 0 or not same)
 
 
+def profile_run(providers: dict, m: int, k: int) -> int:
+    """One launch of each provider at m x k (for ``ncu``/``nsys``: no other kernel of ours runs)."""
+    from numba import cuda
+    from gpu import sparsify24 as gpu
+    rng = np.random.default_rng(0)
+    for name, (dtype, kw) in providers.items():
+        launch, _ = gpu.prepare(cuda.to_device(random_weight(rng, (m, k), dtype)), **kw)
+        launch()
+        cuda.synchronize()
+        log(f"profile: launched {name} at {m}x{k}")
+    return 0
+
+
 def _wait_for(pids) -> None:
     """Block until every process in ``pids`` has exited (so they do not share the GPU with timings)."""
     for pid in pids:
@@ -317,15 +379,25 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="agreement with the reference and PyTorch")
     ap.add_argument("--time", action="store_true", help="the timing table")
     ap.add_argument("--sanitize", action="store_true", help="small run for compute-sanitizer")
+    ap.add_argument("--profile", default=None, metavar="MxK",
+                    help="launch each selected provider once at this shape, nothing else (for a profiler)")
     ap.add_argument("--out", default=None, help="folder for results.json")
     ap.add_argument("--exclude", nargs="*", default=[],
                     help="leave out our providers whose name contains any of these strings")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="keep only our providers whose name contains one of these strings")
+    ap.add_argument("--sweep", action="store_true", help="add the launch-configuration variants (TUNING)")
+    ap.add_argument("--no-baselines", action="store_true", help="time only our kernels (no PyTorch)")
     ap.add_argument("--after", type=int, nargs="*", default=[],
-                    help="process ids (e.g. sanitizer runs) to wait for before timing")
+                    help="process ids to wait for after compiling, before any other GPU work")
     args = ap.parse_args(argv)
     if args.sanitize:
         return sanitize_run()
-    ours = {k: v for k, v in OURS.items() if not any(x in k for x in args.exclude)}
+    ours = {**OURS, **TUNING} if args.sweep else dict(OURS)
+    ours = {k: v for k, v in ours.items() if not any(x in k for x in args.exclude)
+            and (args.only is None or any(x in k for x in args.only))}
+    if args.profile:
+        return profile_run(ours, *map(int, args.profile.split("x")))
     results: dict = {}
     ok = True
     t0 = time.time()
@@ -333,13 +405,18 @@ def main(argv=None) -> int:
     info = device.info()
     results["device"] = str(info)
     log(f"device: {info}")
-    if args.time:    # compile everything first, while the sanitizer runs (if any) still use the GPU
-        results["compile_s"] = compile_all(ours)
+    # compile everything first (CPU work, one 128x128 launch each), while other processes may still
+    # be timing on the GPU; then wait for them
+    results["compile_s"] = compile_all(ours)
+    _wait_for(args.after)
     if args.check:
         log("check: kernels vs reference (256x192)")
         ok &= check_reference(results, ours)
         log(f"  ({time.time() - t0:.0f} s)")
-        for step in (check_torch, check_torch_gemm):
+        log("check: launch-configuration variants vs the default configuration at the timing shapes")
+        ok &= check_variants(results, ours)
+        log(f"  ({time.time() - t0:.0f} s)")
+        for step in (() if args.no_baselines else (check_torch, check_torch_gemm)):
             try:
                 ok &= step(results)
             except RuntimeError as e:
@@ -354,13 +431,12 @@ def main(argv=None) -> int:
                 ok = False
             log(f"  ({time.time() - t0:.0f} s)")
     if args.time:
-        _wait_for(args.after)
         copy_bw = device.measured_bandwidth()
         results["copy_bandwidth_GBps"] = copy_bw / 1e9
         log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
         recs = []
         for m, k in TIME_SHAPES:
-            recs += bench_shape(m, k, ours, copy_bw=copy_bw)
+            recs += bench_shape(m, k, ours, copy_bw=copy_bw, baselines=not args.no_baselines)
             log(f"  ({time.time() - t0:.0f} s)")
         results["time"] = recs
     results["ok"] = bool(ok)

@@ -76,8 +76,8 @@ if not config.ENABLE_CUDASIM:
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-__all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREADS", "GREEDY_TILE",
-           "OPTIMAL_TILE"]
+__all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREADS", "PREFETCH", "GREEDY_TILE16",
+           "GREEDY_TILE32", "OPTIMAL_TILE"]
 
 #: Default thread rows per block (a block is 8 x row_threads threads, 8*row_threads rows x 64 columns).
 ROW_THREADS = 16
