@@ -1,0 +1,286 @@
+"""Warp-level tensor-core MMA for Numba CUDA kernels (inline PTX), with simulator fallbacks.
+
+Numba has no tensor-core API. These ``@intrinsic`` functions emit one PTX
+instruction each through ``llvmlite.ir.InlineAsm`` (the pattern of
+:mod:`gpu.vector_loads`); an instruction with several results is an LLVM
+literal struct, returned to Numba as a ``UniTuple``.
+
+``mma_m16n8k16_f16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+    ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``: ``D = A @ B + C`` with
+    ``A`` 16x16 float16, ``B`` 16x8 float16, ``C``/``D`` 16x8 float32. ``a*``/``b*``
+    are uint32 registers holding two halves each (``half2``: the lower 16 bits hold
+    the element with the smaller column index of ``A`` / row index of ``B``).
+``mma_m16n8k8_tf32_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+    ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``: ``A`` 16x8, ``B`` 8x8
+    TF32 (float32 arguments whose low 13 mantissa bits are zero, as :func:`to_tf32`
+    returns them; the instruction reads only the TF32 bits), ``C``/``D`` float32.
+``to_tf32(x)``
+    ``cvt.rna.tf32.f32``: ``x`` rounded to TF32 (10 mantissa bits, nearest, ties away
+    from zero), returned as the float32 with those bits. ``x - to_tf32(x)`` is exact in
+    float32: the 3xTF32 split of :mod:`gpu.uspmm_tc` uses it.
+``load_b32(arr, i)``
+    the 32-bit word holding ``arr[i]`` (low half) and ``arr[i+1]`` (high half) of a
+    1-D 16-bit array, read with one ``ld.*.u32`` (``i`` even, ``arr`` 4-byte aligned):
+    a ``half2`` fragment register straight from a float16 shared tile.
+
+Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
+type" and "... mma.m16n8k8" for ``.tf32``). Lane ``l`` of the warp has
+``g = l // 4`` (groupID) and ``t = l % 4`` (threadID_in_group):
+
+============  ========================================  ==============================
+register      m16n8k16 (f16: 2 elements per register)   m16n8k8 (tf32: 1 element)
+============  ========================================  ==============================
+``a0``        A[g,     2t : 2t+2]                       A[g,     t]
+``a1``        A[g + 8, 2t : 2t+2]                       A[g + 8, t]
+``a2``        A[g,     2t+8 : 2t+10]                    A[g,     t + 4]
+``a3``        A[g + 8, 2t+8 : 2t+10]                    A[g + 8, t + 4]
+``b0``        B[2t : 2t+2, g]                           B[t,     g]
+``b1``        B[2t+8 : 2t+10, g]                        B[t + 4, g]
+``c0, c1``    C[g,     2t], C[g,     2t+1]              (same)
+``c2, c3``    C[g + 8, 2t], C[g + 8, 2t+1]              (same)
+============  ========================================  ==============================
+
+``mma.sync.aligned``: all 32 lanes of the warp execute the same instruction together
+(no divergence around a call).
+
+Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the names are Python functions
+that compute the same thing: each lane publishes its fragment registers, the warp's
+32 threads meet (the simulator has no ``shfl_sync``; :func:`_warp_allgather` is the
+all-gather that 32 shuffles would do, built on a 32-party barrier per warp), every lane
+rebuilds A and B from the gathered fragments and returns exactly its own four elements
+of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the products of float16
+or TF32 values are exact) and rounds once to float32; the tensor core's own float32
+accumulation may differ in the last bits. :func:`to_tf32` is emulated bit-exactly
+(:func:`tf32_round`, also used by the tests as the NumPy model).
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+from numba import cuda
+from numba.cuda import config
+
+__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round",
+           "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe"]
+
+
+def tf32_round(x):
+    """NumPy model of ``cvt.rna.tf32.f32`` on a float32 scalar or array: add half a TF32 ulp
+    (``0x1000``) to the magnitude bits and clear the low 13 bits (nearest, ties away from
+    zero; a carry into the exponent is the correct rounding up, to infinity past the largest
+    TF32); infinities and NaNs pass unchanged."""
+    a = np.asarray(x, dtype=np.float32)
+    bits = a.view(np.uint32)
+    special = (bits & 0x7F800000) == 0x7F800000
+    rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    out = np.where(special, bits, rounded).view(np.float32)
+    return out if out.ndim else np.float32(out[()])
+
+
+@functools.cache
+def fragment_coords(shape: str, lane: int) -> dict:
+    """``{register: [(row, col), ...]}`` of the table above for ``shape`` "m16n8k16" or
+    "m16n8k8" (elements in register order: low half first). The tests build fragments with it."""
+    g, t = lane // 4, lane % 4
+    if shape == "m16n8k16":
+        return {"a0": [(g, 2 * t), (g, 2 * t + 1)], "a1": [(g + 8, 2 * t), (g + 8, 2 * t + 1)],
+                "a2": [(g, 2 * t + 8), (g, 2 * t + 9)], "a3": [(g + 8, 2 * t + 8), (g + 8, 2 * t + 9)],
+                "b0": [(2 * t, g), (2 * t + 1, g)], "b1": [(2 * t + 8, g), (2 * t + 9, g)],
+                "c": [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]}
+    if shape == "m16n8k8":
+        return {"a0": [(g, t)], "a1": [(g + 8, t)], "a2": [(g, t + 4)], "a3": [(g + 8, t + 4)],
+                "b0": [(t, g)], "b1": [(t + 4, g)],
+                "c": [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]}
+    raise ValueError(f"shape: must be 'm16n8k16' or 'm16n8k8', got {shape!r}")
+
+
+if config.ENABLE_CUDASIM:
+    _LOCK = threading.Lock()
+    #: Seconds a lane waits for the rest of its warp before the simulator reports a divergent mma.
+    _WARP_TIMEOUT = 300.0
+
+    def _warp_allgather(value):
+        """Every lane of the calling thread's warp passes ``value``; each gets the 32 values in
+        lane order. Two waits on the warp's barrier: after all have written, after all have read."""
+        th = threading.current_thread()
+        mgr = th._manager
+        key = (tuple(th.blockIdx), th.thread_id // 32)
+        with _LOCK:
+            exchanges = mgr.__dict__.setdefault("_sparsekit_warp_exchange", {})
+            if key not in exchanges:
+                exchanges[key] = (threading.Barrier(32, timeout=_WARP_TIMEOUT), [None] * 32)
+            barrier, slots = exchanges[key]
+        slots[th.thread_id % 32] = value
+        barrier.wait()
+        gathered = list(slots)
+        barrier.wait()
+        return gathered
+
+    def _halves(word):
+        """The two float16 values (low, high) of a 32-bit word."""
+        return np.array([word], dtype=np.uint32).view(np.float16).astype(np.float64)
+
+    def _mma(shape, a, b, c):
+        """This lane's D fragment of ``A @ B + C`` from the warp's gathered A/B fragments."""
+        gathered = _warp_allgather((a, b))
+        kdim = 16 if shape == "m16n8k16" else 8
+        big_a = np.zeros((16, kdim))
+        big_b = np.zeros((kdim, 8))
+        for lane, (fa, fb) in enumerate(gathered):
+            where = fragment_coords(shape, lane)
+            for name, reg in zip(("a0", "a1", "a2", "a3", "b0", "b1"), fa + fb):
+                vals = _halves(reg) if shape == "m16n8k16" else [float(reg)]
+                target = big_a if name[0] == "a" else big_b
+                for (r, col), v in zip(where[name], vals):
+                    target[r, col] = v
+        lane = threading.current_thread().thread_id % 32
+        d = big_a @ big_b
+        return tuple(np.float32(d[r, col] + np.float64(cv))
+                     for (r, col), cv in zip(fragment_coords(shape, lane)["c"], c))
+
+    def mma_m16n8k16_f16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """Simulator fallback of ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``."""
+        return _mma("m16n8k16", (int(a0), int(a1), int(a2), int(a3)), (int(b0), int(b1)), (c0, c1, c2, c3))
+
+    def mma_m16n8k8_tf32_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """Simulator fallback of ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``."""
+        return _mma("m16n8k8", (a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3))
+
+    def to_tf32(x):
+        """Simulator fallback of ``cvt.rna.tf32.f32`` (bit-exact: :func:`tf32_round`)."""
+        return tf32_round(np.float32(x))
+
+    def load_b32(arr, i):
+        """Simulator fallback: the bits of ``arr[i]`` (low) and ``arr[i+1]`` (high) as one uint32."""
+        pair = np.array([arr[i], arr[i + 1]], dtype=arr.dtype)
+        return np.uint32(pair.view(np.uint32)[0])
+
+else:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    _I32, _F32 = ir.IntType(32), ir.FloatType()
+
+    def _mma_intrinsic(name: str, ptx: str, ab_type):
+        """Build the intrinsic ``name(a0..a3, b0, b1, c0..c3) -> UniTuple(float32, 4)`` emitting
+        ``ptx`` with operands ``{d0..d3}, {a0..a3}, {b0, b1}, {c0..c3}``; ``a``/``b`` are passed
+        as ``ab_type`` (uint32 half2 words, or float32 TF32 values reinterpreted as .b32)."""
+
+        def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            ab, c = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
+            want = types.Integer if ab_type == types.uint32 else types.Float
+            if not all(isinstance(x, want) for x in ab) or not all(isinstance(x, types.Float) for x in c):
+                return None
+            # Numba casts each argument to these types before the call (uint32 / float32)
+            sig = types.UniTuple(types.float32, 4)(*([ab_type] * 6), *([types.float32] * 4))
+
+            def codegen(context, builder, sig, args):
+                ab_vals = list(args[:6])
+                if ab_type == types.float32:                          # TF32 operands are .b32 registers
+                    ab_vals = [builder.bitcast(v, _I32) for v in ab_vals]
+                fnty = ir.FunctionType(ir.LiteralStructType([_F32] * 4), [_I32] * 6 + [_F32] * 4)
+                asm = ir.InlineAsm(fnty, ptx + " {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};",
+                                   "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+                res = builder.call(asm, ab_vals + list(args[6:]))
+                return context.make_tuple(builder, sig.return_type,
+                                          [builder.extract_value(res, j) for j in range(4)])
+
+            return sig, codegen
+
+        typer.__name__ = name
+        return intrinsic(typer)
+
+    mma_m16n8k16_f16_f32 = _mma_intrinsic("mma_m16n8k16_f16_f32",
+                                          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", types.uint32)
+    mma_m16n8k8_tf32_f32 = _mma_intrinsic("mma_m16n8k8_tf32_f32",
+                                          "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", types.float32)
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        """``cvt.rna.tf32.f32``: ``x`` rounded to TF32, as a float32."""
+        if not isinstance(x, types.Float):
+            return None
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_F32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+            return builder.bitcast(builder.call(asm, [args[0]]), _F32)
+
+        return sig, codegen
+
+    @intrinsic
+    def load_b32(typingctx, arr, i):
+        """One 32-bit load of ``arr[i : i + 2]`` from a 1-D 16-bit array, as uint32."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth == 16
+                and isinstance(i, types.Integer)):
+            return None
+        sig = types.uint32(arr, i)
+
+        def codegen(context, builder, sig, args):
+            arrty, ity = sig.args
+            ary = context.make_array(arrty)(context, builder, args[0])
+            index = context.cast(builder, args[1], ity, types.intp)
+            ptr = builder.bitcast(builder.gep(ary.data, [index]), _I32.as_pointer())   # (u32*) &arr[i]
+            return builder.load(ptr, align=4)
+
+        return sig, codegen
+
+
+# ---------------------------------------------------------------------------
+# Probe kernels: one MMA per warp (the tests' check of the fragment layout above, and its example)
+# ---------------------------------------------------------------------------
+
+@cuda.jit
+def mma_probe_f16(a, bt, c, d, nbatch):
+    """``d[w] = a[w] @ bt[w].T + c[w]`` for problem ``w`` = the global warp index, via
+    :func:`mma_m16n8k16_f16_f32`. Arrays are flat, C-ordered: ``a`` ``(nbatch, 16, 16)`` float16,
+    ``bt`` ``(nbatch, 8, 16)`` float16 (B transposed: a column of B is a row, so the pair of rows
+    ``2t, 2t+1`` of ``b0`` is one 32-bit word), ``c``/``d`` ``(nbatch, 16, 8)`` float32."""
+    w = cuda.grid(1) // 32
+    lane = cuda.threadIdx.x % 32
+    g = lane // 4
+    t = lane % 4
+    if w < nbatch:                                                       # (uniform across the warp)
+        ar = w * 256 + g * 16 + 2 * t                                    # A[g, 2t]
+        br = w * 128 + g * 16 + 2 * t                                    # B[2t, g] = bt[g, 2t]
+        cr = w * 128 + g * 8 + 2 * t                                     # C[g, 2t]
+        x = mma_m16n8k16_f16_f32(load_b32(a, ar), load_b32(a, ar + 128), load_b32(a, ar + 8),
+                                 load_b32(a, ar + 136), load_b32(bt, br), load_b32(bt, br + 8),
+                                 c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
+        d[cr] = x[0]
+        d[cr + 1] = x[1]
+        d[cr + 64] = x[2]
+        d[cr + 65] = x[3]
+
+
+@cuda.jit
+def mma_probe_tf32(a, b, c, d, nbatch):
+    """``d[w] = tf32(a[w]) @ tf32(b[w]) + c[w]`` via :func:`to_tf32` and
+    :func:`mma_m16n8k8_tf32_f32`; flat C-ordered float32 arrays ``a`` ``(nbatch, 16, 8)``,
+    ``b`` ``(nbatch, 8, 8)``, ``c``/``d`` ``(nbatch, 16, 8)``."""
+    w = cuda.grid(1) // 32
+    lane = cuda.threadIdx.x % 32
+    g = lane // 4
+    t = lane % 4
+    if w < nbatch:
+        ar = w * 128 + g * 8 + t                                         # A[g, t]
+        br = w * 64 + t * 8 + g                                          # B[t, g]
+        cr = w * 128 + g * 8 + 2 * t
+        x = mma_m16n8k8_tf32_f32(to_tf32(a[ar]), to_tf32(a[ar + 64]), to_tf32(a[ar + 4]), to_tf32(a[ar + 68]),
+                                 to_tf32(b[br]), to_tf32(b[br + 32]),
+                                 c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
+        d[cr] = x[0]
+        d[cr + 1] = x[1]
+        d[cr + 64] = x[2]
+        d[cr + 65] = x[3]
+
+
+@cuda.jit
+def tf32_probe(x, out):
+    """``out[i] = to_tf32(x[i])``."""
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = to_tf32(x[i])

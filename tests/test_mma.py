@@ -1,0 +1,101 @@
+"""gpu/mma.py under the CUDA simulator: the TF32 rounding model and the MMA fallbacks against NumPy.
+
+The fallbacks gather the warp's fragments and give each lane exactly its own elements of
+``D = A @ B + C`` (fragment layout of the PTX ISA, :func:`gpu.mma.fragment_coords`); the probe
+kernels (one MMA per warp) load fragments from row-major tiles, so a wrong layout in either
+the probes or the fallbacks shows up as a wrong product. The same probes run the real
+instructions in ``tests/gpu/test_uspmm_tc_gpu.py``.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu import mma
+from strategies import dense_arrays
+
+
+def tf32_nearest_away(x: np.float32) -> np.float32:
+    """Independent model of cvt.rna.tf32.f32 for a finite float32: of the two TF32 values around
+    ``x`` (its bits with the low 13 cleared, and one TF32 step further from zero), the nearer in
+    exact arithmetic; a tie goes away from zero."""
+    bits = int(np.float32(x).view(np.uint32))
+    down = bits & ~0x1FFF
+    up = down + 0x2000                                   # may carry into the exponent (or reach inf)
+    lo, hi = (np.uint32(v).view(np.float32) for v in (down, up))
+    if not np.isfinite(hi):
+        return hi if abs(Fraction(float(x)) - Fraction(float(lo))) >= Fraction(2) ** 116 else lo     # half a TF32 step at the top binade
+    dl, dh = abs(Fraction(float(x)) - Fraction(float(lo))), abs(Fraction(float(hi)) - Fraction(float(x)))
+    return hi if dh <= dl else lo
+
+
+@given(bits=st.integers(0, 2**32 - 1))
+def test_tf32_round_is_nearest_ties_away(bits):
+    x = np.uint32(bits).view(np.float32)
+    got = mma.tf32_round(x)
+    if not np.isfinite(x):
+        assert np.uint32(got.view(np.uint32)) == bits                 # inf / NaN unchanged
+        return
+    assert int(got.view(np.uint32)) & 0x1FFF == 0                      # a TF32 value
+    assert got.view(np.uint32) == tf32_nearest_away(x).view(np.uint32)
+
+
+def test_tf32_round_ties_and_edges():
+    one = np.float32(1.0)
+    step = np.float32(2.0 ** -10)                                      # TF32 ulp at 1
+    tie = np.float32(1.0 + 2.0 ** -11)                                 # halfway: away from zero
+    assert mma.tf32_round(tie) == one + step
+    assert mma.tf32_round(-tie) == -(one + step)
+    assert mma.tf32_round(np.nextafter(tie, np.float32(0))) == one
+    assert mma.tf32_round(np.float32(np.finfo(np.float32).max)) == np.inf
+    assert mma.tf32_round(np.float32(0.0)) == 0.0
+
+
+def test_tf32_probe_matches_model():
+    x = np.random.default_rng(0).standard_normal(100).astype(np.float32)
+    out = np.zeros_like(x)
+    mma.tf32_probe[1, 128](x, out)
+    np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
+
+
+def _within_one_ulp(got, exact):
+    """The fallbacks round the float64 sum once to float32; NumPy's float64 sum may be ordered
+    differently, which can move a result across a float32 rounding boundary: 1 ulp at most."""
+    want = exact.astype(np.float32)
+    np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+@given(data=st.data(), nbatch=st.integers(1, 2))
+def test_mma_f16_fallback_matches_numpy(data, nbatch):
+    a = data.draw(dense_arrays((nbatch, 16, 16), dtype=np.float16))
+    b = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float16))
+    c = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
+    bt = np.ascontiguousarray(b.transpose(0, 2, 1))
+    d = np.zeros_like(c)
+    mma.mma_probe_f16[1, 32 * nbatch](a.ravel(), bt.ravel(), c.ravel(), d.reshape(-1), nbatch)
+    _within_one_ulp(d, a.astype(np.float64) @ b.astype(np.float64) + c)
+
+
+@given(data=st.data(), nbatch=st.integers(1, 2))
+def test_mma_tf32_fallback_matches_numpy(data, nbatch):
+    a = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
+    b = data.draw(dense_arrays((nbatch, 8, 8), dtype=np.float32))
+    c = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
+    d = np.zeros_like(c)
+    mma.mma_probe_tf32[1, 32 * nbatch](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nbatch)
+    exact = mma.tf32_round(a).astype(np.float64) @ mma.tf32_round(b).astype(np.float64) + c
+    _within_one_ulp(d, exact)
+
+
+def test_fragment_coords_cover_each_tile_once():
+    for shape, kdim in (("m16n8k16", 16), ("m16n8k8", 8)):
+        seen = {"a": [], "b": [], "c": []}
+        for lane in range(32):
+            for name, cells in mma.fragment_coords(shape, lane).items():
+                seen[name[0]] += cells
+        assert sorted(seen["a"]) == [(r, k) for r in range(16) for k in range(kdim)]
+        assert sorted(seen["b"]) == [(k, col) for k in range(kdim) for col in range(8)]
+        assert sorted(seen["c"]) == [(r, col) for r in range(16) for col in range(8)]

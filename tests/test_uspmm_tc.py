@@ -1,0 +1,102 @@
+"""gpu/uspmm_tc.py equals reference/uspmm.py under the CUDA simulator (the MMA fallbacks of
+gpu/mma.py stand in for the tensor cores): every dtype, index dtype and tunable shape, sizes that
+are not multiples of the block tile, several K chunks, K' = 0 and K' = K; bad input is refused.
+
+Tolerance: the float32-accumulation bound of the existing tests (``assert_fp32_accumulated`` of
+tests/test_spmm.py), with the reduction length this kernel's arithmetic needs
+(:func:`gpu.uspmm_tc.error_reduction`: K' for float16 as for the CUDA-core kernels; 3 K' + 13
+for float32, where the 3xTF32 split costs up to ~12 float32 roundoffs per product)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpu import uspmm_tc as tc
+from reference import uspmm as ru
+from sparsekit.formats import ELL
+from strategies import ell_matrices
+from test_spmm import assert_fp32_accumulated, rhs_for
+
+# Small tiles (32-64 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
+# 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp.
+TUNABLES = {
+    np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1), dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2),
+                 dict(bm=32, bn=8, kc=32, warps_m=1, warps_n=1)],
+    np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1), dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2),
+                 dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1)],
+}
+
+
+def check_against_reference(ell, b, tunables):
+    got = tc.uspmm(ell, b, **tunables)
+    want = ru.uspmm(ell, b)
+    assert isinstance(got, np.ndarray) and got.flags.c_contiguous
+    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=tc.error_reduction(ell.kprime, ell.dtype))
+
+
+@given(data=st.data(), dtype=st.sampled_from([np.float16, np.float32]))
+def test_matches_reference(data, dtype):
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
+    b = data.draw(rhs_for(ell, max_n=9))
+    check_against_reference(ell, b, data.draw(st.sampled_from(TUNABLES[dtype])))
+
+
+# (M, K, N, K'): K' = 0 and K' = K; two row blocks and two column blocks of the first tiling;
+# K over several chunks with a partial last one; N odd (the element-wise B path) and a multiple of
+# 8 (16-byte B reads, then a partial column tile).
+EDGE_CASES = [(5, 7, 3, 0), (33, 7, 5, 7), (37, 40, 17, 13), (20, 33, 24, 33), (3, 1, 1, 1), (40, 24, 8, 0)]
+
+
+@pytest.mark.parametrize("m,k,n,kprime", EDGE_CASES)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_edge_shapes(m, k, n, kprime, dtype):
+    rng = np.random.default_rng(kprime * 100 + m)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int16)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
+    check_against_reference(ell, b, TUNABLES[dtype][0])
+
+
+def test_default_tunables_fit_the_launcher():
+    for dtype, cfg in tc.DEFAULTS.items():
+        assert tc._check_tunables(dtype == np.float16, **cfg)
+        assert tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16) <= 48 * 1024
+
+
+# --- bad input: a clear error naming the argument ---------------------------------------------
+
+@pytest.fixture
+def small():
+    rng = np.random.default_rng(0)
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (8, 6)).astype(np.float32))
+    return ell, rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+
+
+def test_rejects_column_major_b(small):
+    ell, b = small
+    with pytest.raises(ValueError, match="b: the tensor-core kernel needs a C-ordered"):
+        tc.uspmm(ell, np.asfortranarray(b))
+
+
+def test_rejects_dtype_mismatch(small):
+    ell, b = small
+    with pytest.raises((TypeError, ValueError), match="b"):
+        tc.uspmm(ell, b.astype(np.float16))
+
+
+@pytest.mark.parametrize("tunables,match", [
+    (dict(kc=12), "kc: must be a multiple of the MMA's K"),
+    (dict(bm=48), "bm, bn: each warp's sub-tile"),
+    (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
+    (dict(bn=512, kc=64), "bm, bn, kc: two buffers"),
+    (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
+    (dict(tile=3), "tunables: unknown"),
+])
+def test_rejects_bad_tunables(small, tunables, match):
+    ell, b = small
+    with pytest.raises(ValueError, match=match):
+        tc.uspmm(ell, b, **tunables)
