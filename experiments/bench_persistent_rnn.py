@@ -51,6 +51,7 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
+from functools import lru_cache
 
 import numpy as np
 
@@ -177,6 +178,12 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "index16": True}),
     ("lamport", {"load": "relaxed", "index16": True, "chunk": 2}),
     ("lamport", {"double_buffer": True, "poll": "lead"}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "double_buffer": True}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True, "stagger": True, "backoff": 32}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "chunk": 2}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl", "stagger": True}),
+    ("naive", {"grid_sync": "cg", "reduce": "shfl"}),
 ]
 
 
@@ -491,7 +498,9 @@ def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
     sig = (types.Array(val, 2, "C"), types.Array(types.uint32 if opts.get("index16") else types.int16, 2, "C"),
            a3, a1, types.Array(types.uint32, 1, "C"), a3, a3, a2, types.Array(types.int64, 1, "C"),
            types.Array(types.int32, 1, "C")) + (types.int64,) * 5
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True)
+    bounds = (opts["threads"], 1) if opts.get("threads") else None
+    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True,
+                                        launch_bounds=bounds)
     lib._lto = True
     lib.get_cubin(cc=(9, 0))
     info = lib.get_linkerinfo((9, 0))
@@ -685,16 +694,31 @@ def summarize_trace(stamps: np.ndarray, sync: str, skip: int = 8) -> dict:
     return {k: float(v) for k, v in out.items()}
 
 
+@lru_cache(maxsize=4)
+def _problem_and_reference(hidden, density, steps, dtype, seed):
+    """``problem(...)`` and its reference states (cached: several variants share one problem per process)."""
+    u, mask, bp, h0 = problem(hidden, density, 4, steps, np.dtype(dtype), seed=seed)
+    return u, mask, bp, h0, ref_rnn.rnn_forward(u, bp, h0, steps)
+
+
 def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="float16", traced=False, seed=None,
-                density=0.1):
-    """One variant: compile (outside the GPU lock), then time, check and optionally trace it."""
+                density=0.1, ablate=None):
+    """One variant: compile (outside the GPU lock), then time, check and optionally trace it.
+
+    ``ablate="no_wait"`` (Lamport; a benchmark-only ablation, no kernel
+    change): after the normal run, time the kernel alone on the exchange
+    buffer that run filled, so every value it polls is already there: no
+    block waits for another, the loads themselves remain
+    (``us_per_step_no_wait``; checked against the reference again).
+    """
     from numba import cuda, typeof
 
     from sparsekit.timing import measure
     rec = {"hidden": hidden, "density": density, "variant": label, "tpr": tpr}
     t0 = time.time()
     try:
-        u, mask, bp, h0 = problem(hidden, density, 4, steps, np.dtype(dtype), seed=hidden if seed is None else seed)
+        u, mask, bp, h0, want = _problem_and_reference(hidden, density, steps, dtype,
+                                                       hidden if seed is None else seed)
         kw = dict(kw)
         if rpb_mult != 1:
             per_warp = max(1, 32 // tpr)
@@ -707,18 +731,25 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
         args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None)
         plan.kernel.compile(tuple(typeof(a) for a in args))                      # CPU only
         rec["compile_s"] = time.time() - t0
-        want = ref_rnn.rnn_forward(u, bp, h0, steps)
         with _gpu_section():
             m = measure(lambda: plan.enqueue(d_bp, d_h0, steps, xchg, hs, status), repeat=20, warmup=3,
                         flush_l2=False)
             got = hs.copy_to_host()
             timeouts = int(status.copy_to_host()[0])
             stamps = plan.trace_cycles() if traced else None
+            if ablate == "no_wait":
+                launch = plan.kernel[plan.split.blocks, plan.split.threads_per_block, 0, plan.smem]
+                m2 = measure(lambda: launch(*args), repeat=20, warmup=3, flush_l2=False)
+                again = hs.copy_to_host()
+                rec["us_per_step_no_wait"] = m2.median_s * 1e6 / steps
+                rec["no_wait_correct"] = bool(np.abs(again.astype(np.float64) - want).max()
+                                              <= ref_rnn.tolerance(u.dtype, plan.layout.kpad))
         err = float(np.abs(got.astype(np.float64) - want).max())
         rec.update(us_per_step=m.median_s * 1e6 / steps, p10=m.p10_s * 1e6 / steps, p90=m.p90_s * 1e6 / steps,
                    blocks=plan.split.blocks, threads=plan.split.threads_per_block, npt=plan.layout.npt,
-                   smem=plan.smem, regs=plan.resources.get("registers"), timeouts=timeouts,
-                   max_err=err, correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
+                   smem=plan.smem, regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"),
+                   timeouts=timeouts, max_err=err,
+                   correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
         if traced:
             tr = summarize_trace(stamps, plan.sync)
             ghz = tr["step"] / (rec["us_per_step"] * 1e3)                       # cycles per ns
@@ -748,6 +779,50 @@ def explore(out=None, sizes=(1792, 1152), jobs=8):
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "grid_barrier_ns", "polls"])
     _save(out, "explore", records)
+    return records
+
+
+#: Session 3, the 1.5 us/step target at layer 1792: (hidden, label, config, tpr, rows-per-block multiple, options,
+#: explore_one extras). "no_wait" and the 1-pair-per-thread layout ("npt1", the operate stage almost empty) are
+#: benchmark-only ablations: they change the data, not the kernel.
+_L = {"load": "relaxed"}
+_LS = {"load": "relaxed", "reduce": "shfl"}
+_B = {"grid_sync": "atomic", "load": "relaxed"}
+ABLATE_VARIANTS = (
+    [(1792, "lamport", "lamport", 16, 1, _L, {"ablate": "no_wait"}),
+     (1792, "lamport unbounded", "lamport", 16, 1, dict(_L, bound_registers=False), {}),
+     (1792, "lamport traced", "lamport", 16, 1, _L, {"traced": True}),
+     (1792, "lamport shfl", "lamport", 16, 1, _LS, {"ablate": "no_wait"}),
+     (1792, "lamport shfl traced", "lamport", 16, 1, _LS, {"traced": True}),
+     (1792, "lamport shfl npt1", "lamport", 16, 1, _LS, {"density": 16 / 1792, "ablate": "no_wait"}),
+     (1792, "lamport shfl db", "lamport", 16, 1, dict(_LS, double_buffer=True), {}),
+     (1792, "lamport shfl stagger", "lamport", 16, 1, dict(_LS, stagger=True), {"ablate": "no_wait"}),
+     (1792, "lamport shfl backoff32", "lamport", 16, 1, dict(_LS, backoff=32), {}),
+     (1792, "lamport shfl pipeline", "lamport", 16, 1, dict(_LS, pipeline=True), {}),
+     (1792, "lamport shfl idx16", "lamport", 16, 1, dict(_LS, index16=True), {}),
+     (1792, "lamport shfl rpb x2", "lamport", 16, 2, _LS, {}),
+     (1792, "lamport shfl tpr8", "lamport", 8, 1, _LS, {}),
+     (1792, "lamport shfl db stagger", "lamport", 16, 1, dict(_LS, double_buffer=True, stagger=True), {})]
+    + [(h, f"{c} shfl", c, 16, 1, dict(_B, reduce="shfl"), {}) for h in (1792, 1152)
+       for c in ("naive", "wide", "bank_aware")]
+    + [(h, c, c, 16, 1, _B, {}) for h in (1792, 1152) for c in ("naive", "wide", "bank_aware")]
+    + [(1792, "wide shfl traced", "wide", 16, 1, dict(_B, reduce="shfl"), {"traced": True}),
+       (1792, "naive shfl traced", "naive", 16, 1, dict(_B, reduce="shfl"), {"traced": True}),
+       (1152, "lamport", "lamport", 16, 1, _L, {}),
+       (1152, "lamport shfl", "lamport", 16, 1, _LS, {})])
+
+
+def ablate(out=None, jobs=8):
+    """Where Lamport's 1.74 us/step at 1792 goes (ablations), and the candidate fixes side by side."""
+    tasks = [(explore_one, dict(hidden=h, label=label, config=c, tpr=tpr, rpb_mult=rpb, kw=kw, **extra))
+             for h, label, c, tpr, rpb, kw, extra in ABLATE_VARIANTS]
+    records = run_parallel(tasks, jobs, out, "ablate")
+    _table(records, ["hidden", "variant", "tpr", "us_per_step", "p10", "p90", "us_per_step_no_wait", "blocks",
+                     "threads", "npt", "regs", "local", "correct", "no_wait_correct", "error"])
+    traced = [r for r in records if "step_ns" in r]
+    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
+                    "operate_ns", "reduce_write_ns", "grid_barrier_ns", "polls"])
+    _save(out, "ablate", records)
     return records
 
 
@@ -835,43 +910,62 @@ def lstm_one(net, hidden, density, batch, tpr, steps=256, dtype="float16", check
         tol = ref_rnn.lstm_tolerance(u.dtype, lay.kpad, check_steps)
         rec.update(ours=config, us_per_step=m.median_s * 1e6 / steps, blocks=plan.split.blocks,
                    threads=plan.split.threads_per_block, pairs_per_thread=4 * lay.npt,
-                   regs=plan.resources.get("registers"), max_err=err, tol=tol, timeouts=timeouts,
+                   regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"), max_err=err,
+                   tol=tol, timeouts=timeouts,
                    correct=bool(err <= tol) and timeouts == 0, **{k: v for k, v in kw.items()})
     except Exception as e:
         rec["error"] = f"{type(e).__name__}: {e}"[:300]
     return rec
 
 
-def lstm_table(out=None, steps=256, dtype="float16", tprs=(16, 32), jobs=8):
+def lstm_table(out=None, steps=256, dtype="float16", tprs=(16, 32), jobs=8, workloads=LSTM_WORKLOADS,
+               options=(("", {"index16": True}),), name="lstm"):
     """Appendix B: our persistent LSTM (Lamport for batch 4, naive + barrier for batch 1) vs cuDNN LSTM
-    and the graph-captured GEMM loop, 256 steps, at the NMT and Deep Speech 2 sizes (16-bit indices)."""
-    tasks = [(lstm_baselines, dict(net=n, hidden=h, density=d, batch=b, steps=steps)) for n, h, d, b in LSTM_WORKLOADS]
-    tasks += [(lstm_one, dict(net=n, hidden=h, density=d, batch=b, tpr=tpr, steps=steps, index16=True))
-              for n, h, d, b in LSTM_WORKLOADS for tpr in tprs]
-    results = run_parallel(tasks, jobs, out, "lstm_raw")
-    base = {(r["network"], r["hidden"], r["density"]): r for r in results[:len(LSTM_WORKLOADS)]}
-    runs = results[len(LSTM_WORKLOADS):]
+    and the graph-captured GEMM loop, 256 steps, at the NMT and Deep Speech 2 sizes.
+
+    ``options``: (label, PersistentRNN options) tried at every tpr; the fastest correct run is "ours"."""
+    tasks = [(lstm_baselines, dict(net=n, hidden=h, density=d, batch=b, steps=steps)) for n, h, d, b in workloads]
+    tasks += [(lstm_one, dict(net=n, hidden=h, density=d, batch=b, tpr=tpr, steps=steps, **kw))
+              for n, h, d, b in workloads for tpr in tprs for _, kw in options]
+    labels = [lab for _ in workloads for _ in tprs for lab, _ in options]
+    results = run_parallel(tasks, jobs, out, f"{name}_raw")
+    base = {(r["network"], r["hidden"], r["density"]): r for r in results[:len(workloads)]}
+    runs = results[len(workloads):]
+    for r, lab in zip(runs, labels):
+        r["label"] = f"tpr{r['tpr']}{lab}"
     records = []
-    for n, h, d, b in LSTM_WORKLOADS:
+    for n, h, d, b in workloads:
         rec = dict(base[(n, h, d)])
         mine = [r for r in runs if (r["network"], r["hidden"], r["density"]) == (n, h, d)]
         ok = [r for r in mine if r.get("correct")]
         for r in mine:
-            rec[f"tpr{r['tpr']}"] = (f"{r['us_per_step']:.3g} us, {r.get('regs')} regs, err {r['max_err']:.2g}"
-                                     if "us_per_step" in r else r.get("error", "")[:160])
+            rec[r["label"]] = (f"{r['us_per_step']:.3g} us, {r.get('regs')} regs, {r.get('local')} B local, "
+                               f"err {r['max_err']:.2g}" if "us_per_step" in r else r.get("error", "")[:160])
         if ok:
             best = min(ok, key=lambda r: r["us_per_step"])
-            rec.update(ours=best["ours"], ours_us=best["us_per_step"], ours_tpr=best["tpr"], correct=True)
+            rec.update(ours=best["ours"], ours_us=best["us_per_step"], ours_variant=best["label"], correct=True)
             others = [rec[k] for k in ("cudnn_lstm_us", "gemm_graph_us") if k in rec]
             if others:
                 rec["speedup_vs_next_best"] = min(others) / best["us_per_step"]
             if "cudnn_lstm_us" in rec:
                 rec["speedup_vs_cudnn"] = rec["cudnn_lstm_us"] / best["us_per_step"]
         records.append(rec)
-    _table(records, ["network", "hidden", "density", "batch", "cudnn_lstm_us", "gemm_graph_us", "ours", "ours_tpr",
-                     "ours_us", "speedup_vs_next_best", "speedup_vs_cudnn", "correct"] + [f"tpr{t}" for t in tprs])
-    _save(out, "lstm", {"table": records, "runs": runs})
+    _table(records, ["network", "hidden", "density", "batch", "cudnn_lstm_us", "gemm_graph_us", "ours", "ours_variant",
+                     "ours_us", "speedup_vs_next_best", "speedup_vs_cudnn", "correct"]
+           + sorted({r["label"] for r in runs}))
+    _save(out, name, {"table": records, "runs": runs})
     return records
+
+
+#: Deep Speech 2's three layers (batch 1) with this session's options: the shuffle reduction, 16-bit indices,
+#: chunked loads, launch bounds of one block per SM (default), which let 2560 and 3072 fit.
+DS2_OPTIONS = (("", {"index16": True, "reduce": "shfl"}), (" chunk2", {"index16": True, "reduce": "shfl", "chunk": 2}),
+               (" shared", {"index16": True}))
+
+
+def ds2(out=None):
+    """Appendix B's Deep Speech 2 rows (1760, 2560, 3072 units, 12%, batch 1) with ``DS2_OPTIONS``."""
+    return lstm_table(out, workloads=[w for w in LSTM_WORKLOADS if w[0] == "DS2"], options=DS2_OPTIONS, name="ds2")
 
 
 def ncu_runs(steps=8):
@@ -977,7 +1071,7 @@ def main(argv=None):
     for part in args.parts.split(","):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
-         "capacity": capacity, "final": final}[part](args.out)
+         "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

@@ -113,7 +113,7 @@ from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
-__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "SHARED_LIMIT", "TRACE_PHASES", "PersistentRNN",
+__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT", "TRACE_PHASES", "PersistentRNN",
            "rnn_forward", "lstm_forward", "step_stride", "shared_bytes", "max_hidden", "shared_limit"]
 
 SCHEMES = ("naive", "wide")
@@ -144,7 +144,8 @@ _NEG0_F16 = 0x8000
 def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
-            load: str = "volatile", chunk: int = 0):
+            load: str = "volatile", chunk: int = 0, reduce: str = "shared", backoff: int = 0,
+            stagger: bool = False, threads: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -165,7 +166,20 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
     scope) or ``"relaxed"`` (``ld.relaxed.gpu``); ``chunk`` (> 0): a thread
     moves its words of h ``chunk`` at a time (fewer registers for large
-    layers, one L2 round trip per chunk; no Lamport pipeline then).
+    layers, one L2 round trip per chunk; no Lamport pipeline then);
+    ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
+    memory behind a barrier, ``"shfl"`` with warp shuffles (a row's threads
+    share a warp, ``tpr <= 32``): a reduce-scatter over the batch samples
+    (``log2(min(B, tpr))`` halving levels, then butterflies), no shared memory
+    and no barrier in the reduce stage; the one block barrier that keeps the
+    next step's copy of ``h`` from overwriting what slower warps still read is
+    then taken while the next step's loads are in flight (single buffer) or
+    not needed (``double_buffer``). The simulator has no shuffles: it runs the
+    shared reduction instead. ``backoff`` (ns, Lamport): ``nanosleep`` between
+    poll rounds that found a word still pending (less L2 traffic from spinning);
+    ``stagger``: block ``k`` walks the words of ``h`` starting at line ``k + 1``
+    (128 bytes each) instead of every block asking for the same lines at the
+    same moment.
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -189,7 +203,16 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     WARP_REDUCE = TPR <= 32 and ((sync == "barrier" and not CG_SYNC) or NBUF == 2) and not config.ENABLE_CUDASIM
     G = 4 if LSTM else 1                               # gate rows per hidden unit (LSTM: i, f, g, o)
     NJ = (NPT + 1) // 2 if IDX16 else NPT              # index registers per gate row
-    NBO = (B + TPR - 1) // TPR                         # (row, sample) outputs owned per thread
+    SHFL = reduce == "shfl" and TPR <= 32 and not config.ENABLE_CUDASIM
+    LOG_TPR = TPR.bit_length() - 1
+    # shuffle reduce-scatter: the row's lanes split the B samples in S parts (B a power of two), NS each
+    S = min(B, TPR) if SHFL and B & (B - 1) == 0 else 1
+    LOG_S = S.bit_length() - 1
+    NS = B // S
+    BACKOFF = backoff if not config.ENABLE_CUDASIM else 0
+    STAGGER = stagger
+    # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
+    NBO = NS if SHFL else (B + TPR - 1) // TPR
     NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
     PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
     ZERO_BAND = float32(_ZERO_BAND[dtype])
@@ -229,13 +252,47 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 j[g * NJ + i] = idx_dtype(idx[g * hidden + row, lane + i * TPR]) if active else 0
 
     @cuda.jit(device=True, inline=True)
+    def owned(lane, q):
+        """Sample of this thread's ``q``-th (row, sample) output; ``B`` (none) if it owns fewer.
+
+        shared reduce: ``lane + q * tpr``; shfl: after the reduce-scatter, lane
+        holds samples ``base .. base + NS - 1`` with base's bits from the lane
+        bits of the halving levels (``tpr / 2``, ``tpr / 4``, ...), and the
+        first lane of each group of ``tpr / S`` equal lanes writes them.
+        """
+        if SHFL:
+            base = 0
+            for lv in range(LOG_S):
+                if lane & (TPR >> (lv + 1)):
+                    base += B >> (lv + 1)
+            return base + q if lane & (TPR // S - 1) == 0 else B
+        return lane + q * TPR
+
+    @cuda.jit(device=True, inline=True)
     def load_bias(bprime, t, hidden, row, lane, active, bp):
         """b'_t of the (row, sample) outputs this thread owns, loaded before the step needs them."""
         for q in range(NBO):
-            b = lane + q * TPR
+            b = owned(lane, q)
             if active and b < B:
                 for g in range(G):
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
+
+    @cuda.jit(device=True, inline=True)
+    def word(tid, k, nthreads, n_words):
+        """Word of h (per step) that is this thread's ``k``-th, or ``n_words`` if it has none.
+
+        Consecutive threads, consecutive words (coalesced); with ``STAGGER``
+        block b starts 32 (b + 1) words (one 128-byte line per block) further
+        on, wrapping around, so the blocks' first requests go to different lines.
+        """
+        e = tid + k * nthreads
+        if e >= n_words:
+            return n_words
+        if STAGGER:
+            e += ((cuda.blockIdx.x + 1) * 32) % n_words
+            if e >= n_words:
+                e -= n_words
+        return e
 
     @cuda.jit(device=True, inline=True)
     def issue_loads(xchg_words, base, kb, pf, tid, nthreads, n_words):
@@ -245,7 +302,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         The loop has a constant trip count, so the loads are issued back to back.
         """
         for k in range(CHW):
-            e = tid + (kb + k) * nthreads
+            e = word(tid, kb + k, nthreads, n_words)
             if e < n_words:
                 pf[k] = ld_word(xchg_words, base + e)
 
@@ -253,7 +310,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
         """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
         for k in range(CHW):
-            e = tid + (kb + k) * nthreads
+            e = word(tid, kb + k, nthreads, n_words)
             if e < n_words:
                 v = pf[k]
                 if WIDE:                               # interleaved h[j * 4 + b], as in global
@@ -287,39 +344,72 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                         acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
 
     @cuda.jit(device=True, inline=True)
+    def shfl_reduce(acc, lane):
+        """The row's tpr partials of every accumulator, summed with warp shuffles (``reduce="shfl"``).
+
+        Levels with offsets tpr/2, tpr/4, ...: the first LOG_S halve the
+        samples a lane holds (it keeps one half, sends the other, adds what its
+        partner sent), the rest are butterflies; afterwards ``acc[g * B + q]``
+        holds gate g of sample ``owned(lane, q)``, summed over the row.
+        """
+        for lv in range(LOG_S):
+            off = TPR >> (lv + 1)
+            half = B >> (lv + 1)
+            upper = (lane & off) != 0
+            for g in range(G):
+                for i in range(B // 2):
+                    if i < half:
+                        lo = acc[g * B + i]
+                        hi = acc[g * B + i + half]
+                        got = cuda.shfl_xor_sync(0xFFFFFFFF, lo if upper else hi, off)
+                        acc[g * B + i] = (hi if upper else lo) + got
+        for lv in range(LOG_S, LOG_TPR):
+            off = TPR >> (lv + 1)
+            for g in range(G):
+                for i in range(NS):
+                    acc[g * B + i] += cuda.shfl_xor_sync(0xFFFFFFFF, acc[g * B + i], off)
+
+    @cuda.jit(device=True, inline=True)
+    def partial(red, red_off, acc, r_local, lane, q, g, b):
+        """Gate g of output q summed over the row: from the shuffles' registers, or the partials in shared memory."""
+        if SHFL:
+            return acc[g * B + q]
+        s = float32(0.0)
+        for k in range(TPR):
+            s += red[red_off + (r_local * TPR + k) * G * B + g * B + b]
+        return s
+
+    @cuda.jit(device=True, inline=True)
     def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
                          hidden, cs, c):
-        """Reduce stage: the row's tpr partials through shared memory, + b'_t, g, write h_t.
+        """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
 
         LSTM: the same thread owns (unit, sample) at every step and keeps
         c_{t-1} in a register (``c``), rounded to the dtype as the reference does.
         """
-        for q in range(G * B):
-            red[red_off + tid * G * B + q] = acc[q]
-        if WARP_REDUCE:
-            cuda.syncwarp()
+        if SHFL:
+            shfl_reduce(acc, lane)
         else:
-            cuda.syncthreads()
+            for q in range(G * B):
+                red[red_off + tid * G * B + q] = acc[q]
+            if WARP_REDUCE:
+                cuda.syncwarp()
+            else:
+                cuda.syncthreads()
         for q in range(NBO):
-            b = lane + q * TPR
+            b = owned(lane, q)
             if active and b < B:
                 if LSTM:
-                    zi, zf = float32(bp[q * G]), float32(bp[q * G + 1])
-                    zg, zo = float32(bp[q * G + 2]), float32(bp[q * G + 3])
-                    for k in range(TPR):
-                        base = red_off + (r_local * TPR + k) * G * B + b
-                        zi += red[base]
-                        zf += red[base + B]
-                        zg += red[base + 2 * B]
-                        zo += red[base + 3 * B]
+                    zi = float32(bp[q * G]) + partial(red, red_off, acc, r_local, lane, q, 0, b)
+                    zf = float32(bp[q * G + 1]) + partial(red, red_off, acc, r_local, lane, q, 1, b)
+                    zg = float32(bp[q * G + 2]) + partial(red, red_off, acc, r_local, lane, q, 2, b)
+                    zo = float32(bp[q * G + 3]) + partial(red, red_off, acc, r_local, lane, q, 3, b)
                     c_new = nb_dtype(sigmoid(zf) * c[q] + sigmoid(zi) * math.tanh(zg))   # stored dtype
                     cs[t, b, row] = c_new
                     c[q] = float32(c_new)
                     y = zero_band(sigmoid(zo) * math.tanh(c[q]))
                 else:
-                    s = float32(0.0)
-                    for k in range(TPR):
-                        s += red[red_off + (r_local * TPR + k) * B + b]
+                    s = partial(red, red_off, acc, r_local, lane, q, 0, b)
                     y = zero_band(activate(s + float32(bp[q])))
                 xchg[(t + 1) * stride + row * B + b] = y
                 hs[t, b, row] = y
@@ -328,7 +418,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     def load_cell(cs, c0, t_start, row, lane, active, c):
         """LSTM: c_{t_start - 1} of the owned (unit, sample) outputs (c0, or what a previous launch stored)."""
         for q in range(NBO):
-            b = lane + q * TPR
+            b = owned(lane, q)
             c[q] = float32(0.0)
             if LSTM and active and b < B:
                 c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
@@ -344,17 +434,19 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         pending = True
         while pending and polls < spin_limit:
             for k in range(CHW):
-                e = tid + (kb + k) * nthreads
+                e = word(tid, kb + k, nthreads, n_words)
                 if e < n_words and is_pending(pf[k]):
                     pf[k] = ld_word(xchg_words, base + e)
             pending = False
             lead = 0
             for k in range(CHW):
-                e = tid + (kb + k) * nthreads
+                e = word(tid, kb + k, nthreads, n_words)
                 if e < n_words and is_pending(pf[k]):
                     pending = True
                     lead = e
             polls += 1
+            if BACKOFF and pending:                      # let the producers' stores through first
+                cuda.nanosleep(BACKOFF)
             if LEAD and pending:                         # wait on one pending word alone, then a full round
                 while polls < spin_limit and is_pending(ld_word(xchg_words, base + lead)):
                     polls += 1
@@ -413,6 +505,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             # synchronize: global barrier (Section 3.2)
             if CG_SYNC:
                 cuda.cg.this_grid().sync()               # cooperative launch, a call into cudadevrt
+                if SHFL:                                 # no barrier in the reduce: order the next store of h
+                    cuda.syncthreads()
             else:                                        # inline: arrive on a counter, wait for the round
                 cuda.syncthreads()
                 if tid == 0:
@@ -464,6 +558,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             woff = (t % NBUF) * buf_words
+            if SHFL and not CHUNKED and not PIPELINE and t > t_start:
+                issue_loads(xchg_words, t * n_words, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
+            if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
+                cuda.syncthreads()
             if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
                 pending = False
                 polls = 0
@@ -489,7 +587,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 return
             if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
                 issue_loads(xchg_words, (t + 1) * n_words, 0, pf, tid, nthreads, n_words)
-            elif not CHUNKED:
+            elif not CHUNKED and not SHFL:
                 for k in range(CHW):
                     pf[k] = PENDING                      # loaded in the next load stage
             operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
@@ -499,7 +597,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             stamp(tr, t, 4, clock64())
             stamp(tr, t, 5, polls)
 
-    return cuda.jit(barrier_kernel if sync == "barrier" else lamport_kernel)
+    body = barrier_kernel if sync == "barrier" else lamport_kernel
+    if threads and not config.ENABLE_CUDASIM:                 # the simulator takes no launch bounds
+        return cuda.jit(launch_bounds=(threads, 1))(body)
+    return cuda.jit(body)
 
 
 @cuda.jit
@@ -528,15 +629,19 @@ def step_stride(hidden: int, batch: int) -> int:
     return cdiv(hidden * batch, 4) * 4
 
 
-def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int, gates: int = 1, buffers: int = 1) -> int:
-    """Dynamic shared memory of one block: ``buffers`` copies of h (16-byte aligned) plus the partial sums."""
-    return buffers * ((step_stride(hidden, batch) * itemsize + 15) // 16 * 16) + threads * gates * batch * 4
+def shared_bytes(hidden: int, batch: int, itemsize: int, threads: int, gates: int = 1, buffers: int = 1,
+                 partials: bool = True) -> int:
+    """Dynamic shared memory of one block: ``buffers`` copies of h (16-byte aligned) plus the partial sums
+    (``partials``: the shared-memory reduce stage)."""
+    return (buffers * ((step_stride(hidden, batch) * itemsize + 15) // 16 * 16)
+            + (threads * gates * batch * 4 if partials else 0))
 
 
 def max_hidden(batch: int, itemsize: int, threads: int, limit: int = SHARED_LIMIT, gates: int = 1,
-               buffers: int = 1) -> int:
+               buffers: int = 1, partials: bool = True) -> int:
     """Largest hidden size whose activations fit ``limit`` bytes of shared memory per block."""
-    return max(0, ((limit - threads * gates * batch * 4) // buffers - 16) // (batch * itemsize) // 4 * 4)
+    red = threads * gates * batch * 4 if partials else 0
+    return max(0, ((limit - red) // buffers - 16) // (batch * itemsize) // 4 * 4)
 
 
 def shared_limit() -> int:
@@ -563,6 +668,7 @@ def _opt_in_shared(compiled, nbytes: int) -> None:
 POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed")
+REDUCES = ("shared", "shfl")
 
 
 @dataclass
@@ -578,7 +684,10 @@ class PersistentRNN:
     measured on the H100, ``experiments/results/persistent_rnn.md``):
     ``poll``, ``double_buffer``
     (Lamport only), ``index16`` (indices packed two per register),
-    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``; ``trace=True`` records per-stage clock64
+    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``, ``reduce``
+    (``"shfl"``: warp shuffles, ``tpr <= 32``), ``backoff`` (Lamport only), ``stagger``,
+    ``bound_registers`` (launch bounds of one block per SM, so ptxas keeps the registers that fit; default
+    on); ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
     step's time goes; see ``TRACE_PHASES``).
     """
@@ -600,6 +709,10 @@ class PersistentRNN:
     grid_sync: str = "atomic"
     load: str = "relaxed"
     chunk: int = 0
+    reduce: str = "shared"
+    backoff: int = 0
+    stagger: bool = False
+    bound_registers: bool = True
 
     def __post_init__(self):
         lay = self.layout
@@ -610,10 +723,10 @@ class PersistentRNN:
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),
                                      ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS),
                                      ("poll", self.poll, POLLS), ("grid_sync", self.grid_sync, GRID_SYNCS),
-                                     ("load", self.load, LOADS)):
+                                     ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "stagger", "bound_registers"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -635,6 +748,10 @@ class PersistentRNN:
                              f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
         self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
         self.chunk = check_int(self.chunk, "chunk", minimum=0)
+        self.backoff = check_int(self.backoff, "backoff", minimum=0, maximum=1 << 20)
+        if self.reduce == "shfl" and lay.tpr > 32:
+            raise ValueError(f"reduce: 'shfl' sums a row's threads within one warp and needs tpr <= 32, "
+                             f"got tpr={lay.tpr} (use reduce='shared')")
         if self.chunk and self.pipeline:
             raise ValueError("chunk: the Lamport pipeline prefetches all of a thread's words; use chunk=0 with it")
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
@@ -644,14 +761,15 @@ class PersistentRNN:
         self.buffers_h = 2 if self.double_buffer and self.sync == "lamport" else 1
         threads = self.split.threads_per_block
         itemsize = lay.dtype.itemsize
-        self.smem = shared_bytes(hidden, self.batch, itemsize, threads, self.gates, self.buffers_h)
+        partials = self.reduce == "shared" or bool(config.ENABLE_CUDASIM)   # the simulator has no shuffles
+        self.smem = shared_bytes(hidden, self.batch, itemsize, threads, self.gates, self.buffers_h, partials)
         limit = shared_limit() - _STATIC_SHARED
         if self.smem > limit:
             raise ValueError(
                 f"layout: hidden size {hidden} needs {self.smem} bytes of shared memory per block "
                 f"({self.buffers_h} x h for batch {self.batch} plus partial sums), over this device's {limit}-byte "
                 f"limit; the largest that fits with {threads} threads is "
-                f"{max_hidden(self.batch, itemsize, threads, limit, self.gates, self.buffers_h)}")
+                f"{max_hidden(self.batch, itemsize, threads, limit, self.gates, self.buffers_h, partials)}")
         if config.ENABLE_CUDASIM and self.split.blocks > 1:
             raise ValueError(f"rows_per_block: the CUDA simulator runs one block at a time, so a persistent "
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
@@ -660,7 +778,8 @@ class PersistentRNN:
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
-                              min(self.chunk, words))
+                              min(self.chunk, words), self.reduce, self.backoff, self.stagger,
+                              threads if self.bound_registers else 0)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))

@@ -78,19 +78,22 @@ def tunables(draw):
     """(sync, options): every PersistentRNN tunable that must leave the result unchanged."""
     sync = draw(st.sampled_from(gpu_rnn.SYNCS))
     opts = {"index16": draw(st.booleans()), "load": draw(st.sampled_from(gpu_rnn.LOADS)),
-            "chunk": draw(st.sampled_from([0, 1, 2]))}
+            "chunk": draw(st.sampled_from([0, 1, 2])), "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)),
+            "stagger": draw(st.booleans())}
     if sync == "barrier":
         opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
     else:
         opts.update(pipeline=draw(st.booleans()) and not opts["chunk"], poll=draw(st.sampled_from(gpu_rnn.POLLS)),
-                    double_buffer=draw(st.booleans()))
+                    double_buffer=draw(st.booleans()), backoff=draw(st.sampled_from([0, 64])))
     return sync, opts
 
 
 @given(problem=problems(batch=4), tun=tunables())
 def test_tunables_match_reference(problem, tun):
     """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
-    poll pattern, double buffer."""
+    poll pattern, double buffer, reduce kind (the simulator has no shuffles: it runs the shared reduction, the
+    shuffles are checked on the GPU and by tests/compile/test_persistent_rnn_shfl_compile.py), spin backoff,
+    staggered load order."""
     u, bp, h0, steps, tpr, activation = problem
     sync, opts = tun
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
@@ -259,6 +262,13 @@ def test_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, sync="barrier", grid_sync="mpi", rows_per_block=8)
     with pytest.raises(ValueError, match="chunk: the Lamport pipeline prefetches"):
         gpu_rnn.PersistentRNN(lay, 4, chunk=2, pipeline=True, rows_per_block=8)
+    with pytest.raises(ValueError, match="reduce: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, reduce="atomic", rows_per_block=8)
+    wide_rows = balance(np.ones((64, 64), dtype=np.float32), tpr=64)
+    with pytest.raises(ValueError, match="reduce: 'shfl' sums a row's threads within one warp"):
+        gpu_rnn.PersistentRNN(wide_rows, 4, reduce="shfl", rows_per_block=1)
+    with pytest.raises(ValueError, match="backoff: "):
+        gpu_rnn.PersistentRNN(lay, 4, backoff=-1, rows_per_block=8)
     with pytest.raises(TypeError, match="double_buffer: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, double_buffer=1, rows_per_block=8)
     with pytest.raises(ValueError, match="trace: this plan was built with trace=False"):

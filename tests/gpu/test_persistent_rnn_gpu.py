@@ -1,7 +1,8 @@
 """Multi-block persistent RNN on a real GPU: what the one-block simulator cannot show.
 
 Grid barrier and Lamport flags across many blocks, several layer sizes, both
-dtypes, bitwise-identical repeats, the relaunch after forced spin timeouts,
+dtypes, bitwise-identical repeats, the warp-shuffle reduction (which the
+simulator cannot run), the relaunch after forced spin timeouts,
 refusal of non-co-resident launches, device-array inputs (no copy back).
 compute-sanitizer runs ``experiments/bench_persistent_rnn.py --sanitize``.
 """
@@ -101,18 +102,20 @@ def test_device_arrays_in_device_array_out():
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
+@pytest.mark.parametrize("reduce", ["shared", "shfl"])
 @pytest.mark.parametrize("batch", [1, 3, 8])
-def test_naive_other_batches(batch):
+def test_naive_other_batches(batch, reduce):
     u, mask, bp, h0 = _problem(777, 0.1, 24, np.float16, seed=batch, batch=batch)
     lay = balance(u, mask, tpr=8)
-    plan = gpu_rnn.PersistentRNN(lay, batch, scheme="naive", sync="barrier")
+    plan = gpu_rnn.PersistentRNN(lay, batch, scheme="naive", sync="barrier", reduce=reduce)
     got = plan(bp, h0, 24)
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 24)).max() <= \
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
+@pytest.mark.parametrize("reduce", ["shared", "shfl"])
 @pytest.mark.parametrize("config", ["naive", "lamport"])
-def test_lstm_multi_block_matches_reference(config):
+def test_lstm_multi_block_matches_reference(config, reduce):
     hidden, steps = 1024, 3
     u4, _, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
     rng = np.random.default_rng(9)
@@ -123,7 +126,7 @@ def test_lstm_multi_block_matches_reference(config):
     lay = balance(u, tpr=8)
     if aware:
         lay = bank_aware(lay, width=8, gates=4)
-    plan = gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, cell="lstm")
+    plan = gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, cell="lstm", reduce=reduce)
     assert plan.split.blocks > 1
     h, c = plan(bp, h0, steps, c0)
     want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
@@ -138,10 +141,19 @@ def test_lstm_multi_block_matches_reference(config):
     ("lamport", {"load": "relaxed", "index16": True}),
     ("lamport", {"load": "relaxed", "index16": True, "chunk": 4}),
     ("lamport", {"double_buffer": True, "poll": "lead"}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "double_buffer": True}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True, "stagger": True, "backoff": 32}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "chunk": 4, "index16": True}),
+    ("lamport", {"load": "relaxed", "bound_registers": False}),
+    ("naive", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
+    ("naive", {"grid_sync": "cg", "reduce": "shfl"}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl", "stagger": True}),
 ])
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8)])
 def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
-    """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling."""
+    """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling,
+    the shuffle reduction (with each sync and barrier kind), staggered loads, spin backoff."""
     steps = 40
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 1)
     plan = _plan(u, mask, config, tpr, **kw)
@@ -163,3 +175,25 @@ def test_layer_past_48kb_of_shared_memory(config, kw):
     got = plan(bp, h0, steps)
     want = ref_rnn.rnn_forward(u, bp, h0, steps)
     assert np.abs(got.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+def test_launch_bounds_fit_a_layer_that_did_not():
+    """Deep Speech 2's 2560-unit LSTM layer (12%, batch 1, tpr 32: 640 threads x 40 pairs each): without launch
+    bounds ptxas used 255 registers and the launch was refused; with them it runs (weights partly spilled)."""
+    hidden, steps = 2560, 3
+    rng = np.random.default_rng(25)
+    u = rng.standard_normal((4 * hidden, hidden)).astype(np.float32)
+    mask = prune.row_balanced(u, 0.88)
+    u = np.where(mask, u, 0)
+    u = (u / (2 * np.abs(u).sum(axis=1).max())).astype(np.float16)
+    bp = rng.uniform(-1, 1, (steps, 1, 4 * hidden)).astype(np.float16)
+    h0, c0 = (rng.uniform(-1, 1, (1, hidden)).astype(np.float16) for _ in range(2))
+    lay = balance(u, mask, tpr=32)
+    plan = gpu_rnn.PersistentRNN(lay, 1, scheme="naive", sync="barrier", cell="lstm", reduce="shfl",
+                                 grid_sync="atomic", index16=True)
+    h, c = plan(bp, h0, steps, c0)
+    want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
+    tol = ref_rnn.lstm_tolerance(u.dtype, lay.kpad, steps)
+    assert np.abs(h.astype(np.float64) - want_h).max() <= tol
+    assert np.abs(c.astype(np.float64) - want_c).max() <= tol
+    assert plan.resources["registers"] <= 65536 // plan.split.threads_per_block
