@@ -1,0 +1,181 @@
+"""Tensor-core USpMM (gpu/uspmm_tc.py) against our CUDA-core kernels, cuSPARSE and cuBLAS.
+
+Run on a GPU::
+
+    python experiments/bench_uspmm_tc.py --table [--dtype float32] [--configs all] [--out DIR]
+    python experiments/bench_uspmm_tc.py --sanitize       # tiny, for compute-sanitizer memcheck/racecheck
+
+Problems: issue 5's table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
+its default tunables ("tc") and, with ``--configs all``, the other settings of
+:data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (our best CUDA-core kernel as the
+autotuner, or its heuristic without a tuning cache, picks it); cuSPARSE CSR and dense cuBLAS
+through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`: TF32 off for float32).
+
+Each record: median/p10/p90 device time (:func:`sparsekit.timing.measure`, L2 flushed),
+TFLOP/s on the stored nonzeros (2 nnz N), ``pct_sol`` = issue 5's roofline speed of light
+(``Problem.sol_s``: the ELL problem on the H100's CUDA-core peak, 67 TFLOP/s float32, 133.8
+float16, and 3.35 TB/s) over the time, ``pct_tc_peak`` = the tensor-core work the kernel issues
+(the densified product, 2 M K N FLOPs, three times for 3xTF32) over the time, as a share of the
+dense tensor-core peak (989.4 TFLOP/s fp16, 494.7 TF32: ``sparsekit.device.PEAKS``), ``correct``
+(within the float32-accumulation bound ``Problem.correct`` of the existing benchmark, reduction
+K'), ``err_u`` = max |C - C_exact| / (|A| @ |B|) in float32 unit roundoffs (2**-24) and
+``err_vs_bound`` = max error / that bound, for the kernels (not the vendors).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+
+#: Issue 5's table: (M, K, N, sparsity).
+TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
+                  (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60), (1024, 1024, 128, 0.60)]
+#: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS).
+TC_CONFIGS = {
+    "float16": {"tc 64x128 k32 w2x4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4),
+                "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
+                "tc 128x64 k32 w4x2": dict(bm=128, bn=64, kc=32, warps_m=4, warps_n=2)},
+    "float32": {"tc 64x128 k16 w2x4": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4),
+                "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
+                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2)},
+}
+U32 = 2.0 ** -24
+
+
+def error_stats(p, got) -> dict:
+    """``err_u`` (max error over |A| @ |B|, in float32 unit roundoffs) and ``err_vs_bound`` (max
+    error over ``Problem.correct``'s bound, reduction K')."""
+    exact, scale = p.exact()
+    err = np.abs(np.asarray(got, dtype=np.float64) - exact)
+    u_out = np.finfo(p.dtype).eps / 2
+    bound = p.ell.kprime * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(p.dtype).smallest_subnormal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        err_u = np.where(scale > 0, err / scale, 0.0).max() / U32
+    return dict(err_u=float(err_u), err_vs_bound=float((err / bound).max()))
+
+
+def tc_work_flops(p) -> float:
+    """Tensor-core FLOPs the kernel issues: the densified product, three times for 3xTF32."""
+    return 2.0 * p.m * p.k * p.n * (1 if p.dtype == np.float16 else 3)
+
+
+def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, vendors=True) -> list[dict]:
+    """One record per provider for one problem (see the module docstring)."""
+    from experiments.bench_uspmm import Problem, _to_host, vendor_launches
+    from gpu.uspmm import uspmm as uspmm_simt
+    from gpu.uspmm_tc import uspmm as uspmm_tc
+    from sparsekit.device import PEAKS
+    from sparsekit.timing import measure
+    p = Problem(m, k, n, sparsity, dtype)
+    sol = p.sol_s()
+    peak = PEAKS["H100"].fp16_tensor if p.dtype == np.float16 else PEAKS["H100"].tf32_tensor
+    tcs = {"tc": {}}
+    if configs == "all":
+        tcs.update(TC_CONFIGS[p.dtype.name])
+    launches = {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in tcs.items()}
+    launches["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
+    if vendors:
+        launches.update(vendor_launches(p, coo=False))
+    records = []
+    for name, launch in launches.items():
+        rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name,
+                   config=tcs.get(name))
+        try:
+            got = _to_host(launch())
+            again = _to_host(launch())
+            t = measure(launch, repeat=repeat, warmup=2)
+        except Exception as err:  # a provider that cannot run this problem: say why, keep going
+            records.append(dict(rec, error=f"{type(err).__name__}: {err}"))
+            print(f"  {name}: {type(err).__name__}: {err}", flush=True)
+            continue
+        rec.update(median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
+                   tflops=p.flops / t.median_s / 1e12, pct_sol=100 * sol / t.median_s, correct=p.correct(got))
+        if "torch" not in name:
+            rec.update(error_stats(p, got), bit_identical=bool((got.view(np.uint8) == again.view(np.uint8)).all()))
+        if name.startswith("tc"):
+            rec["pct_tc_peak"] = 100 * tc_work_flops(p) / t.median_s / peak
+        records.append(rec)
+    ref = {r["provider"]: r.get("median_us") for r in records}.get("cuSPARSE CSR (torch)")
+    for r in records:
+        if ref and r.get("median_us"):
+            r["speedup_vs_cusparse_csr"] = ref / r["median_us"]
+    return records
+
+
+def sanitize_case() -> None:
+    """The kernel once per dtype at small odd shapes (for compute-sanitizer): several K chunks and
+    both buffers, partial row and column tiles, the element-wise B path (N odd) and the 16-byte one."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm_tc import uspmm
+    for dtype in (np.float32, np.float16):
+        for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
+            p = Problem(*shape, dtype)
+            for cfg in (dict(), dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2)):
+                assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
+    print("sanitize case: the tensor-core kernel ran and matched")
+
+
+def geomean_speedups(records) -> dict:
+    """Per dtype and provider, the geometric mean of the speedup over cuSPARSE CSR across problems."""
+    out = {}
+    for dt in sorted({r["dtype"] for r in records}):
+        for prov in sorted({r["provider"] for r in records if r["dtype"] == dt}):
+            s = [r["speedup_vs_cusparse_csr"] for r in records
+                 if r["dtype"] == dt and r["provider"] == prov and "speedup_vs_cusparse_csr" in r]
+            if s:
+                out[f"{dt} {prov}"] = (float(np.exp(np.mean(np.log(s)))), len(s))
+    return out
+
+
+KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "p90_us", "tflops", "pct_sol",
+        "pct_tc_peak", "speedup_vs_cusparse_csr", "correct", "bit_identical", "err_u", "err_vs_bound"]
+
+
+def main(argv=None) -> int:
+    from experiments.bench_uspmm import markdown
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--table", action="store_true", help="issue 5's problems, every provider")
+    ap.add_argument("--configs", choices=["default", "all"], default="default",
+                    help="tensor-core settings: the default per dtype, or also TC_CONFIGS")
+    ap.add_argument("--problems", help="indices into TABLE_PROBLEMS, comma-separated (default: all)")
+    ap.add_argument("--sanitize", action="store_true", help="the kernel once, tiny (compute-sanitizer)")
+    ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--out", help="folder for the JSON records")
+    args = ap.parse_args(argv)
+    if args.sanitize:
+        sanitize_case()
+        return 0
+    from sparsekit.device import info
+    dev = info()
+    stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"
+    print(f"device: {dev.name}; date {stamp}", flush=True)
+    probs = TABLE_PROBLEMS if not args.problems else [TABLE_PROBLEMS[int(i)] for i in args.problems.split(",")]
+    records = []
+    for d in args.dtype or ["float32", "float16"]:
+        for (m, k, n, s) in probs:
+            recs = bench_problem(m, k, n, s, d, configs=args.configs, repeat=args.repeat)
+            records += recs
+            print(markdown(recs, KEYS), flush=True)
+            if args.out:
+                os.makedirs(args.out, exist_ok=True)
+                with open(os.path.join(args.out, "bench_uspmm_tc.json"), "w") as f:
+                    json.dump(dict(device=dev.name, date=stamp, argv=sys.argv, results=records), f, indent=1,
+                              default=str)
+    print(markdown(records, KEYS), flush=True)
+    for name, (g, cnt) in geomean_speedups(records).items():
+        print(f"geomean speedup over cuSPARSE CSR, {name}: {g:.3g} ({cnt} problems)")
+    bad = [r for r in records if "torch" not in r["provider"] and "error" not in r
+           and (not r.get("correct") or not r.get("bit_identical"))]
+    if bad:
+        print(f"{len(bad)} INCORRECT results:", bad[:5])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.exit(main())

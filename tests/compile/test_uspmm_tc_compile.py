@@ -1,0 +1,81 @@
+"""The tensor-core USpMM compiles for sm_80 and sm_90 offline, and the PTX shows what it relies on:
+
+* ``mma.sync`` (m16n8k16 f16 with f32 accumulation; m16n8k8 TF32 and ``cvt.rna.tf32.f32`` for
+  float32), none of it through a stack: no ``.local`` in the post-LTO PTX, 0 bytes of spill in
+  ptxas's report (the accumulators and fragments stay in registers);
+* fragments read from shared memory with 32-bit loads (``ld.shared.u32`` for half2 words), the
+  tiles written with 16-byte stores (``st.shared.v4``), one ``bar.sync`` per K chunk.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+from numba import types
+from numba.cuda import compiler
+from numba.cuda.cudadrv import driver
+
+from gpu import uspmm_tc as tc
+
+CCS = [(8, 0), (9, 0)]
+VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
+INDEX_TYPES = {"int16": types.int16, "int32": types.int32}
+
+
+def kernel_args(dtype: str, index: str):
+    vt = VALUE_TYPES[dtype]
+    return (types.Array(vt, 2, "C"), types.Array(INDEX_TYPES[index], 2, "C"), types.Array(types.int32, 2, "C"),
+            types.Array(vt, 1, "C"), types.Array(vt, 2, "C"), types.int64, types.int64, types.int64, types.boolean)
+
+
+@functools.cache
+def build(dtype: str, index: str, cfg: tuple, cc):
+    """(post-LTO PTX, ptxas report) of one setting, with its launch bounds; the linker made verbose."""
+    kernel = tc._tc_kernel(*cfg, dtype == "float16")
+    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, kernel_args(dtype, index), device=False,
+                                                 abi="numba", cc=cc, lto=True,
+                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
+    lib._lto = True
+    ptx = lib.get_lto_ptx(cc=cc)
+    original = driver._Linker._get_linker_options
+
+    def verbose(self, ptx):
+        options = original(self, ptx)
+        options.verbose = True
+        return options
+
+    driver._Linker._get_linker_options = verbose
+    try:
+        lib.get_cubin(cc=cc)
+        report = lib.get_linkerinfo(cc)
+    finally:
+        driver._Linker._get_linker_options = original
+    return ptx, report
+
+
+def default_cfg(dtype: str) -> tuple:
+    d = tc.DEFAULTS[__import__("numpy").dtype(dtype)]
+    return d["bm"], d["bn"], d["kc"], d["warps_m"], d["warps_n"]
+
+
+# every cc x dtype with the default tiling; a second tiling and the other index dtype at sm_90
+BUILDS = ([(cc, dt, "int32", default_cfg(dt)) for cc in CCS for dt in VALUE_TYPES]
+          + [((9, 0), "float16", "int16", (64, 64, 32, 2, 2)), ((9, 0), "float32", "int16", (64, 64, 32, 2, 2))])
+
+
+@pytest.mark.parametrize("cc,dtype,index,cfg", BUILDS, ids=str)
+def test_compiles_to_mma_in_registers(cc, dtype, index, cfg):
+    ptx, report = build(dtype, index, cfg, cc)
+    assert f".target sm_{cc[0]}{cc[1]}" in ptx
+    if dtype == "float16":
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+        assert re.search(r"ld\.shared\.u32\s", ptx)                          # half2 fragment words
+    else:
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+        assert "cvt.rna.tf32.f32" in ptx                                     # the 3xTF32 split
+    assert "st.shared.v4" in ptx                                             # 16-byte tile stores
+    assert ".local" not in ptx
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills and all(a == "0" and b == "0" for a, b in spills), report
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 2                       # the prologue's and the loop's
