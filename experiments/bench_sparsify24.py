@@ -385,7 +385,7 @@ def main(argv=None) -> int:
     ap.add_argument("--exclude", nargs="*", default=[],
                     help="leave out our providers whose name contains any of these strings")
     ap.add_argument("--only", nargs="*", default=None,
-                    help="keep only our providers whose name contains one of these strings")
+                    help="keep only our providers with these exact names")
     ap.add_argument("--sweep", action="store_true", help="add the launch-configuration variants (TUNING)")
     ap.add_argument("--no-baselines", action="store_true", help="time only our kernels (no PyTorch)")
     ap.add_argument("--after", type=int, nargs="*", default=[],
@@ -395,7 +395,7 @@ def main(argv=None) -> int:
         return sanitize_run()
     ours = {**OURS, **TUNING} if args.sweep else dict(OURS)
     ours = {k: v for k, v in ours.items() if not any(x in k for x in args.exclude)
-            and (args.only is None or any(x in k for x in args.only))}
+            and (args.only is None or k in args.only)}
     if args.profile:
         return profile_run(ours, *map(int, args.profile.split("x")))
     results: dict = {}
