@@ -9,6 +9,9 @@ run it as a script on a GPU::
     python experiments/bench_uspmm.py --tune-table --table    # tune each table problem, then the table
     python experiments/bench_uspmm.py --explore               # pipelined settings on more problems
     python experiments/bench_uspmm.py --sanitize [pipelined]  # each kernel once, tiny (compute-sanitizer)
+    python experiments/bench_uspmm.py --split-explore float32,float16   # K-split settings on small grids
+    python experiments/bench_uspmm.py --figures-auto float32,float16    # every figure point: auto vs vendors
+    ... --wait-for F1,F2   # compile first, then wait for these files before timing anything
 
 :func:`bench_problem` is the one declarative benchmark (``sparsekit bench
 uspmm`` and the figures call it): a problem (M, K, N, sparsity, dtype) and a
@@ -166,11 +169,15 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     from sparsekit.timing import measure
     p = Problem(m, k, n, sparsity, dtype, seed=seed)
     sol = p.sol_s(device)
-    launches = {}
+    from sparsekit.tune import resolve
+    launches, chosen = {}, {}
     for name, cfg in (our_providers(dtype) if providers is None else providers).items():
         kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
-        b = p.b_f if kw.pop("layout", "C") == "F" else p.b
+        layout = kw.pop("layout", "C")
+        b = p.b_f if layout == "F" else p.b
         launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
+        if isinstance(cfg, str):                         # what "auto"/"heuristic" chose for this problem
+            chosen[name] = config_name(resolve(cfg, p.dell, n, layout))
     if vendors:
         launches.update(vendor_launches(p, coo=vendors != "fast"))
         if vendors != "fast":
@@ -178,6 +185,8 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     records = []
     for name, launch in launches.items():
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        if name in chosen:
+            rec["config"] = chosen[name]
         try:
             correct = p.correct(_to_host(launch()))
             t = measure(launch, repeat=repeat, warmup=2)
@@ -193,6 +202,14 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
         if ref and r.get("median_us"):
             r["speedup_vs_cusparse_csr"] = ref / r["median_us"]
     return records
+
+
+def config_name(cfg: dict) -> str:
+    """A short name of a tunables dict, e.g. ``dense_tile cpl4 rpw4 nw8 kc16 mb2 s4``."""
+    short = dict(cols_per_lane="cpl", rows_per_warp="rpw", nwarp="nw", kc="kc", unroll="u", min_blocks="mb",
+                 splits="s", vsize="vs", vecsize="vec", batch="batch")
+    return " ".join([cfg.get("variant", "listing1")] + [f"{short.get(key, key)}{val}" for key, val in cfg.items()
+                                                         if key != "variant"])
 
 
 def check_real_shapes(dtype) -> list[dict]:
@@ -260,7 +277,9 @@ def sanitize_case(only: str = "all") -> None:
                     dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
                     dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True),
                     pipelined(8, 2, 4, 16, 4, 2), pipelined(4, 3, 2, 8, 2, 1), pipelined(4, 4, 8, 32, 4, 2),
-                    direct(8, 2, 4, 4), direct(4, 3, 2, 2), dense_tile(4, 8, 4, 16, 2), dense_tile(8, 4, 2, 8, 1)]:
+                    direct(8, 2, 4, 4), direct(4, 3, 2, 2), dense_tile(4, 8, 4, 16, 2), dense_tile(8, 4, 2, 8, 1),
+                    pipelined(4, 3, 2, 8, 2, 1, splits=3), direct(4, 3, 2, 2, splits=3),
+                    dense_tile(8, 4, 2, 8, 1, splits=3)]:
             if only != "all" and cfg.get("variant") not in only.split(","):
                 continue
             for prob in (p, q) if cfg.get("variant") in ("pipelined", "direct", "dense_tile") else (p,):
@@ -333,20 +352,118 @@ def explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
     return out
 
 
-#: Tuned besides the table's problems by ``--tune-table`` (float32): data for the heuristic.
+#: Tuned besides the table's problems by ``--tune-table``: data for the heuristic.
 TUNE_EXTRA = [(1024, 1024, 128, 0.60), (1024, 1024, 1024, 0.80), (512, 512, 1024, 0.60)]
 
 
 def tune_table(dtypes, *, save=lambda: None, out=None) -> list[dict]:
-    """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` problem (and, for
-    float32, ``TUNE_EXTRA``), caching the winners for ``config="auto"``; one record per
-    configuration and problem."""
+    """:func:`sparsekit.tune.tune` (default space) on every ``TABLE_PROBLEMS`` and ``TUNE_EXTRA``
+    problem, caching the winners for ``config="auto"``; one record per configuration and problem."""
     out = [] if out is None else out
     for d in dtypes:
-        for (m, k, n, s) in TABLE_PROBLEMS + (TUNE_EXTRA if d == "float32" else []):
+        for (m, k, n, s) in TABLE_PROBLEMS + TUNE_EXTRA:
             out += _tuned_records("tuned", Problem(m, k, n, s, d), repeat=10 if n > 4096 else 20)
             save()
     return out
+
+
+#: ``--split-explore`` problems: outputs with fewer 32 x 128 tiles than the H100 has SMs (Fig. 5 at
+#: N = 128, Fig. 6 at 128^3, Fig. 5 at N = 1024 below M = 512, ResNet-50 layers of Table 1 at N = 128),
+#: and 1024^3 60% to compare the unsplit settings with the tuning run before the split.
+SPLIT_PROBLEMS = [(256, 256, 128, 0.6), (512, 512, 128, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
+                  (128, 128, 128, 0.05), (128, 128, 128, 0.6), (128, 128, 128, 0.95), (256, 256, 1024, 0.6),
+                  (64, 576, 128, 0.81), (128, 1152, 128, 0.81), (256, 2304, 128, 0.81), (512, 4608, 128, 0.81),
+                  (1024, 256, 128, 0.81), (2048, 512, 128, 0.81), (1000, 2048, 128, 0.81), (2048, 1024, 128, 0.81),
+                  (1024, 1024, 128, 0.95), (1024, 1024, 1024, 0.6)]
+
+
+def split_providers() -> dict:
+    """The K-split settings of ``--split-explore`` (``splits`` is a launch argument: one compilation per
+    shape), with the heuristic of this commit."""
+    from sparsekit.tune import dense_tile, direct, pipelined
+    provs = {"heuristic": "heuristic"}
+    provs.update({f"dense_tile 32x128 s{s}": dense_tile(4, 4, 8, 16, 2, splits=s) for s in (1, 2, 4, 8)})
+    provs.update({f"dense_tile 64x128 s{s}": dense_tile(4, 8, 8, 16, 2, splits=s) for s in (2, 4, 8)})
+    provs.update({f"dense_tile 16x128 nw4 s{s}": dense_tile(4, 4, 4, 16, 4, splits=s) for s in (2, 4, 8)})
+    provs.update({f"pipelined 8x128 s{s}": pipelined(4, 1, 8, 32, 4, 2, splits=s) for s in (1, 2, 4, 8)})
+    provs.update({f"direct 8x128 s{s}": direct(4, 2, 4, 4, splits=s) for s in (1, 4, 8, 16)})
+    return provs
+
+
+def split_explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
+    """:func:`split_providers` and the vendors' CSR and dense products on ``SPLIT_PROBLEMS``."""
+    out = [] if out is None else out
+    for d in dtypes:
+        for (m, k, n, s) in SPLIT_PROBLEMS:
+            recs = bench_problem(m, k, n, s, d, providers=split_providers(), vendors="fast", repeat=15)
+            out += recs
+            ours = [r for r in recs if r.get("correct") and "torch" not in r["provider"]]
+            best = min(ours, key=lambda r: r["median_us"])
+            csr = next((r.get("median_us") for r in recs if r["provider"] == "cuSPARSE CSR (torch)"), None)
+            heur = next((r.get("median_us") for r in recs if r["provider"] == "heuristic"), None)
+            print(f"split {m}x{k}x{n} {s:.0%} {d}: best {best['provider']} {best['median_us']:.1f} us, "
+                  f"heuristic {heur} us, cuSPARSE CSR {csr} us", flush=True)
+            save()
+    return out
+
+
+def warm_up(dtypes, configs) -> None:
+    """Compile every configuration (dicts of tunables) for ``dtypes`` on a tiny problem, so that
+    timing can start the moment the GPU is free (``--wait-for``)."""
+    from gpu.uspmm import prepare, uspmm
+    from numba import cuda
+
+    from sparsekit.tune import make_ell
+    for d in dtypes:
+        dell = prepare(make_ell(40, 64, 0.5, d))
+        b = cuda.to_device(np.ones((64, 72), dtype=d))
+        for cfg in {json.dumps(c, sort_keys=True): c for c in configs}.values():
+            cfg = dict(cfg)
+            bb = cuda.to_device(np.asfortranarray(np.ones((64, 72), dtype=d))) if cfg.pop("layout", "C") == "F" else b
+            uspmm(dell, bb, **cfg)
+    cuda.synchronize()
+
+
+def wait_for(paths, *, poll_s=1.0, limit_s=600.0) -> None:
+    """Return once every file of ``paths`` exists (other jobs on the GPU have finished), or after
+    ``limit_s`` seconds, printing which were still missing (their jobs then overlap the timing)."""
+    import time
+    start = time.monotonic()
+    while not all(os.path.exists(f) for f in paths) and time.monotonic() - start < limit_s:
+        time.sleep(poll_s)
+    missing = [f for f in paths if not os.path.exists(f)]
+    print(f"waited {time.monotonic() - start:.0f} s for {', '.join(paths)}"
+          + (f"; STILL MISSING (timing overlaps those jobs): {', '.join(missing)}" if missing else ""), flush=True)
+
+
+def figure_configs(dtype) -> list[dict]:
+    """Every configuration ``auto`` (heuristic) and :data:`FIGURE_PROVIDERS` use over the full figures."""
+    from experiments.uspmm_figures import FIG8_SHAPES, figure_points, table1_layers
+    from sparsekit.tune import heuristic
+    pts = [pt for fig, pts in figure_points(False).items() for pt in pts]
+    pts += [(m, k, n, sp) for n, sp, shapes in table1_layers().values() for (m, k, _) in shapes]
+    out = [heuristic(m, k, n, max(1, round(k * (1 - sp))), dtype, "C") for (m, k, n, sp) in pts]
+    out += [c for c in FIGURE_PROVIDERS.values() if isinstance(c, dict)]
+    out += [dict(variant="listing1", nwarp=a, vsize=b, vecsize=v) for a, b in FIG8_SHAPES for v in (1, 2)]
+    return out
+
+
+#: ``--figures-auto`` providers: ``auto`` (the heuristic unless the tune cache has the problem) and
+#: the paper's USpMM (1, 8) in its own layout (B column-major).
+FIGURE_PROVIDERS = {"auto": "auto",
+                    "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F")}
+
+
+def figures_auto(dtypes, out_dir) -> list:
+    """The full figure sweeps (every point of ``experiments/uspmm_figures.py`` without --quick) with
+    :data:`FIGURE_PROVIDERS` against cuSPARSE CSR and dense cuBLAS; CSVs and PNGs into ``out_dir``."""
+    from pathlib import Path
+
+    from experiments.uspmm_figures import gpu_section
+    from sparsekit.experiment import Context
+    ctx = Context(quick=False, backend="gpu", out_dir=Path(out_dir))
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    return [gpu_section(ctx, d, ours=FIGURE_PROVIDERS, vendors="fast", repeat=15) for d in dtypes]
 
 
 def markdown(records, keys) -> str:
@@ -375,6 +492,13 @@ def main(argv=None) -> int:
                          "auto then uses the winners")
     ap.add_argument("--sanitize", nargs="?", const="all", help="each kernel once, tiny (for compute-sanitizer); "
                     "--sanitize pipelined,direct,dense_tile: those variants only")
+    ap.add_argument("--split-explore", metavar="DTYPES", help="K-split settings on SPLIT_PROBLEMS, for these "
+                    "comma-separated dtypes")
+    ap.add_argument("--figures-auto", metavar="DTYPES", help="every point of the full figure sweeps: auto and "
+                    "USpMM (1,8) B col-major against cuSPARSE CSR and dense cuBLAS (CSVs and PNGs into --out)")
+    ap.add_argument("--wait-for", metavar="FILES", help="compile the kernels of the requested runs first, then "
+                    "wait until these comma-separated files exist before timing")
+    ap.add_argument("--wait-limit", type=float, default=600.0, help="seconds --wait-for waits at most")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append",
                     help="dtype(s) (default: both)")
     ap.add_argument("--out", help="folder for the JSON records")
@@ -388,6 +512,17 @@ def main(argv=None) -> int:
     print(f"device: {dev.name}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; torch: "
           f"{'yes' if _torch() is not None else 'not installed (vendor baselines skipped)'}", flush=True)
     results = {}
+    if args.wait_for:
+        from sparsekit.tune import space
+        warm = {}
+        for flag, configs_of in ((args.split_explore, lambda d: [c for c in split_providers().values()
+                                                                 if isinstance(c, dict)]),
+                                 (args.tune_table, space), (args.figures_auto, figure_configs)):
+            for d in filter(None, (flag or "").split(",")):
+                warm.setdefault(d, []).extend(configs_of(d))
+        for d, configs in warm.items():
+            warm_up([d], configs)
+        wait_for(args.wait_for.split(","), limit_s=args.wait_limit)
 
     def save():
         if args.out:
@@ -406,6 +541,11 @@ def main(argv=None) -> int:
         for d in dtypes:
             probs = SWEEP_PROBLEMS if d == "float32" and not args.sweep_first else SWEEP_PROBLEMS[:1]
             sweep(probs, d, out=recs, save=save)
+    if args.split_explore:
+        recs = results["split_explore"] = []
+        split_explore(args.split_explore.split(","), save=save, out=recs)
+        print(markdown(recs, ["m", "k", "n", "sparsity", "dtype", "provider", "config", "median_us",
+                              "speedup_vs_cusparse_csr", "correct"]), flush=True)
     if args.tune_table:
         recs = results["tune_table"] = []
         tune_table(args.tune_table.split(","), save=save, out=recs)
@@ -413,6 +553,15 @@ def main(argv=None) -> int:
         recs = results["explore"] = []
         explore(dtypes, save=save, out=recs)
         print(markdown(recs, TABLE_KEYS), flush=True)
+    if args.figures_auto:
+        sections = figures_auto(args.figures_auto.split(","), os.path.join(args.out or ".", "figures"))
+        recs = results["figures_auto"] = [dict(r, table=t.caption) for sec in sections for t in sec.tables
+                                          for r in t.records]
+        save()
+        for sec in sections:
+            for t in sec.tables:
+                print(f"\n{t.caption}\n" + markdown(t.records, list(dict.fromkeys(key for r in t.records for key in r))),
+                      flush=True)
     if args.table:
         recs = results["table"] = []
         for d in dtypes:

@@ -80,12 +80,17 @@ def _geomean(pairs) -> float:
 
 # --------------------------------------------------------------------------- GPU
 
-def _gpu(ctx: Context, dtype: str) -> Section:
+def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=None, repeat: int | None = None) -> Section:
+    """Every figure and Table 1 for ``dtype`` on the GPU. ``ours`` (name -> tunables or config
+    string), ``vendors`` (as :func:`experiments.bench_uspmm.bench_problem` takes it) and ``repeat``
+    default to this experiment's (quick or full); ``experiments/bench_uspmm.py --figures-auto``
+    passes fewer providers to time ``auto`` over every full-size point in one short run."""
     from experiments.bench_uspmm import bench_problem
     pts = figure_points(ctx.quick)
-    repeat = 10 if ctx.quick else 20
-    ours = _ours(dtype, ctx.quick)
-    vendors = "fast" if ctx.quick else True                     # quick: cuSPARSE CSR and cuBLAS only
+    repeat = repeat or (10 if ctx.quick else 20)
+    ours = _ours(dtype, ctx.quick) if ours is None else ours
+    if vendors is None:
+        vendors = "fast" if ctx.quick else True                 # quick: cuSPARSE CSR and cuBLAS only
     tables, figures = [], []
     for fig in ("fig5", "fig6", "fig7"):
         recs = []
@@ -220,7 +225,7 @@ def _simulator(ctx: Context) -> Section:
 def run(ctx: Context) -> Section:
     if not ctx.on_gpu:
         return _simulator(ctx)
-    sections = [_gpu(ctx, dtype) for dtype in (("float32",) if ctx.quick else ("float32", "float16"))]
+    sections = [gpu_section(ctx, dtype) for dtype in (("float32",) if ctx.quick else ("float32", "float16"))]
     return Section("USpMM: Figures 5-8 and Table 1", text=PAPER,
                    tables=[t for s in sections for t in s.tables], figures=[f for s in sections for f in s.figures])
 

@@ -432,6 +432,72 @@ def _set_group():
 
 
 @functools.cache
+def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
+    """``finish(c, part, ticket, acc, row, col, m, n, split, nsplit, tile, sh_last)``: this lane's
+    ``rows_per_warp x cols_per_lane`` accumulators into ``C``, for the kernels whose lane owns the
+    columns ``col + g * 32 * vw + x`` (``g < cols_per_lane / vw``, ``x < vw``) of rows ``row ..``.
+
+    ``nsplit == 1``: written to ``c`` (rows past ``m``, columns past ``n`` skipped).
+    ``nsplit > 1`` (the K range split over ``nsplit`` blocks, ``blockIdx.z = split``, all of one
+    output tile ``tile``): each block writes its partial tile to ``part[split]`` (float32,
+    ``nsplit x M x N``), makes it visible GPU-wide (``threadfence``) and takes a ticket
+    (``atomic.add`` on ``ticket[tile]``); the block that draws the last ticket sums
+    ``part[0] + part[1] + ... + part[nsplit - 1]`` in that order over the whole block tile (at
+    ``blockIdx.x * warps * rows_per_warp``, ``blockIdx.y * 32 * cols_per_lane``) and writes ``C``,
+    and resets the ticket to 0 for the next launch. Whichever block finishes last, the sum is the same one:
+    results are bit-identical from run to run. Each partial is read once, by that block, after
+    its ticket, so no stale L1 line of it can exist.
+    """
+    nvec = cols_per_lane // vw
+    gstride = WARP_SIZE * vw
+    nt = WARP_SIZE * cols_per_lane                   # the block's tile: (warps x rows_per_warp) x nt
+
+    @cuda.jit(device=True, inline=True)
+    def finish(c, part, ticket, acc, row, col, m, n, split, nsplit, tile, sh_last):
+        for r in range(rows_per_warp):                                   # 1. C, or this block's partial
+            for g in range(nvec):
+                for x in range(vw):
+                    cc = col + g * gstride + x
+                    if row + r < m and cc < n:
+                        if nsplit == 1:
+                            c[row + r, cc] = acc[r, g * vw + x]
+                        else:
+                            part[split, row + r, cc] = acc[r, g * vw + x]
+        if nsplit == 1:
+            return
+        cuda.threadfence()                                               # 2. visible before the ticket
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
+            if last:
+                ticket[tile] = 0                                         # every block of the tile has drawn
+            sh_last[0] = 1 if last else 0
+        cuda.syncthreads()
+        if sh_last[0] == 1:                                              # 3. the last block: fixed-order sum
+            cuda.threadfence()                                           # over its whole tile, the threads
+            rows = (cuda.blockDim.x // WARP_SIZE) * rows_per_warp        # along its rows (coalesced)
+            row0 = cuda.blockIdx.x * rows
+            col0 = cuda.blockIdx.y * nt
+            for e in range(cuda.threadIdx.x, rows * nt, cuda.blockDim.x):
+                rr = row0 + e // nt
+                cc = col0 + e % nt
+                if rr < m and cc < n:
+                    total = float32(0.0)
+                    for q in range(nsplit):
+                        total += part[q, rr, cc]
+                    c[rr, cc] = total
+
+    return finish
+
+
+@cuda.jit(device=True, inline=True)
+def _split_range(count, split, nsplit):
+    """``(lo, hi)``: the ``split``-th of ``nsplit`` near-equal parts of ``range(count)`` (none empty
+    when ``nsplit <= count``)."""
+    return split * count // nsplit, (split + 1) * count // nsplit
+
+
+@functools.cache
 def _b_tile_stager(nt: int, nthreads: int, tile_size: int, half: bool):
     """``(nb, bw, load_b, store_b)``: how the double-buffered kernels move a chunk's tile of ``B``
     (``tile_size`` elements, rows of ``nt``) through registers ``breg`` (``nb x bw`` float32).
@@ -477,6 +543,7 @@ def _b_tile_stager(nt: int, nthreads: int, tile_size: int, half: bool):
     return nb, bw, load_b, store_b
 
 
+@functools.cache
 def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, unroll: int, half: bool,
                       min_blocks: int = 1):
     """Register-tiled USpMM with double-buffered, software-pipelined staging (``variant="pipelined"``).
@@ -531,14 +598,15 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     nb, bw, load_b, store_b = _b_tile_stager(nt, nthreads, tile_size, half)
     na = -(-entries // nthreads)                     # entry slots per thread per chunk
     two_tiles, two_entries, two_rows = 2 * tile_stride, 2 * entries, 2 * rows_per_block   # both buffers
+    finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, vw)
 
     @cuda.jit(device=True, inline=True)
-    def load_chunk(q, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
+    def load_chunk(q, par, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
         """Chunk ``q`` into this thread's registers (its share of the B tile, of the entry
         slots, and for ``t < R`` the row's padded count). The slot ranges come from shared
-        memory (``sh_lo``/``sh_hi`` of buffer ``q % 2``), so every load here is independent."""
+        memory (``sh_lo``/``sh_hi`` of buffer ``par``), so every load here is independent."""
         k0 = q * kc
-        sp = (q % 2) * rows_per_block
+        sp = par * rows_per_block
         load_b(k0, t, b, n, k, interior, col0, breg)                     # the B tile
         for i in range(na):                                              # the entries; past the row's run:
             e = t + i * nthreads                                         # (0, zero row)
@@ -574,14 +642,15 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
             fma_v(racc, vw, a, vload(sh_b, base + gstride))
 
     @cuda.jit
-    def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
+    def kernel(vals, idxs, slot_ptr, b, c, part, ticket, m, n, k, vec_ok, nsplit):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_block
         warp_rb0 = (t // WARP_SIZE) * rows_per_warp                      # this warp's first row, in the block
         col0 = cuda.blockIdx.y * nt
         interior = vec_ok and col0 + nt <= n                             # every B read of the tile is 16 bytes
-        nchunks = (k + kc - 1) // kc
+        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks
+        sh_last = cuda.shared.array(1, np.int32)
         sh_b = cuda.shared.array(two_tiles, float32, alignment=SMEM_ALIGN)       # vector reads need 16 bytes
         sh_val = cuda.shared.array(two_entries, float32, alignment=SMEM_ALIGN)
         sh_off = cuda.shared.array(two_entries, np.int16, alignment=SMEM_ALIGN)
@@ -599,30 +668,32 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                 acc[r, j] = 0.0
         acnt[0] = 0
         row = row0 + t
-        # Prologue: the zero rows, the slot ranges of chunks 0 and 1, then chunk 0 into buffer 0.
+        # Prologue: the zero rows, the slot ranges of this block's first two chunks (chunk q in
+        # buffer q % 2), then its first chunk into its buffer.
         for e in range(t, nt, nthreads):
             sh_b[zero_off + e] = 0.0
             sh_b[tile_stride + zero_off + e] = 0.0
         if t < rows_per_block:
-            for q in range(2):
+            for q in range(q0, q0 + 2):
                 lo = hi = 0
-                if row < m and q < nchunks:
+                if row < m and q < q1:
                     lo = slot_ptr[row, q]
                     hi = slot_ptr[row, q + 1]
-                sh_lo[q * rows_per_block + t] = lo
-                sh_hi[q * rows_per_block + t] = hi
+                sh_lo[(q % 2) * rows_per_block + t] = lo
+                sh_hi[(q % 2) * rows_per_block + t] = hi
         cuda.syncthreads()
-        load_chunk(0, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
-        store_chunk(0, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
+        load_chunk(q0, q0 % 2, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
+        store_chunk(q0 % 2, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
         cuda.syncthreads()
         lane_base = lane * vw
-        for j in range(nchunks):
+        for j in range(q0, q1):                                          # chunk j, in buffer j % 2
             p = j % 2
             # 1. issue the loads of chunk j+1 (registers) and the slot ranges of chunk j+2
-            if j + 1 < nchunks:
-                load_chunk(j + 1, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
+            if j + 1 < q1:
+                load_chunk(j + 1, 1 - p, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval,
+                           aoff, acnt)
             lo = hi = 0
-            if t < rows_per_block and row < m and j + 2 < nchunks:
+            if t < rows_per_block and row < m and j + 2 < q1:
                 lo = slot_ptr[row, j + 2]
                 hi = slot_ptr[row, j + 3]
             # 2. multiply chunk j: each warp's rows, unroll entries per step
@@ -644,19 +715,14 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                 for x in range(cols_per_lane):
                     acc[r, x] = racc[x]
             # 3. chunk j+1 into the other buffer, chunk j+2's slot ranges into this one's
-            if j + 1 < nchunks:
+            if j + 1 < q1:
                 store_chunk(1 - p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
             if t < rows_per_block:
                 sh_lo[p * rows_per_block + t] = lo
                 sh_hi[p * rows_per_block + t] = hi
             cuda.syncthreads()
-        for r in range(rows_per_warp):
-            row = row0 + warp_rb0 + r
-            for g in range(nvec):
-                for x in range(vw):
-                    col = col0 + g * gstride + lane_base + x
-                    if row < m and col < n:
-                        c[row, col] = acc[r, g * vw + x]
+        finish(c, part, ticket, acc, row0 + warp_rb0, col0 + lane_base, m, n, cuda.blockIdx.z, nsplit,
+               cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_last)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
@@ -692,6 +758,7 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
     vload = {2: load2, 4: load4, 8: load8}[vw]
     fma_v = _fma_group(vw)
     in_type = float16 if half else float32
+    finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, vw)
 
     @cuda.jit(device=True, inline=True)
     def fma_row(racc, a, b, base, n, interior, gcol):
@@ -705,11 +772,13 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
                     racc[g * vw + x] += a * float32(b[base + g * gstride + x] if col < n else in_type(0.0))
 
     @cuda.jit
-    def kernel(vals, idxs, b, c, m, n, kprime, vec_ok):
+    def kernel(vals, idxs, b, c, part, ticket, m, n, kprime, vec_ok, nsplit):
         lane = cuda.threadIdx.x % WARP_SIZE
         row0 = (cuda.grid(1) // WARP_SIZE) * rows_per_warp
         gcol = cuda.blockIdx.y * nt + lane * vw                         # this lane's first column
         interior = vec_ok and cuda.blockIdx.y * nt + nt <= n
+        s0, s1 = _split_range(kprime, cuda.blockIdx.z, nsplit)          # this block's K' slots
+        sh_last = cuda.shared.array(1, np.int32)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
         racc = cuda.local.array(cols_per_lane, float32)
         for r in range(rows_per_warp):
@@ -717,8 +786,8 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
             for x in range(cols_per_lane):
                 racc[x] = 0.0
             if row < m:                                                  # (uniform across the warp)
-                s = 0
-                while s + unroll <= kprime:                              # unroll entries: loads first
+                s = s0
+                while s + unroll <= s1:                                  # unroll entries: loads first
                     a0 = float32(vals[row, s])
                     a1 = float32(vals[row, s + 1])
                     o0 = idxs[row, s] * n + gcol
@@ -734,18 +803,13 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
                         fma_row(racc, a2, b, o2, n, interior, gcol)
                         fma_row(racc, a3, b, o3, n, interior, gcol)
                     s += unroll
-                while s < kprime:                                        # the rest, one at a time
+                while s < s1:                                            # the rest, one at a time
                     fma_row(racc, float32(vals[row, s]), b, idxs[row, s] * n + gcol, n, interior, gcol)
                     s += 1
             for x in range(cols_per_lane):
                 acc[r, x] = racc[x]
-        for r in range(rows_per_warp):
-            row = row0 + r
-            for g in range(nvec):
-                for x in range(vw):
-                    col = gcol + g * gstride + x
-                    if row < m and col < n:
-                        c[row, col] = acc[r, g * vw + x]
+        finish(c, part, ticket, acc, row0, gcol, m, n, cuda.blockIdx.z, nsplit,
+               cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_last)
 
     return kernel
 
@@ -792,6 +856,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     na = -(-a_size // (nthreads * 4))                # 4-float pieces of A^T per thread per chunk
     two_b, two_a = 2 * b_size, 2 * a_size
     set4 = _set_group()
+    finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, 4)
 
     @cuda.jit(device=True, inline=True)
     def load_chunk(q, t, at, b, m, n, k, interior, row0, col0, breg, areg):
@@ -826,14 +891,16 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
                 acc[r, x] += av[r] * bv[x]
 
     @cuda.jit
-    def kernel(at, b, c, m, n, k, vec_ok):
+    def kernel(at, b, c, part, ticket, m, n, k, vec_ok, nsplit):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_block
         warp_rb0 = (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
         interior = vec_ok and col0 + nt <= n
-        nchunks = (k + kc - 1) // kc
+        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks
+        nchunks = q1 - q0
+        sh_last = cuda.shared.array(1, np.int32)
         sh_b = cuda.shared.array(two_b, float32, alignment=SMEM_ALIGN)
         sh_a = cuda.shared.array(two_a, float32, alignment=SMEM_ALIGN)
         breg = cuda.local.array((nb, bw), float32)
@@ -844,13 +911,13 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
         for r in range(rows_per_warp):
             for x in range(cols_per_lane):
                 acc[r, x] = 0.0
-        load_chunk(0, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+        load_chunk(q0, t, at, b, m, n, k, interior, row0, col0, breg, areg)
         store_chunk(0, t, breg, areg, sh_b, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             p = j % 2
             if j + 1 < nchunks:                                          # next chunk's loads in flight
-                load_chunk(j + 1, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+                load_chunk(q0 + j + 1, t, at, b, m, n, k, interior, row0, col0, breg, areg)
             bb = p * b_size + lane * 4
             ab = p * a_size + warp_rb0
             for kk in range(0, kc, 2):                                   # outer products, two k a step
@@ -859,13 +926,8 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
             if j + 1 < nchunks:
                 store_chunk(1 - p, t, breg, areg, sh_b, sh_a)
             cuda.syncthreads()
-        for r in range(rows_per_warp):
-            row = row0 + warp_rb0 + r
-            for g in range(nvec):
-                for x in range(4):
-                    col = col0 + g * gstride + lane * 4 + x
-                    if row < m and col < n:
-                        c[row, col] = acc[r, g * 4 + x]
+        finish(c, part, ticket, acc, row0 + warp_rb0, col0 + lane * 4, m, n, cuda.blockIdx.z, nsplit,
+               cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_last)
 
     if cuda_config.ENABLE_CUDASIM:
         return kernel
@@ -987,6 +1049,23 @@ def _row_major_shape(variant, order, m, n, nwarp, rows_per_warp, cols_per_lane):
     return threads, (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
 
 
+def _split(dell, grid, n, splits, count):
+    """``(grid, part, ticket, nsplit)`` for a kernel whose K range (``count`` chunks or slots) is
+    split over ``nsplit = min(splits, count)`` blocks per output tile (at least 1): the grid gains
+    ``nsplit`` as its z size; ``part`` is the ``nsplit x M x N`` float32 partial buffer (allocated
+    per launch) and ``ticket`` one zeroed int32 counter per output tile, kept with ``dell`` (each
+    launch leaves it zeroed; launches sharing ``dell`` must be on one stream). Without a split,
+    1-element stand-ins."""
+    nsplit = max(1, min(splits, count))
+    if nsplit == 1:
+        part, ticket = dell.cached("no_split", lambda: (np.zeros((1, 1, 1), np.float32), np.zeros(1, np.int32)))
+    else:
+        tiles = grid[0] * grid[1]
+        part = cuda.device_array((nsplit, dell.shape[0], n), np.float32)
+        ticket = dell.cached(("split_tickets", tiles), lambda: np.zeros(tiles, np.int32))
+    return (grid[0], grid[1], nsplit), part, ticket, nsplit
+
+
 def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):
     m, n = c.shape
     k = dell.shape[1]
@@ -1009,7 +1088,7 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll, min_blocks):
+def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll, min_blocks, splits):
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
@@ -1030,11 +1109,12 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _pipelined_kernel(cols_per_lane, rows_per_warp, nwarp, kc, unroll, bool(half), min_blocks)
     vals, idxs = dell.row_major()
-    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
-            "nwarp, rows_per_warp, cols_per_lane")
+    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
+    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, part, ticket,
+                                    m, n, k, vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll):
+def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits):
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, grid = _row_major_shape("direct", order, m, n, nwarp, rows_per_warp, cols_per_lane)
@@ -1047,11 +1127,13 @@ def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, un
     vec_ok = n % vw == 0 and aligned(bdev, vw)
     kernel = _direct_kernel(cols_per_lane, rows_per_warp, unroll, bool(half))
     vals, idxs = dell.row_major()
-    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, m, n, dell.host.kprime,
-                                    vec_ok), "nwarp, rows_per_warp, cols_per_lane")
+    kprime = dell.host.kprime
+    grid, part, ticket, nsplit = _split(dell, grid, n, splits, kprime)
+    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, part, ticket, m, n, kprime,
+                                    vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, min_blocks):
+def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, min_blocks, splits):
     m, n = c.shape
     k = dell.shape[1]
     half = dell.dtype == np.float16
@@ -1067,12 +1149,13 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _dense_tile_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), min_blocks)
-    _launch(kernel, grid, threads, (dell.dense_t(), bdev.reshape(k * n), c, m, n, k, vec_ok),
+    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
+    _launch(kernel, grid, threads, (dell.dense_t(), bdev.reshape(k * n), c, part, ticket, m, n, k, vec_ok, nsplit),
             "nwarp, rows_per_warp, cols_per_lane")
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1):
+         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
@@ -1084,6 +1167,10 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     rows_per_warp = check_int(rows_per_warp, "rows_per_warp", minimum=1, maximum=16)
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = check_int(kc, "kc", minimum=1)
+    splits = check_int(splits, "splits", minimum=1, maximum=64)
+    if splits != 1 and variant in ("listing1", "tiled"):
+        raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
+                         f"got {splits}")
     m, n = dell.shape[0], bdev.shape[1]
     c = output((m, n), dell.dtype, like=like, order=order)
     if m and n:
@@ -1093,12 +1180,12 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch)
         elif variant == "pipelined":
             _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll,
-                              check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+                              check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "dense_tile":
             _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
-                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         else:
-            _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll)
+            _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
 
 
@@ -1115,8 +1202,12 @@ def uspmm(ell, b, *, config=None, **tunables):
     per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8), and as
     they apply ``kc`` (rows of B per shared tile, 64), ``batch`` ("tiled":
     issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
-    entries per step, 2 or 4) and ``min_blocks`` ("pipelined", "dense_tile":
-    resident blocks per SM the registers are capped for); all but "listing1"
+    entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile":
+    resident blocks per SM the registers are capped for) and ``splits``
+    ("pipelined", "direct", "dense_tile": the K range of each output tile
+    split over that many blocks, their float32 partial tiles summed in a
+    fixed order, so results stay bit-identical; for grids too small to fill
+    the GPU, e.g. N = 128 at M = 1024); all but "listing1"
     need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables.

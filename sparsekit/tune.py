@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "pipelined", "direct",
-           "dense_tile", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+__all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
+           "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -48,32 +48,57 @@ PIPELINED_SHAPES = ((4, 4, 8, 32, 4, 2), (4, 2, 8, 32, 4, 2), (4, 1, 8, 32, 4, 2
 DENSE_TILE_SHAPES = ((4, 8, 8, 16, 2), (4, 8, 4, 16, 2), (4, 4, 8, 16, 2), (8, 4, 8, 16, 1))
 
 
-def dense_tile(cpl: int, rpw: int, nwarp: int, kc: int, min_blocks: int) -> dict:
-    """The tunables of one dense-tile setting (the order of :data:`DENSE_TILE_SHAPES`)."""
-    return dict(variant="dense_tile", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc,
-                min_blocks=min_blocks)
+def _with_splits(cfg: dict, splits: int) -> dict:
+    """``cfg`` with ``splits`` added when the K range is split (absent means 1)."""
+    return cfg if splits == 1 else dict(cfg, splits=splits)
+
+
+def dense_tile(cpl: int, rpw: int, nwarp: int, kc: int, min_blocks: int, splits: int = 1) -> dict:
+    """The tunables of one dense-tile setting (the order of :data:`DENSE_TILE_SHAPES`; ``splits``:
+    the K range of each output tile over that many blocks)."""
+    return _with_splits(dict(variant="dense_tile", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc,
+                             min_blocks=min_blocks), splits)
 
 
 #: The direct kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, unroll).
 DIRECT_SHAPES = ((4, 2, 4, 4), (8, 2, 4, 4))
 
 
-def direct(cpl: int, rpw: int, nwarp: int, unroll: int) -> dict:
-    """The tunables of one direct setting (the order of :data:`DIRECT_SHAPES`)."""
-    return dict(variant="direct", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll)
+def direct(cpl: int, rpw: int, nwarp: int, unroll: int, splits: int = 1) -> dict:
+    """The tunables of one direct setting (the order of :data:`DIRECT_SHAPES`; ``splits``: the K'
+    slots of each output tile over that many blocks)."""
+    return _with_splits(dict(variant="direct", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll),
+                        splits)
 
 
-def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: int) -> dict:
-    """The tunables of one pipelined setting (the order of :data:`PIPELINED_SHAPES`)."""
-    return dict(variant="pipelined", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc, unroll=unroll,
-                min_blocks=min_blocks)
+def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: int, splits: int = 1) -> dict:
+    """The tunables of one pipelined setting (the order of :data:`PIPELINED_SHAPES`; ``splits``: the
+    K range of each output tile over that many blocks)."""
+    return _with_splits(dict(variant="pipelined", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, kc=kc,
+                             unroll=unroll, min_blocks=min_blocks), splits)
+
+
+#: K-split settings searched by default: small-grid shapes of the kernels above with their K range
+#: split over 2 to 8 blocks (``splits`` is a launch argument: no extra compilation), for outputs with
+#: fewer tiles than SMs (N = 128 at M = 1024). Each entry: (function name, shape, splits).
+SPLIT_SETTINGS = (("dense_tile", (4, 4, 8, 16, 2), 2), ("dense_tile", (4, 4, 8, 16, 2), 4),
+                  ("dense_tile", (4, 4, 8, 16, 2), 8), ("dense_tile", (4, 8, 8, 16, 2), 4),
+                  ("pipelined", (4, 1, 8, 32, 4, 2), 2), ("pipelined", (4, 1, 8, 32, 4, 2), 4),
+                  ("direct", (4, 2, 4, 4), 4), ("direct", (4, 2, 4, 4), 8))
+
+
+def split_configs() -> list[dict]:
+    """The tunables of every :data:`SPLIT_SETTINGS` entry."""
+    makers = dict(dense_tile=dense_tile, pipelined=pipelined, direct=direct)
+    return [makers[name](*shape, splits=splits) for name, shape, splits in SPLIT_SETTINGS]
 
 
 def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
     Default (``full=False``): for a row-major B the tiled kernel's best setting,
-    :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES` and :data:`DENSE_TILE_SHAPES` (Listing 1
+    :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
+    :data:`SPLIT_SETTINGS` (Listing 1
     gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
     for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
@@ -89,7 +114,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
                     dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
         return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
                 + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
-                + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES])
+                + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs())
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -107,6 +132,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, nwarp, kc in itertools.product((4, 8), (4, 8), (4, 8), (8, 16)):
             if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
+        out += split_configs()
     return out
 
 

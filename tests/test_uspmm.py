@@ -32,25 +32,30 @@ TILED = {
                                        "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
 }
 
+# splits: the K range of each output tile over 1 to 3 blocks (more than the chunks or slots there are
+# is clamped), partials summed in a fixed order
+SPLITS = st.integers(1, 3)
+
 # float16 reads the B tile 4 or 8 halves at a time, float32 2, 4 or 8 floats; kc a multiple of unroll
 PIPELINED = {
     dt: st.fixed_dictionaries({"variant": st.just("pipelined"), "nwarp": st.integers(1, 2),
                                "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
                                "kc": st.sampled_from([4, 8, 16]), "unroll": st.sampled_from([2, 4]),
-                               "min_blocks": st.integers(1, 2)})
+                               "min_blocks": st.integers(1, 2), "splits": SPLITS})
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 
 DIRECT = {
     dt: st.fixed_dictionaries({"variant": st.just("direct"), "nwarp": st.integers(1, 2),
                                "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
-                               "unroll": st.sampled_from([2, 4])})
+                               "unroll": st.sampled_from([2, 4]), "splits": SPLITS})
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 
 DENSE_TILE = st.fixed_dictionaries({"variant": st.just("dense_tile"), "nwarp": st.integers(1, 2),
                                     "rows_per_warp": st.sampled_from([4, 8]), "cols_per_lane": st.sampled_from([4, 8]),
-                                    "kc": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 2)})
+                                    "kc": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 2),
+                                    "splits": SPLITS})
 
 
 def check_against_reference(ell, b, tunables):
@@ -211,6 +216,10 @@ def test_rejects_index_past_k(small):
     (dict(variant="dense_tile", kc=15), "kc: must be divisible by 2, got 15"),
     (dict(variant="dense_tile", kc=64, cols_per_lane=8, nwarp=8), r"B and A tiles need 147456 bytes"),
     (dict(nwarp=0), "nwarp: must be >= 1"),
+    (dict(variant="dense_tile", splits=0), "splits: must be >= 1"),
+    (dict(variant="direct", splits=65), "splits: must be <= 64"),
+    (dict(splits=2), "splits: variant 'listing1' does not split K"),
+    (dict(variant="tiled", splits=2), "splits: variant 'tiled' does not split K"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
@@ -294,3 +303,29 @@ def test_cli_refuses_to_time_without_gpu(argv, capsys):
     from sparsekit.cli import main
     assert main(argv) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tunables", [dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=2,
+                                           splits=3),
+                                      dict(variant="pipelined", nwarp=1, rows_per_warp=2, cols_per_lane=4, kc=4,
+                                           unroll=2, splits=2),
+                                      dict(variant="direct", nwarp=2, rows_per_warp=1, cols_per_lane=4, unroll=2,
+                                           splits=3)])
+@pytest.mark.parametrize("kprime", [6, 0])
+def test_split_repeats_bit_identical_and_leaves_tickets_zeroed(tunables, kprime):
+    """A K-split launch sums its partial tiles in a fixed order (bit-identical repeats) and leaves
+    every output tile's ticket at 0 for the next launch; K' = 0 gives zeros."""
+    rng = np.random.default_rng(7)
+    mask = np.zeros((11, 13), dtype=bool)
+    for r in range(11):
+        mask[r, rng.choice(13, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.standard_normal((11, 13)).astype(np.float32), mask)
+    dell = gu.prepare(ell)
+    b = rng.standard_normal((13, 6)).astype(np.float32)
+    first = gu.uspmm(dell, b, **tunables)
+    again = gu.uspmm(dell, b, **tunables)
+    assert (first.view(np.uint32) == again.view(np.uint32)).all()
+    assert_fp32_accumulated(first, ru.uspmm(ell, b), ell.to_dense(), b, reduction=ell.kprime)
+    tickets = [dev for key, dev in dell._cache.items() if isinstance(key, tuple) and key[0] == "split_tickets"]
+    assert all((t.copy_to_host() == 0).all() for t in tickets)
+    assert tickets or (tunables["variant"] == "direct" and ell.kprime == 0)    # no K' slots: nothing to split

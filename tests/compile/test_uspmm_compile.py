@@ -36,6 +36,16 @@ def tiled_args(vt, it):
             types.boolean]
 
 
+def split_args():
+    """``part`` (nsplit x M x N float32), ``ticket`` (int32 per output tile) of the K-split kernels."""
+    return [types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C")]
+
+
+def pipelined_args(vt, it):
+    return tiled_args(vt, it)[:5] + split_args() + [types.int64, types.int64, types.int64, types.boolean,
+                                                     types.int64]
+
+
 # value/index dtype pairs: every value dtype and every index dtype at least once
 PAIRS = [("float32", "int32"), ("float16", "int16"), ("float32", "int16")]
 
@@ -98,9 +108,9 @@ def test_pipelined_compiles_with_vector_loads_and_stores(cc, dtype, index, shape
     multiply-adds take their operands from registers: no local memory in the inner loop."""
     cpl, rpw, nwarp, kc, unroll, min_blocks = shape
     kernel = gu._pipelined_kernel(cpl, rpw, nwarp, kc, unroll, dtype == "float16", min_blocks)
-    ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
+    ptx = lto_ptx(kernel, pipelined_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
     assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
-    assert ptx.count("bar.sync") == 3                              # prologue (2) + one per K chunk
+    assert ptx.count("bar.sync") == 5                              # prologue (2), one per K chunk, split ticket (2)
     inner = ptx[ptx.index("ld.shared.v4.f32"):ptx.rindex("fma.rn.f32")]
     assert "ld.local" not in inner and "st.local" not in inner
 
@@ -111,12 +121,12 @@ def test_direct_compiles_with_vector_loads(cc, dtype, index, cpl):
     """B is read 16 bytes a lane (two reads of 4 floats, one of 8 halves), no local memory."""
     kernel = gu._direct_kernel(cpl, 2, 4, dtype == "float16")
     args = [types.Array(VALUE_TYPES[dtype], 2, "C"), types.Array(INDEX_TYPES[index], 2, "C"),
-            types.Array(VALUE_TYPES[dtype], 1, "C"), types.Array(VALUE_TYPES[dtype], 2, "C"),
-            types.int64, types.int64, types.int64, types.boolean]
+            types.Array(VALUE_TYPES[dtype], 1, "C"), types.Array(VALUE_TYPES[dtype], 2, "C"), *split_args(),
+            types.int64, types.int64, types.int64, types.boolean, types.int64]
     ptx = lto_ptx(kernel, args, cc)
     assert "ld.global.v4" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
-    assert "bar.sync" not in ptx
+    assert ptx.count("bar.sync") == 2                              # only the split's ticket (nsplit > 1)
 
 
 @pytest.mark.parametrize("cc", CCS)
@@ -126,8 +136,42 @@ def test_dense_tile_compiles_to_register_outer_products(cc, dtype):
     accumulators stay in registers."""
     kernel = gu._dense_tile_kernel(4, 8, 8, 16, dtype == "float16", 2)
     args = [types.Array(types.float32, 2, "C"), types.Array(VALUE_TYPES[dtype], 1, "C"),
-            types.Array(VALUE_TYPES[dtype], 2, "C"), types.int64, types.int64, types.int64, types.boolean]
+            types.Array(VALUE_TYPES[dtype], 2, "C"), *split_args(), types.int64, types.int64, types.int64,
+            types.boolean, types.int64]
     ptx = lto_ptx(kernel, args, cc)
     assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert ptx.count("fma.rn.f32") >= 64                           # two k a step, 8 x 4 each
+
+
+@pytest.mark.parametrize("variant", ["pipelined", "direct", "dense_tile"])
+def test_split_epilogue_fences_then_takes_a_ticket(variant):
+    """The K-split epilogue: the partial tile is stored, ``membar.gl`` (threadfence) orders it before
+    the ticket's ``atom.global.add``, and the last block's fixed-order sum follows."""
+    cc = (9, 0)
+    if variant == "pipelined":
+        kernel, args = gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2), pipelined_args(types.float32, types.int32)
+    elif variant == "direct":
+        kernel = gu._direct_kernel(4, 2, 4, False)
+        args = [types.Array(types.float32, 2, "C"), types.Array(types.int32, 2, "C"),
+                types.Array(types.float32, 1, "C"), types.Array(types.float32, 2, "C"), *split_args(),
+                types.int64, types.int64, types.int64, types.boolean, types.int64]
+    else:
+        kernel = gu._dense_tile_kernel(4, 8, 8, 16, False, 2)
+        args = [types.Array(types.float32, 2, "C"), types.Array(types.float32, 1, "C"),
+                types.Array(types.float32, 2, "C"), *split_args(), types.int64, types.int64, types.int64,
+                types.boolean, types.int64]
+    ptx = lto_ptx(kernel, args, cc)
+    fence, ticket = ptx.index("membar.gl"), ptx.index("atom.global.add.u32")
+    assert fence < ticket
+    assert "ld.local" not in ptx and "st.local" not in ptx
+
+
+def test_kernel_factories_are_cached():
+    """One dispatcher (one compilation) per tunable setting: a factory without ``functools.cache``
+    would compile again on every call."""
+    assert gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2) is gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2)
+    assert gu._dense_tile_kernel(4, 8, 8, 16, False, 2) is gu._dense_tile_kernel(4, 8, 8, 16, False, 2)
+    assert gu._direct_kernel(4, 2, 4, False) is gu._direct_kernel(4, 2, 4, False)
+    assert gu._tiled_kernel(4, 4, 4, 32, False, False) is gu._tiled_kernel(4, 4, 4, 32, False, False)
+    assert gu._listing1_kernel(8, 8, 1) is gu._listing1_kernel(8, 8, 1)

@@ -21,6 +21,10 @@ CONFIGS = [
     dict(variant="direct", nwarp=2, rows_per_warp=3, cols_per_lane=4, unroll=2),
     dict(variant="dense_tile", nwarp=8, rows_per_warp=8, cols_per_lane=4, kc=16, min_blocks=2),
     dict(variant="dense_tile", nwarp=8, rows_per_warp=4, cols_per_lane=8, kc=16),
+    # the K range split over several blocks per output tile (partials summed in a fixed order)
+    dict(variant="dense_tile", nwarp=8, rows_per_warp=8, cols_per_lane=4, kc=16, min_blocks=2, splits=4),
+    dict(variant="pipelined", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=32, unroll=4, min_blocks=2, splits=3),
+    dict(variant="direct", nwarp=4, rows_per_warp=2, cols_per_lane=8, unroll=4, splits=8),
 ]
 
 
@@ -60,3 +64,17 @@ def test_spmm_baselines_real_shape():
     for dt in (np.float32, np.float16):
         recs = check_spmm_baselines(dt)
         assert all(r["correct"] for r in recs), recs
+
+
+def test_split_bit_identical_over_many_launches():
+    """Which block of an output tile finishes last changes from launch to launch on the GPU; the
+    partials are summed in one order whatever it is: 20 launches, one bit pattern."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm import uspmm
+    p = Problem(1024, 1024, 128, 0.6, np.float32)
+    for cfg in (dict(variant="dense_tile", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=16, min_blocks=2, splits=8),
+                dict(variant="direct", nwarp=4, rows_per_warp=2, cols_per_lane=4, unroll=4, splits=8)):
+        first = uspmm(p.dell, p.b, **cfg).copy_to_host()
+        assert p.correct(first)
+        for _ in range(20):
+            assert (uspmm(p.dell, p.b, **cfg).copy_to_host().view(np.uint32) == first.view(np.uint32)).all()
