@@ -224,9 +224,17 @@ if config.ENABLE_CUDASIM:
         return _U((int(x) << int(s)) & 0xFFFFFFFF)
 
     def prmt(a, b, s):
-        """PTX ``prmt.b32``: byte i of the result is byte ``(s >> 4i) & 7`` of ``b:a`` (simulator form)."""
+        """PTX ``prmt.b32`` (simulator form): byte i of the result is byte ``c & 7`` of ``b:a``, where
+        ``c = (s >> 4i) & 15``, or that byte's sign bit replicated when ``c & 8``."""
         src = int(a) | int(b) << 32
-        return _U(sum(((src >> (8 * ((int(s) >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4)))
+        out = 0
+        for i in range(4):
+            c = (int(s) >> (4 * i)) & 15
+            byte = (src >> (8 * (c & 7))) & 0xFF
+            if c & 8:
+                byte = 0xFF if byte & 0x80 else 0
+            out |= byte << (8 * i)
+        return _U(out)
 else:
     def _shift32(name, op):
         """An intrinsic ``name(x, s)``: ``x`` and ``s`` as uint32, shifted by LLVM's ``op`` in 32 bits
@@ -375,9 +383,15 @@ _NIB_HI = _NIBBLES >> 32
 
 
 @cuda.jit(device=True)
-def _lanes16(b):
-    """0xFFFF in each fp16 lane of a word whose lane j is kept (bit j of ``b``, j = 0, 1)."""
-    return _U(_U(_U(_U(b & 3) * 0x8001) & 0x10001) * 0xFFFF)
+def _row_lanes(b):
+    """0xFFFF in each fp16 lane kept by row pattern ``b`` (bit c: column c): (word of cols 0-1, of cols 2-3).
+
+    ``b * 0x10204080`` moves bit c to bit 8c+7, the sign of byte c (the four
+    shifted copies of a 4-bit value do not overlap); ``prmt``'s sign mode (selector
+    nibble 8 + byte) then fills each lane's two bytes with its column's bit.
+    """
+    s = _U(_U(b & 15) * 0x10204080)
+    return prmt(s, 0, 0x9988), prmt(s, 0, 0xBBAA)
 
 
 @cuda.jit(device=True)
@@ -409,14 +423,12 @@ def _tile16(m, l0, h0, l1, h1, l2, h2, l3, h3):
     4i..), W^T's 4 packed words (W column c) and W^T's nibbles.
     """
     # drop: zero every fp16 lane outside the mask (both packers then read 0 in a filler slot)
-    l0 = _U(l0 & _lanes16(m))
-    h0 = _U(h0 & _lanes16(shr32(m, 2)))
-    l1 = _U(l1 & _lanes16(shr32(m, 4)))
-    h1 = _U(h1 & _lanes16(shr32(m, 6)))
-    l2 = _U(l2 & _lanes16(shr32(m, 8)))
-    h2 = _U(h2 & _lanes16(shr32(m, 10)))
-    l3 = _U(l3 & _lanes16(shr32(m, 12)))
-    h3 = _U(h3 & _lanes16(shr32(m, 14)))
+    k0, k1 = _row_lanes(m)
+    k2, k3 = _row_lanes(shr32(m, 4))
+    k4, k5 = _row_lanes(shr32(m, 8))
+    k6, k7 = _row_lanes(shr32(m, 12))
+    l0, h0, l1, h1 = _U(l0 & k0), _U(h0 & k1), _U(l1 & k2), _U(h1 & k3)
+    l2, h2, l3, h3 = _U(l2 & k4), _U(h2 & k5), _U(l3 & k6), _U(h3 & k7)
     w0, n0 = _pack16(_U(m & 15), l0, h0)
     w1, n1 = _pack16(_U(shr32(m, 4) & 15), l1, h1)
     w2, n2 = _pack16(_U(shr32(m, 8) & 15), l2, h2)
