@@ -33,11 +33,17 @@ Algorithm (one block per ``bm x bn`` tile of ``C``; warps ``warps_m x warps_n``,
 each owning a ``bm/warps_m x bn/warps_n`` sub-tile as 16x8 MMA tiles):
 
 1. per K chunk of ``kc`` columns, every thread owns a segment of one row of the
-   A tile (``seg = kc * bm / nthreads`` columns): it reads that row's ELL
-   entries whose column falls in the segment (one slot range of
-   ``DeviceELL.slot_ptr(seg)``, ascending indices), then zeroes its segment of
-   the shared A tile and scatters the entries into it. One thread per segment,
-   so zeroing and scattering need no barrier between them;
+   A tile (``seg = kc * bm / nthreads`` columns; lane ``l`` of a warp owns row
+   ``l`` of 32 consecutive rows): it reads that row's ELL entries whose column
+   falls in the segment, then zeroes its segment of the shared A tile and
+   scatters the entries into it. One thread per segment, so zeroing and
+   scattering need no barrier between them. The entries come from
+   :func:`segment_entries`, the ELL regrouped per segment of ``seg`` columns and
+   padded to the fullest segment's count ``w`` (a derived array kept on the
+   :class:`~gpu.uspmm.DeviceELL`): stored ``[segment, slot, row]``, so a warp's
+   read of slot ``i`` is 32 consecutive rows, one coalesced load, and every
+   thread reads ``w`` slots (a row-major ELL read row by row is 32 scattered
+   reads per warp load);
 2. the ``kc x bn`` tile of ``B`` goes to shared memory as the fragments want
    it: float16 as pairs of rows interleaved (the two halves of a ``b0``/``b1``
    register are adjacent, one 32-bit read); float32 row-major. Rows are padded
@@ -72,7 +78,7 @@ from gpu.vector_loads import aligned, load8, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 
-__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "error_reduction", "SPLIT_ERROR_U"]
+__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
 
 #: Default tunables per dtype (see the module docstring).
 DEFAULTS = {
@@ -95,6 +101,32 @@ def _geometry(bm: int, bn: int, kc: int, half: bool):
     sbw = bn + _B_PAD_WORDS                           # B: words per row (float16: per pair of rows)
     b_buf = (kc // 2) * sbw * 2 if half else kc * sbw
     return sa, bm * sa, sbw, b_buf
+
+
+def segment_entries(dell, seg: int):
+    """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, M)``: row ``r``'s entries with a
+    column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
+    ``q*seg + offsets[q, w-cnt:, r]`` (``cnt`` of them, ascending); ``w`` is the largest ``cnt`` of
+    the matrix (at least 1). The first ``w - cnt`` slots are padding (value 0 at offset 0): the
+    kernel writes slots in order, so padding lands before any entry and never overwrites one.
+    Built once per ``seg`` on the host, kept with ``dell``."""
+    def build():
+        m, k = dell.shape
+        idx = dell.host.indices.astype(np.int64)                            # (M, K'), ascending per row
+        nsub = max(cdiv(k, seg), 1)
+        q = idx // seg
+        rows = np.broadcast_to(np.arange(m)[:, None], idx.shape)
+        counts = np.bincount((rows * nsub + q).ravel(), minlength=m * nsub).reshape(m, nsub)
+        w = max(int(counts.max(initial=0)), 1)
+        first = np.cumsum(counts, axis=1) - counts                          # first slot of (row, segment)
+        rank = np.arange(idx.shape[1])[None, :] - first[rows, q]            # place within the segment
+        pos = w - counts[rows, q] + rank
+        values = np.zeros((nsub, w, m), dtype=dell.dtype)
+        offsets = np.zeros((nsub, w, m), dtype=np.uint8)
+        values[q, pos, rows] = dell.host.values
+        offsets[q, pos, rows] = idx - q * seg
+        return values, offsets
+    return dell.cached(("tc_segment_entries", seg), build)
 
 
 def error_reduction(kprime: int, dtype) -> int:
@@ -132,10 +164,9 @@ def _set8(dst, i, r, v):
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
-    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
-    ``ellval``/``ellidx``), ``slot_ptr`` (``M x (ceil(K/seg)+1)`` int32), ``b``
-    (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``;
-    ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    Arguments, grouped: arrays ``ent_val``, ``ent_off`` (:func:`segment_entries` for
+    ``seg``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``,
+    ``k``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
     """
     nthreads = WARP_SIZE * warps_m * warps_n
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
@@ -155,30 +186,20 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         nb, bw, load_b, _ = _b_tile_stager(bn, nthreads, kc * bn, False)
 
     @cuda.jit(device=True, inline=True)
-    def slots(slot_ptr, row, q, m, nsub):
-        """Slot range of row ``row``'s entries in sub-chunk ``q`` (columns ``[q*seg, (q+1)*seg)``)."""
-        lo = 0
-        hi = 0
-        if row < m and q < nsub:
-            lo = slot_ptr[row, q]
-            hi = slot_ptr[row, q + 1]
-        return lo, hi
-
-    @cuda.jit(device=True, inline=True)
-    def load_a(lo, hi, vals, idxs, row, av, ac):
-        """Step 1a: this thread's entries of its segment into registers (at most ``seg``)."""
+    def load_a(ent_val, ent_off, q, row, m, w, av, ac):
+        """Step 1a: segment ``q`` of row ``row`` (``w`` slots, padding first) into registers;
+        lanes read consecutive rows (coalesced)."""
         for i in range(seg):
-            s = lo + i
             av[i] = tile_type(0.0)
             ac[i] = 0
-            if s < hi:
-                av[i] = vals[row, s]
-                ac[i] = idxs[row, s]
+            if i < w and q < ent_val.shape[0] and row < m:
+                av[i] = ent_val[q, i, row]
+                ac[i] = ent_off[q, i, row]
 
     @cuda.jit(device=True, inline=True)
-    def store_a(sh_a, base, q0, cnt, av, ac):
-        """Step 1b: zero the segment (16-byte stores), then scatter its ``cnt`` entries (``q0``: the
-        segment's first column of A). The same thread does both: program order, no barrier."""
+    def store_a(sh_a, base, w, av, ac):
+        """Step 1b: zero the segment (16-byte stores), then write its ``w`` slots in order (padding,
+        a 0 at offset 0, first). The same thread does both: program order, no barrier."""
         zero = tile_type(0.0)                                            # (built here: a global tuple of
         if zvec:                                                         # float16 constants is invalid NVVM IR)
             for z in range(seg // vz):
@@ -190,8 +211,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for z in range(seg):
                 sh_a[base + z] = zero
         for i in range(seg):
-            if i < cnt:
-                sh_a[base + ac[i] - q0] = av[i]
+            if i < w:
+                sh_a[base + ac[i]] = av[i]
 
     @cuda.jit(device=True, inline=True)
     def load_b16(k0, t, b, n, k, interior, col0, breg):
@@ -290,7 +311,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 3] = d[3]
 
     @cuda.jit
-    def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
+    def kernel(ent_val, ent_off, b, c, m, n, k, vec_ok):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
         warp = t // WARP_SIZE
@@ -302,12 +323,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         col0 = cuda.blockIdx.y * bn
         interior = vec_ok and col0 + bn <= n                             # every B read of the tile is 16 bytes
         nchunks = (k + kc - 1) // kc
-        nsub = (k + seg - 1) // seg
+        w = ent_val.shape[1]                                             # slots per segment
         sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)
         sh_b = cuda.shared.array(two_b, tile_type, alignment=SMEM_ALIGN)
         # this thread's segment of the A tile: row arow, columns h*seg .. (h+1)*seg of each chunk
-        arow = t // tpr
-        h = t % tpr
+        arow = t % bm
+        h = t // bm
         row = row0 + arow
         a_seg = arow * sa + h * seg
         av = cuda.local.array(seg, tile_type)                            # the next chunk's entries, in flight
@@ -329,26 +350,21 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for nt in range(ntiles):
                 for x in range(4):
                     acc[mt, nt, x] = 0.0
-        # Prologue: chunk 0 into buffer 0; chunk 1's slot range into registers.
-        lo, hi = slots(slot_ptr, row, h, m, nsub)
-        nlo, nhi = slots(slot_ptr, row, tpr + h, m, nsub)
-        load_a(lo, hi, vals, idxs, row, av, ac)
+        # Prologue: chunk 0 into buffer 0.
+        load_a(ent_val, ent_off, h, row, m, w, av, ac)
         if half:
             load_b16(0, t, b, n, k, interior, col0, breg)
             store_b16(sh_b, 0, t, breg)
         else:
             load_b(0, t, b, n, k, interior, col0, breg)
             store_b32(sh_b, 0, t, breg)
-        store_a(sh_a, a_seg, h * seg, hi - lo, av, ac)
+        store_a(sh_a, a_seg, w, av, ac)
         cuda.syncthreads()
         for j in range(nchunks):
             p = j % 2
-            # 4. chunk j+1's loads in flight (entries, B), chunk j+2's slot range
+            # 4. chunk j+1's loads in flight (entries, B)
             if j + 1 < nchunks:
-                lo = nlo
-                hi = nhi
-                nlo, nhi = slots(slot_ptr, row, (j + 2) * tpr + h, m, nsub)
-                load_a(lo, hi, vals, idxs, row, av, ac)
+                load_a(ent_val, ent_off, (j + 1) * tpr + h, row, m, w, av, ac)
                 if half:
                     load_b16((j + 1) * kc, t, b, n, k, interior, col0, breg)
                 else:
@@ -365,7 +381,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     store_b16(sh_b, q * b_buf, t, breg)
                 else:
                     store_b32(sh_b, q * b_buf, t, breg)
-                store_a(sh_a, q * a_buf + a_seg, (j + 1) * kc + h * seg, hi - lo, av, ac)
+                store_a(sh_a, q * a_buf + a_seg, w, av, ac)
             cuda.syncthreads()
         # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
         for mt in range(mtiles):
@@ -405,6 +421,9 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
     if nthreads % bm or kc % (nthreads // bm):
         raise ValueError(f"bm, kc: the {nthreads} threads split the A tile into equal row segments: bm must divide "
                          f"{nthreads} and {nthreads}/bm must divide kc; got bm={bm}, kc={kc}")
+    if kc * bm // nthreads > 256:
+        raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns does not "
+                         f"fit the 8-bit offsets of segment_entries (at most 256)")
     shared = shared_bytes(bm, bn, kc, half)
     if shared > SHARED_LIMIT:
         raise ValueError(f"bm, bn, kc: two buffers of the A and B tiles need {shared} bytes of shared memory, "
@@ -442,8 +461,8 @@ def uspmm(ell, b, *, config=None, **tunables):
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks)
-        vals, idxs = dell.row_major()
+        ent_val, ent_off = segment_entries(dell, seg)
         _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n,
-                (vals, idxs, dell.slot_ptr(seg), bdev.reshape(k * n), c, m, n, k, vec_ok),
+                (ent_val, ent_off, bdev.reshape(k * n), c, m, n, k, vec_ok),
                 "bm, bn, warps_m, warps_n")
     return result(c, like=bop)
