@@ -38,10 +38,12 @@ TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 10
 TC_CONFIGS = {
     "float16": {"tc 64x128 k32 w2x4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4),
                 "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
-                "tc 128x64 k32 w4x2": dict(bm=128, bn=64, kc=32, warps_m=4, warps_n=2)},
+                "tc 128x64 k32 w4x2": dict(bm=128, bn=64, kc=32, warps_m=4, warps_n=2),
+                "tc 32x64 k32 w1x2": dict(bm=32, bn=64, kc=32, warps_m=1, warps_n=2)},
     "float32": {"tc 64x128 k16 w2x4": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4),
                 "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
-                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2)},
+                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2),
+                "tc 32x64 k32 w1x2": dict(bm=32, bn=64, kc=32, warps_m=1, warps_n=2)},
 }
 U32 = 2.0 ** -24
 
