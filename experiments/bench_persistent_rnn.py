@@ -3,7 +3,7 @@
 Not an experiment module (no EXPERIMENT): run it as a script on a GPU::
 
     python experiments/bench_persistent_rnn.py --out DIR [--parts check,time,sweep]
-    python experiments/bench_persistent_rnn.py --sanitize     # tiny multi-block run for compute-sanitizer
+    python experiments/bench_persistent_rnn.py --sanitize [--sanitize-only OPTION]   # for compute-sanitizer
 
 Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 
@@ -19,10 +19,14 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            (cuBLAS through PyTorch, plain and captured in a CUDA graph),
            cuSPARSE CSR per step, and our kernel on the dense weight.
 ``sweep``  Figure 2 analog around layer 1792 (density, layer size, batch,
-           timesteps) and the large-layer points of Figures 3-4: ours against
-           the graph-captured GEMM loop, cuDNN and cuSPARSE, with the speedup
-           over the next-best.
-
+           timesteps) and the timed points of Figures 3-4 (the largest layer
+           on chip per density, Lamport and grid barrier): ours against the
+           graph-captured GEMM loop, cuDNN and cuSPARSE, with the speedup over
+           the next-best; points in parallel processes.
+``ablate`` Table 1's rows with this session's options, the candidates for the
+           1.5 us/step target at 1792, and the no-wait ablation.
+``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
+           reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
            Speech 2 layer sizes and densities, checked against the reference,
            against cuDNN LSTM and the graph-captured GEMM loop.
@@ -180,20 +184,26 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"double_buffer": True, "poll": "lead"}),
     ("lamport", {"load": "relaxed", "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True, "stagger": True, "backoff": 32}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True}),
     ("lamport", {"load": "relaxed", "reduce": "shfl", "chunk": 2}),
-    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl", "stagger": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
     ("naive", {"grid_sync": "cg", "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "vector": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "reduce": "shfl", "pipeline": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
 ]
 
 
-def sanitize():
-    """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps."""
+def sanitize(only=None):
+    """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps.
+
+    ``only``: just the float16 variants whose options name this option (e.g. ``vector``)."""
     ok = True
-    for dt in ("float32", "float16"):
+    for dt in ("float32", "float16") if only is None else ("float16",):
         u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
         want = ref_rnn.rnn_forward(u, bp, h0, 6)
-        for config, kw in SANITIZE_VARIANTS if dt == "float16" else [(c, {}) for c in CONFIGS]:
+        variants = SANITIZE_VARIANTS if dt == "float16" else [(c, {}) for c in CONFIGS]
+        for config, kw in [(c, kw) for c, kw in variants if only is None or only in kw]:
             plan = plan_for(u, mask, config, 8, rows_per_block=8, **kw)
             got = plan(bp, h0, 6)
             err = float(np.abs(got.astype(np.float64) - want).max())
@@ -346,73 +356,103 @@ def time_table(out=None, sizes=(1152, 1792), tprs=(8, 16, 32), steps=256, dtype=
     return records
 
 
-#: Figure 2 (one axis varied around layer 1792, density 10%, batch 4, 256 steps), then Figures 3-4:
-#: (axis, overrides of the base point)
+#: Figure 2 (one axis varied around layer 1792, density 10%, batch 4, 256 steps): (axis, overrides of the base
+#: point). Layer sizes up to 4096, the largest that stays on chip at 10% (FIG34_POINTS).
 SWEEP_AXES = (
     [("base", {})]
-    + [("steps", {"steps": v}) for v in (16, 64, 1024)]
-    + [("hidden", {"hidden": v}) for v in (1152, 2304, 3584, 4608)]
-    + [("density", {"density": v}) for v in (0.01, 0.05, 0.2, 0.3)]
+    + [("density", {"density": v}) for v in (0.01, 0.02, 0.05, 0.2, 0.3)]
+    + [("hidden", {"hidden": v}) for v in (1152, 2304, 2816, 3584, 4096)]
     + [("batch", {"batch": v}) for v in (1, 2, 8)]
-    + [("fig3a_2304", {"hidden": 2304, "density": v}) for v in (0.05, 0.1, 0.2, 0.3)]
-    + [("fig4_nnz1.32M", {"hidden": h, "density": round(1.32e6 / h / h, 4)}) for h in (2304, 3456, 4608, 5760)]
-    + [("fig3b_5760", {"hidden": 5760, "density": v}) for v in (0.01, 0.02)]
+    + [("steps", {"steps": v}) for v in (16, 64, 1024)]
 )
-#: our kernel's options in the sweeps: batch 4 -> Lamport, other batches -> naive with the grid barrier
-SWEEP_OPTIONS = {"lamport": {"load": "relaxed", "index16": True},
-                 "naive": {"grid_sync": "atomic", "load": "relaxed", "index16": True}}
+#: Figures 3-4 analog, timed: at each density the largest layer the offline capacity model
+#: (``capacity``, experiments/results/persistent_rnn.md) puts on chip, for Lamport and for the grid barrier:
+#: (density, sync, hidden, tpr)
+FIG34_POINTS = [(0.01, "lamport", 15360, 4), (0.01, "barrier", 13312, 4), (0.05, "lamport", 6656, 8),
+                (0.05, "barrier", 6144, 8), (0.1, "lamport", 4096, 16), (0.1, "barrier", 4096, 16),
+                (0.3, "lamport", 2560, 16), (0.3, "barrier", 2560, 16)]
+#: our kernel's options in the sweeps, tried in order until one fits: batch 4 -> Lamport (bank-aware, wide
+#: loads), other batches -> naive loads with the inline grid barrier and the shuffle reduction (the wide loads
+#: need batch 4); the barrier points of Figures 3-4 -> bank-aware wide loads with the inline grid barrier.
+SWEEP_OPTIONS = {"lamport": [{"load": "relaxed"}, {"load": "relaxed", "index16": True, "chunk": 8}],
+                 "naive": [{"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"},
+                           {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl", "index16": True, "chunk": 8}],
+                 "bank_aware": [{"grid_sync": "atomic", "load": "relaxed"},
+                                {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 8}]}
 
 
-def sweep(out=None, dtype="float16", axes=SWEEP_AXES, tprs=(16, 8), options=SWEEP_OPTIONS):
-    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps: one axis varied at a time;
-    then the large-layer points of Figures 3-4.
-
-    Ours: the first of ``tprs`` that fits (Lamport for batch 4, naive + grid
-    barrier for other batches, which the wide loads do not support);
-    baselines: the graph-captured GEMM loop, cuDNN and cuSPARSE CSR.
-    """
-    from numba import cuda
+def sweep_point(axis, hidden, density, batch, steps, config, tprs, dtype="float16", check_steps=16):
+    """One Figure 2 / Figures 3-4 point: the baselines, then ours (the first of ``tprs`` x ``SWEEP_OPTIONS[config]``
+    that fits), checked against the reference over ``check_steps`` steps; speedup over the next-best baseline."""
+    from numba import cuda, typeof
 
     from sparsekit.timing import measure
-    base = dict(hidden=1792, density=0.1, steps=256, batch=4)
-    records = []
-    for axis, over in axes:
-        t0 = time.time()
-        p = dict(base, **over)
-        u, mask, bp, h0 = problem(p["hidden"], p["density"], p["batch"], p["steps"], np.dtype(dtype), seed=7)
-        rec = dict(axis=axis, **p)
-        try:
-            b = _torch_baselines(u, bp, h0, p["steps"])
-            for key in ("gemm_graph", "cudnn_rnn", "cusparse_csr"):
-                if key in b:
-                    rec[f"{key}_us"] = b[key] * 1e6 / p["steps"]
-            config = "lamport" if p["batch"] == 4 else "naive"
-            d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
-            for tpr, extra in [(t, {}) for t in tprs] + [(t, {"chunk": 8}) for t in tprs]:
+    t0 = time.time()
+    rec = dict(axis=axis, hidden=hidden, density=density, batch=batch, steps=steps)
+    try:
+        u, mask, bp, h0 = problem(hidden, density, batch, steps, np.dtype(dtype), seed=7)
+        with _gpu_section():
+            b = _torch_baselines(u, bp, h0, steps)
+        for key in ("gemm_graph", "cudnn_rnn", "cusparse_csr"):
+            if key in b:
+                rec[f"{key}_us"] = b[key] * 1e6 / steps
+        want = ref_rnn.rnn_forward(u, bp[:check_steps], h0, min(check_steps, steps))
+        for tpr in tprs:
+            for kw in SWEEP_OPTIONS[config]:
                 try:
-                    plan = plan_for(u, mask, config, tpr, batch=p["batch"], **options[config], **extra)
-                    hs = cuda.device_array((p["steps"], p["batch"], p["hidden"]), dtype=dtype)
-                    xchg, status = plan.buffers(p["steps"])
-                    m = measure(lambda: plan.enqueue(d_bp, d_h0, p["steps"], xchg, hs, status), repeat=10,
-                                warmup=2, flush_l2=False)
+                    with _gpu_section():
+                        plan = plan_for(u, mask, config, tpr, batch=batch, **kw)
+                        d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+                        hs = cuda.device_array((steps, batch, hidden), dtype=dtype)
+                        xchg, status = plan.buffers(steps)
+                    args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None)
+                    plan.kernel.compile(tuple(typeof(a) for a in args))          # CPU only
+                    with _gpu_section():
+                        plan.check_coresident(args)
+                        m = measure(lambda: plan.enqueue(d_bp, d_h0, steps, xchg, hs, status), repeat=10,
+                                    warmup=2, flush_l2=False)
+                        got = hs.copy_to_host()[:check_steps]
+                        timeouts = int(status.copy_to_host()[0])
                 except ValueError as e:
-                    rec[f"tpr{tpr}{'_chunk8' if extra else ''}_error"] = str(e)[:160]
+                    rec[f"tpr{tpr}{'_chunk' if kw.get('chunk') else ''}_error"] = str(e)[:160]
                     continue
-                ours = m.median_s * 1e6 / p["steps"]
-                want = ref_rnn.rnn_forward(u, bp[:16], h0, min(16, p["steps"]))
-                err = float(np.abs(hs.copy_to_host()[:16].astype(np.float64) - want).max())
+                ours = m.median_s * 1e6 / steps
+                err = float(np.abs(got.astype(np.float64) - want).max())
                 rec.update(ours=config, ours_us=ours, ours_tpr=tpr, chunk=plan.chunk, smem=plan.smem,
-                           correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)))
-                others = [rec[k] for k in ("gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us") if k in rec]
-                rec["speedup_vs_next_best"] = min(others) / ours if others else None
-                rec["speedup_vs_gemm_graph"] = rec["gemm_graph_us"] / ours if "gemm_graph_us" in rec else None
+                           blocks=plan.split.blocks, threads=plan.split.threads_per_block,
+                           regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"),
+                           correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
+                others = {k: rec[f"{k}_us"] for k in ("gemm_graph", "cudnn_rnn", "cusparse_csr") if f"{k}_us" in rec}
+                if others:
+                    best = min(others, key=others.get)
+                    rec.update(next_best=best, speedup_vs_next_best=others[best] / ours)
                 break
-        except Exception as e:
-            rec.update(error=f"{type(e).__name__}: {e}"[:300])
-        rec["wall_s"] = time.time() - t0
-        records.append(rec)
-        _table([rec], list(rec))
-        _save(out, "sweep", records)
+            if "ours_us" in rec:
+                break
+    except Exception as e:  # record, keep going: the table shows what failed
+        rec.update(error=f"{type(e).__name__}: {e}"[:300])
+    rec["wall_s"] = time.time() - t0
+    return rec
+
+
+def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
+    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps (one axis varied at a time), then the
+    timed Figures 3-4 points (largest layer per density, Lamport vs grid barrier); points in parallel processes
+    (compiles overlap, GPU work serialised)."""
+    base = dict(hidden=1792, density=0.1, steps=256, batch=4)
+    tasks = []
+    for axis, over in axes:
+        p = dict(base, **over)
+        tasks.append((sweep_point, dict(axis=axis, config="lamport" if p["batch"] == 4 else "naive",
+                                        tprs=(16, 8), **p)))
+    for density, sync, hidden, tpr in fig34:
+        tasks.append((sweep_point, dict(axis=f"fig34_{sync}", hidden=hidden, density=density, batch=4, steps=64,
+                                        config="lamport" if sync == "lamport" else "bank_aware", tprs=(tpr,))))
+    records = run_parallel(tasks, jobs, out, "sweep")
+    _table(records, ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "chunk", "ours_us",
+                     "gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best",
+                     "regs", "local", "correct", "error"])
+    _save(out, "sweep", records)
     return records
 
 
@@ -782,38 +822,32 @@ def explore(out=None, sizes=(1792, 1152), jobs=8):
     return records
 
 
-#: Session 3, the 1.5 us/step target at layer 1792: (hidden, label, config, tpr, rows-per-block multiple, options,
-#: explore_one extras). "no_wait" and the 1-pair-per-thread layout ("npt1", the operate stage almost empty) are
-#: benchmark-only ablations: they change the data, not the kernel.
+#: Session 3, the 1.5 us/step target at layer 1792 and Table 1's rows: (hidden, label, config, tpr, rows-per-block
+#: multiple, options, explore_one extras). "no_wait" is a benchmark-only ablation: it changes the data (an exchange
+#: buffer that already holds every h_t), not the kernel. Every kernel here has launch bounds (the default).
+#: The first GPU run of this session (commit 6623883) also timed: the shuffle reduction for Lamport (slower),
+#: its double buffer, pipeline, 16-bit indices, tpr 8, 1 pair per thread, staggered loads and spin backoff
+#: (results/persistent_rnn.md).
 _L = {"load": "relaxed"}
-_LS = {"load": "relaxed", "reduce": "shfl"}
+_LV = {"load": "relaxed", "vector": True}
 _B = {"grid_sync": "atomic", "load": "relaxed"}
 ABLATE_VARIANTS = (
     [(1792, "lamport", "lamport", 16, 1, _L, {"ablate": "no_wait"}),
-     (1792, "lamport unbounded", "lamport", 16, 1, dict(_L, bound_registers=False), {}),
-     (1792, "lamport traced", "lamport", 16, 1, _L, {"traced": True}),
-     (1792, "lamport shfl", "lamport", 16, 1, _LS, {"ablate": "no_wait"}),
-     (1792, "lamport shfl traced", "lamport", 16, 1, _LS, {"traced": True}),
-     (1792, "lamport shfl npt1", "lamport", 16, 1, _LS, {"density": 16 / 1792, "ablate": "no_wait"}),
-     (1792, "lamport shfl db", "lamport", 16, 1, dict(_LS, double_buffer=True), {}),
-     (1792, "lamport shfl stagger", "lamport", 16, 1, dict(_LS, stagger=True), {"ablate": "no_wait"}),
-     (1792, "lamport shfl backoff32", "lamport", 16, 1, dict(_LS, backoff=32), {}),
-     (1792, "lamport shfl pipeline", "lamport", 16, 1, dict(_LS, pipeline=True), {}),
-     (1792, "lamport shfl idx16", "lamport", 16, 1, dict(_LS, index16=True), {}),
-     (1792, "lamport shfl rpb x2", "lamport", 16, 2, _LS, {}),
-     (1792, "lamport shfl tpr8", "lamport", 8, 1, _LS, {}),
-     (1792, "lamport shfl db stagger", "lamport", 16, 1, dict(_LS, double_buffer=True, stagger=True), {})]
-    + [(h, f"{c} shfl", c, 16, 1, dict(_B, reduce="shfl"), {}) for h in (1792, 1152)
-       for c in ("naive", "wide", "bank_aware")]
+     (1792, "lamport vector", "lamport", 16, 1, _LV, {"ablate": "no_wait"}),
+     (1792, "lamport vector traced", "lamport", 16, 1, _LV, {"traced": True}),
+     (1792, "lamport rpb x2", "lamport", 16, 2, _L, {}),
+     (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {})]
     + [(h, c, c, 16, 1, _B, {}) for h in (1792, 1152) for c in ("naive", "wide", "bank_aware")]
-    + [(1792, "wide shfl traced", "wide", 16, 1, dict(_B, reduce="shfl"), {"traced": True}),
-       (1792, "naive shfl traced", "naive", 16, 1, dict(_B, reduce="shfl"), {"traced": True}),
+    + [(1792, "naive shfl", "naive", 16, 1, dict(_B, reduce="shfl"), {}),
+       (1792, "wide vector", "wide", 16, 1, dict(_B, vector=True), {}),
+       (1792, "bank_aware vector", "bank_aware", 16, 1, dict(_B, vector=True), {}),
        (1152, "lamport", "lamport", 16, 1, _L, {}),
-       (1152, "lamport shfl", "lamport", 16, 1, _LS, {})])
+       (1152, "lamport vector", "lamport", 16, 1, _LV, {})])
 
 
 def ablate(out=None, jobs=8):
-    """Where Lamport's 1.74 us/step at 1792 goes (ablations), and the candidate fixes side by side."""
+    """Table 1's rows at 1152 and 1792 with this session's options, the candidate fixes for the 1.5 us/step target
+    side by side, and the no-wait ablation (where Lamport's step goes)."""
     tasks = [(explore_one, dict(hidden=h, label=label, config=c, tpr=tpr, rpb_mult=rpb, kw=kw, **extra))
              for h, label, c, tpr, rpb, kw, extra in ABLATE_VARIANTS]
     records = run_parallel(tasks, jobs, out, "ablate")
@@ -1052,6 +1086,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--parts", default="check,time")
     ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--sanitize-only", metavar="OPTION", help="with --sanitize: only variants with this option")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--ncu-compare", metavar="CSV", help="compare an ncu --csv log of --ncu with the analyzer (CPU)")
     args = ap.parse_args(argv)
@@ -1059,7 +1094,7 @@ def main(argv=None):
         ncu_compare(args.ncu_compare)
         return
     if args.sanitize:
-        sanitize()
+        sanitize(args.sanitize_only)
         return
     if args.ncu:
         ncu_runs()

@@ -109,6 +109,7 @@ import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
 from gpu.sync_primitives import clock64, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
+from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
@@ -137,6 +138,54 @@ _NEG0_F16 = 0x8000
 
 
 # ---------------------------------------------------------------------------
+# 16-byte loads of h's words that a spin loop cannot hoist (vector=True)
+# ---------------------------------------------------------------------------
+
+def _spin_load_v4(name: str, instruction: str):
+    """An intrinsic ``name(array, i)``: words ``i .. i + 3`` of a 1-D uint32 global array as a 4-tuple, one
+    ``instruction`` (``ld.relaxed.gpu.global.v4.u32`` or ``ld.volatile.global.v4.u32``; ``i`` a multiple of 4,
+    the array 16-byte aligned), side-effecting with a memory clobber like gpu/sync_primitives' scalar loads."""
+    if config.ENABLE_CUDASIM:
+        def load(array, i):
+            return (array[i], array[i + 1], array[i + 2], array[i + 3])
+        load.__name__ = name
+        return load
+
+    from llvmlite import ir
+    from numba import types
+    from numba.core.errors import TypingError
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def typer(typingctx, array, index):
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype == types.uint32):
+            raise TypingError(f"{name}: expected a 1-D uint32 array, got {array}")
+        if not isinstance(index, types.Integer):
+            raise TypingError(f"{name}: expected an integer index, got {index}")
+        ret = types.UniTuple(types.uint32, 4)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+            i = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [i], wraparound=False)
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+            asm = ir.InlineAsm(fnty, f"{instruction} {{$0, $1, $2, $3}}, [$4];", "=r,=r,=r,=r,l,~{memory}",
+                               side_effect=True)
+            words = builder.call(asm, [ptr])
+            return context.make_tuple(builder, ret, [builder.extract_value(words, k) for k in range(4)])
+
+        return ret(array, index), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
+_ld_relaxed_v4 = _spin_load_v4("_ld_relaxed_v4", "ld.relaxed.gpu.global.v4.u32")
+_ld_volatile_v4 = _spin_load_v4("_ld_volatile_v4", "ld.volatile.global.v4.u32")
+
+
+# ---------------------------------------------------------------------------
 # kernels: one per (sync, scheme, dtype, npt, tpr, batch, activation), built once
 # ---------------------------------------------------------------------------
 
@@ -144,8 +193,8 @@ _NEG0_F16 = 0x8000
 def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
-            load: str = "volatile", chunk: int = 0, reduce: str = "shared", backoff: int = 0,
-            stagger: bool = False, threads: int = 0):
+            load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
+            vector: bool = False):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -175,11 +224,16 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     next step's copy of ``h`` from overwriting what slower warps still read is
     then taken while the next step's loads are in flight (single buffer) or
     not needed (``double_buffer``). The simulator has no shuffles: it runs the
-    shared reduction instead. ``backoff`` (ns, Lamport): ``nanosleep`` between
-    poll rounds that found a word still pending (less L2 traffic from spinning);
-    ``stagger``: block ``k`` walks the words of ``h`` starting at line ``k + 1``
-    (128 bytes each) instead of every block asking for the same lines at the
-    same moment.
+    shared reduction instead. ``threads`` (> 0): the block size every launch
+    uses, a compile-time constant (the load stage's word offsets become
+    immediates) and ptxas's launch bounds ``(threads, 1)``: it then keeps
+    registers at or below 64K / threads so that one block fits an SM
+    (spilling if it must: the launcher reports ``local_bytes``) instead of
+    refusing the launch. ``vector`` (wide scheme, no chunks, a whole number of
+    16-byte groups of h): a thread moves its words of h as 16-byte groups,
+    ``ld.relaxed.gpu.global.v4.u32`` (or ``ld.volatile...v4``) and
+    ``st.shared.v4``, a quarter of the load and store instructions; Lamport
+    reloads a group while any of its four words is pending.
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -209,8 +263,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     S = min(B, TPR) if SHFL and B & (B - 1) == 0 else 1
     LOG_S = S.bit_length() - 1
     NS = B // S
-    BACKOFF = backoff if not config.ENABLE_CUDASIM else 0
-    STAGGER = stagger
+    NT = threads                                       # block size if fixed at compile time (else 0)
+    VEC = 4 if vector else 1                           # words of h per load / store instruction
+    ld_group = _ld_relaxed_v4 if load == "relaxed" else _ld_volatile_v4
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
     NBO = NS if SHFL else (B + TPR - 1) // TPR
     NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
@@ -281,18 +336,12 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     def word(tid, k, nthreads, n_words):
         """Word of h (per step) that is this thread's ``k``-th, or ``n_words`` if it has none.
 
-        Consecutive threads, consecutive words (coalesced); with ``STAGGER``
-        block b starts 32 (b + 1) words (one 128-byte line per block) further
-        on, wrapping around, so the blocks' first requests go to different lines.
+        Consecutive threads, consecutive words (coalesced); with ``VEC = 4``
+        consecutive threads take consecutive 4-word groups, slot ``k`` is word
+        ``k % 4`` of the thread's group ``k // 4``.
         """
-        e = tid + k * nthreads
-        if e >= n_words:
-            return n_words
-        if STAGGER:
-            e += ((cuda.blockIdx.x + 1) * 32) % n_words
-            if e >= n_words:
-                e -= n_words
-        return e
+        e = (tid + (k // VEC) * (NT if NT else nthreads)) * VEC + k % VEC
+        return e if e < n_words else n_words
 
     @cuda.jit(device=True, inline=True)
     def issue_loads(xchg_words, base, kb, pf, tid, nthreads, n_words):
@@ -301,14 +350,40 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
 
         The loop has a constant trip count, so the loads are issued back to back.
         """
-        for k in range(CHW):
+        for k in range(0, CHW, VEC):
             e = word(tid, kb + k, nthreads, n_words)
             if e < n_words:
-                pf[k] = ld_word(xchg_words, base + e)
+                load_group(xchg_words, base + e, pf, k)
+
+    @cuda.jit(device=True, inline=True)
+    def load_group(xchg_words, i, pf, k):
+        """Words ``i .. i + VEC - 1`` of the exchange buffer into ``pf[k .. k + VEC - 1]``, one instruction."""
+        if VEC == 4:
+            v0, v1, v2, v3 = ld_group(xchg_words, i)
+            pf[k] = v0
+            pf[k + 1] = v1
+            pf[k + 2] = v2
+            pf[k + 3] = v3
+        else:
+            pf[k] = ld_word(xchg_words, i)
+
+    @cuda.jit(device=True, inline=True)
+    def group_pending(pf, k):
+        """Whether any word of the group at slot ``k`` still holds Lamport's preset."""
+        pending = False
+        for m in range(VEC):
+            pending = pending or is_pending(pf[k + m])
+        return pending
 
     @cuda.jit(device=True, inline=True)
     def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
         """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
+        if VEC == 4:                                   # wide only: 16-byte stores, as loaded
+            for k in range(0, CHW, VEC):
+                e = word(tid, kb + k, nthreads, n_words)
+                if e < n_words:
+                    store4(h_words, woff + e, (pf[k], pf[k + 1], pf[k + 2], pf[k + 3]))
+            return
         for k in range(CHW):
             e = word(tid, kb + k, nthreads, n_words)
             if e < n_words:
@@ -433,20 +508,18 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         polls = 0
         pending = True
         while pending and polls < spin_limit:
-            for k in range(CHW):
+            for k in range(0, CHW, VEC):
                 e = word(tid, kb + k, nthreads, n_words)
-                if e < n_words and is_pending(pf[k]):
-                    pf[k] = ld_word(xchg_words, base + e)
+                if e < n_words and group_pending(pf, k):
+                    load_group(xchg_words, base + e, pf, k)
             pending = False
             lead = 0
-            for k in range(CHW):
+            for k in range(0, CHW, VEC):
                 e = word(tid, kb + k, nthreads, n_words)
-                if e < n_words and is_pending(pf[k]):
+                if e < n_words and group_pending(pf, k):
                     pending = True
                     lead = e
             polls += 1
-            if BACKOFF and pending:                      # let the producers' stores through first
-                cuda.nanosleep(BACKOFF)
             if LEAD and pending:                         # wait on one pending word alone, then a full round
                 while polls < spin_limit and is_pending(ld_word(xchg_words, base + lead)):
                     polls += 1
@@ -685,9 +758,9 @@ class PersistentRNN:
     ``poll``, ``double_buffer``
     (Lamport only), ``index16`` (indices packed two per register),
     ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``, ``reduce``
-    (``"shfl"``: warp shuffles, ``tpr <= 32``), ``backoff`` (Lamport only), ``stagger``,
-    ``bound_registers`` (launch bounds of one block per SM, so ptxas keeps the registers that fit; default
-    on); ``trace=True`` records per-stage clock64
+    (``"shfl"``: warp shuffles, ``tpr <= 32``), ``bound_registers`` (the block size compiled in, and
+    launch bounds of one block per SM, so ptxas keeps the registers that fit; default on), ``vector``
+    (16-byte loads and stores of h's words; wide scheme); ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
     step's time goes; see ``TRACE_PHASES``).
     """
@@ -710,9 +783,8 @@ class PersistentRNN:
     load: str = "relaxed"
     chunk: int = 0
     reduce: str = "shared"
-    backoff: int = 0
-    stagger: bool = False
     bound_registers: bool = True
+    vector: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -726,7 +798,7 @@ class PersistentRNN:
                                      ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "stagger", "bound_registers"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -748,7 +820,6 @@ class PersistentRNN:
                              f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
         self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
         self.chunk = check_int(self.chunk, "chunk", minimum=0)
-        self.backoff = check_int(self.backoff, "backoff", minimum=0, maximum=1 << 20)
         if self.reduce == "shfl" and lay.tpr > 32:
             raise ValueError(f"reduce: 'shfl' sums a row's threads within one warp and needs tpr <= 32, "
                              f"got tpr={lay.tpr} (use reduce='shared')")
@@ -774,12 +845,19 @@ class PersistentRNN:
             raise ValueError(f"rows_per_block: the CUDA simulator runs one block at a time, so a persistent "
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
         self.stride = step_stride(hidden, self.batch)
-        words = cdiv(self.stride * itemsize // 4, threads)
+        n_words = self.stride * itemsize // 4
+        words = cdiv(n_words, threads)
+        if self.vector:
+            if self.scheme != "wide" or self.chunk or n_words % 4:
+                raise ValueError(f"vector: 16-byte groups of h need scheme='wide', chunk=0 and a step of h that is "
+                                 f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
+                                 f"{n_words * 4} bytes per step")
+            words = 4 * cdiv(n_words // 4, threads)
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
-                              min(self.chunk, words), self.reduce, self.backoff, self.stagger,
-                              threads if self.bound_registers else 0)
+                              min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
+                              self.vector)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))

@@ -79,12 +79,12 @@ def tunables(draw):
     sync = draw(st.sampled_from(gpu_rnn.SYNCS))
     opts = {"index16": draw(st.booleans()), "load": draw(st.sampled_from(gpu_rnn.LOADS)),
             "chunk": draw(st.sampled_from([0, 1, 2])), "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)),
-            "stagger": draw(st.booleans())}
+            "vector": draw(st.booleans())}
     if sync == "barrier":
         opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
     else:
         opts.update(pipeline=draw(st.booleans()) and not opts["chunk"], poll=draw(st.sampled_from(gpu_rnn.POLLS)),
-                    double_buffer=draw(st.booleans()), backoff=draw(st.sampled_from([0, 64])))
+                    double_buffer=draw(st.booleans()))
     return sync, opts
 
 
@@ -92,10 +92,12 @@ def tunables(draw):
 def test_tunables_match_reference(problem, tun):
     """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
     poll pattern, double buffer, reduce kind (the simulator has no shuffles: it runs the shared reduction, the
-    shuffles are checked on the GPU and by tests/compile/test_persistent_rnn_shfl_compile.py), spin backoff,
-    staggered load order."""
+    shuffles are checked on the GPU and by tests/compile/test_persistent_rnn_shfl_compile.py), 16-byte loads
+    and stores of h."""
     u, bp, h0, steps, tpr, activation = problem
     sync, opts = tun
+    # vector needs whole 16-byte groups of h and no chunks (test_bad_configuration checks the refusal)
+    opts["vector"] = opts["vector"] and not opts["chunk"] and u.shape[0] * 4 * u.dtype.itemsize % 16 == 0
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
     plan = gpu_rnn.PersistentRNN(lay, 4, sync=sync, activation=activation,
                                  rows_per_block=_one_block(u.shape[0], tpr), **opts)
@@ -267,8 +269,10 @@ def test_bad_configuration():
     wide_rows = balance(np.ones((64, 64), dtype=np.float32), tpr=64)
     with pytest.raises(ValueError, match="reduce: 'shfl' sums a row's threads within one warp"):
         gpu_rnn.PersistentRNN(wide_rows, 4, reduce="shfl", rows_per_block=1)
-    with pytest.raises(ValueError, match="backoff: "):
-        gpu_rnn.PersistentRNN(lay, 4, backoff=-1, rows_per_block=8)
+    with pytest.raises(ValueError, match="vector: 16-byte groups of h need scheme='wide', chunk=0"):
+        gpu_rnn.PersistentRNN(lay, 4, vector=True, chunk=1, rows_per_block=8)
+    with pytest.raises(ValueError, match="vector: 16-byte groups of h need"):
+        gpu_rnn.PersistentRNN(lay, 4, scheme="naive", sync="barrier", vector=True, rows_per_block=8)
     with pytest.raises(TypeError, match="double_buffer: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, double_buffer=1, rows_per_block=8)
     with pytest.raises(ValueError, match="trace: this plan was built with trace=False"):

@@ -137,3 +137,28 @@ def test_reduce_barrier_is_a_warp_barrier_only_behind_the_inline_grid_barrier():
     assert "bar.warp.sync" not in _lto_ptx_opts("barrier", np.float16, grid_sync="cg")
     assert "bar.warp.sync" in _lto_ptx_opts("barrier", np.float16, grid_sync="atomic")
     assert "bar.warp.sync" not in _lto_ptx_opts("lamport", np.float16)
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync, loads", [("barrier", WORDS // 4), ("lamport", 2 * WORDS // 4)])
+def test_vector_h_moves_16_byte_groups(sync, loads):
+    """vector: h's words come in with ld.relaxed.gpu.global.v4.u32 (Lamport: before the loop and in the poll
+    loop) and go to shared memory with st.shared.v4; no scalar load of h is left."""
+    opts = {"vector": True, "load": "relaxed", **({"grid_sync": "atomic"} if sync == "barrier" else {})}
+    ptx = _lto_ptx_opts(sync, np.float16, **opts)
+    assert len(re.findall(r"ld\.relaxed\.gpu\.global\.v4\.u32", ptx)) == loads
+    assert "ld.relaxed.gpu.global.u32" not in ptx
+    assert len(re.findall(r"st\.shared\.v4", ptx)) == WORDS // 4
+    assert ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_launch_bounds_reach_ptx():
+    """threads: the block size is given to ptxas as launch bounds (one block per SM)."""
+    kernel = _kernel("lamport", "wide", np.dtype(np.float16), NPT, TPR, BATCH, "tanh", WORDS, threads=224)
+    assert kernel.targetoptions["launch_bounds"] == (224, 1)
+    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature("lamport", np.dtype(np.float16)), device=False,
+                                        abi="numba", cc=(9, 0), lto=True, launch_bounds=(224, 1))
+    lib._lto = True
+    ptx = lib.get_lto_ptx(cc=(9, 0))
+    assert ".maxntid 224, 1, 1" in ptx and ".minnctapersm 1" in ptx

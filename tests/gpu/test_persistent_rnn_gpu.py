@@ -143,17 +143,20 @@ def test_lstm_multi_block_matches_reference(config, reduce):
     ("lamport", {"double_buffer": True, "poll": "lead"}),
     ("lamport", {"load": "relaxed", "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True, "stagger": True, "backoff": 32}),
+    ("lamport", {"load": "relaxed", "reduce": "shfl", "pipeline": True}),
     ("lamport", {"load": "relaxed", "reduce": "shfl", "chunk": 4, "index16": True}),
     ("lamport", {"load": "relaxed", "bound_registers": False}),
+    ("lamport", {"load": "relaxed", "vector": True}),
+    ("lamport", {"load": "volatile", "vector": True, "reduce": "shfl", "pipeline": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
     ("naive", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
     ("naive", {"grid_sync": "cg", "reduce": "shfl"}),
-    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl", "stagger": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
 ])
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8)])
 def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
     """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling,
-    the shuffle reduction (with each sync and barrier kind), staggered loads, spin backoff."""
+    the shuffle reduction (with each sync and barrier kind), no launch bounds, 16-byte loads of h."""
     steps = 40
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 1)
     plan = _plan(u, mask, config, tpr, **kw)
