@@ -367,7 +367,7 @@ SWEEP_AXES = (
 )
 #: Figures 3-4 analog, timed: at each density the largest layer the offline capacity model
 #: (``capacity``, experiments/results/persistent_rnn.md) puts on chip, for Lamport and for the grid barrier:
-#: (density, sync, hidden, tpr)
+#: (density, sync, hidden, tpr); run with the options the model assumed (chunk 8, 16-bit indices) first.
 FIG34_POINTS = [(0.01, "lamport", 15360, 4), (0.01, "barrier", 13312, 4), (0.05, "lamport", 6656, 8),
                 (0.05, "barrier", 6144, 8), (0.1, "lamport", 4096, 16), (0.1, "barrier", 4096, 16),
                 (0.3, "lamport", 2560, 16), (0.3, "barrier", 2560, 16)]
@@ -381,9 +381,10 @@ SWEEP_OPTIONS = {"lamport": [{"load": "relaxed"}, {"load": "relaxed", "index16":
                                 {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 8}]}
 
 
-def sweep_point(axis, hidden, density, batch, steps, config, tprs, dtype="float16", check_steps=16):
-    """One Figure 2 / Figures 3-4 point: the baselines, then ours (the first of ``tprs`` x ``SWEEP_OPTIONS[config]``
-    that fits), checked against the reference over ``check_steps`` steps; speedup over the next-best baseline."""
+def sweep_point(axis, hidden, density, batch, steps, config, tprs, options=None, dtype="float16", check_steps=16):
+    """One Figure 2 / Figures 3-4 point: the baselines, then ours (the first of ``tprs`` x ``options``, default
+    ``SWEEP_OPTIONS[config]``, that fits), checked against the reference over ``check_steps`` steps; speedup over
+    the next-best baseline."""
     from numba import cuda, typeof
 
     from sparsekit.timing import measure
@@ -398,7 +399,7 @@ def sweep_point(axis, hidden, density, batch, steps, config, tprs, dtype="float1
                 rec[f"{key}_us"] = b[key] * 1e6 / steps
         want = ref_rnn.rnn_forward(u, bp[:check_steps], h0, min(check_steps, steps))
         for tpr in tprs:
-            for kw in SWEEP_OPTIONS[config]:
+            for kw in options or SWEEP_OPTIONS[config]:
                 try:
                     with _gpu_section():
                         plan = plan_for(u, mask, config, tpr, batch=batch, **kw)
@@ -446,8 +447,9 @@ def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
         tasks.append((sweep_point, dict(axis=axis, config="lamport" if p["batch"] == 4 else "naive",
                                         tprs=(16, 8), **p)))
     for density, sync, hidden, tpr in fig34:
+        config = "lamport" if sync == "lamport" else "bank_aware"
         tasks.append((sweep_point, dict(axis=f"fig34_{sync}", hidden=hidden, density=density, batch=4, steps=64,
-                                        config="lamport" if sync == "lamport" else "bank_aware", tprs=(tpr,))))
+                                        config=config, tprs=(tpr,), options=SWEEP_OPTIONS[config][::-1])))
     records = run_parallel(tasks, jobs, out, "sweep")
     _table(records, ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "chunk", "ours_us",
                      "gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best",
@@ -836,7 +838,8 @@ ABLATE_VARIANTS = (
      (1792, "lamport vector", "lamport", 16, 1, _LV, {"ablate": "no_wait"}),
      (1792, "lamport vector traced", "lamport", 16, 1, _LV, {"traced": True}),
      (1792, "lamport rpb x2", "lamport", 16, 2, _L, {}),
-     (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {})]
+     (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {}),
+     (1792, "lamport vector rpb16", "lamport", 16, 1, dict(_LV, rows_per_block=16), {})]
     + [(h, c, c, 16, 1, _B, {}) for h in (1792, 1152) for c in ("naive", "wide", "bank_aware")]
     + [(1792, "naive shfl", "naive", 16, 1, dict(_B, reduce="shfl"), {}),
        (1792, "wide vector", "wide", 16, 1, dict(_B, vector=True), {}),

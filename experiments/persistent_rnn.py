@@ -14,14 +14,16 @@ Three parts:
    us/step against the GEMM loop, the graph-captured GEMM loop and cuDNN,
    with the paper's speedups beside ours (``experiments/bench_persistent_rnn.py``
    does the measuring).
-3. **Figure 2 analog** (GPU, not quick): density, layer size, batch and
-   timesteps varied around layer 1792; plotted with the baselines.
+3. **Figure 2 analog and Figures 3-4 timed** (GPU, not quick): density,
+   layer size, batch and timesteps varied around layer 1792, annotated with
+   the speedup over the next-best baseline; and the largest layer that stays
+   on chip per density, Lamport and grid barrier, each timed.
 4. **Recorded H100 results** (any backend, from
-   ``experiments/results/persistent_rnn_h100.json``): the Figure 2 points of the
-   last GPU run, the Figures 3-4 analog (the largest layer that stays on chip
-   per density, Lamport vs grid barrier, from sm_90 register counts and the
-   H100's occupancy rules, spot-checked on the GPU) and the persistent LSTM
-   against cuDNN (Appendix B, Tables 2-3).
+   ``experiments/results/persistent_rnn_h100.json``): the last GPU run's
+   Figure 2 and Figures 3-4 points (unless measured now), the Figures 3-4
+   model (the largest layer on chip per density from sm_90 register counts and
+   the H100's occupancy rules) and the persistent LSTM against cuDNN
+   (Appendix B, Tables 2-3, with the Deep Speech 2 layers).
 """
 from __future__ import annotations
 
@@ -123,61 +125,82 @@ def _plot_sweep(records, path):
         rs = sorted([r for r in records if r["axis"] == axis] + base, key=lambda r: r[axis])
         xs = [r[axis] for r in rs]
         for key, label in (("ours_us", "sparse persistent (ours)"), ("gemm_graph_us", "GEMM loop, CUDA graph"),
-                           ("cudnn_rnn_us", "cuDNN RNN")):
+                           ("cudnn_rnn_us", "cuDNN RNN"), ("cusparse_csr_us", "cuSPARSE CSR per step")):
             ax.plot(xs, [r.get(key, np.nan) for r in rs], marker="o", label=label)
         for r in rs:
-            if r.get("speedup_vs_next_best"):
+            if r.get("speedup_vs_next_best") and r.get("ours_us"):
                 ax.annotate(f"{r['speedup_vs_next_best']:.1f}x", (r[axis], r["ours_us"]), fontsize=7,
                             textcoords="offset points", xytext=(0, -10))
         ax.set_xlabel(axis)
+        ax.set_xscale("log" if axis in ("density", "steps") else "linear")
         ax.set_ylabel("us / step")
         ax.set_yscale("log")
     axs[0][0].legend(fontsize=7)
     save_figure(fig, path)
 
 
-def _plot_capacity(records, spot_checks, path):
-    """Figures 3-4 analog: the largest layer that stays on chip per density and synchronisation."""
+def _plot_capacity(records, timed, path):
+    """Figures 3-4 analog: the largest layer that stays on chip per density and synchronisation (offline model),
+    with the points timed on the GPU (``timed``: sweep records of axis ``fig34_*``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
     for sync, marker in (("lamport", "o"), ("lamport (2 buffers, the paper's)", "s"), ("barrier", "^")):
         rs = sorted((r for r in records if r["sync"] == sync), key=lambda r: r["density"])
         ax.plot([100 * r["density"] for r in rs], [r["largest_hidden"] for r in rs], marker=marker, label=sync)
-    for i, r in enumerate(spot_checks):
+    for r in timed:
+        if not r.get("ours_us"):
+            continue
+        lamport = r["axis"].endswith("lamport")
         ax.scatter([100 * r["density"]], [r["hidden"]], color="k", marker="x", zorder=3)
-        name = "Lamport" if r["variant"].startswith("lamport") else "grid barrier"
-        ax.annotate(f"{name}: {r['us_per_step']:.1f} us/step on the H100",
-                    (100 * r["density"], r["hidden"]), fontsize=7, textcoords="offset points", xytext=(5, -10 - 9 * i))
+        ax.annotate(f"{'L' if lamport else 'B'}: {r['ours_us']:.2g} us/step, {r['speedup_vs_next_best']:.1f}x",
+                    (100 * r["density"], r["hidden"]), fontsize=6, textcoords="offset points",
+                    xytext=(5, 4 if lamport else -9))
     ax.set_xscale("log")
     ax.set_xlabel("density (%)")
     ax.set_ylabel("largest layer on chip")
-    ax.set_title("H100, float16, batch 4 (offline model; x: run on the GPU)", fontsize=9)
+    ax.set_title("H100, float16, batch 4: offline model; x: timed (L Lamport, B grid barrier;\n"
+                 "us/step and speedup over the best baseline)", fontsize=8)
     ax.legend(fontsize=7)
     save_figure(fig, path)
 
 
-def recorded_section(out_dir) -> tuple[list, list, str]:
-    """Tables and figures of the recorded H100 runs (no GPU needed)."""
+_SWEEP_KEYS = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "chunk", "ours_us", "gemm_graph_us",
+               "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best", "correct"]
+
+
+def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str):
+    fig2 = [r for r in sweep if r["axis"] in ("base", "steps", "hidden", "density", "batch")]
+    timed = [r for r in sweep if r["axis"].startswith("fig34")]
+    _plot_sweep(fig2, out_dir / "figure2.png")
+    _plot_capacity(capacity, timed, out_dir / "figure3_4_capacity.png")
+    return ([Table(f"Figure 2 analog around layer 1792 ({when}), us/step", [{k: r.get(k) for k in _SWEEP_KEYS}
+                                                                            for r in fig2], "figure2.csv"),
+             Table(f"Figures 3-4 analog timed ({when}): largest layer on chip per density, 64 steps",
+                   [{k: r.get(k) for k in _SWEEP_KEYS} for r in timed], "figure3_4_timed.csv")],
+            ["figure2.png", "figure3_4_capacity.png"])
+
+
+def recorded_section(out_dir, with_sweep: bool = True) -> tuple[list, list, str]:
+    """Tables and figures of the recorded H100 runs (no GPU needed); ``with_sweep=False`` leaves the Figure 2 and
+    Figures 3-4 parts to a sweep measured now."""
     data = json.loads(RECORDED.read_text())
-    run2 = data["run2"]
-    sweep = [r for r in run2["sweep"] if r["axis"] in ("base", "steps", "hidden", "density", "batch")]
-    _plot_sweep(sweep, out_dir / "figure2_recorded.png")
-    large = [r for r in run2["final"] if r["hidden"] >= 8192 and r.get("correct")]
-    _plot_capacity(data["capacity_offline"], large, out_dir / "figure3_4_capacity.png")
-    keys = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "ours_us", "gemm_graph_us",
-            "cudnn_rnn_us", "cusparse_csr_us", "speedup_vs_next_best", "correct"]
-    tables = [Table(f"Figure 2 points measured on the H100 ({run2['date']}), us/step", [
-                  {k: r.get(k) for k in keys} for r in sweep], "figure2_recorded.csv"),
-              Table("Figures 3-4 analog: largest layer on chip (offline register counts + H100 occupancy rules)",
-                    data["capacity_offline"], "capacity.csv"),
-              Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
-                    data["run1"]["lstm"], "lstm_recorded.csv")]
-    text = (" Recorded H100 results: see experiments/results/persistent_rnn.md for the commands; Figure 2 is "
-            "partial (the second run's sweep was cut off by its time limit).")
-    return tables, ["figure2_recorded.png", "figure3_4_capacity.png"], text
+    latest = data["session3"].get("run2") or data["run2"]           # the newest run with a sweep
+    tables, figures = [], []
+    if with_sweep:
+        tables, figures = _sweep_tables_and_figures(latest["sweep"], data["capacity_offline"], out_dir,
+                                                    f"H100, {latest['date']}")
+    tables += [Table("Figures 3-4 analog: largest layer on chip (offline register counts + H100 occupancy rules)",
+                     data["capacity_offline"], "capacity.csv"),
+               Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
+                     data["run1"]["lstm"], "lstm_recorded.csv"),
+               Table(f"Appendix B: Deep Speech 2 layers, shuffle reduction and launch bounds "
+                     f"(H100, {data['session3']['run1']['date']}), us/step", data["session3"]["run1"]["ds2"],
+                     "lstm_ds2_recorded.csv")]
+    text = " Recorded H100 results: experiments/results/persistent_rnn.md gives the commands."
+    return tables, figures, text
 
 
 def run(ctx) -> Section:
@@ -198,16 +221,19 @@ def run(ctx) -> Section:
                                   tprs=(16,) if ctx.quick else (8, 16, 32), extras=not ctx.quick)
         tables.append(Table("Table 1 ablation on this GPU (float16, batch 4, density 10%, 256 steps), us/step",
                             timing, "table1_timing.csv"))
-        if not ctx.quick:
-            sweep = bench.sweep(ctx.out_dir)
-            _plot_sweep(sweep, ctx.out_dir / "figure2.png")
-            figures.append("figure2.png")
-            tables.append(Table("Figure 2 analog around layer 1792", sweep, "figure2_sweep.csv"))
     else:
         tables.append(Table("Each Table 1 kernel as one simulated block vs the reference", simulator_check(),
                             "simulator_check.csv"))
         text += " Simulator: kernels checked for correctness only; timings need a GPU."
-    rec_tables, rec_figures, rec_text = recorded_section(ctx.out_dir)
+    measured_now = ctx.on_gpu and not ctx.quick
+    if measured_now:
+        from experiments import bench_persistent_rnn as bench
+        data = json.loads(RECORDED.read_text())
+        sweep_tables, sweep_figures = _sweep_tables_and_figures(bench.sweep(ctx.out_dir), data["capacity_offline"],
+                                                                ctx.out_dir, "this GPU, now")
+        tables += sweep_tables
+        figures += sweep_figures
+    rec_tables, rec_figures, rec_text = recorded_section(ctx.out_dir, with_sweep=not measured_now)
     tables += rec_tables
     figures += rec_figures
     text += rec_text
