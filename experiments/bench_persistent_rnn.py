@@ -191,6 +191,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "vector": True}),
     ("lamport", {"load": "relaxed", "vector": True, "reduce": "shfl", "pipeline": True}),
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
+    ("lamport", {"load": "cg", "vector": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "cg"}),
 ]
 
 
@@ -839,7 +841,9 @@ ABLATE_VARIANTS = (
      (1792, "lamport vector traced", "lamport", 16, 1, _LV, {"traced": True}),
      (1792, "lamport rpb x2", "lamport", 16, 2, _L, {}),
      (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {}),
-     (1792, "lamport vector rpb16", "lamport", 16, 1, dict(_LV, rows_per_block=16), {})]
+     (1792, "lamport vector rpb16", "lamport", 16, 1, dict(_LV, rows_per_block=16), {}),
+     (1792, "lamport cg", "lamport", 16, 1, {"load": "cg"}, {}),
+     (1792, "lamport vector cg", "lamport", 16, 1, {"load": "cg", "vector": True}, {"ablate": "no_wait"})]
     + [(h, c, c, 16, 1, _B, {}) for h in (1792, 1152) for c in ("naive", "wide", "bank_aware")]
     + [(1792, "naive shfl", "naive", 16, 1, dict(_B, reduce="shfl"), {}),
        (1792, "wide vector", "wide", 16, 1, dict(_B, vector=True), {}),

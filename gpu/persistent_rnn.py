@@ -141,13 +141,14 @@ _NEG0_F16 = 0x8000
 # 16-byte loads of h's words that a spin loop cannot hoist (vector=True)
 # ---------------------------------------------------------------------------
 
-def _spin_load_v4(name: str, instruction: str):
-    """An intrinsic ``name(array, i)``: words ``i .. i + 3`` of a 1-D uint32 global array as a 4-tuple, one
-    ``instruction`` (``ld.relaxed.gpu.global.v4.u32`` or ``ld.volatile.global.v4.u32``; ``i`` a multiple of 4,
-    the array 16-byte aligned), side-effecting with a memory clobber like gpu/sync_primitives' scalar loads."""
+def _spin_load(name: str, instruction: str, width: int):
+    """An intrinsic ``name(array, i)``: word ``i`` (``width=1``) or words ``i .. i + 3`` as a 4-tuple
+    (``width=4``; ``i`` a multiple of 4, the array 16-byte aligned) of a 1-D uint32 global array, one
+    ``instruction``, side-effecting with a memory clobber like gpu/sync_primitives' loads, so a spin loop
+    cannot hoist it."""
     if config.ENABLE_CUDASIM:
         def load(array, i):
-            return (array[i], array[i + 1], array[i + 2], array[i + 3])
+            return array[i] if width == 1 else (array[i], array[i + 1], array[i + 2], array[i + 3])
         load.__name__ = name
         return load
 
@@ -162,13 +163,17 @@ def _spin_load_v4(name: str, instruction: str):
             raise TypingError(f"{name}: expected a 1-D uint32 array, got {array}")
         if not isinstance(index, types.Integer):
             raise TypingError(f"{name}: expected an integer index, got {index}")
-        ret = types.UniTuple(types.uint32, 4)
+        ret = types.uint32 if width == 1 else types.UniTuple(types.uint32, 4)
 
         def codegen(context, builder, sig, args):
             ary = context.make_array(sig.args[0])(context, builder, value=args[0])
             i = context.cast(builder, args[1], sig.args[1], types.intp)
             ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [i], wraparound=False)
             i32 = ir.IntType(32)
+            if width == 1:
+                asm = ir.InlineAsm(ir.FunctionType(i32, [ptr.type]), f"{instruction} $0, [$1];",
+                                   "=r,l,~{memory}", side_effect=True)
+                return builder.call(asm, [ptr])
             fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
             asm = ir.InlineAsm(fnty, f"{instruction} {{$0, $1, $2, $3}}, [$4];", "=r,=r,=r,=r,l,~{memory}",
                                side_effect=True)
@@ -181,8 +186,12 @@ def _spin_load_v4(name: str, instruction: str):
     return intrinsic(typer)
 
 
-_ld_relaxed_v4 = _spin_load_v4("_ld_relaxed_v4", "ld.relaxed.gpu.global.v4.u32")
-_ld_volatile_v4 = _spin_load_v4("_ld_volatile_v4", "ld.volatile.global.v4.u32")
+#: the loads of h's words per ``load`` kind: (one word, a 16-byte group). "cg" is a weak load cached in L2 only
+#: (``ld.global.cg``), enough for Lamport's protocol: every word is written once, and a word read before its
+#: write still holds the -0.0 preset, so it is read again.
+_H_LOADS = {"volatile": (ld_volatile_u32, _spin_load("_ld_volatile_v4", "ld.volatile.global.v4.u32", 4)),
+            "relaxed": (ld_relaxed_u32, _spin_load("_ld_relaxed_v4", "ld.relaxed.gpu.global.v4.u32", 4)),
+            "cg": (_spin_load("_ld_cg_u32", "ld.global.cg.u32", 1), _spin_load("_ld_cg_v4", "ld.global.cg.v4.u32", 4))}
 
 
 # ---------------------------------------------------------------------------
@@ -213,7 +222,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
     ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``);
     ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
-    scope) or ``"relaxed"`` (``ld.relaxed.gpu``); ``chunk`` (> 0): a thread
+    scope), ``"relaxed"`` (``ld.relaxed.gpu``) or ``"cg"`` (a weak
+    ``ld.global.cg``, cached in L2 only); ``chunk`` (> 0): a thread
     moves its words of h ``chunk`` at a time (fewer registers for large
     layers, one L2 round trip per chunk; no Lamport pipeline then);
     ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
@@ -231,7 +241,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     (spilling if it must: the launcher reports ``local_bytes``) instead of
     refusing the launch. ``vector`` (wide scheme, no chunks, a whole number of
     16-byte groups of h): a thread moves its words of h as 16-byte groups,
-    ``ld.relaxed.gpu.global.v4.u32`` (or ``ld.volatile...v4``) and
+    ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
     ``st.shared.v4``, a quarter of the load and store instructions; Lamport
     reloads a group while any of its four words is pending.
     """
@@ -245,7 +255,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     IDX16 = index16
     TRACE = trace
     NBUF = 2 if double_buffer and sync == "lamport" else 1
-    ld_word = ld_relaxed_u32 if load == "relaxed" else ld_volatile_u32
+    ld_word, ld_group = _H_LOADS[load]
     CHUNKED = 0 < chunk < PF
     CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
@@ -265,7 +275,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NS = B // S
     NT = threads                                       # block size if fixed at compile time (else 0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
-    ld_group = _ld_relaxed_v4 if load == "relaxed" else _ld_volatile_v4
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
     NBO = NS if SHFL else (B + TPR - 1) // TPR
     NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
@@ -740,7 +749,7 @@ def _opt_in_shared(compiled, nbytes: int) -> None:
 
 POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
-LOADS = ("volatile", "relaxed")
+LOADS = ("volatile", "relaxed", "cg")
 REDUCES = ("shared", "shfl")
 
 

@@ -162,3 +162,12 @@ def test_launch_bounds_reach_ptx():
     lib._lto = True
     ptx = lib.get_lto_ptx(cc=(9, 0))
     assert ".maxntid 224, 1, 1" in ptx and ".minnctapersm 1" in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("vector, pattern", [(False, r"ld\.global\.cg\.u32"), (True, r"ld\.global\.cg\.v4\.u32")])
+def test_cg_loads_stay_in_the_poll_loop(vector, pattern):
+    """load='cg': weak L2-only loads of h, side-effecting asm: issued before the loop and again in the poll loop."""
+    ptx = _lto_ptx_opts("lamport", np.float16, load="cg", vector=vector)
+    assert len(re.findall(pattern, ptx)) == 2 * WORDS // (4 if vector else 1)
+    assert "ld.relaxed" not in ptx and "ld.volatile" not in ptx and ".local" not in ptx

@@ -149,14 +149,16 @@ def test_lstm_multi_block_matches_reference(config, reduce):
     ("lamport", {"load": "relaxed", "vector": True}),
     ("lamport", {"load": "volatile", "vector": True, "reduce": "shfl", "pipeline": True}),
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
+    ("lamport", {"load": "cg", "vector": True}),
+    ("bank_aware", {"grid_sync": "atomic", "load": "cg"}),
     ("naive", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
     ("naive", {"grid_sync": "cg", "reduce": "shfl"}),
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
-])
+], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items()))
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8)])
 def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
     """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling,
-    the shuffle reduction (with each sync and barrier kind), no launch bounds, 16-byte loads of h."""
+    the shuffle reduction (with each sync and barrier kind), no launch bounds, 16-byte loads of h, weak L2 loads (cg)."""
     steps = 40
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 1)
     plan = _plan(u, mask, config, tpr, **kw)
