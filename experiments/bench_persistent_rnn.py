@@ -838,18 +838,19 @@ _B = {"grid_sync": "atomic", "load": "relaxed"}
 ABLATE_VARIANTS = (
     [(1792, "lamport", "lamport", 16, 1, _L, {"ablate": "no_wait"}),
      (1792, "lamport vector", "lamport", 16, 1, _LV, {"ablate": "no_wait"}),
-     (1792, "lamport vector traced", "lamport", 16, 1, _LV, {"traced": True}),
-     (1792, "lamport rpb x2", "lamport", 16, 2, _L, {}),
-     (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {}),
-     (1792, "lamport vector rpb16", "lamport", 16, 1, dict(_LV, rows_per_block=16), {}),
-     (1792, "lamport cg", "lamport", 16, 1, {"load": "cg"}, {}),
-     (1792, "lamport vector cg", "lamport", 16, 1, {"load": "cg", "vector": True}, {"ablate": "no_wait"})]
-    + [(h, c, c, 16, 1, _B, {}) for h in (1792, 1152) for c in ("naive", "wide", "bank_aware")]
-    + [(1792, "naive shfl", "naive", 16, 1, dict(_B, reduce="shfl"), {}),
-       (1792, "wide vector", "wide", 16, 1, dict(_B, vector=True), {}),
-       (1792, "bank_aware vector", "bank_aware", 16, 1, dict(_B, vector=True), {}),
-       (1152, "lamport", "lamport", 16, 1, _L, {}),
-       (1152, "lamport vector", "lamport", 16, 1, _LV, {})])
+     (1792, "lamport vector cg", "lamport", 16, 1, {"load": "cg", "vector": True}, {"ablate": "no_wait"}),
+     (1792, "lamport cg", "lamport", 16, 1, {"load": "cg"}, {})]
+    + [(1792, c, c, 16, 1, _B, {}) for c in ("naive", "wide", "bank_aware")]
+    + [(1792, "wide vector", "wide", 16, 1, dict(_B, vector=True), {}),
+       (1792, "bank_aware vector", "bank_aware", 16, 1, dict(_B, vector=True), {})]
+    + [(1152, c, c, 16, 1, _B, {}) for c in ("naive", "wide", "bank_aware")]
+    + [(1152, "lamport", "lamport", 16, 1, _L, {}),
+       (1152, "lamport vector", "lamport", 16, 1, _LV, {}),
+       (1792, "lamport rpb x2", "lamport", 16, 2, _L, {}),
+       (1792, "lamport vector rpb x2", "lamport", 16, 2, _LV, {}),
+       (1792, "lamport vector rpb16", "lamport", 16, 1, dict(_LV, rows_per_block=16), {}),
+       (1792, "naive shfl", "naive", 16, 1, dict(_B, reduce="shfl"), {}),
+       (1792, "lamport vector traced", "lamport", 16, 1, _LV, {"traced": True})])
 
 
 def ablate(out=None, jobs=8):
