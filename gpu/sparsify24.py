@@ -110,7 +110,7 @@ def _greedy_source(ties: str) -> str:
         lines.append(compare_exchange_source(green16(), "k", indent="    ").rstrip())
     else:
         lines.append("    # PyTorch's Bose-Nelson network, exchanging unless strictly smaller")
-        lines.append(compare_exchange_source(bose_nelson(16), "k", swap_equal_on="({} >> 4)",
+        lines.append(compare_exchange_source(bose_nelson(16), "k", swap_equal_on="({} >> 4)", select="_pick",
                                              indent="    ").rstrip())
     lines += ["    # greedy from the largest: keep when row and column hold < 2 (2-bit counters 0, 1, 3)",
               "    mask = 0", "    rows = 0", "    cols = 0"]
@@ -118,7 +118,7 @@ def _greedy_source(ties: str) -> str:
         lines += [f"    p = (k{i} & 15) ^ {flip}",
                   "    rc = (rows >> ((p >> 2) << 1)) & 3",
                   "    cc = (cols >> ((p & 3) << 1)) & 3",
-                  "    sel = 1 if rc + cc <= 2 else 0",
+                  "    sel = _pick(rc + cc <= 2, 1, 0)",
                   "    mask |= sel << p",
                   "    rows |= (rc + sel) << ((p >> 2) << 1)",
                   "    cols |= (cc + sel) << ((p & 3) << 1)"]
@@ -131,7 +131,8 @@ def _optimal_source(method: str) -> str:
 
     Row terms first (6 pair sums ``s<row>_<pair>`` per row; singles are the
     magnitudes ``f<4*row+col>``), then one score per candidate in
-    :data:`reference.sparsify24.CANDIDATES` order, keeping the first maximum.
+    :data:`reference.sparsify24.CANDIDATES` order, keeping the first maximum
+    (selects through :func:`_pick`, see there).
     """
     masks, terms = CANDIDATES[method]
     lines = ["def optimal_tile(wf, r, c):"]
@@ -147,7 +148,7 @@ def _optimal_source(method: str) -> str:
             lines += [f"    best = {score}", f"    mask = _U({int(pat)})"]
         else:
             lines += [f"    t = {score}", "    better = t > best",
-                      "    best = t if better else best", f"    mask = _U({int(pat)}) if better else mask"]
+                      "    best = _pick(better, t, best)", f"    mask = _pick(better, _U({int(pat)}), mask)"]
     lines.append("    return mask")
     return "\n".join(lines) + "\n"
 
@@ -201,14 +202,14 @@ def _greedy16_source(ties: str) -> str:
     else:
         lines.append("    # PyTorch's Bose-Nelson network, exchanging unless |a| < |b| strictly")
         lines.append(compare_exchange_source(bose_nelson(16), "k", less=f"{{a}} < _U({{b}} & {_KEY_MAG:#x})",
-                                             indent="    ").rstrip())
+                                             select="_pick", indent="    ").rstrip())
     lines += ["    # greedy from the largest: 'one' = rows/columns holding >= 1, 'two' = holding 2",
               "    one = _U(0)", "    two = _U(0)", "    mask = _U(0)"]
     for i in range(15, -1, -1):
         lines += [f"    keep = _U(two & k{i}) == 0",
-                  f"    two = _U(two | _U(one & k{i})) if keep else two",
-                  f"    one = _U(one | _U(k{i} & {_KEY_RC:#x})) if keep else one",
-                  f"    mask = _U(mask | shl32(1, _U(k{i} & 15))) if keep else mask"]
+                  f"    two = _pick(keep, _U(two | _U(one & k{i})), two)",
+                  f"    one = _pick(keep, _U(one | _U(k{i} & {_KEY_RC:#x})), one)",
+                  f"    mask = _pick(keep, _U(mask | shl32(1, _U(k{i} & 15))), mask)"]
     lines.append("    # the sorted keys' largest |w| (k15) is all the non-finite test needs (NaN/Inf sort on top)")
     lines.append("    return mask, k15")
     return "\n".join(lines) + "\n"
@@ -279,8 +280,21 @@ def tile_mask_source(method: str = "greedy", ties: str = "index", bits: int = 16
     return _greedy16_source(ties) if bits == 16 else _greedy_source(ties)
 
 
+@cuda.jit(device=True)
+def _pick(c, a, b):
+    """``a if c else b`` (a select after inlining).
+
+    The generated functions call this instead of writing conditional
+    expressions: Numba makes three basic blocks of each, and its liveness and
+    SSA passes grow with blocks times variables, so the 186-candidate scorer
+    (372 of them) took minutes to compile; as calls, each generated function is
+    one block.
+    """
+    return a if c else b
+
+
 def _device(source: str, name: str):
-    env = {"float32": float32, "_U": _U, "shl32": shl32}
+    env = {"float32": float32, "_U": _U, "shl32": shl32, "_pick": _pick}
     exec(compile(source, f"<generated {name}>", "exec"), env)
     return cuda.jit(device=True)(env[name])
 

@@ -196,7 +196,7 @@ def verify(network: Network) -> bool:
 
 
 def compare_exchange_source(network: Network, prefix: str, *, swap_equal_on: str | None = None,
-                            less: str | None = None, indent: str = "") -> str:
+                            less: str | None = None, select: str | None = None, indent: str = "") -> str:
     """Straight-line Python that sorts variables ``{prefix}0 .. {prefix}{n-1}`` ascending.
 
     Default: each comparator is ``a, b = min(a, b), max(a, b)`` (keys must be
@@ -210,7 +210,11 @@ def compare_exchange_source(network: Network, prefix: str, *, swap_equal_on: str
     position bits. ``less="expr"`` is the same comparator with the whole test
     given, a format string with ``{a}`` and ``{b}`` (e.g. ``"{a} < ({b} & ~15)"``,
     the same test as ``({a} >> 4) < ({b} >> 4)`` in one fewer operation).
-    All forms compile to selects, no branches.
+    All forms compile to selects, no branches. ``select="name"`` writes the
+    exchange of the last two forms as calls ``name(test, a, b)`` (meaning ``a if
+    test else b``) instead of conditional expressions, which keeps the generated
+    function one basic block for a compiler whose passes grow with the blocks
+    (Numba makes three of each conditional expression).
     """
     lines = []
     for i, j in network.comparators:
@@ -220,5 +224,8 @@ def compare_exchange_source(network: Network, prefix: str, *, swap_equal_on: str
         else:
             lt = less.format(a=a, b=b) if less is not None else \
                 f"{swap_equal_on.format(a)} < {swap_equal_on.format(b)}"
-            lines.append(f"{indent}{a}, {b} = ({a} if {lt} else {b}), ({b} if {lt} else {a})")
+            if select is None:
+                lines.append(f"{indent}{a}, {b} = ({a} if {lt} else {b}), ({b} if {lt} else {a})")
+            else:
+                lines.append(f"{indent}{a}, {b} = {select}({lt}, {a}, {b}), {select}({lt}, {b}, {a})")
     return "\n".join(lines) + "\n"
