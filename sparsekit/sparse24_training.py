@@ -87,12 +87,17 @@ def cusparselt_pair(w, method: str = "greedy", ties: str = "torch", pack: str = 
     return buffer(s.packed, s.meta, m, k), buffer(s.packed_t, s.meta_t, k, m)
 
 
-def linear_step(x, w, dy, *, method: str = "greedy", ties: str = "torch", pack: str = "ours"):
-    """One forward + backward of ``y = x W^T`` with 2:4 sparse GEMMs: ``(y, dx, dW)``, no autograd."""
+def linear_step(x, w, dy, *, method: str = "greedy", ties: str = "torch", pack: str = "ours",
+                alg_ids: tuple[int, int] = (0, 0)):
+    """One forward + backward of ``y = x W^T`` with 2:4 sparse GEMMs: ``(y, dx, dW)``, no autograd.
+
+    ``alg_ids``: cuSPARSELt algorithm ids of the forward and dx GEMMs (PyTorch's default is 0; on the
+    H100 the fastest differ, experiments/results/sparsify24.md).
+    """
     torch = _torch()
     wc, wtc = cusparselt_pair(w, method, ties, pack)
-    y = torch._cslt_sparse_mm(wc, x.t(), transpose_result=True)        # (W x^T)^T = x W^T
-    dx = torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True)     # (W^T dy^T)^T = dy W
+    y = torch._cslt_sparse_mm(wc, x.t(), transpose_result=True, alg_id=alg_ids[0])     # (W x^T)^T = x W^T
+    dx = torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True, alg_id=alg_ids[1])  # (W^T dy^T)^T = dy W
     dw = dy.t() @ x                                                     # dense (straight-through)
     return y, dx, dw
 
@@ -106,21 +111,23 @@ def _function():
 
         Forward and dx run on cuSPARSELt 2:4 GEMMs; dW is dense and reaches every
         weight (straight-through estimator, as the post does). ``x``: (N, in),
-        ``w``: (out, in), both fp16 CUDA; out and in multiples of 64.
+        ``w``: (out, in), both fp16 CUDA; out and in multiples of 64. ``alg_ids``:
+        cuSPARSELt algorithm ids of the forward and dx GEMMs (see :func:`linear_step`).
         """
 
         @staticmethod
-        def forward(ctx, x, w, method="greedy", ties="torch"):
+        def forward(ctx, x, w, method="greedy", ties="torch", alg_ids=(0, 0)):
             wc, wtc = cusparselt_pair(w.detach(), method, ties)
             ctx.save_for_backward(x, wtc)
-            return torch._cslt_sparse_mm(wc, x.t(), transpose_result=True)
+            ctx.alg_dx = alg_ids[1]
+            return torch._cslt_sparse_mm(wc, x.t(), transpose_result=True, alg_id=alg_ids[0])
 
         @staticmethod
         def backward(ctx, dy):
             x, wtc = ctx.saved_tensors
             dy = dy.contiguous()
-            dx = torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True)
-            return dx, dy.t() @ x, None, None
+            dx = torch._cslt_sparse_mm(wtc, dy.t(), transpose_result=True, alg_id=ctx.alg_dx)
+            return dx, dy.t() @ x, None, None, None
 
     return Sparse24Linear
 
