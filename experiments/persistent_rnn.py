@@ -122,6 +122,8 @@ def _plot_sweep(records, path):
     base = [r for r in records if r["axis"] == "base"]
     fig, axs = plt.subplots(1, len(axes), figsize=(4 * len(axes), 3.2), squeeze=False)
     for ax, axis in zip(axs[0], axes):
+        ax.set_title(f"({'abcd'['density hidden batch steps'.split().index(axis)]}) {axis}, others at the base",
+                     fontsize=8)
         rs = sorted([r for r in records if r["axis"] == axis] + base, key=lambda r: r[axis])
         xs = [r[axis] for r in rs]
         for key, label in (("ours_us", "sparse persistent (ours)"), ("gemm_graph_us", "GEMM loop, CUDA graph"),
@@ -155,7 +157,8 @@ def _plot_capacity(records, timed, path):
             continue
         lamport = r["axis"].endswith("lamport")
         ax.scatter([100 * r["density"]], [r["hidden"]], color="k", marker="x", zorder=3)
-        ax.annotate(f"{'L' if lamport else 'B'}: {r['ours_us']:.2g} us/step, {r['speedup_vs_next_best']:.1f}x",
+        speedup = f", {r['speedup_vs_next_best']:.1f}x" if r.get("speedup_vs_next_best") else ""
+        ax.annotate(f"{'L' if lamport else 'B'}: {r['ours_us']:.2g} us/step{speedup}",
                     (100 * r["density"], r["hidden"]), fontsize=6, textcoords="offset points",
                     xytext=(5, 4 if lamport else -9))
     ax.set_xscale("log")
@@ -171,9 +174,11 @@ _SWEEP_KEYS = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr"
                "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best", "correct"]
 
 
-def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str):
+def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str, timed_before=()):
+    """Figure 2 and Figures 3-4 from sweep records; ``timed_before``: Figures 3-4 points of an earlier run, shown
+    when the sweep has none."""
     fig2 = [r for r in sweep if r["axis"] in ("base", "steps", "hidden", "density", "batch")]
-    timed = [r for r in sweep if r["axis"].startswith("fig34")]
+    timed = [r for r in sweep if r["axis"].startswith("fig34")] or list(timed_before)
     _plot_sweep(fig2, out_dir / "figure2.png")
     _plot_capacity(capacity, timed, out_dir / "figure3_4_capacity.png")
     return ([Table(f"Figure 2 analog around layer 1792 ({when}), us/step", [{k: r.get(k) for k in _SWEEP_KEYS}
@@ -181,6 +186,14 @@ def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str):
              Table(f"Figures 3-4 analog timed ({when}): largest layer on chip per density, 64 steps",
                    [{k: r.get(k) for k in _SWEEP_KEYS} for r in timed], "figure3_4_timed.csv")],
             ["figure2.png", "figure3_4_capacity.png"])
+
+
+def _timed_large(data) -> list[dict]:
+    """Session 2's timed layers past 48 KB of shared memory (8192 units, 1%, 64 steps) as Figures 3-4 points."""
+    return [{"axis": "fig34_" + ("lamport" if r["variant"].startswith("lamport") else "barrier"),
+             "hidden": r["hidden"], "density": r["density"], "batch": 4, "steps": 64, "ours_us": r["us_per_step"],
+             "ours_tpr": r["tpr"], "correct": r["correct"], "when": data["run2"]["date"]}
+            for r in data["run2"]["final"] if r["hidden"] >= 8192 and r.get("correct")]
 
 
 def recorded_section(out_dir, with_sweep: bool = True) -> tuple[list, list, str]:
@@ -191,7 +204,7 @@ def recorded_section(out_dir, with_sweep: bool = True) -> tuple[list, list, str]
     tables, figures = [], []
     if with_sweep:
         tables, figures = _sweep_tables_and_figures(latest["sweep"], data["capacity_offline"], out_dir,
-                                                    f"H100, {latest['date']}")
+                                                    f"H100, {latest['date']}", _timed_large(data))
     tables += [Table("Figures 3-4 analog: largest layer on chip (offline register counts + H100 occupancy rules)",
                      data["capacity_offline"], "capacity.csv"),
                Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
@@ -230,7 +243,7 @@ def run(ctx) -> Section:
         from experiments import bench_persistent_rnn as bench
         data = json.loads(RECORDED.read_text())
         sweep_tables, sweep_figures = _sweep_tables_and_figures(bench.sweep(ctx.out_dir), data["capacity_offline"],
-                                                                ctx.out_dir, "this GPU, now")
+                                                                ctx.out_dir, "this GPU, now", _timed_large(data))
         tables += sweep_tables
         figures += sweep_figures
     rec_tables, rec_figures, rec_text = recorded_section(ctx.out_dir, with_sweep=not measured_now)
