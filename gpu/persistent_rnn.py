@@ -86,14 +86,18 @@ per register (the paper's future work), unpacked by a ``bfe`` inside the
 loop.
 
 What the step time is made of (H100, layer 1792, float16, batch 4; clock64
-traces, ``trace=True``, which itself adds about 0.7 us per step): the
-exchange, not the math. Lamport (2.44 us traced, 1.74 untraced): 0.99 us
-waiting for the 16 words of ``h_{t-1}`` each thread loads (thread 0 needs one
-poll round on average: the values are there, the loads' latency is the
-cost), 0.27 us copying them to shared memory and the block barrier, 0.38 us
-operate, 0.39 us reduce and write. Grid barrier, wide loads (5.16 us traced,
-4.25 untraced): 2.24 us loading ``h`` after the barrier, 1.73 us in the
-barrier, 0.37 us operate (``experiments/results/persistent_rnn.md``).
+traces, ``trace=True``, which itself adds about 0.9 us per step): the
+exchange, not the math. Lamport (2.48 us traced, 1.60-1.62 untraced with
+launch bounds): 1.03 us until the 16 words of ``h_{t-1}`` each thread loads
+are in registers (thread 0 needs one poll round on average), 0.27 us copying
+them to shared memory and the block barrier, 0.38 us operate, 0.41 us reduce
+and write. Launched on an exchange buffer that already holds every step (no
+block waits for another) it still takes 1.56 us/step: the waiting costs
+0.05 us, the loads' round trip and the block's own stages the rest. Grid
+barrier, wide loads: 16 scalar loads and stores of h per thread after the
+barrier made the wide kernels slower than the naive one (4.30 against 3.60
+us/step); ``vector=True`` (4 of each) gives 2.45 (bank-aware 2.35)
+(``experiments/results/persistent_rnn.md``, session 3).
 
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
@@ -763,7 +767,8 @@ class PersistentRNN:
     ``cell="lstm"``: ``layout`` holds the ``(4H, H)`` gate rows (i, f, g, o),
     each thread holds ``npt`` pairs of each of its unit's four rows.
     Tunables (results do not depend on them; the defaults are the fastest
-    measured on the H100, ``experiments/results/persistent_rnn.md``):
+    measured on the H100 for the Lamport kernel, ``experiments/results/persistent_rnn.md``;
+    the wide-load barrier kernels are faster with ``vector=True``):
     ``poll``, ``double_buffer``
     (Lamport only), ``index16`` (indices packed two per register),
     ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``, ``reduce``
