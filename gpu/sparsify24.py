@@ -60,7 +60,7 @@ offered; the kernel only moves bits and would need nothing else.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32, uint8
+from numba import cuda, float32, uint8, uint32
 from numba.cuda import config
 
 from reference.sparsify24 import (ALIGN, CANDIDATES, DTYPES, METHODS, NIBBLE, PAIRS, ROW_TERMS,
@@ -76,13 +76,15 @@ if not config.ENABLE_CUDASIM:
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-__all__ = ["sparsify24", "prepare", "kernel_for", "tile_mask_source", "ROW_THREADS", "PREFETCH", "GREEDY_TILE16",
-           "GREEDY_TILE32", "OPTIMAL_TILE"]
+__all__ = ["sparsify24", "prepare", "kernel_for", "auto_min_blocks", "tile_mask_source", "ROW_THREADS", "PREFETCH",
+           "PACK_TABLE", "GREEDY_TILE16", "GREEDY_TILE32", "OPTIMAL_TILE", "TILE16"]
 
 #: Default thread rows per block (a block is 8 x row_threads threads, 8*row_threads rows x 64 columns).
 ROW_THREADS = 16
 #: Default of the fp16 tunable ``prefetch``: read both halves of the 8x8 block before packing the first.
 PREFETCH = False
+#: Default of the fp16 tunable ``pack_table``: row groups packed by a shared-memory table lookup.
+PACK_TABLE = True
 #: Allowed row_threads: blocks must cover whole 32-row metadata groups.
 ROW_THREADS_ALLOWED = (4, 8, 16, 32)
 _BLOCK_COLS = 64
@@ -391,11 +393,6 @@ def _meta_row(d, h):
 
 # ---------------------------------------------------------------- fp16 device helpers (32-bit words)
 
-#: Metadata nibbles of row-group patterns 0-7 and 8-15, 4 bits each, as two 32-bit constants.
-_NIB_LO = _NIBBLES & 0xFFFFFFFF
-_NIB_HI = _NIBBLES >> 32
-
-
 @cuda.jit(device=True)
 def _row_lanes(b):
     """0xFFFF in each fp16 lane kept by row pattern ``b`` (bit c: column c): (word of cols 0-1, of cols 2-3).
@@ -408,15 +405,43 @@ def _row_lanes(b):
     return prmt(s, 0, 0x9988), prmt(s, 0, 0xBBAA)
 
 
+def _pack16_table() -> np.ndarray:
+    """(16,) uint32: for each kept pattern ``b`` of a row group, ``prmt`` selector | metadata nibble << 16.
+
+    The nibble names the slots' columns ``i0 | i1 << 2``; the selector's four
+    nibbles pick bytes ``2*i0, 2*i0+1, 2*i1, 2*i1+1`` of ``hi:lo`` (fp16 lanes
+    ``i0`` and ``i1``); ``prmt`` reads only the low 16 bits of its selector.
+    """
+    nib = (_NIBBLES >> (4 * np.arange(16, dtype=np.uint64))) & 15
+    i0, i1 = nib & 3, nib >> 2
+    sel = 2 * i0 | (2 * i0 + 1) << 4 | (2 * i1) << 8 | (2 * i1 + 1) << 12
+    return (sel | nib << 16).astype(np.uint32)
+
+
+#: :func:`_pack16_table`; each fp16 block copies it to shared memory (one load per row group after).
+_PACK16 = _pack16_table()
+#: Metadata nibbles of row-group patterns 0-7 and 8-15, 4 bits each, as two 32-bit constants.
+_NIB_LO = _NIBBLES & 0xFFFFFFFF
+_NIB_HI = _NIBBLES >> 32
+
+
 @cuda.jit(device=True)
-def _pack16(b, lo, hi):
+def _pack16_table(tab, b, lo, hi):
     """One row group: kept pattern ``b`` (4 bits), lanes ``lo`` (cols 0-1) ``hi`` (2-3) -> (word, nibble).
 
-    Dropped lanes are already 0, so the filler slot (module docstring of the
-    reference) reads 0. ``prmt`` picks fp16 lane ``i`` as bytes ``2i, 2i+1``.
+    ``tab``: :data:`_PACK16` (in shared memory). Dropped lanes are already 0, so
+    the filler slot (module docstring of the reference) reads 0.
     """
+    e = tab[b]
+    return prmt(lo, hi, e), shr32(e, 16)
+
+
+@cuda.jit(device=True)
+def _pack16_arith(tab, b, lo, hi):
+    """:func:`_pack16_table` computed instead of looked up (``tab`` unused): the nibble from two
+    32-bit constants, the selector ``(2i0, 2i0+1, 2i1, 2i1+1)`` from the nibble."""
     nib = _U(shr32(_U(_NIB_HI) if b >= 8 else _U(_NIB_LO), _U(_U(b & 7) << 2)) & 15)
-    sel = _U(_U(0x1010 + _U(_U(nib & 3) * 0x22)) + _U(_U(nib & 12) * 0x880))   # (2i0, 2i0+1, 2i1, 2i1+1)
+    sel = _U(_U(0x1010 + _U(_U(nib & 3) * 0x22)) + _U(_U(nib & 12) * 0x880))
     return prmt(lo, hi, sel), nib
 
 
@@ -429,33 +454,43 @@ def _transpose16(m):
     return _U(m ^ _U(t ^ _U(t << 6)))
 
 
-@cuda.jit(device=True)
-def _tile16(m, l0, h0, l1, h1, l2, h2, l3, h3):
-    """Pack one fp16 tile with mask ``m`` for W and W^T.
+def _make_tile16(pack):
+    """``tile16(tab, m, l0, h0, .., l3, h3)`` packing row groups with ``pack`` (:func:`_pack16_table` or
+    :func:`_pack16_arith`)."""
 
-    Returns W's 4 packed words (row i: 2 fp16), W's 4 nibbles (row i in bits
-    4i..), W^T's 4 packed words (W column c) and W^T's nibbles.
-    """
-    # drop: zero every fp16 lane outside the mask (both packers then read 0 in a filler slot)
-    k0, k1 = _row_lanes(m)
-    k2, k3 = _row_lanes(shr32(m, 4))
-    k4, k5 = _row_lanes(shr32(m, 8))
-    k6, k7 = _row_lanes(shr32(m, 12))
-    l0, h0, l1, h1 = _U(l0 & k0), _U(h0 & k1), _U(l1 & k2), _U(h1 & k3)
-    l2, h2, l3, h3 = _U(l2 & k4), _U(h2 & k5), _U(l3 & k6), _U(h3 & k7)
-    w0, n0 = _pack16(_U(m & 15), l0, h0)
-    w1, n1 = _pack16(_U(shr32(m, 4) & 15), l1, h1)
-    w2, n2 = _pack16(_U(shr32(m, 8) & 15), l2, h2)
-    w3, n3 = _pack16(_U(shr32(m, 12) & 15), l3, h3)
-    # W^T: column c of the tile as two words (rows 0-1, rows 2-3), one byte permute each
-    mt = _transpose16(m)
-    t0, u0 = _pack16(_U(mt & 15), prmt(l0, l1, 0x5410), prmt(l2, l3, 0x5410))
-    t1, u1 = _pack16(_U(shr32(mt, 4) & 15), prmt(l0, l1, 0x7632), prmt(l2, l3, 0x7632))
-    t2, u2 = _pack16(_U(shr32(mt, 8) & 15), prmt(h0, h1, 0x5410), prmt(h2, h3, 0x5410))
-    t3, u3 = _pack16(_U(shr32(mt, 12) & 15), prmt(h0, h1, 0x7632), prmt(h2, h3, 0x7632))
-    nib = _U(_U(n0 | _U(n1 << 4)) | _U(_U(n2 << 8) | _U(n3 << 12)))
-    nib_t = _U(_U(u0 | _U(u1 << 4)) | _U(_U(u2 << 8) | _U(u3 << 12)))
-    return w0, w1, w2, w3, nib, t0, t1, t2, t3, nib_t
+    @cuda.jit(device=True)
+    def tile16(tab, m, l0, h0, l1, h1, l2, h2, l3, h3):
+        """Pack one fp16 tile with mask ``m`` for W and W^T.
+
+        Returns W's 4 packed words (row i: 2 fp16), W's 4 nibbles (row i in bits
+        4i..), W^T's 4 packed words (W column c) and W^T's nibbles.
+        """
+        # drop: zero every fp16 lane outside the mask (both packers then read 0 in a filler slot)
+        k0, k1 = _row_lanes(m)
+        k2, k3 = _row_lanes(shr32(m, 4))
+        k4, k5 = _row_lanes(shr32(m, 8))
+        k6, k7 = _row_lanes(shr32(m, 12))
+        l0, h0, l1, h1 = _U(l0 & k0), _U(h0 & k1), _U(l1 & k2), _U(h1 & k3)
+        l2, h2, l3, h3 = _U(l2 & k4), _U(h2 & k5), _U(l3 & k6), _U(h3 & k7)
+        w0, n0 = pack(tab, _U(m & 15), l0, h0)
+        w1, n1 = pack(tab, _U(shr32(m, 4) & 15), l1, h1)
+        w2, n2 = pack(tab, _U(shr32(m, 8) & 15), l2, h2)
+        w3, n3 = pack(tab, _U(shr32(m, 12) & 15), l3, h3)
+        # W^T: column c of the tile as two words (rows 0-1, rows 2-3), one byte permute each
+        mt = _transpose16(m)
+        t0, u0 = pack(tab, _U(mt & 15), prmt(l0, l1, 0x5410), prmt(l2, l3, 0x5410))
+        t1, u1 = pack(tab, _U(shr32(mt, 4) & 15), prmt(l0, l1, 0x7632), prmt(l2, l3, 0x7632))
+        t2, u2 = pack(tab, _U(shr32(mt, 8) & 15), prmt(h0, h1, 0x5410), prmt(h2, h3, 0x5410))
+        t3, u3 = pack(tab, _U(shr32(mt, 12) & 15), prmt(h0, h1, 0x7632), prmt(h2, h3, 0x7632))
+        nib = _U(_U(n0 | _U(n1 << 4)) | _U(_U(n2 << 8) | _U(n3 << 12)))
+        nib_t = _U(_U(u0 | _U(u1 << 4)) | _U(_U(u2 << 8) | _U(u3 << 12)))
+        return w0, w1, w2, w3, nib, t0, t1, t2, t3, nib_t
+
+    return tile16
+
+
+#: fp16 tile packers: pack_table -> tile16 (the kernels' compile-time choice of row-group packer).
+TILE16 = {True: _make_tile16(_pack16_table), False: _make_tile16(_pack16_arith)}
 
 
 @cuda.jit(device=True)
@@ -508,15 +543,32 @@ def _write_meta(smem_w, smem_t, meta, meta_t, m, k, block_rows):
                                          | (int(smem_t[hi, cl]) << 16) | (int(smem_t[hi, cl + 1]) << 24))
 
 
-def _jit(kernel, row_threads: int, min_blocks: int | None):
-    if min_blocks is None:       # (the simulator's jit takes no launch_bounds at all)
+def _jit(kernel, row_threads: int, min_blocks: int):
+    if not min_blocks or config.ENABLE_CUDASIM:      # (the simulator's jit takes no launch_bounds at all)
         return cuda.jit(kernel)
     return cuda.jit(kernel, launch_bounds=(8 * row_threads, min_blocks))
 
 
-def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | None, prefetch: bool):
-    """fp16 kernel for one (method, ties, block shape, prefetch): 32-bit words, 128-bit loads, 64-bit stores."""
+def auto_min_blocks(bits: int, method: str, row_threads: int, prefetch: bool) -> int:
+    """Launch bounds' minimum blocks per SM when the caller gives none (0: no bound).
+
+    1024 threads per SM (64 registers) for the fp16 greedy and optimal_full
+    kernels without prefetch: ptxas then fits them without spilling (compile
+    checks) where it would otherwise take 71-108 registers and fewer blocks per
+    SM. None for the others (the 186-candidate scorer spills under it; prefetch
+    needs 80 registers).
+    """
+    if bits == 16 and method in ("greedy", "optimal_full") and not prefetch:
+        return 1024 // (8 * row_threads)
+    return 0
+
+
+def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int, prefetch: bool,
+                   pack_table: bool):
+    """fp16 kernel for one (method, ties, block shape, launch bound, prefetch, packer): 32-bit words,
+    128-bit loads, 64-bit stores."""
     greedy = method == "greedy"
+    tile16 = TILE16[pack_table]
     greedy_tile = GREEDY_TILE16[ties]
     optimal_tile = OPTIMAL_TILE["optimal" if greedy else method]
     rows_t = row_threads
@@ -531,7 +583,7 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
                 load4(w32, _U(base + _U(3 * stride))))
 
     @cuda.jit(device=True)
-    def half(x, wf, packed64, tmasks32, r, col0, k):
+    def half(x, tab, wf, packed64, tmasks32, r, col0, k):
         """Rows r..r+3 (words ``x`` from load_half) of the thread's 8 columns: tiles A (col0..) and B (col0+4..).
 
         Writes packed W (one 64-bit word per row) and the two tile masks (one
@@ -553,8 +605,8 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
             bad = _U(_KEY_INF) if acc & 0x80008000 else _U(0)
         q = _U(k >> 3)
         tmasks32[_U(_U(_U(r >> 2) * q) + _U(col0 >> 3))] = _U(ma | _U(mb << 16))
-        wa0, wa1, wa2, wa3, na, ta0, ta1, ta2, ta3, tna = _tile16(ma, la0, ha0, la1, ha1, la2, ha2, la3, ha3)
-        wb0, wb1, wb2, wb3, nb, tb0, tb1, tb2, tb3, tnb = _tile16(mb, lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
+        wa0, wa1, wa2, wa3, na, ta0, ta1, ta2, ta3, tna = tile16(tab, ma, la0, ha0, la1, ha1, la2, ha2, la3, ha3)
+        wb0, wb1, wb2, wb3, nb, tb0, tb1, tb2, tb3, tnb = tile16(tab, mb, lb0, hb0, lb1, hb1, lb2, hb2, lb3, hb3)
         p = _U(_U(r * q) + _U(col0 >> 3))               # packed W[r, col0/2 ..] as 64-bit words
         packed64[p] = _u64(wa0, wb0)
         packed64[_U(p + q)] = _u64(wa1, wb1)
@@ -569,8 +621,14 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
         #   flags (1,) int32.  sizes: m, k.
         smem_w = cuda.shared.array((block_rows, 8), uint8)      # nibble bytes: W row, 8-col block
         smem_t = cuda.shared.array((_BLOCK_COLS, rows_t), uint8)  # W^T row (W col), 8-row block
+        tab = cuda.shared.array(16, uint32)                     # _PACK16: packing selector and nibble
         tx = _U(cuda.threadIdx.x)
         ty = _U(cuda.threadIdx.y)
+        if pack_table:
+            t = _U(_U(ty * 8) + tx)
+            if t < 16:
+                tab[t] = _PACK16[t]
+            cuda.syncthreads()
         row0 = _U(_U(_U(cuda.blockIdx.y * rows_t) + ty) * 8)
         col0 = _U(_U(_U(cuda.blockIdx.x * 8) + tx) * 8)
         if row0 < m and col0 < k:
@@ -586,7 +644,7 @@ def _make_kernel16(method: str, ties: str, row_threads: int, min_blocks: int | N
                 if not prefetch:
                     x = load_half(w32, r, col0, k)
                 (b, na, nb, ta0, ta1, ta2, ta3, tna,
-                 tb0, tb1, tb2, tb3, tnb) = half(x, wf, packed64, tmasks32, r, col0, k)
+                 tb0, tb1, tb2, tb3, tnb) = half(x, tab, wf, packed64, tmasks32, r, col0, k)
                 if prefetch:
                     x = nxt
                 bad = _U(bad if bad > b else b)
@@ -693,10 +751,14 @@ _KERNELS: dict = {}
 
 
 def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS,
-               min_blocks: int | None = None, prefetch: bool = PREFETCH):
-    """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``, fp32 ``prefetch``."""
-    key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks,
-           bool(prefetch) and bits == 16)
+               min_blocks: int | None = None, prefetch: bool = PREFETCH, pack_table: bool = PACK_TABLE):
+    """The (cached) kernel for these compile-time choices; optimal methods ignore ``ties``, fp32
+    ``prefetch`` and ``pack_table``; ``min_blocks`` None: :func:`auto_min_blocks`, 0: no bound."""
+    prefetch = bool(prefetch) and bits == 16
+    if min_blocks is None:
+        min_blocks = auto_min_blocks(bits, method, row_threads, prefetch)
+    key = (bits, method, ties if method == "greedy" else "index", row_threads, min_blocks, prefetch,
+           bool(pack_table) and bits == 16)
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernel16(*key[1:]) if bits == 16 else _make_kernel32(*key[1:5])
     return _KERNELS[key]
@@ -705,7 +767,7 @@ def kernel_for(bits: int, method: str, ties: str, row_threads: int = ROW_THREADS
 # ---------------------------------------------------------------- launcher
 
 def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int = ROW_THREADS,
-            min_blocks: int | None = None, prefetch: bool = PREFETCH):
+            min_blocks: int | None = None, prefetch: bool = PREFETCH, pack_table: bool = PACK_TABLE):
     """Validate and allocate once; return ``(launch, out)`` for repeated launches (benchmarks).
 
     ``launch()`` queues the kernel and returns without synchronising. The second
@@ -720,9 +782,10 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     if row_threads not in ROW_THREADS_ALLOWED:
         raise ValueError(f"row_threads: must be one of {ROW_THREADS_ALLOWED}, got {row_threads!r}")
     if min_blocks is not None:
-        check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
-    if not isinstance(prefetch, bool):
-        raise TypeError(f"prefetch: expected a bool, got {type(prefetch).__name__}")
+        check_int(min_blocks, "min_blocks", minimum=0, maximum=32)
+    for name, flag in (("prefetch", prefetch), ("pack_table", pack_table)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     op = operand(w, "w", dtypes=DTYPES, ndim=2, order="C")
     dev = op.dev
     m, k = dev.shape
@@ -738,7 +801,7 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     meta_t = output((m * k // 32,), np.uint32, like=op)
     tmasks = output((m // 4, k // 4), np.uint16, like=op)
     flags = cuda.to_device(np.zeros(1, np.int32))
-    kern = kernel_for(bits, method, ties, row_threads, min_blocks, prefetch)
+    kern = kernel_for(bits, method, ties, row_threads, min_blocks, prefetch, pack_table)
     grid = (cdiv(k, _BLOCK_COLS), cdiv(m, 8 * row_threads))
     if not (m and k):
         args = None
@@ -761,7 +824,7 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
 
 def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
                row_threads: int = ROW_THREADS, min_blocks: int | None = None,
-               prefetch: bool = PREFETCH) -> Sparse24:
+               prefetch: bool = PREFETCH, pack_table: bool = PACK_TABLE) -> Sparse24:
     """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
 
     Parameters
@@ -772,12 +835,15 @@ def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: 
     check_finite : read the kernel's non-finite flag back and raise ``ValueError``
         (one small device-to-host copy, which synchronises; pass False when timing).
     row_threads : tunable, thread rows per block (4, 8, 16, 32; 8 thread columns).
-    min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: no bound).
+    min_blocks : tunable, launch bounds' minimum resident blocks per SM (None: :func:`auto_min_blocks`;
+        0: no bound).
     prefetch : tunable (fp16; fp32 ignores it), issue the loads of both halves of the thread's 8x8
         block before packing the first (more bytes in flight, 16 more registers).
+    pack_table : tunable (fp16), pack row groups with a 16-entry table in shared memory (one load
+        per group) instead of computing the selector and nibble (~6 more instructions per group).
     """
     launch, (op, out, flags) = prepare(w, method=method, ties=ties, row_threads=row_threads,
-                                       min_blocks=min_blocks, prefetch=prefetch)
+                                       min_blocks=min_blocks, prefetch=prefetch, pack_table=pack_table)
     launch()
     if check_finite and flags.copy_to_host()[0]:
         raise ValueError("w: must be finite, found NaN/Inf value(s) (flagged by the kernel)")

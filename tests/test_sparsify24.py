@@ -221,12 +221,14 @@ def test_reference_rejects_bad_options():
 
 # ------------------------------------------------------------------------- kernel == reference
 
-@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]), st.booleans())
-def test_kernel_equals_reference_bit_for_bit(w, option, row_threads, prefetch):
+@given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]), st.booleans(),
+       st.booleans())
+def test_kernel_equals_reference_bit_for_bit(w, option, row_threads, prefetch, pack_table):
     from gpu import sparsify24 as gpu
     method, ties = option
     want = ref.sparsify24(w, method=method, ties=ties)
-    got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads, prefetch=prefetch)
+    got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads, prefetch=prefetch,
+                         pack_table=pack_table)
     for f in FIELDS:
         a, b = getattr(got, f), getattr(want, f)
         assert a.shape == b.shape and a.dtype == b.dtype, f
@@ -295,8 +297,21 @@ def test_kernel_launcher_rejects_bad_tunables():
         gpu.sparsify24(w, row_threads=3)
     with pytest.raises(TypeError, match="prefetch: expected a bool"):
         gpu.sparsify24(w, prefetch=1)
+    with pytest.raises(TypeError, match="pack_table: expected a bool"):
+        gpu.sparsify24(w, pack_table=None)
+    with pytest.raises(ValueError, match="min_blocks"):
+        gpu.sparsify24(w, min_blocks=-1)
     with pytest.raises(ValueError, match="method: must be one of"):
         gpu.sparsify24(w, method="best")
+
+
+def test_launch_bounds_default_to_64_registers_where_they_do_not_spill():
+    from gpu import sparsify24 as gpu
+    assert gpu.auto_min_blocks(16, "greedy", 16, False) == 8          # 128 threads x 8 = 1024 a SM
+    assert gpu.auto_min_blocks(16, "optimal_full", 4, False) == 32
+    assert gpu.auto_min_blocks(16, "optimal", 16, False) == 0          # the 186-candidate scorer spills
+    assert gpu.auto_min_blocks(16, "greedy", 16, True) == 0            # prefetch needs 80 registers
+    assert gpu.auto_min_blocks(32, "greedy", 16, False) == 0
 
 
 @pytest.mark.parametrize("shape", [(0, 32), (32, 0), (0, 0)])

@@ -9,7 +9,7 @@
   read with one 128-bit load per row (``ld.global.v4.u32``, 4 per half of the
   8x8 block; 8 before the loop with ``prefetch``), packed W and W^T are written as 64-bit words;
 * fp32: 64-bit loads (``ld.global.u64``), 16 per half;
-* one ``bar.sync`` (the shared-memory metadata exchange).
+* one ``bar.sync`` for the shared-memory metadata exchange (fp16: and one after the packing table's copy).
 """
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def alu64_share(ptx: str) -> float:
 
 @functools.cache
 def build(kernel, args, cc):
-    """(post-LTO PTX, ptxas report) of one kernel; the linker made verbose for the report."""
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, args, device=False, abi="numba",
-                                                 cc=cc, lto=True)
+    """(post-LTO PTX, ptxas report) of one kernel, with its launch bounds; the linker made verbose for the report."""
+    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, args, device=False, abi="numba", cc=cc, lto=True,
+                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
     lib._lto = True
     text = lib.get_lto_ptx(cc=cc)
     original = driver._Linker._get_linker_options
@@ -67,21 +67,23 @@ def build(kernel, args, cc):
 # Each build is Numba + NVVM + two nvJitLink LTO passes (PTX, then cubin for ptxas's report): 2-8 s
 # each on the 2-core CI machine since the generated functions select through calls (gpu.sparsify24._pick;
 # with conditional expressions the 186-candidate kernel took ~105 s, optimal_full ~18 s).
-BUILDS = [((9, 0), 16, "greedy", "index", False), ((9, 0), 16, "greedy", "torch", False),
-          ((9, 0), 16, "optimal_full", "index", False), ((9, 0), 16, "optimal", "index", False),
-          ((9, 0), 32, "greedy", "index", False),
-          ((8, 0), 16, "greedy", "index", False), ((9, 0), 16, "greedy", "index", True),
-          ((9, 0), 16, "greedy", "torch", True)]
+BUILDS = [((9, 0), 16, "greedy", "index", False, True), ((9, 0), 16, "greedy", "torch", False, True),
+          ((9, 0), 16, "optimal_full", "index", False, True), ((9, 0), 16, "optimal", "index", False, True),
+          ((9, 0), 32, "greedy", "index", False, True), ((8, 0), 16, "greedy", "index", False, True),
+          ((9, 0), 16, "greedy", "index", True, True), ((9, 0), 16, "greedy", "torch", True, True),
+          ((9, 0), 16, "greedy", "index", False, False)]
 
 
-@pytest.mark.parametrize("cc,bits,method,ties,prefetch", BUILDS)
-def test_kernel_compiles_in_registers(cc, bits, method, ties, prefetch):
-    ptx, report = build(g.kernel_for(bits, method, ties, prefetch=prefetch), kernel_args(bits), cc)
+@pytest.mark.parametrize("cc,bits,method,ties,prefetch,pack_table", BUILDS)
+def test_kernel_compiles_in_registers(cc, bits, method, ties, prefetch, pack_table):
+    ptx, report = build(g.kernel_for(bits, method, ties, prefetch=prefetch, pack_table=pack_table),
+                        kernel_args(bits), cc)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     assert ".local" not in ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and all(a == "0" and b == "0" for a, b in spills), report
-    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 1
+    # fp16: the packing table's copy to shared memory, then the metadata exchange
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == (2 if bits == 16 and pack_table else 1)
     # the loop over the two halves is not unrolled: the loads below are one half's (both halves'
     # with prefetch, read before the loop)
     if bits == 16:
@@ -95,7 +97,8 @@ def test_kernel_compiles_in_registers(cc, bits, method, ties, prefetch):
 _greedy_index = g.GREEDY_TILE16["index"]
 _greedy_torch = g.GREEDY_TILE16["torch"]
 _optimal_full = g.OPTIMAL_TILE["optimal_full"]
-_tile16 = g._tile16
+_tile16_table = g.TILE16[True]
+_tile16_arith = g.TILE16[False]
 
 
 @cuda.jit
@@ -114,8 +117,15 @@ def _probe_optimal_full(wf, out):
 
 
 @cuda.jit
-def _probe_tile16(w, out):
-    r = _tile16(w[8], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
+def _probe_tile16_table(w, tab, out):
+    r = _tile16_table(tab, w[8], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
+    for i in range(10):
+        out[i] = r[i]
+
+
+@cuda.jit
+def _probe_tile16_arith(w, tab, out):
+    r = _tile16_arith(tab, w[8], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7])
     for i in range(10):
         out[i] = r[i]
 
@@ -124,7 +134,8 @@ def _probe_tile16(w, out):
     (_probe_greedy16_index, (types.uint32[::1], types.uint32[::1])),
     (_probe_greedy16_torch, (types.uint32[::1], types.uint32[::1])),
     (_probe_optimal_full, (types.float16[:, ::1], types.uint32[::1])),
-    (_probe_tile16, (types.uint32[::1], types.uint32[::1])),
+    (_probe_tile16_table, (types.uint32[::1], types.uint32[::1], types.uint32[::1])),
+    (_probe_tile16_arith, (types.uint32[::1], types.uint32[::1], types.uint32[::1])),
 ])
 def test_tile_functions_are_branch_free(probe, args):
     ptx, _ = build(probe, args, (9, 0))
