@@ -118,8 +118,9 @@ from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
-__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT", "TRACE_PHASES", "PersistentRNN",
-           "rnn_forward", "lstm_forward", "step_stride", "shared_bytes", "max_hidden", "shared_limit"]
+__all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
+           "TRACE_PHASES", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
+           "max_hidden", "shared_limit"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
