@@ -23,6 +23,22 @@ literal struct, returned to Numba as a ``UniTuple``.
     1-D 16-bit array, read with one ``ld.*.u32`` (``i`` even, ``arr`` 4-byte aligned):
     a ``half2`` fragment register straight from a float16 shared tile.
 
+``ldmatrix_x4_trans(arr, i) -> (r0, r1, r2, r3)``
+    ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: four 8x8 tiles of a 16-bit
+    shared array, transposed: lane ``8j + r`` gives (as ``arr[i]``) the start of row
+    ``r`` of tile ``j`` (8 consecutive elements, 16-byte aligned); lane ``l`` receives
+    in ``r_j`` the pair ``(T_j[2t, g], T_j[2t+1, g])`` (``g = l // 4``, ``t = l % 4``).
+    For a row-major ``k x n`` tile of B, rows ``k0..k0+15`` at columns ``n0..n0+7``
+    (lanes 0-15) and ``n0+8..n0+15`` (lanes 16-31) give ``b0, b1`` of two m16n8k16
+    n-tiles.
+``cp_async16(dst, di, src, si, nbytes)``, ``cp_async_commit()``, ``cp_async_wait(n)``
+    ``cp.async.cg.shared.global``: copy 16 bytes from global ``src[si:]`` to shared
+    ``dst[di:]`` without registers (the first ``nbytes`` read, the rest zero-filled;
+    ``nbytes = 0`` reads nothing), ``cp.async.commit_group`` closes this thread's group
+    of copies, ``cp.async.wait_group n`` (``n`` a compile-time integer) waits until at
+    most ``n`` of its groups are pending. Other threads see the data after a barrier.
+    Both addresses 16-byte aligned.
+
 Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point
 type" and "... mma.m16n8k8" for ``.tf32``). Lane ``l`` of the warp has
 ``g = l // 4`` (groupID) and ``t = l % 4`` (threadID_in_group):
@@ -60,10 +76,13 @@ import threading
 
 import numpy as np
 from numba import cuda
+from numba.core.types import float16
 from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round",
-           "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe"]
+           "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait",
+           "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
+           "ldmatrix_expected"]
 
 
 def tf32_round(x):
@@ -77,6 +96,19 @@ def tf32_round(x):
     rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
     out = np.where(special, bits, rounded).view(np.float32)
     return out if out.ndim else np.float32(out[()])
+
+
+def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:
+    """What :func:`ldmatrix_probe` must return for a 16x16 float16 ``tile``: ``(32, 4)`` uint32, lane
+    ``l`` register ``j`` = ``(T_j[2t, g], T_j[2t+1, g])`` (low half first), ``T_j`` the 8x8 tile ``j``
+    (rows ``8 * (j % 2)``, columns ``8 * (j // 2)``)."""
+    out = np.zeros((32, 4), dtype=np.uint32)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for j in range(4):
+            sub = tile[8 * (j % 2): 8 * (j % 2) + 8, 8 * (j // 2): 8 * (j // 2) + 8]
+            out[lane, j] = np.array([sub[2 * t, g], sub[2 * t + 1, g]], dtype=np.float16).view(np.uint32)[0]
+    return out
 
 
 @functools.cache
@@ -157,6 +189,31 @@ if config.ENABLE_CUDASIM:
         pair = np.array([arr[i], arr[i + 1]], dtype=arr.dtype)
         return np.uint32(pair.view(np.uint32)[0])
 
+
+    def ldmatrix_x4_trans(arr, i):
+        """Simulator fallback of ``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16``."""
+        starts = _warp_allgather(int(i))
+        lane = threading.current_thread().thread_id % 32
+        g, t = lane // 4, lane % 4
+        out = []
+        for j in range(4):
+            pair = np.array([arr[starts[8 * j + 2 * t] + g], arr[starts[8 * j + 2 * t + 1] + g]], dtype=arr.dtype)
+            out.append(np.uint32(pair.view(np.uint32)[0]))
+        return tuple(out)
+
+    def cp_async16(dst, di, src, si, nbytes):
+        """Simulator fallback of ``cp.async`` (16 bytes, zero-filled past ``nbytes``): copies at once."""
+        width = 16 // dst.dtype.itemsize
+        have = int(nbytes) // dst.dtype.itemsize
+        for e in range(width):
+            dst[di + e] = src[si + e] if e < have else 0
+
+    def cp_async_commit():
+        """Simulator fallback: the copies are already done."""
+
+    def cp_async_wait(n):
+        """Simulator fallback: the copies are already done."""
+
 else:
     from llvmlite import ir
     from numba.cuda import types
@@ -228,6 +285,79 @@ else:
 
         return sig, codegen
 
+    def _shared_u32(builder, context, arrty, arr, i, ity):
+        """The 32-bit shared-window address of ``arr[i]`` (Numba hands shared arrays over as generic pointers)."""
+        ary = context.make_array(arrty)(context, builder, arr)
+        ptr = builder.gep(ary.data, [context.cast(builder, i, ity, types.intp)])
+        cvta = ir.InlineAsm(ir.FunctionType(_I32, [ir.IntType(64)]),
+                            "{ .reg .u64 a; cvta.to.shared.u64 a, $1; cvt.u32.u64 $0, a; }", "=r,l")
+        return builder.call(cvta, [builder.ptrtoint(ptr, ir.IntType(64))])
+
+    @intrinsic
+    def ldmatrix_x4_trans(typingctx, arr, i):
+        """``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`` from a 1-D 16-bit shared array."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth == 16
+                and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(types.uint32, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            addr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
+                               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
+                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+            res = builder.call(asm, [addr])
+            return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, j) for j in range(4)])
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async16(typingctx, dst, di, src, si, nbytes):
+        """``cp.async.cg.shared.global [dst + di], [src + si], 16, nbytes``."""
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array) and dst.ndim == 1 and src.ndim == 1
+                and all(isinstance(x, types.Integer) for x in (di, si, nbytes))):
+            return None
+        sig = types.void(dst, di, src, si, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            daddr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
+            sary = context.make_array(sig.args[2])(context, builder, args[2])
+            sptr = builder.gep(sary.data, [context.cast(builder, args[3], sig.args[3], types.intp)])
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
+                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16, $2; }",
+                               "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [daddr, builder.ptrtoint(sptr, ir.IntType(64)), args[4]])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_commit(typingctx):
+        """``cp.async.commit_group``."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;", "~{memory}",
+                                      side_effect=True), [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_wait(typingctx, n):
+        """``cp.async.wait_group n`` for a compile-time integer ``n``."""
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        pending = int(n.literal_value)
+        sig = types.void(n)
+
+        def codegen(context, builder, sig, args):
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), f"cp.async.wait_group {pending};",
+                                      "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
 
 # ---------------------------------------------------------------------------
 # Probe kernels: one MMA per warp (the tests' check of the fragment layout above, and its example)
@@ -284,3 +414,22 @@ def tf32_probe(x, out):
     i = cuda.grid(1)
     if i < x.size:
         out[i] = to_tf32(x[i])
+
+
+#: ldmatrix reads 16-byte rows (the simulator takes no alignment argument).
+_PROBE_ALIGN = None if config.ENABLE_CUDASIM else 16
+
+
+@cuda.jit
+def ldmatrix_probe(tile, out):
+    """One warp: a 16x16 float16 tile (row-major, flat) into shared memory, then
+    ``out[4*l + j] = ldmatrix_x4_trans(...)[j]`` for lane ``l`` giving row ``l % 16``, columns
+    ``8 * (l // 16)``: tiles 0, 1 = rows 0-7, 8-15 of columns 0-7; tiles 2, 3 = of columns 8-15."""
+    sh = cuda.shared.array(256, float16, alignment=_PROBE_ALIGN)
+    lane = cuda.threadIdx.x
+    for i in range(lane, 256, 32):
+        sh[i] = tile[i]
+    cuda.syncthreads()
+    r = ldmatrix_x4_trans(sh, (lane % 16) * 16 + (lane // 16) * 8)
+    for j in range(4):
+        out[4 * lane + j] = r[j]

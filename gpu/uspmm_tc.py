@@ -30,31 +30,33 @@ Precision:
   reduction length of the float32-accumulation bound of the existing tests.
 
 Algorithm (one block per ``bm x bn`` tile of ``C``; warps ``warps_m x warps_n``,
-each owning a ``bm/warps_m x bn/warps_n`` sub-tile as 16x8 MMA tiles):
+each owning a ``bm/warps_m x bn/warps_n`` sub-tile as 16x8 MMA tiles; K in
+chunks of ``kc`` columns):
 
-1. per K chunk of ``kc`` columns, every thread owns a segment of one row of the
-   A tile (``seg = kc * bm / nthreads`` columns; lane ``l`` of a warp owns row
-   ``l`` of 32 consecutive rows): it reads that row's ELL entries whose column
-   falls in the segment, then zeroes its segment of the shared A tile and
-   scatters the entries into it. One thread per segment, so zeroing and
-   scattering need no barrier between them. The entries come from
-   :func:`segment_entries`, the ELL regrouped per segment of ``seg`` columns and
-   padded to the fullest segment's count ``w`` (a derived array kept on the
-   :class:`~gpu.uspmm.DeviceELL`): stored ``[segment, slot, row]``, so a warp's
-   read of slot ``i`` is 32 consecutive rows, one coalesced load, and every
-   thread reads ``w`` slots (a row-major ELL read row by row is 32 scattered
-   reads per warp load);
-2. the ``kc x bn`` tile of ``B`` goes to shared memory as the fragments want
-   it: float16 as pairs of rows interleaved (the two halves of a ``b0``/``b1``
-   register are adjacent, one 32-bit read); float32 row-major. Rows are padded
-   (A by 16 bytes, B by 32 bytes) so each warp's fragment reads hit 32
-   different banks;
-3. each warp loads its A and B fragments with 32-bit shared reads
-   (:func:`gpu.mma.load_b32`) and runs its MMAs;
-4. two shared buffers: chunk ``j + 1``'s global loads (entries, B) are in
-   flight in registers while the warps multiply chunk ``j``, then written to
-   the other buffer; one barrier per chunk (the scheme of
-   :func:`gpu.uspmm._dense_tile_kernel`).
+1. A: every thread owns a segment of one row of the block's A tile (``seg =
+   kc * bm / nthreads`` columns; lane ``l`` of a warp owns row ``l`` of 32
+   consecutive rows). The entries come from :func:`segment_entries`, the ELL
+   regrouped per segment of ``seg`` columns and padded to the fullest
+   segment's count ``w`` (a derived array kept on the
+   :class:`~gpu.uspmm.DeviceELL`), stored ``[segment, slot, row]`` so that a
+   block's rows of one slot are contiguous. (a) ``cp.async`` copies a chunk's
+   slots (values and 8-bit offsets, 16 bytes a copy, no registers) into an
+   entry stage; (b) one chunk later each thread zeroes its segment of a dense
+   A tile and writes its ``w`` staged entries into it. One thread per
+   segment, so zeroing and scattering need no barrier between them;
+2. B: ``cp.async`` copies the chunk's ``kc x bn`` tile of ``B`` (16-byte
+   pieces, zeros past K and N; element by element when rows of ``B`` are not
+   16-byte aligned) into a B stage, row-major with rows padded by 8 elements;
+3. MMA: each warp loads its A fragments with 32-bit shared reads
+   (:func:`gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
+   banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
+   per instruction) or 32-bit reads (float32), then runs its MMAs;
+4. pipeline: :data:`STAGES` = 3 B stages and entry stages, 2 A tiles. In step
+   ``j`` the copies of B(j+2) and the entries of chunk j+3 are issued (one
+   commit group), the warps multiply chunk ``j``, the entries of chunk ``j+1``
+   are scattered into the other A tile, then ``cp.async.wait_group 1`` and one
+   barrier. Global loads are in flight for two steps, with no registers held
+   for them.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -72,18 +74,19 @@ from numba import cuda, float32
 from numba.core.types import float16
 from numba.cuda import config as cuda_config
 
-from gpu.mma import load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, to_tf32
-from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _b_tile_stager, _launch, _rhs, prepare
-from gpu.vector_loads import aligned, load8, store4, store8
+from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
+                     mma_m16n8k16_f16_f32, to_tf32)
+from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, prepare
+from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 
-__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
+__all__ = ["uspmm", "DEFAULTS", "STAGES", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
 
 #: Default tunables per dtype (see the module docstring).
 DEFAULTS = {
-    np.dtype(np.float16): dict(bm=128, bn=128, kc=32, warps_m=2, warps_n=4, min_blocks=1),
-    np.dtype(np.float32): dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=4, min_blocks=1),
+    np.dtype(np.float16): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, min_blocks=1),
+    np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, min_blocks=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -94,17 +97,9 @@ _PAD = 16            #: bytes added to each row of the shared A tile (fragment r
 _B_PAD_WORDS = 8     #: 32-bit words added to each row of the shared B tile
 
 
-def _geometry(bm: int, bn: int, kc: int, half: bool):
-    """(A row stride, A buffer, B row stride, B buffer), strides and sizes in elements of the tile dtype."""
-    item = 2 if half else 4
-    sa = kc + _PAD // item                            # A: bm rows of kc (+pad) elements
-    sbw = bn + _B_PAD_WORDS                           # B: words per row (float16: per pair of rows)
-    b_buf = (kc // 2) * sbw * 2 if half else kc * sbw
-    return sa, bm * sa, sbw, b_buf
-
-
 def segment_entries(dell, seg: int):
-    """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, M)``: row ``r``'s entries with a
+    """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
+    16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
     ``q*seg + offsets[q, w-cnt:, r]`` (``cnt`` of them, ascending); ``w`` is the largest ``cnt`` of
     the matrix (at least 1). The first ``w - cnt`` slots are padding (value 0 at offset 0): the
@@ -121,8 +116,9 @@ def segment_entries(dell, seg: int):
         first = np.cumsum(counts, axis=1) - counts                          # first slot of (row, segment)
         rank = np.arange(idx.shape[1])[None, :] - first[rows, q]            # place within the segment
         pos = w - counts[rows, q] + rank
-        values = np.zeros((nsub, w, m), dtype=dell.dtype)
-        offsets = np.zeros((nsub, w, m), dtype=np.uint8)
+        mp = cdiv(m, 16) * 16
+        values = np.zeros((nsub, w, mp), dtype=dell.dtype)
+        offsets = np.zeros((nsub, w, mp), dtype=np.uint8)
         values[q, pos, rows] = dell.host.values
         offsets[q, pos, rows] = idx - q * seg
         return values, offsets
@@ -141,118 +137,127 @@ def error_reduction(kprime: int, dtype) -> int:
     return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
 
 
+#: Stages of the B tile and of the staged entries (shared memory, filled by cp.async).
+STAGES = 3
+
+
+def _geometry(bm: int, bn: int, kc: int, half: bool) -> dict:
+    """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting."""
+    item = 2 if half else 4
+    sa = kc + 16 // item                              # A: bm rows of kc columns + 16 bytes
+    sbn = bn + 8                                      # B: kc rows of bn columns + 8 elements
+    return dict(sa=sa, a_buf=bm * sa, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
+
+
 def shared_bytes(bm: int, bn: int, kc: int, half: bool) -> int:
-    """Shared memory of one block: two buffers of the A tile and the B tile."""
-    _, a_buf, _, b_buf = _geometry(bm, bn, kc, half)
-    return 2 * (a_buf + b_buf) * (2 if half else 4)
-
-
-@cuda.jit(device=True, inline=True)
-def _set8(dst, i, r, v):
-    """``dst[i, r, :] = v`` for an 8-tuple, written out (no tuple index chosen at run time)."""
-    dst[i, r, 0] = v[0]
-    dst[i, r, 1] = v[1]
-    dst[i, r, 2] = v[2]
-    dst[i, r, 3] = v[3]
-    dst[i, r, 4] = v[4]
-    dst[i, r, 5] = v[5]
-    dst[i, r, 6] = v[6]
-    dst[i, r, 7] = v[7]
+    """Shared memory of one block: two A tiles, STAGES B tiles and STAGES entry stages (value and 8-bit
+    offset per slot)."""
+    geo = _geometry(bm, bn, kc, half)
+    item = 2 if half else 4
+    return (2 * geo["a_buf"] + STAGES * geo["b_buf"]) * item + STAGES * geo["e_buf"] * (item + 1)
 
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
-    Arguments, grouped: arrays ``ent_val``, ``ent_off`` (:func:`segment_entries` for
-    ``seg``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``,
-    ``k``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
+    ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``, ``w``
+    (slots per segment), ``nsub`` (segments), ``mp`` (rows of the entry arrays); ``vec_ok``
+    (rows of ``b`` start on 16-byte boundaries, so B moves by 16-byte cp.async).
     """
     nthreads = WARP_SIZE * warps_m * warps_n
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
     mtiles, ntiles = wtm // 16, wtn // 8              # its 16x8 MMA tiles
     tile_type = float16 if half else float32
-    sa, a_buf, sbw, b_buf = _geometry(bm, bn, kc, half)
+    item = 2 if half else 4
+    vw = 16 // item                                   # elements per 16-byte copy
+    geo = _geometry(bm, bn, kc, half)
+    sa, a_buf, sbn, b_buf, e_buf = geo["sa"], geo["a_buf"], geo["sbn"], geo["b_buf"], geo["e_buf"]
+    two_a, all_b, all_e = 2 * a_buf, STAGES * b_buf, STAGES * e_buf
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
-    vz = 8 if half else 4                             # elements per 16-byte zero store
-    zvec = seg % vz == 0
-    two_a, two_b = 2 * a_buf, 2 * b_buf               # both buffers (a compile-time constant for shared.array)
-    if half:
-        pieces = (kc // 2) * (bn // 8)                # B: (pair of rows, 8 columns) per piece
-        nbp = cdiv(pieces, nthreads)
-        per_row = bn // 8
-    else:
-        nb, bw, load_b, _ = _b_tile_stager(bn, nthreads, kc * bn, False)
+    zvec = seg % vw == 0                              # zero the segment with 16-byte stores
+    per_row = bn // vw
+    bpieces = kc * per_row                            # 16-byte pieces of a B tile
+    nbp = cdiv(bpieces, nthreads)
+    vpr, opr = bm // vw, bm // 16                     # 16-byte pieces of one slot's values, offsets
+    epieces = kc * (vpr + opr)                        # of a chunk's entry stage (all seg slots)
+    nep = cdiv(epieces, nthreads)
 
     @cuda.jit(device=True, inline=True)
-    def load_a(ent_val, ent_off, q, row, m, w, av, ac):
-        """Step 1a: segment ``q`` of row ``row`` (``w`` slots, padding first) into registers;
-        lanes read consecutive rows (coalesced)."""
-        for i in range(seg):
-            av[i] = tile_type(0.0)
-            ac[i] = 0
-            if i < w and q < ent_val.shape[0] and row < m:
-                av[i] = ent_val[q, i, row]
-                ac[i] = ent_off[q, i, row]
+    def issue_b(ch, t, b, n, k, vec_ok, col0, sh_b):
+        """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % STAGES`` by cp.async (zeros
+        past K and N); without 16-byte rows, element by element (plain loads and stores)."""
+        k0 = ch * kc
+        zero = tile_type(0.0)
+        for i in range(nbp):
+            p = t + i * nthreads
+            if p < bpieces:
+                r = p // per_row
+                cc = (p % per_row) * vw
+                gk = k0 + r
+                gc = col0 + cc
+                dst = (ch % STAGES) * b_buf + r * sbn + cc
+                if vec_ok:                                               # N % vw == 0: whole pieces
+                    ok = gk < k and gc < n
+                    cp_async16(sh_b, dst, b, gk * n + gc if ok else 0, 16 if ok else 0)
+                else:
+                    for e in range(vw):
+                        sh_b[dst + e] = b[gk * n + gc + e] if gk < k and gc + e < n else zero
 
     @cuda.jit(device=True, inline=True)
-    def store_a(sh_a, base, w, av, ac):
-        """Step 1b: zero the segment (16-byte stores), then write its ``w`` slots in order (padding,
-        a 0 at offset 0, first). The same thread does both: program order, no barrier."""
+    def issue_e(ch, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo):
+        """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
+        ``bm`` rows) into entry stage ``ch % STAGES`` by cp.async: slot ``h*seg + i`` of the stage
+        holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments)."""
+        sbase = (ch % STAGES) * e_buf
+        for i in range(nep):
+            p = t + i * nthreads
+            if p < epieces:
+                slot = p // (vpr + opr)
+                part = p % (vpr + opr)
+                q = ch * tpr + slot // seg
+                ii = slot % seg
+                if ii < w:
+                    if part < vpr:                                       # values: vw rows a piece
+                        r = part * vw
+                        ok = q < nsub and row0 + r < mp
+                        cp_async16(sh_ev, sbase + slot * bm + r, ev,
+                                   (q * w + ii) * mp + row0 + r if ok else 0, 16 if ok else 0)
+                    else:                                                # offsets: 16 rows a piece
+                        r = (part - vpr) * 16
+                        ok = q < nsub and row0 + r < mp
+                        cp_async16(sh_eo, sbase + slot * bm + r, eo,
+                                   (q * w + ii) * mp + row0 + r if ok else 0, 16 if ok else 0)
+
+    @cuda.jit(device=True, inline=True)
+    def scatter(ch, abuf, arow, h, w, sh_ev, sh_eo, sh_a):
+        """Step 1b: zero this thread's segment of A tile ``abuf`` (16-byte stores), then write its
+        ``w`` staged slots of chunk ``ch`` in order (padding, a 0 at offset 0, first). One thread
+        per segment: program order, no barrier between the two."""
+        base = abuf * a_buf + arow * sa + h * seg
         zero = tile_type(0.0)                                            # (built here: a global tuple of
         if zvec:                                                         # float16 constants is invalid NVVM IR)
-            for z in range(seg // vz):
+            for z in range(seg // vw):
                 if half:
-                    store8(sh_a, base + z * vz, (zero, zero, zero, zero, zero, zero, zero, zero))
+                    store8(sh_a, base + z * vw, (zero, zero, zero, zero, zero, zero, zero, zero))
                 else:
-                    store4(sh_a, base + z * vz, (zero, zero, zero, zero))
+                    store4(sh_a, base + z * vw, (zero, zero, zero, zero))
         else:
             for z in range(seg):
                 sh_a[base + z] = zero
+        e0 = (ch % STAGES) * e_buf + h * seg * bm + arow
         for i in range(seg):
             if i < w:
-                sh_a[base + ac[i]] = av[i]
+                sh_a[base + np.int32(sh_eo[e0 + i * bm])] = sh_ev[e0 + i * bm]
 
     @cuda.jit(device=True, inline=True)
-    def load_b16(k0, t, b, n, k, interior, col0, breg):
-        """Step 2a (float16): rows ``2kp``, ``2kp+1`` of the chunk, 8 columns each, per piece."""
-        zero = float16(0.0)
-        for i in range(nbp):
-            e = t + i * nthreads
-            gk = k0 + 2 * (e // per_row)
-            gc = col0 + (e % per_row) * 8
-            for r in range(2):
-                if interior and e < pieces and gk + r < k:
-                    _set8(breg, i, r, load8(b, (gk + r) * n + gc))          # ld.global.v4
-                else:
-                    for j in range(8):
-                        breg[i, r, j] = (b[(gk + r) * n + gc + j]
-                                         if e < pieces and gk + r < k and gc + j < n else zero)
-
-    @cuda.jit(device=True, inline=True)
-    def store_b16(sh_b, base, t, breg):
-        """Step 2b (float16): interleave the two rows (B[2kp, c], B[2kp+1, c], ...) with two 16-byte stores."""
-        for i in range(nbp):
-            e = t + i * nthreads
-            if e < pieces:
-                o = base + ((e // per_row) * sbw + (e % per_row) * 8) * 2
-                store8(sh_b, o, (breg[i, 0, 0], breg[i, 1, 0], breg[i, 0, 1], breg[i, 1, 1],
-                                 breg[i, 0, 2], breg[i, 1, 2], breg[i, 0, 3], breg[i, 1, 3]))
-                store8(sh_b, o + 8, (breg[i, 0, 4], breg[i, 1, 4], breg[i, 0, 5], breg[i, 1, 5],
-                                     breg[i, 0, 6], breg[i, 1, 6], breg[i, 0, 7], breg[i, 1, 7]))
-
-    @cuda.jit(device=True, inline=True)
-    def store_b32(sh_b, base, t, breg):
-        """Step 2b (float32): the stager's 4-float pieces into the padded rows, 16-byte stores."""
-        for i in range(nb):
-            e = (t + i * nthreads) * 4
-            if e < kc * bn:
-                store4(sh_b, base + (e // bn) * sbw + e % bn, (breg[i, 0], breg[i, 1], breg[i, 2], breg[i, 3]))
-
-    @cuda.jit(device=True, inline=True)
-    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, bfr):
-        """Step 3 (float16): the warp's MMAs over one buffer, 16 columns of K at a time."""
+    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, lane, acc, afr, bfr):
+        """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time;
+        A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans."""
+        g = lane // 4
+        tq = lane % 4
         for ks in range(kc // 16):
             for mt in range(mtiles):                                     # A[r, 2tq..], A[r+8, ..], +8 cols
                 o = ab + (wm0 + mt * 16 + g) * sa + ks * 16 + 2 * tq
@@ -260,10 +265,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 afr[mt, 1] = load_b32(sh_a, o + 8 * sa)
                 afr[mt, 2] = load_b32(sh_a, o + 8)
                 afr[mt, 3] = load_b32(sh_a, o + 8 * sa + 8)
-            for nt in range(ntiles):                                     # B[2tq.., col], B[2tq+8.., col]
-                o = bb + ((ks * 8 + tq) * sbw + wn0 + nt * 8 + g) * 2
-                bfr[nt, 0] = load_b32(sh_b, o)
-                bfr[nt, 1] = load_b32(sh_b, o + 8 * sbw)
+            for nt in range(0, ntiles, 2):                               # lane l: row ks*16 + l%16 of B,
+                r = ldmatrix_x4_trans(sh_b, bb + (ks * 16 + lane % 16) * sbn   # n-tile nt + l//16
+                                      + wn0 + nt * 8 + (lane // 16) * 8)
+                bfr[nt, 0] = r[0]
+                bfr[nt, 1] = r[1]
+                bfr[nt + 1, 0] = r[2]
+                bfr[nt + 1, 1] = r[3]
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     d = mma_m16n8k16_f16_f32(afr[mt, 0], afr[mt, 1], afr[mt, 2], afr[mt, 3],
@@ -292,9 +300,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 split(sh_a[o + 4], afr, afs, mt, 2)
                 split(sh_a[o + 8 * sa + 4], afr, afs, mt, 3)
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
-                o = bb + (ks * 8 + tq) * sbw + wn0 + nt * 8 + g
+                o = bb + (ks * 8 + tq) * sbn + wn0 + nt * 8 + g
                 split(sh_b[o], bfr, bfs, nt, 0)
-                split(sh_b[o + 4 * sbw], bfr, bfs, nt, 1)
+                split(sh_b[o + 4 * sbn], bfr, bfs, nt, 1)
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     # small terms first, then big x big (the largest last: less float32 rounding)
@@ -310,8 +318,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
 
+
     @cuda.jit
-    def kernel(ent_val, ent_off, b, c, m, n, k, vec_ok):
+    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp, vec_ok):
         t = cuda.threadIdx.x
         lane = t % WARP_SIZE
         warp = t // WARP_SIZE
@@ -321,22 +330,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         wn0 = (warp % warps_n) * wtn
         row0 = cuda.blockIdx.x * bm
         col0 = cuda.blockIdx.y * bn
-        interior = vec_ok and col0 + bn <= n                             # every B read of the tile is 16 bytes
         nchunks = (k + kc - 1) // kc
-        w = ent_val.shape[1]                                             # slots per segment
-        sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)
-        sh_b = cuda.shared.array(two_b, tile_type, alignment=SMEM_ALIGN)
-        # this thread's segment of the A tile: row arow, columns h*seg .. (h+1)*seg of each chunk
-        arow = t % bm
-        h = t // bm
-        row = row0 + arow
-        a_seg = arow * sa + h * seg
-        av = cuda.local.array(seg, tile_type)                            # the next chunk's entries, in flight
-        ac = cuda.local.array(seg, np.int32)
-        if half:
-            breg = cuda.local.array((nbp, 2, 8), float16)                # the next chunk's B, in flight
-        else:
-            breg = cuda.local.array((nb, bw), float32)
+        sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)            # 2 dense A tiles
+        sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)            # STAGES B tiles
+        sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)           # STAGES entry stages:
+        sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)            # values, offsets
+        arow = t % bm                                                    # this thread's A segment: row arow,
+        h = t // bm                                                      # columns h*seg .. (h+1)*seg
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
         if half:
             afr = cuda.local.array((mtiles, 4), np.uint32)
@@ -350,38 +350,39 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for nt in range(ntiles):
                 for x in range(4):
                     acc[mt, nt, x] = 0.0
-        # Prologue: chunk 0 into buffer 0.
-        load_a(ent_val, ent_off, h, row, m, w, av, ac)
-        if half:
-            load_b16(0, t, b, n, k, interior, col0, breg)
-            store_b16(sh_b, 0, t, breg)
-        else:
-            load_b(0, t, b, n, k, interior, col0, breg)
-            store_b32(sh_b, 0, t, breg)
-        store_a(sh_a, a_seg, w, av, ac)
+        # Prologue: copy groups {B0, E0, E1} and {B1, E2} in flight, wait for the first, build A tile 0.
+        issue_b(0, t, b, n, k, vec_ok, col0, sh_b)
+        issue_e(0, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+        if 1 < nchunks:
+            issue_e(1, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+        cp_async_commit()
+        if 1 < nchunks:
+            issue_b(1, t, b, n, k, vec_ok, col0, sh_b)
+        if 2 < nchunks:
+            issue_e(2, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+        cp_async_commit()
+        cp_async_wait(1)
+        cuda.syncthreads()
+        scatter(0, 0, arow, h, w, sh_ev, sh_eo, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             p = j % 2
-            # 4. chunk j+1's loads in flight (entries, B)
-            if j + 1 < nchunks:
-                load_a(ent_val, ent_off, (j + 1) * tpr + h, row, m, w, av, ac)
-                if half:
-                    load_b16((j + 1) * kc, t, b, n, k, interior, col0, breg)
-                else:
-                    load_b((j + 1) * kc, t, b, n, k, interior, col0, breg)
+            # 4. copies of B(j+2) and E(j+3) in flight (their stages were last read before the previous barrier)
+            if j + 2 < nchunks:
+                issue_b(j + 2, t, b, n, k, vec_ok, col0, sh_b)
+            if j + 3 < nchunks:
+                issue_e(j + 3, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+            cp_async_commit()
             # 3. the MMAs of chunk j
             if half:
-                mma_f16(sh_a, sh_b, p * a_buf, p * b_buf, wm0, wn0, g, tq, acc, afr, bfr)
+                mma_f16(sh_a, sh_b, p * a_buf, (j % STAGES) * b_buf, wm0, wn0, lane, acc, afr, bfr)
             else:
-                mma_tf32(sh_a, sh_b, p * a_buf, p * b_buf, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs)
-            # 1b, 2b. chunk j+1 into the other buffer (last read before the previous barrier)
+                mma_tf32(sh_a, sh_b, p * a_buf, (j % STAGES) * b_buf, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs)
+            # 1b. A tile of chunk j+1 from its staged entries (landed before the previous barrier)
             if j + 1 < nchunks:
-                q = 1 - p
-                if half:
-                    store_b16(sh_b, q * b_buf, t, breg)
-                else:
-                    store_b32(sh_b, q * b_buf, t, breg)
-                store_a(sh_a, q * a_buf + a_seg, w, av, ac)
+                scatter(j + 1, 1 - p, arow, h, w, sh_ev, sh_eo, sh_a)
+            # every copy group but the newest done: B(j+1) and E(j+2) are in place for the next step
+            cp_async_wait(1)
             cuda.syncthreads()
         # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
         for mt in range(mtiles):
@@ -412,9 +413,10 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
     kstep = 16 if half else 8
     if nthreads > 1024:
         raise ValueError(f"warps_m, warps_n: a block of 32 * {warps_m} * {warps_n} = {nthreads} threads exceeds 1024")
-    if bm % (16 * warps_m) or bn % (8 * warps_n):
+    nwide = 16 if half else 8                         # float16 reads B fragments of two n-tiles at once
+    if bm % (16 * warps_m) or bn % (nwide * warps_n):
         raise ValueError(f"bm, bn: each warp's sub-tile (bm/warps_m x bn/warps_n = {bm}/{warps_m} x {bn}/{warps_n}) "
-                         f"must be whole 16 x 8 MMA tiles")
+                         f"must be whole 16 x {nwide} tiles")
     if kc % kstep:
         raise ValueError(f"kc: must be a multiple of the MMA's K ({kstep} for {'float16' if half else 'float32'}), "
                          f"got {kc}")
@@ -426,8 +428,8 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
                          f"fit the 8-bit offsets of segment_entries (at most 256)")
     shared = shared_bytes(bm, bn, kc, half)
     if shared > SHARED_LIMIT:
-        raise ValueError(f"bm, bn, kc: two buffers of the A and B tiles need {shared} bytes of shared memory, "
-                         f"more than {SHARED_LIMIT}")
+        raise ValueError(f"bm, bn, kc: two A tiles and {STAGES} stages of the B tile and the entries need {shared} "
+                         f"bytes of shared memory, more than {SHARED_LIMIT}")
     return bm, bn, kc, warps_m, warps_n, min_blocks
 
 
@@ -461,8 +463,9 @@ def uspmm(ell, b, *, config=None, **tunables):
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks)
-        ent_val, ent_off = segment_entries(dell, seg)
+        ev, eo = segment_entries(dell, seg)
+        nsub, w, mp = ev.shape
         _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n,
-                (ent_val, ent_off, bdev.reshape(k * n), c, m, n, k, vec_ok),
+                (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp, vec_ok),
                 "bm, bn, warps_m, warps_n")
     return result(c, like=bop)

@@ -99,3 +99,21 @@ def test_fragment_coords_cover_each_tile_once():
         assert sorted(seen["a"]) == [(r, k) for r in range(16) for k in range(kdim)]
         assert sorted(seen["b"]) == [(k, col) for k in range(kdim) for col in range(8)]
         assert sorted(seen["c"]) == [(r, col) for r in range(16) for col in range(8)]
+
+
+def test_ldmatrix_fallback_matches_model():
+    tile = np.arange(256, dtype=np.float16).reshape(16, 16)
+    out = np.zeros(128, dtype=np.uint32)
+    mma.ldmatrix_probe[1, 32](tile.ravel(), out)
+    np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
+
+
+def test_ldmatrix_gives_mma_b_fragments():
+    """For B (16 x 8) row-major, registers 0 and 1 of lane l are the m16n8k16 fragments b0, b1."""
+    b = np.arange(256, dtype=np.float16).reshape(16, 16)
+    got = mma.ldmatrix_expected(b)
+    for lane in range(32):
+        where = mma.fragment_coords("m16n8k16", lane)
+        for reg, name in ((0, "b0"), (1, "b1")):
+            halves = np.array([got[lane, reg]], dtype=np.uint32).view(np.float16)
+            assert list(halves) == [b[r, c] for r, c in where[name]]

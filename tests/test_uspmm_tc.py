@@ -22,8 +22,8 @@ from test_spmm import assert_fp32_accumulated, rhs_for
 # Small tiles (32-64 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
 # 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp.
 TUNABLES = {
-    np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1), dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2),
-                 dict(bm=32, bn=8, kc=32, warps_m=1, warps_n=1)],
+    np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1), dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2),
+                 dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1)],
     np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1), dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2),
                  dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1)],
 }
@@ -90,9 +90,9 @@ def test_rejects_dtype_mismatch(small):
 
 @pytest.mark.parametrize("tunables,match", [
     (dict(kc=12), "kc: must be a multiple of the MMA's K"),
-    (dict(bm=48), "bm, bn: each warp's sub-tile"),
+    (dict(bm=48, warps_m=2), "bm, bn: each warp's sub-tile"),
     (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
-    (dict(bn=512, kc=64), "bm, bn, kc: two buffers"),
+    (dict(bn=512, kc=64), "bm, bn, kc: two A tiles and 3 stages"),
     (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
     (dict(tile=3), "tunables: unknown"),
 ])

@@ -3,8 +3,10 @@
 * ``mma.sync`` (m16n8k16 f16 with f32 accumulation; m16n8k8 TF32 and ``cvt.rna.tf32.f32`` for
   float32), none of it through a stack: no ``.local`` in the post-LTO PTX, 0 bytes of spill in
   ptxas's report (the accumulators and fragments stay in registers);
-* fragments read from shared memory with 32-bit loads (``ld.shared.u32`` for half2 words), the
-  tiles written with 16-byte stores (``st.shared.v4``), one ``bar.sync`` per K chunk.
+* B tiles and staged entries copied by ``cp.async`` (16 bytes, no registers) with a commit and a
+  wait per K chunk; A fragments read with 32-bit shared loads (``ld.shared.u32``, half2 words),
+  float16 B fragments with ``ldmatrix...trans``; one ``bar.sync`` per K chunk plus two in the
+  prologue.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
 
 def kernel_args(dtype: str):
     vt = VALUE_TYPES[dtype]
-    return (types.Array(vt, 3, "C"), types.Array(types.uint8, 3, "C"),
-            types.Array(vt, 1, "C"), types.Array(vt, 2, "C"), types.int64, types.int64, types.int64, types.boolean)
+    return (types.Array(vt, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(vt, 1, "C"), types.Array(vt, 2, "C"),
+            types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.boolean)
 
 
 @functools.cache
@@ -61,21 +63,24 @@ def default_cfg(dtype: str) -> tuple:
 # every cc x dtype with the default tiling; a second tiling at sm_90 (the kernel reads the ELL through
 # segment_entries, the same arrays whatever the ELL's index dtype)
 BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in VALUE_TYPES]
-          + [((9, 0), "float16", (64, 64, 32, 2, 2)), ((9, 0), "float32", (64, 64, 32, 2, 2))])
+          + [((9, 0), "float16", (64, 64, 32, 2, 2)), ((9, 0), "float32", (128, 64, 8, 4, 2))])
 
 
 @pytest.mark.parametrize("cc,dtype,cfg", BUILDS, ids=str)
 def test_compiles_to_mma_in_registers(cc, dtype, cfg):
+    assert tc._check_tunables(dtype == "float16", *cfg, 1)                  # a setting the launcher accepts
     ptx, report = build(dtype, cfg, cc)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     if dtype == "float16":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
         assert re.search(r"ld\.shared\.u32\s", ptx)                          # half2 fragment words
+        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
     else:
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
         assert "cvt.rna.tf32.f32" in ptx                                     # the 3xTF32 split
-    assert "st.shared.v4" in ptx                                             # 16-byte tile stores
+    assert "cp.async.cg.shared.global" in ptx and "cp.async.commit_group" in ptx
+    assert "cp.async.wait_group 1" in ptx
     assert ".local" not in ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and all(a == "0" and b == "0" for a, b in spills), report
-    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 2                       # the prologue's and the loop's
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 3                       # prologue 2, loop 1

@@ -59,10 +59,10 @@ def test_mma_tf32_matches_numpy():
     _tensor_core_bound(mma.tf32_round(a).astype(np.float64), mma.tf32_round(b).astype(np.float64), c, d, 8)
 
 
-CONFIGS = {
-    "float16": [dict(), dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2)],
-    "float32": [dict(), dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2)],
-}
+def configs(dtype: str) -> list[dict]:
+    """The default tunables and the benchmark's second setting for ``dtype``."""
+    from experiments.bench_uspmm_tc import ALT
+    return [dict(), ALT[dtype]]
 PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.95), (4096, 4096, 1024, 0.9), (1000, 999, 777, 0.6)]
 
 
@@ -79,7 +79,7 @@ def test_real_shapes_correct_and_bit_identical(problem, which):
     benchmark's ``Problem.correct``, which the CUDA-core kernels meet) and within the kernel's own
     bound (``error_reduction``: 3 K' + 13 for 3xTF32); two runs bit-identical."""
     from gpu.uspmm_tc import error_reduction, uspmm
-    cfg = CONFIGS[problem.dtype.name][which]
+    cfg = configs(problem.dtype.name)[which]
     first = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
     again = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
     assert (first.view(np.uint8) == again.view(np.uint8)).all()
@@ -99,3 +99,11 @@ def test_torch_tensors_in_and_out():
     c = uspmm(p.dell, torch.from_numpy(p.b_host).cuda())
     assert isinstance(c, torch.Tensor) and c.is_cuda and c.dtype == torch.float16
     assert p.correct(c.cpu().numpy())
+
+
+def test_ldmatrix_trans_matches_model():
+    from gpu import mma
+    tile = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float16)
+    out = np.zeros(128, dtype=np.uint32)
+    mma.ldmatrix_probe[1, 32](tile.ravel(), out)
+    np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
