@@ -454,16 +454,30 @@ FIGURE_PROVIDERS = {"auto": "auto",
                     "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F")}
 
 
-def figures_auto(dtypes, out_dir) -> list:
+def figures_auto(dtypes, out_dir, *, on_table=lambda table: None) -> list:
     """The full figure sweeps (every point of ``experiments/uspmm_figures.py`` without --quick) with
-    :data:`FIGURE_PROVIDERS` against cuSPARSE CSR and dense cuBLAS; CSVs and PNGs into ``out_dir``."""
+    :data:`FIGURE_PROVIDERS` against cuSPARSE CSR and dense cuBLAS; PNGs into ``out_dir``,
+    ``on_table(table)`` after each table."""
     from pathlib import Path
 
     from experiments.uspmm_figures import gpu_section
     from sparsekit.experiment import Context
     ctx = Context(quick=False, backend="gpu", out_dir=Path(out_dir))
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    return [gpu_section(ctx, d, ours=FIGURE_PROVIDERS, vendors="fast", repeat=15) for d in dtypes]
+    return [gpu_section(ctx, d, ours=FIGURE_PROVIDERS, vendors="fast", repeat=15, on_table=on_table) for d in dtypes]
+
+
+def auto_vs_cusparse(records) -> str:
+    """One line: at how many problems ``auto`` beat cuSPARSE CSR, and the problems where it did not."""
+    times = {}
+    for r in records:
+        if r.get("median_us"):
+            times.setdefault((r["m"], r["k"], r["n"], r["sparsity"]), {})[r["provider"]] = r["median_us"]
+    pairs = [(key, t["auto"], t["cuSPARSE CSR (torch)"]) for key, t in times.items()
+             if "auto" in t and "cuSPARSE CSR (torch)" in t]
+    slower = [f"{m}x{k}x{n} {s:g}: {a:.1f} vs {c:.1f} us" for (m, k, n, s), a, c in pairs if a >= c]
+    return (f"auto faster than cuSPARSE CSR at {len(pairs) - len(slower)}/{len(pairs)} points"
+            + (f"; not at: {'; '.join(slower)}" if slower else ""))
 
 
 def markdown(records, keys) -> str:
@@ -554,14 +568,17 @@ def main(argv=None) -> int:
         explore(dtypes, save=save, out=recs)
         print(markdown(recs, TABLE_KEYS), flush=True)
     if args.figures_auto:
-        sections = figures_auto(args.figures_auto.split(","), os.path.join(args.out or ".", "figures"))
-        recs = results["figures_auto"] = [dict(r, table=t.caption) for sec in sections for t in sec.tables
-                                          for r in t.records]
-        save()
-        for sec in sections:
-            for t in sec.tables:
-                print(f"\n{t.caption}\n" + markdown(t.records, list(dict.fromkeys(key for r in t.records for key in r))),
-                      flush=True)
+        recs = results["figures_auto"] = []
+
+        def on_table(table):
+            recs.extend(dict(r, table=table.caption) for r in table.records)
+            save()
+            geo = [f"{r['model']} {r['provider']} {r['geomean_speedup_vs_cusparse_csr']:.2f}x" for r in table.records
+                   if "geomean_speedup_vs_cusparse_csr" in r]
+            print(f"{table.caption}: {len(table.records)} records; "
+                  + ("geomean speedup over cuSPARSE CSR: " + ", ".join(geo) if geo else auto_vs_cusparse(table.records)),
+                  flush=True)
+        figures_auto(args.figures_auto.split(","), os.path.join(args.out or ".", "figures"), on_table=on_table)
     if args.table:
         recs = results["table"] = []
         for d in dtypes:

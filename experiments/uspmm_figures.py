@@ -80,11 +80,13 @@ def _geomean(pairs) -> float:
 
 # --------------------------------------------------------------------------- GPU
 
-def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=None, repeat: int | None = None) -> Section:
+def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=None, repeat: int | None = None,
+                on_table=lambda table: None) -> Section:
     """Every figure and Table 1 for ``dtype`` on the GPU. ``ours`` (name -> tunables or config
     string), ``vendors`` (as :func:`experiments.bench_uspmm.bench_problem` takes it) and ``repeat``
     default to this experiment's (quick or full); ``experiments/bench_uspmm.py --figures-auto``
-    passes fewer providers to time ``auto`` over every full-size point in one short run."""
+    passes fewer providers to time ``auto`` over every full-size point in one short run, and an
+    ``on_table`` called with each finished :class:`Table` (to save as it goes)."""
     from experiments.bench_uspmm import bench_problem
     pts = figure_points(ctx.quick)
     repeat = repeat or (10 if ctx.quick else 20)
@@ -97,6 +99,7 @@ def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=N
         for (m, k, n, sp) in ctx.progress(pts[fig], desc=fig):
             recs += bench_problem(m, k, n, sp, dtype, providers=ours, vendors=vendors, repeat=repeat, seed=ctx.seed)
         tables.append(Table(f"{fig} {dtype}", recs, csv_name=f"uspmm_{fig}_{dtype}.csv"))
+        on_table(tables[-1])
         figures.append(_plot(ctx, fig, recs, dtype))
     shapes = QUICK_FIG8_SHAPES if ctx.quick else FIG8_SHAPES
     provs = {f"USpMM-Vec2 ({a},{b})": dict(variant="listing1", nwarp=a, vsize=b, vecsize=2) for a, b in shapes}
@@ -105,6 +108,7 @@ def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=N
     for (m, k, n, sp) in ctx.progress(pts["fig8"], desc="fig8"):
         recs += bench_problem(m, k, n, sp, dtype, providers=provs, vendors=False, repeat=repeat, seed=ctx.seed)
     tables.append(Table(f"fig8 {dtype}", recs, csv_name=f"uspmm_fig8_{dtype}.csv"))
+    on_table(tables[-1])
     figures.append(_plot_fig8(ctx, recs, dtype))
     t1_recs, summary = [], []
     for model, (n, sp, shapes) in table1_layers().items():
@@ -121,8 +125,10 @@ def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=N
             summary.append(dict(model=model, n=n, sparsity=sp, dtype=dtype, provider=prov,
                                 geomean_speedup_vs_cusparse_csr=_geomean(pairs), layers=sum(c for _, c in pairs)))
     tables.append(Table(f"table1 layers {dtype}", t1_recs, csv_name=f"uspmm_table1_layers_{dtype}.csv"))
+    on_table(tables[-1])
     tables.append(Table(f"Table 1 analog {dtype}: geomean speedup over cuSPARSE CSR", summary,
                         csv_name=f"uspmm_table1_{dtype}.csv"))
+    on_table(tables[-1])
     return Section(f"USpMM figures ({dtype})", text=PAPER, tables=tables, figures=figures)
 
 

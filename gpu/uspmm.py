@@ -43,10 +43,13 @@ accumulates in float32):
 Which is faster depends on the problem (float32 on the H100,
 ``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
 M, N >= 512 (89.5 us at 1024^3 60%, cuSPARSE 202 us), "direct" at 90-95%
-(35.9 us at 1024^3 95%, cuSPARSE 46.6 us), "pipelined" with 8-row blocks
-where the output is too small for the others' grids (N = 128 at M = 1024,
-128^3). :mod:`sparsekit.tune` searches them (``config="auto"``) and its
-heuristic follows these measurements.
+(35.9 us at 1024^3 95%, cuSPARSE 46.6 us). Where the output has fewer tiles
+than the GPU has SMs (N = 128 at M <= 2048, 128^3) the pipelined, direct and
+dense-tile kernels split each tile's K range over several blocks
+(``splits``): at 1024 x 1024 x 128 60% the dense-tile kernel with 4 splits
+ran 33.6 us (cuSPARSE 40.7 us; unsplit 71.2 us), the 8-row pipelined kernel
+with 4 splits 10.7 us at 128^3. :mod:`sparsekit.tune` searches them
+(``config="auto"``) and its heuristic follows these measurements.
 
 Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
 are refused, nothing is copied); ``C`` comes back in the same order. The F
@@ -493,7 +496,12 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
 @cuda.jit(device=True, inline=True)
 def _split_range(count, split, nsplit):
     """``(lo, hi)``: the ``split``-th of ``nsplit`` near-equal parts of ``range(count)`` (none empty
-    when ``nsplit <= count``)."""
+    when ``nsplit <= count``). The ``max`` calls cost nothing and let the compiler prove ``lo >= 0``:
+    without them every array index derived from ``lo`` gets Python's negative-index wraparound
+    (a compare and a select per load, measured 39% slower in the direct kernel)."""
+    count = max(count, 0)
+    nsplit = max(nsplit, 1)
+    split = max(split, 0)
     return split * count // nsplit, (split + 1) * count // nsplit
 
 
@@ -601,12 +609,13 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, vw)
 
     @cuda.jit(device=True, inline=True)
-    def load_chunk(q, par, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
-        """Chunk ``q`` into this thread's registers (its share of the B tile, of the entry
-        slots, and for ``t < R`` the row's padded count). The slot ranges come from shared
-        memory (``sh_lo``/``sh_hi`` of buffer ``par``), so every load here is independent."""
+    def load_chunk(q, t, vals, idxs, b, n, k, kb, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
+        """Chunk ``q`` of the block's K range (``b`` and ``k``: the rows of B from ``kb`` on) into
+        this thread's registers (its share of the B tile, of the entry slots, and for ``t < R``
+        the row's padded count). The slot ranges come from shared memory (``sh_lo``/``sh_hi`` of
+        buffer ``q % 2``), so every load here is independent."""
         k0 = q * kc
-        sp = par * rows_per_block
+        sp = (q % 2) * rows_per_block
         load_b(k0, t, b, n, k, interior, col0, breg)                     # the B tile
         for i in range(na):                                              # the entries; past the row's run:
             e = t + i * nthreads                                         # (0, zero row)
@@ -617,7 +626,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                 s = sh_lo[sp + r] + e % kc
                 if s < sh_hi[sp + r]:
                     aval[i] = float32(vals[row0 + r, s])
-                    aoff[i] = (idxs[row0 + r, s] - k0) * nt
+                    aoff[i] = (idxs[row0 + r, s] - kb - k0) * nt
         if t < rows_per_block:
             cnt = sh_hi[sp + t] - sh_lo[sp + t]
             acnt[0] = (cnt + unroll - 1) // unroll * unroll
@@ -649,7 +658,14 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
         warp_rb0 = (t // WARP_SIZE) * rows_per_warp                      # this warp's first row, in the block
         col0 = cuda.blockIdx.y * nt
         interior = vec_ok and col0 + nt <= n                             # every B read of the tile is 16 bytes
-        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks
+        # This block's chunks q0 .. q1 - 1 (all of K without a split). Views starting there keep
+        # every index below non-negative from 0 up, as without a split (no wraparound code).
+        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
+        nchunks = q1 - q0
+        kb = q0 * kc
+        b_k = b[kb * n:]
+        k_left = k - kb
+        spv = slot_ptr[:, q0:]
         sh_last = cuda.shared.array(1, np.int32)
         sh_b = cuda.shared.array(two_tiles, float32, alignment=SMEM_ALIGN)       # vector reads need 16 bytes
         sh_val = cuda.shared.array(two_entries, float32, alignment=SMEM_ALIGN)
@@ -668,34 +684,33 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                 acc[r, j] = 0.0
         acnt[0] = 0
         row = row0 + t
-        # Prologue: the zero rows, the slot ranges of this block's first two chunks (chunk q in
-        # buffer q % 2), then its first chunk into its buffer.
+        # Prologue: the zero rows, the slot ranges of chunks 0 and 1, then chunk 0 into buffer 0.
         for e in range(t, nt, nthreads):
             sh_b[zero_off + e] = 0.0
             sh_b[tile_stride + zero_off + e] = 0.0
         if t < rows_per_block:
-            for q in range(q0, q0 + 2):
+            for q in range(2):
                 lo = hi = 0
-                if row < m and q < q1:
-                    lo = slot_ptr[row, q]
-                    hi = slot_ptr[row, q + 1]
-                sh_lo[(q % 2) * rows_per_block + t] = lo
-                sh_hi[(q % 2) * rows_per_block + t] = hi
+                if row < m and q < nchunks:
+                    lo = spv[row, q]
+                    hi = spv[row, q + 1]
+                sh_lo[q * rows_per_block + t] = lo
+                sh_hi[q * rows_per_block + t] = hi
         cuda.syncthreads()
-        load_chunk(q0, q0 % 2, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
-        store_chunk(q0 % 2, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
+        load_chunk(0, t, vals, idxs, b_k, n, k_left, kb, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt)
+        store_chunk(0, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
         cuda.syncthreads()
         lane_base = lane * vw
-        for j in range(q0, q1):                                          # chunk j, in buffer j % 2
+        for j in range(nchunks):
             p = j % 2
             # 1. issue the loads of chunk j+1 (registers) and the slot ranges of chunk j+2
-            if j + 1 < q1:
-                load_chunk(j + 1, 1 - p, t, vals, idxs, b, n, k, interior, row0, col0, sh_lo, sh_hi, breg, aval,
+            if j + 1 < nchunks:
+                load_chunk(j + 1, t, vals, idxs, b_k, n, k_left, kb, interior, row0, col0, sh_lo, sh_hi, breg, aval,
                            aoff, acnt)
             lo = hi = 0
-            if t < rows_per_block and row < m and j + 2 < q1:
-                lo = slot_ptr[row, j + 2]
-                hi = slot_ptr[row, j + 3]
+            if t < rows_per_block and row < m and j + 2 < nchunks:
+                lo = spv[row, j + 2]
+                hi = spv[row, j + 3]
             # 2. multiply chunk j: each warp's rows, unroll entries per step
             tb = p * tile_stride + lane_base
             for r in range(rows_per_warp):
@@ -715,7 +730,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                 for x in range(cols_per_lane):
                     acc[r, x] = racc[x]
             # 3. chunk j+1 into the other buffer, chunk j+2's slot ranges into this one's
-            if j + 1 < q1:
+            if j + 1 < nchunks:
                 store_chunk(1 - p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)
             if t < rows_per_block:
                 sh_lo[p * rows_per_block + t] = lo
@@ -786,25 +801,28 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
             for x in range(cols_per_lane):
                 racc[x] = 0.0
             if row < m:                                                  # (uniform across the warp)
-                s = s0
-                while s + unroll <= s1:                                  # unroll entries: loads first
-                    a0 = float32(vals[row, s])
-                    a1 = float32(vals[row, s + 1])
-                    o0 = idxs[row, s] * n + gcol
-                    o1 = idxs[row, s + 1] * n + gcol
+                vrow = vals[row, s0:s1]                                  # this block's slots of the row
+                irow = idxs[row, s0:s1]                                  # (indices from 0: no wraparound)
+                cnt = s1 - s0
+                s = 0
+                while s + unroll <= cnt:                                 # unroll entries: loads first
+                    a0 = float32(vrow[s])
+                    a1 = float32(vrow[s + 1])
+                    o0 = irow[s] * n + gcol
+                    o1 = irow[s + 1] * n + gcol
                     if unroll == 4:
-                        a2 = float32(vals[row, s + 2])
-                        a3 = float32(vals[row, s + 3])
-                        o2 = idxs[row, s + 2] * n + gcol
-                        o3 = idxs[row, s + 3] * n + gcol
+                        a2 = float32(vrow[s + 2])
+                        a3 = float32(vrow[s + 3])
+                        o2 = irow[s + 2] * n + gcol
+                        o3 = irow[s + 3] * n + gcol
                     fma_row(racc, a0, b, o0, n, interior, gcol)
                     fma_row(racc, a1, b, o1, n, interior, gcol)
                     if unroll == 4:
                         fma_row(racc, a2, b, o2, n, interior, gcol)
                         fma_row(racc, a3, b, o3, n, interior, gcol)
                     s += unroll
-                while s < s1:                                            # the rest, one at a time
-                    fma_row(racc, float32(vals[row, s]), b, idxs[row, s] * n + gcol, n, interior, gcol)
+                while s < cnt:                                           # the rest, one at a time
+                    fma_row(racc, float32(vrow[s]), b, irow[s] * n + gcol, n, interior, gcol)
                     s += 1
             for x in range(cols_per_lane):
                 acc[r, x] = racc[x]
@@ -898,8 +916,12 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
         warp_rb0 = (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
         interior = vec_ok and col0 + nt <= n
-        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks
-        nchunks = q1 - q0
+        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks,
+        nchunks = q1 - q0                                                # through views from its first row
+        kb = q0 * kc                                                     # (indices from 0: no wraparound)
+        at_k = at[kb:, :]
+        b_k = b[kb * n:]
+        k_left = k - kb
         sh_last = cuda.shared.array(1, np.int32)
         sh_b = cuda.shared.array(two_b, float32, alignment=SMEM_ALIGN)
         sh_a = cuda.shared.array(two_a, float32, alignment=SMEM_ALIGN)
@@ -911,13 +933,13 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
         for r in range(rows_per_warp):
             for x in range(cols_per_lane):
                 acc[r, x] = 0.0
-        load_chunk(q0, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+        load_chunk(0, t, at_k, b_k, m, n, k_left, interior, row0, col0, breg, areg)
         store_chunk(0, t, breg, areg, sh_b, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             p = j % 2
             if j + 1 < nchunks:                                          # next chunk's loads in flight
-                load_chunk(q0 + j + 1, t, at, b, m, n, k, interior, row0, col0, breg, areg)
+                load_chunk(j + 1, t, at_k, b_k, m, n, k_left, interior, row0, col0, breg, areg)
             bb = p * b_size + lane * 4
             ab = p * a_size + warp_rb0
             for kk in range(0, kc, 2):                                   # outer products, two k a step
@@ -1052,16 +1074,17 @@ def _row_major_shape(variant, order, m, n, nwarp, rows_per_warp, cols_per_lane):
 def _split(dell, grid, n, splits, count):
     """``(grid, part, ticket, nsplit)`` for a kernel whose K range (``count`` chunks or slots) is
     split over ``nsplit = min(splits, count)`` blocks per output tile (at least 1): the grid gains
-    ``nsplit`` as its z size; ``part`` is the ``nsplit x M x N`` float32 partial buffer (allocated
-    per launch) and ``ticket`` one zeroed int32 counter per output tile, kept with ``dell`` (each
-    launch leaves it zeroed; launches sharing ``dell`` must be on one stream). Without a split,
-    1-element stand-ins."""
+    ``nsplit`` as its z size; ``part`` is the ``nsplit x M x N`` float32 partial buffer and
+    ``ticket`` one zeroed int32 counter per output tile, both made on first use and kept with
+    ``dell`` (each launch leaves the tickets zeroed and rewrites the partials it reads, so launches
+    sharing ``dell`` must be on one stream; the H100 run of 00:49 UTC allocated ``part`` per launch
+    and 10-20% of its repeats waited on the allocator). Without a split, 1-element stand-ins."""
     nsplit = max(1, min(splits, count))
     if nsplit == 1:
         part, ticket = dell.cached("no_split", lambda: (np.zeros((1, 1, 1), np.float32), np.zeros(1, np.int32)))
     else:
-        tiles = grid[0] * grid[1]
-        part = cuda.device_array((nsplit, dell.shape[0], n), np.float32)
+        tiles, m = grid[0] * grid[1], dell.shape[0]
+        part = dell.cached(("split_part", nsplit, n), lambda: np.empty((nsplit, m, n), np.float32))
         ticket = dell.cached(("split_tickets", tiles), lambda: np.zeros(tiles, np.int32))
     return (grid[0], grid[1], nsplit), part, ticket, nsplit
 

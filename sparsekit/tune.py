@@ -180,33 +180,58 @@ def lookup(dell, n: int, order: str) -> dict | None:
     return None if entry is None else dict(entry["config"])
 
 
+def _pow2_at_most(x: float) -> int:
+    """The largest power of two <= ``x`` (1 when ``x < 2``)."""
+    return 1 << (max(int(x), 1).bit_length() - 1)
+
+
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132) -> dict:
     """The configuration used when the cache has no entry.
 
-    Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's
-    USpMM setting (NWarp, VSize) = (1, 8). Row-major ``B``, by the number of
-    32 x 128 output tiles (``sms``: the H100 has 132 SMs) and the density ``K'/K``:
+    Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's USpMM setting
+    (NWarp, VSize) = (1, 8). Row-major ``B``, by the number of output tiles (``sms``: the H100 has
+    132 SMs), the density ``d = K'/K`` and ``K``:
 
-    * fewer than ``0.75 * sms`` tiles (N = 128 at M = 1024, 128^3): the
-      pipelined kernel with 8-row blocks, the only one whose grid fills the GPU;
-    * density below 0.15 (sparsity above 85%): the direct kernel, 2 rows a
-      warp, 128-column tiles (no staging to wait for when rows are this short);
-    * otherwise the dense-tile kernel: 64 x 128 blocks where there are at
-      least ``0.75 * sms`` of them, else 32 x 128.
+    * at least ``0.75 * sms`` tiles of 32 x 128 (the grid fills the GPU unsplit):
+      ``d < 0.15`` (float16: ``d < 0.25``) the direct kernel (float32 4 columns a lane, float16 8:
+      16-byte reads of B either way); else the dense-tile kernel, 64 x 128 blocks where there
+      are at least ``0.75 * sms`` of them (float16: ``2 * sms``), else 32 x 128;
+    * fewer (N = 128 at M <= 2048, 128^3, ...): the K range is split over ``splits`` blocks a
+      tile (:mod:`gpu.uspmm`'s fixed-order sum of partial tiles):
 
-    Fitted to the float32 tuning run of experiments/results/uspmm.md (H100, 23:00
-    UTC): it picks the tuned winner on all eight problems tuned there.
+      - ``d < 0.1``: the direct kernel (8 x 128 tiles), ``splits`` up to 16, about 1024 / tiles
+        and at least 12 slots a split;
+      - ``K >= 512``, ``d >= 0.3`` and at least 96 tiles of 8 x 128; or ``K >= 1024``, ``d < 0.3``
+        and at least 256 of them: the dense-tile kernel with 32 x 128 blocks, ``splits`` up to 8,
+        about ``2 * sms`` blocks and at least 192 rows of B a split;
+      - ``K >= 1024``, ``d < 0.3`` and 64 to 255 tiles of 8 x 128: the direct kernel as above;
+      - otherwise the pipelined kernel with 8-row blocks, ``splits`` up to 8 and the K chunks,
+        about 256 blocks.
+
+    Fitted to the H100 runs of experiments/results/uspmm.md: the float32 tuning run (23:00 UTC,
+    unsplit kernels), the float16 tuning run and the K-split exploration of 2026-11-23 00:49 UTC;
+    ``tests/test_uspmm.py`` checks its choices against those winners.
     """
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
+    half = np.dtype(dtype) == np.float16
+    density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
-    tiles64 = -(-m // 64) * col_tiles
-    if tiles32 < 0.75 * sms:
-        return pipelined(4, 1, 8, 32, 4, 2)
-    if kprime < 0.15 * k:
-        return direct(4, 2, 4, 4)
-    return dense_tile(4, 8, 8, 16, 2) if tiles64 >= 0.75 * sms else dense_tile(4, 4, 8, 16, 2)
+    tiles8 = -(-m // 8) * col_tiles
+    if tiles32 >= 0.75 * sms:
+        if density < (0.25 if half else 0.15):
+            return direct(8 if half else 4, 2, 4, 4)
+        tiles64 = -(-m // 64) * col_tiles
+        return dense_tile(4, 8, 8, 16, 2) if tiles64 >= (2 if half else 0.75) * sms else dense_tile(4, 4, 8, 16, 2)
+    direct_splits = min(16, _pow2_at_most(1024 / tiles8), _pow2_at_most(kprime / 12))
+    if density < 0.1:
+        return direct(4, 2, 4, 4, splits=direct_splits)
+    if (k >= 512 and density >= 0.3 and tiles8 >= 96) or (k >= 1024 and density < 0.3 and tiles8 >= 256):
+        return dense_tile(4, 4, 8, 16, 2, splits=min(8, _pow2_at_most(2 * sms / tiles32), _pow2_at_most(k / 192)))
+    if k >= 1024 and density < 0.3 and tiles8 >= 64:
+        return direct(4, 2, 4, 4, splits=direct_splits)
+    return pipelined(4, 1, 8, 32, 4, 2, splits=min(8, _pow2_at_most(256 / tiles8), _pow2_at_most(-(-k // 32))))
 
 
 def resolve(config, dell, n: int, order: str) -> dict:

@@ -269,21 +269,88 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
 
 
 @pytest.mark.parametrize("m,k,n,kprime,want", [
-    # the float32 winners of the H100 tuning run (experiments/results/uspmm.md)
+    # the float32 winners of the H100 tuning run of 2026-11-22 23:00 UTC (experiments/results/uspmm.md);
+    # its two small-grid problems (128^3, 1024 x 1024 x 128) are in SPLIT_RUN below (that run had no splits)
     (1024, 1024, 1024, 410, ("dense_tile", 4, 8, 8, 16, 2)),
     (1024, 1024, 16384, 410, ("dense_tile", 4, 8, 8, 16, 2)),
     (1024, 1024, 1024, 205, ("dense_tile", 4, 8, 8, 16, 2)),
     (512, 512, 1024, 205, ("dense_tile", 4, 4, 8, 16, 2)),
     (1024, 1024, 1024, 51, ("direct", 4, 2, 4, 4)),
     (4096, 4096, 1024, 410, ("direct", 4, 2, 4, 4)),
-    (128, 128, 128, 51, ("pipelined", 4, 1, 8, 32, 4, 2)),
-    (1024, 1024, 128, 410, ("pipelined", 4, 1, 8, 32, 4, 2)),
 ])
 def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
     from sparsekit import tune
     variant, *shape = want
     assert tune.heuristic(m, k, n, kprime, np.float32, "C") == getattr(tune, variant)(*shape)
     assert tune.heuristic(m, k, n, kprime, np.float32, "F")["variant"] == "listing1"
+
+
+@pytest.mark.parametrize("m,k,n,kprime,want,note", [
+    # the float16 winners of `bench_uspmm.py --tune-table float16` on the H100, 2026-11-23 00:49 UTC
+    (1024, 1024, 1024, 410, ("dense_tile", 4, 4, 8, 16, 2), "110.1 us"),
+    (1024, 1024, 16384, 410, ("dense_tile", 4, 8, 8, 16, 2), "1136 us"),
+    (1024, 1024, 1024, 51, ("direct", 8, 2, 4, 4), "37.1 us"),
+    (4096, 4096, 1024, 410, ("direct", 8, 2, 4, 4), "630 us"),
+    (128, 128, 128, 51, ("pipelined", 4, 1, 8, 32, 4, 2, 4), "11.2 us"),
+    (1024, 1024, 128, 410, ("dense_tile", 4, 4, 8, 16, 2, 4), "38.5 us"),
+    (1024, 1024, 1024, 205, ("direct", 8, 2, 4, 4), "108.6 us"),
+    (512, 512, 1024, 205, ("dense_tile", 4, 4, 8, 16, 2), "47.8 us; the winner, the same with splits=2, 46.8 us"),
+])
+def test_heuristic_picks_the_float16_tuned_winners(m, k, n, kprime, want, note):
+    from sparsekit import tune
+    variant, *shape = want
+    assert tune.heuristic(m, k, n, kprime, np.float16, "C") == getattr(tune, variant)(*shape)
+
+
+# `bench_uspmm.py --split-explore` on the H100, 2026-11-23 00:49 UTC: small output grids (N = 128 at
+# M <= 2048, 128^3; Fig. 5, Fig. 6 and the ResNet-50 layers of Table 1) with the K range split.
+# Rows: problem, the heuristic's choice (variant, shape..., splits), its time, the fastest measured.
+SPLIT_RUN = [
+    (256, 256, 128, 102, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 14.7, 12.7),
+    (512, 512, 128, 205, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 18.1, 18.1),
+    (768, 768, 128, 307, np.float32, ("dense_tile", 4, 4, 8, 16, 2, 4), 28.9, 28.9),
+    (1024, 1024, 128, 410, np.float32, ("dense_tile", 4, 4, 8, 16, 2, 4), 33.6, 33.6),
+    (128, 128, 128, 122, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 11.2, 11.2),
+    (128, 128, 128, 51, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 10.7, 10.7),
+    (128, 128, 128, 6, np.float32, ("direct", 4, 2, 4, 4, 1), 8.6, 8.6),
+    (256, 256, 1024, 102, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 1), 19.9, 19.9),
+    (64, 576, 128, 109, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 14.3, 14.3),
+    (128, 1152, 128, 219, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 17.4, 17.4),
+    (256, 2304, 128, 438, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 25.7, 25.7),
+    (512, 4608, 128, 876, np.float32, ("direct", 4, 2, 4, 4, 16), 58.8, 58.8),
+    (1024, 256, 128, 49, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 2), 16.7, 15.8),
+    (2048, 512, 128, 97, np.float32, ("pipelined", 4, 1, 8, 32, 4, 2, 1), 30.4, 30.4),
+    (1000, 2048, 128, 389, np.float32, ("direct", 4, 2, 4, 4, 8), 48.4, 48.3),
+    (2048, 1024, 128, 195, np.float32, ("dense_tile", 4, 4, 8, 16, 2, 4), 42.3, 42.3),
+    (1024, 1024, 128, 51, np.float32, ("direct", 4, 2, 4, 4, 4), 19.6, 19.6),
+    (256, 256, 128, 102, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 15.7, 13.4),
+    (512, 512, 128, 205, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 19.3, 19.3),
+    (768, 768, 128, 307, np.float16, ("dense_tile", 4, 4, 8, 16, 2, 4), 32.9, 32.9),
+    (1024, 1024, 128, 410, np.float16, ("dense_tile", 4, 4, 8, 16, 2, 4), 38.2, 38.2),
+    (128, 128, 128, 122, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 11.8, 11.8),
+    (128, 128, 128, 51, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 4), 11.2, 11.2),
+    (128, 128, 128, 6, np.float16, ("direct", 4, 2, 4, 4, 1), 8.4, 8.4),
+    (256, 256, 1024, 102, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 1), 20.9, 20.9),
+    (64, 576, 128, 109, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 15.2, 15.2),
+    (128, 1152, 128, 219, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 18.6, 18.6),
+    (256, 2304, 128, 438, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 8), 27.3, 27.3),
+    (512, 4608, 128, 876, np.float16, ("direct", 4, 2, 4, 4, 16), 58.9, 58.9),
+    (1024, 256, 128, 49, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 2), 17.9, 17.1),
+    (2048, 512, 128, 97, np.float16, ("pipelined", 4, 1, 8, 32, 4, 2, 1), 30.8, 30.3),
+    (1000, 2048, 128, 389, np.float16, ("direct", 4, 2, 4, 4, 8), 47.7, 47.7),
+    (2048, 1024, 128, 195, np.float16, ("dense_tile", 4, 4, 8, 16, 2, 4), 43.6, 43.6),
+    (1024, 1024, 128, 51, np.float16, ("direct", 4, 2, 4, 4, 4), 19.9, 19.9),
+]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,dtype,want,picked_us,best_us", SPLIT_RUN)
+def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, picked_us, best_us):
+    """On every problem of the split run the heuristic picks the fastest setting measured, or one
+    within 20% of it (256^2 x 128: splits 8 for 4, 14.7 vs 12.7 us; the others within 6%)."""
+    from sparsekit import tune
+    variant, *shape, splits = want
+    assert tune.heuristic(m, k, n, kprime, dtype, "C") == getattr(tune, variant)(*shape, splits=splits)
+    assert picked_us <= 1.2 * best_us
 
 
 def test_heuristic_config_skips_the_cache(tmp_path, monkeypatch, small):
