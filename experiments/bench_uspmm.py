@@ -390,11 +390,12 @@ def split_providers() -> dict:
     return provs
 
 
-def split_explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
-    """:func:`split_providers` and the vendors' CSR and dense products on ``SPLIT_PROBLEMS``."""
+def split_explore(dtypes, *, problems=None, save=lambda: None, out=None) -> list[dict]:
+    """:func:`split_providers` and the vendors' CSR and dense products on ``problems`` (default
+    ``SPLIT_PROBLEMS``)."""
     out = [] if out is None else out
     for d in dtypes:
-        for (m, k, n, s) in SPLIT_PROBLEMS:
+        for (m, k, n, s) in SPLIT_PROBLEMS if problems is None else problems:
             recs = bench_problem(m, k, n, s, d, providers=split_providers(), vendors="fast", repeat=15)
             out += recs
             ours = [r for r in recs if r.get("correct") and "torch" not in r["provider"]]
@@ -508,6 +509,8 @@ def main(argv=None) -> int:
                     "--sanitize pipelined,direct,dense_tile: those variants only")
     ap.add_argument("--split-explore", metavar="DTYPES", help="K-split settings on SPLIT_PROBLEMS, for these "
                     "comma-separated dtypes")
+    ap.add_argument("--split-problems", metavar="INDICES", help="--split-explore on these comma-separated indices "
+                    "of SPLIT_PROBLEMS only")
     ap.add_argument("--figures-auto", metavar="DTYPES", help="every point of the full figure sweeps: auto and "
                     "USpMM (1,8) B col-major against cuSPARSE CSR and dense cuBLAS (CSVs and PNGs into --out)")
     ap.add_argument("--wait-for", metavar="FILES", help="compile the kernels of the requested runs first, then "
@@ -557,7 +560,8 @@ def main(argv=None) -> int:
             sweep(probs, d, out=recs, save=save)
     if args.split_explore:
         recs = results["split_explore"] = []
-        split_explore(args.split_explore.split(","), save=save, out=recs)
+        chosen = None if not args.split_problems else [SPLIT_PROBLEMS[int(i)] for i in args.split_problems.split(",")]
+        split_explore(args.split_explore.split(","), problems=chosen, save=save, out=recs)
         print(markdown(recs, ["m", "k", "n", "sparsity", "dtype", "provider", "config", "median_us",
                               "speedup_vs_cusparse_csr", "correct"]), flush=True)
     if args.tune_table:
