@@ -297,7 +297,8 @@ def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int 
     records.append(_record("torch._sparse_semi_structured_tile (CUTLASS meta)", m, k, "float16", meas, nbytes, copy_bw))
     meas = measure(lambda: torch._sparse_semi_structured_tile(w, algorithm="largest_abs_values_greedy",
                                                               use_cutlass=False), repeat=repeat, warmup=3)
-    records.append(_record("torch._sparse_semi_structured_tile (cuSPARSELt meta)", m, k, "float16", meas, nbytes, copy_bw))
+    records.append(_record("torch._sparse_semi_structured_tile (cuSPARSELt meta)", m, k, "float16", meas, nbytes,
+                           copy_bw))
     try:
         from numba import cuda as ncuda
         tm = gpu.sparsify24(ncuda.as_cuda_array(w)).tile_masks.copy_to_host()
