@@ -585,10 +585,16 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     clock per SM) caps the kernel at a quarter of FP32 peak, as it caps any
     kernel that reads one ``B`` element per multiply-add.
 
+    With ``nsplit > 1`` block ``(x, y, z)`` multiplies only the ``z``-th of
+    ``nsplit`` runs of K chunks and the tile is finished by
+    :func:`_c_tile_epilogue` (fixed-order sum of the partial tiles).
+
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies
     of ``ellval``/``ellidx``), ``slot_ptr`` (``M x (nchunks+1)`` int32), ``b``
-    (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``,
-    ``k``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x
+    N`` float32 partial tiles), ``ticket`` (int32 per output tile); sizes ``m``,
+    ``n``, ``k``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries),
+    ``nsplit`` (blocks per output tile along K).
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
@@ -762,9 +768,13 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
     reads its row of the B tile again (from L1 or L2), where the staged kernels reuse it from
     shared memory across the block's rows.
 
+    With ``nsplit > 1`` block ``(x, y, z)`` walks only the ``z``-th of ``nsplit`` runs of each
+    row's ``K'`` slots, and the tile is finished by :func:`_c_tile_epilogue`.
+
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
-    ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
-    ``kprime``; ``vec_ok`` (rows of ``b`` start on 16-byte boundaries).
+    ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out), ``part``, ``ticket``
+    (as for :func:`_pipelined_kernel`); sizes ``m``, ``n``, ``kprime``; ``vec_ok`` (rows of
+    ``b`` start on 16-byte boundaries), ``nsplit``.
     """
     nt = WARP_SIZE * cols_per_lane
     vw = min(cols_per_lane, 8 if half else 4)       # elements per 16-byte read of B
@@ -858,9 +868,13 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     the sparse kernels' quarter-of-peak ceiling gives up. Staging is the pipelined kernel's
     (two buffers, the next chunk's loads in flight during the multiply, one barrier a chunk).
 
+    With ``nsplit > 1`` block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K
+    chunks, and the tile is finished by :func:`_c_tile_epilogue`.
+
     Arguments, grouped: arrays ``at`` (``K x M`` float32, A transposed and densified), ``b``
-    (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``; ``vec_ok`` (rows of ``b``
-    start on 16-byte boundaries).
+    (flat ``K*N``), ``c`` (``M x N``, out), ``part``, ``ticket`` (as for
+    :func:`_pipelined_kernel`); sizes ``m``, ``n``, ``k``; ``vec_ok`` (rows of ``b`` start on
+    16-byte boundaries), ``nsplit``.
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
