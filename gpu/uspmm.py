@@ -496,9 +496,10 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
 @cuda.jit(device=True, inline=True)
 def _split_range(count, split, nsplit):
     """``(lo, hi)``: the ``split``-th of ``nsplit`` near-equal parts of ``range(count)`` (none empty
-    when ``nsplit <= count``). The ``max`` calls cost nothing and let the compiler prove ``lo >= 0``:
-    without them every array index derived from ``lo`` gets Python's negative-index wraparound
-    (a compare and a select per load, measured 39% slower in the direct kernel)."""
+    when ``nsplit <= count``; the ``max`` calls only clamp to the valid ranges). Kernels index from
+    views starting at ``lo`` rather than with ``lo + i``: the compiler cannot prove ``lo + i >= 0``
+    and would add Python's negative-index wraparound to every load (the direct kernel ran 251.6 us
+    instead of 178.6 us at 1024^3 60% on the H100 that way)."""
     count = max(count, 0)
     nsplit = max(nsplit, 1)
     split = max(split, 0)
