@@ -25,6 +25,11 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            the next-best; points in parallel processes.
 ``ablate`` Table 1's rows with this session's options, the candidates for the
            1.5 us/step target at 1792, and the no-wait ablation.
+``rest``   the sweep points that no run recorded in
+           ``experiments/results/persistent_rnn_h100.json`` measured.
+``followup`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
+           (``bound_registers``) on and off, the wide rows also with and
+           without 16-byte loads of h (``vector``), in one process pool.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -443,10 +448,9 @@ def sweep_point(axis, hidden, density, batch, steps, config, tprs, options=None,
     return rec
 
 
-def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
-    """Figure 2 analog around layer 1792, density 10%, batch 4, 256 steps (one axis varied at a time), then the
-    timed Figures 3-4 points (largest layer per density, Lamport vs grid barrier); points in parallel processes
-    (compiles overlap, GPU work serialised)."""
+def sweep_tasks(axes=SWEEP_AXES, fig34=FIG34_POINTS):
+    """``[(sweep_point, kwargs), ...]``: the Figure 2 points around layer 1792, density 10%, batch 4, 256 steps (one
+    axis varied at a time), then the timed Figures 3-4 points (largest layer per density, Lamport vs grid barrier)."""
     base = dict(hidden=1792, density=0.1, steps=256, batch=4)
     tasks = []
     for axis, over in axes:
@@ -457,12 +461,86 @@ def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
         config = "lamport" if sync == "lamport" else "bank_aware"
         tasks.append((sweep_point, dict(axis=f"fig34_{sync}", hidden=hidden, density=density, batch=4, steps=64,
                                         config=config, tprs=(tpr,), options=SWEEP_OPTIONS[config][::-1])))
-    records = run_parallel(tasks, jobs, out, "sweep")
-    _table(records, ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "chunk", "ours_us",
-                     "gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best",
-                     "regs", "local", "correct", "error"])
+    return tasks
+
+
+_SWEEP_COLUMNS = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr", "chunk", "ours_us",
+                  "gemm_graph_us", "cudnn_rnn_us", "cusparse_csr_us", "next_best", "speedup_vs_next_best", "regs",
+                  "local", "correct", "error"]
+
+
+def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
+    """Figure 2 analog and the timed Figures 3-4 points (``sweep_tasks``); points in parallel processes
+    (compiles overlap, GPU work serialised)."""
+    records = run_parallel(sweep_tasks(axes, fig34), jobs, out, "sweep")
+    _table(records, _SWEEP_COLUMNS)
     _save(out, "sweep", records)
     return records
+
+
+#: the recorded H100 runs (experiments/persistent_rnn.py plots them)
+RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "persistent_rnn_h100.json")
+
+
+def _point_key(p: dict) -> tuple:
+    return p["axis"], p["hidden"], p["density"], p["batch"], p["steps"]
+
+
+def recorded_sweep(path=RECORDED) -> list[dict]:
+    """Every sweep record of the recorded runs of session 3 (``session3.runN.sweep``), oldest run first."""
+    with open(path) as f:
+        runs = json.load(f)["session3"]
+    return [r for name in sorted(runs) for r in runs[name].get("sweep", [])]
+
+
+def missing_sweep_tasks(path=RECORDED) -> list:
+    """``sweep_tasks()`` less the points that a recorded run measured (``ours_us`` present)."""
+    done = {_point_key(r) for r in recorded_sweep(path) if "ours_us" in r}
+    return [(fn, kw) for fn, kw in sweep_tasks() if _point_key(kw) not in done]
+
+
+def rest(out=None, jobs=8):
+    """The sweep points that no recorded run measured (a sweep cut off by a timeout), as ``sweep`` runs them."""
+    records = run_parallel(missing_sweep_tasks(), jobs, out, "rest")
+    _table(records, _SWEEP_COLUMNS)
+    _save(out, "rest", records)
+    return records
+
+
+#: Session 3 follow-up: launch bounds and 16-byte loads of h for Table 1's rows at 1152 and 1792 (fp16, 10%,
+#: batch 4, 256 steps, tpr 16): (label, config, options); every row with ``bound_registers`` True and False.
+_B = {"grid_sync": "atomic", "load": "relaxed"}
+_L = {"load": "relaxed"}
+_LV = {"load": "relaxed", "vector": True}
+BOUNDS_VARIANTS = [(f"{c}{' vector' if vec else ''}{'' if bound else ' unbounded'}", c,
+                    dict(_L if c == "lamport" else _B, **({"vector": True} if vec else {}), bound_registers=bound))
+                   for c in CONFIGS for vec in ((False, True) if c in ("wide", "bank_aware") else (False,))
+                   for bound in (True, False)]
+
+
+def bounds_tasks(sizes=(1152, 1792)) -> list:
+    """``BOUNDS_VARIANTS`` at each layer size as ``explore_one`` tasks."""
+    return [(explore_one, dict(hidden=h, label=label, config=c, tpr=16, rpb_mult=1, kw=kw))
+            for h in sizes for label, c, kw in BOUNDS_VARIANTS]
+
+
+_BOUNDS_COLUMNS = ["hidden", "variant", "tpr", "us_per_step", "p10", "p90", "blocks", "threads", "npt", "regs",
+                   "local", "correct", "error"]
+
+
+def followup(out=None, jobs=8):
+    """Session 3's follow-up run in one process pool: the sweep points no recorded run measured
+    (``missing_sweep_tasks``) and the launch-bounds / 16-byte-load grid (``bounds_tasks``). Longest first (a
+    problem's set-up grows with hidden^2: 15360 units take ~30 s of pruning on the CPU), the grid after the
+    sweep points."""
+    tasks = sorted(missing_sweep_tasks() + bounds_tasks(),
+                   key=lambda t: -t[1]["hidden"] ** 2 if t[0] is sweep_point else 0)
+    records = run_parallel(tasks, jobs, out, "followup_raw")
+    res = {"sweep": [r for r in records if "axis" in r], "bounds": [r for r in records if "variant" in r]}
+    _table(res["sweep"], _SWEEP_COLUMNS)
+    _table(res["bounds"], _BOUNDS_COLUMNS)
+    _save(out, "followup", res)
+    return res
 
 
 #: the second GPU run's Table 1 rows: (label, config, options); "paper" rows are as the paper built them
@@ -837,9 +915,6 @@ def explore(out=None, sizes=(1792, 1152), jobs=8):
 #: The first GPU run of this session (commit 6623883) also timed: the shuffle reduction for Lamport (slower),
 #: its double buffer, pipeline, 16-bit indices, tpr 8, 1 pair per thread, staggered loads and spin backoff
 #: (results/persistent_rnn.md).
-_L = {"load": "relaxed"}
-_LV = {"load": "relaxed", "vector": True}
-_B = {"grid_sync": "atomic", "load": "relaxed"}
 ABLATE_VARIANTS = (
     [(1792, "lamport", "lamport", 16, 1, _L, {"ablate": "no_wait"}),
      (1792, "lamport vector", "lamport", 16, 1, _LV, {"ablate": "no_wait"}),
@@ -1119,7 +1194,8 @@ def main(argv=None):
     for part in args.parts.split(","):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
-         "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2}[part](args.out)
+         "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
+         "followup": followup}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 
