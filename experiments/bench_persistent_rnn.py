@@ -535,12 +535,73 @@ def followup(out=None, jobs=8):
     sweep points."""
     tasks = sorted(missing_sweep_tasks() + bounds_tasks(),
                    key=lambda t: -t[1]["hidden"] ** 2 if t[0] is sweep_point else 0)
-    records = run_parallel(tasks, jobs, out, "followup_raw")
-    res = {"sweep": [r for r in records if "axis" in r], "bounds": [r for r in records if "variant" in r]}
+    res = _followup_result(run_parallel(tasks, jobs, out, "followup_raw"))
     _table(res["sweep"], _SWEEP_COLUMNS)
     _table(res["bounds"], _BOUNDS_COLUMNS)
+    _table(res["bounds_summary"], list(res["bounds_summary"][0]))
     _save(out, "followup", res)
     return res
+
+
+def _followup_result(records: list[dict]) -> dict:
+    """The followup pool's records split into sweep points and the launch-bounds grid, with its summary."""
+    bounds = [r for r in records if "variant" in r]
+    return {"sweep": [r for r in records if "axis" in r], "bounds": bounds, "bounds_summary": bounds_summary(bounds)}
+
+
+def bounds_summary(records, sizes=(1152, 1792)) -> list[dict]:
+    """Per Table 1 row of ``BOUNDS_VARIANTS``: the fastest correct variant at each layer size and whether one
+    variant is the fastest at every size; last, per size, whether the ablation of each row's fastest variant is
+    monotone (naive > wide > bank-aware > Lamport in us/step)."""
+    config_of = {label: c for label, c, _ in BOUNDS_VARIANTS}
+    best = {}
+    for r in records:
+        if r.get("correct") and r["hidden"] in sizes and r["variant"] in config_of:
+            key = (config_of[r["variant"]], r["hidden"])
+            if key not in best or r["us_per_step"] < best[key]["us_per_step"]:
+                best[key] = r
+    rows = []
+    for c in CONFIGS:
+        row = {"row": c}
+        for h in sizes:
+            b = best.get((c, h))
+            row[f"fastest_{h}"], row[f"us_{h}"] = (b["variant"], b["us_per_step"]) if b else (None, None)
+        labels = {row[f"fastest_{h}"] for h in sizes}
+        row["same_at_every_size"] = len(labels) == 1 and None not in labels
+        rows.append(row)
+    mono = {"row": "monotone"}
+    for h in sizes:
+        us = [row[f"us_{h}"] for row in rows]
+        mono[f"fastest_{h}"] = None not in us and all(a > b for a, b in zip(us, us[1:]))
+    return rows + [mono]
+
+
+def merge_followup(path, run, date, commit, recorded=RECORDED):
+    """Store a ``followup`` part's output (``persistent_rnn_followup.json``, or ``persistent_rnn_followup_raw.json``
+    of a run cut off before the end) in the recorded results as ``session3.<run>`` (sweep points, launch-bounds
+    grid and its summary), where experiments/persistent_rnn.py plots the sweep points with the earlier runs' ones."""
+    with open(path) as f:
+        res = json.load(f)
+    if isinstance(res, list):
+        res = _followup_result(res)
+    with open(recorded) as f:
+        data = json.load(f)
+    data["session3"][run] = {"date": date, "commit": commit, **res}
+    with open(recorded, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+
+
+def preflight():
+    """Compile and run one small multi-block Lamport launch (200 units, 6 steps) against the reference before
+    a long part: a broken environment (e.g. a NumPy that numba-cuda cannot compile against) stops the run in
+    seconds instead of failing every point of a pool."""
+    u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype("float16"), seed=5)
+    plan = plan_for(u, mask, "lamport", 8, rows_per_block=8)
+    err = float(np.abs(plan(bp, h0, 6).astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 6)).max())
+    if not err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad):
+        raise SystemExit(f"preflight: a 200-unit Lamport launch is wrong (max error {err:.3g})")
+    print(f"preflight: {plan.split.blocks} blocks, max error {err:.3g}, numpy {np.__version__}")
 
 
 #: the second GPU run's Table 1 rows: (label, config, options); "paper" rows are as the paper built them
@@ -1177,7 +1238,12 @@ def main(argv=None):
     ap.add_argument("--sanitize-only", metavar="OPTION", help="with --sanitize: only variants with this option")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--ncu-compare", metavar="CSV", help="compare an ncu --csv log of --ncu with the analyzer (CPU)")
+    ap.add_argument("--merge", nargs=4, metavar=("FOLLOWUP_JSON", "RUN", "DATE", "COMMIT"),
+                    help="store a followup part's output in the recorded results as session3.RUN (CPU)")
     args = ap.parse_args(argv)
+    if args.merge:
+        merge_followup(*args.merge)
+        return
     if args.ncu_compare:
         ncu_compare(args.ncu_compare)
         return
@@ -1191,6 +1257,8 @@ def main(argv=None):
     print(datetime.now(timezone.utc).isoformat(timespec="seconds"), info())
     if args.out:
         os.makedirs(args.out, exist_ok=True)
+    if args.parts != "capacity":
+        preflight()
     for part in args.parts.split(","):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,

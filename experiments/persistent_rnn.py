@@ -196,15 +196,29 @@ def _timed_large(data) -> list[dict]:
             for r in data["run2"]["final"] if r["hidden"] >= 8192 and r.get("correct")]
 
 
+def _recorded_sweep(data) -> tuple[list[dict], str]:
+    """The sweep points of session 3's runs, each point from the newest run that measured it (a later run fills
+    in the points an earlier one was cut off before), and the dates of the runs they come from."""
+    points, dates = {}, []
+    for name in sorted(data["session3"]):
+        run = data["session3"][name]
+        new = [r for r in run.get("sweep", []) if "ours_us" in r]
+        for r in new:
+            points[(r["axis"], r["hidden"], r["density"], r["batch"], r["steps"])] = r
+        if new:
+            dates.append(run["date"])
+    return list(points.values()), " and ".join(dates)
+
+
 def recorded_section(out_dir, with_sweep: bool = True) -> tuple[list, list, str]:
     """Tables and figures of the recorded H100 runs (no GPU needed); ``with_sweep=False`` leaves the Figure 2 and
     Figures 3-4 parts to a sweep measured now."""
     data = json.loads(RECORDED.read_text())
-    latest = data["session3"].get("run2") or data["run2"]           # the newest run with a sweep
     tables, figures = [], []
     if with_sweep:
-        tables, figures = _sweep_tables_and_figures(latest["sweep"], data["capacity_offline"], out_dir,
-                                                    f"H100, {latest['date']}", _timed_large(data))
+        sweep, dates = _recorded_sweep(data)
+        tables, figures = _sweep_tables_and_figures(sweep, data["capacity_offline"], out_dir, f"H100, {dates}",
+                                                    _timed_large(data))
     tables += [Table("Figures 3-4 analog: largest layer on chip (offline register counts + H100 occupancy rules)",
                      data["capacity_offline"], "capacity.csv"),
                Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
