@@ -81,9 +81,10 @@ CONFIGS = {
 #: Options of the Table 1 rows in the timing table: the inline grid barrier and ld.relaxed.gpu (session 2, run 2 of
 #: experiments/results/persistent_rnn.md: faster than cooperative groups' grid sync and ld.volatile for all); the
 #: wide-load barrier rows also move h in 16-byte groups (session 3, run 2: 4.30 -> 2.45 us/step at 1792; Lamport
-#: keeps scalar loads, 1.62 -> 2.14 with them)
-TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed"},
-                  "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True},
+#: keeps scalar loads, 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152
+#: and 1792 in the follow-up run (results/persistent_rnn.md, "Session 3, follow-up run 3")
+TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed", "bound_registers": False},
+                  "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True, "bound_registers": False},
                   "bank_aware": {"grid_sync": "atomic", "load": "relaxed", "vector": True},
                   "lamport": {"load": "relaxed"}}
 #: The paper's Table 1 (V100): speedup over dense GEMM and bank-conflict penalty.
