@@ -5,6 +5,10 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --table [--dtype float32] [--configs all] [--out DIR]
     python experiments/bench_uspmm_tc.py --sanitize       # tiny, for compute-sanitizer memcheck/racecheck
 
+``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
+of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
+``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
+
 Problems: issue 5's table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
 its default tunables ("tc") and, with ``--configs all``, the other settings of
 :data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (our best CUDA-core kernel as the

@@ -324,7 +324,8 @@ else:
             sary = context.make_array(sig.args[2])(context, builder, args[2])
             sptr = builder.gep(sary.data, [context.cast(builder, args[3], sig.args[3], types.intp)])
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
-                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; cp.async.cg.shared.global [$0], [g], 16, $2; }",
+                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+                               "cp.async.cg.shared.global [$0], [g], 16, $2; }",
                                "r,l,r,~{memory}", side_effect=True)
             builder.call(asm, [daddr, builder.ptrtoint(sptr, ir.IntType(64)), args[4]])
             return context.get_dummy_value()

@@ -83,7 +83,9 @@ from sparsekit.checks import check_int
 
 __all__ = ["uspmm", "DEFAULTS", "STAGES", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
 
-#: Default tunables per dtype (see the module docstring).
+#: Default tunables per dtype (see the module docstring): the fastest setting measured at 1024^3 60% fp16
+#: (64x128, kc 16) and the one fastest on the small problems fp32 (``experiments/results/uspmm_tc.md``,
+#: run 2; 128x128 with kc 8 is faster at N = 16384 and 4096^2, 64x128 with kc 8 at 1024^3).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, min_blocks=1),
     np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, min_blocks=1),
@@ -93,8 +95,6 @@ DEFAULTS = {
 #: kernel computes as*bb + ab*bs + ab*bb exactly, missing as*bs + ab*br + ar*bb + (terms below 2**-33):
 #: at most 3 * 2**-22 * (1 + 2**-10) |a||b| = 12.01 u |a||b|, rounded up.
 SPLIT_ERROR_U = 13
-_PAD = 16            #: bytes added to each row of the shared A tile (fragment reads conflict-free)
-_B_PAD_WORDS = 8     #: 32-bit words added to each row of the shared B tile
 
 
 def segment_entries(dell, seg: int):
@@ -130,7 +130,9 @@ def error_reduction(kprime: int, dtype) -> int:
     ``assert_fp32_accumulated``: ``reduction * u * (|A| @ |B|)``) for this kernel's result.
 
     float16: ``kprime``, as for the CUDA-core kernels: products are exact and each MMA rounds
-    its sum once, so at most one rounding per stored entry (MMAs over zeros add exactly).
+    its sum once, so at most one rounding per stored entry (MMAs over zeros add exactly). This is
+    the simulator's model (round to nearest); the tensor core truncates its float32 sums, which the
+    GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
     roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`).
     """
@@ -142,10 +144,14 @@ STAGES = 3
 
 
 def _geometry(bm: int, bn: int, kc: int, half: bool) -> dict:
-    """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting."""
+    """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting.
+
+    A tile rows: ``kc`` columns + 16 bytes, so the 8 rows of a fragment read fall on distinct banks;
+    B tile rows: ``bn`` columns + 8 elements, so the 8 rows of an ldmatrix (float16) and the reads of
+    ``B[t, g]`` (float32) do. Entry stages: ``kc`` slots of ``bm`` rows (``tpr`` segments of ``seg``)."""
     item = 2 if half else 4
-    sa = kc + 16 // item                              # A: bm rows of kc columns + 16 bytes
-    sbn = bn + 8                                      # B: kc rows of bn columns + 8 elements
+    sa = kc + 16 // item
+    sbn = bn + 8
     return dict(sa=sa, a_buf=bm * sa, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
 
 

@@ -27,7 +27,8 @@ def tf32_nearest_away(x: np.float32) -> np.float32:
     up = down + 0x2000                                   # may carry into the exponent (or reach inf)
     lo, hi = (np.uint32(v).view(np.float32) for v in (down, up))
     if not np.isfinite(hi):
-        return hi if abs(Fraction(float(x)) - Fraction(float(lo))) >= Fraction(2) ** 116 else lo     # half a TF32 step at the top binade
+        # past the largest TF32: infinity from half a TF32 step (2**116) above it
+        return hi if abs(Fraction(float(x)) - Fraction(float(lo))) >= Fraction(2) ** 116 else lo
     dl, dh = abs(Fraction(float(x)) - Fraction(float(lo))), abs(Fraction(float(hi)) - Fraction(float(x)))
     return hi if dh <= dl else lo
 
