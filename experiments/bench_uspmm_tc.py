@@ -38,16 +38,21 @@ import numpy as np
 #: Issue 5's table: (M, K, N, sparsity).
 TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
                   (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60), (1024, 1024, 128, 0.60)]
-#: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS).
+#: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS; "sN": an N-stage pipeline, added after
+#: the runs of experiments/results/uspmm_tc.md and not timed there).
 TC_CONFIGS = {
     "float16": {"tc 128x128 k16 w2x4": dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=4),
                 "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
                 "tc 64x64 k16 w2x2": dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2),
-                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2)},
+                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2),
+                "tc 64x128 k16 w2x4 s5": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=5),
+                "tc 64x64 k16 w2x2 s6": dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=6)},
     "float32": {"tc 64x128 k8 w2x4": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x128 k8 w2x4": dict(bm=128, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x64 k8 w4x2": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2),
-                "tc 32x64 k16 w1x2": dict(bm=32, bn=64, kc=16, warps_m=1, warps_n=2)},
+                "tc 32x64 k16 w1x2": dict(bm=32, bn=64, kc=16, warps_m=1, warps_n=2),
+                "tc 64x128 k8 w2x4 s5": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4, stages=5),
+                "tc 128x64 k8 w4x2 s4": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2, stages=4)},
 }
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),

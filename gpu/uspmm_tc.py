@@ -51,12 +51,15 @@ chunks of ``kc`` columns):
    (:func:`gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
    banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
    per instruction) or 32-bit reads (float32), then runs its MMAs;
-4. pipeline: :data:`STAGES` = 3 B stages and entry stages, 2 A tiles. In step
-   ``j`` the copies of B(j+2) and the entries of chunk j+3 are issued (one
-   commit group), the warps multiply chunk ``j``, the entries of chunk ``j+1``
-   are scattered into the other A tile, then ``cp.async.wait_group 1`` and one
-   barrier. Global loads are in flight for two steps, with no registers held
-   for them.
+4. pipeline: ``stages`` (S, default 3) B stages and entry stages, 2 A tiles.
+   In step ``j`` the copies of B(j+S-1) and the entries of chunk j+S are
+   issued (one commit group), the warps multiply chunk ``j``, the entries of
+   chunk ``j+1`` are scattered into the other A tile, then
+   ``cp.async.wait_group S-2`` and one barrier. Global loads are in flight for
+   S-2 to S-1 steps, with no registers held for them. S = 3 is the setting
+   measured on the H100 (``experiments/results/uspmm_tc.md``); deeper
+   pipelines (S = 4, 5 fit 48 KB for the smaller tiles) pass the simulator
+   tests and compile but were not timed.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -81,14 +84,14 @@ from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 
-__all__ = ["uspmm", "DEFAULTS", "STAGES", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
+__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
 
 #: Default tunables per dtype (see the module docstring): the fastest setting measured at 1024^3 60% fp16
 #: (64x128, kc 16) and the one fastest on the small problems fp32 (``experiments/results/uspmm_tc.md``,
 #: run 2; 128x128 with kc 8 is faster at N = 16384 and 4096^2, 64x128 with kc 8 at 1024^3).
 DEFAULTS = {
-    np.dtype(np.float16): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, min_blocks=1),
-    np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, min_blocks=1),
+    np.dtype(np.float16): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=3, min_blocks=1),
+    np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=3, min_blocks=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -139,10 +142,6 @@ def error_reduction(kprime: int, dtype) -> int:
     return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
 
 
-#: Stages of the B tile and of the staged entries (shared memory, filled by cp.async).
-STAGES = 3
-
-
 def _geometry(bm: int, bn: int, kc: int, half: bool) -> dict:
     """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting.
 
@@ -155,16 +154,17 @@ def _geometry(bm: int, bn: int, kc: int, half: bool) -> dict:
     return dict(sa=sa, a_buf=bm * sa, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
 
 
-def shared_bytes(bm: int, bn: int, kc: int, half: bool) -> int:
-    """Shared memory of one block: two A tiles, STAGES B tiles and STAGES entry stages (value and 8-bit
-    offset per slot)."""
+def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3) -> int:
+    """Shared memory of one block: two A tiles, ``stages`` B tiles and ``stages`` entry stages (value
+    and 8-bit offset per slot)."""
     geo = _geometry(bm, bn, kc, half)
     item = 2 if half else 4
-    return (2 * geo["a_buf"] + STAGES * geo["b_buf"]) * item + STAGES * geo["e_buf"] * (item + 1)
+    return (2 * geo["a_buf"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1)
 
 
 @functools.cache
-def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1):
+def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
+               stages: int = 3):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
@@ -180,7 +180,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     vw = 16 // item                                   # elements per 16-byte copy
     geo = _geometry(bm, bn, kc, half)
     sa, a_buf, sbn, b_buf, e_buf = geo["sa"], geo["a_buf"], geo["sbn"], geo["b_buf"], geo["e_buf"]
-    two_a, all_b, all_e = 2 * a_buf, STAGES * b_buf, STAGES * e_buf
+    two_a, all_b, all_e = 2 * a_buf, stages * b_buf, stages * e_buf
+    pend = stages - 2                                 # copy groups left in flight at a step's end
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
     zvec = seg % vw == 0                              # zero the segment with 16-byte stores
@@ -193,7 +194,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     @cuda.jit(device=True, inline=True)
     def issue_b(ch, t, b, n, k, vec_ok, col0, sh_b):
-        """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % STAGES`` by cp.async (zeros
+        """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores)."""
         k0 = ch * kc
         zero = tile_type(0.0)
@@ -204,7 +205,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 cc = (p % per_row) * vw
                 gk = k0 + r
                 gc = col0 + cc
-                dst = (ch % STAGES) * b_buf + r * sbn + cc
+                dst = (ch % stages) * b_buf + r * sbn + cc
                 if vec_ok:                                               # N % vw == 0: whole pieces
                     ok = gk < k and gc < n
                     cp_async16(sh_b, dst, b, gk * n + gc if ok else 0, 16 if ok else 0)
@@ -215,9 +216,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def issue_e(ch, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
-        ``bm`` rows) into entry stage ``ch % STAGES`` by cp.async: slot ``h*seg + i`` of the stage
+        ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
         holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments)."""
-        sbase = (ch % STAGES) * e_buf
+        sbase = (ch % stages) * e_buf
         for i in range(nep):
             p = t + i * nthreads
             if p < epieces:
@@ -253,7 +254,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         else:
             for z in range(seg):
                 sh_a[base + z] = zero
-        e0 = (ch % STAGES) * e_buf + h * seg * bm + arow
+        e0 = (ch % stages) * e_buf + h * seg * bm + arow
         for i in range(seg):
             if i < w:
                 sh_a[base + np.int32(sh_eo[e0 + i * bm])] = sh_ev[e0 + i * bm]
@@ -338,8 +339,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         col0 = cuda.blockIdx.y * bn
         nchunks = (k + kc - 1) // kc
         sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)            # 2 dense A tiles
-        sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)            # STAGES B tiles
-        sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)           # STAGES entry stages:
+        sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)            # `stages` B tiles
+        sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)           # `stages` entry stages:
         sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)            # values, offsets
         arow = t % bm                                                    # this thread's A segment: row arow,
         h = t // bm                                                      # columns h*seg .. (h+1)*seg
@@ -356,39 +357,48 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for nt in range(ntiles):
                 for x in range(4):
                     acc[mt, nt, x] = 0.0
-        # Prologue: copy groups {B0, E0, E1} and {B1, E2} in flight, wait for the first, build A tile 0.
+        # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
+        # first, build A tile 0.
         issue_b(0, t, b, n, k, vec_ok, col0, sh_b)
         issue_e(0, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
         if 1 < nchunks:
             issue_e(1, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
         cp_async_commit()
-        if 1 < nchunks:
-            issue_b(1, t, b, n, k, vec_ok, col0, sh_b)
-        if 2 < nchunks:
-            issue_e(2, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
-        cp_async_commit()
-        cp_async_wait(1)
+        if 1 < stages - 1:
+            if 1 < nchunks:
+                issue_b(1, t, b, n, k, vec_ok, col0, sh_b)
+            if 2 < nchunks:
+                issue_e(2, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+            cp_async_commit()
+        for i in range(2, stages - 1):                                  # (none for the default 3 stages)
+            if i < nchunks:
+                issue_b(i, t, b, n, k, vec_ok, col0, sh_b)
+            if i + 1 < nchunks:
+                issue_e(i + 1, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+            cp_async_commit()
+        cp_async_wait(pend)
         cuda.syncthreads()
         scatter(0, 0, arow, h, w, sh_ev, sh_eo, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             p = j % 2
-            # 4. copies of B(j+2) and E(j+3) in flight (their stages were last read before the previous barrier)
-            if j + 2 < nchunks:
-                issue_b(j + 2, t, b, n, k, vec_ok, col0, sh_b)
-            if j + 3 < nchunks:
-                issue_e(j + 3, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+            # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
+            # barrier)
+            if j + stages - 1 < nchunks:
+                issue_b(j + stages - 1, t, b, n, k, vec_ok, col0, sh_b)
+            if j + stages < nchunks:
+                issue_e(j + stages, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
             cp_async_commit()
             # 3. the MMAs of chunk j
             if half:
-                mma_f16(sh_a, sh_b, p * a_buf, (j % STAGES) * b_buf, wm0, wn0, lane, acc, afr, bfr)
+                mma_f16(sh_a, sh_b, p * a_buf, (j % stages) * b_buf, wm0, wn0, lane, acc, afr, bfr)
             else:
-                mma_tf32(sh_a, sh_b, p * a_buf, (j % STAGES) * b_buf, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs)
+                mma_tf32(sh_a, sh_b, p * a_buf, (j % stages) * b_buf, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs)
             # 1b. A tile of chunk j+1 from its staged entries (landed before the previous barrier)
             if j + 1 < nchunks:
                 scatter(j + 1, 1 - p, arow, h, w, sh_ev, sh_eo, sh_a)
-            # every copy group but the newest done: B(j+1) and E(j+2) are in place for the next step
-            cp_async_wait(1)
+            # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
+            cp_async_wait(pend)
             cuda.syncthreads()
         # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
         for mt in range(mtiles):
@@ -407,7 +417,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
+def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3):
     """The tunables as ints, or a ValueError naming the one that does not fit."""
     bm = check_int(bm, "bm", minimum=16)
     bn = check_int(bn, "bn", minimum=8)
@@ -415,6 +425,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
     warps_m = check_int(warps_m, "warps_m", minimum=1, maximum=32)
     warps_n = check_int(warps_n, "warps_n", minimum=1, maximum=32)
     min_blocks = check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
+    stages = check_int(stages, "stages", minimum=2, maximum=8)
     nthreads = WARP_SIZE * warps_m * warps_n
     kstep = 16 if half else 8
     if nthreads > 1024:
@@ -432,11 +443,11 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks):
     if kc * bm // nthreads > 256:
         raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns does not "
                          f"fit the 8-bit offsets of segment_entries (at most 256)")
-    shared = shared_bytes(bm, bn, kc, half)
+    shared = shared_bytes(bm, bn, kc, half, stages)
     if shared > SHARED_LIMIT:
-        raise ValueError(f"bm, bn, kc: two A tiles and {STAGES} stages of the B tile and the entries need {shared} "
-                         f"bytes of shared memory, more than {SHARED_LIMIT}")
-    return bm, bn, kc, warps_m, warps_n, min_blocks
+        raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "
+                         f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
+    return bm, bn, kc, warps_m, warps_n, min_blocks, stages
 
 
 def uspmm(ell, b, *, config=None, **tunables):
@@ -459,7 +470,7 @@ def uspmm(ell, b, *, config=None, **tunables):
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS[dell.dtype])}")
-    bm, bn, kc, warps_m, warps_n, min_blocks = _check_tunables(bool(half), **opts)
+    bm, bn, kc, warps_m, warps_n, min_blocks, stages = _check_tunables(bool(half), **opts)
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
@@ -468,7 +479,7 @@ def uspmm(ell, b, *, config=None, **tunables):
         seg = kc * bm // (WARP_SIZE * warps_m * warps_n)
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks)
+        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages)
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
         _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n,

@@ -20,12 +20,15 @@ from strategies import ell_matrices
 from test_spmm import assert_fp32_accumulated, rhs_for
 
 # Small tiles (32-64 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
-# 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp.
+# 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp;
+# pipelines of 2 to 5 stages.
 TUNABLES = {
-    np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1), dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2),
-                 dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1)],
-    np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1), dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2),
-                 dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1)],
+    np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1),
+                 dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2, stages=4),
+                 dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1, stages=2)],
+    np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1),
+                 dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2, stages=5),
+                 dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1, stages=2)],
 }
 
 
@@ -46,7 +49,7 @@ def test_matches_reference(data, dtype):
 # (M, K, N, K'): K' = 0 and K' = K; two row blocks and two column blocks of the first tiling;
 # K over several chunks with a partial last one; N odd (the element-wise B path) and a multiple of
 # 8 (16-byte B reads, then a partial column tile).
-EDGE_CASES = [(5, 7, 3, 0), (33, 7, 5, 7), (37, 40, 17, 13), (20, 33, 24, 33), (3, 1, 1, 1), (40, 24, 8, 0)]
+EDGE_CASES = [(5, 7, 3, 0), (33, 7, 5, 7), (37, 24, 17, 13), (20, 33, 24, 33), (3, 1, 1, 1), (40, 24, 8, 0)]
 
 
 @pytest.mark.parametrize("m,k,n,kprime", EDGE_CASES)
@@ -61,10 +64,25 @@ def test_edge_shapes(m, k, n, kprime, dtype):
     check_against_reference(ell, b, TUNABLES[dtype][0])
 
 
+@pytest.mark.parametrize("stages", [2, 4, 5])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_pipeline_depths_over_several_chunks(dtype, stages):
+    """More K chunks (5 for float32, 3 for float16) than or as many as stages: every stage reused
+    (one block: M and N within the first tiling's tile)."""
+    m, k, n, kprime = 29, 40, 15, 13
+    rng = np.random.default_rng(stages)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
+    check_against_reference(ell, b, dict(TUNABLES[dtype][0], stages=stages))
+
+
 def test_default_tunables_fit_the_launcher():
     for dtype, cfg in tc.DEFAULTS.items():
         assert tc._check_tunables(dtype == np.float16, **cfg)
-        assert tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16) <= 48 * 1024
+        assert tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"]) <= 48 * 1024
 
 
 # --- bad input: a clear error naming the argument ---------------------------------------------
@@ -92,7 +110,9 @@ def test_rejects_dtype_mismatch(small):
     (dict(kc=12), "kc: must be a multiple of the MMA's K"),
     (dict(bm=48, warps_m=2), "bm, bn: each warp's sub-tile"),
     (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
-    (dict(bn=512, kc=64), "bm, bn, kc: two A tiles and 3 stages"),
+    (dict(bn=512, kc=64), "bm, bn, kc, stages: two A tiles and 3 stages"),
+    (dict(stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
+    (dict(stages=1), "stages"),
     (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
     (dict(tile=3), "tunables: unknown"),
 ])

@@ -33,7 +33,7 @@ def kernel_args(dtype: str):
 @functools.cache
 def build(dtype: str, cfg: tuple, cc):
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds; the linker made verbose."""
-    kernel = tc._tc_kernel(*cfg, dtype == "float16")
+    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, *cfg[5:])
     lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, kernel_args(dtype), device=False,
                                                  abi="numba", cc=cc, lto=True,
                                                  launch_bounds=kernel.targetoptions.get("launch_bounds"))
@@ -63,12 +63,14 @@ def default_cfg(dtype: str) -> tuple:
 # every cc x dtype with the default tiling; a second tiling at sm_90 (the kernel reads the ELL through
 # segment_entries, the same arrays whatever the ELL's index dtype)
 BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in VALUE_TYPES]
-          + [((9, 0), "float16", (64, 64, 32, 2, 2)), ((9, 0), "float32", (128, 64, 8, 4, 2))])
+          + [((9, 0), "float16", (64, 64, 32, 2, 2)), ((9, 0), "float32", (128, 64, 8, 4, 2)),
+             ((9, 0), "float16", (64, 128, 16, 2, 4, 5)), ((9, 0), "float32", (64, 128, 8, 2, 4, 5))])
 
 
 @pytest.mark.parametrize("cc,dtype,cfg", BUILDS, ids=str)
 def test_compiles_to_mma_in_registers(cc, dtype, cfg):
-    assert tc._check_tunables(dtype == "float16", *cfg, 1)                  # a setting the launcher accepts
+    assert tc._check_tunables(dtype == "float16", *cfg[:5], 1, *cfg[5:])    # a setting the launcher accepts
+    stages = cfg[5] if len(cfg) > 5 else 3
     ptx, report = build(dtype, cfg, cc)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     if dtype == "float16":
@@ -79,7 +81,7 @@ def test_compiles_to_mma_in_registers(cc, dtype, cfg):
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
         assert "cvt.rna.tf32.f32" in ptx                                     # the 3xTF32 split
     assert "cp.async.cg.shared.global" in ptx and "cp.async.commit_group" in ptx
-    assert "cp.async.wait_group 1" in ptx
+    assert f"cp.async.wait_group {stages - 2}" in ptx
     assert ".local" not in ptx
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
     assert spills and all(a == "0" and b == "0" for a, b in spills), report

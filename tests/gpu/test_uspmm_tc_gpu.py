@@ -60,9 +60,10 @@ def test_mma_tf32_matches_numpy():
 
 
 def configs(dtype: str) -> list[dict]:
-    """The default tunables and the benchmark's second setting for ``dtype``."""
-    from experiments.bench_uspmm_tc import ALT
-    return [dict(), ALT[dtype]]
+    """The default tunables, the benchmark's second setting and a 5-stage pipeline for ``dtype``."""
+    from experiments.bench_uspmm_tc import ALT, TC_CONFIGS
+    deep = TC_CONFIGS[dtype]["tc 64x128 k16 w2x4 s5" if dtype == "float16" else "tc 64x128 k8 w2x4 s5"]
+    return [dict(), ALT[dtype], deep]
 PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.95), (4096, 4096, 1024, 0.9), (1000, 999, 777, 0.6)]
 
 
@@ -73,7 +74,7 @@ def problem(request):
     return Problem(m, k, n, s, dt)
 
 
-@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("which", [0, 1, 2])
 def test_real_shapes_correct_and_bit_identical(problem, which):
     """Within the float32-accumulation bound of the existing tests with reduction K' (the
     benchmark's ``Problem.correct``, which the CUDA-core kernels meet) and within the kernel's own
