@@ -66,8 +66,15 @@ all-gather that 32 shuffles would do, built on a 32-party barrier per warp), eve
 rebuilds A and B from the gathered fragments and returns exactly its own four elements
 of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the products of float16
 or TF32 values are exact) and rounds once to float32; the tensor core's own float32
-accumulation may differ in the last bits. :func:`to_tf32` is emulated bit-exactly
-(:func:`tf32_round`, also used by the tests as the NumPy model).
+accumulation truncates and may differ in the last bits. ``ldmatrix_x4_trans`` gathers
+the warp's row addresses the same way; ``cp_async16`` copies at once (commit and wait
+do nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
+the tests as the NumPy model).
+
+The probe kernels at the end (one MMA, one ldmatrix, or one rounding per thread/warp)
+are the tests' check of the table above: ``tests/test_mma.py`` runs them on the
+simulator, ``tests/gpu/test_uspmm_tc_gpu.py`` on the GPU (passed on the H100,
+2026-11-23, ``experiments/results/uspmm_tc.md``).
 """
 from __future__ import annotations
 
