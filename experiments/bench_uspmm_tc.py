@@ -11,8 +11,9 @@ of experiments/results/uspmm_tc.md was cut there after the first float16 problem
 
 Problems: issue 5's table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
 its default tunables ("tc") and, with ``--configs all``, the other settings of
-:data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (our best CUDA-core kernel as the
-autotuner, or its heuristic without a tuning cache, picks it); cuSPARSE CSR and dense cuBLAS
+:data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (the autotuner's cached choice, or its heuristic without a
+tuning cache: for float16 the tensor-core kernel where it routes there), "auto cuda-core" (the
+heuristic's CUDA-core choice, ``tensor_cores=False``); cuSPARSE CSR and dense cuBLAS
 through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`: TF32 off for float32).
 
 Each record: median/p10/p90 device time (:func:`sparsekit.timing.measure`, L2 flushed),
@@ -38,15 +39,18 @@ import numpy as np
 #: Issue 5's table: (M, K, N, sparsity).
 TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
                   (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60), (1024, 1024, 128, 0.60)]
-#: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS; "sN": an N-stage pipeline, added after
-#: the runs of experiments/results/uspmm_tc.md and not timed there).
+#: Where the float16 routing of ``config="auto"`` to the tensor cores should stop (sparsity between
+#: the table's 60% and 95% at 1024^3): indices 6, 7 for ``--problems``.
+TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
+#: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS; "sN": an N-stage pipeline). The float16
+#: ones past 48 KB of shared memory (kc 32 and 64, 4 to 6 stages, 64x64 tiles two blocks an SM at 1024^3,
+#: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md).
 TC_CONFIGS = {
-    "float16": {"tc 128x128 k16 w2x4": dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=4),
-                "tc 64x64 k32 w2x2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
-                "tc 64x64 k16 w2x2": dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2),
-                "tc 128x64 k16 w4x2": dict(bm=128, bn=64, kc=16, warps_m=4, warps_n=2),
-                "tc 64x128 k16 w2x4 s5": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=5),
-                "tc 64x64 k16 w2x2 s6": dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=6)},
+    "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
+                "tc 64x128 k32 w2x4 s4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
+                "tc 64x128 k64 w2x4 s3": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=3),
+                "tc 64x64 k32 w2x2 s4 b2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2, stages=4, min_blocks=2),
+                "tc 128x128 k32 w4x4 s4": dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)},
     "float32": {"tc 64x128 k8 w2x4": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x128 k8 w2x4": dict(bm=128, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x64 k8 w4x2": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2),
@@ -57,6 +61,8 @@ TC_CONFIGS = {
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
+#: A float16 setting past 48 KB (dynamic shared memory) for the sanitizers and the GPU tests.
+DYNAMIC = dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4)
 U32 = 2.0 ** -24
 
 
@@ -84,6 +90,7 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.device import PEAKS
     from sparsekit.timing import measure
+    from sparsekit.tune import heuristic, resolve
     p = Problem(m, k, n, sparsity, dtype)
     sol = p.sol_s()
     peak = PEAKS["H100"].fp16_tensor if p.dtype == np.float16 else PEAKS["H100"].tf32_tensor
@@ -92,12 +99,15 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
         tcs.update(TC_CONFIGS[p.dtype.name])
     launches = {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in tcs.items()}
     launches["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
+    simt = heuristic(p.m, p.k, p.n, p.ell.kprime, p.dtype, "C", tensor_cores=False)
+    launches["auto cuda-core"] = lambda: uspmm_simt(p.dell, p.b, **simt)
+    chosen = dict(tcs, auto=resolve("auto", p.dell, p.n, "C"), **{"auto cuda-core": simt})
     if vendors:
         launches.update(vendor_launches(p, coo=False))
     records = []
     for name, launch in launches.items():
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name,
-                   config=tcs.get(name))
+                   config=chosen.get(name))
         try:
             got = _to_host(launch())
             again = _to_host(launch())
@@ -128,7 +138,7 @@ def sanitize_case() -> None:
     for dtype in (np.float32, np.float16):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
-            for cfg in (dict(), ALT[np.dtype(dtype).name]):
+            for cfg in (dict(), ALT[np.dtype(dtype).name]) + ((DYNAMIC,) if dtype == np.float16 else ()):
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 

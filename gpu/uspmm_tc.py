@@ -74,7 +74,7 @@ import functools
 
 import numpy as np
 from numba import cuda, float32
-from numba.core.types import float16
+from numba.core.types import float16, uint8
 from numba.cuda import config as cuda_config
 
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
@@ -84,7 +84,8 @@ from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 
-__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U"]
+__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
+           "SHARED_OPTIN", "STATIC_LIMIT"]
 
 #: Default tunables per dtype (see the module docstring): the fastest setting measured at 1024^3 60% fp16
 #: (64x128, kc 16) and the one fastest on the small problems fp32 (``experiments/results/uspmm_tc.md``,
@@ -98,6 +99,14 @@ DEFAULTS = {
 #: kernel computes as*bb + ab*bs + ab*bb exactly, missing as*bs + ab*br + ar*bb + (terms below 2**-33):
 #: at most 3 * 2**-22 * (1 + 2**-10) |a||b| = 12.01 u |a||b|, rounded up.
 SPLIT_ERROR_U = 13
+#: Shared memory one block may use: the H100's opt-in maximum (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``,
+#: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
+#: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
+#: kernel before the launch (:func:`_opt_in`). A device with a smaller opt-in refuses those at launch.
+SHARED_OPTIN = 232448
+#: The largest static shared footprint (Numba's static arrays stop at 48 KB); a module attribute so the
+#: simulator tests can send small settings through the dynamic path.
+STATIC_LIMIT = SHARED_LIMIT
 
 
 def segment_entries(dell, seg: int):
@@ -164,8 +173,11 @@ def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3) -> int:
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3):
+               stages: int = 3, dynamic: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
+
+    ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
+    :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``, ``w``
@@ -181,6 +193,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     geo = _geometry(bm, bn, kc, half)
     sa, a_buf, sbn, b_buf, e_buf = geo["sa"], geo["a_buf"], geo["sbn"], geo["b_buf"], geo["e_buf"]
     two_a, all_b, all_e = 2 * a_buf, stages * b_buf, stages * e_buf
+    eo_byte = (two_a + all_b + all_e) * item           # dynamic layout: where the offsets start (bytes)
     pend = stages - 2                                 # copy groups left in flight at a step's end
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
@@ -338,10 +351,18 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         row0 = cuda.blockIdx.x * bm
         col0 = cuda.blockIdx.y * bn
         nchunks = (k + kc - 1) // kc
-        sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)            # 2 dense A tiles
-        sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)            # `stages` B tiles
-        sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)           # `stages` entry stages:
-        sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)            # values, offsets
+        if dynamic:                                                      # one dynamic buffer, carved:
+            dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles | B | entry values |
+            dyn8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)     #  entry offsets] (16-byte aligned)
+            sh_a = dyn[:two_a]
+            sh_b = dyn[two_a:two_a + all_b]
+            sh_ev = dyn[two_a + all_b:two_a + all_b + all_e]
+            sh_eo = dyn8[eo_byte:eo_byte + all_e]
+        else:
+            sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)        # 2 dense A tiles
+            sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)        # `stages` B tiles
+            sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)       # `stages` entry stages:
+            sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
         arow = t % bm                                                    # this thread's A segment: row arow,
         h = t // bm                                                      # columns h*seg .. (h+1)*seg
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
@@ -444,10 +465,45 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
         raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns does not "
                          f"fit the 8-bit offsets of segment_entries (at most 256)")
     shared = shared_bytes(bm, bn, kc, half, stages)
-    if shared > SHARED_LIMIT:
+    if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "
-                         f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
+                         f"{shared} bytes of shared memory, more than {SHARED_OPTIN}")
     return bm, bn, kc, warps_m, warps_n, min_blocks, stages
+
+
+_OPTED_IN: set = set()
+
+
+def _opt_in(kernel, args, nbytes: int) -> None:
+    """Let the compiled overload of ``kernel`` for ``args`` use ``nbytes`` of dynamic shared memory
+    (above 48 KB a launch fails without this; NUMBA_NOTES.md). Once per overload and size."""
+    if cuda_config.ENABLE_CUDASIM or nbytes <= SHARED_LIMIT:
+        return
+    from numba import typeof
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    compiled = kernel.compile(tuple(typeof(a) for a in args))
+    key = (id(compiled), nbytes)
+    if key not in _OPTED_IN:
+        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, nbytes, compiled._codelibrary.get_cufunc().handle,
+                                    cuda.get_current_device().id)
+        _OPTED_IN.add(key)
+
+
+class _DynamicShared:
+    """``kernel`` launched with ``nbytes`` of dynamic shared memory, for :func:`gpu.uspmm._launch`
+    (which indexes ``kernel[grid, block]`` and asks ``get_regs_per_thread`` on failure)."""
+
+    def __init__(self, kernel, nbytes: int):
+        self.kernel, self.nbytes = kernel, nbytes
+
+    def __getitem__(self, grid_block):
+        grid, block = grid_block
+        return self.kernel[grid, block, 0, self.nbytes]
+
+    def get_regs_per_thread(self):
+        return self.kernel.get_regs_per_thread()
 
 
 def uspmm(ell, b, *, config=None, **tunables):
@@ -479,10 +535,14 @@ def uspmm(ell, b, *, config=None, **tunables):
         seg = kc * bm // (WARP_SIZE * warps_m * warps_n)
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages)
+        shared = shared_bytes(bm, bn, kc, bool(half), stages)
+        dynamic = shared > STATIC_LIMIT
+        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic)
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
-        _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n,
-                (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp, vec_ok),
-                "bm, bn, warps_m, warps_n")
+        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp, vec_ok)
+        if dynamic:
+            _opt_in(kernel, args, shared)
+            kernel = _DynamicShared(kernel, shared)
+        _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n, args, "bm, bn, warps_m, warps_n")
     return result(c, like=bop)

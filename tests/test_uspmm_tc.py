@@ -79,6 +79,30 @@ def test_pipeline_depths_over_several_chunks(dtype, stages):
     check_against_reference(ell, b, dict(TUNABLES[dtype][0], stages=stages))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_dynamic_shared_path(dtype, monkeypatch):
+    """Settings above the static limit carve one dynamic buffer (on the GPU: above 48 KB, after the
+    opt-in); here the limit is lowered so small tiles take that path: same result, every stage reused."""
+    monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
+    m, k, n, kprime = 29, 40, 15, 13
+    rng = np.random.default_rng(7)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
+    check_against_reference(ell, b, dict(TUNABLES[dtype][1], stages=3))
+
+
+def test_large_settings_pass_the_checks():
+    """Settings past 48 KB (the dynamic path) that the GPU benchmark times are accepted."""
+    from experiments.bench_uspmm_tc import TC_CONFIGS
+    for cfg in TC_CONFIGS["float16"].values():
+        full = dict(tc.DEFAULTS[np.dtype(np.float16)], **cfg)
+        assert tc._check_tunables(True, **full)
+        assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"]) <= tc.SHARED_OPTIN
+
+
 def test_default_tunables_fit_the_launcher():
     for dtype, cfg in tc.DEFAULTS.items():
         assert tc._check_tunables(dtype == np.float16, **cfg)
@@ -111,7 +135,7 @@ def test_rejects_dtype_mismatch(small):
     (dict(bm=48, warps_m=2), "bm, bn: each warp's sub-tile"),
     (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
     (dict(bn=512, kc=64), "bm, bn, kc, stages: two A tiles and 3 stages"),
-    (dict(stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
+    (dict(bn=512, stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
     (dict(stages=1), "stages"),
     (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
     (dict(tile=3), "tunables: unknown"),

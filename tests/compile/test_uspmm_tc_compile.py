@@ -33,7 +33,7 @@ def kernel_args(dtype: str):
 @functools.cache
 def build(dtype: str, cfg: tuple, cc):
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds; the linker made verbose."""
-    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, *cfg[5:])
+    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg))
     lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, kernel_args(dtype), device=False,
                                                  abi="numba", cc=cc, lto=True,
                                                  launch_bounds=kernel.targetoptions.get("launch_bounds"))
@@ -55,6 +55,15 @@ def build(dtype: str, cfg: tuple, cc):
     return ptx, report
 
 
+def stages_of(cfg: tuple) -> int:
+    return cfg[5] if len(cfg) > 5 else 3
+
+
+def dynamic(dtype: str, cfg: tuple) -> bool:
+    """Whether the launcher takes the dynamic-shared-memory path for this setting (past 48 KB)."""
+    return tc.shared_bytes(*cfg[:3], dtype == "float16", stages_of(cfg)) > tc.STATIC_LIMIT
+
+
 def default_cfg(dtype: str) -> tuple:
     d = tc.DEFAULTS[__import__("numpy").dtype(dtype)]
     return d["bm"], d["bn"], d["kc"], d["warps_m"], d["warps_n"]
@@ -64,14 +73,21 @@ def default_cfg(dtype: str) -> tuple:
 # segment_entries, the same arrays whatever the ELL's index dtype)
 BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in VALUE_TYPES]
           + [((9, 0), "float16", (64, 64, 32, 2, 2)), ((9, 0), "float32", (128, 64, 8, 4, 2)),
-             ((9, 0), "float16", (64, 128, 16, 2, 4, 5)), ((9, 0), "float32", (64, 128, 8, 2, 4, 5))])
+             ((9, 0), "float16", (64, 128, 16, 2, 4, 5)), ((9, 0), "float32", (64, 128, 8, 2, 4, 5)),
+             # past 48 KB: dynamic shared memory (kc 32 and 64, 16 warps)
+             ((9, 0), "float16", (64, 128, 32, 2, 4, 4)), ((9, 0), "float16", (64, 128, 64, 2, 4, 3)),
+             ((9, 0), "float16", (128, 128, 32, 4, 4, 4))])
 
 
 @pytest.mark.parametrize("cc,dtype,cfg", BUILDS, ids=str)
 def test_compiles_to_mma_in_registers(cc, dtype, cfg):
     assert tc._check_tunables(dtype == "float16", *cfg[:5], 1, *cfg[5:])    # a setting the launcher accepts
-    stages = cfg[5] if len(cfg) > 5 else 3
+    stages = stages_of(cfg)
     ptx, report = build(dtype, cfg, cc)
+    if dynamic(dtype, cfg):                                                  # one extern buffer, no static
+        assert ".extern .shared .align 16" in ptx and not re.search(r"\d+ bytes smem", report), report
+    else:
+        assert ".extern .shared" not in ptx
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     if dtype == "float16":
         assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx

@@ -60,9 +60,10 @@ def test_mma_tf32_matches_numpy():
 
 
 def configs(dtype: str) -> list[dict]:
-    """The default tunables, the benchmark's second setting and a 5-stage pipeline for ``dtype``."""
-    from experiments.bench_uspmm_tc import ALT, TC_CONFIGS
-    deep = TC_CONFIGS[dtype]["tc 64x128 k16 w2x4 s5" if dtype == "float16" else "tc 64x128 k8 w2x4 s5"]
+    """The default tunables, the benchmark's second setting and a deep one for ``dtype``: float16 kc 32
+    with 4 stages (70 KB of dynamic shared memory), float32 a 5-stage pipeline."""
+    from experiments.bench_uspmm_tc import ALT, DYNAMIC, TC_CONFIGS
+    deep = DYNAMIC if dtype == "float16" else TC_CONFIGS[dtype]["tc 64x128 k8 w2x4 s5"]
     return [dict(), ALT[dtype], deep]
 PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.95), (4096, 4096, 1024, 0.9), (1000, 999, 777, 0.6)]
 
@@ -90,6 +91,19 @@ def test_real_shapes_correct_and_bit_identical(problem, which):
     slack = 2 * u_out * np.abs(exact) + np.finfo(problem.dtype).smallest_subnormal
     assert (err <= error_reduction(problem.ell.kprime, problem.dtype) * 2.0 ** -24 * scale + slack).all()
     assert problem.correct(first)
+
+
+def test_float16_auto_routes_to_tensor_cores():
+    """``gpu.uspmm.uspmm(config="auto")`` at 1024^3 60% float16 (no tuning cache) is the tensor-core
+    kernel's result bit for bit; at 95% it is not routed and still correct."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm import uspmm as uspmm_auto
+    from gpu.uspmm_tc import uspmm
+    p = Problem(1024, 1024, 1024, 0.6, np.float16)
+    got = uspmm_auto(p.dell, p.b, config="heuristic").copy_to_host()
+    assert (got.view(np.uint8) == uspmm(p.dell, p.b).copy_to_host().view(np.uint8)).all()
+    q = Problem(1024, 1024, 1024, 0.95, np.float16)
+    assert q.correct(uspmm_auto(q.dell, q.b, config="heuristic").copy_to_host())
 
 
 def test_torch_tensors_in_and_out():
