@@ -1248,13 +1248,18 @@ def uspmm(ell, b, *, config=None, **tunables):
     the GPU, e.g. N = 128 at M = 1024); all but "listing1"
     need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
-    (:func:`sparsekit.tune.resolve`), instead of keyword tunables.
+    (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
+    choose ``variant="tensor_core"`` (float16, row-major ``b``): the call goes
+    to :func:`gpu.uspmm_tc.uspmm` with the other tunables (same result contract).
     """
     dell = prepare(ell)
     bop, order = _rhs(b, dell, "b")
     if config is not None:
         from sparsekit.tune import resolve
         tunables = dict(resolve(config, dell, bop.dev.shape[1], order), **tunables)
+    if tunables.get("variant") == "tensor_core":   # float16 "auto" (sparsekit.tune.heuristic) or a tuned winner
+        from gpu.uspmm_tc import uspmm as uspmm_tc
+        return uspmm_tc(dell, b, **{key: v for key, v in tunables.items() if key != "variant"})
     return result(_run(dell, bop.dev, order, bop, **tunables), like=bop)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+           "TC_MIN_DENSITY", "TC_MIN_TILES", "TC_SETTINGS", "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -98,7 +98,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
 
     Default (``full=False``): for a row-major B the tiled kernel's best setting,
     :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
-    :data:`SPLIT_SETTINGS` (Listing 1
+    :data:`SPLIT_SETTINGS`, for float16 also :data:`TC_SETTINGS` (Listing 1
     gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
     for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
@@ -114,7 +114,8 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
                     dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
         return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
                 + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
-                + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs())
+                + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs()
+                + ([tensor_core(**cfg) for cfg in TC_SETTINGS] if itemsize == 2 else []))
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -133,6 +134,8 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
             if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
         out += split_configs()
+        if itemsize == 2:
+            out += [tensor_core(**cfg) for cfg in TC_SETTINGS]
     return out
 
 
@@ -185,8 +188,32 @@ def _pow2_at_most(x: float) -> int:
     return 1 << (max(int(x), 1).bit_length() - 1)
 
 
-def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132) -> dict:
+#: float16 problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`) by :func:`heuristic`: density
+#: ``K'/K`` at least this, and at least ``TC_MIN_TILES * sms`` output tiles of 64 x 128.
+TC_MIN_DENSITY = 0.15
+TC_MIN_TILES = 0.75
+#: Tensor-core settings in the float16 search space (row-major B): its defaults and larger K chunks
+#: (dynamic shared memory above 48 KB; experiments/results/uspmm_tc.md).
+TC_SETTINGS = (dict(), dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
+               dict(bm=128, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
+
+
+def tensor_core(**tunables) -> dict:
+    """The tunables of a tensor-core setting (:func:`gpu.uspmm_tc.uspmm`; unset ones from its
+    ``DEFAULTS``): ``gpu.uspmm.uspmm`` hands ``variant="tensor_core"`` to that launcher."""
+    return dict(variant="tensor_core", **tunables)
+
+
+def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
+              tensor_cores: bool = True) -> dict:
     """The configuration used when the cache has no entry.
+
+    float16 with a row-major ``B`` (and ``tensor_cores``): the tensor-core kernel
+    (:func:`tensor_core`, its default tunables) where the density is at least
+    :data:`TC_MIN_DENSITY` and the output has at least ``TC_MIN_TILES * sms`` tiles of 64 x 128
+    (experiments/results/uspmm_tc.md: it beat the CUDA-core kernels there; at high sparsity, small N or
+    small M it lost: its densified tile costs the same at every density and it has no K split).
+    Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's USpMM setting
     (NWarp, VSize) = (1, 8). Row-major ``B``, by the number of output tiles (``sms``: the H100 has
@@ -220,6 +247,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     half = np.dtype(dtype) == np.float16
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
+    if half and tensor_cores and density >= TC_MIN_DENSITY and -(-m // 64) * col_tiles >= TC_MIN_TILES * sms:
+        return tensor_core()
     tiles32 = -(-m // 32) * col_tiles
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:

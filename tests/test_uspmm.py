@@ -300,9 +300,10 @@ def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
     (512, 512, 1024, 205, ("dense_tile", 4, 4, 8, 16, 2), "47.8 us; the winner, the same with splits=2, 46.8 us"),
 ])
 def test_heuristic_picks_the_float16_tuned_winners(m, k, n, kprime, want, note):
+    """The CUDA-core winners (that tuning run had no tensor-core kernel: ``tensor_cores=False``)."""
     from sparsekit import tune
     variant, *shape = want
-    assert tune.heuristic(m, k, n, kprime, np.float16, "C") == getattr(tune, variant)(*shape)
+    assert tune.heuristic(m, k, n, kprime, np.float16, "C", tensor_cores=False) == getattr(tune, variant)(*shape)
 
 
 # `bench_uspmm.py --split-explore` on the H100, 2026-11-23 00:49 UTC: small output grids (N = 128 at
@@ -354,6 +355,39 @@ def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, 
     variant, *shape, splits = want
     assert tune.heuristic(m, k, n, kprime, dtype, "C") == getattr(tune, variant)(*shape, splits=splits)
     assert picked_us <= 1.2 * best_us
+
+
+# float16 problems and whether the tensor-core kernel (gpu/uspmm_tc.py) beat the heuristic's CUDA-core
+# choice on the H100 (experiments/results/uspmm_tc.md: times in us, tensor-core default / CUDA-core)
+TC_ROUTING = [
+    (1024, 1024, 1024, 410, True, "run 2: 64.3 / 109"),
+    (1024, 1024, 16384, 410, True, "run 1: 765 (128x128) / 1127"),
+    (1024, 1024, 1024, 51, False, "run 1: 74.5 (best) / 39.3"),
+    (128, 128, 128, 51, False, "run 1: 14.7 (best) / 12.0"),
+    (1024, 1024, 128, 410, False, "run 1: 71.5 (best) / 59.1"),
+]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,routed,note", TC_ROUTING)
+def test_heuristic_routes_float16_to_tensor_cores_where_measured_faster(m, k, n, kprime, routed, note):
+    from sparsekit import tune
+    got = tune.heuristic(m, k, n, kprime, np.float16, "C")
+    assert (got == tune.tensor_core()) == routed, (got, note)
+    assert tune.heuristic(m, k, n, kprime, np.float32, "C")["variant"] != "tensor_core"   # never float32
+    assert tune.heuristic(m, k, n, kprime, np.float16, "F")["variant"] == "listing1"      # needs row-major B
+
+
+def test_tensor_core_variant_goes_to_its_launcher(small):
+    """``variant="tensor_core"`` (what float16 ``auto`` may pick) runs gpu.uspmm_tc with the other
+    tunables and keeps the launcher's contract: NumPy in, NumPy out, b's dtype."""
+    from gpu import uspmm_tc
+    ell, b = small
+    ell16 = ELL.from_dense(ell.to_dense().astype(np.float16))
+    b16 = b.astype(np.float16)
+    cfg = dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=1, stages=2)
+    got = gu.uspmm(ell16, b16, variant="tensor_core", **cfg)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float16
+    np.testing.assert_array_equal(got, uspmm_tc.uspmm(ell16, b16, **cfg))
 
 
 def test_heuristic_config_skips_the_cache(tmp_path, monkeypatch, small):
