@@ -49,6 +49,7 @@ TC_CONFIGS = {
     "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
                 "tc 64x128 k32 w2x4 s4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
                 "tc 64x128 k64 w2x4 s3": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=3),
+                "tc 64x128 k64 w2x4 s4": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4),
                 "tc 64x64 k32 w2x2 s4 b2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2, stages=4, min_blocks=2),
                 "tc 128x128 k32 w4x4 s4": dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)},
     "float32": {"tc 64x128 k8 w2x4": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4),
