@@ -44,12 +44,13 @@ TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 10
 TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
 #: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS; "sN": an N-stage pipeline). The float16
 #: ones past 48 KB of shared memory (kc 32 and 64, 4 to 6 stages, 64x64 tiles two blocks an SM at 1024^3,
-#: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md).
+#: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md, where "tc" was
+#: 64x128 kc 16, 3 stages, and the current default 64x128 kc 64, 4 stages, was "tc 64x128 k64 w2x4 s4").
 TC_CONFIGS = {
     "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
                 "tc 64x128 k32 w2x4 s4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
                 "tc 64x128 k64 w2x4 s3": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=3),
-                "tc 64x128 k64 w2x4 s4": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4),
+                "tc 64x128 k16 w2x4 s3": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=3),
                 "tc 64x64 k32 w2x2 s4 b2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2, stages=4, min_blocks=2),
                 "tc 128x128 k32 w4x4 s4": dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)},
     "float32": {"tc 64x128 k8 w2x4": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4),

@@ -87,11 +87,14 @@ from sparsekit.checks import check_int
 __all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
            "SHARED_OPTIN", "STATIC_LIMIT"]
 
-#: Default tunables per dtype (see the module docstring): the fastest setting measured at 1024^3 60% fp16
-#: (64x128, kc 16) and the one fastest on the small problems fp32 (``experiments/results/uspmm_tc.md``,
-#: run 2; 128x128 with kc 8 is faster at N = 16384 and 4096^2, 64x128 with kc 8 at 1024^3).
+#: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
+#: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
+#: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%, the run-2 default 64x128 kc 16 64.6 us;
+#: 128x128 kc 32 with 16 warps is faster at N = 16384 and 4096^2, ``sparsekit.tune.TC_LARGE``).
+#: float32: the one fastest on the small problems (run 2; 128x128 with kc 8 is faster at N = 16384 and
+#: 4096^2, 64x128 with kc 8 at 1024^3).
 DEFAULTS = {
-    np.dtype(np.float16): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=3, min_blocks=1),
+    np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1),
     np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=3, min_blocks=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar

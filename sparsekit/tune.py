@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "TC_MIN_DENSITY", "TC_MIN_TILES", "TC_SETTINGS", "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
+           "TC_MIN_DENSITY", "TC_ONE_WAVE_DENSITY", "TC_MIN_TILES", "TC_LARGE", "TC_SETTINGS",
+           "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -188,14 +189,22 @@ def _pow2_at_most(x: float) -> int:
     return 1 << (max(int(x), 1).bit_length() - 1)
 
 
-#: float16 problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`) by :func:`heuristic`: density
-#: ``K'/K`` at least this, and at least ``TC_MIN_TILES * sms`` output tiles of 64 x 128.
+#: float16 problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`) by :func:`heuristic`: at least
+#: ``TC_MIN_TILES * sms`` output tiles of 64 x 128 and a density ``K'/K`` of at least ``TC_MIN_DENSITY``,
+#: or at least ``TC_ONE_WAVE_DENSITY`` where those tiles fit one wave (at most ``sms`` of them). Fitted to
+#: run 3 of experiments/results/uspmm_tc.md (H100, 2026-11-23 01:38 UTC), tensor-core vs CUDA-core time:
+#: 1024^3 at 60/80/90%: 55.8/53.0/47.3 us vs 109.9/94.6/55.5 (routed); 1024^3 95%: 46.1 vs 34.9,
+#: 4096^2 x 1024 90% (four waves): 504 vs 509 (a tie), 1024 x 1024 x 128: 52.9 vs 36.8, 128^3: 11.7
+#: vs 11.1 (not routed).
 TC_MIN_DENSITY = 0.15
+TC_ONE_WAVE_DENSITY = 0.09
 TC_MIN_TILES = 0.75
-#: Tensor-core settings in the float16 search space (row-major B): its defaults and larger K chunks
-#: (dynamic shared memory above 48 KB; experiments/results/uspmm_tc.md).
-TC_SETTINGS = (dict(), dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
-               dict(bm=128, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
+#: The tensor-core setting for grids with at least ``sms`` tiles of 128 x 128 (1024 x 1024 x 16384 60%:
+#: 558 us against the default's 669, run 3); below that the kernel's defaults (64 x 128, kc 64, 4 stages).
+TC_LARGE = dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)
+#: Tensor-core settings in the float16 search space (row-major B): its defaults, :data:`TC_LARGE` and
+#: kc 32 (all past 48 KB of shared memory: dynamic; experiments/results/uspmm_tc.md, run 3).
+TC_SETTINGS = (dict(), TC_LARGE, dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
 
 
 def tensor_core(**tunables) -> dict:
@@ -208,11 +217,12 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
               tensor_cores: bool = True) -> dict:
     """The configuration used when the cache has no entry.
 
-    float16 with a row-major ``B`` (and ``tensor_cores``): the tensor-core kernel
-    (:func:`tensor_core`, its default tunables) where the density is at least
-    :data:`TC_MIN_DENSITY` and the output has at least ``TC_MIN_TILES * sms`` tiles of 64 x 128
-    (experiments/results/uspmm_tc.md: it beat the CUDA-core kernels there; at high sparsity, small N or
-    small M it lost: its densified tile costs the same at every density and it has no K split).
+    float16 with a row-major ``B`` (and ``tensor_cores``): the tensor-core kernel (:func:`tensor_core`)
+    where the output has at least ``TC_MIN_TILES * sms`` tiles of 64 x 128 and the density is at least
+    :data:`TC_MIN_DENSITY` (:data:`TC_ONE_WAVE_DENSITY` when those tiles fit one wave), with
+    :data:`TC_LARGE` where there are at least ``sms`` tiles of 128 x 128, else its defaults
+    (experiments/results/uspmm_tc.md, run 3: it beat the CUDA-core kernels there; at high sparsity,
+    small N or small M it lost: its densified tile costs the same at every density and it has no K split).
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's USpMM setting
@@ -247,8 +257,11 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     half = np.dtype(dtype) == np.float16
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
-    if half and tensor_cores and density >= TC_MIN_DENSITY and -(-m // 64) * col_tiles >= TC_MIN_TILES * sms:
-        return tensor_core()
+    if half and tensor_cores:
+        tiles = -(-m // 64) * col_tiles
+        if tiles >= TC_MIN_TILES * sms and (density >= TC_MIN_DENSITY
+                                           or (density >= TC_ONE_WAVE_DENSITY and tiles <= sms)):
+            return tensor_core(**TC_LARGE) if -(-m // 128) * col_tiles >= sms else tensor_core()
     tiles32 = -(-m // 32) * col_tiles
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:

@@ -66,7 +66,7 @@ def dynamic(dtype: str, cfg: tuple) -> bool:
 
 def default_cfg(dtype: str) -> tuple:
     d = tc.DEFAULTS[__import__("numpy").dtype(dtype)]
-    return d["bm"], d["bn"], d["kc"], d["warps_m"], d["warps_n"]
+    return d["bm"], d["bn"], d["kc"], d["warps_m"], d["warps_n"], d["stages"]
 
 
 # every cc x dtype with the default tiling; a second tiling at sm_90 (the kernel reads the ELL through
