@@ -51,22 +51,29 @@ chunks of ``kc`` columns):
    (:func:`gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
    banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
    per instruction) or 32-bit reads (float32), then runs its MMAs;
-4. pipeline: ``stages`` (S, default 3) B stages and entry stages, 2 A tiles.
+4. pipeline: ``stages`` (S) B tiles and entry stages, 2 A tiles.
    In step ``j`` the copies of B(j+S-1) and the entries of chunk j+S are
    issued (one commit group), the warps multiply chunk ``j``, the entries of
    chunk ``j+1`` are scattered into the other A tile, then
    ``cp.async.wait_group S-2`` and one barrier. Global loads are in flight for
-   S-2 to S-1 steps, with no registers held for them. S = 3 is the setting
-   measured on the H100 (``experiments/results/uspmm_tc.md``); deeper
-   pipelines (S = 4, 5 fit 48 KB for the smaller tiles) pass the simulator
-   tests and compile but were not timed.
+   S-2 to S-1 steps, with no registers held for them.
+5. shared memory: settings up to 48 KB use static arrays; larger ones carve
+   the same buffers from one dynamic buffer, the launcher setting the
+   kernel's maximum dynamic shared size first (:data:`SHARED_OPTIN`).
+
+Measured on the H100 (``experiments/results/uspmm_tc.md``, run 3, float16):
+the time per block hardly depends on the number of blocks or the density
+(64x128, kc 16: 64-68 us at 1024^3 from 60% to 95% and at 1024 x 1024 x 128,
+16 blocks), and deeper pipelines do not help (6 stages: 67.7 us against 64.6
+with 3); larger K chunks do (kc 64, 4 stages: 55.8 us), which is the float16
+default. Where the time goes within a step is not known (no profile yet).
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
 
 Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
-float16, 8 for float32), ``warps_m``, ``warps_n``, ``min_blocks`` (resident
-blocks per SM the registers are capped for). :data:`DEFAULTS` per dtype.
+float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
+(resident blocks per SM the registers are capped for). :data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 
