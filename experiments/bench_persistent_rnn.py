@@ -662,25 +662,14 @@ H100 = {"sms": 132, "regs_per_sm": 65536, "smem_per_sm": 233472, "smem_per_block
 
 def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
     """(registers, spill + stack bytes) of one kernel compiled for sm_90 without a GPU (NUMBA_NOTES.md's recipe)."""
-    import re
-
-    import numba.cuda.cudadrv.driver as drv
     import numba.cuda.dispatcher as dispatcher
     from numba import types
-    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+
+    from sparsekit import offline
 
     class _Device:
         compute_capability = (9, 0)
     dispatcher.get_current_device = lambda: _Device()
-    if not getattr(drv._Linker, "_verbose_patch", False):
-        orig = drv._Linker._get_linker_options
-
-        def verbose(self, ptx):
-            o = orig(self, ptx)
-            o.verbose = True
-            return o
-        drv._Linker._get_linker_options = verbose
-        drv._Linker._verbose_patch = True
     kernel = gpu_rnn._kernel(sync, "wide", np.dtype(dtype), npt, tpr, batch, "tanh", words, **opts)
     val = types.float16 if dtype == "float16" else types.float32
     a1, a2, a3 = (types.Array(t, n, "C") for t, n in ((val, 1), (val, 2), (val, 3)))
@@ -688,15 +677,8 @@ def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
            a3, a1, types.Array(types.uint32, 1, "C"), a3, a3, a2, types.Array(types.int64, 1, "C"),
            types.Array(types.int32, 1, "C")) + (types.int64,) * 5
     bounds = (opts["threads"], 1) if opts.get("threads") else None
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True,
-                                        launch_bounds=bounds)
-    lib._lto = True
-    lib.get_cubin(cc=(9, 0))
-    info = lib.get_linkerinfo((9, 0))
-    regs = int(re.findall(r"Used (\d+) registers", info)[-1])
-    spill = int(re.findall(r"(\d+) bytes spill stores", info)[-1])
-    stack = int(re.findall(r"(\d+) bytes stack frame", info)[-1])
-    return regs, spill + stack            # a stack frame: register arrays demoted to local memory
+    use = offline.usage(offline.build(kernel, sig, (9, 0), launch_bounds=bounds, want_ptx=False).report)
+    return use.registers, use.spill_store_bytes + use.stack_bytes   # stack: arrays demoted to local memory
 
 
 def fits_on_chip(hidden, density, tpr, sync, buffers=1, batch=4, itemsize=2, limits=H100, regs_fn=None, chunk=8):

@@ -18,10 +18,9 @@ import re
 
 import pytest
 from numba import cuda, types
-from numba.cuda import compiler
-from numba.cuda.cudadrv import driver
 
 from gpu import sparsify24 as g
+from sparsekit import offline
 
 
 def kernel_args(bits: int):
@@ -42,26 +41,9 @@ def alu64_share(ptx: str) -> float:
 
 
 @functools.cache
-def build(kernel, args, cc):
-    """(post-LTO PTX, ptxas report) of one kernel, with its launch bounds; the linker made verbose for the report."""
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, args, device=False, abi="numba", cc=cc, lto=True,
-                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
-    lib._lto = True
-    text = lib.get_lto_ptx(cc=cc)
-    original = driver._Linker._get_linker_options
-
-    def verbose(self, ptx):
-        options = original(self, ptx)
-        options.verbose = True
-        return options
-
-    driver._Linker._get_linker_options = verbose
-    try:
-        lib.get_cubin(cc=cc)
-        report = lib.get_linkerinfo(cc)
-    finally:
-        driver._Linker._get_linker_options = original
-    return text, report
+def build(kernel, args, cc) -> offline.Build:
+    """(post-LTO PTX, ptxas report) of one kernel, with its launch bounds (cached: several tests read one build)."""
+    return offline.build(kernel, args, cc)
 
 
 # Each build is Numba + NVVM + two nvJitLink LTO passes (PTX, then cubin for ptxas's report): 2-8 s

@@ -15,10 +15,9 @@ import re
 
 import pytest
 from numba import types
-from numba.cuda import compiler
-from numba.cuda.cudadrv import driver
 
 from gpu import uspmm_tc as tc
+from sparsekit import offline
 
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
@@ -31,28 +30,10 @@ def kernel_args(dtype: str):
 
 
 @functools.cache
-def build(dtype: str, cfg: tuple, cc):
-    """(post-LTO PTX, ptxas report) of one setting, with its launch bounds; the linker made verbose."""
+def build(dtype: str, cfg: tuple, cc) -> offline.Build:
+    """(post-LTO PTX, ptxas report) of one setting, with its launch bounds."""
     kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg))
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, kernel_args(dtype), device=False,
-                                                 abi="numba", cc=cc, lto=True,
-                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
-    lib._lto = True
-    ptx = lib.get_lto_ptx(cc=cc)
-    original = driver._Linker._get_linker_options
-
-    def verbose(self, ptx):
-        options = original(self, ptx)
-        options.verbose = True
-        return options
-
-    driver._Linker._get_linker_options = verbose
-    try:
-        lib.get_cubin(cc=cc)
-        report = lib.get_linkerinfo(cc)
-    finally:
-        driver._Linker._get_linker_options = original
-    return ptx, report
+    return offline.build(kernel, kernel_args(dtype), cc)
 
 
 def stages_of(cfg: tuple) -> int:

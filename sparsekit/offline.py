@@ -1,0 +1,68 @@
+"""What a Numba CUDA kernel compiles to, found without a GPU: post-LTO PTX and ptxas's resource report.
+
+The recipe of NUMBA_NOTES.md, in one place for the compile checks and the benchmarks: compile the
+kernel's Python function with link-time optimisation for a compute capability, ask nvJitLink for the PTX
+after LTO (the code that really runs, device functions and intrinsics inlined), then link a cubin with
+the linker made verbose so that ptxas's lines "Used N registers" and "S bytes spill stores, L bytes spill
+loads" come back. Only NVVM, NVRTC and nvJitLink are needed (the ``numba-cuda[cu13]`` wheels); a kernel
+that asks for the current device while compiling needs a fake one (``tests/compile/conftest.py``).
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from numba.cuda import compiler
+from numba.cuda.cudadrv import driver
+
+
+class Build(NamedTuple):
+    ptx: str      #: post-LTO PTX ("" when not asked for)
+    report: str   #: the verbose linker's log, ptxas's lines included
+
+
+class Usage(NamedTuple):
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int   #: a stack frame: arrays demoted to local memory
+
+
+def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = True) -> Build:
+    """Compile ``kernel`` (a ``cuda.jit`` dispatcher) for ``argtypes`` and ``cc`` with LTO.
+
+    ``launch_bounds`` defaults to the kernel's own (``@cuda.jit(launch_bounds=...)``), so the report
+    shows the registers the launched kernel gets. ``want_ptx=False`` skips the post-LTO PTX (one LTO pass less).
+    """
+    if launch_bounds is None:
+        launch_bounds = kernel.targetoptions.get("launch_bounds")
+    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, tuple(argtypes), device=False, abi="numba",
+                                                 cc=cc, lto=True, launch_bounds=launch_bounds)
+    lib._lto = True
+    text = lib.get_lto_ptx(cc=cc) if want_ptx else ""
+    original = driver._Linker._get_linker_options
+
+    def verbose(self, ptx):   # the linker passes ``ptx`` by keyword
+        options = original(self, ptx)
+        options.verbose = True
+        return options
+
+    driver._Linker._get_linker_options = verbose
+    try:
+        lib.get_cubin(cc=cc)
+        report = lib.get_linkerinfo(cc)
+    finally:
+        driver._Linker._get_linker_options = original
+    return Build(text, report)
+
+
+def usage(report: str) -> Usage:
+    """Registers, spill and stack bytes of the kernel from a :func:`build` report (ptxas's last entry,
+    the kernel's own; device functions are inlined by LTO)."""
+    def last(pattern: str) -> int:
+        found = re.findall(pattern, report)
+        if not found:
+            raise ValueError(f"report: no match for {pattern!r} in the linker log:\n{report}")
+        return int(found[-1])
+    return Usage(last(r"Used (\d+) registers"), last(r"(\d+) bytes spill stores"),
+                 last(r"(\d+) bytes spill loads"), last(r"(\d+) bytes stack frame"))
