@@ -162,7 +162,7 @@ KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "
 
 
 def main(argv=None) -> int:
-    from experiments.bench_uspmm import markdown
+    from experiments.bench_uspmm import exit_status, markdown
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--table", action="store_true", help="issue 5's problems, every provider")
     ap.add_argument("--configs", choices=["default", "all"], default="default",
@@ -195,11 +195,7 @@ def main(argv=None) -> int:
     print(markdown(records, KEYS), flush=True)
     for name, (g, cnt) in geomean_speedups(records).items():
         print(f"geomean speedup over cuSPARSE CSR, {name}: {g:.3g} ({cnt} problems)")
-    bad = [r for r in records if "torch" not in r["provider"] and "error" not in r
-           and (not r.get("correct") or not r.get("bit_identical"))]
-    if bad:
-        print(f"{len(bad)} INCORRECT results:", bad[:5])
-    return 1 if bad else 0
+    return exit_status(records)
 
 
 if __name__ == "__main__":

@@ -371,6 +371,16 @@ else:
 # Probe kernels: one MMA per warp (the tests' check of the fragment layout above, and its example)
 # ---------------------------------------------------------------------------
 
+@cuda.jit(device=True)
+def _store_accumulators(d, cr, x):
+    """A lane's four accumulators of a 16x8 fp32 C tile (flat, row stride 8) at ``cr`` = C[g, 2t]:
+    C[g, 2t], C[g, 2t+1], C[g+8, 2t], C[g+8, 2t+1]."""
+    d[cr] = x[0]
+    d[cr + 1] = x[1]
+    d[cr + 64] = x[2]
+    d[cr + 65] = x[3]
+
+
 @cuda.jit
 def mma_probe_f16(a, bt, c, d, nbatch):
     """``d[w] = a[w] @ bt[w].T + c[w]`` for problem ``w`` = the global warp index, via
@@ -388,10 +398,7 @@ def mma_probe_f16(a, bt, c, d, nbatch):
         x = mma_m16n8k16_f16_f32(load_b32(a, ar), load_b32(a, ar + 128), load_b32(a, ar + 8),
                                  load_b32(a, ar + 136), load_b32(bt, br), load_b32(bt, br + 8),
                                  c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
-        d[cr] = x[0]
-        d[cr + 1] = x[1]
-        d[cr + 64] = x[2]
-        d[cr + 65] = x[3]
+        _store_accumulators(d, cr, x)
 
 
 @cuda.jit
@@ -410,10 +417,7 @@ def mma_probe_tf32(a, b, c, d, nbatch):
         x = mma_m16n8k8_tf32_f32(to_tf32(a[ar]), to_tf32(a[ar + 64]), to_tf32(a[ar + 4]), to_tf32(a[ar + 68]),
                                  to_tf32(b[br]), to_tf32(b[br + 32]),
                                  c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
-        d[cr] = x[0]
-        d[cr + 1] = x[1]
-        d[cr + 64] = x[2]
-        d[cr + 65] = x[3]
+        _store_accumulators(d, cr, x)
 
 
 @cuda.jit
