@@ -26,3 +26,12 @@ def test_tutorial_runs_quick(path, capsys):
     result = _load(path).main(quick=True)
     assert result
     assert capsys.readouterr().out.strip()
+
+
+def test_tensor_core_tutorial_quotes_measured_table():
+    """Tutorial 06 prints H100 timings only by quoting experiments/results/uspmm_tc.md: the table and
+    the columns it picks must still be there (else it would print "table not found")."""
+    tut = _load(next(p for p in TUTORIALS if p.name == "06_tensor_cores.py"))
+    table = tut.quoted_timings()
+    assert len(table) > 1
+    assert all(any(h.startswith(c) for h in table[0]) for c in tut.QUOTED_COLUMNS)
