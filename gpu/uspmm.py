@@ -1258,8 +1258,9 @@ def uspmm(ell, b, *, config=None, **tunables):
         from sparsekit.tune import resolve
         tunables = dict(resolve(config, dell, bop.dev.shape[1], order), **tunables)
     if tunables.get("variant") == "tensor_core":   # float16 "auto" (sparsekit.tune.heuristic) or a tuned winner
-        from gpu.uspmm_tc import uspmm as uspmm_tc
-        return uspmm_tc(dell, b, **{key: v for key, v in tunables.items() if key != "variant"})
+        from gpu.uspmm_tc import run as run_tc
+        return result(run_tc(dell, bop, order, **{key: v for key, v in tunables.items() if key != "variant"}),
+                      like=bop)
     return result(_run(dell, bop.dev, order, bop, **tunables), like=bop)
 
 

@@ -91,7 +91,7 @@ from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 
-__all__ = ["uspmm", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
+__all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
            "SHARED_OPTIN", "STATIC_LIMIT"]
 
 #: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
@@ -528,6 +528,13 @@ def uspmm(ell, b, *, config=None, **tunables):
     """
     dell = prepare(ell)
     bop, order = _rhs(b, dell, "b")
+    return result(run(dell, bop, order, config=config, **tunables), like=bop)
+
+
+def run(dell, bop, order: str, *, config=None, **tunables):
+    """The launcher's work after validation: ``C`` as a device array for a prepared ``dell`` and
+    ``b``'s Operand (``gpu.uspmm.uspmm`` calls this with the operand it already made, so a
+    ``variant="tensor_core"`` call validates and copies ``b`` once)."""
     if order != "C":
         raise ValueError("b: the tensor-core kernel needs a C-ordered (row-major) b; "
                          "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
@@ -555,4 +562,4 @@ def uspmm(ell, b, *, config=None, **tunables):
             _opt_in(kernel, args, shared)
             kernel = _DynamicShared(kernel, shared)
         _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n, args, "bm, bn, warps_m, warps_n")
-    return result(c, like=bop)
+    return c
