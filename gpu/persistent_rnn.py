@@ -116,6 +116,7 @@ from gpu.sync_primitives import clock64, ld_relaxed_u32, ld_volatile_u32, ld_x4_
 from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
+from sparsekit.device import allow_dynamic_shared
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
@@ -743,15 +744,6 @@ def shared_limit() -> int:
     return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
-def _opt_in_shared(compiled, nbytes: int) -> None:
-    """Allow ``nbytes`` of dynamic shared memory for a compiled kernel (above 48 KB needs this)."""
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    handle = compiled._codelibrary.get_cufunc().handle
-    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, nbytes, handle, cuda.get_current_device().id)
-
-
 POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
@@ -913,7 +905,7 @@ class PersistentRNN:
             return
         compiled = self.kernel.compile(argtypes)
         if self.smem > SHARED_LIMIT:
-            _opt_in_shared(compiled, self.smem)
+            allow_dynamic_shared(compiled, self.smem)
         self.resources = {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
                           "max_threads_per_block": compiled.max_threads_per_block}
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)

@@ -90,6 +90,7 @@ from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, prepar
 from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
+from sparsekit.device import allow_dynamic_shared
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
            "SHARED_OPTIN", "STATIC_LIMIT"]
@@ -490,14 +491,11 @@ def _opt_in(kernel, args, nbytes: int) -> None:
     if cuda_config.ENABLE_CUDASIM or nbytes <= SHARED_LIMIT:
         return
     from numba import typeof
-    from numba.cuda.cudadrv.driver import binding, driver
 
     compiled = kernel.compile(tuple(typeof(a) for a in args))
     key = (id(compiled), nbytes)
     if key not in _OPTED_IN:
-        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        driver.cuKernelSetAttribute(attr, nbytes, compiled._codelibrary.get_cufunc().handle,
-                                    cuda.get_current_device().id)
+        allow_dynamic_shared(compiled, nbytes)
         _OPTED_IN.add(key)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 __all__ = ["DeviceInfo", "Peak", "PEAKS", "info", "peaks_for", "measured_bandwidth",
-           "measured_peaks"]
+           "measured_peaks", "allow_dynamic_shared"]
 
 
 def simulator_active() -> bool:
@@ -223,6 +223,20 @@ def peaks_for(device_name: str) -> Peak | None:
     if "V100" in n:
         return PEAKS["V100"]
     return None
+
+
+def allow_dynamic_shared(compiled, nbytes: int) -> None:
+    """Let a compiled kernel (a dispatcher's overload) launch with ``nbytes`` of dynamic shared memory.
+
+    Above 48 KB per block a launch fails unless the kernel's
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (NUMBA_NOTES.md); the H100
+    allows up to 232448 bytes."""
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, compiled._codelibrary.get_cufunc().handle,
+                                cuda.get_current_device().id)
 
 
 def measured_bandwidth(nbytes: int | None = None, *, repeat: int = 20) -> float:
