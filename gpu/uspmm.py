@@ -79,7 +79,7 @@ from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
 
-__all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
+__all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
@@ -434,30 +434,62 @@ def _set_group():
     return set4
 
 
+@cuda.jit(device=True, inline=True)
+def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols):
+    """The end of a K-split launch, called by every thread after it wrote its partial sums to
+    ``part[blockIdx.z]`` (float32, ``nsplit x M x N``): the K range is split over ``nsplit`` blocks
+    (``blockIdx.z`` = split), all of one ``tile_rows x tile_cols`` output tile number ``tile`` at
+    ``(blockIdx.x * tile_rows, blockIdx.y * tile_cols)``. Shared by the CUDA-core kernels
+    (:func:`_c_tile_epilogue`) and the tensor-core kernel (:mod:`gpu.uspmm_tc`).
+
+    The block makes its partials visible GPU-wide (``threadfence``) and takes a ticket
+    (``atomic.add`` on ``ticket[tile]``); the block that draws the last ticket sums
+    ``part[0] + part[1] + ... + part[nsplit - 1]`` in that order over the whole tile, the threads
+    along its rows (coalesced), writes ``C`` (rounded to its dtype) and resets the ticket to 0 for
+    the next launch. Whichever block finishes last, the sum is the same one: results are
+    bit-identical from run to run. Each partial is read once, by that block, after its ticket, so no
+    stale L1 line of it can exist. ``sh_last``: a 1-element int32 shared array.
+    """
+    cuda.threadfence()                                                   # partials visible before the ticket
+    cuda.syncthreads()
+    if cuda.threadIdx.x == 0:
+        last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
+        if last:
+            ticket[tile] = 0                                             # every block of the tile has drawn
+        sh_last[0] = 1 if last else 0
+    cuda.syncthreads()
+    if sh_last[0] == 1:                                                  # the last block: fixed-order sum
+        cuda.threadfence()
+        row0 = cuda.blockIdx.x * tile_rows
+        col0 = cuda.blockIdx.y * tile_cols
+        for e in range(cuda.threadIdx.x, tile_rows * tile_cols, cuda.blockDim.x):
+            rr = row0 + e // tile_cols
+            cc = col0 + e % tile_cols
+            if rr < m and cc < n:
+                total = float32(0.0)
+                for q in range(nsplit):
+                    total += part[q, rr, cc]
+                c[rr, cc] = total
+
+
 @functools.cache
 def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
     """``finish(c, part, ticket, acc, row, col, m, n, split, nsplit, tile, sh_last)``: this lane's
     ``rows_per_warp x cols_per_lane`` accumulators into ``C``, for the kernels whose lane owns the
-    columns ``col + g * 32 * vw + x`` (``g < cols_per_lane / vw``, ``x < vw``) of rows ``row ..``.
+    columns ``col + g * 32 * vw + x`` (``g < cols_per_lane / vw``, ``x < vw``) of rows ``row ..``
+    (a block's tile: its warps' rows x ``32 * cols_per_lane`` columns).
 
     ``nsplit == 1``: written to ``c`` (rows past ``m``, columns past ``n`` skipped).
-    ``nsplit > 1`` (the K range split over ``nsplit`` blocks, ``blockIdx.z = split``, all of one
-    output tile ``tile``): each block writes its partial tile to ``part[split]`` (float32,
-    ``nsplit x M x N``), makes it visible GPU-wide (``threadfence``) and takes a ticket
-    (``atomic.add`` on ``ticket[tile]``); the block that draws the last ticket sums
-    ``part[0] + part[1] + ... + part[nsplit - 1]`` in that order over the whole block tile (at
-    ``blockIdx.x * warps * rows_per_warp``, ``blockIdx.y * 32 * cols_per_lane``) and writes ``C``,
-    and resets the ticket to 0 for the next launch. Whichever block finishes last, the sum is the same one:
-    results are bit-identical from run to run. Each partial is read once, by that block, after
-    its ticket, so no stale L1 line of it can exist.
+    ``nsplit > 1``: written to this block's partial tile ``part[split]`` and summed by
+    :func:`split_sum`.
     """
     nvec = cols_per_lane // vw
     gstride = WARP_SIZE * vw
-    nt = WARP_SIZE * cols_per_lane                   # the block's tile: (warps x rows_per_warp) x nt
+    nt = WARP_SIZE * cols_per_lane
 
     @cuda.jit(device=True, inline=True)
     def finish(c, part, ticket, acc, row, col, m, n, split, nsplit, tile, sh_last):
-        for r in range(rows_per_warp):                                   # 1. C, or this block's partial
+        for r in range(rows_per_warp):                                   # C, or this block's partial
             for g in range(nvec):
                 for x in range(vw):
                     cc = col + g * gstride + x
@@ -466,29 +498,9 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
                             c[row + r, cc] = acc[r, g * vw + x]
                         else:
                             part[split, row + r, cc] = acc[r, g * vw + x]
-        if nsplit == 1:
-            return
-        cuda.threadfence()                                               # 2. visible before the ticket
-        cuda.syncthreads()
-        if cuda.threadIdx.x == 0:
-            last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
-            if last:
-                ticket[tile] = 0                                         # every block of the tile has drawn
-            sh_last[0] = 1 if last else 0
-        cuda.syncthreads()
-        if sh_last[0] == 1:                                              # 3. the last block: fixed-order sum
-            cuda.threadfence()                                           # over its whole tile, the threads
-            rows = (cuda.blockDim.x // WARP_SIZE) * rows_per_warp        # along its rows (coalesced)
-            row0 = cuda.blockIdx.x * rows
-            col0 = cuda.blockIdx.y * nt
-            for e in range(cuda.threadIdx.x, rows * nt, cuda.blockDim.x):
-                rr = row0 + e // nt
-                cc = col0 + e % nt
-                if rr < m and cc < n:
-                    total = float32(0.0)
-                    for q in range(nsplit):
-                        total += part[q, rr, cc]
-                    c[rr, cc] = total
+        if nsplit > 1:
+            rows = (cuda.blockDim.x // WARP_SIZE) * rows_per_warp        # the block's tile: rows x nt
+            split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, rows, nt)
 
     return finish
 
