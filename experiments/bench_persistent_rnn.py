@@ -30,6 +30,7 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 ``followup`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
+``session4`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -204,25 +205,30 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
     ("lamport", {"load": "cg", "vector": True}),
     ("bank_aware", {"grid_sync": "atomic", "load": "cg"}),
+    ("lamport", {"load": "relaxed", "ring": True}),
+    ("lamport", {"load": "relaxed", "cluster": 4}),
+    ("lamport", {"load": "relaxed", "cluster": 2, "vector": True}),
+    ("lamport", {"load": "relaxed", "ring": True, "cluster": 4, "vector": True}),
 ]
 
 
 def sanitize(only=None):
     """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps.
 
-    ``only``: just the float16 variants whose options name this option (e.g. ``vector``)."""
+    ``only``: just the float16 variants whose options name one of these options (comma-separated, e.g.
+    ``vector`` or ``ring,cluster``)."""
     ok = True
     for dt in ("float32", "float16") if only is None else ("float16",):
         u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
         want = ref_rnn.rnn_forward(u, bp, h0, 6)
         variants = SANITIZE_VARIANTS if dt == "float16" else [(c, {}) for c in CONFIGS]
-        for config, kw in [(c, kw) for c, kw in variants if only is None or only in kw]:
+        for config, kw in [(c, kw) for c, kw in variants if only is None or set(only.split(",")) & set(kw)]:
             plan = plan_for(u, mask, config, 8, rows_per_block=8, **kw)
             got = plan(bp, h0, 6)
             err = float(np.abs(got.astype(np.float64) - want).max())
             good = err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
             ok &= good
-            print(f"sanitize {dt} {config} {kw}: blocks={plan.split.blocks} max_err={err:.3g} ok={good}")
+            print(f"sanitize {dt} {config} {kw}: blocks={plan.grid} max_err={err:.3g} ok={good}")
     print("SANITIZE_RUN", "PASS" if ok else "FAIL")
 
 
@@ -653,6 +659,55 @@ def final(out=None):
     return records
 
 
+# -- session 4: the ring and thread-block clusters ---------------------------------------------------------
+
+_R = {"load": "relaxed"}
+#: Session 4's candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, "Session 4"): the ring
+#: (exchange re-armed in the kernel: no preset and no h0 launch per run) and thread-block clusters (a block loads
+#: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster)
+SESSION4_VARIANTS = [
+    ("lamport", _R),
+    ("lamport ring", {**_R, "ring": True}),
+    ("lamport cluster2", {**_R, "cluster": 2}),
+    ("lamport cluster4", {**_R, "cluster": 4}),
+    ("lamport cluster8", {**_R, "cluster": 8}),
+    ("lamport cluster4 vector", {**_R, "cluster": 4, "vector": True}),
+    ("lamport cluster8 vector", {**_R, "cluster": 8, "vector": True}),
+    ("lamport cluster16 vector", {**_R, "cluster": 16, "vector": True}),
+    ("lamport ring cluster4", {**_R, "ring": True, "cluster": 4}),
+    ("lamport ring cluster4 vector", {**_R, "ring": True, "cluster": 4, "vector": True}),
+    ("lamport ring cluster8 vector", {**_R, "ring": True, "cluster": 8, "vector": True}),
+]
+#: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
+SESSION4_STEPS = ("lamport", "lamport ring", "lamport cluster4", "lamport ring cluster4 vector")
+_S4_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
+               "correct", "max_err", "timeouts", "error"]
+
+
+def session4_tasks(variants=SESSION4_VARIANTS, step_variants=SESSION4_STEPS, sizes=(1792, 1152),
+                   steps_points=(16, 64, 1024), traced=("lamport", "lamport ring", "lamport cluster4")) -> list:
+    """Every variant at 256 steps (1792 first), a few traced at 1792, then the steps points at 1792; each checked
+    against the reference over its first 64 steps."""
+    one = dict(config="lamport", tpr=16, rpb_mult=1, check_steps=64)
+    tasks = [(explore_one, dict(hidden=h, label=label, kw=kw, **one)) for h in sizes for label, kw in variants]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label + " traced", kw=kw, traced=True, **one))
+              for label, kw in variants if label in traced]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label, kw=kw, steps=n, **one))
+              for n in steps_points for label, kw in variants if label in step_variants]
+    return tasks
+
+
+def session4(out=None, jobs=8):
+    """Session 4's variants (``SESSION4_VARIANTS``), their traces, and the steps points."""
+    records = run_parallel(session4_tasks(), jobs, out, "session4")
+    _table(records, _S4_COLUMNS)
+    traced = [r for r in records if "step_ns" in r]
+    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
+                    "operate_ns", "reduce_write_ns", "polls"])
+    _save(out, "session4", records)
+    return records
+
+
 # -- capacity: the largest layer that stays on chip (Figures 3-4 analog), offline -----------------------
 
 #: H100 limits (cudaDeviceProp of the lent device: 64K registers, 228 KB shared memory, 2048 threads per SM)
@@ -675,7 +730,7 @@ def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
     a1, a2, a3 = (types.Array(t, n, "C") for t, n in ((val, 1), (val, 2), (val, 3)))
     sig = (types.Array(val, 2, "C"), types.Array(types.uint32 if opts.get("index16") else types.int16, 2, "C"),
            a3, a1, types.Array(types.uint32, 1, "C"), a3, a3, a2, types.Array(types.int64, 1, "C"),
-           types.Array(types.int32, 1, "C")) + (types.int64,) * 5
+           types.Array(types.int32, 1, "C"), a2, types.Array(types.int32, 1, "C")) + (types.int64,) * 5
     bounds = (opts["threads"], 1) if opts.get("threads") else None
     use = offline.usage(offline.build(kernel, sig, (9, 0), launch_bounds=bounds, want_ptx=False).report)
     return use.registers, use.spill_store_bytes + use.stack_bytes   # stack: arrays demoted to local memory
@@ -866,14 +921,15 @@ def summarize_trace(stamps: np.ndarray, sync: str, skip: int = 8) -> dict:
 
 
 @lru_cache(maxsize=4)
-def _problem_and_reference(hidden, density, steps, dtype, seed):
-    """``problem(...)`` and its reference states (cached: several variants share one problem per process)."""
+def _problem_and_reference(hidden, density, steps, dtype, seed, check_steps=None):
+    """``problem(...)`` and its reference states, of the first ``check_steps`` steps if given (cached: several
+    variants share one problem per process)."""
     u, mask, bp, h0 = problem(hidden, density, 4, steps, np.dtype(dtype), seed=seed)
-    return u, mask, bp, h0, ref_rnn.rnn_forward(u, bp, h0, steps)
+    return u, mask, bp, h0, ref_rnn.rnn_forward(u, bp, h0, min(steps, check_steps or steps))
 
 
 def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="float16", traced=False, seed=None,
-                density=0.1, ablate=None):
+                density=0.1, ablate=None, check_steps=None):
     """One variant: compile (outside the GPU lock), then time, check and optionally trace it.
 
     ``ablate="no_wait"`` (Lamport; a benchmark-only ablation, no kernel
@@ -881,15 +937,16 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
     buffer that run filled, so every value it polls is already there: no
     block waits for another, the loads themselves remain
     (``us_per_step_no_wait``; checked against the reference again).
+    ``check_steps``: compare only the first so many steps with the reference (it costs seconds per step count).
     """
     from numba import cuda, typeof
 
     from sparsekit.timing import measure
-    rec = {"hidden": hidden, "density": density, "variant": label, "tpr": tpr}
+    rec = {"hidden": hidden, "density": density, "variant": label, "tpr": tpr, "steps": steps}
     t0 = time.time()
     try:
         u, mask, bp, h0, want = _problem_and_reference(hidden, density, steps, dtype,
-                                                       hidden if seed is None else seed)
+                                                       hidden if seed is None else seed, check_steps)
         kw = dict(kw)
         if rpb_mult != 1:
             per_warp = max(1, 32 // tpr)
@@ -909,15 +966,15 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
             timeouts = int(status.copy_to_host()[0])
             stamps = plan.trace_cycles() if traced else None
             if ablate == "no_wait":
-                launch = plan.kernel[plan.split.blocks, plan.split.threads_per_block, 0, plan.smem]
+                launch = plan.kernel[plan.grid, plan.split.threads_per_block, 0, plan.smem]
                 m2 = measure(lambda: launch(*args), repeat=20, warmup=3, flush_l2=False)
-                again = hs.copy_to_host()
+                again = hs.copy_to_host()[:len(want)]
                 rec["us_per_step_no_wait"] = m2.median_s * 1e6 / steps
                 rec["no_wait_correct"] = bool(np.abs(again.astype(np.float64) - want).max()
                                               <= ref_rnn.tolerance(u.dtype, plan.layout.kpad))
-        err = float(np.abs(got.astype(np.float64) - want).max())
+        err = float(np.abs(got[:len(want)].astype(np.float64) - want).max())
         rec.update(us_per_step=m.median_s * 1e6 / steps, p10=m.p10_s * 1e6 / steps, p90=m.p90_s * 1e6 / steps,
-                   blocks=plan.split.blocks, threads=plan.split.threads_per_block, npt=plan.layout.npt,
+                   blocks=plan.grid, threads=plan.split.threads_per_block, npt=plan.layout.npt,
                    smem=plan.smem, regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"),
                    timeouts=timeouts, max_err=err,
                    correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
@@ -1246,7 +1303,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "followup": followup}[part](args.out)
+         "followup": followup, "session4": session4}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

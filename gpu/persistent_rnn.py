@@ -112,11 +112,12 @@ from functools import lru_cache
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
-from gpu.sync_primitives import clock64, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
+from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
+from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
-from sparsekit.device import allow_dynamic_shared
+from sparsekit.device import allow_dynamic_shared, require_cluster
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
@@ -141,6 +142,10 @@ TRACE_PHASES = ("start", "loaded", "shared", "operated", "written", "synced_or_p
 #: the -0.0 bit patterns of one 32-bit word
 _NEG0_F32 = 0x80000000
 _NEG0_F16 = 0x8000
+#: exchange slots of the Lamport ring (``ring=True``): slot t % RING_SLOTS holds h_t. Four, not three: a slot is
+#: re-armed one step after its last read, and the re-arm must be released (fence) a step before the write that
+#: readers see before they poll the slot again.
+RING_SLOTS = 4
 
 
 # ---------------------------------------------------------------------------
@@ -209,7 +214,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False):
+            vector: bool = False, ring: bool = False, cluster: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -249,7 +254,13 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     16-byte groups of h): a thread moves its words of h as 16-byte groups,
     ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
     ``st.shared.v4``, a quarter of the load and store instructions; Lamport
-    reloads a group while any of its four words is pending.
+    reloads a group while any of its four words is pending. ``ring`` (Lamport):
+    the exchange is a ring of ``RING_SLOTS`` slots re-armed inside the
+    kernel, ``h_in`` is written into it by the kernel, and each block records
+    its progress (``PersistentRNN`` describes the protocol). ``cluster``
+    (Lamport, > 0): blocks run in clusters of ``cluster`` (the simulator: 1);
+    a block loads only its share of ``h_{t-1}`` from L2 and stores it into the
+    shared memory of every block of its cluster, then a cluster barrier.
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -260,7 +271,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     LEAD = poll == "lead"
     IDX16 = index16
     TRACE = trace
-    NBUF = 2 if double_buffer and sync == "lamport" else 1
+    NBUF = 2 if (double_buffer or cluster) and sync == "lamport" else 1
     ld_word, ld_group = _H_LOADS[load]
     CHUNKED = 0 < chunk < PF
     CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
@@ -280,6 +291,11 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     LOG_S = S.bit_length() - 1
     NS = B // S
     NT = threads                                       # block size if fixed at compile time (else 0)
+    RING = ring
+    CLUSTER = cluster > 0
+    CL = max(cluster, 1)                               # blocks per cluster (the share of h a block loads: 1 / CL)
+    CSYNC = CLUSTER and not config.ENABLE_CUDASIM      # the simulator's cluster is one block: block barrier
+    NEG0 = float32(-0.0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
     NBO = NS if SHFL else (B + TPR - 1) // TPR
@@ -353,9 +369,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
 
         Consecutive threads, consecutive words (coalesced); with ``VEC = 4``
         consecutive threads take consecutive 4-word groups, slot ``k`` is word
-        ``k % 4`` of the thread's group ``k // 4``.
+        ``k % 4`` of the thread's group ``k // 4``. In a cluster, ``tid`` is
+        the thread's index among the cluster's ``CL`` blocks (rank-major).
         """
-        e = (tid + (k // VEC) * (NT if NT else nthreads)) * VEC + k % VEC
+        e = (tid + (k // VEC) * CL * (NT if NT else nthreads)) * VEC + k % VEC
         return e if e < n_words else n_words
 
     @cuda.jit(device=True, inline=True)
@@ -415,6 +432,19 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                         h_words[woff + (e % B) * hidden + e // B] = v
 
     @cuda.jit(device=True, inline=True)
+    def store_cluster(h_words, woff, pf, vt, nthreads, n_words):
+        """Cluster load stage, second half: this thread's words of h (wide layout, as loaded) into the shared
+        memory buffer at word ``woff`` of every block of the cluster (distributed shared memory)."""
+        for k in range(0, CHW, VEC):
+            e = word(vt, k, nthreads, n_words)
+            if e < n_words:
+                for r in range(CL):
+                    if VEC == 4:
+                        st_cluster_v4(h_words, woff + e, r, pf[k], pf[k + 1], pf[k + 2], pf[k + 3])
+                    else:
+                        st_cluster_u32(h_words, woff + e, r, pf[k])
+
+    @cuda.jit(device=True, inline=True)
     def operate(h_sh, hoff, hidden, w, j, acc):
         """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
         for q in range(G * B):
@@ -471,11 +501,14 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
 
     @cuda.jit(device=True, inline=True)
     def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                         hidden, cs, c):
+                         hidden, cs, c, wslot, rslot):
         """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
 
-        LSTM: the same thread owns (unit, sample) at every step and keeps
-        c_{t-1} in a register (``c``), rounded to the dtype as the reference does.
+        h_t goes to exchange slot ``wslot`` (none if negative) and to ``hs``;
+        ``rslot`` >= 0 (ring): this thread also re-arms its element of that
+        slot to -0.0. LSTM: the same thread owns (unit, sample) at every step
+        and keeps c_{t-1} in a register (``c``), rounded to the dtype as the
+        reference does.
         """
         if SHFL:
             shfl_reduce(acc, lane)
@@ -501,7 +534,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 else:
                     s = partial(red, red_off, acc, r_local, lane, q, 0, b)
                     y = zero_band(activate(s + float32(bp[q])))
-                xchg[(t + 1) * stride + row * B + b] = y
+                if wslot >= 0:
+                    xchg[wslot * stride + row * B + b] = y
+                if RING and rslot >= 0:
+                    xchg[rslot * stride + row * B + b] = NEG0
                 hs[t, b, row] = y
 
     @cuda.jit(device=True, inline=True)
@@ -547,7 +583,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
         return v == uint32(_NEG0_F32)
 
-    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status,   # arrays
+    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in, progress,   # arrays
                        hidden, stride, t_start, t_stop, spin_limit):                  # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
@@ -588,7 +624,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             operate(h_sh, 0, hidden, w, j, acc)
             stamp(tr, t, 3, clock64())
             reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                             hidden, cs, c)
+                             hidden, cs, c, t + 1, -1)
             stamp(tr, t, 4, clock64())
             # synchronize: global barrier (Section 3.2)
             if CG_SYNC:
@@ -613,8 +649,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     return
             stamp(tr, t, 5, clock64())
 
-    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status,   # arrays
-                       hidden, stride, t_start, t_stop, spin_limit):                  # sizes
+    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in, progress,   # arrays
+                       hidden, stride, t_start, t_stop, spin_limit):                                    # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -629,6 +665,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         buf_words = (stride * ITEM + 15) // 16 * 4       # one h buffer, in words (16-byte aligned)
         red_off = NBUF * buf_words
         n_words = stride * ITEM // 4
+        # cluster: this thread's index among the cluster's threads; it loads that share of h from L2
+        vt = cluster_rank() * (NT if NT else nthreads) + tid if CLUSTER else tid
         w = cuda.local.array(NW, nb_dtype)
         j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
@@ -639,15 +677,26 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         load_cell(cs, c0, t_start, row, lane, active, c)
         if tid == 0:
             abort[0] = 0
+        if RING:                                         # h_in is this launch's first input, written like an h_t
+            for q in range(NBO):
+                b = owned(lane, q)
+                if active and b < B:
+                    xchg[(t_start % RING_SLOTS) * stride + row * B + b] = zero_band(float32(h_in[b, row]))
+        if CSYNC:                                        # every block of the cluster runs and has abort = 0
+            cluster_sync()
+        elif RING:                                       # (the block's own part of h_in is not waited for)
+            cuda.syncthreads()
         if not CHUNKED:
-            issue_loads(xchg_words, t_start * n_words, 0, pf, tid, nthreads, n_words)
+            issue_loads(xchg_words, (t_start % RING_SLOTS if RING else t_start) * n_words, 0, pf, vt, nthreads,
+                        n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
+            base = (t % RING_SLOTS if RING else t) * n_words
             woff = (t % NBUF) * buf_words
             if SHFL and not CHUNKED and not PIPELINE and t > t_start:
-                issue_loads(xchg_words, t * n_words, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
+                issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
             if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
                 cuda.syncthreads()
             if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
@@ -656,34 +705,71 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
                     for k in range(CHW):
                         pf[k] = PENDING
-                    pend, rounds = poll(xchg_words, t * n_words, kb, pf, tid, nthreads, n_words, spin_limit)
+                    pend, rounds = poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit)
                     pending = pending or pend
                     polls += rounds
                     store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
             else:
-                pending, polls = poll(xchg_words, t * n_words, 0, pf, tid, nthreads, n_words, spin_limit)
+                pending, polls = poll(xchg_words, base, 0, pf, vt, nthreads, n_words, spin_limit)
+            if RING:
+                # acquire h_t before this thread's later loads (of slots re-armed by other threads) and release
+                # the re-arms this thread stored last step before the h_{t+1} it stores this step
+                fence_acq_rel_gpu()
             if pending:
-                abort[0] = 1
+                if CLUSTER:                              # the whole cluster leaves at this step
+                    for r in range(CL):
+                        st_cluster_u32(abort, 0, r, 1)
+                else:
+                    abort[0] = 1
             stamp(tr, t, 1, clock64())
-            if not CHUNKED:
+            if CLUSTER:                                  # this thread's share of h into every block of the cluster
+                store_cluster(h_words, woff, pf, vt, nthreads, n_words)
+            elif not CHUNKED:
                 store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
-            cuda.syncthreads()
+            if CSYNC:
+                cluster_sync()
+            else:
+                cuda.syncthreads()
             stamp(tr, t, 2, clock64())
+            if RING and tid == 0:
+                progress[cuda.blockIdx.x] = t            # this block's outputs of steps < t are written
             if abort[0] != 0:                            # timed out: leave together, host resumes
                 if tid == 0:
                     cuda.atomic.max(status, 0, 1)
                 return
             if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                issue_loads(xchg_words, (t + 1) * n_words, 0, pf, tid, nthreads, n_words)
+                issue_loads(xchg_words, ((t + 1) % RING_SLOTS if RING else t + 1) * n_words, 0, pf, tid, nthreads,
+                            n_words)
             elif not CHUNKED and not SHFL:
                 for k in range(CHW):
                     pf[k] = PENDING                      # loaded in the next load stage
             operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
             stamp(tr, t, 3, clock64())
+            if RING:      # h_{t+1} into its slot (the last one is not read again); re-arm h_{t-1}'s slot: every
+                # block has read it, since every block wrote its part of h_t after reading h_{t-1}
+                wslot = (t + 1) % RING_SLOTS if t + 1 < t_stop else -1
+                rslot = (t - 1) % RING_SLOTS if t > t_start else -1
+            else:
+                wslot = t + 1
+                rslot = -1
             reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                             hidden, cs, c)
+                             hidden, cs, c, wslot, rslot)
             stamp(tr, t, 4, clock64())
             stamp(tr, t, 5, polls)
+        if RING:
+            # the last block to finish re-arms h_{t_stop - 1}'s slot, the only one still holding a value
+            cuda.syncthreads()
+            if tid == 0:
+                progress[cuda.blockIdx.x] = t_stop
+                cuda.threadfence()
+                arrived = cuda.atomic.add(status, 1, 1) + 1
+                abort[0] = 1 if arrived % cuda.gridDim.x == 0 else 0
+                cuda.threadfence()
+            cuda.syncthreads()
+            if abort[0] != 0 and t_stop > t_start:
+                last = ((t_stop - 1) % RING_SLOTS) * n_words
+                for e in range(tid, n_words, nthreads):
+                    xchg_words[last + e] = PENDING
 
     body = barrier_kernel if sync == "barrier" else lamport_kernel
     if threads and not config.ENABLE_CUDASIM:                 # the simulator takes no launch bounds
@@ -701,11 +787,14 @@ def _fill(a, value):
 
 @cuda.jit
 def _set_h0(h0, xchg):
-    """xchg[0] = h0, batch-interleaved: xchg[j * B + b] = h0[b, j]."""
+    """xchg[0] = h0, batch-interleaved: xchg[j * B + b] = h0[b, j]; -0.0 is written as +0.0 (Lamport's sentinel;
+    the sums are the same: an accumulator that starts at +0.0 is not changed by adding -0.0)."""
     i = cuda.grid(1)
     batch, hidden = h0.shape
     if i < batch * hidden:
         xchg[i] = h0[i % batch, i // batch]
+        if float32(xchg[i]) == float32(0.0):
+            xchg[i] = 0
 
 
 # ---------------------------------------------------------------------------
@@ -792,6 +881,8 @@ class PersistentRNN:
     reduce: str = "shared"
     bound_registers: bool = True
     vector: bool = False
+    ring: bool = False
+    cluster: int = 0
 
     def __post_init__(self):
         lay = self.layout
@@ -805,7 +896,7 @@ class PersistentRNN:
                                      ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -833,11 +924,24 @@ class PersistentRNN:
         if self.chunk and self.pipeline:
             raise ValueError("chunk: the Lamport pipeline prefetches all of a thread's words; use chunk=0 with it")
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
+        self.cluster = check_int(self.cluster, "cluster", minimum=0, maximum=MAX_CLUSTER)
+        if (self.ring or self.cluster) and self.sync != "lamport":
+            raise ValueError(f"sync: ring and cluster are options of the Lamport kernel, got sync={self.sync!r}")
+        if self.cluster == 1 or (self.cluster and (self.chunk or self.pipeline or self.reduce != "shared")):
+            raise ValueError(f"cluster: a cluster is 2..{MAX_CLUSTER} blocks and needs chunk=0, pipeline=False "
+                             f"and reduce='shared'; got cluster={self.cluster}, chunk={self.chunk}, "
+                             f"pipeline={self.pipeline}, reduce={self.reduce!r}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
-        self.buffers_h = 2 if self.double_buffer and self.sync == "lamport" else 1
+        # a cluster's blocks store into each other's h: two buffers, so that a block ahead never overwrites
+        # the h a slower block of its cluster still reads (the cluster barrier of the step between orders them)
+        self.buffers_h = 2 if (self.double_buffer or self.cluster) and self.sync == "lamport" else 1
         threads = self.split.threads_per_block
+        #: blocks per cluster in the kernel (the simulator runs one block: a cluster of one there)
+        self.cluster_blocks = 1 if config.ENABLE_CUDASIM else max(self.cluster, 1)
+        #: blocks launched: a whole number of clusters (blocks past the last row only pass h on)
+        self.grid = cdiv(self.split.blocks, self.cluster_blocks) * self.cluster_blocks
         itemsize = lay.dtype.itemsize
         partials = self.reduce == "shared" or bool(config.ENABLE_CUDASIM)   # the simulator has no shuffles
         self.smem = shared_bytes(hidden, self.batch, itemsize, threads, self.gates, self.buffers_h, partials)
@@ -853,22 +957,26 @@ class PersistentRNN:
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
         self.stride = step_stride(hidden, self.batch)
         n_words = self.stride * itemsize // 4
-        words = cdiv(n_words, threads)
+        sharers = threads * self.cluster_blocks           # threads that load one step's h from L2 between them
+        words = cdiv(n_words, sharers)
         if self.vector:
             if self.scheme != "wide" or self.chunk or n_words % 4:
                 raise ValueError(f"vector: 16-byte groups of h need scheme='wide', chunk=0 and a step of h that is "
                                  f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
                                  f"{n_words * 4} bytes per step")
-            words = 4 * cdiv(n_words // 4, threads)
+            words = 4 * cdiv(n_words // 4, sharers)
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector)
+                              self.vector, self.ring, self.cluster)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))
         self._trace = cuda.device_array(1, dtype=np.int64)
+        self._no_h = cuda.device_array((self.batch, hidden), dtype=lay.dtype)
+        #: ring: per block, the steps whose outputs it has written (read after a spin timeout)
+        self._progress = cuda.to_device(np.zeros(self.grid, dtype=np.int32))
         self._checked = set()
         self.resources = {}          #: registers etc. of the compiled kernel (filled at the first launch)
         self.relaunches = 0          #: relaunches after spin timeouts in the last call
@@ -884,17 +992,19 @@ class PersistentRNN:
         rpb = cdiv(rpb, per_warp) * per_warp
         return max(per_warp, min(rpb, 1024 // tpr // per_warp * per_warp))
 
-    def _args(self, bprime, xchg, hs, status, t_start, t_stop, cs, c0):
+    def _args(self, bprime, xchg, hs, status, t_start, t_stop, cs, c0, h_in=None):
+        """The kernel's arguments; ``h_in`` (ring): the ``(B, H)`` state the launch starts from."""
         if cs is None:
             cs, c0 = self._no_cell
         return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, cs, c0, self._trace, status,
+                self._no_h if h_in is None else h_in, self._progress,
                 self.hidden, self.stride, t_start, t_stop, self.spin_limit)
 
     def trace_cycles(self) -> np.ndarray:
         """The last traced run's stamps, ``(blocks, steps, len(TRACE_PHASES))`` int64 (``trace=True``)."""
         if not self.trace:
             raise ValueError("trace: this plan was built with trace=False")
-        return self._trace.copy_to_host().reshape(self.split.blocks, -1, len(TRACE_PHASES))
+        return self._trace.copy_to_host().reshape(self.grid, -1, len(TRACE_PHASES))
 
     def check_coresident(self, args) -> None:
         """Refuse a launch whose blocks cannot all be resident at once (it would deadlock)."""
@@ -908,6 +1018,17 @@ class PersistentRNN:
             allow_dynamic_shared(compiled, self.smem)
         self.resources = {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
                           "max_threads_per_block": compiled.max_threads_per_block}
+        if self.cluster:
+            require_cluster(compiled, self.cluster)
+            fit = max_active_clusters(compiled, self.cluster, self.grid, self.split.threads_per_block, self.smem)
+            if self.grid // self.cluster > fit:
+                raise ValueError(
+                    f"cluster: {self.grid // self.cluster} clusters of {self.cluster} blocks of "
+                    f"{self.split.threads_per_block} threads ({self.smem} B shared, {compiled.regs_per_thread} "
+                    f"registers per thread) cannot all be co-resident: at most {fit} clusters fit; a persistent "
+                    f"launch would deadlock. Use a smaller cluster or more rows per block.")
+            self._checked.add(argtypes)
+            return
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
         if self.split.blocks > fit:
             sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
@@ -931,7 +1052,9 @@ class PersistentRNN:
         if steps > 0:
             xchg, status = self.buffers(steps)
             self.enqueue(bp.dev, h0o.dev, steps, xchg, hs, status, cs, c0o.dev if c0o else None)
-            if self.sync == "lamport":
+            if self.ring:
+                self._resume_ring(bp.dev, h0o.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
+            elif self.sync == "lamport":
                 self._resume(bp.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
             elif int(status.copy_to_host()[0]) != 0:
                 raise RuntimeError(f"persistent RNN: the grid barrier timed out after spin_limit={self.spin_limit} "
@@ -961,26 +1084,39 @@ class PersistentRNN:
         return bp, h0o, c0o, steps
 
     def buffers(self, steps: int):
-        """Device scratch for a run of ``steps``: the exchange buffer ``h_0..h_T`` and the status flag."""
-        xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
-        if self.trace and self._trace.size != self.split.blocks * steps * len(TRACE_PHASES):
-            self._trace = cuda.to_device(np.zeros(self.split.blocks * steps * len(TRACE_PHASES), dtype=np.int64))
-        return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))   # [timeout flag, barrier arrivals]
+        """Device scratch for a run of ``steps``: the exchange buffer and the status flags.
+
+        The exchange holds ``h_0..h_T`` (preset by every launch), or with
+        ``ring=True`` ``RING_SLOTS`` slots armed to -0.0 here, once: every
+        launch that finishes leaves them armed again, so runs on the same
+        buffers need no preset. ``status``: [timeout flag, arrivals (grid
+        barrier; ring: blocks finished)]."""
+        if self.ring:
+            xchg = cuda.device_array(RING_SLOTS * self.stride, dtype=self.layout.dtype)
+            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
+        else:
+            xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
+        if self.trace and self._trace.size != self.grid * steps * len(TRACE_PHASES):
+            self._trace = cuda.to_device(np.zeros(self.grid * steps * len(TRACE_PHASES), dtype=np.int64))
+        return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))
 
     def enqueue(self, bprime, h0, steps: int, xchg, hs, status, cs=None, c0=None) -> None:
         """Queue one run on device arrays without synchronising (what a benchmark times).
 
-        Lamport: preset every output slot to -0.0, then launch; a spin
-        timeout shows in ``status[0]`` afterwards (``__call__`` handles it).
-        ``cs``/``c0``: the LSTM's cell states (output) and initial cell state.
+        Lamport: preset every output slot to -0.0 and copy h0 into slot 0,
+        then launch; with ``ring=True`` only the launch (the kernel writes h0
+        into the armed ring itself). A spin timeout shows in ``status[0]``
+        afterwards (``__call__`` handles it). ``cs``/``c0``: the LSTM's cell
+        states (output) and initial cell state.
         """
         n = self.hidden * self.batch
-        if self.sync == "lamport":
-            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
-        _set_h0[cdiv(n, 256), 256](h0, xchg)
-        args = self._args(bprime, xchg, hs, status, 0, steps, cs, c0)
+        if not self.ring:
+            if self.sync == "lamport":
+                _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
+            _set_h0[cdiv(n, 256), 256](h0, xchg)
+        args = self._args(bprime, xchg, hs, status, 0, steps, cs, c0, h0)
         self.check_coresident(args)
-        self.kernel[self.split.blocks, self.split.threads_per_block, 0, self.smem](*args)
+        self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
 
     def _resume(self, bprime, xchg, hs, status, steps, cs=None, c0=None):
         """After a spin timeout, relaunch from the first step whose outputs are incomplete."""
@@ -999,7 +1135,24 @@ class PersistentRNN:
             first = int(np.argmax(pending))                      # first step with a missing value (>= 1)
             status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, first - 1, steps, cs, c0)
-            self.kernel[self.split.blocks, self.split.threads_per_block, 0, self.smem](*args)
+            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
+
+    def _resume_ring(self, bprime, h0, xchg, hs, status, steps, cs=None, c0=None):
+        """Ring: after a spin timeout, re-arm the ring and relaunch from the first step some block has not
+        finished (``progress``), starting from the states written before it."""
+        self.relaunches = 0
+        while int(status.copy_to_host()[0]) != 0:
+            done = int(self._progress.copy_to_host()[:self.grid].min())
+            if done >= steps:                                    # finished after all
+                return
+            if self.relaunches == self.max_relaunch:
+                raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
+                                   f"(spin_limit={self.spin_limit}); blocks are not making progress")
+            self.relaunches += 1
+            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
+            status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
+            args = self._args(bprime, xchg, hs, status, done, steps, cs, c0, h0 if done == 0 else hs[done - 1])
+            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
 
 
 def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "tanh", *,

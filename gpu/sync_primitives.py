@@ -11,7 +11,8 @@ NUMBA_NOTES.md ("Vector loads"): no indexing pattern yields ``ld.shared.v4``;
 the vector's alignment, giving ``ld.shared.v4.f32`` (float32) or one 8-byte
 load of four halves (float16, widened to float32 in registers).
 
-Also: :func:`clock64` (the SM's cycle counter, to trace where a step's time
+Also: :func:`fence_acq_rel_gpu` (``fence.acq_rel.gpu``: the per-step fence of the Lamport ring, which
+re-arms exchange slots inside the kernel), :func:`clock64` (the SM's cycle counter, to trace where a step's time
 goes), :func:`unpack16` (one 16-bit half of a packed 32-bit index word, as
 side-effecting inline PTX so LLVM cannot hoist the unpacking out of the time
 loop and keep every index unpacked in its own register, which would undo the
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from numba import config
 
-__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16"]
+__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "fence_acq_rel_gpu"]
 
 if config.ENABLE_CUDASIM:
     import numpy as np
@@ -44,6 +45,9 @@ if config.ENABLE_CUDASIM:
         """A cycle counter stand-in: nanoseconds of the host clock."""
         import time
         return np.int64(time.perf_counter_ns())
+
+    def fence_acq_rel_gpu():
+        """``fence.acq_rel.gpu`` (simulator: nothing to order)."""
 
     def unpack16(word, half):
         """Bits ``16 * half .. 16 * half + 15`` of a uint32 as int32."""
@@ -65,6 +69,18 @@ else:
             return builder.call(asm, [])
 
         return types.int64(), codegen
+
+    @intrinsic
+    def fence_acq_rel_gpu(typingctx):
+        """``fence.acq_rel.gpu``: this thread's earlier loads and stores are ordered before its later ones at
+        GPU scope (a release for later stores, an acquire for earlier loads); side-effecting, memory clobber."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "fence.acq_rel.gpu;", "~{memory}",
+                               side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
 
     @intrinsic
     def unpack16(typingctx, word, half):

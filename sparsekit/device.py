@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 
 __all__ = ["DeviceInfo", "Peak", "PEAKS", "info", "peaks_for", "measured_bandwidth",
-           "measured_peaks", "allow_dynamic_shared"]
+           "measured_peaks", "allow_dynamic_shared", "require_cluster"]
 
 
 def simulator_active() -> bool:
@@ -237,6 +237,23 @@ def allow_dynamic_shared(compiled, nbytes: int) -> None:
     attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     driver.cuKernelSetAttribute(attr, nbytes, compiled._codelibrary.get_cufunc().handle,
                                 cuda.get_current_device().id)
+
+
+def require_cluster(compiled, size: int) -> None:
+    """Make every launch of a compiled kernel (a dispatcher's overload) run in 1-D thread-block clusters of
+    ``size`` consecutive blocks (sm_90; the grid must be a multiple of ``size``).
+
+    Numba has no cluster launch; the driver attribute ``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`` set at
+    run time makes an ordinary launch use clusters (``gpu/cluster.py`` has a probe that shows it). Above 8
+    blocks (the portable limit; the H100 allows 16) ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED`` is set first."""
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    attrs = binding.CUfunction_attribute
+    handle, dev = compiled._codelibrary.get_cufunc().handle, cuda.get_current_device().id
+    if size > 8:
+        driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, handle, dev)
+    driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, size, handle, dev)
 
 
 def measured_bandwidth(nbytes: int | None = None, *, repeat: int = 20) -> float:

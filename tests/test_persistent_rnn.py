@@ -84,14 +84,16 @@ def tunables(draw):
         opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
     else:
         opts.update(pipeline=draw(st.booleans()) and not opts["chunk"], poll=draw(st.sampled_from(gpu_rnn.POLLS)),
-                    double_buffer=draw(st.booleans()))
+                    double_buffer=draw(st.booleans()), ring=draw(st.booleans()))
+        if not (opts["chunk"] or opts["pipeline"] or opts["reduce"] == "shfl"):
+            opts["cluster"] = draw(st.sampled_from([0, 2, 4]))
     return sync, opts
 
 
 @given(problem=problems(batch=4), tun=tunables())
 def test_tunables_match_reference(problem, tun):
     """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
-    poll pattern, double buffer, reduce kind (the simulator has no shuffles: it runs the shared reduction, the
+    poll pattern, double buffer, ring, cluster (a cluster of one block here), reduce kind (the simulator has no shuffles: it runs the shared reduction, the
     shuffles are checked on the GPU and by tests/compile/test_persistent_rnn_shfl_compile.py), 16-byte loads
     and stores of h."""
     u, bp, h0, steps, tpr, activation = problem
@@ -284,3 +286,65 @@ def test_index16_refuses_more_than_65536_columns():
     lay = RNNLayout(np.zeros((n, 1), np.float32), np.zeros((n, 1), np.int32), (n, n), 1, 0)
     with pytest.raises(ValueError, match="index16: 16-bit indices address at most 65536 columns"):
         gpu_rnn.PersistentRNN(lay, 4, index16=True, rows_per_block=32)
+
+
+# -- session 4: the Lamport ring and clusters (the simulator: one block, a cluster of one) ----------------
+
+@pytest.mark.parametrize("kw", [{}, {"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 2, "vector": True}])
+def test_initial_negative_zero_is_a_value(kw):
+    """h0 may hold -0.0, Lamport's "not written yet": it is passed on as +0.0, which gives the same sums."""
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float16)
+    bp = np.linspace(-1, 1, 3 * 4 * 8, dtype=np.float32).reshape(3, 4, 8).astype(np.float16)
+    h0 = np.full((4, 8), -0.0, dtype=np.float16)
+    h0[1] = 0.5
+    lay = balance(u, tpr=4)
+    got = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, spin_limit=1 << 12, max_relaunch=0, **kw)(bp, h0, 3)
+    want = ref_rnn.rnn_forward(u, bp, h0, 3)
+    assert np.abs(got.astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
+
+
+@given(problem=problems(batch=4), reps=st.integers(2, 3))
+def test_ring_is_armed_again_after_every_run(problem, reps):
+    """ring: runs on the same buffers need no preset: after each run every slot holds -0.0 again and the
+    next run gives the same states."""
+    from numba import cuda
+    u, bp, h0, steps, tpr, activation = problem
+    lay = balance(u, tpr=tpr)
+    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(u.shape[0], tpr),
+                                 ring=True)
+    xchg, status = plan.buffers(steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    for _ in range(reps):
+        hs = cuda.device_array((steps, 4, u.shape[0]), dtype=u.dtype)
+        plan.enqueue(cuda.to_device(bp), cuda.to_device(h0), steps, xchg, hs, status)
+        ring = xchg.copy_to_host()
+        assert (ring == 0).all() and np.signbit(ring).all()
+        assert np.abs(hs.copy_to_host().astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
+    assert xchg.size == gpu_rnn.RING_SLOTS * plan.stride
+
+
+def test_ring_resume_after_timeouts():
+    """ring with spin_limit=1: whatever times out is resumed from the recorded progress and the result is exact."""
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
+    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
+    h0 = np.ones((4, 8), dtype=np.float32)
+    lay = balance(u, tpr=4)
+    plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=True, spin_limit=1, max_relaunch=64)
+    got = plan(bp, h0, 5)
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, lay.kpad)
+
+
+def test_ring_and_cluster_bad_configuration():
+    lay, _, _ = _inputs()
+    with pytest.raises(ValueError, match="sync: ring and cluster are options of the Lamport kernel"):
+        gpu_rnn.PersistentRNN(lay, 4, sync="barrier", ring=True, rows_per_block=8)
+    with pytest.raises(ValueError, match="sync: ring and cluster are options of the Lamport kernel"):
+        gpu_rnn.PersistentRNN(lay, 4, sync="barrier", cluster=2, rows_per_block=8)
+    for kw in ({"cluster": 1}, {"cluster": 2, "chunk": 1}, {"cluster": 2, "pipeline": True},
+               {"cluster": 2, "reduce": "shfl"}):
+        with pytest.raises(ValueError, match="cluster: a cluster is 2..16 blocks"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **kw)
+    with pytest.raises(ValueError, match="cluster"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cluster=32)
+    with pytest.raises(TypeError, match="ring: expected a bool"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=1)

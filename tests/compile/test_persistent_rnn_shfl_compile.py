@@ -94,7 +94,7 @@ def test_shuffle_reduce_compiles_without_shared_partials(sync, cell, shuffles):
         (lambda t: types.Array(t, 3, "C"))
     f16 = types.float16
     sig = (a2(f16), a2(types.int16), a3(f16), a1(f16), a1(types.uint32), a3(f16), a3(f16), a2(f16),
-           a1(types.int64), a1(types.int32)) + (types.int64,) * 5
+           a1(types.int64), a1(types.int32), a2(f16), a1(types.int32)) + (types.int64,) * 5
     lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True)
     lib._lto = True
     ptx = lib.get_lto_ptx(cc=(9, 0))

@@ -202,3 +202,92 @@ def test_launch_bounds_fit_a_layer_that_did_not():
     assert np.abs(h.astype(np.float64) - want_h).max() <= tol
     assert np.abs(c.astype(np.float64) - want_c).max() <= tol
     assert plan.resources["registers"] <= 65536 // plan.split.threads_per_block
+
+
+# -- session 4: the Lamport ring (exchange re-armed in the kernel) and thread-block clusters --------------
+
+RING_CLUSTER = [
+    {"load": "relaxed", "ring": True},
+    {"load": "relaxed", "ring": True, "vector": True},
+    {"load": "relaxed", "ring": True, "reduce": "shfl"},
+    {"load": "relaxed", "ring": True, "index16": True, "chunk": 4},
+    {"load": "relaxed", "cluster": 2},
+    {"load": "relaxed", "cluster": 4},
+    {"load": "relaxed", "cluster": 4, "vector": True},
+    {"load": "relaxed", "cluster": 8, "vector": True},
+    {"load": "relaxed", "ring": True, "cluster": 4},
+    {"load": "relaxed", "ring": True, "cluster": 4, "vector": True},
+    {"load": "relaxed", "ring": True, "cluster": 8, "vector": True},
+]
+
+
+def test_cluster_probe_shows_clusters():
+    """A normal launch with CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH set runs in clusters: each block sees
+    rank blockIdx % size, the cluster size, and cluster id blockIdx // size."""
+    from gpu.cluster import cluster_probe
+    for size in (2, 4, 8, 16):
+        got = cluster_probe(128, size)
+        b = np.arange(128)
+        assert (got[:, 0] == b % size).all() and (got[:, 1] == size).all() and (got[:, 2] == b // size).all(), size
+
+
+@pytest.mark.parametrize("kw", RING_CLUSTER, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+@pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
+def test_ring_and_cluster_match_reference_and_repeat(kw, hidden, dtype, tpr):
+    """Several layer sizes (1152 / 8 and 130 / 4 give grids that are not a multiple of every cluster size:
+    padded with blocks that only pass h on); repeated calls bitwise identical; the ring stays armed across runs
+    on the same buffers (enqueue twice, both exact)."""
+    steps = 40
+    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 2)
+    h0[0, :3] = -0.0                                   # an initial -0.0 must not read as "not written yet"
+    plan = _plan(u, mask, "lamport", tpr, **kw)
+    assert plan.grid > 1
+    a = plan(bp, h0, steps)
+    b = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+    assert a.tobytes() == b.tobytes()
+    if kw.get("ring"):
+        from numba import cuda
+        xchg, status = plan.buffers(steps)
+        d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+        for _ in range(2):
+            hs = cuda.device_array((steps, 4, hidden), dtype=dtype)
+            plan.enqueue(d_bp, d_h0, steps, xchg, hs, status)
+            assert hs.copy_to_host().tobytes() == a.tobytes()
+            assert int(status.copy_to_host()[0]) == 0
+            assert (np.signbit(xchg.copy_to_host()) & (xchg.copy_to_host() == 0)).all()   # all slots -0.0 again
+
+
+@pytest.mark.parametrize("kw", [{"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 4}],
+                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+def test_ring_and_cluster_spin_timeouts_relaunch_and_finish(kw):
+    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=64, load="relaxed", **kw)
+    got = plan(bp, h0, 16)
+    assert plan.relaunches > 0
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+def test_ring_lstm_multi_block():
+    hidden, steps = 1024, 5
+    u4, _, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
+    rng = np.random.default_rng(9)
+    u = np.concatenate([np.roll(u4, g, axis=1) for g in range(4)]).astype(np.float16)
+    bp = rng.uniform(-1, 1, (steps, 4, 4 * hidden)).astype(np.float16)
+    h0, c0 = (rng.uniform(-1, 1, (4, hidden)).astype(np.float16) for _ in range(2))
+    plan = gpu_rnn.PersistentRNN(bank_aware(balance(u, tpr=8), width=8, gates=4), 4, cell="lstm", ring=True,
+                                 cluster=4)
+    h, c = plan(bp, h0, steps, c0)
+    want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
+    tol = ref_rnn.lstm_tolerance(u.dtype, plan.layout.kpad, steps)
+    assert np.abs(h.astype(np.float64) - want_h).max() <= tol
+    assert np.abs(c.astype(np.float64) - want_c).max() <= tol
+
+
+def test_non_coresident_clusters_refused():
+    u, mask, bp, h0 = _problem(4096, 0.01, 2, np.float16, seed=2)
+    plan = _plan(u, mask, "lamport", 32, rows_per_block=1, cluster=2)    # 2048 clusters of 2 blocks
+    with pytest.raises(ValueError, match="cluster: .* cannot all be co-resident"):
+        plan(bp, h0, 2)
