@@ -118,6 +118,8 @@ SHARED_OPTIN = 232448
 #: The largest static shared footprint (Numba's static arrays stop at 48 KB); a module attribute so the
 #: simulator tests can send small settings through the dynamic path.
 STATIC_LIMIT = SHARED_LIMIT
+#: The kernel's index type: unsigned, so Numba emits no negative-index wraparound (see :func:`_tc_kernel`).
+U = np.uint64
 
 
 def segment_entries(dell, seg: int):
@@ -162,38 +164,51 @@ def error_reduction(kprime: int, dtype) -> int:
     return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
 
 
-def _geometry(bm: int, bn: int, kc: int, half: bool) -> dict:
+def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:
     """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting.
 
     A tile rows: ``kc`` columns + 16 bytes, so the 8 rows of a fragment read fall on distinct banks;
+    after the two A tiles one sink element per thread (where the scatter writes its slots past ``w``).
     B tile rows: ``bn`` columns + 8 elements, so the 8 rows of an ldmatrix (float16) and the reads of
     ``B[t, g]`` (float32) do. Entry stages: ``kc`` slots of ``bm`` rows (``tpr`` segments of ``seg``)."""
     item = 2 if half else 4
     sa = kc + 16 // item
     sbn = bn + 8
-    return dict(sa=sa, a_buf=bm * sa, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
+    return dict(sa=sa, a_buf=bm * sa, a_all=2 * bm * sa + nthreads, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
 
 
-def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3) -> int:
-    """Shared memory of one block: two A tiles, ``stages`` B tiles and ``stages`` entry stages (value
-    and 8-bit offset per slot)."""
-    geo = _geometry(bm, bn, kc, half)
+def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthreads: int = 256) -> int:
+    """Shared memory of one block of ``nthreads`` threads: two A tiles and the sink, ``stages`` B tiles
+    and ``stages`` entry stages (value and 8-bit offset per slot)."""
+    geo = _geometry(bm, bn, kc, half, nthreads)
     item = 2 if half else 4
-    return (2 * geo["a_buf"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1)
+    return (geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1)
+
+
+def scatter_slots(seg: int, w: int) -> int:
+    """Slots a thread scatters per K chunk, a compile-time constant of the kernel: ``w`` rounded up to a
+    multiple of 4, at most ``seg`` (so a few values of ``w`` share one compiled kernel)."""
+    return min(seg, -(-max(w, 1) // 4) * 4)
 
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3, dynamic: bool = False):
+               stages: int = 3, dynamic: bool = False, slots: int = 0):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
+    ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
+    ``w`` of the launch; 0: all ``seg``).
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``, ``w``
     (slots per segment), ``nsub`` (segments), ``mp`` (rows of the entry arrays); ``vec_ok``
     (rows of ``b`` start on 16-byte boundaries, so B moves by 16-byte cp.async).
+
+    Index arithmetic is unsigned (``U``, with unsigned constants): Numba wraps a negative signed
+    index around the array's length, which costs 64-bit compare/select sequences per access
+    (``experiments/results/uspmm_tc.md``, the post-LTO PTX reading); unsigned ones cannot be negative.
     """
     nthreads = WARP_SIZE * warps_m * warps_n
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
@@ -201,104 +216,139 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     tile_type = float16 if half else float32
     item = 2 if half else 4
     vw = 16 // item                                   # elements per 16-byte copy
-    geo = _geometry(bm, bn, kc, half)
-    sa, a_buf, sbn, b_buf, e_buf = geo["sa"], geo["a_buf"], geo["sbn"], geo["b_buf"], geo["e_buf"]
-    two_a, all_b, all_e = 2 * a_buf, stages * b_buf, stages * e_buf
-    eo_byte = (two_a + all_b + all_e) * item           # dynamic layout: where the offsets start (bytes)
+    geo = _geometry(bm, bn, kc, half, nthreads)
+    sa, a_buf, a_all, sbn, b_buf, e_buf = (geo[x] for x in ("sa", "a_buf", "a_all", "sbn", "b_buf", "e_buf"))
+    all_b, all_e = stages * b_buf, stages * e_buf
+    eo_byte = (a_all + all_b + all_e) * item          # dynamic layout: where the offsets start (bytes)
     pend = stages - 2                                 # copy groups left in flight at a step's end
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
+    nslots = slots or seg                             # slots scattered per thread and chunk
+    batch = max(d for d in range(1, 17) if nslots % d == 0)   # slots loaded before they are stored
     zvec = seg % vw == 0                              # zero the segment with 16-byte stores
     per_row = bn // vw
     bpieces = kc * per_row                            # 16-byte pieces of a B tile
     nbp = cdiv(bpieces, nthreads)
+    b_whole = bpieces % nthreads == 0                 # every thread copies nbp pieces
     vpr, opr = bm // vw, bm // 16                     # 16-byte pieces of one slot's values, offsets
     epieces = kc * (vpr + opr)                        # of a chunk's entry stage (all seg slots)
     nep = cdiv(epieces, nthreads)
+    e_whole = epieces % nthreads == 0
+    u0, u16 = U(0), U(16)
 
     @cuda.jit(device=True, inline=True)
     def issue_b(ch, t, b, n, k, vec_ok, col0, sh_b):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores)."""
-        k0 = ch * kc
-        zero = tile_type(0.0)
-        for i in range(nbp):
-            p = t + i * nthreads
-            if p < bpieces:
-                r = p // per_row
-                cc = (p % per_row) * vw
-                gk = k0 + r
-                gc = col0 + cc
-                dst = (ch % stages) * b_buf + r * sbn + cc
-                if vec_ok:                                               # N % vw == 0: whole pieces
-                    ok = gk < k and gc < n
-                    cp_async16(sh_b, dst, b, gk * n + gc if ok else 0, 16 if ok else 0)
-                else:
+        k0 = ch * U(kc)
+        sbase = (ch % U(stages)) * U(b_buf)
+        if vec_ok:                                                       # N % vw == 0: whole pieces
+            for i in range(nbp):
+                p = t + U(i * nthreads)
+                if b_whole or p < U(bpieces):
+                    r = p // U(per_row)
+                    cc = (p % U(per_row)) * U(vw)
+                    gk = k0 + r
+                    gc = col0 + cc
+                    ok = (gk < k) & (gc < n)
+                    cp_async16(sh_b, sbase + r * U(sbn) + cc, b, gk * n + gc if ok else u0, u16 if ok else u0)
+        else:
+            zero = tile_type(0.0)
+            for i in range(nbp):
+                p = t + U(i * nthreads)
+                if b_whole or p < U(bpieces):
+                    r = p // U(per_row)
+                    cc = (p % U(per_row)) * U(vw)
+                    gk = k0 + r
+                    gc = col0 + cc
                     for e in range(vw):
-                        sh_b[dst + e] = b[gk * n + gc + e] if gk < k and gc + e < n else zero
+                        ue = U(e)
+                        sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
     @cuda.jit(device=True, inline=True)
     def issue_e(ch, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
         ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
         holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments)."""
-        sbase = (ch % stages) * e_buf
+        sbase = (ch % U(stages)) * U(e_buf)
         for i in range(nep):
-            p = t + i * nthreads
-            if p < epieces:
-                slot = p // (vpr + opr)
-                part = p % (vpr + opr)
-                q = ch * tpr + slot // seg
-                ii = slot % seg
+            p = t + U(i * nthreads)
+            if e_whole or p < U(epieces):
+                slot = p // U(vpr + opr)
+                part = p % U(vpr + opr)
+                q = ch * U(tpr) + slot // U(seg)
+                ii = slot % U(seg)
                 if ii < w:
-                    if part < vpr:                                       # values: vw rows a piece
-                        r = part * vw
-                        ok = q < nsub and row0 + r < mp
-                        cp_async16(sh_ev, sbase + slot * bm + r, ev,
-                                   (q * w + ii) * mp + row0 + r if ok else 0, 16 if ok else 0)
+                    src = (q * w + ii) * mp + row0
+                    if part < U(vpr):                                    # values: vw rows a piece
+                        r = part * U(vw)
+                        ok = (q < nsub) & (row0 + r < mp)
+                        cp_async16(sh_ev, sbase + slot * U(bm) + r, ev, src + r if ok else u0, u16 if ok else u0)
                     else:                                                # offsets: 16 rows a piece
-                        r = (part - vpr) * 16
-                        ok = q < nsub and row0 + r < mp
-                        cp_async16(sh_eo, sbase + slot * bm + r, eo,
-                                   (q * w + ii) * mp + row0 + r if ok else 0, 16 if ok else 0)
+                        r = (part - U(vpr)) * u16
+                        ok = (q < nsub) & (row0 + r < mp)
+                        cp_async16(sh_eo, sbase + slot * U(bm) + r, eo, src + r if ok else u0, u16 if ok else u0)
 
     @cuda.jit(device=True, inline=True)
-    def scatter(ch, abuf, arow, h, w, sh_ev, sh_eo, sh_a):
+    def stage_batch(e0, i0, offs, vals, sh_ev, sh_eo):
+        """Step 1b, loads: staged slots ``i0 .. i0 + batch`` of this thread into registers."""
+        for i in range(batch):
+            x = e0 + U((i0 + i) * bm)
+            offs[i] = sh_eo[x]
+            vals[i] = sh_ev[x]
+
+    @cuda.jit(device=True, inline=True)
+    def write_batch(base, sink, i0, w, offs, vals, sh_a):
+        """Step 1b, stores: slot ``i0 + i`` to its column of the segment, or (past ``w``: stale stage
+        contents) to this thread's sink element. Branch-free, so the batch's loads overlap."""
+        for i in range(batch):
+            sh_a[base + U(offs[i]) if U(i0 + i) < w else sink] = vals[i]
+
+    @cuda.jit(device=True, inline=True)
+    def scatter(ch, abuf, t, arow, h, w, sh_ev, sh_eo, sh_a):
         """Step 1b: zero this thread's segment of A tile ``abuf`` (16-byte stores), then write its
-        ``w`` staged slots of chunk ``ch`` in order (padding, a 0 at offset 0, first). One thread
-        per segment: program order, no barrier between the two."""
-        base = abuf * a_buf + arow * sa + h * seg
+        staged slots of chunk ``ch`` in order (padding, a 0 at offset 0, first). One thread per
+        segment: program order, no barrier between the two. The slots are read into registers a
+        batch at a time before any is stored (a store may alias the next loads: each slot read
+        after the previous store would cost a shared-memory round trip)."""
+        base = abuf * U(a_buf) + arow * U(sa) + h * U(seg)
+        e0 = (ch % U(stages)) * U(e_buf) + h * U(seg * bm) + arow
+        sink = U(2 * a_buf) + t
+        offs = cuda.local.array(batch, uint8)
+        vals = cuda.local.array(batch, tile_type)
+        stage_batch(e0, 0, offs, vals, sh_ev, sh_eo)
         zero = tile_type(0.0)                                            # (built here: a global tuple of
         if zvec:                                                         # float16 constants is invalid NVVM IR)
             for z in range(seg // vw):
                 if half:
-                    store8(sh_a, base + z * vw, (zero, zero, zero, zero, zero, zero, zero, zero))
+                    store8(sh_a, base + U(z * vw), (zero, zero, zero, zero, zero, zero, zero, zero))
                 else:
-                    store4(sh_a, base + z * vw, (zero, zero, zero, zero))
+                    store4(sh_a, base + U(z * vw), (zero, zero, zero, zero))
         else:
             for z in range(seg):
-                sh_a[base + z] = zero
-        e0 = (ch % stages) * e_buf + h * seg * bm + arow
-        for i in range(seg):
-            if i < w:
-                sh_a[base + np.int32(sh_eo[e0 + i * bm])] = sh_ev[e0 + i * bm]
+                sh_a[base + U(z)] = zero
+        write_batch(base, sink, 0, w, offs, vals, sh_a)
+        for i0 in range(batch, nslots, batch):
+            stage_batch(e0, i0, offs, vals, sh_ev, sh_eo)
+            write_batch(base, sink, i0, w, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
     def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, lane, acc, afr, bfr):
         """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time;
         A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans."""
-        g = lane // 4
-        tq = lane % 4
+        g = lane // U(4)
+        tq = lane % U(4)
+        arow0 = ab + (wm0 + g) * U(sa) + U(2) * tq                       # A[g, 2tq] of the warp's first tile
+        brow0 = bb + (lane % u16) * U(sbn) + wn0 + (lane // u16) * U(8)  # lane l: row l%16, n-tile l//16
         for ks in range(kc // 16):
             for mt in range(mtiles):                                     # A[r, 2tq..], A[r+8, ..], +8 cols
-                o = ab + (wm0 + mt * 16 + g) * sa + ks * 16 + 2 * tq
+                o = arow0 + U(mt * 16 * sa + ks * 16)
                 afr[mt, 0] = load_b32(sh_a, o)
-                afr[mt, 1] = load_b32(sh_a, o + 8 * sa)
-                afr[mt, 2] = load_b32(sh_a, o + 8)
-                afr[mt, 3] = load_b32(sh_a, o + 8 * sa + 8)
-            for nt in range(0, ntiles, 2):                               # lane l: row ks*16 + l%16 of B,
-                r = ldmatrix_x4_trans(sh_b, bb + (ks * 16 + lane % 16) * sbn   # n-tile nt + l//16
-                                      + wn0 + nt * 8 + (lane // 16) * 8)
+                afr[mt, 1] = load_b32(sh_a, o + U(8 * sa))
+                afr[mt, 2] = load_b32(sh_a, o + U(8))
+                afr[mt, 3] = load_b32(sh_a, o + U(8 * sa + 8))
+            for nt in range(0, ntiles, 2):                               # rows ks*16 + l%16 of B,
+                r = ldmatrix_x4_trans(sh_b, brow0 + U(ks * 16 * sbn + nt * 8))   # n-tile nt + l//16
                 bfr[nt, 0] = r[0]
                 bfr[nt, 1] = r[1]
                 bfr[nt + 1, 0] = r[2]
@@ -323,17 +373,19 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs):
         """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time."""
+        arow0 = ab + (wm0 + g) * U(sa) + tq                              # A[g, tq] of the warp's first tile
+        brow0 = bb + tq * U(sbn) + wn0 + g                               # B[tq, g] of its first n-tile
         for ks in range(kc // 8):
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
-                o = ab + (wm0 + mt * 16 + g) * sa + ks * 8 + tq
+                o = arow0 + U(mt * 16 * sa + ks * 8)
                 split(sh_a[o], afr, afs, mt, 0)
-                split(sh_a[o + 8 * sa], afr, afs, mt, 1)
-                split(sh_a[o + 4], afr, afs, mt, 2)
-                split(sh_a[o + 8 * sa + 4], afr, afs, mt, 3)
+                split(sh_a[o + U(8 * sa)], afr, afs, mt, 1)
+                split(sh_a[o + U(4)], afr, afs, mt, 2)
+                split(sh_a[o + U(8 * sa + 4)], afr, afs, mt, 3)
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
-                o = bb + (ks * 8 + tq) * sbn + wn0 + nt * 8 + g
+                o = brow0 + U(ks * 8 * sbn + nt * 8)
                 split(sh_b[o], bfr, bfs, nt, 0)
-                split(sh_b[o + 4 * sbn], bfr, bfs, nt, 1)
+                split(sh_b[o + U(4 * sbn)], bfr, bfs, nt, 1)
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     # small terms first, then big x big (the largest last: less float32 rounding)
@@ -349,33 +401,33 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
 
-
     @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, nsub, mp, vec_ok):
-        t = cuda.threadIdx.x
-        lane = t % WARP_SIZE
-        warp = t // WARP_SIZE
-        g = lane // 4                                                    # fragment groupID
-        tq = lane % 4                                                    # threadID_in_group
-        wm0 = (warp // warps_n) * wtm                                    # the warp's sub-tile, in the block
-        wn0 = (warp % warps_n) * wtn
-        row0 = cuda.blockIdx.x * bm
-        col0 = cuda.blockIdx.y * bn
+        t = U(cuda.threadIdx.x)
+        lane = t % U(WARP_SIZE)
+        warp = t // U(WARP_SIZE)
+        g = lane // U(4)                                                 # fragment groupID
+        tq = lane % U(4)                                                 # threadID_in_group
+        wm0 = (warp // U(warps_n)) * U(wtm)                              # the warp's sub-tile, in the block
+        wn0 = (warp % U(warps_n)) * U(wtn)
+        row0 = U(cuda.blockIdx.x) * U(bm)
+        col0 = U(cuda.blockIdx.y) * U(bn)
+        um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
         nchunks = (k + kc - 1) // kc
         if dynamic:                                                      # one dynamic buffer, carved:
-            dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles | B | entry values |
+            dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles, sink | B | entry values |
             dyn8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)     #  entry offsets] (16-byte aligned)
-            sh_a = dyn[:two_a]
-            sh_b = dyn[two_a:two_a + all_b]
-            sh_ev = dyn[two_a + all_b:two_a + all_b + all_e]
+            sh_a = dyn[:a_all]
+            sh_b = dyn[a_all:a_all + all_b]
+            sh_ev = dyn[a_all + all_b:a_all + all_b + all_e]
             sh_eo = dyn8[eo_byte:eo_byte + all_e]
         else:
-            sh_a = cuda.shared.array(two_a, tile_type, alignment=SMEM_ALIGN)        # 2 dense A tiles
+            sh_a = cuda.shared.array(a_all, tile_type, alignment=SMEM_ALIGN)        # 2 dense A tiles, sink
             sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)        # `stages` B tiles
             sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)       # `stages` entry stages:
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
-        arow = t % bm                                                    # this thread's A segment: row arow,
-        h = t // bm                                                      # columns h*seg .. (h+1)*seg
+        arow = t % U(bm)                                                 # this thread's A segment: row arow,
+        h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
         if half:
             afr = cuda.local.array((mtiles, 4), np.uint32)
@@ -391,58 +443,61 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, x] = 0.0
         # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
         # first, build A tile 0.
-        issue_b(0, t, b, n, k, vec_ok, col0, sh_b)
-        issue_e(0, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+        issue_b(u0, t, b, un, uk, vec_ok, col0, sh_b)
+        issue_e(u0, t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
         if 1 < nchunks:
-            issue_e(1, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+            issue_e(U(1), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
         cp_async_commit()
         if 1 < stages - 1:
             if 1 < nchunks:
-                issue_b(1, t, b, n, k, vec_ok, col0, sh_b)
+                issue_b(U(1), t, b, un, uk, vec_ok, col0, sh_b)
             if 2 < nchunks:
-                issue_e(2, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+                issue_e(U(2), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
         for i in range(2, stages - 1):                                  # (none for the default 3 stages)
             if i < nchunks:
-                issue_b(i, t, b, n, k, vec_ok, col0, sh_b)
+                issue_b(U(i), t, b, un, uk, vec_ok, col0, sh_b)
             if i + 1 < nchunks:
-                issue_e(i + 1, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+                issue_e(U(i + 1), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
-        scatter(0, 0, arow, h, w, sh_ev, sh_eo, sh_a)
+        scatter(u0, u0, t, arow, h, uw, sh_ev, sh_eo, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
-            p = j % 2
+            uj = U(j)
+            p = uj % U(2)
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
             if j + stages - 1 < nchunks:
-                issue_b(j + stages - 1, t, b, n, k, vec_ok, col0, sh_b)
+                issue_b(uj + U(stages - 1), t, b, un, uk, vec_ok, col0, sh_b)
             if j + stages < nchunks:
-                issue_e(j + stages, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo)
+                issue_e(uj + U(stages), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
             # 3. the MMAs of chunk j
             if half:
-                mma_f16(sh_a, sh_b, p * a_buf, (j % stages) * b_buf, wm0, wn0, lane, acc, afr, bfr)
+                mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, lane, acc, afr, bfr)
             else:
-                mma_tf32(sh_a, sh_b, p * a_buf, (j % stages) * b_buf, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs)
+                mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, g, tq, acc, afr, afs,
+                         bfr, bfs)
             # 1b. A tile of chunk j+1 from its staged entries (landed before the previous barrier)
             if j + 1 < nchunks:
-                scatter(j + 1, 1 - p, arow, h, w, sh_ev, sh_eo, sh_a)
+                scatter(uj + U(1), U(1) - p, t, arow, h, uw, sh_ev, sh_eo, sh_a)
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
         # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
         for mt in range(mtiles):
             for nt in range(ntiles):
-                r = row0 + wm0 + mt * 16 + g
-                col = col0 + wn0 + nt * 8 + 2 * tq
+                r = row0 + wm0 + U(mt * 16) + g
+                col = col0 + wn0 + U(nt * 8) + U(2) * tq
                 for hh in range(2):
-                    if r + 8 * hh < m:
-                        if col < n:
-                            c[r + 8 * hh, col] = acc[mt, nt, 2 * hh]
-                        if col + 1 < n:
-                            c[r + 8 * hh, col + 1] = acc[mt, nt, 2 * hh + 1]
+                    rr = r + U(8 * hh)
+                    if rr < um:
+                        if col < un:
+                            c[rr, col] = acc[mt, nt, 2 * hh]
+                        if col + U(1) < un:
+                            c[rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
@@ -475,7 +530,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if kc * bm // nthreads > 256:
         raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns does not "
                          f"fit the 8-bit offsets of segment_entries (at most 256)")
-    shared = shared_bytes(bm, bn, kc, half, stages)
+    shared = shared_bytes(bm, bn, kc, half, stages, nthreads)
     if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "
                          f"{shared} bytes of shared memory, more than {SHARED_OPTIN}")
@@ -550,11 +605,12 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         seg = kc * bm // (WARP_SIZE * warps_m * warps_n)
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        shared = shared_bytes(bm, bn, kc, bool(half), stages)
+        shared = shared_bytes(bm, bn, kc, bool(half), stages, WARP_SIZE * warps_m * warps_n)
         dynamic = shared > STATIC_LIMIT
-        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic)
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
+        kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
+                            scatter_slots(seg, w))
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp, vec_ok)
         if dynamic:
             _opt_in(kernel, args, shared)

@@ -94,19 +94,29 @@ def test_dynamic_shared_path(dtype, monkeypatch):
     check_against_reference(ell, b, dict(TUNABLES[dtype][1], stages=3))
 
 
+def test_scatter_slots_cover_w():
+    """The compile-time slot count covers every ``w`` of a segment width, in steps of 4 (few kernels)."""
+    for seg in (4, 8, 16, 32):
+        for w in range(0, seg + 1):
+            s = tc.scatter_slots(seg, w)
+            assert max(w, 1) <= s <= seg and (s % 4 == 0 or s == seg)
+
+
 def test_large_settings_pass_the_checks():
     """Settings past 48 KB (the dynamic path) that the GPU benchmark times are accepted."""
     from experiments.bench_uspmm_tc import TC_CONFIGS
     for cfg in TC_CONFIGS["float16"].values():
         full = dict(tc.DEFAULTS[np.dtype(np.float16)], **cfg)
         assert tc._check_tunables(True, **full)
-        assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"]) <= tc.SHARED_OPTIN
+        nthreads = 32 * full["warps_m"] * full["warps_n"]
+        assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"], nthreads) <= tc.SHARED_OPTIN
 
 
 def test_default_tunables_fit_the_launcher():
     for dtype, cfg in tc.DEFAULTS.items():
         assert tc._check_tunables(dtype == np.float16, **cfg)
-        shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"])
+        shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"],
+                                 32 * cfg["warps_m"] * cfg["warps_n"])
         assert shared <= (tc.SHARED_OPTIN if dtype == np.float16 else tc.STATIC_LIMIT)   # float16: dynamic
 
 
