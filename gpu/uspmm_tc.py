@@ -224,7 +224,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
     nslots = slots or seg                             # slots scattered per thread and chunk
-    batch = max(d for d in range(1, 17) if nslots % d == 0)   # slots loaded before they are stored
+    nks = kc // (16 if half else 8)                   # MMA K steps per chunk
+    per_ks = cdiv(nslots, nks)                        # slots stored after each K step's MMAs
     zvec = seg % vw == 0                              # zero the segment with 16-byte stores
     per_row = bn // vw
     bpieces = kc * per_row                            # 16-byte pieces of a B tile
@@ -290,33 +291,19 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         cp_async16(sh_eo, sbase + slot * U(bm) + r, eo, src + r if ok else u0, u16 if ok else u0)
 
     @cuda.jit(device=True, inline=True)
-    def stage_batch(e0, i0, offs, vals, sh_ev, sh_eo):
-        """Step 1b, loads: staged slots ``i0 .. i0 + batch`` of this thread into registers."""
-        for i in range(batch):
-            x = e0 + U((i0 + i) * bm)
+    def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
+        """Step 1b, loads: this thread's ``nslots`` staged slots of chunk ``ch`` (its segment ``h`` of
+        row ``arow``) into registers, all before any store (a store may alias later loads: each slot
+        read after the previous store would cost a shared-memory round trip)."""
+        e0 = (ch % U(stages)) * U(e_buf) + h * U(seg * bm) + arow
+        for i in range(nslots):
+            x = e0 + U(i * bm)
             offs[i] = sh_eo[x]
             vals[i] = sh_ev[x]
 
     @cuda.jit(device=True, inline=True)
-    def write_batch(base, sink, i0, w, offs, vals, sh_a):
-        """Step 1b, stores: slot ``i0 + i`` to its column of the segment, or (past ``w``: stale stage
-        contents) to this thread's sink element. Branch-free, so the batch's loads overlap."""
-        for i in range(batch):
-            sh_a[base + U(offs[i]) if U(i0 + i) < w else sink] = vals[i]
-
-    @cuda.jit(device=True, inline=True)
-    def scatter(ch, abuf, t, arow, h, w, sh_ev, sh_eo, sh_a):
-        """Step 1b: zero this thread's segment of A tile ``abuf`` (16-byte stores), then write its
-        staged slots of chunk ``ch`` in order (padding, a 0 at offset 0, first). One thread per
-        segment: program order, no barrier between the two. The slots are read into registers a
-        batch at a time before any is stored (a store may alias the next loads: each slot read
-        after the previous store would cost a shared-memory round trip)."""
-        base = abuf * U(a_buf) + arow * U(sa) + h * U(seg)
-        e0 = (ch % U(stages)) * U(e_buf) + h * U(seg * bm) + arow
-        sink = U(2 * a_buf) + t
-        offs = cuda.local.array(batch, uint8)
-        vals = cuda.local.array(batch, tile_type)
-        stage_batch(e0, 0, offs, vals, sh_ev, sh_eo)
+    def zero_segment(base, sh_a):
+        """Step 1b: zero this thread's segment of an A tile (16-byte stores where they fit)."""
         zero = tile_type(0.0)                                            # (built here: a global tuple of
         if zvec:                                                         # float16 constants is invalid NVVM IR)
             for z in range(seg // vw):
@@ -327,15 +314,41 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         else:
             for z in range(seg):
                 sh_a[base + U(z)] = zero
-        write_batch(base, sink, 0, w, offs, vals, sh_a)
-        for i0 in range(batch, nslots, batch):
-            stage_batch(e0, i0, offs, vals, sh_ev, sh_eo)
-            write_batch(base, sink, i0, w, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
-    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, lane, acc, afr, bfr):
+    def write_slots(base, sink, wl, offs, vals, sh_a):
+        """Step 1b, stores: slot ``i`` to its column of the segment at ``base``, or to this thread's
+        ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
+        In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry."""
+        for i in range(nslots):
+            sh_a[base + U(offs[i]) if U(i) < wl else sink] = vals[i]
+
+    @cuda.jit(device=True, inline=True)
+    def write_front(ks, base, sink, wl, offs, vals, sh_a):
+        """Step 1b, stores, K step ``ks``'s share: slots ``ks*per_ks ..`` (the first ``per_ks`` of the
+        registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
+        places (register renaming once unrolled; the same code for every ``ks``)."""
+        for i in range(min(per_ks, nslots)):
+            sh_a[base + U(offs[i]) if U(ks * per_ks + i) < wl else sink] = vals[i]
+        for i in range(nslots - per_ks):
+            offs[i] = offs[i + per_ks]
+            vals[i] = vals[i + per_ks]
+
+    @cuda.jit(device=True, inline=True)
+    def scatter(ch, abuf, t, arow, h, w, offs, vals, sh_ev, sh_eo, sh_a):
+        """Step 1b in one go (the prologue's A tile 0): stage, zero, write. One thread per segment:
+        program order, no barrier between the three."""
+        base = abuf * U(a_buf) + arow * U(sa) + h * U(seg)
+        stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo)
+        zero_segment(base, sh_a)
+        write_slots(base, U(2 * a_buf) + t, w, offs, vals, sh_a)
+
+    @cuda.jit(device=True, inline=True)
+    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
         """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time;
-        A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans."""
+        A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans. After
+        each K step's MMAs, that step's share of the next A tile's stores (step 1b, :func:`write_slots`
+        into the segment at ``nbase``): the shared-memory stores overlap the tensor-core work."""
         g = lane // U(4)
         tq = lane % U(4)
         arow0 = ab + (wm0 + g) * U(sa) + U(2) * tq                       # A[g, 2tq] of the warp's first tile
@@ -362,6 +375,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 1] = d[1]
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
+            write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
     def split(x, big, small, i, j):
@@ -371,8 +385,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         small[i, j] = to_tf32(x - hi)
 
     @cuda.jit(device=True, inline=True)
-    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs):
-        """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time."""
+    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals):
+        """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time, each K step followed
+        by its share of the next A tile's stores (as :func:`mma_f16`)."""
         arow0 = ab + (wm0 + g) * U(sa) + tq                              # A[g, tq] of the warp's first tile
         brow0 = bb + tq * U(sbn) + wn0 + g                               # B[tq, g] of its first n-tile
         for ks in range(kc // 8):
@@ -400,6 +415,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 1] = d[1]
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
+            write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, nsub, mp, vec_ok):
@@ -428,7 +444,10 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
         arow = t % U(bm)                                                 # this thread's A segment: row arow,
         h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
+        sink = U(2 * a_buf) + t                                          # where slots past w are written
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
+        offs = cuda.local.array(nslots, uint8)                           # staged slots of the next A tile
+        vals = cuda.local.array(nslots, tile_type)
         if half:
             afr = cuda.local.array((mtiles, 4), np.uint32)
             bfr = cuda.local.array((ntiles, 2), np.uint32)
@@ -462,11 +481,15 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
-        scatter(u0, u0, t, arow, h, uw, sh_ev, sh_eo, sh_a)
+        scatter(u0, u0, t, arow, h, uw, offs, vals, sh_ev, sh_eo, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             uj = U(j)
             p = uj % U(2)
+            # 1b (loads). The staged slots of chunk j+1 (landed before the previous barrier) into
+            # registers; after the last chunk they are stale and all go to the sink (wl = 0).
+            wl = uw if j + 1 < nchunks else u0
+            stage_slots(uj + U(1), h, arow, offs, vals, sh_ev, sh_eo)
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
             if j + stages - 1 < nchunks:
@@ -474,15 +497,16 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             if j + stages < nchunks:
                 issue_e(uj + U(stages), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
-            # 3. the MMAs of chunk j
+            # 1b (zero). This thread's segment of the other A tile (read last before the previous barrier)
+            nbase = (U(1) - p) * U(a_buf) + arow * U(sa) + h * U(seg)
+            zero_segment(nbase, sh_a)
+            # 3. the MMAs of chunk j, with the stores of 1b (A tile of chunk j+1) between their K steps
             if half:
-                mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, lane, acc, afr, bfr)
+                mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, lane, acc, afr, bfr,
+                        nbase, sink, wl, offs, vals)
             else:
                 mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, g, tq, acc, afr, afs,
-                         bfr, bfs)
-            # 1b. A tile of chunk j+1 from its staged entries (landed before the previous barrier)
-            if j + 1 < nchunks:
-                scatter(uj + U(1), U(1) - p, t, arow, h, uw, sh_ev, sh_eo, sh_a)
+                         bfr, bfs, nbase, sink, wl, offs, vals)
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
@@ -527,9 +551,9 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if nthreads % bm or kc % (nthreads // bm):
         raise ValueError(f"bm, kc: the {nthreads} threads split the A tile into equal row segments: bm must divide "
                          f"{nthreads} and {nthreads}/bm must divide kc; got bm={bm}, kc={kc}")
-    if kc * bm // nthreads > 256:
-        raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns does not "
-                         f"fit the 8-bit offsets of segment_entries (at most 256)")
+    if kc * bm // nthreads > 32:
+        raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns is more "
+                         f"than the 32 staged slots a thread holds in registers")
     shared = shared_bytes(bm, bn, kc, half, stages, nthreads)
     if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "

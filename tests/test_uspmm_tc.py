@@ -148,6 +148,7 @@ def test_rejects_dtype_mismatch(small):
     (dict(bn=512, kc=64), "bm, bn, kc, stages: two A tiles and 3 stages"),
     (dict(bn=512, stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
     (dict(stages=1), "stages"),
+    (dict(bm=32, kc=64, warps_m=1, warps_n=1), "bm, kc: a thread's segment of"),
     (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
     (dict(tile=3), "tunables: unknown"),
 ])
