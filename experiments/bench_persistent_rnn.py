@@ -664,7 +664,9 @@ def final(out=None):
 _R = {"load": "relaxed"}
 #: Session 4's candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, "Session 4"): the ring
 #: (exchange re-armed in the kernel: no preset and no h0 launch per run) and thread-block clusters (a block loads
-#: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster)
+#: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster). Run 1 timed
+#: every one of them (the cluster launches failed there); run 2 (``SESSION4_RUN2``) times Table 1's rows and the
+#: cluster variants in the same call.
 SESSION4_VARIANTS = [
     ("lamport", _R),
     ("lamport ring", {**_R, "ring": True}),
@@ -678,27 +680,43 @@ SESSION4_VARIANTS = [
     ("lamport ring cluster4 vector", {**_R, "ring": True, "cluster": 4, "vector": True}),
     ("lamport ring cluster8 vector", {**_R, "ring": True, "cluster": 8, "vector": True}),
 ]
+#: run 2: (label, Table 1 configuration, options): Table 1's four rows as the bench builds them, then the
+#: cluster variants (no ring: its per-step fence cost 3 us in run 1)
+SESSION4_RUN2 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport cluster2", "lamport", {**_R, "cluster": 2}),
+    ("lamport cluster4", "lamport", {**_R, "cluster": 4}),
+    ("lamport cluster8", "lamport", {**_R, "cluster": 8}),
+    ("lamport cluster2 vector", "lamport", {**_R, "cluster": 2, "vector": True}),
+    ("lamport cluster4 vector", "lamport", {**_R, "cluster": 4, "vector": True}),
+    ("lamport cluster8 vector", "lamport", {**_R, "cluster": 8, "vector": True}),
+    ("lamport cluster16 vector", "lamport", {**_R, "cluster": 16, "vector": True}),
+]
 #: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
-SESSION4_STEPS = ("lamport", "lamport ring", "lamport cluster4", "lamport ring cluster4 vector")
+SESSION4_STEPS = ("lamport", "lamport ring", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector",
+                  "lamport cluster8 vector", "lamport ring cluster4 vector")
 _S4_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
                "correct", "max_err", "timeouts", "error"]
 
 
-def session4_tasks(variants=SESSION4_VARIANTS, step_variants=SESSION4_STEPS, sizes=(1792, 1152),
-                   steps_points=(16, 64, 1024), traced=("lamport", "lamport ring", "lamport cluster4")) -> list:
-    """Every variant at 256 steps (1792 first), a few traced at 1792, then the steps points at 1792; each checked
-    against the reference over its first 64 steps."""
-    one = dict(config="lamport", tpr=16, rpb_mult=1, check_steps=64)
-    tasks = [(explore_one, dict(hidden=h, label=label, kw=kw, **one)) for h in sizes for label, kw in variants]
-    tasks += [(explore_one, dict(hidden=sizes[0], label=label + " traced", kw=kw, traced=True, **one))
-              for label, kw in variants if label in traced]
-    tasks += [(explore_one, dict(hidden=sizes[0], label=label, kw=kw, steps=n, **one))
-              for n in steps_points for label, kw in variants if label in step_variants]
+def session4_tasks(variants=None, step_variants=SESSION4_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
+                   traced=("lamport", "lamport ring", "lamport cluster4", "lamport cluster4 vector")) -> list:
+    """Every variant ``(label, config, options)`` at 256 steps (1792 first), some traced at 1792, then the steps
+    points at 1792; each checked against the reference over its first 64 steps. Default: run 2's variants."""
+    variants = SESSION4_RUN2 if variants is None else variants
+    one = dict(tpr=16, rpb_mult=1, check_steps=64)
+    tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, **one))
+             for h in sizes for label, c, kw in variants]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label + " traced", config=c, kw=kw, traced=True, **one))
+              for label, c, kw in variants if label in traced]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label, config=c, kw=kw, steps=n, **one))
+              for n in steps_points for label, c, kw in variants if label in step_variants]
     return tasks
 
 
 def session4(out=None, jobs=8):
-    """Session 4's variants (``SESSION4_VARIANTS``), their traces, and the steps points."""
+    """Session 4's run-2 variants (``SESSION4_RUN2``: Table 1's rows and the clusters), traces, steps points."""
+    from gpu.cluster import launch_mode
+    print("cluster launch mode:", launch_mode())
     records = run_parallel(session4_tasks(), jobs, out, "session4")
     _table(records, _S4_COLUMNS)
     traced = [r for r in records if "step_ns" in r]

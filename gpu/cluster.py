@@ -1,10 +1,14 @@
 """Thread-block clusters (sm_90) for persistent kernels: rank, stores into a peer block's shared memory, barrier.
 
 Numba (numba-cuda 0.30) has no cluster launch and no cluster intrinsics. The
-launch side is a driver attribute (:func:`sparsekit.device.require_cluster`):
-with ``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`` set on the compiled kernel,
-an ordinary launch runs in clusters of that many consecutive blocks. The
-device side is inline PTX:
+launch side: :func:`sparsekit.device.require_cluster` sets the kernel's
+required cluster dimensions (``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH``,
+height and depth 1), and :func:`launch` launches it in clusters: through
+Numba's own launch if that honours the attribute, else through Numba's
+argument packing and a ``cuda.core`` ``LaunchConfig`` with ``cluster`` set
+(:func:`launch_mode` finds out once per process with :func:`cluster_probe`;
+on the H100 a width alone, height and depth left 0, made every launch fail
+with ``CUDA_ERROR_INVALID_CLUSTER_SIZE``). The device side is inline PTX:
 
 * :func:`cluster_rank`: ``%cluster_ctarank``, this block's rank in its cluster;
 * :func:`st_cluster_u32` / :func:`st_cluster_v4`: ``mapa`` maps the generic
@@ -31,7 +35,7 @@ import numpy as np
 from numba import config, cuda, typeof
 
 __all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "cluster_probe",
-           "max_active_clusters", "MAX_CLUSTER", "PORTABLE_CLUSTER"]
+           "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER", "PORTABLE_CLUSTER"]
 
 #: The largest cluster the H100 allows (non-portable above PORTABLE_CLUSTER).
 MAX_CLUSTER = 16
@@ -146,27 +150,83 @@ else:
 @cuda.jit
 def _probe(out):
     """out[block] = (rank, cluster size, cluster id) of every block."""
-    if cuda.threadIdx.x == 0:
-        b = cuda.blockIdx.x
+    b = cuda.blockIdx.x
+    if cuda.threadIdx.x == 0 and b < out.shape[0]:
         out[b, 0] = cluster_rank()
         out[b, 1] = cluster_size()
         out[b, 2] = _cluster_id()
 
 
-def cluster_probe(blocks: int, size: int) -> np.ndarray:
-    """Launch a probe of ``blocks`` blocks with the cluster width ``size`` set on it (GPU only);
-    returns ``(blocks, 3)`` int32: each block's rank, cluster size and cluster id as the hardware sees them."""
+def cluster_probe(blocks: int, size: int, mode: str | None = None) -> np.ndarray:
+    """Launch a probe of ``blocks`` blocks in clusters of ``size`` (GPU only; ``mode`` as :func:`launch`);
+    returns ``(blocks, 3)`` int32: each block's rank, cluster size and cluster id as the hardware sees them
+    (-1 where a block did not run)."""
     from sparsekit.device import require_cluster
-    out = cuda.device_array((blocks, 3), dtype=np.int32)
-    require_cluster(_probe.compile((typeof(out),)), size)
-    _probe[blocks, 32](out)
+    out = cuda.to_device(np.full((blocks, 3), -1, dtype=np.int32))
+    compiled = _probe.compile((typeof(out),))
+    require_cluster(compiled, size)
+    launch(_probe, compiled, (out,), blocks, 32, 0, size, mode=mode)
     return out.copy_to_host()
+
+
+def _expected(blocks: int, size: int) -> np.ndarray:
+    b = np.arange(blocks)
+    return np.stack([b % size, np.full(blocks, size), b // size], axis=1).astype(np.int32)
+
+
+_MODE = []
+
+
+def launch_mode() -> str:
+    """How this process launches a kernel in clusters, found once with :func:`cluster_probe` (8 blocks in
+    clusters of 2): ``"attribute"`` (Numba's launch honours the required cluster dimensions), ``"clusters"``
+    (a ``cuda.core`` ``LaunchConfig`` with ``cluster``, its ``grid`` counting clusters) or ``"blocks"``
+    (the same, ``grid`` counting blocks). Raises ``RuntimeError`` if none runs the probe as clusters."""
+    if not _MODE:
+        tried = []
+        for mode in ("attribute", "clusters", "blocks"):
+            try:
+                got = cluster_probe(8, 2, mode)
+            except Exception as e:  # a launch the driver refuses: try the next way
+                tried.append(f"{mode}: {type(e).__name__}: {e}"[:200])
+                continue
+            if (got == _expected(8, 2)).all():
+                _MODE.append(mode)
+                break
+            tried.append(f"{mode}: probe saw {got.tolist()}")
+        else:
+            raise RuntimeError("cluster launch: no way of launching worked here: " + "; ".join(tried))
+    return _MODE[0]
+
+
+def launch(dispatcher, compiled, args, blocks: int, threads: int, shared: int, size: int, mode: str | None = None):
+    """Launch ``compiled`` (an overload of ``dispatcher`` for ``args``' types, cluster dimensions already set
+    by :func:`sparsekit.device.require_cluster`) as ``blocks`` blocks of ``threads`` in clusters of ``size``,
+    with ``shared`` bytes of dynamic shared memory, on the default stream. ``mode``: see :func:`launch_mode`
+    (default: the one found for this process)."""
+    mode = mode or launch_mode()
+    if mode == "attribute":
+        dispatcher[blocks, threads, 0, shared](*args)
+        return
+    from numba.cuda import dispatcher as nd
+    from numba.cuda.cudadrv import driver as drv
+
+    stream = drv._to_core_stream(0)
+    retr, kernelargs = [], []
+    for ty, val in zip(compiled.argument_types, args):
+        compiled._prepare_args(ty, val, stream, retr, kernelargs)
+    config = nd.LaunchConfig(grid=blocks // size if mode == "clusters" else blocks, cluster=size, block=threads,
+                             shmem_size=shared)
+    nd.launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *kernelargs)
+    for writeback in retr:
+        writeback()
 
 
 def max_active_clusters(compiled, size: int, blocks: int, threads: int, shared: int) -> int:
     """How many clusters of ``size`` blocks of a compiled kernel can be resident at once
     (``cuOccupancyMaxActiveClusters`` for a launch of ``blocks`` x ``threads`` with ``shared`` bytes of
-    dynamic shared memory). The kernel's cluster width must already be set (:func:`sparsekit.device.require_cluster`)."""
+    dynamic shared memory). The kernel's cluster width must already be set
+    (:func:`sparsekit.device.require_cluster`)."""
     from numba.cuda.cudadrv.driver import binding, driver
 
     fn = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)

@@ -112,6 +112,7 @@ from functools import lru_cache
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
+from gpu import cluster as clusters
 from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
 from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from gpu.vector_loads import store4
@@ -504,9 +505,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                          hidden, cs, c, wslot, rslot):
         """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
 
-        h_t goes to exchange slot ``wslot`` (none if negative) and to ``hs``;
-        ``rslot`` >= 0 (ring): this thread also re-arms its element of that
-        slot to -0.0. LSTM: the same thread owns (unit, sample) at every step
+        h_t goes to ``hs`` and to exchange slot ``t + 1`` (ring: slot ``wslot``,
+        none if negative; ``rslot`` >= 0: this thread also re-arms its element
+        of that slot to -0.0). LSTM: the same thread owns (unit, sample) at every step
         and keeps c_{t-1} in a register (``c``), rounded to the dtype as the
         reference does.
         """
@@ -534,7 +535,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 else:
                     s = partial(red, red_off, acc, r_local, lane, q, 0, b)
                     y = zero_band(activate(s + float32(bp[q])))
-                if wslot >= 0:
+                if not RING:
+                    xchg[(t + 1) * stride + row * B + b] = y
+                elif wslot >= 0:
                     xchg[wslot * stride + row * B + b] = y
                 if RING and rslot >= 0:
                     xchg[rslot * stride + row * B + b] = NEG0
@@ -1020,20 +1023,25 @@ class PersistentRNN:
                           "max_threads_per_block": compiled.max_threads_per_block}
         if self.cluster:
             require_cluster(compiled, self.cluster)
-            fit = max_active_clusters(compiled, self.cluster, self.grid, self.split.threads_per_block, self.smem)
+            try:
+                fit = max_active_clusters(compiled, self.cluster, self.grid, self.split.threads_per_block, self.smem)
+            except Exception as e:  # the driver cannot say: fall back to the blocks-only check below
+                self.resources["cluster_check"] = f"cuOccupancyMaxActiveClusters failed ({e}); blocks only"[:200]
+                fit = self.grid // self.cluster
             if self.grid // self.cluster > fit:
                 raise ValueError(
                     f"cluster: {self.grid // self.cluster} clusters of {self.cluster} blocks of "
                     f"{self.split.threads_per_block} threads ({self.smem} B shared, {compiled.regs_per_thread} "
                     f"registers per thread) cannot all be co-resident: at most {fit} clusters fit; a persistent "
                     f"launch would deadlock. Use a smaller cluster or more rows per block.")
-            self._checked.add(argtypes)
-            return
+            if "cluster_check" not in self.resources:
+                self._checked.add(argtypes)
+                return
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
-        if self.split.blocks > fit:
+        if self.grid > fit:
             sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
             raise ValueError(
-                f"layout: {self.split.blocks} blocks of {self.split.threads_per_block} threads "
+                f"layout: {self.grid} blocks of {self.split.threads_per_block} threads "
                 f"({self.smem} B shared, {self.layout.npt * self.gates} pairs per thread, "
                 f"{compiled.regs_per_thread} registers per thread) cannot all be co-resident: "
                 f"at most {fit} fit ({fit // max(sms, 1)} per SM x {sms} SMs); a persistent launch would "
@@ -1116,7 +1124,16 @@ class PersistentRNN:
             _set_h0[cdiv(n, 256), 256](h0, xchg)
         args = self._args(bprime, xchg, hs, status, 0, steps, cs, c0, h0)
         self.check_coresident(args)
-        self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
+        self._launch(args)
+
+    def _launch(self, args) -> None:
+        """One launch of the persistent kernel (in clusters with ``cluster``: ``gpu.cluster.launch``)."""
+        if self.cluster and not config.ENABLE_CUDASIM:
+            compiled = self.kernel.compile(tuple(typeof(a) for a in args))
+            clusters.launch(self.kernel, compiled, args, self.grid, self.split.threads_per_block, self.smem,
+                            self.cluster)
+        else:
+            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
 
     def _resume(self, bprime, xchg, hs, status, steps, cs=None, c0=None):
         """After a spin timeout, relaunch from the first step whose outputs are incomplete."""
@@ -1135,7 +1152,7 @@ class PersistentRNN:
             first = int(np.argmax(pending))                      # first step with a missing value (>= 1)
             status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, first - 1, steps, cs, c0)
-            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
+            self._launch(args)
 
     def _resume_ring(self, bprime, h0, xchg, hs, status, steps, cs=None, c0=None):
         """Ring: after a spin timeout, re-arm the ring and relaunch from the first step some block has not
@@ -1152,7 +1169,7 @@ class PersistentRNN:
             _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
             status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, done, steps, cs, c0, h0 if done == 0 else hs[done - 1])
-            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
+            self._launch(args)
 
 
 def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "tanh", *,

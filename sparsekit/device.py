@@ -243,9 +243,10 @@ def require_cluster(compiled, size: int) -> None:
     """Make every launch of a compiled kernel (a dispatcher's overload) run in 1-D thread-block clusters of
     ``size`` consecutive blocks (sm_90; the grid must be a multiple of ``size``).
 
-    Numba has no cluster launch; the driver attribute ``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH`` set at
-    run time makes an ordinary launch use clusters (``gpu/cluster.py`` has a probe that shows it). Above 8
-    blocks (the portable limit; the H100 allows 16) ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED`` is set first."""
+    Numba has no cluster launch; this sets the driver attributes ``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH``
+    (and height and depth 1) at run time; ``gpu.cluster.launch`` then launches in clusters and its probe shows
+    it. Above 8 blocks (the portable limit; the H100 allows 16) ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED`` is set
+    first."""
     from numba import cuda
     from numba.cuda.cudadrv.driver import binding, driver
 
@@ -253,7 +254,11 @@ def require_cluster(compiled, size: int) -> None:
     handle, dev = compiled._codelibrary.get_cufunc().handle, cuda.get_current_device().id
     if size > 8:
         driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, handle, dev)
-    driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, size, handle, dev)
+    # all three or none: a width with height and depth left 0 makes every launch fail (INVALID_CLUSTER_SIZE)
+    for attr, value in ((attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, size),
+                        (attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1),
+                        (attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1)):
+        driver.cuKernelSetAttribute(attr, value, handle, dev)
 
 
 def measured_bandwidth(nbytes: int | None = None, *, repeat: int = 20) -> float:

@@ -93,9 +93,9 @@ def tunables(draw):
 @given(problem=problems(batch=4), tun=tunables())
 def test_tunables_match_reference(problem, tun):
     """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
-    poll pattern, double buffer, ring, cluster (a cluster of one block here), reduce kind (the simulator has no shuffles: it runs the shared reduction, the
-    shuffles are checked on the GPU and by tests/compile/test_persistent_rnn_shfl_compile.py), 16-byte loads
-    and stores of h."""
+    poll pattern, double buffer, ring, cluster (a cluster of one block here), reduce kind (the simulator has no
+    shuffles: it runs the shared reduction, the shuffles are checked on the GPU and by
+    tests/compile/test_persistent_rnn_shfl_compile.py), 16-byte loads and stores of h."""
     u, bp, h0, steps, tpr, activation = problem
     sync, opts = tun
     # vector needs whole 16-byte groups of h and no chunks (test_bad_configuration checks the refusal)
