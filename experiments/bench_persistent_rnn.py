@@ -690,6 +690,9 @@ SESSION4_RUN2 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport cluster4 vector", "lamport", {**_R, "cluster": 4, "vector": True}),
     ("lamport cluster8 vector", "lamport", {**_R, "cluster": 8, "vector": True}),
     ("lamport cluster16 vector", "lamport", {**_R, "cluster": 16, "vector": True}),
+    # with clusters a thread holds 1 / cluster of h's words: registers to spare for more pairs or more blocks
+    ("lamport cluster4 tpr8", "lamport", {**_R, "cluster": 4}, 8),
+    ("lamport cluster4 rpb8", "lamport", {**_R, "cluster": 4, "rows_per_block": 8}),
 ]
 #: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
 SESSION4_STEPS = ("lamport", "lamport ring", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector",
@@ -700,16 +703,17 @@ _S4_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "block
 
 def session4_tasks(variants=None, step_variants=SESSION4_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
                    traced=("lamport", "lamport ring", "lamport cluster4", "lamport cluster4 vector")) -> list:
-    """Every variant ``(label, config, options)`` at 256 steps (1792 first), some traced at 1792, then the steps
-    points at 1792; each checked against the reference over its first 64 steps. Default: run 2's variants."""
-    variants = SESSION4_RUN2 if variants is None else variants
-    one = dict(tpr=16, rpb_mult=1, check_steps=64)
-    tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, **one))
-             for h in sizes for label, c, kw in variants]
-    tasks += [(explore_one, dict(hidden=sizes[0], label=label + " traced", config=c, kw=kw, traced=True, **one))
-              for label, c, kw in variants if label in traced]
-    tasks += [(explore_one, dict(hidden=sizes[0], label=label, config=c, kw=kw, steps=n, **one))
-              for n in steps_points for label, c, kw in variants if label in step_variants]
+    """Every variant ``(label, config, options[, tpr])`` (tpr 16 if not given) at 256 steps (1792 first), some
+    traced at 1792, then the steps points at 1792; each checked against the reference over its first 64 steps.
+    Default: run 2's variants."""
+    variants = [(v + (16,))[:4] for v in (SESSION4_RUN2 if variants is None else variants)]
+    one = dict(rpb_mult=1, check_steps=64)
+    tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, tpr=tpr, **one))
+             for h in sizes for label, c, kw, tpr in variants]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label + " traced", config=c, kw=kw, tpr=tpr, traced=True,
+                                 **one)) for label, c, kw, tpr in variants if label in traced]
+    tasks += [(explore_one, dict(hidden=sizes[0], label=label, config=c, kw=kw, tpr=tpr, steps=n, **one))
+              for n in steps_points for label, c, kw, tpr in variants if label in step_variants]
     return tasks
 
 
