@@ -41,9 +41,13 @@ chunks of ``kc`` columns):
    :class:`~gpu.uspmm.DeviceELL`), stored ``[segment, slot, row]`` so that a
    block's rows of one slot are contiguous. (a) ``cp.async`` copies a chunk's
    slots (values and 8-bit offsets, 16 bytes a copy, no registers) into an
-   entry stage; (b) one chunk later each thread zeroes its segment of a dense
-   A tile and writes its ``w`` staged entries into it. One thread per
-   segment, so zeroing and scattering need no barrier between them;
+   entry stage; (b) one chunk later each thread reads its staged slots into
+   registers (all before any store: a store may alias later loads), zeroes
+   its segment of a dense A tile and writes the entries into it, in slot
+   order. One thread per segment, so zeroing and scattering need no barrier
+   between them. The kernel is compiled for ``slots`` (``w`` rounded up to a
+   multiple of 4, :func:`scatter_slots`); slots past ``w`` hold stale stage
+   contents and are written, branch-free, to a sink element of the thread;
 2. B: ``cp.async`` copies the chunk's ``kc x bn`` tile of ``B`` (16-byte
    pieces, zeros past K and N; element by element when rows of ``B`` are not
    16-byte aligned) into a B stage, row-major with rows padded by 8 elements;
@@ -52,21 +56,28 @@ chunks of ``kc`` columns):
    banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
    per instruction) or 32-bit reads (float32), then runs its MMAs;
 4. pipeline: ``stages`` (S) B tiles and entry stages, 2 A tiles.
-   In step ``j`` the copies of B(j+S-1) and the entries of chunk j+S are
-   issued (one commit group), the warps multiply chunk ``j``, the entries of
-   chunk ``j+1`` are scattered into the other A tile, then
+   In step ``j`` each thread reads the staged slots of chunk ``j+1``, the
+   copies of B(j+S-1) and the entries of chunk j+S are issued (one commit
+   group), the thread zeroes its segment of the other A tile, the warps
+   multiply chunk ``j`` with each K step's MMAs followed by a share of the
+   scatter's stores (tensor work and shared-memory stores overlap), then
    ``cp.async.wait_group S-2`` and one barrier. Global loads are in flight for
    S-2 to S-1 steps, with no registers held for them.
 5. shared memory: settings up to 48 KB use static arrays; larger ones carve
    the same buffers from one dynamic buffer, the launcher setting the
    kernel's maximum dynamic shared size first (:data:`SHARED_OPTIN`).
 
-Measured on the H100 (``experiments/results/uspmm_tc.md``, run 3, float16):
-the time per block hardly depends on the number of blocks or the density
-(64x128, kc 16: 64-68 us at 1024^3 from 60% to 95% and at 1024 x 1024 x 128,
-16 blocks), and deeper pipelines do not help (6 stages: 67.7 us against 64.6
-with 3); larger K chunks do (kc 64, 4 stages: 55.8 us), which is the float16
-default. Where the time goes within a step is not known (no profile yet).
+Index arithmetic is unsigned (:data:`U`): Numba wraps a negative signed index
+around the array's length, 64-bit compare/select sequences on every access
+(``experiments/results/uspmm_tc.md``, session 4: the K loop went from 888 to
+about 500 PTX instructions per thread with these changes).
+
+Measured on the H100 (``experiments/results/uspmm_tc.md``): run 3 (float16,
+before session 4) found the time per block nearly independent of the number of
+blocks, the density and the pipeline depth, and growing with the K columns;
+session 4's unsigned indexing and register-staged scatter took the float16
+default from 56.2 to 35.4 us at 1024^3 60% (more warps per block did not help:
+the cost per K chunk follows the instructions issued per SM).
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -97,13 +108,13 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 
 #: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
 #: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
-#: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%, the run-2 default 64x128 kc 16 64.6 us;
-#: 128x128 kc 32 with 16 warps is faster at N = 16384 and 4096^2, ``sparsekit.tune.TC_LARGE``).
-#: float32: the one fastest on the small problems (run 2; 128x128 with kc 8 is faster at N = 16384 and
-#: 4096^2, 64x128 with kc 8 at 1024^3).
+#: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; session 4, after the unsigned indexing
+#: and the register-staged scatter: 35.4 us, with 16 warps or 2x8 warps no faster). float32: 64x128,
+#: kc 16, 4 stages (67 KB, dynamic): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
+#: 64x64 kc 16 3-stage default (both with the unsigned indexing).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1),
-    np.dtype(np.float32): dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=3, min_blocks=1),
+    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -193,18 +204,19 @@ def scatter_slots(seg: int, w: int) -> int:
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3, dynamic: bool = False, slots: int = 0):
+               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
     ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
-    ``w`` of the launch; 0: all ``seg``).
+    ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
+    moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
+    no code for it).
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``, ``w``
-    (slots per segment), ``nsub`` (segments), ``mp`` (rows of the entry arrays); ``vec_ok``
-    (rows of ``b`` start on 16-byte boundaries, so B moves by 16-byte cp.async).
+    (slots per segment), ``nsub`` (segments), ``mp`` (rows of the entry arrays).
 
     Index arithmetic is unsigned (``U``, with unsigned constants): Numba wraps a negative signed
     index around the array's length, which costs 64-bit compare/select sequences per access
@@ -232,27 +244,27 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     nbp = cdiv(bpieces, nthreads)
     b_whole = bpieces % nthreads == 0                 # every thread copies nbp pieces
     vpr, opr = bm // vw, bm // 16                     # 16-byte pieces of one slot's values, offsets
-    epieces = kc * (vpr + opr)                        # of a chunk's entry stage (all seg slots)
-    nep = cdiv(epieces, nthreads)
-    e_whole = epieces % nthreads == 0
+    vpieces, opieces = kc * vpr, kc * opr             # of a chunk's entry stage (all seg slots)
+    nvp, nop = cdiv(vpieces, nthreads), cdiv(opieces, nthreads)
+    v_whole, o_whole = vpieces % nthreads == 0, opieces % nthreads == 0
     u0, u16 = U(0), U(16)
 
     @cuda.jit(device=True, inline=True)
-    def issue_b(ch, t, b, n, k, vec_ok, col0, sh_b):
+    def issue_b(ch, t, b, n, k, col0, sh_b):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
-        past K and N); without 16-byte rows, element by element (plain loads and stores)."""
+        past K and N); without 16-byte rows, element by element (plain loads and stores). Offsets are
+        written as a per-chunk part plus a per-thread part (hoisted out of the K loop by the compiler)."""
         k0 = ch * U(kc)
         sbase = (ch % U(stages)) * U(b_buf)
-        if vec_ok:                                                       # N % vw == 0: whole pieces
+        if vec:                                                          # N % vw == 0: whole pieces
             for i in range(nbp):
                 p = t + U(i * nthreads)
                 if b_whole or p < U(bpieces):
                     r = p // U(per_row)
                     cc = (p % U(per_row)) * U(vw)
-                    gk = k0 + r
-                    gc = col0 + cc
-                    ok = (gk < k) & (gc < n)
-                    cp_async16(sh_b, sbase + r * U(sbn) + cc, b, gk * n + gc if ok else u0, u16 if ok else u0)
+                    ok = (k0 + r < k) & (col0 + cc < n)
+                    cp_async16(sh_b, sbase + (r * U(sbn) + cc), b, k0 * n + (r * n + col0 + cc) if ok else u0,
+                               u16 if ok else u0)
         else:
             zero = tile_type(0.0)
             for i in range(nbp):
@@ -267,28 +279,36 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
     @cuda.jit(device=True, inline=True)
-    def issue_e(ch, t, ev, eo, row0, w, nsub, mp, sh_ev, sh_eo):
+    def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
         ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
-        holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments)."""
+        holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments). First the
+        value pieces (``vw`` rows each), then the offset pieces (16 rows each), so that a warp's
+        lanes take the same path; ``wmp = w * mp`` (the entry arrays' segment stride)."""
         sbase = (ch % U(stages)) * U(e_buf)
-        for i in range(nep):
+        qb = ch * U(tpr)                                                 # the chunk's first segment
+        for i in range(nvp):
             p = t + U(i * nthreads)
-            if e_whole or p < U(epieces):
-                slot = p // U(vpr + opr)
-                part = p % U(vpr + opr)
-                q = ch * U(tpr) + slot // U(seg)
+            if v_whole or p < U(vpieces):
+                slot = p // U(vpr)
+                r = (p % U(vpr)) * U(vw)
+                hq = slot // U(seg)
                 ii = slot % U(seg)
                 if ii < w:
-                    src = (q * w + ii) * mp + row0
-                    if part < U(vpr):                                    # values: vw rows a piece
-                        r = part * U(vw)
-                        ok = (q < nsub) & (row0 + r < mp)
-                        cp_async16(sh_ev, sbase + slot * U(bm) + r, ev, src + r if ok else u0, u16 if ok else u0)
-                    else:                                                # offsets: 16 rows a piece
-                        r = (part - U(vpr)) * u16
-                        ok = (q < nsub) & (row0 + r < mp)
-                        cp_async16(sh_eo, sbase + slot * U(bm) + r, eo, src + r if ok else u0, u16 if ok else u0)
+                    ok = (qb + hq < nsub) & (row0 + r < mp)
+                    cp_async16(sh_ev, sbase + (slot * U(bm) + r), ev,
+                               qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
+        for i in range(nop):
+            p = t + U(i * nthreads)
+            if o_whole or p < U(opieces):
+                slot = p // U(opr)
+                r = (p % U(opr)) * u16
+                hq = slot // U(seg)
+                ii = slot % U(seg)
+                if ii < w:
+                    ok = (qb + hq < nsub) & (row0 + r < mp)
+                    cp_async16(sh_eo, sbase + (slot * U(bm) + r), eo,
+                               qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
 
     @cuda.jit(device=True, inline=True)
     def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
@@ -298,7 +318,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         e0 = (ch % U(stages)) * U(e_buf) + h * U(seg * bm) + arow
         for i in range(nslots):
             x = e0 + U(i * bm)
-            offs[i] = sh_eo[x]
+            offs[i] = U(sh_eo[x])
             vals[i] = sh_ev[x]
 
     @cuda.jit(device=True, inline=True)
@@ -321,7 +341,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
         In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry."""
         for i in range(nslots):
-            sh_a[base + U(offs[i]) if U(i) < wl else sink] = vals[i]
+            sh_a[base + offs[i] if U(i) < wl else sink] = vals[i]
 
     @cuda.jit(device=True, inline=True)
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
@@ -329,7 +349,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
         places (register renaming once unrolled; the same code for every ``ks``)."""
         for i in range(min(per_ks, nslots)):
-            sh_a[base + U(offs[i]) if U(ks * per_ks + i) < wl else sink] = vals[i]
+            sh_a[base + offs[i] if U(ks * per_ks + i) < wl else sink] = vals[i]
         for i in range(nslots - per_ks):
             offs[i] = offs[i + per_ks]
             vals[i] = vals[i + per_ks]
@@ -418,7 +438,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit
-    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp, vec_ok):
+    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
         t = U(cuda.threadIdx.x)
         lane = t % U(WARP_SIZE)
         warp = t // U(WARP_SIZE)
@@ -429,6 +449,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         row0 = U(cuda.blockIdx.x) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
+        uwmp = uw * ump
         nchunks = (k + kc - 1) // kc
         if dynamic:                                                      # one dynamic buffer, carved:
             dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles, sink | B | entry values |
@@ -446,7 +467,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
         sink = U(2 * a_buf) + t                                          # where slots past w are written
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
-        offs = cuda.local.array(nslots, uint8)                           # staged slots of the next A tile
+        offs = cuda.local.array(nslots, U)                               # staged slots of the next A tile
         vals = cuda.local.array(nslots, tile_type)
         if half:
             afr = cuda.local.array((mtiles, 4), np.uint32)
@@ -462,22 +483,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, x] = 0.0
         # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
         # first, build A tile 0.
-        issue_b(u0, t, b, un, uk, vec_ok, col0, sh_b)
-        issue_e(u0, t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
+        issue_b(u0, t, b, un, uk, col0, sh_b)
+        issue_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
         if 1 < nchunks:
-            issue_e(U(1), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
+            issue_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
         cp_async_commit()
         if 1 < stages - 1:
             if 1 < nchunks:
-                issue_b(U(1), t, b, un, uk, vec_ok, col0, sh_b)
+                issue_b(U(1), t, b, un, uk, col0, sh_b)
             if 2 < nchunks:
-                issue_e(U(2), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
+                issue_e(U(2), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
         for i in range(2, stages - 1):                                  # (none for the default 3 stages)
             if i < nchunks:
-                issue_b(U(i), t, b, un, uk, vec_ok, col0, sh_b)
+                issue_b(U(i), t, b, un, uk, col0, sh_b)
             if i + 1 < nchunks:
-                issue_e(U(i + 1), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
+                issue_e(U(i + 1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
@@ -493,9 +514,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
             if j + stages - 1 < nchunks:
-                issue_b(uj + U(stages - 1), t, b, un, uk, vec_ok, col0, sh_b)
+                issue_b(uj + U(stages - 1), t, b, un, uk, col0, sh_b)
             if j + stages < nchunks:
-                issue_e(uj + U(stages), t, ev, eo, row0, uw, unsub, ump, sh_ev, sh_eo)
+                issue_e(uj + U(stages), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
             cp_async_commit()
             # 1b (zero). This thread's segment of the other A tile (read last before the previous barrier)
             nbase = (U(1) - p) * U(a_buf) + arow * U(sa) + h * U(seg)
@@ -634,8 +655,8 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w))
-        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp, vec_ok)
+                            scatter_slots(seg, w), vec_ok)
+        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
         if dynamic:
             _opt_in(kernel, args, shared)
             kernel = _DynamicShared(kernel, shared)

@@ -117,7 +117,7 @@ def test_default_tunables_fit_the_launcher():
         assert tc._check_tunables(dtype == np.float16, **cfg)
         shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"],
                                  32 * cfg["warps_m"] * cfg["warps_n"])
-        assert shared <= (tc.SHARED_OPTIN if dtype == np.float16 else tc.STATIC_LIMIT)   # float16: dynamic
+        assert tc.STATIC_LIMIT < shared <= tc.SHARED_OPTIN                              # both dynamic
 
 
 # --- bad input: a clear error naming the argument ---------------------------------------------
@@ -145,7 +145,7 @@ def test_rejects_dtype_mismatch(small):
     (dict(kc=12), "kc: must be a multiple of the MMA's K"),
     (dict(bm=48, warps_m=2), "bm, bn: each warp's sub-tile"),
     (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
-    (dict(bn=512, kc=64), "bm, bn, kc, stages: two A tiles and 3 stages"),
+    (dict(bn=512, kc=64, stages=3), "bm, bn, kc, stages: two A tiles and 3 stages"),
     (dict(bn=512, stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
     (dict(stages=1), "stages"),
     (dict(bm=32, kc=64, warps_m=1, warps_n=1), "bm, kc: a thread's segment of"),
