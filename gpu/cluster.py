@@ -7,8 +7,9 @@ height and depth 1), and :func:`launch` launches it in clusters: through
 Numba's own launch if that honours the attribute, else through Numba's
 argument packing and a ``cuda.core`` ``LaunchConfig`` with ``cluster`` set
 (:func:`launch_mode` finds out once per process with :func:`cluster_probe`;
-on the H100 a width alone, height and depth left 0, made every launch fail
-with ``CUDA_ERROR_INVALID_CLUSTER_SIZE``). The device side is inline PTX:
+on the H100, numba-cuda 0.30.4, Numba's own launch works once width, height
+and depth are all set: a width alone made every launch fail with
+``CUDA_ERROR_INVALID_CLUSTER_SIZE``). The device side is inline PTX:
 
 * :func:`cluster_rank`: ``%cluster_ctarank``, this block's rank in its cluster;
 * :func:`st_cluster_u32` / :func:`st_cluster_v4`: ``mapa`` maps the generic
@@ -35,11 +36,10 @@ import numpy as np
 from numba import config, cuda, typeof
 
 __all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "cluster_probe",
-           "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER", "PORTABLE_CLUSTER"]
+           "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
 
-#: The largest cluster the H100 allows (non-portable above PORTABLE_CLUSTER).
+#: The largest cluster the H100 allows (above 8 blocks a non-portable size).
 MAX_CLUSTER = 16
-PORTABLE_CLUSTER = 8
 
 if config.ENABLE_CUDASIM:
     def cluster_rank():

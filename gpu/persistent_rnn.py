@@ -99,9 +99,45 @@ barrier made the wide kernels slower than the naive one (4.30 against 3.60
 us/step); ``vector=True`` (4 of each) gives 2.45 (bank-aware 2.35)
 (``experiments/results/persistent_rnn.md``, session 3).
 
+Two Lamport options of session 4 (both correct, tested and sanitizer-clean
+on the H100, both slower there; ``experiments/results/persistent_rnn.md``,
+"Session 4"):
+
+* ``ring=True``: the exchange is a ring of ``RING_SLOTS`` (4) slots, armed
+  to -0.0 once when the buffers are made; the kernel writes ``h_in`` (``h0``,
+  or the last finished state on a relaunch) into its first slot itself, so a
+  run is one launch (no preset, no h0 copy). In step ``t`` the thread that
+  writes element ``e`` of ``h_{t+1}`` also re-arms ``e`` in ``h_{t-1}``'s
+  slot: every block has finished reading ``h_{t-1}``, since every block wrote
+  its part of ``h_t`` after reading it. Each thread issues a
+  ``fence.acq_rel.gpu`` after its poll of every step: it acquires ``h_t``
+  (so its later polls see slots re-armed by others) and releases its own
+  re-arm of the previous step before the ``h_{t+1}`` it writes; a reader
+  sees ``h_{t+2}`` (released after the re-arm) before it polls the re-armed
+  slot at ``t + 3``, hence four slots. The last block to finish (an arrival
+  counter) re-arms the one slot still holding a value. Each block records
+  its finished steps (``progress``); after a spin timeout the launcher
+  re-arms the ring and relaunches from the least of them. Measured at 1792:
+  the fixed cost per launch falls from 8.3 to 5.6 us (fit of 16 and 256
+  steps), but the fence costs about 3.2 us per step (4.88 against 1.66
+  us/step).
+* ``cluster=C`` (2..16): blocks run in thread-block clusters of ``C``
+  (``gpu/cluster.py``); a block loads only its ``1 / C`` share of
+  ``h_{t-1}`` from L2 (the cluster's threads split the words) and stores it
+  into the shared memory of every block of its cluster (``mapa`` +
+  ``st.shared::cluster``), then a cluster barrier (release / acquire). Two
+  h buffers, so that a block ahead never overwrites what a slower block of
+  its cluster still reads (the step's cluster barrier orders them); the
+  reduce stage then needs only a warp barrier. A spin timeout in any block
+  is stored into the abort flag of every block of its cluster before the
+  barrier, so the cluster leaves together. Measured at 1792: the L2 load
+  stage falls from 1.03 to 0.62 us (C = 4, 16-byte loads) but the stores to
+  the cluster and its barrier take 1.08 us against 0.26 us for the local
+  copy and block barrier: 2.34 against 1.60 us/step.
+
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
-``rows_per_block >= H`` there.
+``rows_per_block >= H`` there; a cluster is that one block.
 """
 from __future__ import annotations
 
@@ -859,9 +895,14 @@ class PersistentRNN:
     ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``, ``reduce``
     (``"shfl"``: warp shuffles, ``tpr <= 32``), ``bound_registers`` (the block size compiled in, and
     launch bounds of one block per SM, so ptxas keeps the registers that fit; default on), ``vector``
-    (16-byte loads and stores of h's words; wide scheme); ``trace=True`` records per-stage clock64
+    (16-byte loads and stores of h's words; wide scheme), ``ring`` (Lamport: a ring of exchange
+    slots re-armed in the kernel, one launch per run), ``cluster`` (Lamport: thread-block clusters
+    of that many blocks sharing the load of h through distributed shared memory; needs chunk=0,
+    pipeline=False, reduce="shared"); ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
-    step's time goes; see ``TRACE_PHASES``).
+    step's time goes; see ``TRACE_PHASES``). ``grid``: blocks launched (with
+    ``cluster``, the blocks rounded up to whole clusters; the extra blocks
+    only pass h on).
     """
 
     layout: RNNLayout

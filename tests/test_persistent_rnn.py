@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu import persistent_rnn as gpu_rnn
@@ -303,8 +303,9 @@ def test_initial_negative_zero_is_a_value(kw):
     assert np.abs(got.astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
 
 
-@given(problem=problems(batch=4), reps=st.integers(2, 3))
-def test_ring_is_armed_again_after_every_run(problem, reps):
+@settings(max_examples=8)   # two runs per example: keeps the module near a minute on 2 cores
+@given(problem=problems(batch=4))
+def test_ring_is_armed_again_after_every_run(problem):
     """ring: runs on the same buffers need no preset: after each run every slot holds -0.0 again and the
     next run gives the same states."""
     from numba import cuda
@@ -314,7 +315,7 @@ def test_ring_is_armed_again_after_every_run(problem, reps):
                                  ring=True)
     xchg, status = plan.buffers(steps)
     want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
-    for _ in range(reps):
+    for _ in range(2):
         hs = cuda.device_array((steps, 4, u.shape[0]), dtype=u.dtype)
         plan.enqueue(cuda.to_device(bp), cuda.to_device(h0), steps, xchg, hs, status)
         ring = xchg.copy_to_host()
