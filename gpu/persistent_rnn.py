@@ -1149,21 +1149,28 @@ class PersistentRNN:
             self._trace = cuda.to_device(np.zeros(self.grid * steps * len(TRACE_PHASES), dtype=np.int64))
         return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))
 
-    def enqueue(self, bprime, h0, steps: int, xchg, hs, status, cs=None, c0=None) -> None:
+    def enqueue(self, bprime, h0, steps: int, xchg, hs, status, cs=None, c0=None, *, start: int = 0) -> None:
         """Queue one run on device arrays without synchronising (what a benchmark times).
 
         Lamport: preset every output slot to -0.0 and copy h0 into slot 0,
         then launch; with ``ring=True`` only the launch (the kernel writes h0
         into the armed ring itself). A spin timeout shows in ``status[0]``
         afterwards (``__call__`` handles it). ``cs``/``c0``: the LSTM's cell
-        states (output) and initial cell state.
+        states (output) and initial cell state. ``start`` (Lamport without
+        the ring): the first step the launch runs; a fault-injection hook:
+        started at 1 on the fresh preset, no block ever writes the h_1 every
+        block waits for, so every spin times out whatever the timing (the
+        GPU tests of the relaunch use it).
         """
+        start = check_int(start, "start", minimum=0, maximum=steps)
+        if start and (self.ring or self.sync != "lamport"):
+            raise ValueError("start: only a Lamport run without the ring can start past step 0")
         n = self.hidden * self.batch
         if not self.ring:
             if self.sync == "lamport":
                 _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
             _set_h0[cdiv(n, 256), 256](h0, xchg)
-        args = self._args(bprime, xchg, hs, status, 0, steps, cs, c0, h0)
+        args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0)
         self.check_coresident(args)
         self._launch(args)
 

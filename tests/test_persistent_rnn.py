@@ -335,6 +335,26 @@ def test_ring_resume_after_timeouts():
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, lay.kpad)
 
 
+def test_planted_stall_times_out_and_the_relaunch_finishes():
+    """enqueue(start=1) on a fresh preset: the block waits for an h_1 nobody writes, so its spin times out
+    (the fault the GPU tests plant); the relaunch from step 0 then gives the reference's states."""
+    from numba import cuda
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
+    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
+    h0 = np.ones((4, 8), dtype=np.float32)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=4, max_relaunch=1)
+    d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
+    xchg, status = plan.buffers(5)
+    plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
+    assert int(status.copy_to_host()[0]) != 0
+    plan._resume(d_bp, xchg, hs, status, 5)
+    assert plan.relaunches == 1
+    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= \
+        tolerance(u.dtype, plan.layout.kpad)
+    with pytest.raises(ValueError, match="start: must be"):
+        plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=6)
+
+
 def test_ring_and_cluster_bad_configuration():
     lay, _, _ = _inputs()
     with pytest.raises(ValueError, match="sync: ring and cluster are options of the Lamport kernel"):

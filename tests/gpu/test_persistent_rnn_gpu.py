@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import cuda
 
 from gpu import persistent_rnn as gpu_rnn
 from reference import persistent_rnn as ref_rnn
@@ -68,20 +69,43 @@ def test_lamport_pipeline_matches_reference():
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
+def _stalled_run(plan, bp, h0, steps):
+    """A Lamport run whose spins all time out, whatever the timing: started at step 1 on the fresh
+    preset (``enqueue(start=1)``), every block waits for an h_1 that no block writes. Returns the
+    device arrays the relaunch (``plan._resume``) continues from."""
+    d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
+    hs = cuda.device_array((steps,) + h0.shape, dtype=h0.dtype)
+    xchg, status = plan.buffers(steps)
+    plan.enqueue(d_bp, d_h0, steps, xchg, hs, status, start=1)
+    assert int(status.copy_to_host()[0]) != 0                    # the planted stall timed out
+    return d_bp, xchg, hs, status
+
+
 def test_spin_timeouts_relaunch_and_finish():
     u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
-    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=64)
-    got = plan(bp, h0, 16)
-    assert plan.relaunches > 0
-    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4)
+    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
+    plan._resume(d_bp, xchg, hs, status, 16)
+    assert plan.relaunches == 1                                  # from step 0, then no timeout
+    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
 def test_spin_timeouts_give_up_after_max_relaunch():
     u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
-    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=0)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=0)
+    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
     with pytest.raises(RuntimeError, match="spins still timing out after 0 relaunches"):
-        plan(bp, h0, 16)
+        plan._resume(d_bp, xchg, hs, status, 16)
+
+
+def test_start_past_zero_refused_where_it_means_nothing():
+    u, mask, bp, h0 = _problem(1152, 0.1, 4, np.float16, seed=1)
+    plan = _plan(u, mask, "bank_aware", 8)
+    xchg, status = plan.buffers(4)
+    with pytest.raises(ValueError, match="start: only a Lamport run"):
+        plan.enqueue(cuda.to_device(bp), cuda.to_device(h0), 4, xchg, cuda.device_array((4, 4, 1152), np.float16),
+                     status, start=1)
 
 
 @pytest.mark.parametrize("config", ["bank_aware", "lamport"])
