@@ -46,19 +46,29 @@ TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
 #: ones past 48 KB of shared memory (kc 32 and 64, 4 to 6 stages, 64x64 tiles two blocks an SM at 1024^3,
 #: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md, where "tc" was
 #: 64x128 kc 16, 3 stages, and the current default 64x128 kc 64, 4 stages, was "tc 64x128 k64 w2x4 s4").
+#: Session 4 added the 64x256 settings (float16 kc 32, float32 kc 16: the fastest there at N = 16384 and
+#: 4096^2) and float32 128x128 kc 16 with 16 warps; the float32 default became 64x128 kc 16, 4 stages.
+#: The "b2" settings (two blocks, 16 warps an SM: 128 registers or fewer without spills and at most
+#: 104 KB of shared memory, checked offline for sm_90) were added after session 4's last GPU run: untimed.
 TC_CONFIGS = {
     "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
                 "tc 64x128 k32 w2x4 s4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
                 "tc 64x128 k64 w2x4 s3": dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=3),
                 "tc 64x128 k16 w2x4 s3": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=3),
                 "tc 64x64 k32 w2x2 s4 b2": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2, stages=4, min_blocks=2),
-                "tc 128x128 k32 w4x4 s4": dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)},
+                "tc 128x128 k32 w4x4 s4": dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4),
+                "tc 64x256 k32 w2x4 s4": dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4),
+                "tc 32x128 k64 w1x8 s4 b2": dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2),
+                "tc 64x256 k32 w2x4 s4 b2": dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2)},
     "float32": {"tc 64x128 k8 w2x4": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x128 k8 w2x4": dict(bm=128, bn=128, kc=8, warps_m=2, warps_n=4),
                 "tc 128x64 k8 w4x2": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2),
                 "tc 32x64 k16 w1x2": dict(bm=32, bn=64, kc=16, warps_m=1, warps_n=2),
                 "tc 64x128 k8 w2x4 s5": dict(bm=64, bn=128, kc=8, warps_m=2, warps_n=4, stages=5),
-                "tc 128x64 k8 w4x2 s4": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2, stages=4)},
+                "tc 128x64 k8 w4x2 s4": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2, stages=4),
+                "tc 128x128 k16 w4x4 s4": dict(bm=128, bn=128, kc=16, warps_m=4, warps_n=4, stages=4),
+                "tc 64x256 k16 w2x4 s3": dict(bm=64, bn=256, kc=16, warps_m=2, warps_n=4, stages=3),
+                "tc 64x128 k16 w2x4 s4 b2": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2)},
 }
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
