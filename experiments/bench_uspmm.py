@@ -57,9 +57,8 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     """Our kernels with their default or paper settings (name -> tunables dict, or a ``config``
     string: "auto", the tuner's cached choice, "heuristic", :func:`sparsekit.tune.heuristic`'s);
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
-    with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. float16 adds the
-    tensor-core kernel at its default setting (float32's 3xTF32 is slower than ``auto`` on every
-    problem measured, ``results/uspmm_tc.md``, so it is left out of the figures)."""
+    with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
+    tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``)."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -72,8 +71,7 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
         "heuristic": "heuristic",
         "auto": "auto",
     }
-    if np.dtype(dtype) == np.float16:
-        provs["tensor cores"] = tensor_core()
+    provs["tensor cores"] = tensor_core()
     if quick:
         provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
     return provs

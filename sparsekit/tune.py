@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "TC_MIN_DENSITY", "TC_ONE_WAVE_DENSITY", "TC_MIN_TILES", "TC_LARGE", "TC_SETTINGS",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_TILES", "TC_SHORT_K", "TC_LARGE", "TC_SETTINGS",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -99,7 +99,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
 
     Default (``full=False``): for a row-major B the tiled kernel's best setting,
     :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
-    :data:`SPLIT_SETTINGS`, for float16 also :data:`TC_SETTINGS` (Listing 1
+    :data:`SPLIT_SETTINGS` and :data:`TC_SETTINGS` (Listing 1
     gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
     for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
@@ -116,7 +116,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
                 + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
                 + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs()
-                + ([tensor_core(**cfg) for cfg in TC_SETTINGS] if itemsize == 2 else []))
+                + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]])
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -134,9 +134,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, nwarp, kc in itertools.product((4, 8), (4, 8), (4, 8), (8, 16)):
             if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
-        out += split_configs()
-        if itemsize == 2:
-            out += [tensor_core(**cfg) for cfg in TC_SETTINGS]
+        out += split_configs() + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]]
     return out
 
 
@@ -189,22 +187,31 @@ def _pow2_at_most(x: float) -> int:
     return 1 << (max(int(x), 1).bit_length() - 1)
 
 
-#: float16 problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`) by :func:`heuristic`: at least
-#: ``TC_MIN_TILES * sms`` output tiles of 64 x 128 and a density ``K'/K`` of at least ``TC_MIN_DENSITY``,
-#: or at least ``TC_ONE_WAVE_DENSITY`` where those tiles fit one wave (at most ``sms`` of them). Fitted to
-#: run 3 of experiments/results/uspmm_tc.md (H100, 2026-11-23 01:38 UTC), tensor-core vs CUDA-core time:
-#: 1024^3 at 60/80/90%: 55.8/53.0/47.3 us vs 109.9/94.6/55.5 (routed); 1024^3 95%: 46.1 vs 34.9,
-#: 4096^2 x 1024 90% (four waves): 504 vs 509 (a tie), 1024 x 1024 x 128: 52.9 vs 36.8, 128^3: 11.7
-#: vs 11.1 (not routed).
-TC_MIN_DENSITY = 0.15
-TC_ONE_WAVE_DENSITY = 0.09
-TC_MIN_TILES = 0.75
-#: The tensor-core setting for grids with at least ``sms`` tiles of 128 x 128 (1024 x 1024 x 16384 60%:
-#: 558 us against the default's 669, run 3); below that the kernel's defaults (64 x 128, kc 64, 4 stages).
-TC_LARGE = dict(bm=128, bn=128, kc=32, warps_m=4, warps_n=4, stages=4)
-#: Tensor-core settings in the float16 search space (row-major B): its defaults, :data:`TC_LARGE` and
-#: kc 32 (all past 48 KB of shared memory: dynamic; experiments/results/uspmm_tc.md, run 3).
-TC_SETTINGS = (dict(), TC_LARGE, dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
+#: Problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`; float32 as 3xTF32) by :func:`heuristic`:
+#: a density ``K'/K`` of at least ``TC_MIN_DENSITY[dtype]`` and an output grid that fills the GPU (at least
+#: ``TC_FILL * sms`` tiles of 64 x 128), or, float16 only, at least ``TC_MIN_TILES`` such tiles with
+#: ``K <= TC_SHORT_K`` (few K chunks: the kernel has no K split, so a small grid runs K serially).
+#: Fitted to call 2 of "Session 4" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04 UTC),
+#: tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at 60/80/90/95%: 29.9/27.9/25.3/25.3
+#: vs 107.7/94.4/55.3/34.6; 1024 x 1024 x 16384 60%: 288.4 (:data:`TC_LARGE`) vs 1136.8; 4096^2 x 1024
+#: 90%: 246.7 (:data:`TC_LARGE`) vs 506.9; 1024 x 1024 x 128 60% (16 tiles): 28.4 vs 36.3. float32:
+#: routed 1024^3 at 60/80%: 71.4/71.1 vs 91.5/91.6 and 1024 x 1024 x 16384 60%: 922.9 (:data:`TC_LARGE`)
+#: vs 1120.8; not routed 1024^3 at 90/95%: 71.4/71.3 vs 60.1/35.9, 4096^2 x 1024 90%: 885.9 vs 635.0 and
+#: 1024 x 1024 x 128: 69.3 vs 33.8.
+TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.2}   # float16: 95% (d = 0.0498) the sparsest measured
+TC_FILL = 0.75
+TC_MIN_TILES = 16
+TC_SHORT_K = 1024
+#: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (the same
+#: call: 64 x 256 tiles re-densify each A tile for twice the columns of the default's 64 x 128); below
+#: that the kernel's defaults.
+TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4),
+            np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=2, warps_n=4, stages=3)}
+#: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
+#: :data:`TC_LARGE` and, float16, kc 32.
+TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
+                                      dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4)),
+               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)])}
 
 
 def tensor_core(**tunables) -> dict:
@@ -217,12 +224,11 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
               tensor_cores: bool = True) -> dict:
     """The configuration used when the cache has no entry.
 
-    float16 with a row-major ``B`` (and ``tensor_cores``): the tensor-core kernel (:func:`tensor_core`)
-    where the output has at least ``TC_MIN_TILES * sms`` tiles of 64 x 128 and the density is at least
-    :data:`TC_MIN_DENSITY` (:data:`TC_ONE_WAVE_DENSITY` when those tiles fit one wave), with
-    :data:`TC_LARGE` where there are at least ``sms`` tiles of 128 x 128, else its defaults
-    (experiments/results/uspmm_tc.md, run 3: it beat the CUDA-core kernels there; at high sparsity,
-    small N or small M it lost: its densified tile costs the same at every density and it has no K split).
+    Row-major ``B`` (and ``tensor_cores``): the tensor-core kernel (:func:`tensor_core`) where
+    :data:`TC_MIN_DENSITY` and the grid rules above it hold, with :data:`TC_LARGE` where there are at
+    least ``sms`` tiles of 64 x 256, else its defaults. It multiplies the densified tile, zeros included,
+    at the same cost at every density, so very sparse problems stay on the CUDA cores, as do (without a
+    K split) small grids with a long K.
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's USpMM setting
@@ -257,11 +263,11 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     half = np.dtype(dtype) == np.float16
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
-    if half and tensor_cores:
+    if tensor_cores:
         tiles = -(-m // 64) * col_tiles
-        if tiles >= TC_MIN_TILES * sms and (density >= TC_MIN_DENSITY
-                                           or (density >= TC_ONE_WAVE_DENSITY and tiles <= sms)):
-            return tensor_core(**TC_LARGE) if -(-m // 128) * col_tiles >= sms else tensor_core()
+        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and (
+                tiles >= TC_FILL * sms or (half and tiles >= TC_MIN_TILES and k <= TC_SHORT_K)):
+            return tensor_core(**TC_LARGE[np.dtype(dtype)]) if -(-m // 64) * -(-n // 256) >= sms else tensor_core()
     tiles32 = -(-m // 32) * col_tiles
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:

@@ -282,9 +282,10 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
     (1024, 1024, 1024, 154, ("direct", 4, 2, 4, 4)),
 ])
 def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
+    """The CUDA-core winners (that tuning run had no tensor-core kernel: ``tensor_cores=False``)."""
     from sparsekit import tune
     variant, *shape = want
-    assert tune.heuristic(m, k, n, kprime, np.float32, "C") == getattr(tune, variant)(*shape)
+    assert tune.heuristic(m, k, n, kprime, np.float32, "C", tensor_cores=False) == getattr(tune, variant)(*shape)
     assert tune.heuristic(m, k, n, kprime, np.float32, "F")["variant"] == "listing1"
 
 
@@ -349,37 +350,52 @@ SPLIT_RUN = [
 
 @pytest.mark.parametrize("m,k,n,kprime,dtype,want,picked_us,best_us", SPLIT_RUN)
 def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, picked_us, best_us):
-    """On every problem of the split run the heuristic picks the fastest setting measured, or one
-    within 20% of it (256^2 x 128: splits 8 for 4, 14.7 vs 12.7 us; the others within 6%)."""
+    """On every problem of the split run the heuristic's CUDA-core choice is the fastest setting measured,
+    or one within 20% of it (256^2 x 128: splits 8 for 4, 14.7 vs 12.7 us; the others within 6%)."""
     from sparsekit import tune
     variant, *shape, splits = want
-    assert tune.heuristic(m, k, n, kprime, dtype, "C") == getattr(tune, variant)(*shape, splits=splits)
+    assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False) == \
+        getattr(tune, variant)(*shape, splits=splits)
     assert picked_us <= 1.2 * best_us
 
 
-# float16 problems of run 3 in experiments/results/uspmm_tc.md (H100, 2026-11-23 01:38 UTC) and whether
-# the tensor-core kernel beat the heuristic's CUDA-core choice there (us: tensor-core setting / CUDA-core);
-# "large": the tensor-core setting for big grids (sparsekit.tune.TC_LARGE) is picked
+# Call 2 of "Session 4" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04 UTC): whether the
+# tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core setting / CUDA-core);
+# "large": sparsekit.tune.TC_LARGE of the dtype is picked, "default": the kernel's defaults.
 TC_ROUTING = [
-    (1024, 1024, 1024, 410, "default", "55.8 / 109.9"),
-    (1024, 1024, 1024, 205, "default", "53.0 / 94.6"),
-    (1024, 1024, 1024, 102, "default", "47.3 / 55.5 (one wave of 64x128 tiles)"),
-    (1024, 1024, 16384, 410, "large", "557.8 / 1140"),
-    (1024, 1024, 1024, 51, None, "46.1 / 34.9"),
-    (4096, 4096, 1024, 410, None, "504.3 (large) / 509.2: a tie, four waves"),
-    (1024, 1024, 128, 410, None, "52.9 / 36.8"),
-    (128, 128, 128, 51, None, "11.7 / 11.1"),
+    (1024, 1024, 1024, 410, np.float16, "default", "29.9 / 107.7"),
+    (1024, 1024, 1024, 205, np.float16, "default", "27.9 / 94.4"),
+    (1024, 1024, 1024, 102, np.float16, "default", "25.3 / 55.3"),
+    (1024, 1024, 1024, 51, np.float16, "default", "25.3 / 34.6"),
+    (1024, 1024, 16384, 410, np.float16, "large", "288.4 / 1136.8"),
+    (4096, 4096, 1024, 410, np.float16, "large", "246.7 / 506.9"),
+    (1024, 1024, 128, 410, np.float16, "default", "28.4 / 36.3 (16 tiles of 64 x 128)"),
+    (1024, 1024, 1024, 410, np.float32, "default", "71.4 / 91.5"),
+    (1024, 1024, 1024, 205, np.float32, "default", "71.1 / 91.6"),
+    (1024, 1024, 16384, 410, np.float32, "large", "922.9 / 1120.8"),
+    (1024, 1024, 1024, 102, np.float32, None, "71.4 / 60.1"),
+    (1024, 1024, 1024, 51, np.float32, None, "71.3 / 35.9"),
+    (4096, 4096, 1024, 410, np.float32, None, "885.9 (large) / 635.0"),
+    (1024, 1024, 128, 410, np.float32, None, "69.3 / 33.8"),
 ]
 
 
-@pytest.mark.parametrize("m,k,n,kprime,routed,note", TC_ROUTING)
-def test_heuristic_routes_float16_to_tensor_cores_where_measured_faster(m, k, n, kprime, routed, note):
+@pytest.mark.parametrize("m,k,n,kprime,dtype,routed,note", TC_ROUTING)
+def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime, dtype, routed, note):
     from sparsekit import tune
-    got = tune.heuristic(m, k, n, kprime, np.float16, "C")
-    want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE)}.get(routed)
+    got = tune.heuristic(m, k, n, kprime, dtype, "C")
+    want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)])}.get(routed)
     assert got == want if routed else got["variant"] != "tensor_core", (got, note)
-    assert tune.heuristic(m, k, n, kprime, np.float32, "C")["variant"] != "tensor_core"   # never float32
-    assert tune.heuristic(m, k, n, kprime, np.float16, "F")["variant"] == "listing1"      # needs row-major B
+    assert tune.heuristic(m, k, n, kprime, dtype, "F")["variant"] == "listing1"      # needs row-major B
+    assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False)["variant"] != "tensor_core"
+
+
+def test_heuristic_keeps_long_k_small_grids_on_cuda_cores():
+    """Without a K split the tensor-core kernel runs a small grid's K chunks one after another: a float16
+    grid below one wave goes to it only for K <= TC_SHORT_K (1000 x 2048 x 128: 16 tiles, 32 chunks)."""
+    from sparsekit import tune
+    assert tune.heuristic(1000, 2048, 128, 389, np.float16, "C")["variant"] != "tensor_core"
+    assert tune.heuristic(128, 128, 128, 51, np.float16, "C")["variant"] != "tensor_core"
 
 
 def test_tensor_core_variant_goes_to_its_launcher(small):
