@@ -31,6 +31,8 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
 ``session4`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
+``parts``  Table 1's rows and the Lamport kernel operating on h's column parts as they arrive
+           (``parts``) and writing h0 itself (``fold_h0``), at 1792 and 1152, traced, and the steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -104,14 +106,18 @@ def problem(hidden: int, density: float, batch: int, steps: int, dtype, seed: in
     return u, mask, bp, h0
 
 
-def layout_for(u, mask, tpr: int, aware: bool):
+def layout_for(u, mask, tpr: int, aware: bool, bounds=()):
     lay = balance(u, mask, tpr=tpr)
-    return bank_aware(lay, width=4 * u.dtype.itemsize) if aware else lay
+    return bank_aware(lay, width=4 * u.dtype.itemsize, bounds=bounds) if aware else lay
 
 
-def plan_for(u, mask, config: str, tpr: int, batch: int = 4, **kw):
+def plan_for(u, mask, config: str, tpr: int, batch: int = 4, order_parts: bool = True, **kw):
+    """Table 1 configuration ``config`` with options ``kw``; with ``parts`` the bank-aware layout orders each
+    row's pairs by part (``order_parts=False``: the plain bank-aware order, for comparison)."""
     scheme, sync, aware = CONFIGS[config]
-    return gpu_rnn.PersistentRNN(layout_for(u, mask, tpr, aware), batch, scheme=scheme, sync=sync, **kw)
+    parts = kw.get("parts", 1)
+    bounds = gpu_rnn.part_columns(u.shape[0], parts)[1:-1] if parts > 1 and order_parts else ()
+    return gpu_rnn.PersistentRNN(layout_for(u, mask, tpr, aware, bounds), batch, scheme=scheme, sync=sync, **kw)
 
 
 def _save(out, name, records):
@@ -209,6 +215,11 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "cluster": 4}),
     ("lamport", {"load": "relaxed", "cluster": 2, "vector": True}),
     ("lamport", {"load": "relaxed", "ring": True, "cluster": 4, "vector": True}),
+    ("lamport", {"load": "relaxed", "fold_h0": True}),
+    ("lamport", {"load": "relaxed", "parts": 2}),
+    ("lamport", {"load": "relaxed", "parts": 3, "fold_h0": True}),
+    ("lamport", {"load": "relaxed", "parts": 2, "fold_h0": True, "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "parts": 4, "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
 ]
 
 
@@ -730,6 +741,38 @@ def session4(out=None, jobs=8):
     return records
 
 
+# -- session 4, second helper: operate on h's column parts as they arrive; h0 written by the kernel -----------
+
+_RF = {"load": "relaxed", "fold_h0": True}
+#: (label, Table 1 configuration, options): Table 1's rows, then the Lamport kernel with h0 written by the kernel
+#: (one launch less per run) and with h's columns in 2-4 parts, each polled, stored and operated on while the
+#: later parts' loads are in flight (results/persistent_rnn.md, "Session 4, second helper")
+PARTS_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport fold", "lamport", _RF),
+    ("lamport parts2", "lamport", {**_R, "parts": 2}),
+    ("lamport parts2 fold", "lamport", {**_RF, "parts": 2}),
+    ("lamport parts3 fold", "lamport", {**_RF, "parts": 3}),
+    ("lamport parts4 fold", "lamport", {**_RF, "parts": 4}),
+    # the plain bank-aware order: fewer pairs in the early passes, fewer bank conflicts
+    ("lamport parts2 unordered fold", "lamport", {**_RF, "parts": 2, "order_parts": False}),
+    ("lamport parts2 shfl fold", "lamport", {**_RF, "parts": 2, "reduce": "shfl"}),
+    ("lamport parts3 shfl fold", "lamport", {**_RF, "parts": 3, "reduce": "shfl"}),
+]
+PARTS_STEPS = ("lamport", "lamport fold", "lamport parts2 fold", "lamport parts3 fold", "lamport parts4 fold")
+PARTS_TRACED = ("lamport", "lamport parts2 fold", "lamport parts4 fold")
+
+
+def parts(out=None, jobs=8):
+    """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792."""
+    records = run_parallel(session4_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
+    _table(records, _S4_COLUMNS + ["pass_fraction"])
+    traced = [r for r in records if "step_ns" in r]
+    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
+                    "operate_ns", "reduce_write_ns", "polls"])
+    _save(out, "parts", records)
+    return records
+
+
 # -- capacity: the largest layer that stays on chip (Figures 3-4 analog), offline -----------------------
 
 #: H100 limits (cudaDeviceProp of the lent device: 64K registers, 228 KB shared memory, 2048 threads per SM)
@@ -999,6 +1042,7 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
                    blocks=plan.grid, threads=plan.split.threads_per_block, npt=plan.layout.npt,
                    smem=plan.smem, regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"),
                    timeouts=timeouts, max_err=err,
+                   pass_fraction=None if plan.pass_fraction is None else [round(float(f), 3) for f in plan.pass_fraction],
                    correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
         if traced:
             tr = summarize_trace(stamps, plan.sync)
@@ -1325,7 +1369,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "followup": followup, "session4": session4}[part](args.out)
+         "followup": followup, "session4": session4, "parts": parts}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

@@ -158,8 +158,8 @@ from sparsekit.device import allow_dynamic_shared, require_cluster
 from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
-           "TRACE_PHASES", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
-           "max_hidden", "shared_limit"]
+           "TRACE_PHASES", "MAX_PARTS", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
+           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -183,6 +183,8 @@ _NEG0_F16 = 0x8000
 #: re-armed one step after its last read, and the re-arm must be released (fence) a step before the write that
 #: readers see before they poll the slot again.
 RING_SLOTS = 4
+#: most column parts of h a Lamport step can operate on as they arrive (``parts``)
+MAX_PARTS = 4
 
 
 # ---------------------------------------------------------------------------
@@ -251,7 +253,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False, ring: bool = False, cluster: int = 0):
+            vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -298,6 +300,15 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     (Lamport, > 0): blocks run in clusters of ``cluster`` (the simulator: 1);
     a block loads only its share of ``h_{t-1}`` from L2 and stores it into the
     shared memory of every block of its cluster, then a cluster barrier.
+    ``parts`` (Lamport, 2..``MAX_PARTS``; 1 = off): h's columns are split in
+    ``parts`` ranges (``part_columns``); a step issues the loads of all of
+    them, then per part polls its words, stores them to shared memory, takes
+    a block barrier and operates on the pairs whose columns have arrived, so
+    the later parts' loads are in flight during the earlier parts' operate
+    stage; ``words`` is then ``parts`` times a thread's words per part, and
+    the thread's pass bounds ride after its indices in ``idx``
+    (``PersistentRNN``). ``fold_h0`` (Lamport): a launch that starts at step
+    0 writes ``h_in`` (h0) into exchange slot 0 itself (no separate copy).
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -311,7 +322,12 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NBUF = 2 if (double_buffer or cluster) and sync == "lamport" else 1
     ld_word, ld_group = _H_LOADS[load]
     CHUNKED = 0 < chunk < PF
-    CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
+    PARTS = parts
+    # words of h a thread holds in registers at once (parts: per part, in PARTS arrays)
+    CHW = chunk if CHUNKED else PF // PARTS
+    CHW1, CHW2, CHW3 = (CHW if PARTS > p else 1 for p in (1, 2, 3))   # the other parts' arrays (1: unused)
+    NSPLIT = max(PARTS - 1, 1)                         # a thread's pass bounds (parts)
+    FOLD = fold_h0
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
     # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
@@ -488,17 +504,30 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             acc[q] = float32(0.0)
         for g in range(G):
             for i in range(NPT):
-                wi = float32(w[g * NPT + i])
-                ji = unpack16(j[g * NJ + i // 2], i % 2) if IDX16 else j[g * NPT + i]
-                if WIDE:                               # Section 4.1: one ld.shared.v4 brings 4 samples
-                    a0, a1, a2, a3 = ld_x4_f32(h_sh, hoff + ji * 4)
-                    acc[g * B + 0] += wi * a0
-                    acc[g * B + 1] += wi * a1
-                    acc[g * B + 2] += wi * a2
-                    acc[g * B + 3] += wi * a3
-                else:                                  # naive: one scalar load per sample
-                    for b in range(B):
-                        acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
+                pair(h_sh, hoff, hidden, w, j, acc, g, i)
+
+    @cuda.jit(device=True, inline=True)
+    def operate_range(h_sh, hoff, hidden, w, j, acc, lo, hi):
+        """One pass of the operate stage over parts (``parts``): this thread's pairs ``lo <= i < hi`` only
+        (run-time bounds of the thread; every pair is unrolled and predicated), accumulating onto ``acc``."""
+        for i in range(NPT):
+            if i >= lo and i < hi:
+                pair(h_sh, hoff, hidden, w, j, acc, 0, i)
+
+    @cuda.jit(device=True, inline=True)
+    def pair(h_sh, hoff, hidden, w, j, acc, g, i):
+        """acc[g, b] += value[i] * activation_in_shm[index[i]] for the thread's pair i of gate row g."""
+        wi = float32(w[g * NPT + i])
+        ji = unpack16(j[g * NJ + i // 2], i % 2) if IDX16 else j[g * NPT + i]
+        if WIDE:                                       # Section 4.1: one ld.shared.v4 brings 4 samples
+            a0, a1, a2, a3 = ld_x4_f32(h_sh, hoff + ji * 4)
+            acc[g * B + 0] += wi * a0
+            acc[g * B + 1] += wi * a1
+            acc[g * B + 2] += wi * a2
+            acc[g * B + 3] += wi * a3
+        else:                                          # naive: one scalar load per sample
+            for b in range(B):
+                acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
 
     @cuda.jit(device=True, inline=True)
     def shfl_reduce(acc, lane):
@@ -616,6 +645,39 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         return pending, polls
 
     @cuda.jit(device=True, inline=True)
+    def part_word(p, hidden):
+        """First word of part ``p`` of a step's h (``part_columns``: columns ``hidden * p // parts`` on; every
+        column is ``B * ITEM / 4`` whole words, batch 4)."""
+        return (hidden * p // PARTS) * B * ITEM // 4
+
+    @cuda.jit(device=True, inline=True)
+    def issue_part(xchg_words, base, pf, p, tid, nthreads, hidden):
+        """The loads of this thread's words of part ``p`` of h (into ``pf``), back to back."""
+        lo = part_word(p, hidden)
+        issue_loads(xchg_words, base + lo, 0, pf, tid, nthreads, part_word(p + 1, hidden) - lo)
+
+    @cuda.jit(device=True, inline=True)
+    def part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, p, tid, nthreads, hidden, spin_limit, abort,
+                  w, j, acc, sp, tr, t):
+        """One pass of a step with ``parts``: poll part ``p``'s words (their loads were issued at the step's
+        start), store them to shared memory, block barrier, operate on this thread's pairs of pass ``p``
+        (``sp[p - 1] .. sp[p] - 1``; the last pass takes the rest). Returns the poll rounds."""
+        lo = part_word(p, hidden)
+        n = part_word(p + 1, hidden) - lo
+        pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
+        if pending:
+            abort[0] = 1
+        if p == 0:
+            stamp(tr, t, 1, clock64())
+        store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
+        cuda.syncthreads()
+        if p == 0:
+            stamp(tr, t, 2, clock64())
+        operate_range(h_sh, woff * 4 // ITEM, hidden, w, j, acc, sp[p - 1] if p > 0 else 0,
+                      sp[p] if p < PARTS - 1 else NPT)
+        return rounds
+
+    @cuda.jit(device=True, inline=True)
     def is_pending(v):
         """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
         if F16:
@@ -709,23 +771,31 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         w = cuda.local.array(NW, nb_dtype)
         j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
-        pf = cuda.local.array(CHW, uint32)                # this thread's words of the next input
+        pf = cuda.local.array(CHW, uint32)                # this thread's words of the next input (parts: part 0)
+        pf1 = cuda.local.array(CHW1, uint32)              # parts: the words of parts 1, 2, 3
+        pf2 = cuda.local.array(CHW2, uint32)
+        pf3 = cuda.local.array(CHW3, uint32)
+        sp = cuda.local.array(NSPLIT, int32)              # parts: where this thread's pass p ends (pairs)
         bp = cuda.local.array(NBP, nb_dtype)
         c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
         load_cell(cs, c0, t_start, row, lane, active, c)
+        if PARTS > 1:                                    # the pass bounds, after the thread's indices
+            for p in range(PARTS - 1):
+                sp[p] = int32(idx[row, NJ * TPR + lane + p * TPR]) if active else NPT
         if tid == 0:
             abort[0] = 0
-        if RING:                                         # h_in is this launch's first input, written like an h_t
+        if RING or (FOLD and t_start == 0):              # h_in is this launch's first input, written like an h_t
             for q in range(NBO):
                 b = owned(lane, q)
                 if active and b < B:
-                    xchg[(t_start % RING_SLOTS) * stride + row * B + b] = zero_band(float32(h_in[b, row]))
+                    xchg[(t_start % RING_SLOTS if RING else 0) * stride + row * B + b] = zero_band(
+                        float32(h_in[b, row]))
         if CSYNC:                                        # every block of the cluster runs and has abort = 0
             cluster_sync()
-        elif RING:                                       # (the block's own part of h_in is not waited for)
+        elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
-        if not CHUNKED:
+        if not CHUNKED and PARTS == 1:
             issue_loads(xchg_words, (t_start % RING_SLOTS if RING else t_start) * n_words, 0, pf, vt, nthreads,
                         n_words)
         for t in range(t_start, t_stop):
@@ -734,56 +804,83 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = (t % RING_SLOTS if RING else t) * n_words
             woff = (t % NBUF) * buf_words
-            if SHFL and not CHUNKED and not PIPELINE and t > t_start:
-                issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
-            if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
-                cuda.syncthreads()
-            if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
-                pending = False
-                polls = 0
-                for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
-                    for k in range(CHW):
-                        pf[k] = PENDING
-                    pend, rounds = poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit)
-                    pending = pending or pend
-                    polls += rounds
-                    store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
+            if PARTS > 1:     # issue every part's loads, then per part: poll, store, barrier, operate what arrived
+                issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
+                issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
+                if PARTS > 2:
+                    issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
+                if PARTS > 3:
+                    issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
+                if SHFL and NBUF == 1:                   # every warp's operate(t-1) read h before it is replaced
+                    cuda.syncthreads()
+                for q in range(G * B):
+                    acc[q] = float32(0.0)
+                polls = part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, 0, tid, nthreads, hidden,
+                                  spin_limit, abort, w, j, acc, sp, tr, t)
+                polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf1, 1, tid, nthreads, hidden,
+                                   spin_limit, abort, w, j, acc, sp, tr, t)
+                if PARTS > 2:
+                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf2, 2, tid, nthreads, hidden,
+                                       spin_limit, abort, w, j, acc, sp, tr, t)
+                if PARTS > 3:
+                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf3, 3, tid, nthreads, hidden,
+                                       spin_limit, abort, w, j, acc, sp, tr, t)
+                stamp(tr, t, 3, clock64())
+                if abort[0] != 0:                        # (set before the last pass's barrier) leave together
+                    if tid == 0:
+                        cuda.atomic.max(status, 0, 1)
+                    return
             else:
-                pending, polls = poll(xchg_words, base, 0, pf, vt, nthreads, n_words, spin_limit)
-            if RING:
-                # acquire h_t before this thread's later loads (of slots re-armed by other threads) and release
-                # the re-arms this thread stored last step before the h_{t+1} it stores this step
-                fence_acq_rel_gpu()
-            if pending:
-                if CLUSTER:                              # the whole cluster leaves at this step
-                    for r in range(CL):
-                        st_cluster_u32(abort, 0, r, 1)
+                if SHFL and not CHUNKED and not PIPELINE and t > t_start:
+                    issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
+                if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
+                    cuda.syncthreads()
+                if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
+                    pending = False
+                    polls = 0
+                    for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
+                        for k in range(CHW):
+                            pf[k] = PENDING
+                        pend, rounds = poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit)
+                        pending = pending or pend
+                        polls += rounds
+                        store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
                 else:
-                    abort[0] = 1
-            stamp(tr, t, 1, clock64())
-            if CLUSTER:                                  # this thread's share of h into every block of the cluster
-                store_cluster(h_words, woff, pf, vt, nthreads, n_words)
-            elif not CHUNKED:
-                store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
-            if CSYNC:
-                cluster_sync()
-            else:
-                cuda.syncthreads()
-            stamp(tr, t, 2, clock64())
-            if RING and tid == 0:
-                progress[cuda.blockIdx.x] = t            # this block's outputs of steps < t are written
-            if abort[0] != 0:                            # timed out: leave together, host resumes
-                if tid == 0:
-                    cuda.atomic.max(status, 0, 1)
-                return
-            if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                issue_loads(xchg_words, ((t + 1) % RING_SLOTS if RING else t + 1) * n_words, 0, pf, tid, nthreads,
-                            n_words)
-            elif not CHUNKED and not SHFL:
-                for k in range(CHW):
-                    pf[k] = PENDING                      # loaded in the next load stage
-            operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
-            stamp(tr, t, 3, clock64())
+                    pending, polls = poll(xchg_words, base, 0, pf, vt, nthreads, n_words, spin_limit)
+                if RING:
+                    # acquire h_t before this thread's later loads (of slots re-armed by other threads) and release
+                    # the re-arms this thread stored last step before the h_{t+1} it stores this step
+                    fence_acq_rel_gpu()
+                if pending:
+                    if CLUSTER:                              # the whole cluster leaves at this step
+                        for r in range(CL):
+                            st_cluster_u32(abort, 0, r, 1)
+                    else:
+                        abort[0] = 1
+                stamp(tr, t, 1, clock64())
+                if CLUSTER:                                  # this thread's share of h into every block of the cluster
+                    store_cluster(h_words, woff, pf, vt, nthreads, n_words)
+                elif not CHUNKED:
+                    store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
+                if CSYNC:
+                    cluster_sync()
+                else:
+                    cuda.syncthreads()
+                stamp(tr, t, 2, clock64())
+                if RING and tid == 0:
+                    progress[cuda.blockIdx.x] = t            # this block's outputs of steps < t are written
+                if abort[0] != 0:                            # timed out: leave together, host resumes
+                    if tid == 0:
+                        cuda.atomic.max(status, 0, 1)
+                    return
+                if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
+                    issue_loads(xchg_words, ((t + 1) % RING_SLOTS if RING else t + 1) * n_words, 0, pf, tid, nthreads,
+                                n_words)
+                elif not CHUNKED and not SHFL:
+                    for k in range(CHW):
+                        pf[k] = PENDING                      # loaded in the next load stage
+                operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
+                stamp(tr, t, 3, clock64())
             if RING:      # h_{t+1} into its slot (the last one is not read again); re-arm h_{t-1}'s slot: every
                 # block has read it, since every block wrote its part of h_t after reading h_{t-1}
                 wslot = (t + 1) % RING_SLOTS if t + 1 < t_stop else -1
@@ -872,6 +969,44 @@ def shared_limit() -> int:
     return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
+def part_columns(hidden: int, parts: int) -> list[int]:
+    """Column bounds of h's ``parts`` (``parts=``): part ``p`` is columns ``[hidden * p // parts, hidden * (p + 1)
+    // parts)``, i.e. the rows of the blocks in that share of the grid."""
+    return [hidden * p // parts for p in range(parts + 1)]
+
+
+def _pass_of_slots(layout: RNNLayout, parts: int) -> np.ndarray:
+    """Part of each slot's column, ``(rows, npt, tpr)`` in the order a thread holds its pairs."""
+    cols = layout.indices.astype(np.int64).reshape(layout.shape[0], layout.npt, layout.tpr)
+    return np.searchsorted(np.asarray(part_columns(layout.shape[1], parts)[1:-1]), cols, side="right")
+
+
+def pass_bounds(layout: RNNLayout, parts: int) -> np.ndarray:
+    """Per thread, where its passes end (``parts=``): ``(rows, (parts - 1) * tpr)``, entry ``[r, lane + p * tpr]``
+    = how many of thread ``lane``'s leading pairs (slots ``lane, lane + tpr, ...``) have columns in parts ``<= p``.
+
+    Pass ``p`` operates on pairs ``bounds[p - 1] .. bounds[p] - 1`` after part ``p`` is in shared memory (the
+    last pass on the rest), so every pair reads a column that has arrived, whatever the order; a layout whose
+    thread's pairs come part by part (``bank_aware(..., bounds=...)``, or ascending columns) operates each pair
+    as soon as its part is there."""
+    part = _pass_of_slots(layout, parts)                                      # [row, i, lane]
+    rows, npt, tpr = part.shape
+    out = np.zeros((rows, parts - 1, tpr), dtype=np.int32)
+    for p in range(parts - 1 if npt else 0):                                  # (no pairs: every pass empty)
+        later = part > p
+        out[:, p] = np.where(later.any(axis=1), later.argmax(axis=1), npt)
+    return out.reshape(rows, -1)
+
+
+def pass_pairs(layout: RNNLayout, parts: int) -> np.ndarray:
+    """Fraction of all pair slots operated in each pass (``parts=``): how much work overlaps later parts' loads."""
+    b = pass_bounds(layout, parts).reshape(layout.shape[0], parts - 1, layout.tpr).astype(np.int64)
+    ends = np.concatenate([b, np.full(b[:, :1].shape, layout.npt)], axis=1)
+    starts = np.concatenate([np.zeros(b[:, :1].shape, np.int64), b], axis=1)
+    n = (ends - starts).sum(axis=(0, 2))
+    return n / max(n.sum(), 1)
+
+
 POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
@@ -898,7 +1033,16 @@ class PersistentRNN:
     (16-byte loads and stores of h's words; wide scheme), ``ring`` (Lamport: a ring of exchange
     slots re-armed in the kernel, one launch per run), ``cluster`` (Lamport: thread-block clusters
     of that many blocks sharing the load of h through distributed shared memory; needs chunk=0,
-    pipeline=False, reduce="shared"); ``trace=True`` records per-stage clock64
+    pipeline=False, reduce="shared"), ``parts`` (Lamport RNN, 2..``MAX_PARTS``: h's columns in that
+    many parts (``part_columns``); a step issues the loads of every part, then polls, stores and
+    operates part by part, a block barrier each, so the later parts' loads are in flight while the
+    earlier ones are operated on; thread ``lane`` of row ``r`` operates in pass ``p`` on its pairs
+    ``pass_bounds[p - 1] .. pass_bounds[p] - 1`` (``pass_bounds``: the pairs whose columns lie in parts
+    ``<= p``, leading in its slot order; appended to the indices on the device); any layout is correct,
+    the overlap needs the pairs ordered by part: ``balance``'s ascending columns are, a bank-aware
+    layout should come from ``bank_aware(..., bounds=part_columns(H, parts)[1:-1])``; needs chunk=0, no
+    cluster, ring, pipeline, vector), ``fold_h0`` (Lamport without the ring: the kernel writes h0 into
+    exchange slot 0 itself, so a run is the preset and the kernel, two launches instead of three); ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
     step's time goes; see ``TRACE_PHASES``). ``grid``: blocks launched (with
     ``cluster``, the blocks rounded up to whole clusters; the extra blocks
@@ -927,6 +1071,8 @@ class PersistentRNN:
     vector: bool = False
     ring: bool = False
     cluster: int = 0
+    parts: int = 1
+    fold_h0: bool = False
 
     def __post_init__(self):
         lay = self.layout
@@ -940,7 +1086,7 @@ class PersistentRNN:
                                      ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -975,6 +1121,16 @@ class PersistentRNN:
             raise ValueError(f"cluster: a cluster is 2..{MAX_CLUSTER} blocks and needs chunk=0, pipeline=False "
                              f"and reduce='shared'; got cluster={self.cluster}, chunk={self.chunk}, "
                              f"pipeline={self.pipeline}, reduce={self.reduce!r}")
+        self.parts = check_int(self.parts, "parts", minimum=1, maximum=MAX_PARTS)
+        if self.parts > 1 and (self.sync != "lamport" or self.cell != "rnn" or self.chunk or self.cluster or self.ring
+                               or self.pipeline or self.vector):
+            raise ValueError(f"parts: operating on h's column parts as they arrive is an option of the Lamport RNN "
+                             f"kernel without chunk, cluster, ring, pipeline and vector; got sync={self.sync!r}, "
+                             f"cell={self.cell!r}, chunk={self.chunk}, cluster={self.cluster}, ring={self.ring}, "
+                             f"pipeline={self.pipeline}, vector={self.vector}")
+        if self.fold_h0 and (self.sync != "lamport" or self.ring):
+            raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
+                             f"got sync={self.sync!r}, ring={self.ring}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
@@ -1009,13 +1165,22 @@ class PersistentRNN:
                                  f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
                                  f"{n_words * 4} bytes per step")
             words = 4 * cdiv(n_words // 4, sharers)
+        if self.parts > 1:                                # a thread's words of each part, times the parts
+            bounds = [c * self.batch * itemsize // 4 for c in part_columns(hidden, self.parts)]
+            words = self.parts * max(cdiv(hi - lo, threads) for lo, hi in zip(bounds, bounds[1:]))
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector, self.ring, self.cluster)
+                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0)
+        #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
+        self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
-        self.idx = cuda.to_device(thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices))
+        idx = thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices)
+        if self.parts > 1:
+            self.pass_fraction = pass_pairs(lay, self.parts)
+            idx = np.concatenate([idx, pass_bounds(lay, self.parts).astype(idx.dtype)], axis=1)
+        self.idx = cuda.to_device(np.ascontiguousarray(idx))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))
         self._trace = cuda.device_array(1, dtype=np.int64)
         self._no_h = cuda.device_array((self.batch, hidden), dtype=lay.dtype)
@@ -1104,7 +1269,7 @@ class PersistentRNN:
             if self.ring:
                 self._resume_ring(bp.dev, h0o.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
             elif self.sync == "lamport":
-                self._resume(bp.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
+                self._resume(bp.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None, h0=h0o.dev)
             elif int(status.copy_to_host()[0]) != 0:
                 raise RuntimeError(f"persistent RNN: the grid barrier timed out after spin_limit={self.spin_limit} "
                                    f"polls; blocks are not making progress (not co-resident?)")
@@ -1153,7 +1318,8 @@ class PersistentRNN:
         """Queue one run on device arrays without synchronising (what a benchmark times).
 
         Lamport: preset every output slot to -0.0 and copy h0 into slot 0,
-        then launch; with ``ring=True`` only the launch (the kernel writes h0
+        then launch (``fold_h0``: the preset and the launch, the kernel writes
+        h0); with ``ring=True`` only the launch (the kernel writes h0
         into the armed ring itself). A spin timeout shows in ``status[0]``
         afterwards (``__call__`` handles it). ``cs``/``c0``: the LSTM's cell
         states (output) and initial cell state. ``start`` (Lamport without
@@ -1169,7 +1335,8 @@ class PersistentRNN:
         if not self.ring:
             if self.sync == "lamport":
                 _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
-            _set_h0[cdiv(n, 256), 256](h0, xchg)
+            if not self.fold_h0:
+                _set_h0[cdiv(n, 256), 256](h0, xchg)
         args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0)
         self.check_coresident(args)
         self._launch(args)
@@ -1183,8 +1350,9 @@ class PersistentRNN:
         else:
             self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
 
-    def _resume(self, bprime, xchg, hs, status, steps, cs=None, c0=None):
-        """After a spin timeout, relaunch from the first step whose outputs are incomplete."""
+    def _resume(self, bprime, xchg, hs, status, steps, cs=None, c0=None, h0=None):
+        """After a spin timeout, relaunch from the first step whose outputs are incomplete (``fold_h0``: slot 0
+        may be the incomplete one, then the relaunch starts at step 0 and writes ``h0`` there again)."""
         self.relaunches = 0
         neg0 = _NEG0_F32 if self.layout.dtype.itemsize == 4 else _NEG0_F16
         while int(status.copy_to_host()[0]) != 0:
@@ -1197,9 +1365,12 @@ class PersistentRNN:
                 raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
                                    f"(spin_limit={self.spin_limit}); blocks are not making progress")
             self.relaunches += 1
-            first = int(np.argmax(pending))                      # first step with a missing value (>= 1)
+            first = int(np.argmax(pending))                      # first step with a missing value (>= 1 or fold_h0)
+            start = max(first - 1, 0)
+            if self.fold_h0 and start == 0 and h0 is None:
+                raise ValueError("h0: a fold_h0 run resumed from step 0 writes h0 again; pass h0")
             status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
-            args = self._args(bprime, xchg, hs, status, first - 1, steps, cs, c0)
+            args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0 if self.fold_h0 else None)
             self._launch(args)
 
     def _resume_ring(self, bprime, h0, xchg, hs, status, steps, cs=None, c0=None):

@@ -290,7 +290,8 @@ def test_index16_refuses_more_than_65536_columns():
 
 # -- session 4: the Lamport ring and clusters (the simulator: one block, a cluster of one) ----------------
 
-@pytest.mark.parametrize("kw", [{}, {"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 2, "vector": True}])
+@pytest.mark.parametrize("kw", [{}, {"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 2, "vector": True},
+                                {"fold_h0": True}, {"fold_h0": True, "parts": 2}])
 def test_initial_negative_zero_is_a_value(kw):
     """h0 may hold -0.0, Lamport's "not written yet": it is passed on as +0.0, which gives the same sums."""
     u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float16)
@@ -369,3 +370,107 @@ def test_ring_and_cluster_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cluster=32)
     with pytest.raises(TypeError, match="ring: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=1)
+
+
+# -- session 4, second helper: operating on h's column parts as they arrive; h0 written by the kernel ---------
+
+@st.composite
+def parts_options(draw):
+    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0`` alone)."""
+    parts = draw(st.integers(1, gpu_rnn.MAX_PARTS))
+    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()),
+            "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
+            "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
+    return parts, draw(st.booleans()), opts
+
+
+@given(problem=problems(batch=4), po=parts_options())
+def test_parts_and_fold_h0_match_reference(problem, po):
+    """parts: whether or not the layout's pairs come part by part (bank_aware with the part bounds, or the plain
+    bank-aware order), every pass reads only columns that have arrived and the states equal the reference's;
+    fold_h0: the kernel's own copy of h0 gives the same states."""
+    u, bp, h0, steps, tpr, activation = problem
+    parts, ordered, opts = po
+    hidden = u.shape[0]
+    bounds = gpu_rnn.part_columns(hidden, parts)[1:-1] if ordered and parts > 1 and hidden >= parts else ()
+    lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize, bounds=bounds)
+    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(hidden, tpr),
+                                 parts=parts, **opts)
+    got = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
+
+
+def test_part_columns_and_pass_bounds():
+    """Part p is columns [H p / parts, H (p + 1) / parts); a thread's pass p ends at its first pair of a later
+    part (pairs of a part operated before the part arrives would read stale h)."""
+    assert gpu_rnn.part_columns(10, 3) == [0, 3, 6, 10]
+    assert gpu_rnn.part_columns(1792, 2) == [0, 896, 1792]
+    # tpr 2: lane 0 holds slots 0, 2, 4 (columns 0, 5, 1), lane 1 slots 1, 3, 5 (columns 2, 3, 4)
+    lay = RNNLayout(np.ones((6, 6), np.float32), np.tile(np.array([0, 2, 5, 3, 1, 4], np.int32), (6, 1)),
+                    (6, 6), 2, 36)
+    assert gpu_rnn.pass_bounds(lay, 2)[0].tolist() == [1, 1]        # parts: columns 0-2 | 3-5
+    assert gpu_rnn.pass_bounds(lay, 3)[0].tolist() == [1, 0, 1, 2]  # parts: 0-1 | 2-3 | 4-5
+    assert np.allclose(gpu_rnn.pass_pairs(lay, 2), [2 / 6, 4 / 6])
+    assert np.allclose(gpu_rnn.pass_pairs(lay, 3), [1 / 6, 2 / 6, 3 / 6])
+
+
+@pytest.mark.parametrize("parts", [2, 3, 4])
+def test_bank_aware_bounds_keep_the_rows_and_order_pairs_by_part(parts):
+    """bank_aware(bounds=...): each row a permutation of its pairs and padding (to_dense unchanged), slots
+    filled part by part, and every thread's passes hold all its pairs of each part; no bounds: the old order."""
+    rng = np.random.default_rng(parts)
+    u = (rng.standard_normal((40, 40)) * (rng.random((40, 40)) < 0.3)).astype(np.float32)
+    lay = balance(u, tpr=4)
+    bounds = gpu_rnn.part_columns(40, parts)[1:-1]
+    aware = bank_aware(lay, width=8, bounds=bounds)
+    assert np.array_equal(aware.to_dense(), lay.to_dense())
+    plain = bank_aware(lay, width=8)
+    assert np.array_equal(bank_aware(lay, width=8, bounds=()).indices, plain.indices)
+    real = aware.values != 0
+    part = np.searchsorted(bounds, aware.indices, side="right")
+    for r in range(40):
+        assert (np.diff(part[r][real[r]]) >= 0).all()               # real pairs' parts ascend over slots
+    fractions = gpu_rnn.pass_pairs(aware, parts)
+    assert fractions[:-1].sum() > gpu_rnn.pass_pairs(plain, parts)[:-1].sum()
+    with pytest.raises(ValueError, match="bounds: expected ascending column bounds"):
+        bank_aware(lay, bounds=[20, 10])
+
+
+def test_parts_trace_and_fold_h0_planted_stall():
+    """parts: the trace's stages stay in order (stage 1-2: part 0 polled and in shared memory); fold_h0: a
+    planted stall (start=1, slot 0 never written) is resumed from step 0 with h0 written again."""
+    from numba import cuda
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
+    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
+    h0 = np.ones((4, 8), dtype=np.float32)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, parts=2, fold_h0=True, trace=True,
+                                 spin_limit=4, max_relaunch=1)
+    got = plan(bp, h0, 5)
+    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, 2)
+    stamps = plan.trace_cycles()
+    assert (np.diff(stamps[..., :5], axis=-1) >= 0).all() and (stamps[..., 5] >= 2).all()   # a round per part
+    d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
+    xchg, status = plan.buffers(5)
+    plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
+    assert int(status.copy_to_host()[0]) != 0
+    with pytest.raises(ValueError, match="h0: a fold_h0 run resumed from step 0"):
+        plan._resume(d_bp, xchg, hs, status, 5)
+    plan._resume(d_bp, xchg, hs, status, 5, h0=cuda.to_device(h0))
+    assert plan.relaunches == 1
+    assert hs.copy_to_host().tobytes() == got.tobytes()
+
+
+def test_parts_and_fold_h0_bad_configuration():
+    lay, _, _ = _inputs()
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}, {"ring": True}, {"pipeline": True},
+               {"vector": True}):
+        with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=2, **kw)
+    with pytest.raises(ValueError, match="parts"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=gpu_rnn.MAX_PARTS + 1)
+    for kw in ({"sync": "barrier"}, {"ring": True}):
+        with pytest.raises(ValueError, match="fold_h0: an option of the Lamport kernel without the ring"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=True, **kw)
+    with pytest.raises(TypeError, match="fold_h0: expected a bool"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)

@@ -195,3 +195,26 @@ def test_cluster_stores_into_every_block_and_syncs_the_cluster(vector):
     assert "%cluster_ctarank" in ptx and "barrier.cluster.arrive.release" in ptx
     assert "barrier.cluster.wait.acquire" in ptx and "bar.warp.sync" in ptx
     assert ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("parts", [2, 4])
+def test_parts_operate_pass_by_pass_behind_a_barrier_each(parts):
+    """parts: every pair's wide load appears once per pass (unrolled, predicated by the thread's pass bounds),
+    one block barrier per part plus the reduce stage's, each word of h loaded once before the poll loops and
+    once in them (all parts' loads issued at the step's start), pairs and words in registers."""
+    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", parts=parts)
+    assert ".local" not in ptx
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == parts * NPT
+    assert len(re.findall(r"bar\.sync", ptx)) == parts + 1
+    assert len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", ptx)) == 2 * WORDS
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_fold_h0_reads_h0_in_the_kernel():
+    """fold_h0: the kernel reads h_in (one more block barrier, taken once before the steps); the step loop is
+    the default kernel's."""
+    base = _lto_ptx_opts("lamport", np.float16, load="relaxed")
+    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", fold_h0=True)
+    assert len(re.findall(r"bar\.sync", ptx)) == len(re.findall(r"bar\.sync", base)) + 1
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT and ".local" not in ptx

@@ -39,10 +39,13 @@ def _problem(hidden, density, steps, dtype, seed=0, batch=4):
 
 
 def _plan(u, mask, config, tpr, **kw):
+    """Table 1 configuration with options; with ``parts`` the bank-aware layout orders pairs by part."""
     scheme, sync, aware = CONFIGS[config]
     lay = balance(u, mask, tpr=tpr)
     if aware:
-        lay = bank_aware(lay, width=4 * u.dtype.itemsize)
+        parts = kw.get("parts", 1)
+        bounds = gpu_rnn.part_columns(u.shape[0], parts)[1:-1] if parts > 1 else ()
+        lay = bank_aware(lay, width=4 * u.dtype.itemsize, bounds=bounds)
     return gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, **kw)
 
 
@@ -316,3 +319,41 @@ def test_non_coresident_clusters_refused():
     plan = _plan(u, mask, "lamport", 32, rows_per_block=1, cluster=2)    # 2048 clusters of 2 blocks
     with pytest.raises(ValueError, match="cannot all be co-resident"):
         plan(bp, h0, 2)
+
+
+# -- session 4, second helper: h's column parts operated on as they arrive; h0 written by the kernel ---------
+
+PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
+         {"parts": 2, "fold_h0": True, "reduce": "shfl"}, {"parts": 2, "reduce": "shfl", "double_buffer": True},
+         {"parts": 2, "index16": True, "load": "volatile"}]
+
+
+@pytest.mark.parametrize("kw", PARTS, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+@pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
+def test_parts_and_fold_h0_match_reference_and_repeat(kw, hidden, dtype, tpr):
+    """Several layer sizes and blocks per part (130 / 4: parts that split a block's rows); an h0 holding -0.0;
+    repeated calls bitwise identical."""
+    steps = 40
+    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 5)
+    h0[0, :3] = -0.0
+    plan = _plan(u, mask, "lamport", tpr, **{"load": "relaxed", **kw})
+    assert plan.grid > 1
+    a = plan(bp, h0, steps)
+    b = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+    assert a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True}],
+                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+def test_parts_and_fold_h0_planted_stall_relaunches_and_finishes(kw):
+    """The planted stall (start=1): every block times out; fold_h0 left slot 0 unwritten, so the relaunch
+    starts at step 0 and writes h0 itself; one relaunch, then the reference's states."""
+    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", **kw)
+    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
+    plan._resume(d_bp, xchg, hs, status, 16, h0=cuda.to_device(h0))
+    assert plan.relaunches == 1
+    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
