@@ -757,6 +757,7 @@ PARTS_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport parts2 unordered fold", "lamport", {**_RF, "parts": 2, "order_parts": False}),
     ("lamport parts2 shfl fold", "lamport", {**_RF, "parts": 2, "reduce": "shfl"}),
     ("lamport parts3 shfl fold", "lamport", {**_RF, "parts": 3, "reduce": "shfl"}),
+    ("lamport parts2 fold tpr8", "lamport", {**_RF, "parts": 2}, 8),        # more pairs per thread to overlap
 ]
 PARTS_STEPS = ("lamport", "lamport fold", "lamport parts2 fold", "lamport parts3 fold", "lamport parts4 fold")
 PARTS_TRACED = ("lamport", "lamport parts2 fold", "lamport parts4 fold")
