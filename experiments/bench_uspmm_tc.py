@@ -4,6 +4,8 @@ Run on a GPU::
 
     python experiments/bench_uspmm_tc.py --table [--dtype float32] [--configs all] [--out DIR]
     python experiments/bench_uspmm_tc.py --sanitize       # tiny, for compute-sanitizer memcheck/racecheck
+    python experiments/bench_uspmm_tc.py --splits --dtype float16 [--out DIR]   # K split on small grids
+    python experiments/bench_uspmm_tc.py --b2 --dtype float16                    # two blocks an SM
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -32,6 +34,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 
 import numpy as np
@@ -70,6 +73,16 @@ TC_CONFIGS = {
                 "tc 64x256 k16 w2x4 s3": dict(bm=64, bn=256, kc=16, warps_m=2, warps_n=4, stages=3),
                 "tc 64x128 k16 w2x4 s4 b2": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2)},
 }
+#: K-split table (``--splits``): small output grids, N = 128. 1024 x 1024 x 128 60% (16 tiles of 64 x 128)
+#: and the ResNet-50 layer shapes of issue 5's Table 1 at 81% uniform sparsity (M x K).
+SPLIT_PROBLEMS = [(1024, 1024, 128, 0.60)] + [(m, k, 128, 0.81) for m, k in
+                                              [(512, 4608), (512, 1024), (512, 2048), (256, 2304), (2048, 512),
+                                               (1000, 2048), (128, 1152)]]
+SPLITS = (1, 2, 4, 8, 16)
+#: Per dtype, the two-blocks-an-SM setting timed with splits on the small grids (32 x 128 tiles for float16).
+SPLIT_B2 = {"float16": "tc 32x128 k64 w1x8 s4 b2", "float32": "tc 64x128 k16 w2x4 s4 b2"}
+#: ``--b2``: the "b2" settings of :data:`TC_CONFIGS` against the default at 1024^3 and N = 16384, 60%.
+B2_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60)]
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -142,15 +155,88 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
     return records
 
 
+def check_providers(p, launches: dict) -> list[dict]:
+    """Run every launch twice (compiling it): one record per provider with ``correct`` and, for our
+    kernels, the error statistics and whether the repeat is bit-identical (or the error)."""
+    from experiments.bench_uspmm import _to_host
+    recs = []
+    for name, launch in launches.items():
+        rec = dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        try:
+            got = _to_host(launch())
+            again = _to_host(launch())
+        except Exception as err:  # a provider that cannot run this problem: say why, keep going
+            recs.append(dict(rec, error=f"{type(err).__name__}: {err}"))
+            continue
+        rec["correct"] = p.correct(got)
+        if "torch" not in name:
+            rec.update(error_stats(p, got), bit_identical=bool((got.view(np.uint8) == again.view(np.uint8)).all()))
+        recs.append(rec)
+    return recs
+
+
+def split_launches(p, which: str) -> dict:
+    """name -> launch for ``--splits`` (``which="splits"``: the default with :data:`SPLITS`, the
+    :data:`SPLIT_B2` setting with splits 1 and 4, ``config="heuristic"``, the vendors) or ``--b2``
+    (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`)."""
+    from experiments.bench_uspmm import vendor_launches
+    from gpu.uspmm import uspmm as uspmm_simt
+    from gpu.uspmm_tc import uspmm as uspmm_tc
+    dt = p.dtype.name
+    if which == "b2":
+        cfgs = {"tc default": {}}
+        cfgs.update({name: cfg for name, cfg in TC_CONFIGS[dt].items() if name.endswith("b2")})
+        return {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in cfgs.items()}
+    out = {f"tc splits={s}": (lambda s=s: uspmm_tc(p.dell, p.b, splits=s)) for s in SPLITS}
+    b2 = TC_CONFIGS[dt][SPLIT_B2[dt]]
+    out.update({f"{SPLIT_B2[dt]} splits={s}": (lambda s=s: uspmm_tc(p.dell, p.b, splits=s, **b2)) for s in (1, 4)})
+    out["heuristic"] = lambda: uspmm_simt(p.dell, p.b, config="heuristic")
+    out.update(vendor_launches(p, coo=False))
+    return out
+
+
+def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None) -> list[dict]:
+    """``--splits`` / ``--b2`` for one dtype: records, printed as one line each and kept as JSON in ``out``."""
+    from experiments.bench_uspmm import Problem
+    from sparsekit.device import info
+    probs = SPLIT_PROBLEMS if which == "splits" else B2_PROBLEMS
+    problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
+    launches = {i: split_launches(p, which) for i, p in enumerate(problems)}
+    records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
+    if ready:                                                                       # then time (a driver can
+        open(ready, "w").close()                                                    # keep the GPU to us)
+    while go and not os.path.exists(go):
+        time.sleep(0.1)
+    from sparsekit.timing import measure
+    flat = []
+    for i, recs in enumerate(records):
+        for rec in recs:
+            if "error" not in rec:
+                t = measure(launches[i][rec["provider"]], repeat=repeat, warmup=2)
+                rec.update(median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6)
+            flat.append(rec)
+            print(rec["dtype"], rec["m"], rec["k"], rec["n"], rec["sparsity"], rec["provider"],
+                  "%.1f" % rec["median_us"] if "median_us" in rec else rec.get("error", "")[:80],
+                  rec.get("correct"), rec.get("bit_identical"), flush=True)
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, f"{which}_{dtype}.json"), "w") as f:
+            json.dump(dict(device=info().name, date=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+                           argv=sys.argv, results=flat), f, indent=1, default=str)
+    return flat
+
+
 def sanitize_case() -> None:
     """The kernel once per dtype at small odd shapes (for compute-sanitizer): several K chunks and
-    both buffers, partial row and column tiles, the element-wise B path (N odd) and the 16-byte one."""
+    both buffers, partial row and column tiles, the element-wise B path (N odd) and the 16-byte one,
+    K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in (np.float32, np.float16):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
-            for cfg in (dict(), ALT[np.dtype(dtype).name]) + ((DYNAMIC,) if dtype == np.float16 else ()):
+            for cfg in (dict(), ALT[np.dtype(dtype).name], dict(splits=3), dict(ALT[np.dtype(dtype).name], splits=2)) \
+                    + ((DYNAMIC,) if dtype == np.float16 else ()):
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 
@@ -179,6 +265,10 @@ def main(argv=None) -> int:
                     help="tensor-core settings: the default per dtype, or also TC_CONFIGS")
     ap.add_argument("--problems", help="indices into TABLE_PROBLEMS, comma-separated (default: all)")
     ap.add_argument("--sanitize", action="store_true", help="the kernel once, tiny (compute-sanitizer)")
+    ap.add_argument("--splits", action="store_true", help="K-split table: SPLIT_PROBLEMS x SPLITS and baselines")
+    ap.add_argument("--b2", action="store_true", help="two-blocks-an-SM settings against the default (B2_PROBLEMS)")
+    ap.add_argument("--ready", help="with --splits/--b2: touch this file when every provider is checked")
+    ap.add_argument("--go", help="with --splits/--b2: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", help="folder for the JSON records")
@@ -186,6 +276,12 @@ def main(argv=None) -> int:
     if args.sanitize:
         sanitize_case()
         return 0
+    if args.splits or args.b2:
+        recs = []
+        for d in args.dtype or ["float32", "float16"]:
+            recs += split_table("splits" if args.splits else "b2", d, repeat=args.repeat, out=args.out,
+                                ready=args.ready, go=args.go)
+        return 0 if all(r.get("correct", True) and r.get("bit_identical", True) for r in recs) else 1
     from sparsekit.device import info
     dev = info()
     stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"

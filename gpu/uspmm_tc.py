@@ -82,9 +82,19 @@ the cost per K chunk follows the instructions issued per SM).
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
 
+K split (``splits``): a grid of few output tiles (1024 x 1024 x 128: 16 tiles of 64 x 128 on 132
+SMs; the ResNet-50 layers of issue 5's Table 1: 1 to 32) runs K serially in few blocks. With
+``splits = s > 1`` the grid gains ``nsplit = min(s, K chunks)`` blocks per tile along z, each
+multiplying a run of K chunks into float32 partials (``nsplit x M x N``, kept on the
+:class:`~gpu.uspmm.DeviceELL` with a ticket per tile, :func:`gpu.uspmm._split`); the tile's last
+block sums them in a fixed order (:func:`gpu.uspmm.split_sum`, shared with the CUDA-core kernels):
+repeats are bit-identical, the error bound is unchanged (:func:`error_reduction`). The split is a
+kernel of its own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
+
 Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
-(resident blocks per SM the registers are capped for). :data:`DEFAULTS` per dtype.
+(resident blocks per SM the registers are capped for), ``splits`` (K split, above).
+:data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 
@@ -97,7 +107,7 @@ from numba.cuda import config as cuda_config
 
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
                      mma_m16n8k16_f16_f32, to_tf32)
-from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, prepare
+from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_sum
 from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
@@ -113,8 +123,8 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: kc 16, 4 stages (67 KB, dynamic): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
 #: 64x64 kc 16 3-stage default (both with the unsigned indexing).
 DEFAULTS = {
-    np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1),
-    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=1),
+    np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1),
+    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -171,6 +181,15 @@ def error_reduction(kprime: int, dtype) -> int:
     GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
     roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`).
+
+    The same with a K split (``splits > 1``). The bound counts the roundings a product goes through
+    after it enters a sum (Higham's ``gamma_d`` with ``d`` at most ``reduction``). With ``nsplit``
+    partials, a product among partial ``q``'s ``kq`` entries of its row goes through at most ``kq``
+    (float16; ``3 kq`` float32) roundings inside that partial's float32 accumulator, then through the
+    float32 additions ``((0 + p_0) + p_1) + ...`` of :func:`gpu.uspmm.split_sum`: adding a partial of
+    no entries of that row (exactly 0) or adding to an exact 0 rounds nothing, so at most one rounding
+    per other partial that holds an entry of the row, at most ``kprime - kq`` of them. In all at most
+    ``kprime`` (``3 kprime``), as without a split; ``C`` is rounded once to its dtype either way.
     """
     return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
 
@@ -204,7 +223,7 @@ def scatter_slots(seg: int, w: int) -> int:
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True):
+               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
@@ -212,11 +231,19 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
     ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
     moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
-    no code for it).
+    no code for it). ``ksplit``: a K split (a separate kernel too, launched with ``nsplit > 1``):
+    block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K chunks
+    (:func:`gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
+    arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
+    pipeline's stages follow the relative one ``j``, with the K loop's code unchanged), writes its
+    float32 fragments to ``part[z]`` and finishes with :func:`gpu.uspmm.split_sum` (fixed-order sum
+    of the partials, rounded once to ``C``'s dtype).
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
-    ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes ``m``, ``n``, ``k``, ``w``
-    (slots per segment), ``nsub`` (segments), ``mp`` (rows of the entry arrays).
+    ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
+    float32), ``ticket`` (one int32 per output tile; both 1-element stand-ins without a split);
+    sizes ``m``, ``n``, ``k``, ``w`` (slots per segment), ``nsub`` (segments), ``mp`` (rows of the
+    entry arrays), ``nsplit`` (blocks per output tile along K).
 
     Index arithmetic is unsigned (``U``, with unsigned constants): Numba wraps a negative signed
     index around the array's length, which costs 64-bit compare/select sequences per access
@@ -253,7 +280,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     def issue_b(ch, t, b, n, k, col0, sh_b):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores). Offsets are
-        written as a per-chunk part plus a per-thread part (hoisted out of the K loop by the compiler)."""
+        written as a per-chunk part plus a per-thread part (hoisted out of the K loop by the compiler).
+        With a K split, ``b`` and ``k`` start at the block's first chunk."""
         k0 = ch * U(kc)
         sbase = (ch % U(stages)) * U(b_buf)
         if vec:                                                          # N % vw == 0: whole pieces
@@ -284,7 +312,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
         holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments). First the
         value pieces (``vw`` rows each), then the offset pieces (16 rows each), so that a warp's
-        lanes take the same path; ``wmp = w * mp`` (the entry arrays' segment stride)."""
+        lanes take the same path; ``wmp = w * mp`` (the entry arrays' segment stride). With a K
+        split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
         for i in range(nvp):
@@ -438,7 +467,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit
-    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
+    def kernel(ev, eo, b, c, part, ticket, m, n, k, w, nsub, mp, nsplit):
         t = U(cuda.threadIdx.x)
         lane = t % U(WARP_SIZE)
         warp = t // U(WARP_SIZE)
@@ -450,7 +479,16 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         col0 = U(cuda.blockIdx.y) * U(bn)
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
         uwmp = uw * ump
-        nchunks = (k + kc - 1) // kc
+        if ksplit:                                                       # this block's run of K chunks,
+            q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
+            nchunks = q1 - q0                                            # chunk j of the loop is q0 + j:
+            b = b[q0 * kc * n:]                                          # B, K and the entries from chunk
+            uk = uk - U(q0 * kc)                                         # q0 on (views: the K loop's code
+            ev = ev[q0 * tpr * w * mp:]                                  # is the unsplit one)
+            eo = eo[q0 * tpr * w * mp:]
+            unsub = unsub - U(q0 * tpr)
+        else:
+            nchunks = (k + kc - 1) // kc
         if dynamic:                                                      # one dynamic buffer, carved:
             dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles, sink | B | entry values |
             dyn8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)     #  entry offsets] (16-byte aligned)
@@ -531,7 +569,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
-        # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
+        # C fragments (or, with a K split, this block's float32 partial): rows g and g+8 of each MMA
+        # tile, columns 2tq and 2tq+1
+        zs = U(cuda.blockIdx.z)
         for mt in range(mtiles):
             for nt in range(ntiles):
                 r = row0 + wm0 + U(mt * 16) + g
@@ -539,17 +579,29 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 for hh in range(2):
                     rr = r + U(8 * hh)
                     if rr < um:
-                        if col < un:
-                            c[rr, col] = acc[mt, nt, 2 * hh]
-                        if col + U(1) < un:
-                            c[rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+                        if ksplit:
+                            if col < un:
+                                part[zs, rr, col] = acc[mt, nt, 2 * hh]
+                            if col + U(1) < un:
+                                part[zs, rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+                        else:
+                            if col < un:
+                                c[rr, col] = acc[mt, nt, 2 * hh]
+                            if col + U(1) < un:
+                                c[rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+        if ksplit:
+            # the last block of the tile to finish sums part[0] + ... + part[nsplit-1] into C. Its
+            # one-element flag is the first entry-offset byte: no copy is in flight after the loop
+            # (the last S-2 commit groups are empty) and the stage is not read again.
+            split_sum(c, part, ticket, m, n, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_eo,
+                      bm, bn)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3):
+def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1):
     """The tunables as ints, or a ValueError naming the one that does not fit."""
     bm = check_int(bm, "bm", minimum=16)
     bn = check_int(bn, "bn", minimum=8)
@@ -558,6 +610,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     warps_n = check_int(warps_n, "warps_n", minimum=1, maximum=32)
     min_blocks = check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
     stages = check_int(stages, "stages", minimum=2, maximum=8)
+    splits = check_int(splits, "splits", minimum=1, maximum=65535)
     nthreads = WARP_SIZE * warps_m * warps_n
     kstep = 16 if half else 8
     if nthreads > 1024:
@@ -579,7 +632,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "
                          f"{shared} bytes of shared memory, more than {SHARED_OPTIN}")
-    return bm, bn, kc, warps_m, warps_n, min_blocks, stages
+    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits
 
 
 _OPTED_IN: set = set()
@@ -641,7 +694,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS[dell.dtype])}")
-    bm, bn, kc, warps_m, warps_n, min_blocks, stages = _check_tunables(bool(half), **opts)
+    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits = _check_tunables(bool(half), **opts)
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
@@ -654,11 +707,13 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         dynamic = shared > STATIC_LIMIT
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
+        grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok)
-        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
+                            scatter_slots(seg, w), vec_ok, nsplit > 1)
+        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, part, ticket, m, n, k, w, nsub, mp,
+                nsplit)
         if dynamic:
             _opt_in(kernel, args, shared)
             kernel = _DynamicShared(kernel, shared)
-        _launch(kernel, (cdiv(m, bm), cdiv(n, bn)), WARP_SIZE * warps_m * warps_n, args, "bm, bn, warps_m, warps_n")
+        _launch(kernel, grid, WARP_SIZE * warps_m * warps_n, args, "bm, bn, warps_m, warps_n")
     return c

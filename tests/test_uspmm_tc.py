@@ -1,6 +1,7 @@
 """gpu/uspmm_tc.py equals reference/uspmm.py under the CUDA simulator (the MMA fallbacks of
 gpu/mma.py stand in for the tensor cores): every dtype, index dtype and tunable shape, sizes that
-are not multiples of the block tile, several K chunks, K' = 0 and K' = K; bad input is refused.
+are not multiples of the block tile, several K chunks, K' = 0 and K' = K, K splits of 1 to 4 blocks
+(more than the K chunks included); bad input is refused.
 
 Tolerance: the float32-accumulation bound of the existing tests (``assert_fp32_accumulated`` of
 tests/test_spmm.py), with the reduction length this kernel's arithmetic needs
@@ -150,9 +151,78 @@ def test_rejects_dtype_mismatch(small):
     (dict(stages=1), "stages"),
     (dict(bm=32, kc=64, warps_m=1, warps_n=1), "bm, kc: a thread's segment of"),
     (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
+    (dict(splits=0), "splits"),
     (dict(tile=3), "tunables: unknown"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
     with pytest.raises(ValueError, match=match):
         tc.uspmm(ell, b, **tunables)
+
+
+# --- K split (``splits``): blocks along z each multiply a run of K chunks; the last sums the float32
+# partials in a fixed order (gpu.uspmm.split_sum). Same bound as without a split (error_reduction).
+
+@st.composite
+def split_problems(draw):
+    """A uniform ELL over several K chunks of the small tilings (K up to 48: 3 float16 chunks of 16,
+    6 float32 chunks of 8), one or two row blocks, a B and a split count from 1 to 4 (may exceed the
+    chunk count: the launcher then uses one block per chunk)."""
+    dtype = draw(st.sampled_from([np.float16, np.float32]))
+    m, k = draw(st.integers(1, 40)), draw(st.integers(1, 48))
+    kprime = draw(st.integers(0, k))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(dtype), mask,
+                         index_dtype=draw(st.sampled_from([np.int16, np.int32])))
+    b = rng.uniform(-2.0, 2.0, (k, draw(st.integers(1, 17)))).astype(dtype)
+    return ell, b, draw(st.sampled_from(TUNABLES[dtype])), draw(st.integers(1, 4))
+
+
+@given(problem=split_problems())
+def test_k_split_matches_reference(problem):
+    ell, b, tunables, splits = problem
+    check_against_reference(ell, b, dict(tunables, splits=splits))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
+    """Two launches on one prepared matrix (cached partials and tickets) give the same bytes, the
+    tickets are back to 0 after each, and more splits than K chunks fall back to one chunk a block.
+    ``dynamic``: the split's flag lives in the dynamic buffer's entry-offset stage."""
+    from gpu.uspmm import _split, prepare
+    if dynamic:
+        monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
+    m, k, n, kprime = 20, 40, 16, 11                                   # one output tile, K chunks of 16 or 8
+    rng = np.random.default_rng(11)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
+    dell = prepare(ell)
+    tunables = dict(TUNABLES[dtype][0], stages=3, splits=9)
+    chunks = -(-k // tunables["kc"])                                    # 3 (float16) or 5 (float32)
+    first = tc.uspmm(dell, b, **tunables)
+    grid, _, ticket, nsplit = _split(dell, (1, 1), n, 9, chunks)        # the launch's (cached) tickets
+    assert nsplit == chunks and grid == (1, 1, chunks)
+    assert (ticket.copy_to_host() == 0).all()
+    again = tc.uspmm(dell, b, **tunables)
+    assert (first.view(np.uint8) == again.view(np.uint8)).all()
+    assert (ticket.copy_to_host() == 0).all()
+    assert_fp32_accumulated(first, ru.uspmm(ell, b), ell.to_dense(), b, reduction=tc.error_reduction(kprime, dtype))
+
+
+def test_k_split_bound_is_tight_enough_to_catch_a_lost_partial():
+    """The split test's bound is not vacuous: dropping one partial (a wrong chunk range) fails it."""
+    rng = np.random.default_rng(5)
+    m, k, n = 8, 48, 4
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(np.float32))
+    b = rng.uniform(0.5, 2.0, (k, n)).astype(np.float32)
+    lost = ru.uspmm(ELL.from_dense(ell.to_dense()[:, :40]), b[:40])
+    with pytest.raises(AssertionError):
+        assert_fp32_accumulated(lost, ru.uspmm(ell, b), ell.to_dense(), b, reduction=tc.error_reduction(k, np.float32))

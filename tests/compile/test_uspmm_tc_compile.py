@@ -26,14 +26,15 @@ VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
 def kernel_args(dtype: str):
     vt = VALUE_TYPES[dtype]
     return (types.Array(vt, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(vt, 1, "C"), types.Array(vt, 2, "C"),
-            types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+            types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C"),
+            types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
 
 
 @functools.cache
-def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True) -> offline.Build:
+def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: bool = False) -> offline.Build:
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds (``slots``: scattered per
-    chunk; ``vec``: B by 16-byte copies, else element by element)."""
-    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg), slots, vec)
+    chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel)."""
+    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg), slots, vec, ksplit)
     return offline.build(kernel, kernel_args(dtype), cc)
 
 
@@ -86,11 +87,13 @@ def test_compiles_to_mma_in_registers(cc, dtype, cfg):
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 3                       # prologue 2, loop 1
 
 
-def loop_body(ptx: str) -> list[str]:
-    """The PTX instructions of one K chunk: between the last two ``bar.sync`` (the main loop's)."""
+def loop_body(ptx: str, ksplit: bool = False) -> list[str]:
+    """The PTX instructions of one K chunk: between the main loop's ``bar.sync`` and the one before
+    (the last two; with a K split, :func:`gpu.uspmm.split_sum`'s two barriers follow)."""
     lines = [x.strip() for x in ptx.splitlines()]
     bars = [i for i, x in enumerate(lines) if x.startswith("bar.sync")]
-    return [x for x in lines[bars[-2] + 1:bars[-1]]
+    last = len(bars) - (3 if ksplit else 1)
+    return [x for x in lines[bars[last - 1] + 1:bars[last]]
             if x and not x.startswith(("//", "$", "{", "}", ".")) and not x.endswith(":")]
 
 
@@ -135,3 +138,30 @@ def test_scatter_is_pipelined_with_the_mmas():
             elif kind:
                 runs.append([kind, 1])
         assert runs == [["mma", 8], ["st", want // 4]] * 4
+
+
+#: PTX instructions of one K chunk of the unsplit defaults (sm_90, static count of :func:`loop_body`)
+#: when the K split was added (session 4, K split): the split must not add code to the unsplit loop.
+UNSPLIT_LOOP = {"float16": 495, "float32": 427}
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+@pytest.mark.parametrize("dtype", list(VALUE_TYPES))
+def test_k_split_kernel(dtype, cc):
+    """The K-split kernel of the defaults: MMAs in registers without spills; the ticket
+    (``atom.global.add``), the partials' float32 stores and split_sum's two barriers after the loop;
+    its K loop within 10% of the unsplit one (the chunk range only moves the block's views of B and
+    the entries), and the unsplit kernel's loop no longer than when the split was added."""
+    ptx, report = build(dtype, default_cfg(dtype), cc, ksplit=True)
+    mma = "m16n8k16.row.col.f32.f16.f16.f32" if dtype == "float16" else "m16n8k8.row.col.f32.tf32.tf32.f32"
+    assert f"mma.sync.aligned.{mma}" in ptx and ".local" not in ptx
+    assert offline.usage(report).spill_store_bytes == 0
+    assert re.search(r"atom\.global\.add\.u32|atom\.global\.add\.s32", ptx)
+    assert "st.global.f32" in ptx
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 5                       # prologue 2, loop 1, split_sum 2
+    split_loop = loop_body(ptx, ksplit=True)
+    plain_loop = loop_body(build(dtype, default_cfg(dtype), cc).ptx)
+    assert sum(x.startswith("mma.sync") for x in split_loop) == sum(x.startswith("mma.sync") for x in plain_loop)
+    assert len(split_loop) <= 1.1 * len(plain_loop)
+    if cc == (9, 0):
+        assert len(plain_loop) <= UNSPLIT_LOOP[dtype]

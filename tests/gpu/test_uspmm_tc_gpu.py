@@ -122,3 +122,29 @@ def test_ldmatrix_trans_matches_model():
     out = np.zeros(128, dtype=np.uint32)
     mma.ldmatrix_probe[1, 32](tile.ravel(), out)
     np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
+
+
+#: K-split problems: 1024 x 1024 x 128 60% (16 tiles of 64 x 128) and a ResNet-50 layer of issue 5's
+#: Table 1 (512 x 4608, N = 128, 81%: 4 tiles, 72 float16 chunks) where the split matters.
+SPLIT_PROBLEMS = [(1024, 1024, 128, 0.6), (512, 4608, 128, 0.81), (1000, 2048, 128, 0.81)]
+
+
+@pytest.mark.parametrize("splits", [2, 5, 16])
+@pytest.mark.parametrize("shape", SPLIT_PROBLEMS, ids=str)
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_k_split_correct_and_bit_identical(dtype, shape, splits):
+    """With a K split: within the kernel's bound (``error_reduction``, the same as unsplit) and the
+    benchmark's ``Problem.correct``; repeats bit-identical (fixed-order sum, tickets reset); close to
+    the unsplit result (both within the bound of the exact product)."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm_tc import error_reduction, uspmm
+    p = Problem(*shape, dtype)
+    first = uspmm(p.dell, p.b, splits=splits).copy_to_host()
+    again = uspmm(p.dell, p.b, splits=splits).copy_to_host()
+    assert (first.view(np.uint8) == again.view(np.uint8)).all()
+    exact, scale = p.exact()
+    u_out = np.finfo(p.dtype).eps / 2
+    err = np.abs(first.astype(np.float64) - exact)
+    slack = 2 * u_out * np.abs(exact) + np.finfo(p.dtype).smallest_subnormal
+    assert (err <= error_reduction(p.ell.kprime, p.dtype) * 2.0 ** -24 * scale + slack).all()
+    assert p.correct(first)
