@@ -177,7 +177,7 @@ def check_providers(p, launches: dict) -> list[dict]:
 
 def split_launches(p, which: str) -> dict:
     """name -> launch for ``--splits`` (``which="splits"``: the default with :data:`SPLITS`, the
-    :data:`SPLIT_B2` setting with splits 1 and 4, ``config="heuristic"``, the vendors) or ``--b2``
+    :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors) or ``--b2``
     (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`)."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
@@ -189,7 +189,7 @@ def split_launches(p, which: str) -> dict:
         return {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in cfgs.items()}
     out = {f"tc splits={s}": (lambda s=s: uspmm_tc(p.dell, p.b, splits=s)) for s in SPLITS}
     b2 = TC_CONFIGS[dt][SPLIT_B2[dt]]
-    out.update({f"{SPLIT_B2[dt]} splits={s}": (lambda s=s: uspmm_tc(p.dell, p.b, splits=s, **b2)) for s in (1, 4)})
+    out.update({f"{SPLIT_B2[dt]} splits={s}": (lambda s=s: uspmm_tc(p.dell, p.b, splits=s, **b2)) for s in SPLITS[:4]})
     out["heuristic"] = lambda: uspmm_simt(p.dell, p.b, config="heuristic")
     out.update(vendor_launches(p, coo=False))
     return out
@@ -281,7 +281,8 @@ def main(argv=None) -> int:
         for d in args.dtype or ["float32", "float16"]:
             recs += split_table("splits" if args.splits else "b2", d, repeat=args.repeat, out=args.out,
                                 ready=args.ready, go=args.go)
-        return 0 if all(r.get("correct", True) and r.get("bit_identical", True) for r in recs) else 1
+        ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)
+        return 0 if all(r.get("correct", True) and r.get("bit_identical", True) for r in ours) else 1
     from sparsekit.device import info
     dev = info()
     stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"

@@ -87,9 +87,10 @@ SMs; the ResNet-50 layers of issue 5's Table 1: 1 to 32) runs K serially in few 
 ``splits = s > 1`` the grid gains ``nsplit = min(s, K chunks)`` blocks per tile along z, each
 multiplying a run of K chunks into float32 partials (``nsplit x M x N``, kept on the
 :class:`~gpu.uspmm.DeviceELL` with a ticket per tile, :func:`gpu.uspmm._split`); the tile's last
-block sums them in a fixed order (:func:`gpu.uspmm.split_sum`, shared with the CUDA-core kernels):
-repeats are bit-identical, the error bound is unchanged (:func:`error_reduction`). The split is a
-kernel of its own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
+block sums them in a fixed order, each thread its own fragment elements (the ticket protocol of
+:func:`gpu.uspmm.split_sum`, with the loads of one partial issued together): repeats are
+bit-identical, the error bound is unchanged (:func:`error_reduction`). The split is a kernel of its
+own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
 
 Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
@@ -107,7 +108,7 @@ from numba.cuda import config as cuda_config
 
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
                      mma_m16n8k16_f16_f32, to_tf32)
-from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_sum
+from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare
 from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
@@ -186,7 +187,7 @@ def error_reduction(kprime: int, dtype) -> int:
     after it enters a sum (Higham's ``gamma_d`` with ``d`` at most ``reduction``). With ``nsplit``
     partials, a product among partial ``q``'s ``kq`` entries of its row goes through at most ``kq``
     (float16; ``3 kq`` float32) roundings inside that partial's float32 accumulator, then through the
-    float32 additions ``((0 + p_0) + p_1) + ...`` of :func:`gpu.uspmm.split_sum`: adding a partial of
+    float32 additions ``((0 + p_0) + p_1) + ...`` of the split's fixed-order sum: adding a partial of
     no entries of that row (exactly 0) or adding to an exact 0 rounds nothing, so at most one rounding
     per other partial that holds an entry of the row, at most ``kprime - kq`` of them. In all at most
     ``kprime`` (``3 kprime``), as without a split; ``C`` is rounded once to its dtype either way.
@@ -235,9 +236,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K chunks
     (:func:`gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
     arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
-    pipeline's stages follow the relative one ``j``, with the K loop's code unchanged), writes its
-    float32 fragments to ``part[z]`` and finishes with :func:`gpu.uspmm.split_sum` (fixed-order sum
-    of the partials, rounded once to ``C``'s dtype).
+    pipeline's stages follow the relative one ``j``), writes its float32 fragments to ``part[z]``;
+    the tile's last block sums the partials in a fixed order (``finish_split``, rounded once to
+    ``C``'s dtype).
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
@@ -466,6 +467,70 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 3] = d[3]
             write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
+    @cuda.jit(device=True, inline=True)
+    def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag):
+        """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
+        ``c0 + 8 nt + {0, 1}``) to ``part[z]``; a ticket per output tile (``atomic.add``, after a
+        ``threadfence``); the block drawing the last one resets the ticket and sums ``part[0] + part[1]
+        + ... + part[nsplit-1]`` in that order for its own fragment positions (its own partial from
+        the registers, the same float32 values), rounds once to ``C``'s dtype and writes ``C``. The
+        order does not depend on which block is last: repeats are bit-identical.
+
+        As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements with all of
+        one partial's loads issued together (``mtiles x ntiles x 4`` independent loads per partial):
+        split_sum walks the tile element by element and its loads wait on each other (H100, 03:25
+        UTC: 1024 x 1024 x 128 float16 took 37.1 us with 2 splits and 71.2 us with 16, against
+        28.3 us unsplit). ``sh_flag``: a shared byte for the block's "last" flag."""
+        zs = U(cuda.blockIdx.z)
+        for mt in range(mtiles):
+            for nt in range(ntiles):
+                col = c0 + U(nt * 8)
+                for hh in range(2):
+                    rr = r0 + U(mt * 16 + 8 * hh)
+                    if rr < um:
+                        if col < un:
+                            part[zs, rr, col] = acc[mt, nt, 2 * hh]
+                        if col + U(1) < un:
+                            part[zs, rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+        cuda.threadfence()                                               # partials visible before the ticket
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            tile = cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y
+            last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
+            if last:
+                ticket[tile] = 0                                         # every block of the tile has drawn
+            sh_flag[0] = 1 if last else 0
+        cuda.syncthreads()
+        if sh_flag[0] == 1:                                              # the last block: fixed-order sum
+            cuda.threadfence()
+            tot = cuda.local.array((mtiles, ntiles, 4), float32)
+            for mt in range(mtiles):
+                for nt in range(ntiles):
+                    for x in range(4):
+                        tot[mt, nt, x] = 0.0
+            for q in range(nsplit):
+                uq = U(q)
+                own = uq == zs
+                for mt in range(mtiles):
+                    for nt in range(ntiles):
+                        col = c0 + U(nt * 8)
+                        for hh in range(2):
+                            rr = r0 + U(mt * 16 + 8 * hh)
+                            if (rr < um) & (col < un):
+                                tot[mt, nt, 2 * hh] += acc[mt, nt, 2 * hh] if own else part[uq, rr, col]
+                            if (rr < um) & (col + U(1) < un):
+                                tot[mt, nt, 2 * hh + 1] += acc[mt, nt, 2 * hh + 1] if own else part[uq, rr, col + U(1)]
+            for mt in range(mtiles):
+                for nt in range(ntiles):
+                    col = c0 + U(nt * 8)
+                    for hh in range(2):
+                        rr = r0 + U(mt * 16 + 8 * hh)
+                        if rr < um:
+                            if col < un:
+                                c[rr, col] = tot[mt, nt, 2 * hh]
+                            if col + U(1) < un:
+                                c[rr, col + U(1)] = tot[mt, nt, 2 * hh + 1]
+
     @cuda.jit
     def kernel(ev, eo, b, c, part, ticket, m, n, k, w, nsub, mp, nsplit):
         t = U(cuda.threadIdx.x)
@@ -569,32 +634,21 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
-        # C fragments (or, with a K split, this block's float32 partial): rows g and g+8 of each MMA
-        # tile, columns 2tq and 2tq+1
-        zs = U(cuda.blockIdx.z)
-        for mt in range(mtiles):
-            for nt in range(ntiles):
-                r = row0 + wm0 + U(mt * 16) + g
-                col = col0 + wn0 + U(nt * 8) + U(2) * tq
-                for hh in range(2):
-                    rr = r + U(8 * hh)
-                    if rr < um:
-                        if ksplit:
-                            if col < un:
-                                part[zs, rr, col] = acc[mt, nt, 2 * hh]
-                            if col + U(1) < un:
-                                part[zs, rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
-                        else:
+        if ksplit:
+            finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo)
+        else:
+            # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
+            for mt in range(mtiles):
+                for nt in range(ntiles):
+                    r = row0 + wm0 + U(mt * 16) + g
+                    col = col0 + wn0 + U(nt * 8) + U(2) * tq
+                    for hh in range(2):
+                        rr = r + U(8 * hh)
+                        if rr < um:
                             if col < un:
                                 c[rr, col] = acc[mt, nt, 2 * hh]
                             if col + U(1) < un:
                                 c[rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
-        if ksplit:
-            # the last block of the tile to finish sums part[0] + ... + part[nsplit-1] into C. Its
-            # one-element flag is the first entry-offset byte: no copy is in flight after the loop
-            # (the last S-2 commit groups are empty) and the stage is not read again.
-            split_sum(c, part, ticket, m, n, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_eo,
-                      bm, bn)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
