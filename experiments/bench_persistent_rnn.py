@@ -220,6 +220,11 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "parts": 3, "fold_h0": True}),
     ("lamport", {"load": "relaxed", "parts": 2, "fold_h0": True, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "parts": 4, "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
+    ("lamport", {"load": "relaxed", "stagger": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "fold_h0": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True,
+                 "stagger": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 3, "reduce": "shfl"}),
 ]
 
 
@@ -744,10 +749,28 @@ def session4(out=None, jobs=8):
 # -- session 4, second helper: operate on h's column parts as they arrive; h0 written by the kernel -----------
 
 _RF = {"load": "relaxed", "fold_h0": True}
-#: (label, Table 1 configuration, options): Table 1's rows, then the Lamport kernel with h0 written by the kernel
-#: (one launch less per run) and with h's columns in 2-4 parts, each polled, stored and operated on while the
-#: later parts' loads are in flight (results/persistent_rnn.md, "Session 4, second helper")
+_AF = {**_RF, "vector": True, "cp_async": True}
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
+#: kernel (one launch less per run), its loads staggered over the blocks, h copied by cp.async, and h's columns in
+#: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
+#: persistent_rnn.md, "Session 4, second helper"; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
 PARTS_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport fold", "lamport", _RF),
+    ("lamport stagger fold", "lamport", {**_RF, "stagger": True}),
+    ("lamport async fold", "lamport", _AF),
+    ("lamport async stagger fold", "lamport", {**_AF, "stagger": True}),
+    ("lamport async parts2 fold", "lamport", {**_AF, "parts": 2}),
+    ("lamport async parts2 uniform fold", "lamport", {**_AF, "parts": 2, "passes": "uniform"}),
+    ("lamport async parts2 uniform stagger fold", "lamport", {**_AF, "parts": 2, "passes": "uniform", "stagger": True}),
+    ("lamport async parts3 uniform fold", "lamport", {**_AF, "parts": 3, "passes": "uniform"}),
+    ("lamport async parts2 uniform shfl fold", "lamport", {**_AF, "parts": 2, "passes": "uniform", "reduce": "shfl"}),
+    ("lamport parts2 uniform fold", "lamport", {**_RF, "parts": 2, "passes": "uniform"}),
+]
+PARTS_STEPS = ("lamport", "lamport fold", "lamport stagger fold", "lamport async fold",
+               "lamport async parts2 uniform fold")
+PARTS_TRACED = ("lamport", "lamport stagger fold", "lamport async fold", "lamport async parts2 uniform fold")
+#: run 1's variants (register loads of h, each thread's own pass bounds)
+PARTS_RUN1 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport parts2", "lamport", {**_R, "parts": 2}),
     ("lamport parts2 fold", "lamport", {**_RF, "parts": 2}),
@@ -759,13 +782,19 @@ PARTS_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport parts3 shfl fold", "lamport", {**_RF, "parts": 3, "reduce": "shfl"}),
     ("lamport parts2 fold tpr8", "lamport", {**_RF, "parts": 2}, 8),        # more pairs per thread to overlap
 ]
-PARTS_STEPS = ("lamport", "lamport fold", "lamport parts2 fold", "lamport parts3 fold", "lamport parts4 fold")
-PARTS_TRACED = ("lamport", "lamport parts2 fold", "lamport parts4 fold")
 
 
 def parts(out=None, jobs=8):
-    """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792."""
+    """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792; then the steps
+    points of the fastest Lamport variant at 1792 if it is not among ``PARTS_STEPS``."""
     records = run_parallel(session4_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
+    timed = [r for r in records if r.get("hidden") == 1792 and r.get("steps") == 256 and r.get("correct")
+             and r["variant"].startswith("lamport") and not r["variant"].endswith("traced")]
+    best = min(timed, key=lambda r: r["us_per_step"])["variant"] if timed else None
+    if best and best not in PARTS_STEPS:
+        chosen = [v for v in PARTS_VARIANTS if v[0] == best]
+        print("fastest at 1792:", best)
+        records += run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
     _table(records, _S4_COLUMNS + ["pass_fraction"])
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",

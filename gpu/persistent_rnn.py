@@ -150,6 +150,7 @@ from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
 from gpu import cluster as clusters
 from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
+from gpu.mma import cp_async16, cp_async_commit, cp_async_wait
 from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
@@ -159,7 +160,7 @@ from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
            "TRACE_PHASES", "MAX_PARTS", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
-           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs"]
+           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs", "PASSES"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -253,7 +254,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False):
+            vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
+            cp_async: bool = False, stagger: bool = False, uniform: tuple = ()):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -309,6 +311,20 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     the thread's pass bounds ride after its indices in ``idx``
     (``PersistentRNN``). ``fold_h0`` (Lamport): a launch that starts at step
     0 writes ``h_in`` (h0) into exchange slot 0 itself (no separate copy).
+    ``cp_async`` (Lamport, 16-byte groups): the words of h go from L2 straight
+    to shared memory by ``cp.async.cg`` (no registers), one commit group per
+    part; a part's pass waits for its group (``cp.async.wait_group``), checks
+    the thread's own groups in shared memory for -0.0 and reloads only those
+    (``poll``). Unlike register loads, which a block barrier waits for, the
+    copies of later parts stay in flight over the earlier parts' barriers.
+    ``stagger`` (Lamport, no chunks or cluster): block ``b`` starts its load
+    stage at its ``b``-th chunk of words (rotated), so the blocks do not all
+    ask the same L2 lines at the same moment. ``uniform`` (``parts``; a tuple
+    of ``parts - 1`` pair counts, default ``()``: the thread's own bounds from
+    ``idx``): pass ``p`` operates on pairs ``uniform[p - 1] .. uniform[p] -
+    1`` of every thread, compile-time bounds, so each pass is branch-free
+    straight-line code whose shared loads the compiler can overlap (the
+    run-time bounds put every pair behind a branch of its own).
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -327,7 +343,11 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     CHW = chunk if CHUNKED else PF // PARTS
     CHW1, CHW2, CHW3 = (CHW if PARTS > p else 1 for p in (1, 2, 3))   # the other parts' arrays (1: unused)
     NSPLIT = max(PARTS - 1, 1)                         # a thread's pass bounds (parts)
+    UNIFORM = len(uniform) > 0
+    U1, U2, U3 = (tuple(uniform) + (NPT,) * 3)[:3]     # uniform: where passes 0, 1, 2 end
     FOLD = fold_h0
+    ASYNC = cp_async
+    STAGGER = stagger
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
     # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
@@ -425,7 +445,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         ``k % 4`` of the thread's group ``k // 4``. In a cluster, ``tid`` is
         the thread's index among the cluster's ``CL`` blocks (rank-major).
         """
-        e = (tid + (k // VEC) * CL * (NT if NT else nthreads)) * VEC + k % VEC
+        m = k // VEC
+        if STAGGER:                                    # block b starts at its chunk b (mod its chunks)
+            m = (m + cuda.blockIdx.x) % (CHW // VEC)
+        e = (tid + m * CL * (NT if NT else nthreads)) * VEC + k % VEC
         return e if e < n_words else n_words
 
     @cuda.jit(device=True, inline=True)
@@ -646,9 +669,33 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
 
     @cuda.jit(device=True, inline=True)
     def part_word(p, hidden):
-        """First word of part ``p`` of a step's h (``part_columns``: columns ``hidden * p // parts`` on; every
-        column is ``B * ITEM / 4`` whole words, batch 4)."""
-        return (hidden * p // PARTS) * B * ITEM // 4
+        """First word of part ``p`` of a step's h (``part_columns``: from column ``hidden * p // parts`` rounded
+        down to 4, so parts start at 16-byte groups; every column is ``B * ITEM / 4`` whole words, batch 4)."""
+        col = hidden if p == PARTS else hidden * p // PARTS // 4 * 4
+        return col * B * ITEM // 4
+
+    @cuda.jit(device=True, inline=True)
+    def copy_part(xchg_words, base, h_words, woff, p, tid, nthreads, hidden):
+        """cp_async: this thread's 16-byte groups of part ``p`` of h from L2 straight into shared memory."""
+        lo = part_word(p, hidden)
+        n = part_word(p + 1, hidden) - lo
+        for k in range(0, CHW, VEC):
+            e = word(tid, k, nthreads, n)
+            if e < n:
+                cp_async16(h_words, woff + lo + e, xchg_words, base + lo + e, 16)
+        cp_async_commit()
+
+    @cuda.jit(device=True, inline=True)
+    def wait_copies(later):
+        """cp_async: wait until at most ``later`` of this thread's commit groups (parts) are in flight."""
+        if later >= 3:
+            cp_async_wait(3)
+        elif later == 2:
+            cp_async_wait(2)
+        elif later == 1:
+            cp_async_wait(1)
+        else:
+            cp_async_wait(0)
 
     @cuda.jit(device=True, inline=True)
     def issue_part(xchg_words, base, pf, p, tid, nthreads, hidden):
@@ -664,17 +711,39 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         (``sp[p - 1] .. sp[p] - 1``; the last pass takes the rest). Returns the poll rounds."""
         lo = part_word(p, hidden)
         n = part_word(p + 1, hidden) - lo
-        pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
+        if ASYNC:         # the copies are in shared memory: reload (and store again) only groups still -0.0
+            # a thread waits for its own copies only (others' arrive with the barrier); behind this branch the
+            # wait stays after the previous pass's operate stage (ptxas moved it above those FMAs otherwise)
+            if word(tid, 0, nthreads, n) < n:
+                wait_copies(PARTS - 1 - p)
+            stale = False
+            for k in range(0, CHW, VEC):
+                e = word(tid, k, nthreads, n)
+                if e < n:
+                    for m in range(VEC):
+                        pf[k + m] = h_words[woff + lo + e + m]
+                    stale = stale or group_pending(pf, k)
+            pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
+            if stale:
+                store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
+        else:
+            pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
         if pending:
             abort[0] = 1
         if p == 0:
             stamp(tr, t, 1, clock64())
-        store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
+        if not ASYNC:
+            store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
         cuda.syncthreads()
         if p == 0:
             stamp(tr, t, 2, clock64())
-        operate_range(h_sh, woff * 4 // ITEM, hidden, w, j, acc, sp[p - 1] if p > 0 else 0,
-                      sp[p] if p < PARTS - 1 else NPT)
+        if UNIFORM:                                    # compile-time bounds (p is a constant once inlined)
+            lo = 0 if p == 0 else (U1 if p == 1 else (U2 if p == 2 else U3))
+            hi = NPT if p == PARTS - 1 else (U1 if p == 0 else (U2 if p == 1 else U3))
+        else:
+            lo = sp[p - 1] if p > 0 else 0
+            hi = sp[p] if p < PARTS - 1 else NPT
+        operate_range(h_sh, woff * 4 // ITEM, hidden, w, j, acc, lo, hi)
         return rounds
 
     @cuda.jit(device=True, inline=True)
@@ -780,7 +849,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
         load_cell(cs, c0, t_start, row, lane, active, c)
-        if PARTS > 1:                                    # the pass bounds, after the thread's indices
+        if PARTS > 1 and not UNIFORM:                    # the pass bounds, after the thread's indices
             for p in range(PARTS - 1):
                 sp[p] = int32(idx[row, NJ * TPR + lane + p * TPR]) if active else NPT
         if tid == 0:
@@ -795,7 +864,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             cluster_sync()
         elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
-        if not CHUNKED and PARTS == 1:
+        if not CHUNKED and PARTS == 1 and not ASYNC:
             issue_loads(xchg_words, (t_start % RING_SLOTS if RING else t_start) * n_words, 0, pf, vt, nthreads,
                         n_words)
         for t in range(t_start, t_stop):
@@ -804,21 +873,31 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = (t % RING_SLOTS if RING else t) * n_words
             woff = (t % NBUF) * buf_words
-            if PARTS > 1:     # issue every part's loads, then per part: poll, store, barrier, operate what arrived
-                issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
-                issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
-                if PARTS > 2:
-                    issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
-                if PARTS > 3:
-                    issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
+            if PARTS > 1 or ASYNC:   # issue every part's loads, then per part: poll, store, barrier, operate
                 if SHFL and NBUF == 1:                   # every warp's operate(t-1) read h before it is replaced
                     cuda.syncthreads()
+                if ASYNC:                                # straight into shared memory, a commit group per part
+                    copy_part(xchg_words, base, h_words, woff, 0, tid, nthreads, hidden)
+                    if PARTS > 1:
+                        copy_part(xchg_words, base, h_words, woff, 1, tid, nthreads, hidden)
+                    if PARTS > 2:
+                        copy_part(xchg_words, base, h_words, woff, 2, tid, nthreads, hidden)
+                    if PARTS > 3:
+                        copy_part(xchg_words, base, h_words, woff, 3, tid, nthreads, hidden)
+                else:
+                    issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
+                    issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
+                    if PARTS > 2:
+                        issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
+                    if PARTS > 3:
+                        issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
                 for q in range(G * B):
                     acc[q] = float32(0.0)
                 polls = part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, 0, tid, nthreads, hidden,
                                   spin_limit, abort, w, j, acc, sp, tr, t)
-                polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf1, 1, tid, nthreads, hidden,
-                                   spin_limit, abort, w, j, acc, sp, tr, t)
+                if PARTS > 1:
+                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf1, 1, tid, nthreads, hidden,
+                                       spin_limit, abort, w, j, acc, sp, tr, t)
                 if PARTS > 2:
                     polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf2, 2, tid, nthreads, hidden,
                                        spin_limit, abort, w, j, acc, sp, tr, t)
@@ -970,9 +1049,10 @@ def shared_limit() -> int:
 
 
 def part_columns(hidden: int, parts: int) -> list[int]:
-    """Column bounds of h's ``parts`` (``parts=``): part ``p`` is columns ``[hidden * p // parts, hidden * (p + 1)
-    // parts)``, i.e. the rows of the blocks in that share of the grid."""
-    return [hidden * p // parts for p in range(parts + 1)]
+    """Column bounds of h's ``parts`` (``parts=``): part ``p`` starts at column ``hidden * p // parts`` rounded
+    down to a multiple of 4 (whole 16-byte groups of h for ``vector`` / ``cp_async``), the last ends at
+    ``hidden``: the rows of the blocks in that share of the grid."""
+    return [hidden * p // parts // 4 * 4 for p in range(parts)] + [hidden]
 
 
 def _pass_of_slots(layout: RNNLayout, parts: int) -> np.ndarray:
@@ -1011,6 +1091,8 @@ POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
 REDUCES = ("shared", "shfl")
+#: parts: a thread's pass bounds, its own (run time) or the least over all threads (compile time)
+PASSES = ("thread", "uniform")
 
 
 @dataclass
@@ -1041,7 +1123,12 @@ class PersistentRNN:
     ``<= p``, leading in its slot order; appended to the indices on the device); any layout is correct,
     the overlap needs the pairs ordered by part: ``balance``'s ascending columns are, a bank-aware
     layout should come from ``bank_aware(..., bounds=part_columns(H, parts)[1:-1])``; needs chunk=0, no
-    cluster, ring, pipeline, vector), ``fold_h0`` (Lamport without the ring: the kernel writes h0 into
+    cluster, ring, pipeline), ``cp_async`` (Lamport RNN with ``vector``: h's 16-byte groups copied from L2
+    into shared memory by ``cp.async``, one commit group per part, so later parts stay in flight over
+    earlier parts' barriers), ``passes`` (parts: ``"thread"``, each thread's own pass bounds at run time,
+    or ``"uniform"``, the least over all threads as compile-time constants: branch-free passes, fewer
+    pairs in the early ones), ``stagger`` (Lamport: each block starts its loads of h at a different
+    chunk), ``fold_h0`` (Lamport without the ring: the kernel writes h0 into
     exchange slot 0 itself, so a run is the preset and the kernel, two launches instead of three); ``trace=True`` records per-stage clock64
     stamps of every block and step in ``trace_cycles()`` (for finding where a
     step's time goes; see ``TRACE_PHASES``). ``grid``: blocks launched (with
@@ -1073,6 +1160,9 @@ class PersistentRNN:
     cluster: int = 0
     parts: int = 1
     fold_h0: bool = False
+    cp_async: bool = False
+    stagger: bool = False
+    passes: str = "thread"
 
     def __post_init__(self):
         lay = self.layout
@@ -1083,10 +1173,12 @@ class PersistentRNN:
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),
                                      ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS),
                                      ("poll", self.poll, POLLS), ("grid_sync", self.grid_sync, GRID_SYNCS),
-                                     ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES)):
+                                     ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES),
+                                     ("passes", self.passes, PASSES)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0",
+                     "cp_async", "stagger"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1122,12 +1214,17 @@ class PersistentRNN:
                              f"and reduce='shared'; got cluster={self.cluster}, chunk={self.chunk}, "
                              f"pipeline={self.pipeline}, reduce={self.reduce!r}")
         self.parts = check_int(self.parts, "parts", minimum=1, maximum=MAX_PARTS)
-        if self.parts > 1 and (self.sync != "lamport" or self.cell != "rnn" or self.chunk or self.cluster or self.ring
-                               or self.pipeline or self.vector):
-            raise ValueError(f"parts: operating on h's column parts as they arrive is an option of the Lamport RNN "
-                             f"kernel without chunk, cluster, ring, pipeline and vector; got sync={self.sync!r}, "
+        if (self.parts > 1 or self.cp_async) and (self.sync != "lamport" or self.cell != "rnn" or self.chunk
+                                                  or self.cluster or self.ring or self.pipeline):
+            raise ValueError(f"parts: operating on h's column parts as they arrive (and cp_async) is an option of the "
+                             f"Lamport RNN kernel without chunk, cluster, ring and pipeline; got sync={self.sync!r}, "
                              f"cell={self.cell!r}, chunk={self.chunk}, cluster={self.cluster}, ring={self.ring}, "
-                             f"pipeline={self.pipeline}, vector={self.vector}")
+                             f"pipeline={self.pipeline}")
+        if self.cp_async and not self.vector:
+            raise ValueError("cp_async: the copies move 16-byte groups of h; it needs vector=True")
+        if self.stagger and (self.sync != "lamport" or self.chunk or self.cluster):
+            raise ValueError(f"stagger: an option of the Lamport kernel without chunk and cluster; got "
+                             f"sync={self.sync!r}, chunk={self.chunk}, cluster={self.cluster}")
         if self.fold_h0 and (self.sync != "lamport" or self.ring):
             raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
                              f"got sync={self.sync!r}, ring={self.ring}")
@@ -1165,20 +1262,27 @@ class PersistentRNN:
                                  f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
                                  f"{n_words * 4} bytes per step")
             words = 4 * cdiv(n_words // 4, sharers)
-        if self.parts > 1:                                # a thread's words of each part, times the parts
+        uniform = ()
+        if self.parts > 1 and self.passes == "uniform":  # every thread's pass p: the least of the threads' bounds
+            least = pass_bounds(lay, self.parts).reshape(rows, self.parts - 1, lay.tpr).min(axis=(0, 2))
+            uniform = tuple(int(b) for b in least) if rows else (0,) * (self.parts - 1)
+        if self.parts > 1 or self.cp_async:               # a thread's words of each part, times the parts
             bounds = [c * self.batch * itemsize // 4 for c in part_columns(hidden, self.parts)]
-            words = self.parts * max(cdiv(hi - lo, threads) for lo, hi in zip(bounds, bounds[1:]))
+            vec = 4 if self.vector else 1
+            words = self.parts * vec * max(cdiv((hi - lo) // vec, threads) for lo, hi in zip(bounds, bounds[1:]))
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0)
+                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
+                              self.stagger, uniform)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         idx = thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices)
         if self.parts > 1:
-            self.pass_fraction = pass_pairs(lay, self.parts)
+            self.pass_fraction = (np.diff([0, *uniform, lay.npt]) / max(lay.npt, 1) if uniform
+                                  else pass_pairs(lay, self.parts))
             idx = np.concatenate([idx, pass_bounds(lay, self.parts).astype(idx.dtype)], axis=1)
         self.idx = cuda.to_device(np.ascontiguousarray(idx))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))

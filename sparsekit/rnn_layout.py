@@ -221,7 +221,7 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
     ``gates`` (4 for an LSTM's ``(4H, H)`` weight): row ``r`` belongs to hidden
     unit ``r % H``, whose threads sit at lane offset ``(r % H) * tpr``.
 
-    ``bounds`` (ascending column bounds ``c_1 < c_2 < ...``; default none):
+    ``bounds`` (non-decreasing column bounds ``c_1 <= c_2 <= ...``; default none):
     the pairs are placed part by part, columns below ``c_1`` first: each
     part's pairs fill the next consecutive slots (the last part may use the
     slots up to ``kpad``), with the greedy run within that slot range, so a
@@ -242,8 +242,8 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
     units = rows // gates
     n = layout.kpad
     bounds = np.asarray(bounds, dtype=np.int64)
-    if bounds.ndim != 1 or np.any(np.diff(bounds) <= 0):
-        raise ValueError(f"bounds: expected ascending column bounds, got {bounds.tolist()}")
+    if bounds.ndim != 1 or np.any(np.diff(bounds) < 0):
+        raise ValueError(f"bounds: expected non-decreasing column bounds, got {bounds.tolist()}")
     values = np.zeros_like(layout.values)
     indices = np.zeros_like(layout.indices)
     pad = layout.values == 0

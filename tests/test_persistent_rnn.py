@@ -376,10 +376,13 @@ def test_ring_and_cluster_bad_configuration():
 
 @st.composite
 def parts_options(draw):
-    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0`` alone)."""
+    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0``,
+    ``cp_async``, ``stagger`` alone)."""
     parts = draw(st.integers(1, gpu_rnn.MAX_PARTS))
-    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()),
+    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()), "stagger": draw(st.booleans()),
+            "vector": draw(st.booleans()), "cp_async": draw(st.booleans()),
             "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
+            "passes": draw(st.sampled_from(gpu_rnn.PASSES)),
             "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
     return parts, draw(st.booleans()), opts
 
@@ -388,11 +391,15 @@ def parts_options(draw):
 def test_parts_and_fold_h0_match_reference(problem, po):
     """parts: whether or not the layout's pairs come part by part (bank_aware with the part bounds, or the plain
     bank-aware order), every pass reads only columns that have arrived and the states equal the reference's;
-    fold_h0: the kernel's own copy of h0 gives the same states."""
+    fold_h0: the kernel's own copy of h0, cp_async: copies into shared memory (the simulator's cp.async copies at
+    once), stagger: rotated load order, give the same states."""
     u, bp, h0, steps, tpr, activation = problem
     parts, ordered, opts = po
     hidden = u.shape[0]
-    bounds = gpu_rnn.part_columns(hidden, parts)[1:-1] if ordered and parts > 1 and hidden >= parts else ()
+    # 16-byte groups (vector, cp_async) need a step of h that is whole groups (test_bad_configuration: refused)
+    opts["vector"] = (opts["vector"] or opts["cp_async"]) and hidden * 4 * u.dtype.itemsize % 16 == 0
+    opts["cp_async"] = opts["cp_async"] and opts["vector"]
+    bounds = gpu_rnn.part_columns(hidden, parts)[1:-1] if ordered and parts > 1 else ()
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize, bounds=bounds)
     plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(hidden, tpr),
                                  parts=parts, **opts)
@@ -404,15 +411,15 @@ def test_parts_and_fold_h0_match_reference(problem, po):
 def test_part_columns_and_pass_bounds():
     """Part p is columns [H p / parts, H (p + 1) / parts); a thread's pass p ends at its first pair of a later
     part (pairs of a part operated before the part arrives would read stale h)."""
-    assert gpu_rnn.part_columns(10, 3) == [0, 3, 6, 10]
+    assert gpu_rnn.part_columns(10, 3) == [0, 0, 4, 10]            # part starts rounded down to 4 columns
     assert gpu_rnn.part_columns(1792, 2) == [0, 896, 1792]
-    # tpr 2: lane 0 holds slots 0, 2, 4 (columns 0, 5, 1), lane 1 slots 1, 3, 5 (columns 2, 3, 4)
-    lay = RNNLayout(np.ones((6, 6), np.float32), np.tile(np.array([0, 2, 5, 3, 1, 4], np.int32), (6, 1)),
-                    (6, 6), 2, 36)
-    assert gpu_rnn.pass_bounds(lay, 2)[0].tolist() == [1, 1]        # parts: columns 0-2 | 3-5
-    assert gpu_rnn.pass_bounds(lay, 3)[0].tolist() == [1, 0, 1, 2]  # parts: 0-1 | 2-3 | 4-5
-    assert np.allclose(gpu_rnn.pass_pairs(lay, 2), [2 / 6, 4 / 6])
-    assert np.allclose(gpu_rnn.pass_pairs(lay, 3), [1 / 6, 2 / 6, 3 / 6])
+    # tpr 2: lane 0 holds slots 0, 2, 4, 6 (columns 0, 6, 2, 3), lane 1 slots 1, 3, 5, 7 (columns 5, 1, 7, 4)
+    lay = RNNLayout(np.ones((8, 8), np.float32), np.tile(np.array([0, 5, 6, 1, 2, 7, 3, 4], np.int32), (8, 1)),
+                    (8, 8), 2, 64)
+    assert gpu_rnn.pass_bounds(lay, 2)[0].tolist() == [1, 0]        # parts: columns 0-3 | 4-7
+    assert gpu_rnn.pass_bounds(lay, 3)[0].tolist() == [0, 0, 1, 0]  # parts: none | 0-3 | 4-7
+    assert np.allclose(gpu_rnn.pass_pairs(lay, 2), [1 / 8, 7 / 8])
+    assert np.allclose(gpu_rnn.pass_pairs(lay, 3), [0, 1 / 8, 7 / 8])
 
 
 @pytest.mark.parametrize("parts", [2, 3, 4])
@@ -433,7 +440,7 @@ def test_bank_aware_bounds_keep_the_rows_and_order_pairs_by_part(parts):
         assert (np.diff(part[r][real[r]]) >= 0).all()               # real pairs' parts ascend over slots
     fractions = gpu_rnn.pass_pairs(aware, parts)
     assert fractions[:-1].sum() > gpu_rnn.pass_pairs(plain, parts)[:-1].sum()
-    with pytest.raises(ValueError, match="bounds: expected ascending column bounds"):
+    with pytest.raises(ValueError, match="bounds: expected non-decreasing column bounds"):
         bank_aware(lay, bounds=[20, 10])
 
 
@@ -463,10 +470,15 @@ def test_parts_trace_and_fold_h0_planted_stall():
 
 def test_parts_and_fold_h0_bad_configuration():
     lay, _, _ = _inputs()
-    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}, {"ring": True}, {"pipeline": True},
-               {"vector": True}):
-        with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=2, **kw)
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}, {"ring": True}, {"pipeline": True}):
+        for opt in ({"parts": 2}, {"cp_async": True, "vector": True}):
+            with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
+                gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **opt, **kw)
+    with pytest.raises(ValueError, match="cp_async: the copies move 16-byte groups of h; it needs vector=True"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cp_async=True)
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}):
+        with pytest.raises(ValueError, match="stagger: an option of the Lamport kernel without chunk and cluster"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, stagger=True, **kw)
     with pytest.raises(ValueError, match="parts"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=gpu_rnn.MAX_PARTS + 1)
     for kw in ({"sync": "barrier"}, {"ring": True}):

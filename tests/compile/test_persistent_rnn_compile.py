@@ -218,3 +218,27 @@ def test_fold_h0_reads_h0_in_the_kernel():
     ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", fold_h0=True)
     assert len(re.findall(r"bar\.sync", ptx)) == len(re.findall(r"bar\.sync", base)) + 1
     assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT and ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_cp_async_copies_parts_into_shared_memory_and_waits_per_part():
+    """cp_async with two uniform passes: h's 16-byte groups go to shared memory by cp.async.cg (none by a
+    register load before the poll), a commit group per part, wait_group 1 before part 0's pass and 0 before
+    part 1's; uniform pass bounds: every pair's wide load appears once (branch-free passes)."""
+    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", vector=True, cp_async=True, parts=2, uniform=(3,))
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)) == WORDS // 4
+    assert len(re.findall(r"cp\.async\.commit_group", ptx)) == 2
+    assert "cp.async.wait_group 1" in ptx and "cp.async.wait_group 0" in ptx
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT
+    assert len(re.findall(r"ld\.relaxed\.gpu\.global\.v4\.u32", ptx)) == WORDS // 4   # reloads of stale groups
+    assert len(re.findall(r"bar\.sync", ptx)) == 3 and ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_stagger_rotates_by_block():
+    """stagger: the word offsets depend on the block index (%ctaid.x); the loads are the default kernel's."""
+    base = _lto_ptx_opts("lamport", np.float16, load="relaxed")
+    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", stagger=True)
+    assert "%ctaid.x" in ptx and ".local" not in ptx
+    count = (lambda p: len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", p)))
+    assert count(ptx) == count(base)

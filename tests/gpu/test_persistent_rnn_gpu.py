@@ -323,9 +323,12 @@ def test_non_coresident_clusters_refused():
 
 # -- session 4, second helper: h's column parts operated on as they arrive; h0 written by the kernel ---------
 
+_CPA = {"cp_async": True, "vector": True}
 PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
          {"parts": 2, "fold_h0": True, "reduce": "shfl"}, {"parts": 2, "reduce": "shfl", "double_buffer": True},
-         {"parts": 2, "index16": True, "load": "volatile"}]
+         {"parts": 2, "index16": True, "load": "volatile"}, {"parts": 3, "passes": "uniform"}, {"stagger": True},
+         {**_CPA, "fold_h0": True}, {**_CPA, "parts": 2, "passes": "uniform", "stagger": True, "fold_h0": True},
+         {**_CPA, "parts": 4, "reduce": "shfl"}, {**_CPA, "parts": 3, "double_buffer": True, "passes": "uniform"}]
 
 
 @pytest.mark.parametrize("kw", PARTS, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
@@ -345,7 +348,8 @@ def test_parts_and_fold_h0_match_reference_and_repeat(kw, hidden, dtype, tpr):
     assert a.tobytes() == b.tobytes()
 
 
-@pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True}],
+@pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
+                                {**_CPA, "parts": 2, "fold_h0": True, "stagger": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
 def test_parts_and_fold_h0_planted_stall_relaunches_and_finishes(kw):
     """The planted stall (start=1): every block times out; fold_h0 left slot 0 unwritten, so the relaunch
