@@ -52,7 +52,8 @@ TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
 #: Session 4 added the 64x256 settings (float16 kc 32, float32 kc 16: the fastest there at N = 16384 and
 #: 4096^2) and float32 128x128 kc 16 with 16 warps; the float32 default became 64x128 kc 16, 4 stages.
 #: The "b2" settings (two blocks, 16 warps an SM: 128 registers or fewer without spills and at most
-#: 104 KB of shared memory, checked offline for sm_90) were added after session 4's last GPU run: untimed.
+#: 104 KB of shared memory, checked offline for sm_90) were timed in "Session 4, K split" (``--b2``,
+#: ``--splits``): fp16 64x256 b2 and fp32 64x128 b2 the fastest at N = 16384, fp16 32x128 b2 on small grids.
 TC_CONFIGS = {
     "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
                 "tc 64x128 k32 w2x4 s4": dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
