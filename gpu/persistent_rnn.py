@@ -135,6 +135,24 @@ on the H100, both slower there; ``experiments/results/persistent_rnn.md``,
   the cluster and its barrier take 1.08 us against 0.26 us for the local
   copy and block barrier: 2.34 against 1.60 us/step.
 
+Four Lamport options of session 4's second helper (correct and sanitizer-clean on
+the H100; none reaches the 1.5 us/step target; ``experiments/results/persistent_rnn.md``,
+"Session 4, second helper"):
+
+* ``fold_h0=True``: the kernel writes h0 into slot 0 (a run is the preset and
+  the kernel): the fixed cost per launch falls from 9.1-9.7 to 7.3-7.5 us,
+  the step stays (1.600-1.603 against 1.609-1.613 us/step at 1792).
+* ``parts=P``: h's columns in ``P`` parts, each polled, stored and operated
+  on behind its own block barrier. Register loads of later parts do not stay
+  in flight over a block barrier (the barrier waits for them), so nothing
+  overlaps and every part adds a barrier: 2.05-3.55 against 1.61 us/step.
+* ``cp_async=True``: h's 16-byte groups go from L2 to shared memory by
+  ``cp.async.cg`` (in flight over barriers, so ``parts`` can overlap); the
+  copies take twice as long as the register loads (traced load stage 2.07
+  against 1.03 us): 3.0 us/step, 3.1-4.1 with parts.
+* ``stagger=True``: the blocks start their loads at different chunks of h:
+  1.74 us/step at 1792 (1.48 at 1152, as without).
+
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
 ``rows_per_block >= H`` there; a cluster is that one block.
@@ -712,9 +730,11 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         lo = part_word(p, hidden)
         n = part_word(p + 1, hidden) - lo
         if ASYNC:         # the copies are in shared memory: reload (and store again) only groups still -0.0
-            # a thread waits for its own copies only (others' arrive with the barrier); behind this branch the
-            # wait stays after the previous pass's operate stage (ptxas moved it above those FMAs otherwise)
-            if word(tid, 0, nthreads, n) < n:
+            # a thread waits for its own copies only (others' arrive with the barrier), if it has any in this
+            # part (its unrotated first group: with stagger its k = 0 slot may be a missing last group while
+            # others were copied; run 2 on the H100 read stale h there); behind this branch the wait stays
+            # after the previous pass's operate stage (ptxas moved it above those FMAs otherwise)
+            if tid * VEC < n:
                 wait_copies(PARTS - 1 - p)
             stale = False
             for k in range(0, CHW, VEC):
