@@ -79,7 +79,7 @@ from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
 
-__all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
+__all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
@@ -435,21 +435,14 @@ def _set_group():
 
 
 @cuda.jit(device=True, inline=True)
-def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols):
-    """The end of a K-split launch, called by every thread after it wrote its partial sums to
-    ``part[blockIdx.z]`` (float32, ``nsplit x M x N``): the K range is split over ``nsplit`` blocks
-    (``blockIdx.z`` = split), all of one ``tile_rows x tile_cols`` output tile number ``tile`` at
-    ``(blockIdx.x * tile_rows, blockIdx.y * tile_cols)``. Shared by the CUDA-core kernels
-    (:func:`_c_tile_epilogue`) and the tensor-core kernel (:mod:`gpu.uspmm_tc`).
-
-    The block makes its partials visible GPU-wide (``threadfence``) and takes a ticket
-    (``atomic.add`` on ``ticket[tile]``); the block that draws the last ticket sums
-    ``part[0] + part[1] + ... + part[nsplit - 1]`` in that order over the whole tile, the threads
-    along its rows (coalesced), writes ``C`` (rounded to its dtype) and resets the ticket to 0 for
-    the next launch. Whichever block finishes last, the sum is the same one: results are
-    bit-identical from run to run. Each partial is read once, by that block, after its ticket, so no
-    stale L1 line of it can exist. ``sh_last``: a 1-element int32 shared array.
-    """
+def split_ticket(ticket, nsplit, tile, sh_last):
+    """The hand-over of a K-split launch (the K range split over ``nsplit`` blocks, ``blockIdx.z`` =
+    split, all of one output tile number ``tile``), called by every thread of a block after it wrote
+    its partial sums to ``part[blockIdx.z]``: the block makes them visible GPU-wide
+    (``threadfence``) and takes a ticket (``atomic.add`` on ``ticket[tile]``). True in every thread
+    of the block that drew the last ticket, which resets the ticket to 0 for the next launch and then
+    sums the partials: each partial is read once, by that block, after its ticket, so no stale L1
+    line of it can exist. ``sh_last``: a 1-element shared array (any integer type)."""
     cuda.threadfence()                                                   # partials visible before the ticket
     cuda.syncthreads()
     if cuda.threadIdx.x == 0:
@@ -458,8 +451,23 @@ def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols
             ticket[tile] = 0                                             # every block of the tile has drawn
         sh_last[0] = 1 if last else 0
     cuda.syncthreads()
-    if sh_last[0] == 1:                                                  # the last block: fixed-order sum
+    if sh_last[0] == 1:
         cuda.threadfence()
+        return True
+    return False
+
+
+@cuda.jit(device=True, inline=True)
+def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols):
+    """The end of a K-split launch for the CUDA-core kernels (:func:`_c_tile_epilogue`), called by
+    every thread after it wrote its partial sums to ``part[blockIdx.z]`` (float32, ``nsplit x M x
+    N``), for output tiles of ``tile_rows x tile_cols`` at ``(blockIdx.x * tile_rows, blockIdx.y *
+    tile_cols)``: after :func:`split_ticket`, the last block sums ``part[0] + part[1] + ... +
+    part[nsplit - 1]`` in that order over the whole tile, the threads along its rows (coalesced), and
+    writes ``C`` (rounded to its dtype). Whichever block finishes last, the sum is the same one:
+    results are bit-identical from run to run.
+    """
+    if split_ticket(ticket, nsplit, tile, sh_last):                      # the last block: fixed-order sum
         row0 = cuda.blockIdx.x * tile_rows
         col0 = cuda.blockIdx.y * tile_cols
         for e in range(cuda.threadIdx.x, tile_rows * tile_cols, cuda.blockDim.x):

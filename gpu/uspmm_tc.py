@@ -110,7 +110,7 @@ from numba.cuda import config as cuda_config
 
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
                      mma_m16n8k16_f16_f32, to_tf32)
-from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare
+from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
 from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
@@ -472,11 +472,11 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
-        ``c0 + 8 nt + {0, 1}``) to ``part[z]``; a ticket per output tile (``atomic.add``, after a
-        ``threadfence``); the block drawing the last one resets the ticket and sums ``part[0] + part[1]
-        + ... + part[nsplit-1]`` in that order for its own fragment positions (its own partial from
-        the registers, the same float32 values), rounds once to ``C``'s dtype and writes ``C``. The
-        order does not depend on which block is last: repeats are bit-identical.
+        ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
+        block drawing the last one sums ``part[0] + part[1] + ... + part[nsplit-1]`` in that order for
+        its own fragment positions (its own partial from the registers, the same float32 values),
+        rounds once to ``C``'s dtype and writes ``C``. The order does not depend on which block is
+        last: repeats are bit-identical.
 
         As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements with all of
         one partial's loads issued together (``mtiles x ntiles x 4`` independent loads per partial):
@@ -494,17 +494,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                             part[zs, rr, col] = acc[mt, nt, 2 * hh]
                         if col + U(1) < un:
                             part[zs, rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
-        cuda.threadfence()                                               # partials visible before the ticket
-        cuda.syncthreads()
-        if cuda.threadIdx.x == 0:
-            tile = cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y
-            last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
-            if last:
-                ticket[tile] = 0                                         # every block of the tile has drawn
-            sh_flag[0] = 1 if last else 0
-        cuda.syncthreads()
-        if sh_flag[0] == 1:                                              # the last block: fixed-order sum
-            cuda.threadfence()
+        if split_ticket(ticket, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_flag):
             tot = cuda.local.array((mtiles, ntiles, 4), float32)
             for mt in range(mtiles):
                 for nt in range(ntiles):
