@@ -124,10 +124,11 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; session 4, after the unsigned indexing
 #: and the register-staged scatter: 35.4 us, with 16 warps or 2x8 warps no faster). float32: 64x128,
 #: kc 16, 4 stages (67 KB, dynamic): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
-#: 64x64 kc 16 3-stage default (both with the unsigned indexing).
+#: 64x64 kc 16 3-stage default (both with the unsigned indexing); with two blocks an SM (``min_blocks=2``,
+#: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1),
-    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1),
+    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the

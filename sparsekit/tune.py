@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_TILES", "TC_SHORT_K", "TC_LARGE", "TC_SETTINGS",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -187,31 +187,46 @@ def _pow2_at_most(x: float) -> int:
     return 1 << (max(int(x), 1).bit_length() - 1)
 
 
-#: Problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`; float32 as 3xTF32) by :func:`heuristic`:
-#: a density ``K'/K`` of at least ``TC_MIN_DENSITY[dtype]`` and an output grid that fills the GPU (at least
-#: ``TC_FILL * sms`` tiles of 64 x 128), or, float16 only, at least ``TC_MIN_TILES`` such tiles with
-#: ``K <= TC_SHORT_K`` (few K chunks: the kernel has no K split, so a small grid runs K serially).
-#: Fitted to call 2 of "Session 4" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04 UTC),
-#: tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at 60/80/90/95%: 29.9/27.9/25.3/25.3
-#: vs 107.7/94.4/55.3/34.6; 1024 x 1024 x 16384 60%: 288.4 (:data:`TC_LARGE`) vs 1136.8; 4096^2 x 1024
-#: 90%: 246.7 (:data:`TC_LARGE`) vs 506.9; 1024 x 1024 x 128 60% (16 tiles): 28.4 vs 36.3. float32:
-#: routed 1024^3 at 60/80%: 71.4/71.1 vs 91.5/91.6 and 1024 x 1024 x 16384 60%: 922.9 (:data:`TC_LARGE`)
-#: vs 1120.8; not routed 1024^3 at 90/95%: 71.4/71.3 vs 60.1/35.9, 4096^2 x 1024 90%: 885.9 vs 635.0 and
-#: 1024 x 1024 x 128: 69.3 vs 33.8.
+#: Problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`; float32 as 3xTF32) by :func:`heuristic`,
+#: all with a density ``K'/K`` of at least ``TC_MIN_DENSITY[dtype]``:
+#:
+#: * output grids that fill the GPU (at least ``TC_FILL * sms`` tiles of 64 x 128): the kernel's
+#:   defaults, or :data:`TC_LARGE` where there are at least ``sms`` tiles of 64 x 256;
+#: * float16 only, small grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
+#:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks.
+#:
+#: Fitted to "Session 4" and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23
+#: 03:04 and 03:29 UTC), tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at
+#: 60/80/90/95%: 29.9/27.9/25.3/25.3 vs 107.7/94.4/55.3/34.6; 1024 x 1024 x 16384 60%: 246.6
+#: (:data:`TC_LARGE`) vs 1136.8; 4096^2 x 1024 90%: 246.7 (64 x 256, one block an SM) vs 506.9; the eight
+#: N = 128 problems of the split run (1024 x 1024 60% and seven ResNet-50 layers at 81%), e.g. 1024 x 1024
+#: 18.2 vs 28.8, 512 x 4608 30.6 vs 50.9, 2048 x 512 13.0 vs 16.3. float32: routed 1024^3 at 60/80%:
+#: 70.7 (two blocks an SM)/71.1 vs 91.5/91.6 and 1024 x 1024 x 16384 60%: 897.0 vs 1120.8; not routed
+#: 1024^3 at 90/95%: 71.4/71.3 vs 60.1/35.9, 4096^2 x 1024 90%: 885.9 vs 635.0, and every N = 128 problem
+#: of the split run (e.g. 1024 x 1024 at its best split 42.5 vs 33.7).
 TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.2}   # float16: 95% (d = 0.0498) the sparsest measured
 TC_FILL = 0.75
-TC_MIN_TILES = 16
-TC_SHORT_K = 1024
-#: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (the same
-#: call: 64 x 256 tiles re-densify each A tile for twice the columns of the default's 64 x 128); below
-#: that the kernel's defaults.
-TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4),
-            np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=2, warps_n=4, stages=3)}
+TC_MIN_K = 512
+#: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (float16:
+#: 64 x 256 tiles at two blocks an SM re-densify each A tile for twice the default's columns; float32:
+#: its defaults, 897.0 us at 1024 x 1024 x 16384 against 922.9 for 64 x 256 kc 16 in an earlier call).
+TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2),
+            np.dtype(np.float32): dict()}
 #: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
-#: :data:`TC_LARGE` and, float16, kc 32.
+#: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits.
 TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
-                                      dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4)),
-               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)])}
+                                      dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
+               + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
+                       for s in (1, 2, 4)),
+               np.dtype(np.float32): (dict(),)}
+
+
+def tc_small_grid(k: int) -> dict:
+    """The float16 tensor-core setting for small output grids: 32 x 128 tiles, 8 warps, two blocks an
+    SM, the K range split so that each split keeps at least 8 chunks of 64 (at most 4 splits): the
+    fastest or within 5% of it on all eight N = 128 problems of "Session 4, K split"."""
+    return tensor_core(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2,
+                       splits=max(1, min(4, -(-k // 64) // 8)))
 
 
 def tensor_core(**tunables) -> dict:
@@ -225,10 +240,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     """The configuration used when the cache has no entry.
 
     Row-major ``B`` (and ``tensor_cores``): the tensor-core kernel (:func:`tensor_core`) where
-    :data:`TC_MIN_DENSITY` and the grid rules above it hold, with :data:`TC_LARGE` where there are at
-    least ``sms`` tiles of 64 x 256, else its defaults. It multiplies the densified tile, zeros included,
-    at the same cost at every density, so very sparse problems stay on the CUDA cores, as do (without a
-    K split) small grids with a long K.
+    :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
+    included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
 
     Column-major ``B`` (Eq. 2 / Listing 1's layout): Listing 1 with the paper's USpMM setting
@@ -263,12 +276,12 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     half = np.dtype(dtype) == np.float16
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
-    if tensor_cores:
-        tiles = -(-m // 64) * col_tiles
-        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and (
-                tiles >= TC_FILL * sms or (half and tiles >= TC_MIN_TILES and k <= TC_SHORT_K)):
-            return tensor_core(**TC_LARGE[np.dtype(dtype)]) if -(-m // 64) * -(-n // 256) >= sms else tensor_core()
     tiles32 = -(-m // 32) * col_tiles
+    if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
+        if -(-m // 64) * col_tiles >= TC_FILL * sms:
+            return tensor_core(**TC_LARGE[np.dtype(dtype)]) if -(-m // 64) * -(-n // 256) >= sms else tensor_core()
+        if half and tiles32 <= sms and k >= TC_MIN_K:
+            return tc_small_grid(k)
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:
         if density < (0.25 if half else 0.18):

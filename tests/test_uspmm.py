@@ -359,24 +359,33 @@ def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, 
     assert picked_us <= 1.2 * best_us
 
 
-# Call 2 of "Session 4" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04 UTC): whether the
-# tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core setting / CUDA-core);
-# "large": sparsekit.tune.TC_LARGE of the dtype is picked, "default": the kernel's defaults.
+# "Session 4" (call 2) and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04
+# and 03:29 UTC): whether the tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core
+# setting / CUDA-core). "large": sparsekit.tune.TC_LARGE of the dtype, "default": the kernel's defaults,
+# "small": sparsekit.tune.tc_small_grid(K) (32 x 128 tiles, two blocks an SM, K split).
 TC_ROUTING = [
     (1024, 1024, 1024, 410, np.float16, "default", "29.9 / 107.7"),
     (1024, 1024, 1024, 205, np.float16, "default", "27.9 / 94.4"),
     (1024, 1024, 1024, 102, np.float16, "default", "25.3 / 55.3"),
     (1024, 1024, 1024, 51, np.float16, "default", "25.3 / 34.6"),
-    (1024, 1024, 16384, 410, np.float16, "large", "288.4 / 1136.8"),
-    (4096, 4096, 1024, 410, np.float16, "large", "246.7 / 506.9"),
-    (1024, 1024, 128, 410, np.float16, "default", "28.4 / 36.3 (16 tiles of 64 x 128)"),
-    (1024, 1024, 1024, 410, np.float32, "default", "71.4 / 91.5"),
+    (1024, 1024, 16384, 410, np.float16, "large", "246.6 / 1136.8"),
+    (4096, 4096, 1024, 410, np.float16, "large", "246.7 (64 x 256, one block an SM) / 506.9"),
+    (1024, 1024, 128, 410, np.float16, "small", "18.2 / 28.8"),
+    (512, 4608, 128, 876, np.float16, "small", "30.6 / 50.9"),
+    (512, 1024, 128, 195, np.float16, "small", "17.6 / 30.0"),
+    (512, 2048, 128, 389, np.float16, "small", "22.3 / 35.2"),
+    (256, 2304, 128, 438, np.float16, "small", "22.7 / 27.1"),
+    (2048, 512, 128, 97, np.float16, "small", "13.0 / 16.3"),
+    (1000, 2048, 128, 389, np.float16, "small", "23.7 / 40.4"),
+    (128, 1152, 128, 219, np.float16, "small", "17.6 / 18.6"),
+    (1024, 1024, 1024, 410, np.float32, "default", "70.7 / 91.5"),
     (1024, 1024, 1024, 205, np.float32, "default", "71.1 / 91.6"),
-    (1024, 1024, 16384, 410, np.float32, "large", "922.9 / 1120.8"),
+    (1024, 1024, 16384, 410, np.float32, "large", "897.0 / 1120.8"),
     (1024, 1024, 1024, 102, np.float32, None, "71.4 / 60.1"),
     (1024, 1024, 1024, 51, np.float32, None, "71.3 / 35.9"),
-    (4096, 4096, 1024, 410, np.float32, None, "885.9 (large) / 635.0"),
-    (1024, 1024, 128, 410, np.float32, None, "69.3 / 33.8"),
+    (4096, 4096, 1024, 410, np.float32, None, "885.9 (64 x 256) / 635.0"),
+    (1024, 1024, 128, 410, np.float32, None, "42.5 (best split) / 33.7"),
+    (512, 4608, 128, 876, np.float32, None, "80.4 (best split) / 54.9"),
 ]
 
 
@@ -384,18 +393,26 @@ TC_ROUTING = [
 def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime, dtype, routed, note):
     from sparsekit import tune
     got = tune.heuristic(m, k, n, kprime, dtype, "C")
-    want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)])}.get(routed)
+    want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
+            "small": tune.tc_small_grid(k)}.get(routed)
     assert got == want if routed else got["variant"] != "tensor_core", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "F")["variant"] == "listing1"      # needs row-major B
     assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False)["variant"] != "tensor_core"
 
 
-def test_heuristic_keeps_long_k_small_grids_on_cuda_cores():
-    """Without a K split the tensor-core kernel runs a small grid's K chunks one after another: a float16
-    grid below one wave goes to it only for K <= TC_SHORT_K (1000 x 2048 x 128: 16 tiles, 32 chunks)."""
+@pytest.mark.parametrize("k,splits", [(512, 1), (1024, 2), (1152, 2), (2048, 4), (4608, 4)])
+def test_small_grid_split_keeps_eight_chunks_a_split(k, splits):
+    """The measured best split counts of the K-split run: 8-9 chunks of 64 per split, at most 4 splits."""
     from sparsekit import tune
-    assert tune.heuristic(1000, 2048, 128, 389, np.float16, "C")["variant"] != "tensor_core"
-    assert tune.heuristic(128, 128, 128, 51, np.float16, "C")["variant"] != "tensor_core"
+    assert tune.tc_small_grid(k)["splits"] == splits
+
+
+def test_heuristic_keeps_short_k_small_grids_and_very_sparse_problems_on_cuda_cores():
+    """Not measured on tensor cores: K below TC_MIN_K on a small grid (128^3, 256 x 256 x 128), and
+    float16 sparser than the 95% point."""
+    from sparsekit import tune
+    for m, k, n, kprime in ((128, 128, 128, 51), (256, 256, 128, 102), (1024, 1024, 1024, 20)):
+        assert tune.heuristic(m, k, n, kprime, np.float16, "C")["variant"] != "tensor_core"
 
 
 def test_tensor_core_variant_goes_to_its_launcher(small):

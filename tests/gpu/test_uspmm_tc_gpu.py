@@ -93,17 +93,24 @@ def test_real_shapes_correct_and_bit_identical(problem, which):
     assert problem.correct(first)
 
 
-def test_float16_auto_routes_to_tensor_cores():
-    """``gpu.uspmm.uspmm(config="auto")`` at 1024^3 60% float16 (no tuning cache) is the tensor-core
-    kernel's result bit for bit; at 95% it is not routed and still correct."""
+@pytest.mark.parametrize("m,k,n,sparsity,dtype", [(1024, 1024, 1024, 0.6, np.float16),
+                                                  (1024, 1024, 1024, 0.95, np.float16),
+                                                  (1024, 1024, 128, 0.6, np.float16),     # small grid: K split
+                                                  (1024, 1024, 1024, 0.6, np.float32)])
+def test_auto_routes_to_tensor_cores(m, k, n, sparsity, dtype):
+    """``gpu.uspmm.uspmm(config="heuristic")`` (what ``auto`` runs without a tuning cache) is the
+    tensor-core kernel's result at the heuristic's setting, bit for bit, and correct."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm import uspmm as uspmm_auto
     from gpu.uspmm_tc import uspmm
-    p = Problem(1024, 1024, 1024, 0.6, np.float16)
+    from sparsekit.tune import heuristic
+    p = Problem(m, k, n, sparsity, dtype)
+    cfg = heuristic(m, k, n, p.dell.host.kprime, dtype, "C")
+    assert cfg["variant"] == "tensor_core"
     got = uspmm_auto(p.dell, p.b, config="heuristic").copy_to_host()
-    assert (got.view(np.uint8) == uspmm(p.dell, p.b).copy_to_host().view(np.uint8)).all()
-    q = Problem(1024, 1024, 1024, 0.95, np.float16)
-    assert q.correct(uspmm_auto(q.dell, q.b, config="heuristic").copy_to_host())
+    want = uspmm(p.dell, p.b, **{key: v for key, v in cfg.items() if key != "variant"}).copy_to_host()
+    assert (got.view(np.uint8) == want.view(np.uint8)).all()
+    assert p.correct(got)
 
 
 def test_torch_tensors_in_and_out():
