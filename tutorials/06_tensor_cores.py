@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "uspmm_tc.md"
-#: The header of the lead's run-4 timing table in RESULTS (fp16, the current defaults).
-RESULTS_TABLE = "| problem (fp16) |"
+#: The line of RESULTS just above the quoted table: session 4's float16 timings of the current kernel.
+RESULTS_MARKER = "float16, median us (speedup over cuSPARSE CSR in brackets):"
 #: The columns of that table the tutorial prints (by the start of their header).
-QUOTED_COLUMNS = ("problem", "tc default", "cuSPARSE", "dense cuBLAS")
+QUOTED_COLUMNS = ("problem", "tc new default", "tc old default", "cuSPARSE", "dense cuBLAS")
 #: Small tiles for the simulator (64 threads; the first float16 tiling of tests/test_uspmm_tc.py).
 SIM_TUNABLES = dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1)
 
@@ -57,12 +57,14 @@ def print_grid(title: str, grid: np.ndarray) -> None:
 
 
 def quoted_timings(path: Path = RESULTS) -> list[list[str]]:
-    """The rows of the run-4 table of ``path`` (header first), cells stripped; [] if absent."""
+    """The rows of the first table after :data:`RESULTS_MARKER` in ``path`` (header first), cells
+    stripped; [] if absent."""
     if not path.exists():
         return []
-    rows, inside = [], False
+    rows, marked, inside = [], False, False
     for line in path.read_text().splitlines():
-        if line.startswith(RESULTS_TABLE):
+        marked = marked or line.startswith(RESULTS_MARKER)
+        if marked and line.startswith("|"):
             inside = True
         if inside:
             if not line.startswith("|"):
@@ -138,8 +140,8 @@ def main(quick: bool = False) -> dict:
     out["uspmm_tc_error"] = err
 
     table = quoted_timings()
-    print(f"\n  Measured on the H100 (quoted from {RESULTS.relative_to(RESULTS.parents[2])}, run 4; "
-          "median device time in us):")
+    print(f"\n  Measured on the H100 (quoted from {RESULTS.relative_to(RESULTS.parents[2])}, session 4; "
+          "median device time in us, speedup over cuSPARSE in brackets):")
     if table:
         keep = [i for i, head in enumerate(table[0]) if head.startswith(QUOTED_COLUMNS)]
         for row in table:
