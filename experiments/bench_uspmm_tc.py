@@ -3,9 +3,10 @@
 Run on a GPU::
 
     python experiments/bench_uspmm_tc.py --table [--dtype float32] [--configs all] [--out DIR]
-    python experiments/bench_uspmm_tc.py --sanitize       # tiny, for compute-sanitizer memcheck/racecheck
+    python experiments/bench_uspmm_tc.py --sanitize [--dtype float32]  # tiny, for compute-sanitizer
     python experiments/bench_uspmm_tc.py --splits --dtype float16 [--out DIR]   # K split on small grids
     python experiments/bench_uspmm_tc.py --b2 --dtype float16                    # two blocks an SM
+    python experiments/bench_uspmm_tc.py --fp32 [--previous FILE.py] [--out DIR] # float32 by density
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -84,6 +85,10 @@ SPLITS = (1, 2, 4, 8, 16)
 SPLIT_B2 = {"float16": "tc 32x128 k64 w1x8 s4 b2", "float32": "tc 64x128 k16 w2x4 s4 b2"}
 #: ``--b2``: the "b2" settings of :data:`TC_CONFIGS` against the default at 1024^3 and N = 16384, 60%.
 B2_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60)]
+#: ``--fp32``: float32 (3xTF32, A split once by the scatter) by density at 1024^3, and at N = 16384 and 4096^2,
+#: for the routing of float32 between the tensor cores and the CUDA cores.
+FP32_PROBLEMS = ([(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85, 0.90)]
+                 + [(1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.90)])
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -158,9 +163,11 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
 
 def check_providers(p, launches: dict) -> list[dict]:
     """Run every launch twice (compiling it): one record per provider with ``correct`` and, for our
-    kernels, the error statistics and whether the repeat is bit-identical (or the error)."""
+    kernels, the error statistics and whether the repeat is bit-identical (or the error). With a
+    "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical."""
     from experiments.bench_uspmm import _to_host
     recs = []
+    first = {}
     for name, launch in launches.items():
         rec = dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
         try:
@@ -172,18 +179,45 @@ def check_providers(p, launches: dict) -> list[dict]:
         rec["correct"] = p.correct(got)
         if "torch" not in name:
             rec.update(error_stats(p, got), bit_identical=bool((got.view(np.uint8) == again.view(np.uint8)).all()))
+        first[name] = got
         recs.append(rec)
+    if "tc previous default" in first and "tc default" in first:
+        same = bool((first["tc default"].view(np.uint8) == first["tc previous default"].view(np.uint8)).all())
+        for rec in recs:
+            if rec["provider"] == "tc default":
+                rec["same_as_previous"] = same
     return recs
 
 
-def split_launches(p, which: str) -> dict:
+def load_previous(path: str):
+    """The module in the file ``path`` (a copy of an earlier ``gpu/uspmm_tc.py``, for ``--previous``)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("uspmm_tc_previous", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def split_launches(p, which: str, previous=None) -> dict:
     """name -> launch for ``--splits`` (``which="splits"``: the default with :data:`SPLITS`, the
-    :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors) or ``--b2``
-    (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`)."""
+    :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors), ``--b2``
+    (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`) or ``--fp32``
+    (``which="fp32"``: the default, ``previous``'s default (a module, or None), ``config="auto"``,
+    the heuristic's CUDA-core choice, the vendors)."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
+    from sparsekit.tune import heuristic
     dt = p.dtype.name
+    if which == "fp32":
+        out = {"tc default": lambda: uspmm_tc(p.dell, p.b)}
+        if previous is not None:
+            out["tc previous default"] = lambda: previous.uspmm(p.dell, p.b)
+        out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
+        simt = heuristic(p.m, p.k, p.n, p.ell.kprime, p.dtype, "C", tensor_cores=False)
+        out["auto cuda-core"] = lambda: uspmm_simt(p.dell, p.b, **simt)
+        out.update(vendor_launches(p, coo=False))
+        return out
     if which == "b2":
         cfgs = {"tc default": {}}
         cfgs.update({name: cfg for name, cfg in TC_CONFIGS[dt].items() if name.endswith("b2")})
@@ -196,13 +230,14 @@ def split_launches(p, which: str) -> dict:
     return out
 
 
-def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None) -> list[dict]:
-    """``--splits`` / ``--b2`` for one dtype: records, printed as one line each and kept as JSON in ``out``."""
+def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None, previous=None) -> list[dict]:
+    """``--splits`` / ``--b2`` / ``--fp32`` for one dtype: records, printed as one line each and kept as
+    JSON in ``out``."""
     from experiments.bench_uspmm import Problem
     from sparsekit.device import info
-    probs = SPLIT_PROBLEMS if which == "splits" else B2_PROBLEMS
+    probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
-    launches = {i: split_launches(p, which) for i, p in enumerate(problems)}
+    launches = {i: split_launches(p, which, previous) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
     if ready:                                                                       # then time (a driver can
         open(ready, "w").close()                                                    # keep the GPU to us)
@@ -218,7 +253,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
             flat.append(rec)
             print(rec["dtype"], rec["m"], rec["k"], rec["n"], rec["sparsity"], rec["provider"],
                   "%.1f" % rec["median_us"] if "median_us" in rec else rec.get("error", "")[:80],
-                  rec.get("correct"), rec.get("bit_identical"), flush=True)
+                  rec.get("correct"), rec.get("bit_identical"), rec.get("same_as_previous", ""), flush=True)
     if out:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"{which}_{dtype}.json"), "w") as f:
@@ -227,13 +262,13 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     return flat
 
 
-def sanitize_case() -> None:
-    """The kernel once per dtype at small odd shapes (for compute-sanitizer): several K chunks and
-    both buffers, partial row and column tiles, the element-wise B path (N odd) and the 16-byte one,
-    K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum)."""
+def sanitize_case(dtypes=("float32", "float16")) -> None:
+    """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
+    chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
+    16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
-    for dtype in (np.float32, np.float16):
+    for dtype in map(np.dtype, dtypes):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
             for cfg in (dict(), ALT[np.dtype(dtype).name], dict(splits=3), dict(ALT[np.dtype(dtype).name], splits=2)) \
@@ -268,22 +303,27 @@ def main(argv=None) -> int:
     ap.add_argument("--sanitize", action="store_true", help="the kernel once, tiny (compute-sanitizer)")
     ap.add_argument("--splits", action="store_true", help="K-split table: SPLIT_PROBLEMS x SPLITS and baselines")
     ap.add_argument("--b2", action="store_true", help="two-blocks-an-SM settings against the default (B2_PROBLEMS)")
-    ap.add_argument("--ready", help="with --splits/--b2: touch this file when every provider is checked")
-    ap.add_argument("--go", help="with --splits/--b2: wait for this file before timing")
+    ap.add_argument("--fp32", action="store_true", help="float32 by density (FP32_PROBLEMS) against the vendors")
+    ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
+    ap.add_argument("--ready", help="with --splits/--b2/--fp32: touch this file when every provider is checked")
+    ap.add_argument("--go", help="with --splits/--b2/--fp32: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", help="folder for the JSON records")
     args = ap.parse_args(argv)
     if args.sanitize:
-        sanitize_case()
+        sanitize_case(args.dtype or ("float32", "float16"))
         return 0
-    if args.splits or args.b2:
+    if args.splits or args.b2 or args.fp32:
+        which = "splits" if args.splits else "b2" if args.b2 else "fp32"
+        previous = load_previous(args.previous) if args.previous else None
         recs = []
-        for d in args.dtype or ["float32", "float16"]:
-            recs += split_table("splits" if args.splits else "b2", d, repeat=args.repeat, out=args.out,
-                                ready=args.ready, go=args.go)
+        for d in ["float32"] if args.fp32 else args.dtype or ["float32", "float16"]:
+            recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
+                                previous=previous)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)
-        return 0 if all(r.get("correct", True) and r.get("bit_identical", True) for r in ours) else 1
+        return 0 if all(r.get("correct", True) and r.get("bit_identical", True) and r.get("same_as_previous", True)
+                        for r in ours) else 1
     from sparsekit.device import info
     dev = info()
     stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"

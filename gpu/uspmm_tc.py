@@ -21,6 +21,9 @@ Precision:
   ``x = big + small`` with ``big = tf32(x)``, ``small = tf32(x - big)``
   (:func:`gpu.mma.to_tf32`), and ``C += a_small*b_big + a_big*b_small +
   a_big*b_big`` (three MMAs, products exact in the tensor core, sums float32).
+  ``A`` is split once, by the scatter, into a big and a small tile (each
+  entry converted once, not once per warp that reads it: ``warps_n`` times);
+  ``B`` fragments are split by each warp that reads them (``warps_m``).
   This is NOT float32 accuracy per product: two TF32 pieces hold 22 of float32's
   24 bits, so the dropped ``a_small*b_small`` and the roundings of the small
   pieces leave up to ``3 * 2**-22 * (1 + 2**-10) |a||b|`` (about 12 float32 unit
@@ -44,8 +47,9 @@ chunks of ``kc`` columns):
    entry stage; (b) one chunk later each thread reads its staged slots into
    registers (all before any store: a store may alias later loads), zeroes
    its segment of a dense A tile and writes the entries into it, in slot
-   order. One thread per segment, so zeroing and scattering need no barrier
-   between them. The kernel is compiled for ``slots`` (``w`` rounded up to a
+   order (float32: ``tf32(v)`` into the big tile, ``tf32(v - tf32(v))`` into
+   the small one). One thread per segment, so zeroing and scattering need no
+   barrier between them. The kernel is compiled for ``slots`` (``w`` rounded up to a
    multiple of 4, :func:`scatter_slots`); slots past ``w`` hold stale stage
    contents and are written, branch-free, to a sink element of the thread;
 2. B: ``cp.async`` copies the chunk's ``kc x bn`` tile of ``B`` (16-byte
@@ -54,7 +58,8 @@ chunks of ``kc`` columns):
 3. MMA: each warp loads its A fragments with 32-bit shared reads
    (:func:`gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
    banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
-   per instruction) or 32-bit reads (float32), then runs its MMAs;
+   per instruction) or 32-bit reads (float32: A's big and small fragments as
+   stored, B's split into big and small), then runs its MMAs;
 4. pipeline: ``stages`` (S) B tiles and entry stages, 2 A tiles.
    In step ``j`` each thread reads the staged slots of chunk ``j+1``, the
    copies of B(j+S-1) and the entries of chunk j+S are issued (one commit
@@ -123,7 +128,8 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
 #: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; session 4, after the unsigned indexing
 #: and the register-staged scatter: 35.4 us, with 16 warps or 2x8 warps no faster). float32: 64x128,
-#: kc 16, 4 stages (67 KB, dynamic): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
+#: kc 16, 4 stages (67 KB, dynamic; 76 KB since the scatter splits A into two tiles, two blocks an SM
+#: still fit): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
 #: 64x64 kc 16 3-stage default (both with the unsigned indexing); with two blocks an SM (``min_blocks=2``,
 #: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
 DEFAULTS = {
@@ -201,19 +207,23 @@ def error_reduction(kprime: int, dtype) -> int:
 def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:
     """Strides and sizes (in elements of the tile dtype) of the shared buffers of one setting.
 
-    A tile rows: ``kc`` columns + 16 bytes, so the 8 rows of a fragment read fall on distinct banks;
-    after the two A tiles one sink element per thread (where the scatter writes its slots past ``w``).
-    B tile rows: ``bn`` columns + 8 elements, so the 8 rows of an ldmatrix (float16) and the reads of
-    ``B[t, g]`` (float32) do. Entry stages: ``kc`` slots of ``bm`` rows (``tpr`` segments of ``seg``)."""
+    A tile rows: ``kc`` columns + 16 bytes, so the 8 rows of a fragment read fall on distinct banks.
+    An A buffer (``a_buf``) is one tile (float16) or ``ew = 2`` tiles (float32: the 3xTF32 split made
+    by the scatter, ``big`` then ``small`` at ``a_small`` elements after it). After the two A buffers
+    ``ew`` sink elements per thread (where the scatter writes its slots past ``w``: big ones first,
+    then small ones). B tile rows: ``bn`` columns + 8 elements, so the 8 rows of an ldmatrix
+    (float16) and the reads of ``B[t, g]`` (float32) do. Entry stages: ``kc`` slots of ``bm`` rows
+    (``tpr`` segments of ``seg``)."""
     item = 2 if half else 4
+    ew = 1 if half else 2
     sa = kc + 16 // item
-    sbn = bn + 8
-    return dict(sa=sa, a_buf=bm * sa, a_all=2 * bm * sa + nthreads, sbn=sbn, b_buf=kc * sbn, e_buf=kc * bm)
+    return dict(ew=ew, sa=sa, a_small=bm * sa, a_buf=ew * bm * sa, a_all=2 * ew * bm * sa + ew * nthreads,
+                sbn=bn + 8, b_buf=kc * (bn + 8), e_buf=kc * bm)
 
 
 def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthreads: int = 256) -> int:
-    """Shared memory of one block of ``nthreads`` threads: two A tiles and the sink, ``stages`` B tiles
-    and ``stages`` entry stages (value and 8-bit offset per slot)."""
+    """Shared memory of one block of ``nthreads`` threads: two A buffers (float32: a big and a small
+    tile each) and the sink, ``stages`` B tiles and ``stages`` entry stages (value and 8-bit offset per slot)."""
     geo = _geometry(bm, bn, kc, half, nthreads)
     item = 2 if half else 4
     return (geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1)
@@ -260,7 +270,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     item = 2 if half else 4
     vw = 16 // item                                   # elements per 16-byte copy
     geo = _geometry(bm, bn, kc, half, nthreads)
-    sa, a_buf, a_all, sbn, b_buf, e_buf = (geo[x] for x in ("sa", "a_buf", "a_all", "sbn", "b_buf", "e_buf"))
+    ew, sa, a_small, a_buf, a_all, sbn, b_buf, e_buf = (geo[x] for x in ("ew", "sa", "a_small", "a_buf", "a_all", "sbn",
+                                                                         "b_buf", "e_buf"))
     all_b, all_e = stages * b_buf, stages * e_buf
     eo_byte = (a_all + all_b + all_e) * item          # dynamic layout: where the offsets start (bytes)
     pend = stages - 2                                 # copy groups left in flight at a step's end
@@ -356,17 +367,33 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     @cuda.jit(device=True, inline=True)
     def zero_segment(base, sh_a):
-        """Step 1b: zero this thread's segment of an A tile (16-byte stores where they fit)."""
+        """Step 1b: zero this thread's segment of an A buffer (float32: of both its tiles; 16-byte
+        stores where they fit)."""
         zero = tile_type(0.0)                                            # (built here: a global tuple of
-        if zvec:                                                         # float16 constants is invalid NVVM IR)
-            for z in range(seg // vw):
-                if half:
-                    store8(sh_a, base + U(z * vw), (zero, zero, zero, zero, zero, zero, zero, zero))
-                else:
-                    store4(sh_a, base + U(z * vw), (zero, zero, zero, zero))
+        for e in range(ew):                                              # float16 constants is invalid NVVM IR)
+            if zvec:
+                for z in range(seg // vw):
+                    if half:
+                        store8(sh_a, base + U(z * vw), (zero, zero, zero, zero, zero, zero, zero, zero))
+                    else:
+                        store4(sh_a, base + U(e * a_small + z * vw), (zero, zero, zero, zero))
+            else:
+                for z in range(seg):
+                    sh_a[base + U(e * a_small + z)] = zero
+
+    @cuda.jit(device=True, inline=True)
+    def put(sh_a, live, x, sink, v):
+        """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
+        3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
+        difference is exact) at the same place of the small one (``a_small`` further; the sink's small
+        element is ``nthreads`` further). Splitting here, once per entry, replaces the split of every A
+        fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values."""
+        if half:
+            sh_a[x if live else sink] = v
         else:
-            for z in range(seg):
-                sh_a[base + U(z)] = zero
+            hi = to_tf32(v)
+            sh_a[x if live else sink] = hi
+            sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
 
     @cuda.jit(device=True, inline=True)
     def write_slots(base, sink, wl, offs, vals, sh_a):
@@ -374,7 +401,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
         In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry."""
         for i in range(nslots):
-            sh_a[base + offs[i] if U(i) < wl else sink] = vals[i]
+            put(sh_a, U(i) < wl, base + offs[i], sink, vals[i])
 
     @cuda.jit(device=True, inline=True)
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
@@ -382,7 +409,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
         places (register renaming once unrolled; the same code for every ``ks``)."""
         for i in range(min(per_ks, nslots)):
-            sh_a[base + offs[i] if U(ks * per_ks + i) < wl else sink] = vals[i]
+            put(sh_a, U(ks * per_ks + i) < wl, base + offs[i], sink, vals[i])
         for i in range(nslots - per_ks):
             offs[i] = offs[i + per_ks]
             vals[i] = vals[i + per_ks]
@@ -432,7 +459,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     @cuda.jit(device=True, inline=True)
     def split(x, big, small, i, j):
-        """3xTF32: ``big[i, j] = tf32(x)``, ``small[i, j] = tf32(x - big)`` (the difference is exact)."""
+        """3xTF32 of a B fragment value: ``big[i, j] = tf32(x)``, ``small[i, j] = tf32(x - big)`` (exact difference)."""
         hi = to_tf32(x)
         big[i, j] = hi
         small[i, j] = to_tf32(x - hi)
@@ -440,16 +467,17 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals):
         """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time, each K step followed
-        by its share of the next A tile's stores (as :func:`mma_f16`)."""
+        by its share of the next A tile's stores (as :func:`mma_f16`). A fragments come split (the
+        scatter's big and small tiles, read as they are); B fragments are split here."""
         arow0 = ab + (wm0 + g) * U(sa) + tq                              # A[g, tq] of the warp's first tile
         brow0 = bb + tq * U(sbn) + wn0 + g                               # B[tq, g] of its first n-tile
         for ks in range(kc // 8):
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
                 o = arow0 + U(mt * 16 * sa + ks * 8)
-                split(sh_a[o], afr, afs, mt, 0)
-                split(sh_a[o + U(8 * sa)], afr, afs, mt, 1)
-                split(sh_a[o + U(4)], afr, afs, mt, 2)
-                split(sh_a[o + U(8 * sa + 4)], afr, afs, mt, 3)
+                for x in range(4):
+                    ox = o + U((x % 2) * 8 * sa + (x // 2) * 4)
+                    afr[mt, x] = sh_a[ox]
+                    afs[mt, x] = sh_a[ox + U(a_small)]
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
                 o = brow0 + U(ks * 8 * sbn + nt * 8)
                 split(sh_b[o], bfr, bfs, nt, 0)

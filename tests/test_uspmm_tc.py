@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpu import uspmm_tc as tc
+from gpu.mma import tf32_round
 from reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices
@@ -113,12 +114,66 @@ def test_large_settings_pass_the_checks():
         assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"], nthreads) <= tc.SHARED_OPTIN
 
 
+def three_tf32_model(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The float32 kernel's arithmetic in NumPy, as the simulator's MMA does it: for each 16 x 8 tile
+    of ``C`` and each 8 columns of K in order, ``c = f32(a_small @ b_big + c)``, ``c = f32(a_big @
+    b_small + c)``, ``c = f32(a_big @ b_big + c)`` (16x8 @ 8x8 float64 products of the same
+    C-ordered shape as :func:`gpu.mma.mma_m16n8k8_tf32_f32`'s fallback, rounded once per MMA), with
+    ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`gpu.mma.tf32_round`). Operands padded with
+    zeros to whole tiles, as the kernel's A tiles and B stages are."""
+    m, k = a.shape
+    n = b.shape[1]
+    mp, kp, np_ = -(-m // 16) * 16, -(-k // 8) * 8, -(-n // 8) * 8
+    ap = np.zeros((mp, kp), np.float32)
+    bp = np.zeros((kp, np_), np.float32)
+    ap[:m, :k], bp[:k, :n] = a, b
+    ab, bb = tf32_round(ap), tf32_round(bp)
+    a_s, b_s = tf32_round(ap - ab), tf32_round(bp - bb)
+    c = np.zeros((mp, np_), np.float32)
+    for r in range(0, mp, 16):
+        for col in range(0, np_, 8):
+            acc = np.zeros((16, 8), np.float32)
+            for k0 in range(0, kp, 8):
+                def tile(x, rows, cols):
+                    return np.ascontiguousarray(x[rows, cols], dtype=np.float64)
+                ra, kb, cb = slice(r, r + 16), slice(k0, k0 + 8), slice(col, col + 8)
+                for x, y in ((a_s, bb), (ab, b_s), (ab, bb)):
+                    acc = (tile(x, ra, kb) @ tile(y, kb, cb) + acc.astype(np.float64)).astype(np.float32)
+            c[r:r + 16, col:col + 8] = acc
+    return c[:m, :n]
+
+
+@given(data=st.data())
+def test_float32_is_bit_identical_to_the_3xtf32_model(data):
+    """The float32 kernel (A split once by the scatter, B per fragment) gives bit for bit the model's
+    result: the same ``big``/``small`` values enter the same MMAs in the same order as when every
+    warp split its A fragments itself (the kernel before session 4's float32 split at the scatter)."""
+    ell = data.draw(ell_matrices(dtype=np.float32, max_size=20))
+    b = data.draw(rhs_for(ell, max_n=9))
+    got = tc.uspmm(ell, b, **data.draw(st.sampled_from(TUNABLES[np.float32])))
+    want = three_tf32_model(ell.to_dense(), b)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
 def test_default_tunables_fit_the_launcher():
     for dtype, cfg in tc.DEFAULTS.items():
         assert tc._check_tunables(dtype == np.float16, **cfg)
         shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"],
                                  32 * cfg["warps_m"] * cfg["warps_n"])
         assert tc.STATIC_LIMIT < shared <= tc.SHARED_OPTIN                              # both dynamic
+
+
+def test_float32_default_fits_two_blocks_an_sm():
+    """The float32 default asks for two blocks an SM (``min_blocks=2``): its shared memory (two A
+    buffers of a big and a small tile each, since the scatter splits A) must fit twice in the H100's
+    228 KB per SM, with the 1 KB the hardware reserves per block."""
+    cfg = tc.DEFAULTS[np.dtype(np.float32)]
+    assert cfg["min_blocks"] == 2
+    nthreads = 32 * cfg["warps_m"] * cfg["warps_n"]
+    shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], False, cfg["stages"], nthreads)
+    assert 2 * (shared + 1024) <= 228 * 1024
 
 
 # --- bad input: a clear error naming the argument ---------------------------------------------
