@@ -85,6 +85,9 @@ default from 56.2 to 35.4 us at 1024^3 60% (more warps per block did not help:
 the cost per K chunk follows the instructions issued per SM). The K split (session 4, K split):
 float16 512 x 4608 x 128 81% from 90.6 to 45.9 us with 4 splits, 30.6 with 4 splits of 32 x 128 tiles
 two blocks an SM (cuSPARSE CSR 55.1); float32 512 x 4608 x 128 from 294.5 to 80.4 us (8 splits).
+float32 with A split at the scatter ("Session 4, float32 split at the scatter"; results bit-identical
+to splitting every fragment): 70.9 against 71.3 us at 1024^3 60% (flat from 60% to 90% sparsity; dense
+fp32 cuBLAS 62.8), 870.9 against 898.7 at 1024 x 1024 x 16384, 862.2 against 888.5 at 4096^2 x 1024 90%.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
