@@ -1127,33 +1127,41 @@ class PersistentRNN:
     Tunables (results do not depend on them; the defaults are the fastest
     measured on the H100 for the Lamport kernel, ``experiments/results/persistent_rnn.md``;
     the wide-load barrier kernels are faster with ``vector=True``):
-    ``poll``, ``double_buffer``
-    (Lamport only), ``index16`` (indices packed two per register),
-    ``pipeline`` (Lamport only), ``grid_sync`` (barrier only), ``load``, ``chunk``, ``reduce``
-    (``"shfl"``: warp shuffles, ``tpr <= 32``), ``bound_registers`` (the block size compiled in, and
-    launch bounds of one block per SM, so ptxas keeps the registers that fit; default on), ``vector``
-    (16-byte loads and stores of h's words; wide scheme), ``ring`` (Lamport: a ring of exchange
-    slots re-armed in the kernel, one launch per run), ``cluster`` (Lamport: thread-block clusters
-    of that many blocks sharing the load of h through distributed shared memory; needs chunk=0,
-    pipeline=False, reduce="shared"), ``parts`` (Lamport RNN, 2..``MAX_PARTS``: h's columns in that
-    many parts (``part_columns``); a step issues the loads of every part, then polls, stores and
-    operates part by part, a block barrier each, so the later parts' loads are in flight while the
-    earlier ones are operated on; thread ``lane`` of row ``r`` operates in pass ``p`` on its pairs
-    ``pass_bounds[p - 1] .. pass_bounds[p] - 1`` (``pass_bounds``: the pairs whose columns lie in parts
-    ``<= p``, leading in its slot order; appended to the indices on the device); any layout is correct,
-    the overlap needs the pairs ordered by part: ``balance``'s ascending columns are, a bank-aware
-    layout should come from ``bank_aware(..., bounds=part_columns(H, parts)[1:-1])``; needs chunk=0, no
-    cluster, ring, pipeline), ``cp_async`` (Lamport RNN with ``vector``: h's 16-byte groups copied from L2
-    into shared memory by ``cp.async``, one commit group per part, so later parts stay in flight over
-    earlier parts' barriers), ``passes`` (parts: ``"thread"``, each thread's own pass bounds at run time,
-    or ``"uniform"``, the least over all threads as compile-time constants: branch-free passes, fewer
-    pairs in the early ones), ``stagger`` (Lamport: each block starts its loads of h at a different
-    chunk), ``fold_h0`` (Lamport without the ring: the kernel writes h0 into
-    exchange slot 0 itself, so a run is the preset and the kernel, two launches instead of three); ``trace=True`` records per-stage clock64
-    stamps of every block and step in ``trace_cycles()`` (for finding where a
-    step's time goes; see ``TRACE_PHASES``). ``grid``: blocks launched (with
-    ``cluster``, the blocks rounded up to whole clusters; the extra blocks
-    only pass h on).
+
+    * ``poll``, ``double_buffer``, ``pipeline`` (Lamport only); ``grid_sync`` (barrier only);
+      ``load``; ``chunk``; ``index16`` (indices packed two per register);
+    * ``reduce``: ``"shfl"`` for warp shuffles (``tpr <= 32``);
+    * ``bound_registers``: the block size compiled in and launch bounds of one block per SM, so
+      ptxas keeps the registers that fit (default on);
+    * ``vector``: 16-byte loads and stores of h's words (wide scheme);
+    * ``ring`` (Lamport): a ring of exchange slots re-armed in the kernel, one launch per run;
+    * ``cluster`` (Lamport): thread-block clusters of that many blocks sharing the load of h through
+      distributed shared memory; needs chunk=0, pipeline=False, reduce="shared";
+    * ``parts`` (Lamport RNN, 2..``MAX_PARTS``): h's columns in that many parts (``part_columns``); a
+      step issues the loads of every part, then polls, stores and operates part by part, a block
+      barrier each, so the later parts' loads are in flight while the earlier ones are operated on.
+      Thread ``lane`` of row ``r`` operates in pass ``p`` on its pairs ``pass_bounds[p - 1] ..
+      pass_bounds[p] - 1`` (the pairs whose columns lie in parts ``<= p``, leading in its slot order;
+      appended to the indices on the device). Any layout is correct; the overlap needs the pairs
+      ordered by part: ``balance``'s ascending columns are, a bank-aware layout should come from
+      ``bank_aware(..., bounds=part_columns(H, parts)[1:-1])``. Needs chunk=0, no cluster, ring or
+      pipeline;
+    * ``passes`` (with parts): ``"thread"``, each thread's own pass bounds at run time, or
+      ``"uniform"``, the least over all threads as compile-time constants (branch-free passes, fewer
+      pairs in the early ones);
+    * ``cp_async`` (Lamport RNN with ``vector``): h's 16-byte groups copied from L2 into shared
+      memory by ``cp.async``, one commit group per part, so later parts stay in flight over earlier
+      parts' barriers;
+    * ``stagger`` (Lamport): each block starts its loads of h at a different chunk;
+    * ``fold_h0`` (Lamport without the ring): the kernel writes h0 into exchange slot 0 itself, so a
+      run is the preset and the kernel, two launches instead of three;
+    * ``trace=True`` records per-stage clock64 stamps of every block and step in
+      ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
+
+    The session-4 options (ring, cluster, parts, cp_async, stagger, fold_h0) were each slower than
+    the default at layer 1792 except fold_h0 (``persistent_rnn.md``, "Session 4"); they stay as
+    measured alternatives. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
+    whole clusters; the extra blocks only pass h on).
     """
 
     layout: RNNLayout
