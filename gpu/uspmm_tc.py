@@ -502,6 +502,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             write_front(ks, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
+    def store_fragments(out, frag, r0, c0, um, un):
+        """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
+        lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
+        ``c0 + 8 nt + {0, 1}`` (2tq and 2tq+1), rounded to ``out``'s dtype."""
+        for mt in range(mtiles):
+            for nt in range(ntiles):
+                col = c0 + U(nt * 8)
+                for hh in range(2):
+                    rr = r0 + U(mt * 16 + 8 * hh)
+                    if rr < um:
+                        if col < un:
+                            out[rr, col] = frag[mt, nt, 2 * hh]
+                        if col + U(1) < un:
+                            out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
+
+    @cuda.jit(device=True, inline=True)
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
         ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
@@ -516,16 +532,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         UTC: 1024 x 1024 x 128 float16 took 37.1 us with 2 splits and 71.2 us with 16, against
         28.3 us unsplit). ``sh_flag``: a shared byte for the block's "last" flag."""
         zs = U(cuda.blockIdx.z)
-        for mt in range(mtiles):
-            for nt in range(ntiles):
-                col = c0 + U(nt * 8)
-                for hh in range(2):
-                    rr = r0 + U(mt * 16 + 8 * hh)
-                    if rr < um:
-                        if col < un:
-                            part[zs, rr, col] = acc[mt, nt, 2 * hh]
-                        if col + U(1) < un:
-                            part[zs, rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+        store_fragments(part[zs], acc, r0, c0, um, un)
         if split_ticket(ticket, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_flag):
             tot = cuda.local.array((mtiles, ntiles, 4), float32)
             for mt in range(mtiles):
@@ -544,16 +551,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                                 tot[mt, nt, 2 * hh] += acc[mt, nt, 2 * hh] if own else part[uq, rr, col]
                             if (rr < um) & (col + U(1) < un):
                                 tot[mt, nt, 2 * hh + 1] += acc[mt, nt, 2 * hh + 1] if own else part[uq, rr, col + U(1)]
-            for mt in range(mtiles):
-                for nt in range(ntiles):
-                    col = c0 + U(nt * 8)
-                    for hh in range(2):
-                        rr = r0 + U(mt * 16 + 8 * hh)
-                        if rr < um:
-                            if col < un:
-                                c[rr, col] = tot[mt, nt, 2 * hh]
-                            if col + U(1) < un:
-                                c[rr, col + U(1)] = tot[mt, nt, 2 * hh + 1]
+            store_fragments(c, tot, r0, c0, um, un)
 
     @cuda.jit
     def kernel(ev, eo, b, c, part, ticket, m, n, k, w, nsub, mp, nsplit):
@@ -661,18 +659,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         if ksplit:
             finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo)
         else:
-            # C fragments: rows g and g+8 of each MMA tile, columns 2tq and 2tq+1
-            for mt in range(mtiles):
-                for nt in range(ntiles):
-                    r = row0 + wm0 + U(mt * 16) + g
-                    col = col0 + wn0 + U(nt * 8) + U(2) * tq
-                    for hh in range(2):
-                        rr = r + U(8 * hh)
-                        if rr < um:
-                            if col < un:
-                                c[rr, col] = acc[mt, nt, 2 * hh]
-                            if col + U(1) < un:
-                                c[rr, col + U(1)] = acc[mt, nt, 2 * hh + 1]
+            store_fragments(c, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
