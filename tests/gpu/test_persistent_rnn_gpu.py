@@ -49,6 +49,17 @@ def _plan(u, mask, config, tpr, **kw):
     return gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, **kw)
 
 
+def _exact_and_repeatable(plan, u, bp, h0, steps):
+    """Two runs of ``plan``: within the reference's tolerance and bit for bit the same; the first run's
+    states."""
+    a = plan(bp, h0, steps)
+    b = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps)
+    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+    assert a.tobytes() == b.tobytes()
+    return a
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("hidden, dtype, tpr", [(130, np.float32, 4), (1152, np.float16, 8), (1792, np.float16, 16),
                                                (2500, np.float32, 8)])
@@ -57,11 +68,7 @@ def test_multi_block_matches_reference_and_repeats_bitwise(config, hidden, dtype
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden)
     plan = _plan(u, mask, config, tpr)
     assert plan.split.blocks > 1
-    a = plan(bp, h0, steps)
-    b = plan(bp, h0, steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps)
-    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-    assert a.tobytes() == b.tobytes()
+    _exact_and_repeatable(plan, u, bp, h0, steps)
 
 
 def test_lamport_pipeline_matches_reference():
@@ -190,11 +197,7 @@ def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidd
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 1)
     plan = _plan(u, mask, config, tpr, **kw)
     assert plan.split.blocks > 1
-    a = plan(bp, h0, steps)
-    b = plan(bp, h0, steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps)
-    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-    assert a.tobytes() == b.tobytes()
+    _exact_and_repeatable(plan, u, bp, h0, steps)
 
 
 @pytest.mark.parametrize("config, kw", [("lamport", {}), ("bank_aware", {"grid_sync": "atomic"})])
@@ -270,13 +273,8 @@ def test_ring_and_cluster_match_reference_and_repeat(kw, hidden, dtype, tpr):
     h0[0, :3] = -0.0                                   # an initial -0.0 must not read as "not written yet"
     plan = _plan(u, mask, "lamport", tpr, **kw)
     assert plan.grid > 1
-    a = plan(bp, h0, steps)
-    b = plan(bp, h0, steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps)
-    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-    assert a.tobytes() == b.tobytes()
+    a = _exact_and_repeatable(plan, u, bp, h0, steps)
     if kw.get("ring"):
-        from numba import cuda
         xchg, status = plan.buffers(steps)
         d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
         for _ in range(2):
@@ -341,11 +339,7 @@ def test_parts_and_fold_h0_match_reference_and_repeat(kw, hidden, dtype, tpr):
     h0[0, :3] = -0.0
     plan = _plan(u, mask, "lamport", tpr, **{"load": "relaxed", **kw})
     assert plan.grid > 1
-    a = plan(bp, h0, steps)
-    b = plan(bp, h0, steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps)
-    assert np.abs(a.astype(np.float64) - want).max() <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-    assert a.tobytes() == b.tobytes()
+    _exact_and_repeatable(plan, u, bp, h0, steps)
 
 
 @pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},

@@ -34,6 +34,22 @@ def _tensor_core_bound(a64, b64, c, got, kdim):
     assert (np.abs(got - exact) <= bound).all(), np.max(np.abs(got - exact) - bound)
 
 
+def _bit_identical_within_bounds(problem, **tunables):
+    """Two runs of the kernel on ``problem`` (``experiments.bench_uspmm.Problem``): bit-identical, within
+    the kernel's own bound (``error_reduction``, float32 accumulation, C rounded once) and within the
+    benchmark's ``Problem.correct`` (the CUDA-core kernels' bound)."""
+    from gpu.uspmm_tc import error_reduction, uspmm
+    first = uspmm(problem.dell, problem.b, **tunables).copy_to_host()
+    again = uspmm(problem.dell, problem.b, **tunables).copy_to_host()
+    assert (first.view(np.uint8) == again.view(np.uint8)).all()
+    exact, scale = problem.exact()
+    u_out = np.finfo(problem.dtype).eps / 2
+    err = np.abs(first.astype(np.float64) - exact)
+    slack = 2 * u_out * np.abs(exact) + np.finfo(problem.dtype).smallest_subnormal
+    assert (err <= error_reduction(problem.ell.kprime, problem.dtype) * 2.0 ** -24 * scale + slack).all()
+    assert problem.correct(first)
+
+
 def test_mma_f16_matches_numpy():
     from gpu import mma
     rng = np.random.default_rng(1)
@@ -80,17 +96,7 @@ def test_real_shapes_correct_and_bit_identical(problem, which):
     """Within the float32-accumulation bound of the existing tests with reduction K' (the
     benchmark's ``Problem.correct``, which the CUDA-core kernels meet) and within the kernel's own
     bound (``error_reduction``: 3 K' + 13 for 3xTF32); two runs bit-identical."""
-    from gpu.uspmm_tc import error_reduction, uspmm
-    cfg = configs(problem.dtype.name)[which]
-    first = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
-    again = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
-    assert (first.view(np.uint8) == again.view(np.uint8)).all()
-    exact, scale = problem.exact()
-    u_out = np.finfo(problem.dtype).eps / 2
-    err = np.abs(first.astype(np.float64) - exact)
-    slack = 2 * u_out * np.abs(exact) + np.finfo(problem.dtype).smallest_subnormal
-    assert (err <= error_reduction(problem.ell.kprime, problem.dtype) * 2.0 ** -24 * scale + slack).all()
-    assert problem.correct(first)
+    _bit_identical_within_bounds(problem, **configs(problem.dtype.name)[which])
 
 
 @pytest.mark.parametrize("m,k,n,sparsity,dtype", [(1024, 1024, 1024, 0.6, np.float16),
@@ -144,14 +150,4 @@ def test_k_split_correct_and_bit_identical(dtype, shape, splits):
     benchmark's ``Problem.correct``; repeats bit-identical (fixed-order sum, tickets reset); close to
     the unsplit result (both within the bound of the exact product)."""
     from experiments.bench_uspmm import Problem
-    from gpu.uspmm_tc import error_reduction, uspmm
-    p = Problem(*shape, dtype)
-    first = uspmm(p.dell, p.b, splits=splits).copy_to_host()
-    again = uspmm(p.dell, p.b, splits=splits).copy_to_host()
-    assert (first.view(np.uint8) == again.view(np.uint8)).all()
-    exact, scale = p.exact()
-    u_out = np.finfo(p.dtype).eps / 2
-    err = np.abs(first.astype(np.float64) - exact)
-    slack = 2 * u_out * np.abs(exact) + np.finfo(p.dtype).smallest_subnormal
-    assert (err <= error_reduction(p.ell.kprime, p.dtype) * 2.0 ** -24 * scale + slack).all()
-    assert p.correct(first)
+    _bit_identical_within_bounds(Problem(*shape, dtype), splits=splits)
