@@ -127,7 +127,6 @@ def test_non_coresident_launch_refused(config):
 
 
 def test_device_arrays_in_device_array_out():
-    from numba import cuda
     u, mask, bp, h0 = _problem(512, 0.1, 8, np.float32, seed=4)
     plan = _plan(u, mask, "lamport", 8)
     got = plan(cuda.to_device(bp), cuda.to_device(h0), 8)
