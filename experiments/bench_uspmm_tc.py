@@ -7,6 +7,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --splits --dtype float16 [--out DIR]   # K split on small grids
     python experiments/bench_uspmm_tc.py --b2 --dtype float16                    # two blocks an SM
     python experiments/bench_uspmm_tc.py --fp32 [--previous FILE.py] [--out DIR] # float32 by density
+    python experiments/bench_uspmm_tc.py --wave [--dtype float32] [--out DIR]    # grids of about one wave
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -89,6 +90,18 @@ B2_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60)]
 #: for the routing of float32 between the tensor cores and the CUDA cores.
 FP32_PROBLEMS = ([(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85, 0.90)]
                  + [(1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.90)])
+#: ``--wave``: grids of about one wave of 64 x 128 tiles (1024^3: 128 tiles on 132 SMs, so one block of 8 warps
+#: an SM however many would fit), where a K split or smaller tiles give each SM more blocks; per dtype.
+WAVE_PROBLEMS = {"float32": [(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85)] + [(768, 768, 1024, 0.60)],
+                 "float16": [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.90), (768, 768, 1024, 0.60),
+                             (1024, 1024, 512, 0.60)]}
+#: ``--wave``'s settings per dtype: (name, tunables) with the splits each is timed at.
+WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
+                            ("tc 64x64 k16 w2x2 s4 b3", dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=4,
+                                                             min_blocks=3), (1, 2))],
+                "float16": [("tc", {}, (1, 2, 3, 4)),
+                            ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
+                            ("tc 32x128 k64 w1x8 s4 b2", TC_CONFIGS["float16"]["tc 32x128 k64 w1x8 s4 b2"], (1, 2))]}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -203,12 +216,19 @@ def split_launches(p, which: str, previous=None) -> dict:
     :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors), ``--b2``
     (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`) or ``--fp32``
     (``which="fp32"``: the default, ``previous``'s default (a module, or None), ``config="auto"``,
-    the heuristic's CUDA-core choice, the vendors)."""
+    the heuristic's CUDA-core choice, the vendors) or ``--wave`` (``which="wave"``: :data:`WAVE_CONFIGS`
+    at their splits, ``config="auto"``, the vendors)."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
     dt = p.dtype.name
+    if which == "wave":
+        out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
+               for name, cfg, splits in WAVE_CONFIGS[dt] for s in splits}
+        out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
+        out.update(vendor_launches(p, coo=False))
+        return out
     if which == "fp32":
         out = {"tc default": lambda: uspmm_tc(p.dell, p.b)}
         if previous is not None:
@@ -231,11 +251,11 @@ def split_launches(p, which: str, previous=None) -> dict:
 
 
 def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None, previous=None) -> list[dict]:
-    """``--splits`` / ``--b2`` / ``--fp32`` for one dtype: records, printed as one line each and kept as
+    """``--splits`` / ``--b2`` / ``--fp32`` / ``--wave`` for one dtype: records, printed as one line each and kept as
     JSON in ``out``."""
     from experiments.bench_uspmm import Problem
     from sparsekit.device import info
-    probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS}[which]
+    probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype)}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
     launches = {i: split_launches(p, which, previous) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
@@ -304,9 +324,10 @@ def main(argv=None) -> int:
     ap.add_argument("--splits", action="store_true", help="K-split table: SPLIT_PROBLEMS x SPLITS and baselines")
     ap.add_argument("--b2", action="store_true", help="two-blocks-an-SM settings against the default (B2_PROBLEMS)")
     ap.add_argument("--fp32", action="store_true", help="float32 by density (FP32_PROBLEMS) against the vendors")
+    ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
-    ap.add_argument("--ready", help="with --splits/--b2/--fp32: touch this file when every provider is checked")
-    ap.add_argument("--go", help="with --splits/--b2/--fp32: wait for this file before timing")
+    ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave: touch this file when every provider is checked")
+    ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", help="folder for the JSON records")
@@ -314,8 +335,8 @@ def main(argv=None) -> int:
     if args.sanitize:
         sanitize_case(args.dtype or ("float32", "float16"))
         return 0
-    if args.splits or args.b2 or args.fp32:
-        which = "splits" if args.splits else "b2" if args.b2 else "fp32"
+    if args.splits or args.b2 or args.fp32 or args.wave:
+        which = "splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave"
         previous = load_previous(args.previous) if args.previous else None
         recs = []
         for d in ["float32"] if args.fp32 else args.dtype or ["float32", "float16"]:

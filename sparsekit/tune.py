@@ -190,10 +190,12 @@ def _pow2_at_most(x: float) -> int:
 #: Problems routed to the tensor-core kernel (:mod:`gpu.uspmm_tc`; float32 as 3xTF32) by :func:`heuristic`,
 #: all with a density ``K'/K`` of at least ``TC_MIN_DENSITY[dtype]``:
 #:
-#: * output grids that fill the GPU (at least ``TC_FILL * sms`` tiles of 64 x 128): the kernel's
-#:   defaults, or :data:`TC_LARGE` where there are at least ``sms`` tiles of 64 x 256;
-#: * float16 only, small grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
-#:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks.
+#: * output grids of more than one wave: float16 more than ``sms`` tiles of 32 x 128, float32 at least
+#:   ``TC_FILL * sms`` tiles of 64 x 128: the kernel's defaults, or :data:`TC_LARGE` where there are at
+#:   least ``sms`` tiles of 64 x 256;
+#: * float16 only, smaller grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
+#:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks
+#:   while the split grid stays within one wave.
 #:
 #: Fitted to "Session 4" and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23
 #: 03:04 and 03:29 UTC), tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at
@@ -204,9 +206,12 @@ def _pow2_at_most(x: float) -> int:
 #: 70.7 (two blocks an SM)/71.1 vs 91.5/91.6 and 1024 x 1024 x 16384 60%: 897.0 vs 1120.8, and (A split
 #: once at the scatter, "Session 4, float32 split at the scatter", 04:11 UTC) 1024^3 85%: 71.1 vs 83.2;
 #: not routed 1024^3 at 90/95%: 71.0/71.3 vs 60.1/35.9, 4096^2 x 1024 90%: 862.2 vs 648.1, and every
-#: N = 128 problem of the split run (e.g. 1024 x 1024 at its best split 42.5 vs 33.7).
+#: N = 128 problem of the split run (e.g. 1024 x 1024 at its best split 42.5 vs 33.7). Grids of about one
+#: wave ("Session 5, grids of about one wave", 05:07 UTC): 768 x 768 x 1024 60% (96 tiles of 64 x 128, 192
+#: of 32 x 128) float16 24.2 vs 81.4, float32 54.7 vs 81.6; 1024 x 1024 x 512 60% float16 (128 tiles of
+#: 32 x 128) 32 x 128 tiles unsplit 21.1, split in two (16 chunks of 64: 256 blocks) 25.9.
 TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.14}   # the sparsest measured wins: 95% (d = 0.0498), 85% (d = 0.150)
-TC_FILL = 0.75
+TC_FILL = 0.7      # float32: 768 x 768 x 1024 (96 tiles of 64 x 128 on 132 SMs) measured, fewer not
 TC_MIN_K = 512
 #: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (float16:
 #: 64 x 256 tiles at two blocks an SM re-densify each A tile for twice the default's columns; float32:
@@ -222,12 +227,14 @@ TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
                np.dtype(np.float32): (dict(),)}
 
 
-def tc_small_grid(k: int) -> dict:
-    """The float16 tensor-core setting for small output grids: 32 x 128 tiles, 8 warps, two blocks an
-    SM, the K range split so that each split keeps at least 8 chunks of 64 (at most 4 splits): the
-    fastest or within 5% of it on all eight N = 128 problems of "Session 4, K split"."""
+def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
+    """The float16 tensor-core setting for small output grids (``tiles`` tiles of 32 x 128 on ``sms``
+    SMs): 32 x 128 tiles, 8 warps, two blocks an SM, the K range split so that each split keeps at
+    least 8 chunks of 64 (at most 4 splits, and at most ``sms // tiles``: the split grid stays within
+    one wave): the fastest or within 5% of it on all eight N = 128 problems of "Session 4, K split",
+    and unsplit at 1024 x 1024 x 512 (128 tiles: 21.1 us against 25.9 with two splits)."""
     return tensor_core(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2,
-                       splits=max(1, min(4, -(-k // 64) // 8)))
+                       splits=max(1, min(4, -(-k // 64) // 8, sms // max(tiles, 1))))
 
 
 def tensor_core(**tunables) -> dict:
@@ -279,10 +286,10 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
-        if -(-m // 64) * col_tiles >= TC_FILL * sms:
+        if (tiles32 > sms) if half else (-(-m // 64) * col_tiles >= TC_FILL * sms):
             return tensor_core(**TC_LARGE[np.dtype(dtype)]) if -(-m // 64) * -(-n // 256) >= sms else tensor_core()
-        if half and tiles32 <= sms and k >= TC_MIN_K:
-            return tc_small_grid(k)
+        if half and k >= TC_MIN_K:
+            return tc_small_grid(k, tiles32, sms)
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:
         if density < (0.25 if half else 0.18):

@@ -378,6 +378,10 @@ TC_ROUTING = [
     (2048, 512, 128, 97, np.float16, "small", "13.0 / 16.3"),
     (1000, 2048, 128, 389, np.float16, "small", "23.7 / 40.4"),
     (128, 1152, 128, 219, np.float16, "small", "17.6 / 18.6"),
+    # "Session 5, grids of about one wave" (05:07 UTC): one wave of tiles, tensor-core default / CUDA-core auto
+    (768, 768, 1024, 307, np.float16, "default", "24.2 / 81.4"),
+    (768, 768, 1024, 307, np.float32, "default", "54.7 / 81.6"),
+    (1024, 1024, 512, 410, np.float16, "small", "21.1 unsplit / 25.9 two splits (128 tiles of 32 x 128)"),
     (1024, 1024, 1024, 410, np.float32, "default", "70.7 / 91.5"),
     (1024, 1024, 1024, 205, np.float32, "default", "71.1 / 91.6"),
     (1024, 1024, 16384, 410, np.float32, "large", "897.0 / 1120.8"),
@@ -394,18 +398,22 @@ TC_ROUTING = [
 def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime, dtype, routed, note):
     from sparsekit import tune
     got = tune.heuristic(m, k, n, kprime, dtype, "C")
+    tiles32 = -(-m // 32) * -(-n // 128)
     want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
-            "small": tune.tc_small_grid(k)}.get(routed)
+            "small": tune.tc_small_grid(k, tiles32)}.get(routed)
     assert got == want if routed else got["variant"] != "tensor_core", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "F")["variant"] == "listing1"      # needs row-major B
     assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False)["variant"] != "tensor_core"
 
 
-@pytest.mark.parametrize("k,splits", [(512, 1), (1024, 2), (1152, 2), (2048, 4), (4608, 4)])
-def test_small_grid_split_keeps_eight_chunks_a_split(k, splits):
-    """The measured best split counts of the K-split run: 8-9 chunks of 64 per split, at most 4 splits."""
+@pytest.mark.parametrize("k,tiles,splits", [(512, 16, 1), (1024, 32, 2), (1152, 4, 2), (2048, 32, 4), (4608, 16, 4),
+                                             (1024, 128, 1), (4608, 64, 2)])
+def test_small_grid_split_keeps_eight_chunks_a_split(k, tiles, splits):
+    """The measured best split counts of the K-split run: 8-9 chunks of 64 per split, at most 4 splits;
+    and no more splits than keep the grid within one wave (1024 x 1024 x 512: 128 tiles, unsplit
+    21.1 us against 25.9 with two splits)."""
     from sparsekit import tune
-    assert tune.tc_small_grid(k)["splits"] == splits
+    assert tune.tc_small_grid(k, tiles)["splits"] == splits
 
 
 def test_heuristic_keeps_short_k_small_grids_and_very_sparse_problems_on_cuda_cores():
