@@ -74,7 +74,7 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
-from gpu.vector_loads import aligned, load2, load4, load8, store4
+from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
@@ -84,7 +84,7 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "spl
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile")
+VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
@@ -992,6 +992,202 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
 
 
 # ---------------------------------------------------------------------------
+# Warp-split kernel (past the paper: small N, output grids too small to fill the GPU)
+# ---------------------------------------------------------------------------
+
+def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) -> int:
+    """Shared memory of one warp-split block: each warp's float32 partial tile of the block's
+    ``rows_per_warp`` rows x ``32 * cols_per_lane`` columns (summed in a fixed order at the end)."""
+    return nwarp * rows_per_warp * WARP_SIZE * cols_per_lane * _F32
+
+
+def _put_group(width: int):
+    """``put(dst, u, o, v)``: ``dst[u, o + x] = float32(v[x])`` for ``x < width`` (2, 4 or 8), written
+    out like :func:`_fma_group` (no tuple index chosen at run time)."""
+    if width == 2:
+        @cuda.jit(device=True, inline=True)
+        def put(dst, u, o, v):
+            dst[u, o] = float32(v[0])
+            dst[u, o + 1] = float32(v[1])
+    elif width == 4:
+        @cuda.jit(device=True, inline=True)
+        def put(dst, u, o, v):
+            dst[u, o] = float32(v[0])
+            dst[u, o + 1] = float32(v[1])
+            dst[u, o + 2] = float32(v[2])
+            dst[u, o + 3] = float32(v[3])
+    else:
+        @cuda.jit(device=True, inline=True)
+        def put(dst, u, o, v):
+            dst[u, o] = float32(v[0])
+            dst[u, o + 1] = float32(v[1])
+            dst[u, o + 2] = float32(v[2])
+            dst[u, o + 3] = float32(v[3])
+            dst[u, o + 4] = float32(v[4])
+            dst[u, o + 5] = float32(v[5])
+            dst[u, o + 6] = float32(v[6])
+            dst[u, o + 7] = float32(v[7])
+    return put
+
+
+@functools.cache
+def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool):
+    """USpMM for small N with each row's K' entries split over the warps of a block
+    (``variant="warp_split"``), ``b``/``c`` C-ordered.
+
+    Why: at N = 128 and M <= 2048 (the ResNet-50 layers of Table 1) the kernels above have fewer
+    output tiles than the GPU has SMs and split K over several blocks (``splits``); every such launch
+    pays a fence, a ticket and a serial sum of the partial tiles by one block per tile
+    (:func:`split_sum`), and between them too few loads are in flight (4 warps of the direct kernel
+    with 4 loads each: about 16 KB per SM, while L2 needs tens of KB in flight at its latency). Here
+    the split stays inside a block: no global hand-over, and ``numwarps`` warps a block.
+
+    Block ``(x, y)`` owns rows ``x * R .. x * R + R - 1`` (``R = rows_per_warp``) and the ``NT = 32
+    * cols_per_lane`` columns of column tile ``y``. Warp ``w`` takes the ``w``-th of ``numwarps``
+    near-equal runs of each row's K' slots (:func:`_split_range`; indices ascend, so about the
+    ``w``-th part of K) for all ``R`` rows; lane ``l`` owns the columns ``g * 32 * vw + l * vw +
+    x`` (``vw`` elements per read of at most 16 bytes), as in :func:`_direct_kernel`:
+
+    1. per row, ``unroll`` entries a step: their values and B offsets first (the same address in
+       every lane: one broadcast load each, served by L1 after the line's first entry), then the
+       ``unroll * cols_per_lane / vw`` vector reads of B into registers, then the multiply-adds,
+       so ``unroll`` rows of B are in flight per warp; the last ``< unroll`` entries of the run
+       are one guarded step (not one at a time: each would wait a full memory latency);
+    2. each warp writes its float32 partial row tile to its own part of shared memory
+       (``st.shared.v4``), one barrier;
+    3. every thread sums 4 consecutive outputs over the warps in the fixed order ``0, 1, ...,
+       numwarps - 1`` (``ld.shared.v4``) and writes them to C: deterministic, no atomics.
+
+    The price against the staged kernels: every entry reads its row of B from L1/L2 (no reuse
+    through shared memory), so the kernel is bound by L2 bandwidth at ``M * K' * N`` elements of B;
+    at small N the staged kernels' reuse needs more rows per block than there are blocks to fill
+    the GPU with.
+
+    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
+    ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
+    ``kprime``; ``vec_ok`` (rows of ``b`` start on a ``vw``-element boundary).
+    """
+    nt = WARP_SIZE * cols_per_lane
+    nthreads = numwarps * WARP_SIZE
+    vw = min(cols_per_lane, 8 if half else 4)       # elements per vector read of B (<= 16 bytes)
+    nvec = cols_per_lane // vw
+    gstride = WARP_SIZE * vw                         # columns between a lane's two groups (cpl 8, float32)
+    vload = {2: load2, 4: load4, 8: load8}[vw]
+    fma_v = _fma_group(vw)
+    put = _put_group(vw)
+    in_type = float16 if half else float32
+    tile = rows_per_warp * nt                        # outputs of a block
+    part_size = numwarps * tile                      # every warp's partial tile: [row, warp, column]
+
+    @cuda.jit(device=True, inline=True)
+    def step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv):
+        """Phase 1, ``unroll`` entries from slot ``s`` (all inside the run), 16-byte reads of B."""
+        for u in range(unroll):                                          # entries: broadcast loads
+            av[u] = float32(vrow[s + u])
+            ov[u] = irow[s + u] * n + gcol
+        for u in range(unroll):                                          # unroll rows of B in flight
+            for g in range(nvec):
+                put(bv, u, g * vw, vload(b, ov[u] + g * gstride))        # ld.global.v4
+        for u in range(unroll):                                          # then the multiply-adds
+            for x in range(cols_per_lane):
+                racc[x] += av[u] * bv[u, x]
+
+    @cuda.jit(device=True, inline=True)
+    def step_tail(racc, vrow, irow, s, take, b, n, gcol, interior, av, ov, bv):
+        """Phase 1, the first ``take`` (< ``unroll``, or any count off the interior) entries from
+        slot ``s``, each guarded; off the interior B is read element by element, zero past ``n``."""
+        for u in range(unroll):
+            if u < take:
+                av[u] = float32(vrow[s + u])
+                ov[u] = irow[s + u] * n + gcol
+        for u in range(unroll):
+            if u < take:
+                for g in range(nvec):
+                    if interior:
+                        put(bv, u, g * vw, vload(b, ov[u] + g * gstride))
+                    else:
+                        for x in range(vw):
+                            col = gcol + g * gstride + x
+                            bv[u, g * vw + x] = float32(b[ov[u] + g * gstride + x] if col < n else in_type(0.0))
+        for u in range(unroll):
+            if u < take:
+                for x in range(cols_per_lane):
+                    racc[x] += av[u] * bv[u, x]
+
+    @cuda.jit(device=True, inline=True)
+    def put_partial(sh_part, base, racc):
+        """This lane's ``cols_per_lane`` sums of one row into the warp's partial (vector stores)."""
+        for g in range(nvec):
+            o = base + g * gstride
+            if vw == 2:
+                store2(sh_part, o, (racc[g * 2], racc[g * 2 + 1]))
+            else:
+                for h in range(vw // 4):
+                    q = g * vw + h * 4
+                    store4(sh_part, o + h * 4, (racc[q], racc[q + 1], racc[q + 2], racc[q + 3]))
+
+    @cuda.jit
+    def kernel(vals, idxs, b, c, m, n, kprime, vec_ok):
+        t = cuda.threadIdx.x
+        warp = t // WARP_SIZE
+        lane = t % WARP_SIZE
+        row0 = cuda.blockIdx.x * rows_per_warp
+        col0 = cuda.blockIdx.y * nt
+        gcol = col0 + lane * vw                                          # this lane's first column
+        interior = vec_ok and col0 + nt <= n                             # every read of B is a vector
+        s0, s1 = _split_range(kprime, warp, numwarps)                    # this warp's run of K' slots
+        cnt = s1 - s0
+        sh_part = cuda.shared.array(part_size, float32, alignment=SMEM_ALIGN)
+        racc = cuda.local.array(cols_per_lane, float32)
+        av = cuda.local.array(unroll, float32)
+        ov = cuda.local.array(unroll, np.int64)
+        bv = cuda.local.array((unroll, cols_per_lane), float32)
+        for r in range(rows_per_warp):
+            row = row0 + r
+            for x in range(cols_per_lane):
+                racc[x] = 0.0
+            if row < m:                                                  # (uniform across the block)
+                vrow = vals[row, s0:s1]                                  # views from the run's start:
+                irow = idxs[row, s0:s1]                                  # indices from 0, no wraparound
+                s = 0
+                if interior:
+                    while s + unroll <= cnt:
+                        step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv)
+                        s += unroll
+                while s < cnt:                                           # the rest (all of it off the
+                    take = min(cnt - s, unroll)                          # interior), unroll at a time
+                    step_tail(racc, vrow, irow, s, take, b, n, gcol, interior, av, ov, bv)
+                    s += take
+            put_partial(sh_part, (r * numwarps + warp) * nt + lane * vw, racc)   # 2. the warp's partial
+        cuda.syncthreads()
+        for e in range(t * 4, tile, nthreads * 4):                       # 3. fixed-order sum, 4 outputs
+            r = e // nt                                                  #    a thread a step
+            j = e % nt
+            base = r * numwarps * nt + j
+            v = load4(sh_part, base)                                     # warp 0's partial
+            c0, c1, c2, c3 = v[0], v[1], v[2], v[3]
+            for w in range(1, numwarps):                                 # + warp 1, 2, ... in order
+                v = load4(sh_part, base + w * nt)
+                c0 += v[0]
+                c1 += v[1]
+                c2 += v[2]
+                c3 += v[3]
+            row = row0 + r
+            col = col0 + j
+            if row < m:
+                if col < n:
+                    c[row, col] = c0
+                if col + 1 < n:
+                    c[row, col + 1] = c1
+                if col + 2 < n:
+                    c[row, col + 2] = c2
+                if col + 3 < n:
+                    c[row, col + 3] = c3
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -1212,6 +1408,28 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll):
+    m, n = c.shape
+    half = dell.dtype == np.float16
+    threads, _ = _row_major_shape("warp_split", order, m, n, nwarp, rows_per_warp, cols_per_lane)
+    if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
+        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
+                         f"got {cols_per_lane}")
+    if unroll not in (2, 4, 8):
+        raise ValueError(f"unroll: must be 2, 4 or 8 (rows of B in flight per warp), got {unroll}")
+    shared = warp_split_shared_bytes(nwarp, rows_per_warp, cols_per_lane)
+    if shared > SHARED_LIMIT:
+        raise ValueError(f"nwarp, rows_per_warp, cols_per_lane: the warps' partial tiles need {shared} bytes of "
+                         f"shared memory (nwarp * rows_per_warp * 32 * cols_per_lane * 4), more than {SHARED_LIMIT}")
+    vw = min(cols_per_lane, 8 if half else 4)
+    vec_ok = n % vw == 0 and aligned(bdev, vw)
+    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half))
+    vals, idxs = dell.row_major()
+    grid = (cdiv(m, rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))   # a block: R rows x NT columns
+    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, m, n, dell.host.kprime, vec_ok),
+            "nwarp, rows_per_warp, cols_per_lane")
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
          rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
@@ -1226,7 +1444,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
-    if splits != 1 and variant in ("listing1", "tiled"):
+    if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
                          f"got {splits}")
     m, n = dell.shape[0], bdev.shape[1]
@@ -1242,6 +1460,8 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         elif variant == "dense_tile":
             _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
+        elif variant == "warp_split":
+            _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll)
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c

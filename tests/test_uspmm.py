@@ -58,6 +58,17 @@ DENSE_TILE = st.fixed_dictionaries({"variant": st.just("dense_tile"), "nwarp": s
                                     "splits": SPLITS})
 
 
+# warp_split: float32 reads B 2, 4 or 8 floats at a time, float16 4 or 8 halves; B's width from
+# every side of the interior (a column tile inside N, read with vector loads) and the edge tile
+WARP_SPLIT = {
+    dt: st.fixed_dictionaries({"variant": st.just("warp_split"), "nwarp": st.integers(1, 3),
+                               "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
+                               "unroll": st.sampled_from([2, 4, 8])})
+    for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
+}
+WARP_SPLIT_N = st.sampled_from([1, 5, 64, 66, 128, 136])
+
+
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
     want = ru.uspmm(ell, b)
@@ -103,6 +114,15 @@ def test_dense_tile_matches_reference(data, dtype):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_warp_split_matches_reference(data, dtype):
+    """Each row's K' slots split over 1-3 warps (runs of 0 slots where K' < nwarp), full and tail
+    steps of ``unroll`` entries, interior and edge column tiles, rows past M."""
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=10))
+    b = data.draw(dense_arrays((ell.shape[1], data.draw(WARP_SPLIT_N)), dtype=dtype))
+    check_against_reference(ell, b, data.draw(WARP_SPLIT[dtype]))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_linear_layout_matches_reference(data, dtype):
     """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
@@ -126,7 +146,8 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
                                       dict(variant="pipelined", nwarp=1, rows_per_warp=8, cols_per_lane=2, kc=4,
                                            unroll=4),
                                       dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4),
-                                      dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=4)])
+                                      dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=4),
+                                      dict(variant="warp_split", nwarp=2, rows_per_warp=4, cols_per_lane=2, unroll=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -175,7 +196,7 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile"])
+@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split"])
 def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
@@ -220,11 +241,37 @@ def test_rejects_index_past_k(small):
     (dict(variant="direct", splits=65), "splits: must be <= 64"),
     (dict(splits=2), "splits: variant 'listing1' does not split K"),
     (dict(variant="tiled", splits=2), "splits: variant 'tiled' does not split K"),
+    (dict(variant="warp_split", splits=2), "splits: variant 'warp_split' does not split K"),
+    (dict(variant="warp_split", unroll=3), "unroll: must be 2, 4 or 8"),
+    (dict(variant="warp_split", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
+    (dict(variant="warp_split", nwarp=33), "nwarp: must be <= 32"),
+    (dict(variant="warp_split", nwarp=16, rows_per_warp=8, cols_per_lane=8), r"partial tiles need 131072 bytes"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
     with pytest.raises(ValueError, match=match):
         gu.uspmm(ell, b, **tunables)
+
+
+def test_warp_split_rejects_two_halves_a_lane():
+    ell16 = ELL.from_dense(np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float16))
+    with pytest.raises(ValueError, match=r"cols_per_lane: must be 2, 4 or 8 \(4 or 8 for float16"):
+        gu.uspmm(ell16, np.ones((2, 3), np.float16), variant="warp_split", cols_per_lane=2)
+
+
+def test_warp_split_repeats_bit_identical():
+    """The warps' partial sums meet in shared memory in the fixed order 0, 1, ...: repeats agree bit
+    for bit (the GPU test repeats this at real sizes, where warps finish in varying order)."""
+    rng = np.random.default_rng(3)
+    mask = np.zeros((5, 40), dtype=bool)
+    for r in range(5):
+        mask[r, rng.choice(40, size=23, replace=False)] = True
+    ell = ELL.from_dense(rng.standard_normal((5, 40)).astype(np.float32), mask)
+    b = rng.standard_normal((40, 70)).astype(np.float32)
+    cfg = dict(variant="warp_split", nwarp=3, rows_per_warp=2, cols_per_lane=2, unroll=2)
+    first = gu.uspmm(ell, b, **cfg)
+    assert (first.view(np.uint32) == gu.uspmm(ell, b, **cfg).view(np.uint32)).all()
+    assert_fp32_accumulated(first, ru.uspmm(ell, b), ell.to_dense(), b, reduction=ell.kprime)
 
 
 def test_rejects_non_ell(small):

@@ -1,0 +1,217 @@
+"""USpMM at small N on a GPU: the warp-split kernel against the heuristic's choice and cuSPARSE CSR.
+
+The problems are the ResNet-50 layer shapes of the Table 1 analog (N = 128, 81% uniform sparsity,
+``experiments.uspmm_figures.table1_layers``), row-major B, float32 and float16. For each problem
+and dtype this times (median of :func:`sparsekit.timing.measure`, L2 flushed):
+
+* ``variant="warp_split"`` (:func:`gpu.uspmm._warp_split_kernel`) at every setting of
+  :data:`SETTINGS`;
+* ``config="heuristic"`` (:func:`sparsekit.tune.heuristic`'s choice, named in the output);
+* cuSPARSE CSR through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`).
+
+Each of our results is checked against a float64 product (:meth:`Problem.correct`) and launched
+twice more: the repeats must be bit-identical. Run it as a script on a GPU::
+
+    python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
+    python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
+    python experiments/bench_uspmm_small_n.py --profile M,K   # one launch per kernel, for ncu
+
+``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
+and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
+``--tool racecheck``. ``--profile`` launches the warp-split setting :data:`PROFILE_SETTING` and the
+heuristic's choice once each on one float32 layer, for ``ncu -k regex:^kernel``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import datetime, timezone
+
+import numpy as np
+
+if __package__ in (None, ""):                        # run as a script: the repository root on the path
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+N = 128
+SPARSITY = 0.81
+#: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll), 4 columns a lane (N = 128:
+#: one 16-byte read of B a lane in float32, 8 bytes in float16).
+SETTINGS = [(nw, rpw, u) for nw in (4, 8, 16) for rpw in (1, 2, 4) for u in (4, 8)]
+PROFILE_SETTING = (8, 2, 8)
+
+
+def warp_split(nwarp: int, rows_per_warp: int, unroll: int, cols_per_lane: int = 4) -> dict:
+    """The tunables of one warp-split setting."""
+    return dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
+                unroll=unroll)
+
+
+def setting_name(cfg: dict) -> str:
+    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}"
+
+
+def resnet50_shapes() -> list[tuple[int, int]]:
+    """The (M, K) of every distinct ResNet-50 weight shape of the Table 1 analog."""
+    from experiments.uspmm_figures import table1_layers
+    n, sparsity, shapes = table1_layers()["resnet50"]
+    assert (n, sparsity) == (N, SPARSITY), (n, sparsity)
+    return [(m, k) for m, k, _ in shapes]
+
+
+def bench_layer(m: int, k: int, dtype, *, repeat: int) -> list[dict]:
+    """One record per provider for the layer (see the module docstring)."""
+    from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
+    from gpu.uspmm import uspmm
+    from sparsekit.timing import measure
+    from sparsekit.tune import resolve
+    p = Problem(m, k, N, SPARSITY, dtype)
+    launches = {setting_name(warp_split(*s)): (lambda cfg=warp_split(*s): uspmm(p.dell, p.b, **cfg)) for s in SETTINGS}
+    launches["heuristic"] = lambda: uspmm(p.dell, p.b, config="heuristic")
+    launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
+    heuristic_choice = config_name(resolve("heuristic", p.dell, N, "C"))
+    records = []
+    for name, launch in launches.items():
+        rec = dict(m=m, k=k, n=N, sparsity=SPARSITY, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        if name == "heuristic":
+            rec["config"] = heuristic_choice
+        first = _to_host(launch())
+        rec["correct"] = p.correct(first)
+        if not name.startswith("cuSPARSE"):
+            rec["bit_identical"] = all((_to_host(launch()).view(np.uint8) == first.view(np.uint8)).all()
+                                       for _ in range(2))
+        t = measure(launch, repeat=repeat, warmup=2)
+        records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
+                            late=t.late))
+    return records
+
+
+def summary_rows(records) -> list[dict]:
+    """Per (layer, dtype): cuSPARSE, the heuristic, the fastest warp-split setting, and each setting."""
+    rows = {}
+    for r in records:
+        key = (r["dtype"], r["m"], r["k"])
+        row = rows.setdefault(key, dict(dtype=r["dtype"], m=r["m"], k=r["k"], kprime=r["kprime"], ws={}))
+        if r["provider"].startswith("cuSPARSE"):
+            row["cusparse"] = r["median_us"]
+        elif r["provider"] == "heuristic":
+            row["heuristic"], row["heuristic_config"] = r["median_us"], r["config"]
+        else:
+            row["ws"][r["provider"]] = r["median_us"]
+    for row in rows.values():
+        row["best_ws"] = min(row["ws"], key=row["ws"].get)
+    return list(rows.values())
+
+
+def table(records) -> str:
+    """Markdown: per layer the three times (us), ours vs cuSPARSE, and the heuristic's choice."""
+    lines = ["| dtype | M x K | K' | cuSPARSE CSR | heuristic | heuristic choice | best warp_split | setting | "
+             "best ws vs cuSPARSE | best ws vs heuristic |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in summary_rows(records):
+        best = row["ws"][row["best_ws"]]
+        cus = row.get("cusparse", float("nan"))
+        lines.append(f"| {row['dtype']} | {row['m']}x{row['k']} | {row['kprime']} | {cus:.1f} | "
+                     f"{row['heuristic']:.1f} | {row['heuristic_config']} | {best:.1f} | {row['best_ws']} | "
+                     f"{cus / best:.2f}x | {row['heuristic'] / best:.2f}x |")
+    return "\n".join(lines)
+
+
+def settings_table(records, dtype: str) -> str:
+    """Markdown: every warp-split setting's median (us) per layer of one dtype."""
+    rows = [r for r in summary_rows(records) if r["dtype"] == dtype]
+    names = [setting_name(warp_split(*s)) for s in SETTINGS]
+    lines = ["| M x K | K' | " + " | ".join(n.removeprefix("ws ") for n in names) + " |",
+             "|---|---|" + "---|" * len(names)]
+    for row in rows:
+        lines.append(f"| {row['m']}x{row['k']} | {row['kprime']} | "
+                     + " | ".join(f"{row['ws'][n]:.1f}" for n in names) + " |")
+    return "\n".join(lines)
+
+
+#: ``--sanitize`` cases: (M, K, N, K'), odd sizes, N not a multiple of 4 or 128, K' = 0 and K' = K.
+SANITIZE_CASES = [(37, 45, 19, 9), (70, 300, 136, 57), (5, 7, 3, 7), (33, 20, 130, 0)]
+SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8)]
+
+
+def sanitize() -> int:
+    """Each sanitizer case once per setting and dtype; 0 when every result matched."""
+    from experiments.bench_uspmm import U32
+    from gpu.uspmm import uspmm
+    from sparsekit.formats import ELL
+    bad = 0
+    rng = np.random.default_rng(5)
+    for m, k, n, kprime in SANITIZE_CASES:
+        mask = np.zeros((m, k), dtype=bool)
+        for r in range(m):
+            mask[r, rng.choice(k, size=kprime, replace=False)] = True
+        for dt in (np.float32, np.float16):
+            ell = ELL.from_dense(rng.standard_normal((m, k)).astype(dt), mask)
+            b = rng.standard_normal((k, n)).astype(dt)
+            a64, b64 = ell.to_dense().astype(np.float64), b.astype(np.float64)
+            exact, scale = a64 @ b64, np.abs(a64) @ np.abs(b64)
+            bound = kprime * U32 * scale + np.finfo(dt).eps * np.abs(exact) + np.finfo(dt).smallest_subnormal
+            for cfg in SANITIZE_SETTINGS:
+                got = uspmm(ell, b, **cfg).astype(np.float64)
+                if not (np.abs(got - exact) <= bound).all():
+                    bad += 1
+                    print(f"WRONG: {m}x{k}x{n} K'={kprime} {np.dtype(dt).name} {cfg}")
+    print("every warp-split case ran and matched" if not bad else f"{bad} wrong")
+    return 1 if bad else 0
+
+
+def profile(m: int, k: int) -> None:
+    """One launch each of :data:`PROFILE_SETTING` and the heuristic's choice (float32), for ncu."""
+    from numba import cuda
+
+    from experiments.bench_uspmm import Problem, config_name
+    from gpu.uspmm import uspmm
+    from sparsekit.tune import resolve
+    p = Problem(m, k, N, SPARSITY, np.float32)
+    for label, kw in (("warp_split " + setting_name(warp_split(*PROFILE_SETTING)), warp_split(*PROFILE_SETTING)),
+                      ("heuristic " + config_name(resolve("heuristic", p.dell, N, "C")), dict(config="heuristic"))):
+        uspmm(p.dell, p.b, **kw)
+        cuda.synchronize()
+        print(f"profiled: {m}x{k}x{N} float32 {label}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--out", default=None, help="directory for small_n.json")
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--profile", default=None, metavar="M,K")
+    args = ap.parse_args(argv)
+    if args.sanitize:
+        return sanitize()
+    if args.profile:
+        profile(*(int(x) for x in args.profile.split(",")))
+        return 0
+    from sparsekit.device import info
+    dev = info()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    records = []
+    for dt in args.dtypes.split(","):
+        for m, k in resnet50_shapes():
+            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat)
+            print(f"{dt} {m}x{k} done", flush=True)
+    print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed\n")
+    print(table(records))
+    for dt in args.dtypes.split(","):
+        print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
+        print(settings_table(records, dt))
+    wrong = [r for r in records if not r["correct"] or not r.get("bit_identical", True)]
+    print(f"\n{len(records)} records, {len(wrong)} wrong or not bit-identical")
+    for r in wrong:
+        print("WRONG:", r)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "small_n.json"), "w") as f:
+            json.dump(dict(device=dev.name, started=started, repeat=args.repeat, records=records), f, indent=1)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
