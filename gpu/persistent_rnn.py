@@ -178,7 +178,7 @@ from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
            "TRACE_PHASES", "MAX_PARTS", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
-           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs", "PASSES"]
+           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs", "PASSES", "PRESETS", "MAX_COPIES"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -273,7 +273,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
             vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
-            cp_async: bool = False, stagger: bool = False, uniform: tuple = ()):
+            cp_async: bool = False, stagger: bool = False, uniform: tuple = (), copies: int = 1,
+            pack: bool = False):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -342,7 +343,18 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     ``idx``): pass ``p`` operates on pairs ``uniform[p - 1] .. uniform[p] -
     1`` of every thread, compile-time bounds, so each pass is branch-free
     straight-line code whose shared loads the compiler can overlap (the
-    run-time bounds put every pair behind a branch of its own).
+    run-time bounds put every pair behind a branch of its own). ``copies``
+    (Lamport, no ring or cluster; 1 = off): the exchange holds ``copies``
+    copies of every step's h (slot ``t``, copy ``c`` at ``(t * copies + c) *
+    stride``); the writer of an element stores it into every copy, block
+    ``b`` reads copy ``(b + t) % copies`` at step ``t``, so each L2 line of h
+    is read by ``1 / copies`` of the blocks (the rotation with ``t`` lets a
+    one-block simulator run read every copy). ``pack`` (wide scheme, batch
+    4, RNN, shared reduce, no ring): lane 0 of a row sums all 4 samples
+    (16-byte shared loads of the partials, the same order of additions) and
+    writes the row's column of ``h_t`` with one 8-byte (float16) or 16-byte
+    (float32) store per copy instead of four 2- or 4-byte stores from four
+    lanes.
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -366,6 +378,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     FOLD = fold_h0
     ASYNC = cp_async
     STAGGER = stagger
+    COPIES = copies
+    PACK = pack and scheme == "wide" and batch == 4 and cell == "rnn" and not ring
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
     # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
@@ -389,7 +403,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NEG0 = float32(-0.0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
-    NBO = NS if SHFL else (B + TPR - 1) // TPR
+    NBO = NS if SHFL else (B if PACK else (B + TPR - 1) // TPR)
     NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
     PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
     ZERO_BAND = float32(_ZERO_BAND[dtype])
@@ -435,8 +449,11 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         shared reduce: ``lane + q * tpr``; shfl: after the reduce-scatter, lane
         holds samples ``base .. base + NS - 1`` with base's bits from the lane
         bits of the halving levels (``tpr / 2``, ``tpr / 4``, ...), and the
-        first lane of each group of ``tpr / S`` equal lanes writes them.
+        first lane of each group of ``tpr / S`` equal lanes writes them;
+        pack: lane 0 owns samples ``0 .. 3``.
         """
+        if PACK:                                       # lane 0 owns the row's 4 samples
+            return q if lane == 0 else B
         if SHFL:
             base = 0
             for lv in range(LOG_S):
@@ -626,6 +643,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 cuda.syncwarp()
             else:
                 cuda.syncthreads()
+        if PACK:
+            if active and lane == 0:
+                write_packed(red, red_off, r_local, row, t, bp, xchg, stride, hs, wslot)
+            return
         for q in range(NBO):
             b = owned(lane, q)
             if active and b < B:
@@ -642,12 +663,39 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     s = partial(red, red_off, acc, r_local, lane, q, 0, b)
                     y = zero_band(activate(s + float32(bp[q])))
                 if not RING:
-                    xchg[(t + 1) * stride + row * B + b] = y
+                    for cp in range(COPIES):
+                        xchg[(wslot * COPIES + cp) * stride + row * B + b] = y
                 elif wslot >= 0:
                     xchg[wslot * stride + row * B + b] = y
                 if RING and rslot >= 0:
                     xchg[rslot * stride + row * B + b] = NEG0
                 hs[t, b, row] = y
+
+    @cuda.jit(device=True, inline=True)
+    def write_packed(red, red_off, r_local, row, t, bp, xchg, stride, hs, wslot):
+        """pack: the row's 4 samples summed by one thread (a 16-byte shared load of each of the row's tpr
+        partials, added in the same order as ``partial``), + b'_t, g, and the row's column of h_t written with
+        one vector store per copy of slot ``wslot``."""
+        s0 = float32(0.0)
+        s1 = float32(0.0)
+        s2 = float32(0.0)
+        s3 = float32(0.0)
+        for k in range(TPR):
+            x0, x1, x2, x3 = ld_x4_f32(red, red_off + (r_local * TPR + k) * B)
+            s0 += x0
+            s1 += x1
+            s2 += x2
+            s3 += x3
+        y0 = nb_dtype(zero_band(activate(s0 + float32(bp[0]))))
+        y1 = nb_dtype(zero_band(activate(s1 + float32(bp[1]))))
+        y2 = nb_dtype(zero_band(activate(s2 + float32(bp[2]))))
+        y3 = nb_dtype(zero_band(activate(s3 + float32(bp[3]))))
+        for cp in range(COPIES):
+            store4(xchg, (wslot * COPIES + cp) * stride + row * B, (y0, y1, y2, y3))
+        hs[t, 0, row] = y0
+        hs[t, 1, row] = y1
+        hs[t, 2, row] = y2
+        hs[t, 3, row] = y3
 
     @cuda.jit(device=True, inline=True)
     def load_cell(cs, c0, t_start, row, lane, active, c):
@@ -767,6 +815,14 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         return rounds
 
     @cuda.jit(device=True, inline=True)
+    def read_slot(t):
+        """Exchange slot (of ``stride`` elements) this block reads h_t from: ring ``t % RING_SLOTS``; else copy
+        ``(block + t) % copies`` of step t (``copies``: every copy holds all of h_t)."""
+        if RING:
+            return t % RING_SLOTS
+        return t * COPIES + (cuda.blockIdx.x + t) % COPIES
+
+    @cuda.jit(device=True, inline=True)
     def is_pending(v):
         """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
         if F16:
@@ -878,20 +934,20 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for q in range(NBO):
                 b = owned(lane, q)
                 if active and b < B:
-                    xchg[(t_start % RING_SLOTS if RING else 0) * stride + row * B + b] = zero_band(
-                        float32(h_in[b, row]))
+                    for cp in range(COPIES):                 # (ring: one copy, slot t_start % RING_SLOTS)
+                        xchg[((t_start % RING_SLOTS if RING else 0) + cp) * stride + row * B + b] = zero_band(
+                            float32(h_in[b, row]))
         if CSYNC:                                        # every block of the cluster runs and has abort = 0
             cluster_sync()
         elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
         if not CHUNKED and PARTS == 1 and not ASYNC:
-            issue_loads(xchg_words, (t_start % RING_SLOTS if RING else t_start) * n_words, 0, pf, vt, nthreads,
-                        n_words)
+            issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, vt, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
-            base = (t % RING_SLOTS if RING else t) * n_words
+            base = read_slot(t) * n_words
             woff = (t % NBUF) * buf_words
             if PARTS > 1 or ASYNC:   # issue every part's loads, then per part: poll, store, barrier, operate
                 if SHFL and NBUF == 1:                   # every warp's operate(t-1) read h before it is replaced
@@ -973,8 +1029,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                         cuda.atomic.max(status, 0, 1)
                     return
                 if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                    issue_loads(xchg_words, ((t + 1) % RING_SLOTS if RING else t + 1) * n_words, 0, pf, tid, nthreads,
-                                n_words)
+                    issue_loads(xchg_words, read_slot(t + 1) * n_words, 0, pf, tid, nthreads, n_words)
                 elif not CHUNKED and not SHFL:
                     for k in range(CHW):
                         pf[k] = PENDING                      # loaded in the next load stage
@@ -1018,6 +1073,23 @@ def _fill(a, value):
     i = cuda.grid(1)
     if i < a.size:
         a[i] = value
+
+
+def _neg0_word(dtype: np.dtype) -> np.uint32:
+    """A 32-bit word of -0.0 elements of ``dtype`` (one float32, two float16)."""
+    return np.uint32(_NEG0_F32 if dtype.itemsize == 4 else _NEG0_F16 | _NEG0_F16 << 16)
+
+
+@cuda.jit
+def _fill_words(words, value):
+    """Preset a 1-D uint32 array with ``value`` in every word, 4 words (one 16-byte store) per thread
+    (``preset="vector"``; the array 16-byte aligned, as device allocations are)."""
+    i = cuda.grid(1) * 4
+    if i + 3 < words.size:
+        store4(words, i, (value, value, value, value))
+    else:
+        for k in range(i, min(i + 4, words.size)):
+            words[k] = value
 
 
 @cuda.jit
@@ -1111,6 +1183,10 @@ POLLS = ("batch", "lead")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
 REDUCES = ("shared", "shfl")
+#: how a Lamport launch presets its exchange buffer to -0.0: an element per thread, or 16 bytes per thread
+PRESETS = ("element", "vector")
+#: most copies of the exchange (``copies``)
+MAX_COPIES = 8
 #: parts: a thread's pass bounds, its own (run time) or the least over all threads (compile time)
 PASSES = ("thread", "uniform")
 
@@ -1155,6 +1231,14 @@ class PersistentRNN:
     * ``stagger`` (Lamport): each block starts its loads of h at a different chunk;
     * ``fold_h0`` (Lamport without the ring): the kernel writes h0 into exchange slot 0 itself, so a
       run is the preset and the kernel, two launches instead of three;
+    * ``copies`` (Lamport without ring or cluster, 1..``MAX_COPIES``): the exchange holds that many
+      copies of every step's h, every element is written into each, and block ``b`` reads copy
+      ``(b + t) % copies`` at step ``t``: each L2 line of h is read by ``1 / copies`` of the blocks
+      (the preset grows by the same factor);
+    * ``pack`` (Lamport RNN, shared reduce, no ring): one thread per row sums the row's 4 samples and
+      writes its column of h_t with one vector store (per copy) instead of four scalar stores;
+    * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
+      ``"vector"`` with a 16-byte store per thread (the same bytes);
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
@@ -1191,6 +1275,9 @@ class PersistentRNN:
     cp_async: bool = False
     stagger: bool = False
     passes: str = "thread"
+    copies: int = 1
+    pack: bool = False
+    preset: str = "element"
 
     def __post_init__(self):
         lay = self.layout
@@ -1202,11 +1289,11 @@ class PersistentRNN:
                                      ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS),
                                      ("poll", self.poll, POLLS), ("grid_sync", self.grid_sync, GRID_SYNCS),
                                      ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES),
-                                     ("passes", self.passes, PASSES)):
+                                     ("passes", self.passes, PASSES), ("preset", self.preset, PRESETS)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
         for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0",
-                     "cp_async", "stagger"):
+                     "cp_async", "stagger", "pack"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1256,6 +1343,14 @@ class PersistentRNN:
         if self.fold_h0 and (self.sync != "lamport" or self.ring):
             raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
                              f"got sync={self.sync!r}, ring={self.ring}")
+        self.copies = check_int(self.copies, "copies", minimum=1, maximum=MAX_COPIES)
+        if self.copies > 1 and (self.sync != "lamport" or self.ring or self.cluster):
+            raise ValueError(f"copies: copies of the exchange are an option of the Lamport kernel without ring and "
+                             f"cluster; got sync={self.sync!r}, ring={self.ring}, cluster={self.cluster}")
+        if self.pack and (self.sync != "lamport" or self.cell != "rnn" or self.reduce != "shared" or self.ring):
+            raise ValueError(f"pack: one vector store per row is an option of the Lamport RNN kernel with "
+                             f"reduce='shared' and no ring; got sync={self.sync!r}, cell={self.cell!r}, "
+                             f"reduce={self.reduce!r}, ring={self.ring}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
@@ -1303,7 +1398,7 @@ class PersistentRNN:
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
                               self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
-                              self.stagger, uniform)
+                              self.stagger, uniform, self.copies, self.pack)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
@@ -1441,7 +1536,7 @@ class PersistentRNN:
             xchg = cuda.device_array(RING_SLOTS * self.stride, dtype=self.layout.dtype)
             _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
         else:
-            xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
+            xchg = cuda.device_array((steps + 1) * self.copies * self.stride, dtype=self.layout.dtype)
         if self.trace and self._trace.size != self.grid * steps * len(TRACE_PHASES):
             self._trace = cuda.to_device(np.zeros(self.grid * steps * len(TRACE_PHASES), dtype=np.int64))
         return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))
@@ -1465,10 +1560,14 @@ class PersistentRNN:
             raise ValueError("start: only a Lamport run without the ring can start past step 0")
         n = self.hidden * self.batch
         if not self.ring:
-            if self.sync == "lamport":
+            if self.sync == "lamport" and self.preset == "vector":
+                words = xchg.view(np.uint32)
+                _fill_words[cdiv(words.size, 4 * 256), 256](words, _neg0_word(self.layout.dtype))
+            elif self.sync == "lamport":
                 _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
             if not self.fold_h0:
-                _set_h0[cdiv(n, 256), 256](h0, xchg)
+                for cp in range(self.copies):
+                    _set_h0[cdiv(n, 256), 256](h0, xchg[cp * self.stride:(cp + 1) * self.stride])
         args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0)
         self.check_coresident(args)
         self._launch(args)

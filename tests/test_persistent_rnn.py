@@ -486,3 +486,88 @@ def test_parts_and_fold_h0_bad_configuration():
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=True, **kw)
     with pytest.raises(TypeError, match="fold_h0: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)
+
+
+# -- session 5: copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+
+@st.composite
+def copies_options(draw):
+    """Options of session 5 (``copies``, ``pack``, ``preset``) with those they combine with."""
+    return {"copies": draw(st.integers(1, 4)), "pack": draw(st.booleans()),
+            "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
+            "stagger": draw(st.booleans()), "index16": draw(st.booleans()),
+            "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS)),
+            "double_buffer": draw(st.booleans()), "pipeline": draw(st.booleans())}
+
+
+@given(problem=problems(batch=4), opts=copies_options())
+def test_copies_pack_and_preset_match_reference(problem, opts):
+    """copies: the block reads copy (block + t) % copies at step t, so one simulated block reads every copy and
+    each must hold h_t; pack: the row's 4 samples summed by one thread in the same order; preset="vector":
+    the same -0.0 bytes. All give the reference's states."""
+    u, bp, h0, steps, tpr, activation = problem
+    lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
+    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(u.shape[0], tpr), **opts)
+    got = plan(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
+
+
+@pytest.mark.parametrize("preset", gpu_rnn.PRESETS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_copies_fill_every_copy_and_pack_equals_the_scalar_writes(preset, dtype):
+    """After a run every copy of every slot holds the same h_t (slot 0: h0), the states of pack equal the
+    four-lane writes bit for bit, and no -0.0 is left."""
+    from numba import cuda
+    u = _scaled(np.eye(12, dtype=np.float32) + 0.25, dtype)
+    bp = np.linspace(-1, 1, 4 * 4 * 12, dtype=np.float32).reshape(4, 4, 12).astype(dtype)
+    h0 = np.linspace(-0.5, 0.5, 4 * 12, dtype=np.float32).reshape(4, 12).astype(dtype)
+    lay = balance(u, tpr=4)
+    base = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16)(bp, h0, 4)
+    for fold in (False, True):
+        plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16, copies=3, pack=True, preset=preset, fold_h0=fold)
+        d_bp, hs = cuda.to_device(bp), cuda.device_array((4, 4, 12), dtype=dtype)
+        xchg, status = plan.buffers(4)
+        assert xchg.size == 5 * 3 * plan.stride
+        plan.enqueue(d_bp, cuda.to_device(h0), 4, xchg, hs, status)
+        assert hs.copy_to_host().tobytes() == base.tobytes()
+        slots = xchg.copy_to_host().reshape(5, 3, plan.stride)
+        assert (slots == slots[:, :1]).all() and not (np.signbit(slots) & (slots == 0)).any()
+        assert slots[0, 0].tobytes() == h0.T.copy().tobytes()
+        assert slots[1:, 0].reshape(4, 12, 4).transpose(0, 2, 1).tobytes() == base.tobytes()
+
+
+def test_copies_planted_stall_resumes():
+    """copies with a planted stall (enqueue(start=1)): the relaunch from step 0 fills every copy again."""
+    from numba import cuda
+    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
+    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
+    h0 = np.ones((4, 8), dtype=np.float32)
+    # (spin_limit 4096: in the simulator a thread polls h_t while the lanes 0 of other rows may still be summing)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=4096, max_relaunch=1, copies=2,
+                                 pack=True, preset="vector")
+    d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
+    xchg, status = plan.buffers(5)
+    plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
+    assert int(status.copy_to_host()[0]) != 0
+    plan._resume(d_bp, xchg, hs, status, 5)
+    assert plan.relaunches == 1
+    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= \
+        tolerance(u.dtype, plan.layout.kpad)
+
+
+def test_copies_pack_preset_bad_configuration():
+    lay, _, _ = _inputs()
+    for kw in ({"sync": "barrier"}, {"ring": True}, {"cluster": 2}):
+        with pytest.raises(ValueError, match="copies: copies of the exchange are an option of the Lamport kernel"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=2, **kw)
+    for bad in (0, gpu_rnn.MAX_COPIES + 1):
+        with pytest.raises(ValueError, match="copies"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=bad)
+    for kw in ({"sync": "barrier"}, {"reduce": "shfl"}, {"ring": True}):
+        with pytest.raises(ValueError, match="pack: one vector store per row is an option of the Lamport RNN"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, pack=True, **kw)
+    with pytest.raises(TypeError, match="pack: expected a bool"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, pack=1)
+    with pytest.raises(ValueError, match="preset: expected one of"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
