@@ -14,7 +14,7 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
 
     python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
-    python experiments/bench_uspmm_small_n.py --profile M,K   # one launch per kernel, for ncu
+    python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
 ``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
 and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
@@ -38,7 +38,8 @@ N = 128
 SPARSITY = 0.81
 #: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll), 4 columns a lane (N = 128:
 #: one 16-byte read of B a lane in float32, 8 bytes in float16).
-SETTINGS = [(nw, rpw, u) for nw in (4, 8, 16) for rpw in (1, 2, 4) for u in (4, 8)]
+SETTINGS = [(4, 1, 8), (4, 2, 8), (4, 4, 8), (8, 1, 8), (8, 2, 8), (8, 4, 8), (16, 1, 8), (16, 2, 8),
+            (8, 1, 4), (8, 2, 4), (16, 1, 4), (16, 2, 4)]
 PROFILE_SETTING = (8, 2, 8)
 
 
@@ -161,19 +162,38 @@ def sanitize() -> int:
     return 1 if bad else 0
 
 
-def profile(m: int, k: int) -> None:
-    """One launch each of :data:`PROFILE_SETTING` and the heuristic's choice (float32), for ncu."""
+def profile(shapes) -> None:
+    """For each (M, K): one launch each of :data:`PROFILE_SETTING` and the heuristic's choice
+    (float32), for ncu, in that order."""
     from numba import cuda
 
     from experiments.bench_uspmm import Problem, config_name
     from gpu.uspmm import uspmm
     from sparsekit.tune import resolve
-    p = Problem(m, k, N, SPARSITY, np.float32)
-    for label, kw in (("warp_split " + setting_name(warp_split(*PROFILE_SETTING)), warp_split(*PROFILE_SETTING)),
-                      ("heuristic " + config_name(resolve("heuristic", p.dell, N, "C")), dict(config="heuristic"))):
-        uspmm(p.dell, p.b, **kw)
-        cuda.synchronize()
-        print(f"profiled: {m}x{k}x{N} float32 {label}")
+    for m, k in shapes:
+        p = Problem(m, k, N, SPARSITY, np.float32)
+        for label, kw in (("warp_split " + setting_name(warp_split(*PROFILE_SETTING)), warp_split(*PROFILE_SETTING)),
+                          ("heuristic " + config_name(resolve("heuristic", p.dell, N, "C")),
+                           dict(config="heuristic"))):
+            uspmm(p.dell, p.b, **kw)
+            cuda.synchronize()
+            print(f"profiled: {m}x{k}x{N} float32 {label}")
+
+
+def floor_us(repeat: int) -> float:
+    """Median device time (us) of an empty Numba kernel of one block, measured like the problems:
+    what every measured time includes besides the work (launch, L2 flush aftermath)."""
+    from numba import cuda
+
+    from sparsekit.timing import measure
+
+    @cuda.jit
+    def empty(x):
+        if cuda.threadIdx.x == 1024:                 # never true: the kernel does nothing
+            x[0] = 0.0
+
+    x = cuda.device_array(1, np.float32)
+    return measure(lambda: empty[1, 32](x), repeat=repeat, warmup=2).median_s * 1e6
 
 
 def main(argv=None) -> int:
@@ -182,22 +202,44 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--out", default=None, help="directory for small_n.json")
     ap.add_argument("--sanitize", action="store_true")
-    ap.add_argument("--profile", default=None, metavar="M,K")
+    ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
+    ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        print(f"Device {saved['device']}, started {saved['started']}, {saved['repeat']} repeats, L2 flushed; "
+              f"empty kernel {saved['empty_kernel_us']:.1f} us\n")
+        print(table(saved["records"]))
+        for dt in dict.fromkeys(r["dtype"] for r in saved["records"]):
+            print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
+            print(settings_table(saved["records"], dt))
+        return 0
     if args.sanitize:
         return sanitize()
     if args.profile:
-        profile(*(int(x) for x in args.profile.split(",")))
+        profile([tuple(int(x) for x in shape.split(",")) for shape in args.profile.split(";")])
         return 0
     from sparsekit.device import info
     dev = info()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    floor = floor_us(args.repeat)
     records = []
+
+    def save():
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "small_n.json"), "w") as f:
+                json.dump(dict(device=dev.name, started=started, repeat=args.repeat, empty_kernel_us=floor,
+                               records=records), f, indent=1)
+
     for dt in args.dtypes.split(","):
         for m, k in resnet50_shapes():
             records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat)
+            save()
             print(f"{dt} {m}x{k} done", flush=True)
-    print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed\n")
+    print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed; "
+          f"empty kernel {floor:.1f} us\n")
     print(table(records))
     for dt in args.dtypes.split(","):
         print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
@@ -206,10 +248,6 @@ def main(argv=None) -> int:
     print(f"\n{len(records)} records, {len(wrong)} wrong or not bit-identical")
     for r in wrong:
         print("WRONG:", r)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "small_n.json"), "w") as f:
-            json.dump(dict(device=dev.name, started=started, repeat=args.repeat, records=records), f, indent=1)
     return 1 if wrong else 0
 
 

@@ -1073,7 +1073,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     nvec = cols_per_lane // vw
     gstride = WARP_SIZE * vw                         # columns between a lane's two groups (cpl 8, float32)
     vload = {2: load2, 4: load4, 8: load8}[vw]
-    fma_v = _fma_group(vw)
     put = _put_group(vw)
     in_type = float16 if half else float32
     tile = rows_per_warp * nt                        # outputs of a block

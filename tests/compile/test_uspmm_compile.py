@@ -9,6 +9,7 @@ from numba import types
 from numba.cuda import compiler
 
 from gpu import uspmm as gu
+from sparsekit import offline
 
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = {"float32": types.float32, "float16": types.float16}
@@ -167,6 +168,44 @@ def test_split_epilogue_fences_then_takes_a_ticket(variant):
     assert "ld.local" not in ptx and "st.local" not in ptx
 
 
+def warp_split_args(vt, it):
+    return [types.Array(vt, 2, "C"), types.Array(it, 2, "C"), types.Array(vt, 1, "C"), types.Array(vt, 2, "C"),
+            types.int64, types.int64, types.int64, types.boolean]
+
+
+# (cols_per_lane, rows_per_warp, nwarp, unroll), dtype, index dtype, the PTX vector read of B, the most
+# registers ptxas may use (sm_90, no launch bounds): float32 unroll 8 measured 94-96 (2 blocks of 8 warps
+# an SM), unroll 4 70 (3 blocks), float16 8 halves a lane 146 (the 8 x 8 floats of B in flight)
+WARP_SPLIT_BUILDS = [((4, 2, 8, 8), "float32", "int32", "ld.global.v4.f32", 104),
+                     ((4, 4, 8, 4), "float32", "int16", "ld.global.v4.f32", 80),
+                     ((4, 1, 16, 8), "float16", "int32", "ld.global.v2.u32", 128),
+                     ((8, 2, 8, 8), "float16", "int16", "ld.global.v4.u32", 160)]
+
+
+@pytest.mark.parametrize("shape,dtype,index,vread,max_regs", WARP_SPLIT_BUILDS)
+def test_warp_split_issues_unroll_reads_of_b_before_the_multiply_adds(shape, dtype, index, vread, max_regs):
+    """The interior step: ``unroll`` vector reads of B (one per entry and 16 bytes of columns) come before
+    its first multiply-add, so that many rows of B are in flight per warp; one barrier (the partials);
+    no atomics; no local memory or spills; registers as measured."""
+    cpl, rpw, nwarp, unroll = shape
+    half = dtype == "float16"
+    kernel = gu._warp_split_kernel(cpl, rpw, nwarp, unroll, half)
+    ptx, report = offline.build(kernel, warp_split_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), (9, 0))
+    first_fma = ptx.index("fma.rn.f32")
+    reads = len(re.findall(re.escape(vread) + r"\s", ptx[:first_fma]))
+    assert reads == unroll * (cpl // min(cpl, 8 if half else 4))
+    assert ptx.count("bar.sync") == 1 and "atom." not in ptx
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == use.spill_load_bytes == use.stack_bytes == 0
+    assert use.registers <= max_regs, use
+
+
+def test_warp_split_compiles_for_sm80():
+    ptx = lto_ptx(gu._warp_split_kernel(4, 2, 8, 8, False), warp_split_args(types.float32, types.int32), (8, 0))
+    assert ".target sm_80" in ptx and "ld.global.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
+
+
 def test_kernel_factories_are_cached():
     """One dispatcher (one compilation) per tunable setting: a factory without ``functools.cache``
     would compile again on every call."""
@@ -175,3 +214,4 @@ def test_kernel_factories_are_cached():
     assert gu._direct_kernel(4, 2, 4, False) is gu._direct_kernel(4, 2, 4, False)
     assert gu._tiled_kernel(4, 4, 4, 32, False, False) is gu._tiled_kernel(4, 4, 4, 32, False, False)
     assert gu._listing1_kernel(8, 8, 1) is gu._listing1_kernel(8, 8, 1)
+    assert gu._warp_split_kernel(4, 2, 8, 8, False) is gu._warp_split_kernel(4, 2, 8, 8, False)

@@ -25,6 +25,9 @@ CONFIGS = [
     dict(variant="dense_tile", nwarp=8, rows_per_warp=8, cols_per_lane=4, kc=16, min_blocks=2, splits=4),
     dict(variant="pipelined", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=32, unroll=4, min_blocks=2, splits=3),
     dict(variant="direct", nwarp=4, rows_per_warp=2, cols_per_lane=8, unroll=4, splits=8),
+    # each row's K' slots split over the warps of a block, partials summed in shared memory
+    dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
+    dict(variant="warp_split", nwarp=3, rows_per_warp=3, cols_per_lane=8, unroll=2),
 ]
 
 
@@ -78,3 +81,20 @@ def test_split_bit_identical_over_many_launches():
         assert p.correct(first)
         for _ in range(20):
             assert (uspmm(p.dell, p.b, **cfg).copy_to_host().view(np.uint32) == first.view(np.uint32)).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("m,k", [(512, 1024), (1000, 2048), (2048, 512), (64, 147)])
+def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
+    """ResNet-50 layer shapes of the Table 1 analog (N = 128, 81%): correct, and 20 launches (warps of a
+    block finishing in varying order) give one bit pattern: the partials are summed in a fixed order."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm import uspmm
+    p = Problem(m, k, 128, 0.81, dtype)
+    for cfg in (dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
+                dict(variant="warp_split", nwarp=16, rows_per_warp=1, cols_per_lane=4, unroll=4)):
+        first = uspmm(p.dell, p.b, **cfg).copy_to_host()
+        assert p.correct(first)
+        bits = first.view(np.uint16 if dtype == np.float16 else np.uint32)
+        for _ in range(20):
+            assert (uspmm(p.dell, p.b, **cfg).copy_to_host().view(bits.dtype) == bits).all()
