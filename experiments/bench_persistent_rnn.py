@@ -33,6 +33,9 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 ``session4`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
 ``parts``  Table 1's rows and the Lamport kernel operating on h's column parts as they arrive
            (``parts``) and writing h0 itself (``fold_h0``), at 1792 and 1152, traced, and the steps points.
+``session5`` Table 1's rows, ``fold_h0`` and session 5's options (copies of the exchange, one packed
+           store per row, the 16-byte preset, weak L2 loads) at 1792 and 1152, traced, without waiting, and
+           the steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -225,6 +228,9 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True,
                  "stagger": True}),
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 3, "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
+    ("lamport", {"load": "relaxed", "copies": 3, "pack": True}),
+    ("lamport", {"load": "relaxed", "pack": True, "preset": "vector", "double_buffer": True}),
 ]
 
 
@@ -441,7 +447,7 @@ def sweep_point(axis, hidden, density, batch, steps, config, tprs, options=None,
                         d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
                         hs = cuda.device_array((steps, batch, hidden), dtype=dtype)
                         xchg, status = plan.buffers(steps)
-                    args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None)
+                    args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None, d_h0)   # h_in: fold_h0 writes it
                     plan.kernel.compile(tuple(typeof(a) for a in args))          # CPU only
                     with _gpu_section():
                         plan.check_coresident(args)
@@ -803,6 +809,55 @@ def parts(out=None, jobs=8):
     return records
 
 
+# -- session 5: copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
+
+_RFV = {**_RF, "preset": "vector"}
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of session 4 (``fold_h0``), then
+#: session 5's options (results/persistent_rnn.md, "Session 5, helper"): the 16-byte preset, ``copies`` copies
+#: of the exchange (each L2 line of h read by 1 / copies of the blocks; is the 1 us load of h the hot L2 lines?),
+#: one packed store per row, and weak L2 loads (``cg``) with them
+SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport fold", "lamport", _RF),
+    ("lamport fold vpreset", "lamport", _RFV),
+    ("lamport fold copies2", "lamport", {**_RFV, "copies": 2}),
+    ("lamport fold copies4", "lamport", {**_RFV, "copies": 4}),
+    ("lamport fold copies8", "lamport", {**_RFV, "copies": 8}),
+    ("lamport fold pack", "lamport", {**_RFV, "pack": True}),
+    ("lamport fold copies4 pack", "lamport", {**_RFV, "copies": 4, "pack": True}),
+    ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
+    ("lamport fold copies4 cg", "lamport", {**_RFV, "copies": 4, "load": "cg"}),
+    ("lamport fold db", "lamport", {**_RFV, "double_buffer": True}),
+]
+SESSION5_STEPS = ("lamport fold", "lamport fold vpreset", "lamport fold copies4")
+SESSION5_TRACED = ("lamport fold", "lamport fold copies4")
+#: the no-wait ablation (``explore_one(ablate="no_wait")``): the loads of h with every value already there
+SESSION5_NO_WAIT = ("lamport fold", "lamport fold copies2", "lamport fold copies4", "lamport fold copies8")
+
+
+def session5(out=None, jobs=8, variants=None):
+    """``SESSION5_VARIANTS`` at 1792 and 1152 (256 steps), some traced or also timed without waiting at 1792, the
+    steps points at 1792; then the steps points of the fastest Lamport variant at 1792 if not among them."""
+    variants = SESSION5_VARIANTS if variants is None else variants
+    tasks = session4_tasks(variants, SESSION5_STEPS, traced=SESSION5_TRACED)
+    tasks += [(explore_one, dict(hidden=1792, label=label + " no_wait", config=c, kw=kw, tpr=16, rpb_mult=1,
+                                 check_steps=64, ablate="no_wait"))
+              for label, c, kw in variants if label in SESSION5_NO_WAIT]
+    records = run_parallel(tasks, jobs, out, "session5")
+    timed = [r for r in records if r.get("hidden") == 1792 and r.get("steps") == 256 and r.get("correct")
+             and r["variant"].startswith("lamport") and r["variant"].split()[-1] not in ("traced", "no_wait")]
+    best = min(timed, key=lambda r: r["us_per_step"])["variant"] if timed else None
+    if best and best not in SESSION5_STEPS:
+        chosen = [v for v in variants if v[0] == best]
+        print("fastest at 1792:", best)
+        records += run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
+    _table(records, _S4_COLUMNS + ["us_per_step_no_wait"])
+    traced = [r for r in records if "step_ns" in r]
+    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
+                    "operate_ns", "reduce_write_ns", "polls"])
+    _save(out, "session5", records)
+    return records
+
+
 # -- capacity: the largest layer that stays on chip (Figures 3-4 analog), offline -----------------------
 
 #: H100 limits (cudaDeviceProp of the lent device: 64K registers, 228 KB shared memory, 2048 threads per SM)
@@ -1051,7 +1106,7 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
             d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
             hs = cuda.device_array((steps, 4, hidden), dtype=dtype)
             xchg, status = plan.buffers(steps)
-        args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None)
+        args = plan._args(d_bp, xchg, hs, status, 0, steps, None, None, d_h0)   # h_in: fold_h0 writes it
         plan.kernel.compile(tuple(typeof(a) for a in args))                      # CPU only
         rec["compile_s"] = time.time() - t0
         with _gpu_section():
@@ -1399,7 +1454,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "followup": followup, "session4": session4, "parts": parts}[part](args.out)
+         "followup": followup, "session4": session4, "parts": parts, "session5": session5}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

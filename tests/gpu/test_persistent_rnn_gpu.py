@@ -354,3 +354,36 @@ def test_parts_and_fold_h0_planted_stall_relaunches_and_finishes(kw):
     assert plan.relaunches == 1
     assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
+
+
+# -- session 5: copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+
+COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
+          {"pack": True}, {"pack": True, "copies": 4, "fold_h0": True, "preset": "vector"},
+          {"preset": "vector"}, {"copies": 3, "pack": True, "stagger": True, "double_buffer": True},
+          {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}]
+
+
+@pytest.mark.parametrize("kw", COPIES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+@pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
+def test_copies_pack_preset_match_reference_and_repeat(kw, hidden, dtype, tpr):
+    """Every block reads another copy each step; an h0 holding -0.0; repeated calls bitwise identical."""
+    steps = 40
+    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 7)
+    h0[0, :3] = -0.0
+    plan = _plan(u, mask, "lamport", tpr, **{"load": "relaxed", **kw})
+    assert plan.grid > 1
+    _exact_and_repeatable(plan, u, bp, h0, steps)
+
+
+@pytest.mark.parametrize("kw", [{"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"}],
+                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
+def test_copies_planted_stall_relaunches_and_finishes(kw):
+    """The planted stall (start=1) with copies: one relaunch fills every copy again; the reference's states."""
+    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=2)
+    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", **kw)
+    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
+    plan._resume(d_bp, xchg, hs, status, 16, h0=cuda.to_device(h0))
+    assert plan.relaunches == 1
+    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
+        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
