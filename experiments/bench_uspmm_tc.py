@@ -8,6 +8,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --b2 --dtype float16                    # two blocks an SM
     python experiments/bench_uspmm_tc.py --fp32 [--previous FILE.py] [--out DIR] # float32 by density
     python experiments/bench_uspmm_tc.py --wave [--dtype float32] [--out DIR]    # grids of about one wave
+    python experiments/bench_uspmm_tc.py --large [--dtype float32] [--out DIR]   # grids of many waves
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -92,16 +93,46 @@ FP32_PROBLEMS = ([(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85, 0.90)]
                  + [(1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.90)])
 #: ``--wave``: grids of about one wave of 64 x 128 tiles (1024^3: 128 tiles on 132 SMs, so one block of 8 warps
 #: an SM however many would fit), where a K split or smaller tiles give each SM more blocks; per dtype.
-WAVE_PROBLEMS = {"float32": [(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85)] + [(768, 768, 1024, 0.60)],
+WAVE_PROBLEMS = {"float32": [(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0.85)] + [(768, 768, 1024, 0.60),
+                             (1024, 1024, 16384, 0.60)],                     # many waves, for comparison
                  "float16": [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.90), (768, 768, 1024, 0.60),
                              (1024, 1024, 512, 0.60)]}
 #: ``--wave``'s settings per dtype: (name, tunables) with the splits each is timed at.
 WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k16 w2x2 s4 b3", dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=4,
-                                                             min_blocks=3), (1, 2))],
+                                                             min_blocks=3), (1, 2)),
+                            # larger warp tiles: fewer fragment loads and B splits per MMA (session 5, second call)
+                            ("tc 64x128 k16 w1x4 s4 b3", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
+                                                              min_blocks=3), (1, 2)),
+                            ("tc 64x128 k16 w2x2 s4 b2", dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=2, stages=4,
+                                                              min_blocks=2), (1, 2)),
+                            ("tc 128x128 k16 w2x4 s3 b2", dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=4, stages=3,
+                                                               min_blocks=2), (1, 2)),
+                            ("tc 64x256 k16 w1x4 s3", dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=3),
+                             (1, 2)),
+                            ("tc 64x128 k32 w2x4 s3", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=3), (1,))],
                 "float16": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
                             ("tc 32x128 k64 w1x8 s4 b2", TC_CONFIGS["float16"]["tc 32x128 k64 w1x8 s4 b2"], (1, 2))]}
+#: ``--large``: grids of many waves (where session 5's second ``--wave`` call found float32 64 x 256 tiles with
+#: 64 x 64 warp tiles 22% faster than the default at N = 16384): larger warp tiles, per dtype.
+LARGE_PROBLEMS = {d: [(1024, 1024, 4096, 0.60), (1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.60)]
+                  for d in ("float32", "float16")}
+LARGE_CONFIGS = {
+    "float32": [("tc", {}, (1,)),
+                ("tc 64x256 k16 w1x4 s3 b2", dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=3), (1,)),
+                ("tc 64x256 k16 w1x4 s4 b2", dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4), (1,)),
+                ("tc 64x256 k8 w1x4 s4 b2", dict(bm=64, bn=256, kc=8, warps_m=1, warps_n=4, stages=4), (1,)),
+                ("tc 128x256 k16 w2x4 s3", dict(bm=128, bn=256, kc=16, warps_m=2, warps_n=4, stages=3, min_blocks=1),
+                 (1,)),
+                ("tc 128x128 k16 w2x2 s3 b2", dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=2, stages=3), (1,)),
+                ("tc 64x256 k32 w1x4 s3", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=3, min_blocks=1),
+                 (1,))],
+    "float16": [("tc", {}, (1,)),
+                ("tc 64x256 k32 w2x4 s4 b2", TC_CONFIGS["float16"]["tc 64x256 k32 w2x4 s4 b2"], (1,)),
+                ("tc 64x256 k32 w1x4 s4", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=4), (1,)),
+                ("tc 64x256 k64 w1x4 s3", dict(bm=64, bn=256, kc=64, warps_m=1, warps_n=4, stages=3), (1,)),
+                ("tc 128x256 k32 w2x4 s3", dict(bm=128, bn=256, kc=32, warps_m=2, warps_n=4, stages=3), (1,))]}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -216,16 +247,17 @@ def split_launches(p, which: str, previous=None) -> dict:
     :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors), ``--b2``
     (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`) or ``--fp32``
     (``which="fp32"``: the default, ``previous``'s default (a module, or None), ``config="auto"``,
-    the heuristic's CUDA-core choice, the vendors) or ``--wave`` (``which="wave"``: :data:`WAVE_CONFIGS`
-    at their splits, ``config="auto"``, the vendors)."""
+    the heuristic's CUDA-core choice, the vendors) or ``--wave`` / ``--large`` (``which="wave"`` /
+    ``"large"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` at their splits, ``config="auto"``, the vendors)."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
     dt = p.dtype.name
-    if which == "wave":
+    if which in ("wave", "large"):
+        configs = (WAVE_CONFIGS if which == "wave" else LARGE_CONFIGS)[dt]
         out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
-               for name, cfg, splits in WAVE_CONFIGS[dt] for s in splits}
+               for name, cfg, splits in configs for s in splits}
         out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
         out.update(vendor_launches(p, coo=False))
         return out
@@ -251,11 +283,12 @@ def split_launches(p, which: str, previous=None) -> dict:
 
 
 def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None, previous=None) -> list[dict]:
-    """``--splits`` / ``--b2`` / ``--fp32`` / ``--wave`` for one dtype: records, printed as one line each and kept as
+    """``--splits`` / ``--b2`` / ``--fp32`` / ``--wave`` / ``--large`` for one dtype: records, printed as one line each and kept as
     JSON in ``out``."""
     from experiments.bench_uspmm import Problem
     from sparsekit.device import info
-    probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype)}[which]
+    probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
+             "large": LARGE_PROBLEMS.get(dtype)}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
     launches = {i: split_launches(p, which, previous) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
@@ -325,9 +358,10 @@ def main(argv=None) -> int:
     ap.add_argument("--b2", action="store_true", help="two-blocks-an-SM settings against the default (B2_PROBLEMS)")
     ap.add_argument("--fp32", action="store_true", help="float32 by density (FP32_PROBLEMS) against the vendors")
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
+    ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
-    ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave: touch this file when every provider is checked")
-    ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave: wait for this file before timing")
+    ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave/--large: touch this file when every provider is checked")
+    ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave/--large: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", help="folder for the JSON records")
@@ -335,8 +369,9 @@ def main(argv=None) -> int:
     if args.sanitize:
         sanitize_case(args.dtype or ("float32", "float16"))
         return 0
-    if args.splits or args.b2 or args.fp32 or args.wave:
-        which = "splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave"
+    if args.splits or args.b2 or args.fp32 or args.wave or args.large:
+        which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave
+                 else "large")
         previous = load_previous(args.previous) if args.previous else None
         recs = []
         for d in ["float32"] if args.fp32 else args.dtype or ["float32", "float16"]:
