@@ -231,6 +231,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "copies": 3, "pack": True}),
     ("lamport", {"load": "relaxed", "pack": True, "preset": "vector", "double_buffer": True}),
+    ("lamport", {"load": "relaxed", "poll": "issue", "fold_h0": True, "preset": "vector"}),
+    ("lamport", {"load": "relaxed", "poll": "issue", "vector": True, "copies": 2}),
 ]
 
 
@@ -815,23 +817,31 @@ _RFV = {**_RF, "preset": "vector"}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of session 4 (``fold_h0``), then
 #: session 5's options (results/persistent_rnn.md, "Session 5, helper"): the 16-byte preset, ``copies`` copies
 #: of the exchange (each L2 line of h read by 1 / copies of the blocks; is the 1 us load of h the hot L2 lines?),
-#: one packed store per row, and weak L2 loads (``cg``) with them
+#: one packed store per row, weak L2 loads (``cg``), and ``poll="issue"`` (the step's loads issued back to back
+#: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
+_RFI = {**_RFV, "poll": "issue"}
 SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold vpreset", "lamport", _RFV),
+    ("lamport fold issue", "lamport", _RFI),
+    ("lamport fold issue vector", "lamport", {**_RFI, "vector": True}),
+    ("lamport fold issue pack", "lamport", {**_RFI, "pack": True}),
+    ("lamport fold issue db", "lamport", {**_RFI, "double_buffer": True}),
+    ("lamport fold issue cg", "lamport", {**_RFI, "load": "cg"}),
+    ("lamport fold issue copies2", "lamport", {**_RFI, "copies": 2}),
+    ("lamport fold issue copies4", "lamport", {**_RFI, "copies": 4}),
     ("lamport fold copies2", "lamport", {**_RFV, "copies": 2}),
     ("lamport fold copies4", "lamport", {**_RFV, "copies": 4}),
     ("lamport fold copies8", "lamport", {**_RFV, "copies": 8}),
     ("lamport fold pack", "lamport", {**_RFV, "pack": True}),
     ("lamport fold copies4 pack", "lamport", {**_RFV, "copies": 4, "pack": True}),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
-    ("lamport fold copies4 cg", "lamport", {**_RFV, "copies": 4, "load": "cg"}),
-    ("lamport fold db", "lamport", {**_RFV, "double_buffer": True}),
 ]
-SESSION5_STEPS = ("lamport fold", "lamport fold vpreset", "lamport fold copies4")
-SESSION5_TRACED = ("lamport fold", "lamport fold copies4")
+SESSION5_STEPS = ("lamport fold", "lamport fold vpreset", "lamport fold issue", "lamport fold copies4")
+SESSION5_TRACED = ("lamport fold", "lamport fold issue", "lamport fold copies4")
 #: the no-wait ablation (``explore_one(ablate="no_wait")``): the loads of h with every value already there
-SESSION5_NO_WAIT = ("lamport fold", "lamport fold copies2", "lamport fold copies4", "lamport fold copies8")
+SESSION5_NO_WAIT = ("lamport fold", "lamport fold issue", "lamport fold copies2", "lamport fold copies4",
+                    "lamport fold copies8")
 
 
 def session5(out=None, jobs=8, variants=None):

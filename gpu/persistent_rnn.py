@@ -285,7 +285,12 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     each of the four gate rows of its hidden unit (Appendix B); ``poll``
     (Lamport): ``"batch"`` reissues all still-pending words every round,
     ``"lead"`` waits on one pending word alone between rounds (less L2
-    traffic); ``double_buffer`` (Lamport): ``h`` alternates between two shared
+    traffic), ``"issue"`` issues every word's load at the step's start
+    with no check (addresses from the thread's first word plus constant
+    offsets) and only checks in the first round (``"batch"`` checks each
+    word of a preset register copy before its load, and ptxas computes each
+    address behind that check: ~18 instructions per load, from the SASS);
+    ``double_buffer`` (Lamport): ``h`` alternates between two shared
     buffers, so the reduce stage needs only a warp barrier; ``index16``: the
     indices arrive packed two per uint32 (``rnn_layout.thread_packed_indices``)
     and stay packed in registers; ``trace``: thread 0 of each block records
@@ -363,6 +368,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     PIPELINE = pipeline
     LSTM = cell == "lstm"
     LEAD = poll == "lead"
+    ISSUE = poll == "issue"
     IDX16 = index16
     TRACE = trace
     NBUF = 2 if (double_buffer or cluster) and sync == "lamport" else 1
@@ -497,6 +503,44 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             e = word(tid, kb + k, nthreads, n_words)
             if e < n_words:
                 load_group(xchg_words, base + e, pf, k)
+
+    @cuda.jit(device=True, inline=True)
+    def issue_all(xchg_words, base, pf, tid, nthreads, n_words):
+        """``poll="issue"``: the loads of all of this thread's words of h (slot at word ``base``), with no check
+        of earlier values: addressed from the thread's first word at constant offsets (block size compiled
+        in), each behind one 32-bit compare with a constant (``word``'s words, without its clamp)."""
+        step = (NT if NT else nthreads) * VEC
+        first = base + tid * VEC
+        lim = int32(n_words - tid * VEC)
+        if int32((CHW // VEC - 1) * step) < lim:      # all of them exist (most threads): no predicates
+            for k in range(0, CHW, VEC):
+                load_group(xchg_words, first + (k // VEC) * step, pf, k)
+        else:
+            for k in range(0, CHW, VEC):
+                if int32((k // VEC) * step) < lim:
+                    load_group(xchg_words, first + (k // VEC) * step, pf, k)
+
+    @cuda.jit(device=True, inline=True)
+    def any_pending(pf, tid, nthreads, n_words):
+        """``poll="issue"``: whether any of this thread's words of h (``issue_all``'s) still holds -0.0.
+
+        float16 with all words present: x = word ^ (-0.0, -0.0) has a zero half iff the word is pending, and
+        ``(x - 0x00010001) & ~x & 0x80008000`` is nonzero iff x has a zero half (exact for "any"; the borrow
+        out of a zero low half only ever adds to a nonzero result), OR-ed over the words: 4 instructions a word
+        instead of 5 and one branch."""
+        step = (NT if NT else nthreads) * VEC
+        lim = int32(n_words - tid * VEC)
+        if F16 and int32((CHW // VEC - 1) * step) < lim:
+            bits = uint32(0)
+            for k in range(CHW):
+                x = pf[k] ^ PENDING
+                bits |= (x - uint32(0x00010001)) & ~x & uint32(0x80008000)
+            return uint32(bits) != uint32(0)
+        pending = False
+        for k in range(0, CHW, VEC):
+            if int32((k // VEC) * step) < lim and group_pending(pf, k):
+                pending = True
+        return pending
 
     @cuda.jit(device=True, inline=True)
     def load_group(xchg_words, i, pf, k):
@@ -711,10 +755,15 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         """Lamport's load stage: reload this thread's words still -0.0 until none is (or spin_limit rounds).
 
         Each round reissues all pending loads back to back (one L2 round trip
-        per round). Returns (still pending, rounds).
+        per round); ``poll="issue"``: the first round's loads were issued
+        (unconditionally) at the step's start, so the first round only checks.
+        Returns (still pending, rounds).
         """
         polls = 0
         pending = True
+        if ISSUE:                                      # the first round's loads went out at the step's start
+            pending = any_pending(pf, tid, nthreads, n_words)
+            polls = 1
         while pending and polls < spin_limit:
             for k in range(0, CHW, VEC):
                 e = word(tid, kb + k, nthreads, n_words)
@@ -941,10 +990,14 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             cluster_sync()
         elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
-        if not CHUNKED and PARTS == 1 and not ASYNC:
+        if ISSUE:
+            issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words)
+        elif not CHUNKED and PARTS == 1 and not ASYNC:
             issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, vt, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
+            if ISSUE and t > t_start:                    # every word of h_{t-1}, no checks, before anything else
+                issue_all(xchg_words, read_slot(t) * n_words, pf, tid, nthreads, n_words)
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = read_slot(t) * n_words
@@ -986,7 +1039,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                         cuda.atomic.max(status, 0, 1)
                     return
             else:
-                if SHFL and not CHUNKED and not PIPELINE and t > t_start:
+                if SHFL and not CHUNKED and not PIPELINE and not ISSUE and t > t_start:
                     issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
                 if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
                     cuda.syncthreads()
@@ -1030,7 +1083,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     return
                 if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
                     issue_loads(xchg_words, read_slot(t + 1) * n_words, 0, pf, tid, nthreads, n_words)
-                elif not CHUNKED and not SHFL:
+                elif not CHUNKED and not SHFL and not ISSUE:
                     for k in range(CHW):
                         pf[k] = PENDING                      # loaded in the next load stage
                 operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
@@ -1179,7 +1232,7 @@ def pass_pairs(layout: RNNLayout, parts: int) -> np.ndarray:
     return n / max(n.sum(), 1)
 
 
-POLLS = ("batch", "lead")
+POLLS = ("batch", "lead", "issue")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
 REDUCES = ("shared", "shfl")
@@ -1351,6 +1404,12 @@ class PersistentRNN:
             raise ValueError(f"pack: one vector store per row is an option of the Lamport RNN kernel with "
                              f"reduce='shared' and no ring; got sync={self.sync!r}, cell={self.cell!r}, "
                              f"reduce={self.reduce!r}, ring={self.ring}")
+        if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1 or self.cp_async
+                                     or self.pipeline or self.cluster or self.ring or self.stagger):
+            raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, cp_async, "
+                             f"pipeline, cluster, ring and stagger; got sync={self.sync!r}, chunk={self.chunk}, "
+                             f"parts={self.parts}, cp_async={self.cp_async}, pipeline={self.pipeline}, "
+                             f"cluster={self.cluster}, ring={self.ring}, stagger={self.stagger}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)

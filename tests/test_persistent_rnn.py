@@ -73,6 +73,15 @@ def test_table1_configs_match_reference(config, problem):
     assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
+def _poll_fits(opts: dict, parts: int = 1) -> dict:
+    """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster, ring and stagger
+    (``test_copies_pack_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
+    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster", "cp_async", "stagger"))
+    if opts.get("poll") == "issue" and clash:
+        opts["poll"] = "batch"
+    return opts
+
+
 @st.composite
 def tunables(draw):
     """(sync, options): every PersistentRNN tunable that must leave the result unchanged."""
@@ -87,6 +96,7 @@ def tunables(draw):
                     double_buffer=draw(st.booleans()), ring=draw(st.booleans()))
         if not (opts["chunk"] or opts["pipeline"] or opts["reduce"] == "shfl"):
             opts["cluster"] = draw(st.sampled_from([0, 2, 4]))
+        _poll_fits(opts)
     return sync, opts
 
 
@@ -384,7 +394,7 @@ def parts_options(draw):
             "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
             "passes": draw(st.sampled_from(gpu_rnn.PASSES)),
             "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
-    return parts, draw(st.booleans()), opts
+    return parts, draw(st.booleans()), _poll_fits(opts, parts)
 
 
 @given(problem=problems(batch=4), po=parts_options())
@@ -492,20 +502,24 @@ def test_parts_and_fold_h0_bad_configuration():
 
 @st.composite
 def copies_options(draw):
-    """Options of session 5 (``copies``, ``pack``, ``preset``) with those they combine with."""
+    """Options of session 5 (``copies``, ``pack``, ``preset``, ``poll="issue"``) with those they combine with."""
+    poll = draw(st.sampled_from(gpu_rnn.POLLS))
+    rounds = poll != "issue"                           # stagger and pipeline only with the polls by rounds
     return {"copies": draw(st.integers(1, 4)), "pack": draw(st.booleans()),
             "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
-            "stagger": draw(st.booleans()), "index16": draw(st.booleans()),
-            "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS)),
-            "double_buffer": draw(st.booleans()), "pipeline": draw(st.booleans())}
+            "stagger": rounds and draw(st.booleans()), "index16": draw(st.booleans()), "poll": poll,
+            "load": draw(st.sampled_from(gpu_rnn.LOADS)), "double_buffer": draw(st.booleans()),
+            "pipeline": rounds and draw(st.booleans()), "vector": draw(st.booleans())}
 
 
 @given(problem=problems(batch=4), opts=copies_options())
 def test_copies_pack_and_preset_match_reference(problem, opts):
     """copies: the block reads copy (block + t) % copies at step t, so one simulated block reads every copy and
     each must hold h_t; pack: the row's 4 samples summed by one thread in the same order; preset="vector":
-    the same -0.0 bytes. All give the reference's states."""
+    the same -0.0 bytes; poll="issue": all loads first, then checks (scalar words or 16-byte groups). All give
+    the reference's states."""
     u, bp, h0, steps, tpr, activation = problem
+    opts["vector"] = opts["vector"] and u.shape[0] * 4 * u.dtype.itemsize % 16 == 0     # whole 16-byte groups
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
     plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(u.shape[0], tpr), **opts)
     got = plan(bp, h0, steps)
@@ -571,3 +585,7 @@ def test_copies_pack_preset_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, pack=1)
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True}, {"cluster": 2},
+               {"stagger": True}, {"cp_async": True, "vector": True}):
+        with pytest.raises(ValueError, match="poll: 'issue' is an option of the Lamport kernel without chunk"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", **kw)

@@ -280,3 +280,16 @@ def test_vector_preset_stores_16_bytes():
     lib._lto = True
     ptx = lib.get_lto_ptx(cc=(9, 0))
     assert len(re.findall(r"st\.global\.v4\.u32", ptx)) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_poll_issue_loads_first_and_checks_after(dtype):
+    """poll='issue': the step's loads of h are issued unconditionally (a branch-free copy for threads whose words
+    all exist, one with a compare per word for the rest; before the steps and in the loop: up to 4 x WORDS, LLVM
+    merges a few), plus the reloads of the poll rounds (WORDS); float16's first check ORs
+    ``(x - 0x00010001) & ~x & 0x80008000``."""
+    ptx = _lto_ptx_opts("lamport", dtype, load="relaxed", poll="issue", threads=64)
+    assert 4 * WORDS <= len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", ptx)) <= 5 * WORDS
+    assert ("-2147450880" in ptx or "0x80008000" in ptx or "2147516416" in ptx) == (dtype == np.float16)
+    assert ".local" not in ptx

@@ -361,7 +361,10 @@ def test_parts_and_fold_h0_planted_stall_relaunches_and_finishes(kw):
 COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
           {"pack": True}, {"pack": True, "copies": 4, "fold_h0": True, "preset": "vector"},
           {"preset": "vector"}, {"copies": 3, "pack": True, "stagger": True, "double_buffer": True},
-          {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}]
+          {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
+          {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
+          {"poll": "issue", "pack": True, "double_buffer": True, "load": "cg"},
+          {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False}]
 
 
 @pytest.mark.parametrize("kw", COPIES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
@@ -376,7 +379,8 @@ def test_copies_pack_preset_match_reference_and_repeat(kw, hidden, dtype, tpr):
     _exact_and_repeatable(plan, u, bp, h0, steps)
 
 
-@pytest.mark.parametrize("kw", [{"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"}],
+@pytest.mark.parametrize("kw", [{"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"},
+                                {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
 def test_copies_planted_stall_relaunches_and_finishes(kw):
     """The planted stall (start=1) with copies: one relaunch fills every copy again; the reference's states."""
