@@ -36,21 +36,30 @@ if __package__ in (None, ""):                        # run as a script: the repo
 
 N = 128
 SPARSITY = 0.81
-#: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll), 4 columns a lane (N = 128:
-#: one 16-byte read of B a lane in float32, 8 bytes in float16).
-SETTINGS = [(4, 1, 8), (4, 2, 8), (4, 4, 8), (8, 1, 8), (8, 2, 8), (8, 4, 8), (16, 1, 8), (16, 2, 8),
-            (8, 1, 4), (8, 2, 4), (16, 1, 4), (16, 2, 4)]
-PROFILE_SETTING = (8, 2, 8)
+#: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll, min_blocks), 4 columns a lane
+#: (N = 128: one 16-byte read of B a lane in float32, 8 bytes in float16). The first H100 call (05:19 UTC)
+#: timed nwarp 4/8/16 x rows_per_warp 1/2/4 at unroll 8 and nwarp 8/16 x rows_per_warp 1/2 at unroll 4,
+#: without launch bounds (results/uspmm.md); this set keeps its winners and adds min_blocks (registers
+#: capped so that more warps fit an SM).
+SETTINGS = [(8, 1, 4, 1), (8, 1, 4, 4), (4, 1, 8, 1), (4, 1, 8, 6), (8, 1, 8, 1), (8, 1, 8, 3),
+            (16, 1, 4, 1), (4, 2, 8, 6), (4, 4, 8, 6), (8, 2, 4, 4)]
+PROFILE_SETTING = (8, 1, 4, 4)
+#: ``--extra``: N = 128 problems beyond ResNet-50 (Figs. 5-7 at 60%, 128^3 at 5% and 95%, 1024^2 at
+#: 95%), N = 256, and larger M, to bound the routing rule: (M, K, N, sparsity).
+EXTRA_PROBLEMS = [(128, 128, 128, 0.6), (256, 256, 128, 0.6), (512, 512, 128, 0.6), (768, 768, 128, 0.6),
+                  (1024, 1024, 128, 0.6), (128, 128, 128, 0.05), (128, 128, 128, 0.95), (1024, 1024, 128, 0.95),
+                  (1024, 1024, 256, 0.6), (2048, 2048, 128, 0.6), (4096, 1024, 128, 0.81), (4096, 2048, 128, 0.81)]
 
 
-def warp_split(nwarp: int, rows_per_warp: int, unroll: int, cols_per_lane: int = 4) -> dict:
+def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4) -> dict:
     """The tunables of one warp-split setting."""
     return dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
-                unroll=unroll)
+                unroll=unroll, min_blocks=min_blocks)
 
 
 def setting_name(cfg: dict) -> str:
-    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}"
+    mb = f" mb{cfg['min_blocks']}" if cfg.get("min_blocks", 1) != 1 else ""
+    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}"
 
 
 def resnet50_shapes() -> list[tuple[int, int]]:
@@ -61,20 +70,20 @@ def resnet50_shapes() -> list[tuple[int, int]]:
     return [(m, k) for m, k, _ in shapes]
 
 
-def bench_layer(m: int, k: int, dtype, *, repeat: int) -> list[dict]:
-    """One record per provider for the layer (see the module docstring)."""
+def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: float = SPARSITY) -> list[dict]:
+    """One record per provider for the problem (see the module docstring)."""
     from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve
-    p = Problem(m, k, N, SPARSITY, dtype)
+    p = Problem(m, k, n, sparsity, dtype)
     launches = {setting_name(warp_split(*s)): (lambda cfg=warp_split(*s): uspmm(p.dell, p.b, **cfg)) for s in SETTINGS}
     launches["heuristic"] = lambda: uspmm(p.dell, p.b, config="heuristic")
     launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
-    heuristic_choice = config_name(resolve("heuristic", p.dell, N, "C"))
+    heuristic_choice = config_name(resolve("heuristic", p.dell, n, "C"))
     records = []
     for name, launch in launches.items():
-        rec = dict(m=m, k=k, n=N, sparsity=SPARSITY, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
         if name == "heuristic":
             rec["config"] = heuristic_choice
         first = _to_host(launch())
@@ -92,10 +101,11 @@ def summary_rows(records) -> list[dict]:
     """Per (layer, dtype): cuSPARSE, the heuristic, the fastest warp-split setting, and each setting."""
     rows = {}
     for r in records:
-        key = (r["dtype"], r["m"], r["k"])
-        row = rows.setdefault(key, dict(dtype=r["dtype"], m=r["m"], k=r["k"], kprime=r["kprime"], ws={}))
+        key = (r["dtype"], r["m"], r["k"], r["n"], r["sparsity"])
+        row = rows.setdefault(key, dict(dtype=r["dtype"], m=r["m"], k=r["k"], n=r["n"], sparsity=r["sparsity"],
+                                        kprime=r["kprime"], ws={}))
         if r["provider"].startswith("cuSPARSE"):
-            row["cusparse"] = r["median_us"]
+            row["cusparse"], row["cusparse_correct"] = r["median_us"], r["correct"]
         elif r["provider"] == "heuristic":
             row["heuristic"], row["heuristic_config"] = r["median_us"], r["config"]
         else:
@@ -105,35 +115,45 @@ def summary_rows(records) -> list[dict]:
     return list(rows.values())
 
 
+def problem_name(row) -> str:
+    """``MxK`` for the ResNet-50 layers (N = 128, 81%), else ``MxKxN s%``."""
+    if (row["n"], row["sparsity"]) == (N, SPARSITY):
+        return f"{row['m']}x{row['k']}"
+    return f"{row['m']}x{row['k']}x{row['n']} {round(100 * row['sparsity'])}%"
+
+
 def table(records) -> str:
-    """Markdown: per layer the three times (us), ours vs cuSPARSE, and the heuristic's choice."""
+    """Markdown: per problem the three times (us), ours vs cuSPARSE, and the heuristic's choice; a * marks a
+    cuSPARSE result outside the float32-accumulation bound (float16: it does not accumulate in float32)."""
     lines = ["| dtype | M x K | K' | cuSPARSE CSR | heuristic | heuristic choice | best warp_split | setting | "
              "best ws vs cuSPARSE | best ws vs heuristic |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary_rows(records):
         best = row["ws"][row["best_ws"]]
         cus = row.get("cusparse", float("nan"))
-        lines.append(f"| {row['dtype']} | {row['m']}x{row['k']} | {row['kprime']} | {cus:.1f} | "
+        star = "" if row.get("cusparse_correct", True) else "*"
+        lines.append(f"| {row['dtype']} | {problem_name(row)} | {row['kprime']} | {cus:.1f}{star} | "
                      f"{row['heuristic']:.1f} | {row['heuristic_config']} | {best:.1f} | {row['best_ws']} | "
                      f"{cus / best:.2f}x | {row['heuristic'] / best:.2f}x |")
     return "\n".join(lines)
 
 
 def settings_table(records, dtype: str) -> str:
-    """Markdown: every warp-split setting's median (us) per layer of one dtype."""
+    """Markdown: every warp-split setting's median (us) per problem of one dtype (- where not timed)."""
     rows = [r for r in summary_rows(records) if r["dtype"] == dtype]
-    names = [setting_name(warp_split(*s)) for s in SETTINGS]
+    names = list(dict.fromkeys(name for r in rows for name in r["ws"]))
     lines = ["| M x K | K' | " + " | ".join(n.removeprefix("ws ") for n in names) + " |",
              "|---|---|" + "---|" * len(names)]
     for row in rows:
-        lines.append(f"| {row['m']}x{row['k']} | {row['kprime']} | "
-                     + " | ".join(f"{row['ws'][n]:.1f}" for n in names) + " |")
+        lines.append(f"| {problem_name(row)} | {row['kprime']} | "
+                     + " | ".join(f"{row['ws'][n]:.1f}" if n in row["ws"] else "-" for n in names) + " |")
     return "\n".join(lines)
 
 
 #: ``--sanitize`` cases: (M, K, N, K'), odd sizes, N not a multiple of 4 or 128, K' = 0 and K' = K.
 SANITIZE_CASES = [(37, 45, 19, 9), (70, 300, 136, 57), (5, 7, 3, 7), (33, 20, 130, 0)]
-SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8)]
+SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8),
+                     warp_split(8, 1, 4, min_blocks=4)]
 
 
 def sanitize() -> int:
@@ -202,6 +222,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--out", default=None, help="directory for small_n.json")
     ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--extra", action="store_true", help="also time EXTRA_PROBLEMS")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
     args = ap.parse_args(argv)
@@ -233,19 +254,23 @@ def main(argv=None) -> int:
                 json.dump(dict(device=dev.name, started=started, repeat=args.repeat, empty_kernel_us=floor,
                                records=records), f, indent=1)
 
+    problems = [(m, k, N, SPARSITY) for m, k in resnet50_shapes()] + (EXTRA_PROBLEMS if args.extra else [])
     for dt in args.dtypes.split(","):
-        for m, k in resnet50_shapes():
-            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat)
+        for m, k, n, sparsity in problems:
+            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity)
             save()
-            print(f"{dt} {m}x{k} done", flush=True)
+            print(f"{dt} {m}x{k}x{n} {sparsity} done", flush=True)
     print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed; "
           f"empty kernel {floor:.1f} us\n")
     print(table(records))
     for dt in args.dtypes.split(","):
         print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
         print(settings_table(records, dt))
-    wrong = [r for r in records if not r["correct"] or not r.get("bit_identical", True)]
-    print(f"\n{len(records)} records, {len(wrong)} wrong or not bit-identical")
+    ours = [r for r in records if not r["provider"].startswith("cuSPARSE")]
+    wrong = [r for r in ours if not r["correct"] or not r["bit_identical"]]
+    vendor_off = sum(not r["correct"] for r in records if r["provider"].startswith("cuSPARSE"))
+    print(f"\n{len(ours)} results of ours, {len(wrong)} wrong or not bit-identical; "
+          f"{vendor_off} cuSPARSE results outside the float32-accumulation bound (* above)")
     for r in wrong:
         print("WRONG:", r)
     return 1 if wrong else 0

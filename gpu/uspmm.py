@@ -39,6 +39,11 @@ accumulates in float32):
     ``0 * inf`` is NaN: with non-finite values in ``B`` its result differs
     from the sparse kernels' where a row does not use them (finite ``B``:
     same result within float32 accumulation).
+``"warp_split"``: small N (see :func:`_warp_split_kernel`)
+    a block owns a few rows; its warps split each row's K' entries and sum
+    their partial rows in shared memory in a fixed order: a grid of M/R
+    blocks of many warps fills the GPU where N = 128 gives too few output
+    tiles, with no K split over blocks (no fence, ticket or serial sum).
 
 Which is faster depends on the problem (float32 on the H100,
 ``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
@@ -48,8 +53,12 @@ than the GPU has SMs (N = 128 at M <= 2048, 128^3) the pipelined, direct and
 dense-tile kernels split each tile's K range over several blocks
 (``splits``): at 1024 x 1024 x 128 60% the dense-tile kernel with 4 splits
 ran 33.6 us (cuSPARSE 40.7 us; unsplit 71.2 us), the 8-row pipelined kernel
-with 4 splits 10.7 us at 128^3. :mod:`sparsekit.tune` searches them
-(``config="auto"``) and its heuristic follows these measurements.
+with 4 splits 10.7 us at 128^3. The warp-split kernel beat all of these and
+cuSPARSE on every ResNet-50 layer shape of the Table 1 analog (N = 128, 81%):
+e.g. 512 x 1024 float32 9.8 us (heuristic's split direct kernel 30.6,
+cuSPARSE 20.9; "Session 5, small-N kernel" in ``experiments/results/uspmm.md``).
+:mod:`sparsekit.tune` searches them (``config="auto"``) and its heuristic
+follows these measurements.
 
 Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
 are refused, nothing is copied); ``C`` comes back in the same order. The F
@@ -1031,7 +1040,8 @@ def _put_group(width: int):
 
 
 @functools.cache
-def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool):
+def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
+                       min_blocks: int = 1):
     """USpMM for small N with each row's K' entries split over the warps of a block
     (``variant="warp_split"``), ``b``/``c`` C-ordered.
 
@@ -1062,6 +1072,12 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     through shared memory), so the kernel is bound by L2 bandwidth at ``M * K' * N`` elements of B;
     at small N the staged kernels' reuse needs more rows per block than there are blocks to fill
     the GPU with.
+
+    Registers decide how many warps an SM holds, and with them the rows of B in flight: the B
+    offsets are kept in 32 bits (``K * N < 2**31``, checked by the launcher; 64-bit offsets cost 9
+    more registers at ``unroll = 8``), and ``min_blocks`` caps the registers (launch bounds) so that
+    that many blocks fit an SM (sm_90, float32, 4 columns a lane: 8 warps at ``unroll = 4`` take 70
+    registers, 62 with ``min_blocks = 4``; at ``unroll = 8`` 85, 80 with ``min_blocks = 3``; no spills).
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
@@ -1139,7 +1155,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         sh_part = cuda.shared.array(part_size, float32, alignment=SMEM_ALIGN)
         racc = cuda.local.array(cols_per_lane, float32)
         av = cuda.local.array(unroll, float32)
-        ov = cuda.local.array(unroll, np.int64)
+        ov = cuda.local.array(unroll, np.int32)                          # B offsets: K * N < 2**31
         bv = cuda.local.array((unroll, cols_per_lane), float32)
         for r in range(rows_per_warp):
             row = row0 + r
@@ -1183,7 +1199,9 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                 if col + 3 < n:
                     c[row, col + 3] = c3
 
-    return kernel
+    if cuda_config.ENABLE_CUDASIM or min_blocks == 1:   # (no bounds: ptxas took 96 registers instead of 86
+        return kernel                                    # for 8 warps, unroll 8 with launch_bounds=(256, 1))
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)   # registers capped for min_blocks/SM
 
 
 # ---------------------------------------------------------------------------
@@ -1407,7 +1425,7 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll):
+def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks):
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, _ = _row_major_shape("warp_split", order, m, n, nwarp, rows_per_warp, cols_per_lane)
@@ -1420,12 +1438,16 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     if shared > SHARED_LIMIT:
         raise ValueError(f"nwarp, rows_per_warp, cols_per_lane: the warps' partial tiles need {shared} bytes of "
                          f"shared memory (nwarp * rows_per_warp * 32 * cols_per_lane * 4), more than {SHARED_LIMIT}")
+    k = dell.shape[1]
+    if k * n >= 2 ** 31:
+        raise ValueError(f"b: variant 'warp_split' keeps offsets into b in 32 bits, so K * N must be below 2**31, "
+                         f"got {k} * {n} = {k * n}")
     vw = min(cols_per_lane, 8 if half else 4)
     vec_ok = n % vw == 0 and aligned(bdev, vw)
-    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half))
+    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks)
     vals, idxs = dell.row_major()
     grid = (cdiv(m, rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))   # a block: R rows x NT columns
-    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, m, n, dell.host.kprime, vec_ok),
+    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(k * n), c, m, n, dell.host.kprime, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
 
 
@@ -1460,7 +1482,8 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "warp_split":
-            _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll)
+            _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1479,13 +1502,15 @@ def uspmm(ell, b, *, config=None, **tunables):
     per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8), and as
     they apply ``kc`` (rows of B per shared tile, 64), ``batch`` ("tiled":
     issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
-    entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile":
+    entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile", "warp_split":
     resident blocks per SM the registers are capped for) and ``splits``
     ("pipelined", "direct", "dense_tile": the K range of each output tile
     split over that many blocks, their float32 partial tiles summed in a
     fixed order, so results stay bit-identical; for grids too small to fill
-    the GPU, e.g. N = 128 at M = 1024); all but "listing1"
-    need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
+    the GPU, e.g. N = 128 at M = 1024); for "warp_split" ``nwarp`` warps
+    split each row's K' entries, ``rows_per_warp`` rows a block, ``unroll``
+    (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above; all
+    but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
     choose ``variant="tensor_core"`` (float16, row-major ``b``): the call goes

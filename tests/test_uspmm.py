@@ -63,7 +63,7 @@ DENSE_TILE = st.fixed_dictionaries({"variant": st.just("dense_tile"), "nwarp": s
 WARP_SPLIT = {
     dt: st.fixed_dictionaries({"variant": st.just("warp_split"), "nwarp": st.integers(1, 3),
                                "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
-                               "unroll": st.sampled_from([2, 4, 8])})
+                               "unroll": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 3)})
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 WARP_SPLIT_N = st.sampled_from([1, 5, 64, 66, 128, 136])
@@ -245,6 +245,7 @@ def test_rejects_index_past_k(small):
     (dict(variant="warp_split", unroll=3), "unroll: must be 2, 4 or 8"),
     (dict(variant="warp_split", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
     (dict(variant="warp_split", nwarp=33), "nwarp: must be <= 32"),
+    (dict(variant="warp_split", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(variant="warp_split", nwarp=16, rows_per_warp=8, cols_per_lane=8), r"partial tiles need 131072 bytes"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):

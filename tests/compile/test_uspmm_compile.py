@@ -173,23 +173,24 @@ def warp_split_args(vt, it):
             types.int64, types.int64, types.int64, types.boolean]
 
 
-# (cols_per_lane, rows_per_warp, nwarp, unroll), dtype, index dtype, the PTX vector read of B, the most
-# registers ptxas may use (sm_90, no launch bounds): float32 unroll 8 measured 94-96 (2 blocks of 8 warps
-# an SM), unroll 4 70 (3 blocks), float16 8 halves a lane 146 (the 8 x 8 floats of B in flight)
-WARP_SPLIT_BUILDS = [((4, 2, 8, 8), "float32", "int32", "ld.global.v4.f32", 104),
-                     ((4, 4, 8, 4), "float32", "int16", "ld.global.v4.f32", 80),
-                     ((4, 1, 16, 8), "float16", "int32", "ld.global.v2.u32", 128),
-                     ((8, 2, 8, 8), "float16", "int16", "ld.global.v4.u32", 160)]
+# (cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks), dtype, index dtype, the PTX vector read of B,
+# the registers designed for (sm_90): min_blocks blocks of nwarp warps an SM, i.e. at most
+# 65536 / (32 * nwarp * min_blocks); measured 62, 80, 80 and 86 (one block: 128, float16 8 halves a lane)
+WARP_SPLIT_BUILDS = [((4, 1, 8, 4, 4), "float32", "int32", "ld.global.v4.f32", 64),
+                     ((4, 1, 8, 8, 3), "float32", "int16", "ld.global.v4.f32", 80),
+                     ((4, 1, 4, 8, 6), "float16", "int32", "ld.global.v2.u32", 80),
+                     ((4, 2, 8, 8, 1), "float32", "int32", "ld.global.v4.f32", 88),
+                     ((8, 2, 8, 8, 1), "float16", "int16", "ld.global.v4.u32", 128)]
 
 
 @pytest.mark.parametrize("shape,dtype,index,vread,max_regs", WARP_SPLIT_BUILDS)
 def test_warp_split_issues_unroll_reads_of_b_before_the_multiply_adds(shape, dtype, index, vread, max_regs):
     """The interior step: ``unroll`` vector reads of B (one per entry and 16 bytes of columns) come before
     its first multiply-add, so that many rows of B are in flight per warp; one barrier (the partials);
-    no atomics; no local memory or spills; registers as measured."""
-    cpl, rpw, nwarp, unroll = shape
+    no atomics; no local memory or spills; registers as designed."""
+    cpl, rpw, nwarp, unroll, min_blocks = shape
     half = dtype == "float16"
-    kernel = gu._warp_split_kernel(cpl, rpw, nwarp, unroll, half)
+    kernel = gu._warp_split_kernel(cpl, rpw, nwarp, unroll, half, min_blocks)
     ptx, report = offline.build(kernel, warp_split_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), (9, 0))
     first_fma = ptx.index("fma.rn.f32")
     reads = len(re.findall(re.escape(vread) + r"\s", ptx[:first_fma]))

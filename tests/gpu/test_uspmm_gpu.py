@@ -28,6 +28,7 @@ CONFIGS = [
     # each row's K' slots split over the warps of a block, partials summed in shared memory
     dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
     dict(variant="warp_split", nwarp=3, rows_per_warp=3, cols_per_lane=8, unroll=2),
+    dict(variant="warp_split", nwarp=8, rows_per_warp=1, cols_per_lane=4, unroll=4, min_blocks=4),
 ]
 
 
@@ -92,7 +93,8 @@ def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
     from gpu.uspmm import uspmm
     p = Problem(m, k, 128, 0.81, dtype)
     for cfg in (dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
-                dict(variant="warp_split", nwarp=16, rows_per_warp=1, cols_per_lane=4, unroll=4)):
+                dict(variant="warp_split", nwarp=16, rows_per_warp=1, cols_per_lane=4, unroll=4),
+                dict(variant="warp_split", nwarp=4, rows_per_warp=1, cols_per_lane=4, unroll=8, min_blocks=6)):
         first = uspmm(p.dell, p.b, **cfg).copy_to_host()
         assert p.correct(first)
         bits = first.view(np.uint16 if dtype == np.float16 else np.uint32)
