@@ -213,18 +213,21 @@ def _pow2_at_most(x: float) -> int:
 TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.14}   # the sparsest measured wins: 95% (d = 0.0498), 85% (d = 0.150)
 TC_FILL = 0.7      # float32: 768 x 768 x 1024 (96 tiles of 64 x 128 on 132 SMs) measured, fewer not
 TC_MIN_K = 512
-#: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (float16:
-#: 64 x 256 tiles at two blocks an SM re-densify each A tile for twice the default's columns; float32:
-#: its defaults, 897.0 us at 1024 x 1024 x 16384 against 922.9 for 64 x 256 kc 16 in an earlier call).
+#: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (64 x 256 tiles
+#: at two blocks an SM re-densify each A tile for twice the default's columns; float32 with 4 warps of 64 x 64,
+#: which issue fewer fragment loads and B splits per MMA). "Session 5, grids of many waves" of
+#: experiments/results/uspmm_tc.md (H100, 05:24 UTC), float32 against its defaults at 60%: 1024 x 1024 x 4096
+#: 184.4 vs 230.0 us, N = 16384 669.4 vs 863.5, 4096^2 x 1024 664.2 vs 862.4; float16 (the w2x4 setting)
+#: 69.9 / 251.6 / 220.8 vs 105.6 / 392.8 / 364.7.
 TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2),
-            np.dtype(np.float32): dict()}
+            np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)}
 #: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
 #: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits.
 TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
                                       dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
-               np.dtype(np.float32): (dict(),)}
+               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)])}
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
