@@ -13,6 +13,8 @@ Each of our results is checked against a float64 product (:meth:`Problem.correct
 twice more: the repeats must be bit-identical. Run it as a script on a GPU::
 
     python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
+    python experiments/bench_uspmm_small_n.py --extra         # also EXTRA_PROBLEMS (other N = 128 problems)
+    python experiments/bench_uspmm_small_n.py --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
@@ -49,6 +51,14 @@ PROFILE_SETTING = (8, 1, 4, 4)
 EXTRA_PROBLEMS = [(128, 128, 128, 0.6), (256, 256, 128, 0.6), (512, 512, 128, 0.6), (768, 768, 128, 0.6),
                   (1024, 1024, 128, 0.6), (128, 128, 128, 0.05), (128, 128, 128, 0.95), (1024, 1024, 128, 0.95),
                   (1024, 1024, 256, 0.6), (2048, 2048, 128, 0.6), (4096, 1024, 128, 0.81), (4096, 2048, 128, 0.81)]
+#: ``--bounds``: the gaps of the routing rule after call 2 (results/uspmm.md, "Session 5, small-N kernel"):
+#: 1024 < M < 2048, density 0.3-0.4 above M = 1024, N = 64 and N = 256; timed at :data:`BOUNDS_SETTINGS`.
+BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536, 128, 0.6), (2048, 1024, 128, 0.6),
+                   (2048, 1024, 128, 0.7), (1024, 1024, 128, 0.7), (512, 1024, 64, 0.81), (1024, 1024, 64, 0.6),
+                   (2048, 512, 64, 0.81), (512, 2048, 256, 0.81), (2048, 512, 256, 0.81), (1024, 2048, 256, 0.81)]
+#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): the recommended S1 and S2, nw16 rpw1 u4, and S1
+#: with 2 columns a lane (a 64-column tile for N = 64; float32 only) and with 8 (256 columns).
+BOUNDS_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 2), (8, 1, 4, 1, 8)]
 
 
 def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4) -> dict:
@@ -59,7 +69,8 @@ def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1,
 
 def setting_name(cfg: dict) -> str:
     mb = f" mb{cfg['min_blocks']}" if cfg.get("min_blocks", 1) != 1 else ""
-    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}"
+    cpl = f" cpl{cfg['cols_per_lane']}" if cfg.get("cols_per_lane", 4) != 4 else ""
+    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}"
 
 
 def resnet50_shapes() -> list[tuple[int, int]]:
@@ -70,14 +81,18 @@ def resnet50_shapes() -> list[tuple[int, int]]:
     return [(m, k) for m, k, _ in shapes]
 
 
-def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: float = SPARSITY) -> list[dict]:
-    """One record per provider for the problem (see the module docstring)."""
+def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: float = SPARSITY,
+                settings=SETTINGS) -> list[dict]:
+    """One record per provider for the problem (see the module docstring); ``settings``: warp-split
+    settings as argument tuples of :func:`warp_split` (float16 skips 2 columns a lane)."""
     from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve
     p = Problem(m, k, n, sparsity, dtype)
-    launches = {setting_name(warp_split(*s)): (lambda cfg=warp_split(*s): uspmm(p.dell, p.b, **cfg)) for s in SETTINGS}
+    cfgs = [warp_split(*s) for s in settings]
+    cfgs = [c for c in cfgs if not (p.dtype == np.float16 and c["cols_per_lane"] == 2)]
+    launches = {setting_name(cfg): (lambda cfg=cfg: uspmm(p.dell, p.b, **cfg)) for cfg in cfgs}
     launches["heuristic"] = lambda: uspmm(p.dell, p.b, config="heuristic")
     launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
     heuristic_choice = config_name(resolve("heuristic", p.dell, n, "C"))
@@ -223,6 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="directory for small_n.json")
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--extra", action="store_true", help="also time EXTRA_PROBLEMS")
+    ap.add_argument("--bounds", action="store_true", help="time BOUNDS_PROBLEMS at BOUNDS_SETTINGS only")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
     args = ap.parse_args(argv)
@@ -255,9 +271,12 @@ def main(argv=None) -> int:
                                records=records), f, indent=1)
 
     problems = [(m, k, N, SPARSITY) for m, k in resnet50_shapes()] + (EXTRA_PROBLEMS if args.extra else [])
+    settings = SETTINGS
+    if args.bounds:
+        problems, settings = BOUNDS_PROBLEMS, BOUNDS_SETTINGS
     for dt in args.dtypes.split(","):
         for m, k, n, sparsity in problems:
-            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity)
+            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity, settings=settings)
             save()
             print(f"{dt} {m}x{k}x{n} {sparsity} done", flush=True)
     print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed; "
