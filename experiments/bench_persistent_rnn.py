@@ -233,6 +233,7 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "pack": True, "preset": "vector", "double_buffer": True}),
     ("lamport", {"load": "relaxed", "poll": "issue", "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "poll": "issue", "vector": True, "copies": 2}),
+    ("lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 600, "fold_h0": True}),
 ]
 
 
@@ -820,7 +821,8 @@ _RFV = {**_RF, "preset": "vector"}
 #: one packed store per row, weak L2 loads (``cg``), and ``poll="issue"`` (the step's loads issued back to back
 #: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
-SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+#: run 1 (05:29 UTC): the variants of session 5's first call
+SESSION5_RUN1 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold vpreset", "lamport", _RFV),
     ("lamport fold issue", "lamport", _RFI),
@@ -837,11 +839,23 @@ SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold copies4 pack", "lamport", {**_RFV, "copies": 4, "pack": True}),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
 ]
-SESSION5_STEPS = ("lamport fold", "lamport fold vpreset", "lamport fold issue", "lamport fold copies4")
-SESSION5_TRACED = ("lamport fold", "lamport fold issue", "lamport fold copies4")
+#: run 2: poll="issue" with its reloads at constant offsets too, and a spin of issue_delay cycles before the
+#: step's loads (run 1: issue alone 1.08 us/step without waiting, 3.9 with: most first loads came back -0.0)
+SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport fold", "lamport", _RF),
+    ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
+    ("lamport fold issue", "lamport", _RFI),
+] + [(f"lamport fold issue d{d}", "lamport", {**_RFI, "issue_delay": d}) for d in (150, 300, 450, 600, 800, 1000,
+                                                                                    1300, 1700)] + [
+    ("lamport fold issue d600 cg", "lamport", {**_RFI, "issue_delay": 600, "load": "cg"}),
+    ("lamport fold issue d1000 cg", "lamport", {**_RFI, "issue_delay": 1000, "load": "cg"}),
+    ("lamport fold issue d600 vector", "lamport", {**_RFI, "issue_delay": 600, "vector": True}),
+]
+SESSION5_STEPS = ("lamport fold", "lamport fold issue d600")
+SESSION5_TRACED = ("lamport fold issue", "lamport fold issue d600", "lamport fold issue d1000")
 #: the no-wait ablation (``explore_one(ablate="no_wait")``): the loads of h with every value already there
-SESSION5_NO_WAIT = ("lamport fold", "lamport fold issue", "lamport fold copies2", "lamport fold copies4",
-                    "lamport fold copies8")
+SESSION5_NO_WAIT = ("lamport fold issue", "lamport fold issue d300", "lamport fold issue d600",
+                    "lamport fold issue d1000")
 
 
 def session5(out=None, jobs=8, variants=None):

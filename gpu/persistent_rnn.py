@@ -274,7 +274,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
             vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
             cp_async: bool = False, stagger: bool = False, uniform: tuple = (), copies: int = 1,
-            pack: bool = False):
+            pack: bool = False, issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -359,7 +359,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     (16-byte shared loads of the partials, the same order of additions) and
     writes the row's column of ``h_t`` with one 8-byte (float16) or 16-byte
     (float32) store per copy instead of four 2- or 4-byte stores from four
-    lanes.
+    lanes. ``issue_delay`` (``poll="issue"``): clock cycles a thread spins
+    (``clock64``) between writing its part of ``h_t`` and issuing the loads of
+    ``h_t``, so that fewer of them reach L2 before the other blocks' writes
+    (a load that returns -0.0 costs a whole further round trip).
     """
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
@@ -369,6 +372,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     LSTM = cell == "lstm"
     LEAD = poll == "lead"
     ISSUE = poll == "issue"
+    DELAY = issue_delay
     IDX16 = index16
     TRACE = trace
     NBUF = 2 if (double_buffer or cluster) and sync == "lamport" else 1
@@ -505,19 +509,21 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 load_group(xchg_words, base + e, pf, k)
 
     @cuda.jit(device=True, inline=True)
-    def issue_all(xchg_words, base, pf, tid, nthreads, n_words):
-        """``poll="issue"``: the loads of all of this thread's words of h (slot at word ``base``), with no check
-        of earlier values: addressed from the thread's first word at constant offsets (block size compiled
-        in), each behind one 32-bit compare with a constant (``word``'s words, without its clamp)."""
+    def issue_all(xchg_words, base, pf, tid, nthreads, n_words, only_pending):
+        """``poll="issue"``: the loads of this thread's words of h (slot at word ``base``), all of them, or with
+        ``only_pending`` (a constant) the groups still holding -0.0: addressed from the thread's first word at
+        constant offsets (block size compiled in), each behind one 32-bit compare with a constant (``word``'s
+        words, without its clamp) unless all of the thread's words exist."""
         step = (NT if NT else nthreads) * VEC
         first = base + tid * VEC
         lim = int32(n_words - tid * VEC)
-        if int32((CHW // VEC - 1) * step) < lim:      # all of them exist (most threads): no predicates
+        if int32((CHW // VEC - 1) * step) < lim:      # all of them exist (most threads): no bounds checks
             for k in range(0, CHW, VEC):
-                load_group(xchg_words, first + (k // VEC) * step, pf, k)
+                if not only_pending or group_pending(pf, k):
+                    load_group(xchg_words, first + (k // VEC) * step, pf, k)
         else:
             for k in range(0, CHW, VEC):
-                if int32((k // VEC) * step) < lim:
+                if int32((k // VEC) * step) < lim and (not only_pending or group_pending(pf, k)):
                     load_group(xchg_words, first + (k // VEC) * step, pf, k)
 
     @cuda.jit(device=True, inline=True)
@@ -756,14 +762,20 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
 
         Each round reissues all pending loads back to back (one L2 round trip
         per round); ``poll="issue"``: the first round's loads were issued
-        (unconditionally) at the step's start, so the first round only checks.
-        Returns (still pending, rounds).
+        (unconditionally) at the step's start, so the first round only checks,
+        and the later rounds reload the pending words at ``issue_all``'s
+        constant offsets. Returns (still pending, rounds).
         """
-        polls = 0
-        pending = True
         if ISSUE:                                      # the first round's loads went out at the step's start
             pending = any_pending(pf, tid, nthreads, n_words)
             polls = 1
+            while pending and polls < spin_limit:
+                issue_all(xchg_words, base, pf, tid, nthreads, n_words, True)
+                pending = any_pending(pf, tid, nthreads, n_words)
+                polls += 1
+            return pending, polls
+        polls = 0
+        pending = True
         while pending and polls < spin_limit:
             for k in range(0, CHW, VEC):
                 e = word(tid, kb + k, nthreads, n_words)
@@ -991,14 +1003,18 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
         if ISSUE:
-            issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words)
+            issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words, False)
         elif not CHUNKED and PARTS == 1 and not ASYNC:
             issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, vt, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
-            if ISSUE and t > t_start:                    # every word of h_{t-1}, no checks, before anything else
-                issue_all(xchg_words, read_slot(t) * n_words, pf, tid, nthreads, n_words)
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
+            if ISSUE and t > t_start:                    # every word of h_{t-1}, no checks (after a delay)
+                if DELAY > 0:
+                    start = clock64()
+                    while clock64() - start < DELAY:
+                        pass
+                issue_all(xchg_words, read_slot(t) * n_words, pf, tid, nthreads, n_words, False)
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = read_slot(t) * n_words
             woff = (t % NBUF) * buf_words
@@ -1292,6 +1308,9 @@ class PersistentRNN:
       writes its column of h_t with one vector store (per copy) instead of four scalar stores;
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
+    * ``poll="issue"`` (Lamport without chunk, parts, cp_async, pipeline, cluster, ring, stagger): a step
+      issues all of a thread's loads of h at once, addressed at constant offsets, then checks them
+      (``_kernel``); ``issue_delay``: clock cycles to spin before those loads;
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
@@ -1331,6 +1350,7 @@ class PersistentRNN:
     copies: int = 1
     pack: bool = False
     preset: str = "element"
+    issue_delay: int = 0
 
     def __post_init__(self):
         lay = self.layout
@@ -1404,6 +1424,9 @@ class PersistentRNN:
             raise ValueError(f"pack: one vector store per row is an option of the Lamport RNN kernel with "
                              f"reduce='shared' and no ring; got sync={self.sync!r}, cell={self.cell!r}, "
                              f"reduce={self.reduce!r}, ring={self.ring}")
+        self.issue_delay = check_int(self.issue_delay, "issue_delay", minimum=0, maximum=1 << 20)
+        if self.issue_delay and self.poll != "issue":
+            raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
         if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1 or self.cp_async
                                      or self.pipeline or self.cluster or self.ring or self.stagger):
             raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, cp_async, "
@@ -1457,7 +1480,7 @@ class PersistentRNN:
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
                               self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
-                              self.stagger, uniform, self.copies, self.pack)
+                              self.stagger, uniform, self.copies, self.pack, self.issue_delay)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))

@@ -509,7 +509,8 @@ def copies_options(draw):
             "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
             "stagger": rounds and draw(st.booleans()), "index16": draw(st.booleans()), "poll": poll,
             "load": draw(st.sampled_from(gpu_rnn.LOADS)), "double_buffer": draw(st.booleans()),
-            "pipeline": rounds and draw(st.booleans()), "vector": draw(st.booleans())}
+            "pipeline": rounds and draw(st.booleans()), "vector": draw(st.booleans()),
+            "issue_delay": 0 if rounds else draw(st.sampled_from([0, 50]))}
 
 
 @given(problem=problems(batch=4), opts=copies_options())
@@ -589,3 +590,7 @@ def test_copies_pack_preset_bad_configuration():
                {"stagger": True}, {"cp_async": True, "vector": True}):
         with pytest.raises(ValueError, match="poll: 'issue' is an option of the Lamport kernel without chunk"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", **kw)
+    with pytest.raises(ValueError, match="issue_delay: a delay before the loads of poll='issue'"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, issue_delay=100)
+    with pytest.raises(ValueError, match="issue_delay"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", issue_delay=-1)

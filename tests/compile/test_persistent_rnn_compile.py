@@ -287,9 +287,18 @@ def test_vector_preset_stores_16_bytes():
 def test_poll_issue_loads_first_and_checks_after(dtype):
     """poll='issue': the step's loads of h are issued unconditionally (a branch-free copy for threads whose words
     all exist, one with a compare per word for the rest; before the steps and in the loop: up to 4 x WORDS, LLVM
-    merges a few), plus the reloads of the poll rounds (WORDS); float16's first check ORs
-    ``(x - 0x00010001) & ~x & 0x80008000``."""
+    merges a few), plus the reloads of the poll rounds (two copies again: up to 2 x WORDS); float16's first check
+    ORs ``(x - 0x00010001) & ~x & 0x80008000``."""
     ptx = _lto_ptx_opts("lamport", dtype, load="relaxed", poll="issue", threads=64)
-    assert 4 * WORDS <= len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", ptx)) <= 5 * WORDS
+    assert 5 * WORDS <= len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", ptx)) <= 6 * WORDS
     assert ("-2147450880" in ptx or "0x80008000" in ptx or "2147516416" in ptx) == (dtype == np.float16)
     assert ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+def test_issue_delay_spins_on_the_clock():
+    """issue_delay: the step reads %clock64 at least twice more (the spin's start and its loop; the stamps' reads
+    are in the PTX either way, unused ones are dropped by ptxas)."""
+    count = (lambda p: p.count("%clock64"))
+    base = _lto_ptx_opts("lamport", np.float16, load="relaxed", poll="issue")
+    assert count(_lto_ptx_opts("lamport", np.float16, load="relaxed", poll="issue", issue_delay=300)) >= count(base) + 2

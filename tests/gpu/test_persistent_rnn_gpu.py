@@ -364,7 +364,8 @@ COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"c
           {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
           {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
           {"poll": "issue", "pack": True, "double_buffer": True, "load": "cg"},
-          {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False}]
+          {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False},
+          {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
 
 
 @pytest.mark.parametrize("kw", COPIES, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
