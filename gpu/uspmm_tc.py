@@ -34,7 +34,12 @@ Precision:
 
 Algorithm (one block per ``bm x bn`` tile of ``C``; warps ``warps_m x warps_n``,
 each owning a ``bm/warps_m x bn/warps_n`` sub-tile as 16x8 MMA tiles; K in
-chunks of ``kc`` columns):
+chunks of ``kc`` columns). With ``kgroups = G > 1`` the block holds G such sets of
+warps, the K groups (``nthreads = 32 * warps_m * warps_n * G``): each tiles the whole
+``bm x bn`` output, and group ``g`` runs the MMAs of K steps ``g, g + G, ...`` of every
+chunk into float32 accumulators of its own (step 6). Larger warp tiles issue fewer
+fragment loads and B splits per MMA; the groups keep the warps per block (and per SM)
+that the smaller warp tiles had. Steps 1, 2, 4 and 5 are shared by all threads:
 
 1. A: every thread owns a segment of one row of the block's A tile (``seg =
    kc * bm / nthreads`` columns; lane ``l`` of a warp owns row ``l`` of 32
@@ -65,12 +70,20 @@ chunks of ``kc`` columns):
    copies of B(j+S-1) and the entries of chunk j+S are issued (one commit
    group), the thread zeroes its segment of the other A tile, the warps
    multiply chunk ``j`` with each K step's MMAs followed by a share of the
-   scatter's stores (tensor work and shared-memory stores overlap), then
+   scatter's stores (tensor work and shared-memory stores overlap; with K
+   groups each thread spreads its stores over its group's ``kc / (16 G)``
+   or ``kc / (8 G)`` K steps), then
    ``cp.async.wait_group S-2`` and one barrier. Global loads are in flight for
    S-2 to S-1 steps, with no registers held for them.
 5. shared memory: settings up to 48 KB use static arrays; larger ones carve
    the same buffers from one dynamic buffer, the launcher setting the
    kernel's maximum dynamic shared size first (:data:`SHARED_OPTIN`).
+6. K groups (``kgroups > 1``; always the dynamic buffer): after the K loop's
+   last barrier (no copy in flight) groups ``1 .. G-1`` write their
+   accumulators over the buffer (``(G-1) bm bn`` floats), one barrier, and
+   group 0 adds them to its own in group order, ``((acc_0 + acc_1) + acc_2)
+   + ...``: a fixed order, so repeats are bit-identical. Group 0 stores ``C``
+   (or the K split's partial, which is then the group-summed one).
 
 Index arithmetic is unsigned (:data:`U`): Numba wraps a negative signed index
 around the array's length, 64-bit compare/select sequences on every access
@@ -104,8 +117,9 @@ own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
 
 Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
-(resident blocks per SM the registers are capped for), ``splits`` (K split, above).
-:data:`DEFAULTS` per dtype.
+(resident blocks per SM the registers are capped for), ``splits`` (K split, above),
+``kgroups`` (K groups, step 6; ``kc`` a multiple of ``kgroups`` MMA K steps; 1: the kernel
+without them, its code unchanged). :data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 
@@ -136,8 +150,10 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: 64x64 kc 16 3-stage default (both with the unsigned indexing); with two blocks an SM (``min_blocks=2``,
 #: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
 DEFAULTS = {
-    np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1),
-    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1),
+    np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
+                                 kgroups=1),
+    np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1,
+                                 kgroups=1),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -203,6 +219,10 @@ def error_reduction(kprime: int, dtype) -> int:
     no entries of that row (exactly 0) or adding to an exact 0 rounds nothing, so at most one rounding
     per other partial that holds an entry of the row, at most ``kprime - kq`` of them. In all at most
     ``kprime`` (``3 kprime``), as without a split; ``C`` is rounded once to its dtype either way.
+
+    The same with K groups (``kgroups > 1``), by the same count: a group's accumulator is a partial
+    over its K steps, and the groups' fixed-order sum ``((acc_0 + acc_1) + ...)`` rounds at most once
+    per other group holding an entry of the row (with a split too: the groups' sum is the block's partial).
     """
     return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
 
@@ -224,12 +244,16 @@ def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:
                 sbn=bn + 8, b_buf=kc * (bn + 8), e_buf=kc * bm)
 
 
-def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthreads: int = 256) -> int:
-    """Shared memory of one block of ``nthreads`` threads: two A buffers (float32: a big and a small
-    tile each) and the sink, ``stages`` B tiles and ``stages`` entry stages (value and 8-bit offset per slot)."""
+def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthreads: int = 256,
+                 kgroups: int = 1) -> int:
+    """Shared memory of one block of ``nthreads`` threads (all ``kgroups`` K groups): two A buffers
+    (float32: a big and a small tile each) and the sink, ``stages`` B tiles and ``stages`` entry stages
+    (value and 8-bit offset per slot); with K groups, at least the ``kgroups - 1`` float32 ``bm x bn``
+    tiles that their sums pass through after the K loop (over the same buffer)."""
     geo = _geometry(bm, bn, kc, half, nthreads)
     item = 2 if half else 4
-    return (geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1)
+    return max((geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1),
+               4 * (kgroups - 1) * bm * bn)
 
 
 def scatter_slots(seg: int, w: int) -> int:
@@ -240,7 +264,8 @@ def scatter_slots(seg: int, w: int) -> int:
 
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False):
+               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
+               kgroups: int = 1):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
@@ -254,7 +279,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
     pipeline's stages follow the relative one ``j``), writes its float32 fragments to ``part[z]``;
     the tile's last block sums the partials in a fixed order (``finish_split``, rounded once to
-    ``C``'s dtype).
+    ``C``'s dtype). ``kgroups``: K groups of ``warps_m x warps_n`` warps (module docstring, step 6;
+    needs ``dynamic``: their sums pass through the dynamic buffer); 1 compiles the kernel without them.
 
     Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
@@ -266,7 +292,11 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     index around the array's length, which costs 64-bit compare/select sequences per access
     (``experiments/results/uspmm_tc.md``, the post-LTO PTX reading); unsigned ones cannot be negative.
     """
-    nthreads = WARP_SIZE * warps_m * warps_n
+    if kgroups > 1 and not dynamic:
+        raise ValueError("kgroups: the groups' sums go through the dynamic shared buffer (build with dynamic=True)")
+    nwg = warps_m * warps_n                           # warps of one K group
+    nthreads = WARP_SIZE * nwg * kgroups
+    gthreads = nthreads // kgroups                    # threads of one K group
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
     mtiles, ntiles = wtm // 16, wtn // 8              # its 16x8 MMA tiles
     tile_type = float16 if half else float32
@@ -281,8 +311,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
     nslots = slots or seg                             # slots scattered per thread and chunk
-    nks = kc // (16 if half else 8)                   # MMA K steps per chunk
-    per_ks = cdiv(nslots, nks)                        # slots stored after each K step's MMAs
+    kstep = 16 if half else 8                         # columns of one MMA K step
+    gks = kc // kstep // kgroups                      # MMA K steps per chunk of one K group
+    per_ks = cdiv(nslots, gks)                        # slots stored after each of a group's K steps
     zvec = seg % vw == 0                              # zero the segment with 16-byte stores
     per_row = bn // vw
     bpieces = kc * per_row                            # 16-byte pieces of a B tile
@@ -408,7 +439,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     @cuda.jit(device=True, inline=True)
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
-        """Step 1b, stores, K step ``ks``'s share: slots ``ks*per_ks ..`` (the first ``per_ks`` of the
+        """Step 1b, stores, the share after the thread's ``ks``-th K step of the chunk (of its group's
+        ``gks``): slots ``ks*per_ks ..`` (the first ``per_ks`` of the
         registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
         places (register renaming once unrolled; the same code for every ``ks``)."""
         for i in range(min(per_ks, nslots)):
@@ -427,16 +459,18 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         write_slots(base, U(2 * a_buf) + t, w, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
-    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
-        """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time;
+    def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, wk0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
+        """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time
+        (its group's K steps: columns ``wk0 + 16 * kgroups * i``, ``wk0 = 16 * group``);
         A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans. After
         each K step's MMAs, that step's share of the next A tile's stores (step 1b, :func:`write_slots`
         into the segment at ``nbase``): the shared-memory stores overlap the tensor-core work."""
         g = lane // U(4)
         tq = lane % U(4)
-        arow0 = ab + (wm0 + g) * U(sa) + U(2) * tq                       # A[g, 2tq] of the warp's first tile
-        brow0 = bb + (lane % u16) * U(sbn) + wn0 + (lane // u16) * U(8)  # lane l: row l%16, n-tile l//16
-        for ks in range(kc // 16):
+        arow0 = ab + (wm0 + g) * U(sa) + U(2) * tq + wk0                 # A[g, 2tq] of the warp's first tile
+        brow0 = bb + (lane % u16 + wk0) * U(sbn) + wn0 + (lane // u16) * U(8)   # lane l: row l%16, n-tile l//16
+        for i in range(gks):
+            ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, 2tq..], A[r+8, ..], +8 cols
                 o = arow0 + U(mt * 16 * sa + ks * 16)
                 afr[mt, 0] = load_b32(sh_a, o)
@@ -458,7 +492,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 1] = d[1]
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
-            write_front(ks, nbase, sink, wl, offs, vals, sh_a)
+            write_front(i, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
     def split(x, big, small, i, j):
@@ -468,13 +502,15 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         small[i, j] = to_tf32(x - hi)
 
     @cuda.jit(device=True, inline=True)
-    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals):
-        """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time, each K step followed
+    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals):
+        """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time (the group's K steps,
+        as :func:`mma_f16`; ``wk0 = 8 * group``), each K step followed
         by its share of the next A tile's stores (as :func:`mma_f16`). A fragments come split (the
         scatter's big and small tiles, read as they are); B fragments are split here."""
-        arow0 = ab + (wm0 + g) * U(sa) + tq                              # A[g, tq] of the warp's first tile
-        brow0 = bb + tq * U(sbn) + wn0 + g                               # B[tq, g] of its first n-tile
-        for ks in range(kc // 8):
+        arow0 = ab + (wm0 + g) * U(sa) + tq + wk0                        # A[g, tq] of the warp's first tile
+        brow0 = bb + (tq + wk0) * U(sbn) + wn0 + g                       # B[tq, g] of its first n-tile
+        for i in range(gks):
+            ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
                 o = arow0 + U(mt * 16 * sa + ks * 8)
                 for x in range(4):
@@ -499,7 +535,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 1] = d[1]
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
-            write_front(ks, nbase, sink, wl, offs, vals, sh_a)
+            write_front(i, nbase, sink, wl, offs, vals, sh_a)
 
     @cuda.jit(device=True, inline=True)
     def store_fragments(out, frag, r0, c0, um, un):
@@ -518,7 +554,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                             out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
 
     @cuda.jit(device=True, inline=True)
-    def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag):
+    def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
         ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
         block drawing the last one sums ``part[0] + part[1] + ... + part[nsplit-1]`` in that order for
@@ -530,10 +566,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         one partial's loads issued together (``mtiles x ntiles x 4`` independent loads per partial):
         split_sum walks the tile element by element and its loads wait on each other (H100, 03:25
         UTC: 1024 x 1024 x 128 float16 took 37.1 us with 2 splits and 71.2 us with 16, against
-        28.3 us unsplit). ``sh_flag``: a shared byte for the block's "last" flag."""
+        28.3 us unsplit). ``sh_flag``: a shared byte for the block's "last" flag. ``lead``: this
+        thread holds the block's sums (K group 0, :func:`reduce_groups`): the others only take part in
+        the ticket's barriers."""
         zs = U(cuda.blockIdx.z)
-        store_fragments(part[zs], acc, r0, c0, um, un)
-        if split_ticket(ticket, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_flag):
+        if lead:
+            store_fragments(part[zs], acc, r0, c0, um, un)
+        if split_ticket(ticket, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_flag) and lead:
             tot = cuda.local.array((mtiles, ntiles, 4), float32)
             for mt in range(mtiles):
                 for nt in range(ntiles):
@@ -553,6 +592,28 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                                 tot[mt, nt, 2 * hh + 1] += acc[mt, nt, 2 * hh + 1] if own else part[uq, rr, col + U(1)]
             store_fragments(c, tot, r0, c0, um, un)
 
+    @cuda.jit(device=True, inline=True)
+    def reduce_groups(acc, grp, tl, red):
+        """Step 6, after the K loop's last barrier (no copy in flight, every A tile and stage read):
+        the K groups' float32 sums into group 0's registers, in a fixed order, ``acc = ((acc_0 +
+        acc_1) + acc_2) + ...`` (repeats bit-identical). Thread ``tl`` of every group holds the same
+        fragment positions, so groups ``1 ..`` write their ``acc`` to ``red`` (the dynamic buffer,
+        ``bm * bn`` floats a group; element ``e`` of thread ``tl`` at ``e * gthreads + tl``:
+        consecutive lanes, consecutive words) and, after a barrier, group 0 reads them in that layout."""
+        if grp != u0:
+            base = (grp - U(1)) * U(bm * bn) + tl
+            for mt in range(mtiles):
+                for nt in range(ntiles):
+                    for x in range(4):
+                        red[base + U(((mt * ntiles + nt) * 4 + x) * gthreads)] = acc[mt, nt, x]
+        cuda.syncthreads()
+        if grp == u0:
+            for q in range(kgroups - 1):
+                for mt in range(mtiles):
+                    for nt in range(ntiles):
+                        for x in range(4):
+                            acc[mt, nt, x] += red[tl + U(q * bm * bn + ((mt * ntiles + nt) * 4 + x) * gthreads)]
+
     @cuda.jit
     def kernel(ev, eo, b, c, part, ticket, m, n, k, w, nsub, mp, nsplit):
         t = U(cuda.threadIdx.x)
@@ -560,8 +621,15 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         warp = t // U(WARP_SIZE)
         g = lane // U(4)                                                 # fragment groupID
         tq = lane % U(4)                                                 # threadID_in_group
-        wm0 = (warp // U(warps_n)) * U(wtm)                              # the warp's sub-tile, in the block
-        wn0 = (warp % U(warps_n)) * U(wtn)
+        if kgroups > 1:                                                  # K group grp: warps grp*nwg ..,
+            grp = warp // U(nwg)                                         # the chunks' K steps grp,
+            wi = warp % U(nwg)                                           # grp + kgroups, ...
+        else:
+            grp = u0
+            wi = warp
+        wm0 = (wi // U(warps_n)) * U(wtm)                                # the warp's sub-tile, in the block
+        wn0 = (wi % U(warps_n)) * U(wtn)
+        wk0 = grp * U(kstep)                                             # and its first K step's column
         row0 = U(cuda.blockIdx.x) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
@@ -579,6 +647,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         if dynamic:                                                      # one dynamic buffer, carved:
             dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles, sink | B | entry values |
             dyn8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)     #  entry offsets] (16-byte aligned)
+            if kgroups > 1:                                              # after the K loop: the groups'
+                red = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)   # sums, over all of it
             sh_a = dyn[:a_all]
             sh_b = dyn[a_all:a_all + all_b]
             sh_ev = dyn[a_all + all_b:a_all + all_b + all_e]
@@ -648,17 +718,21 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             zero_segment(nbase, sh_a)
             # 3. the MMAs of chunk j, with the stores of 1b (A tile of chunk j+1) between their K steps
             if half:
-                mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, lane, acc, afr, bfr,
+                mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, wk0, lane, acc, afr, bfr,
                         nbase, sink, wl, offs, vals)
             else:
-                mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, g, tq, acc, afr, afs,
+                mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, wk0, g, tq, acc, afr, afs,
                          bfr, bfs, nbase, sink, wl, offs, vals)
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
+        # 6. the K groups' sums into group 0 (fixed order), which stores them
+        if kgroups > 1:
+            reduce_groups(acc, grp, t % U(gthreads), red)
+        lead = grp == u0
         if ksplit:
-            finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo)
-        else:
+            finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo, lead)
+        elif lead:
             store_fragments(c, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
@@ -666,7 +740,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1):
+def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1, kgroups=1):
     """The tunables as ints, or a ValueError naming the one that does not fit."""
     bm = check_int(bm, "bm", minimum=16)
     bn = check_int(bn, "bn", minimum=8)
@@ -676,10 +750,12 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     min_blocks = check_int(min_blocks, "min_blocks", minimum=1, maximum=32)
     stages = check_int(stages, "stages", minimum=2, maximum=8)
     splits = check_int(splits, "splits", minimum=1, maximum=65535)
-    nthreads = WARP_SIZE * warps_m * warps_n
+    kgroups = check_int(kgroups, "kgroups", minimum=1, maximum=32)
+    nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     kstep = 16 if half else 8
     if nthreads > 1024:
-        raise ValueError(f"warps_m, warps_n: a block of 32 * {warps_m} * {warps_n} = {nthreads} threads exceeds 1024")
+        raise ValueError(f"warps_m, warps_n, kgroups: a block of 32 * {warps_m} * {warps_n} * {kgroups} = {nthreads} "
+                         f"threads exceeds 1024")
     nwide = 16 if half else 8                         # float16 reads B fragments of two n-tiles at once
     if bm % (16 * warps_m) or bn % (nwide * warps_n):
         raise ValueError(f"bm, bn: each warp's sub-tile (bm/warps_m x bn/warps_n = {bm}/{warps_m} x {bn}/{warps_n}) "
@@ -687,17 +763,20 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if kc % kstep:
         raise ValueError(f"kc: must be a multiple of the MMA's K ({kstep} for {'float16' if half else 'float32'}), "
                          f"got {kc}")
+    if kc % (kstep * kgroups):
+        raise ValueError(f"kc, kgroups: the {kgroups} K groups share each chunk's MMA K steps ({kstep} columns each) "
+                         f"evenly, so kc must be a multiple of {kstep} * {kgroups} = {kstep * kgroups}; got kc={kc}")
     if nthreads % bm or kc % (nthreads // bm):
         raise ValueError(f"bm, kc: the {nthreads} threads split the A tile into equal row segments: bm must divide "
                          f"{nthreads} and {nthreads}/bm must divide kc; got bm={bm}, kc={kc}")
     if kc * bm // nthreads > 32:
         raise ValueError(f"bm, kc: a thread's segment of kc * bm / {nthreads} = {kc * bm // nthreads} columns is more "
                          f"than the 32 staged slots a thread holds in registers")
-    shared = shared_bytes(bm, bn, kc, half, stages, nthreads)
+    shared = shared_bytes(bm, bn, kc, half, stages, nthreads, kgroups)
     if shared > SHARED_OPTIN:
-        raise ValueError(f"bm, bn, kc, stages: two A tiles and {stages} stages of the B tile and the entries need "
-                         f"{shared} bytes of shared memory, more than {SHARED_OPTIN}")
-    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits
+        raise ValueError(f"bm, bn, kc, stages, kgroups: two A tiles and {stages} stages of the B tile and the entries "
+                         f"(or the K groups' sums) need {shared} bytes of shared memory, more than {SHARED_OPTIN}")
+    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups
 
 
 _OPTED_IN: set = set()
@@ -759,26 +838,27 @@ def run(dell, bop, order: str, *, config=None, **tunables):
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS[dell.dtype])}")
-    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits = _check_tunables(bool(half), **opts)
+    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups = _check_tunables(bool(half), **opts)
+    nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
     c = output((m, n), dell.dtype, like=bop, order="C")
     if m and n:
-        seg = kc * bm // (WARP_SIZE * warps_m * warps_n)
+        seg = kc * bm // nthreads
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        shared = shared_bytes(bm, bn, kc, bool(half), stages, WARP_SIZE * warps_m * warps_n)
-        dynamic = shared > STATIC_LIMIT
+        shared = shared_bytes(bm, bn, kc, bool(half), stages, nthreads, kgroups)
+        dynamic = shared > STATIC_LIMIT or kgroups > 1                  # (K groups sum through the dynamic buffer)
         ev, eo = segment_entries(dell, seg)
         nsub, w, mp = ev.shape
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok, nsplit > 1)
+                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups)
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:
             _opt_in(kernel, args, shared)
             kernel = _DynamicShared(kernel, shared)
-        _launch(kernel, grid, WARP_SIZE * warps_m * warps_n, args, "bm, bn, warps_m, warps_n")
+        _launch(kernel, grid, nthreads, args, "bm, bn, warps_m, warps_n, kgroups")
     return c

@@ -21,16 +21,19 @@ from sparsekit.formats import ELL
 from strategies import ell_matrices
 from test_spmm import assert_fp32_accumulated, rhs_for
 
-# Small tiles (32-64 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
+# Small tiles (32-96 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
 # 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp;
-# pipelines of 2 to 5 stages.
+# pipelines of 2 to 5 stages; K groups (the last setting of each dtype: float16 two groups of one warp,
+# one K step each per chunk of 32; float32 three groups, one K step each per chunk of 24).
 TUNABLES = {
     np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1),
                  dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2, stages=4),
-                 dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1, stages=2)],
+                 dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1, stages=2),
+                 dict(bm=16, bn=16, kc=32, warps_m=1, warps_n=1, kgroups=2)],
     np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1),
                  dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2, stages=5),
-                 dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1, stages=2)],
+                 dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1, stages=2),
+                 dict(bm=16, bn=8, kc=24, warps_m=1, warps_n=1, kgroups=3)],
 }
 
 
@@ -114,13 +117,16 @@ def test_large_settings_pass_the_checks():
         assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"], nthreads) <= tc.SHARED_OPTIN
 
 
-def three_tf32_model(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarray:
     """The float32 kernel's arithmetic in NumPy, as the simulator's MMA does it: for each 16 x 8 tile
     of ``C`` and each 8 columns of K in order, ``c = f32(a_small @ b_big + c)``, ``c = f32(a_big @
     b_small + c)``, ``c = f32(a_big @ b_big + c)`` (16x8 @ 8x8 float64 products of the same
     C-ordered shape as :func:`gpu.mma.mma_m16n8k8_tf32_f32`'s fallback, rounded once per MMA), with
     ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`gpu.mma.tf32_round`). Operands padded with
-    zeros to whole tiles, as the kernel's A tiles and B stages are."""
+    zeros to whole tiles, as the kernel's A tiles and B stages are. With ``kgroups = G``: K step ``s``
+    (columns ``8s .. 8s+7``; each chunk holds a multiple of G steps) goes into accumulator ``s % G``,
+    and ``c = ((c_0 + c_1) + c_2) + ...`` in float32 (the kernel pads K to whole chunks; the extra
+    steps add zero products to an accumulator that is never -0, which changes nothing)."""
     m, k = a.shape
     n = b.shape[1]
     mp, kp, np_ = -(-m // 16) * 16, -(-k // 8) * 8, -(-n // 8) * 8
@@ -132,14 +138,18 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     c = np.zeros((mp, np_), np.float32)
     for r in range(0, mp, 16):
         for col in range(0, np_, 8):
-            acc = np.zeros((16, 8), np.float32)
+            acc = np.zeros((kgroups, 16, 8), np.float32)
             for k0 in range(0, kp, 8):
                 def tile(x, rows, cols):
                     return np.ascontiguousarray(x[rows, cols], dtype=np.float64)
                 ra, kb, cb = slice(r, r + 16), slice(k0, k0 + 8), slice(col, col + 8)
+                grp = k0 // 8 % kgroups
                 for x, y in ((a_s, bb), (ab, b_s), (ab, bb)):
-                    acc = (tile(x, ra, kb) @ tile(y, kb, cb) + acc.astype(np.float64)).astype(np.float32)
-            c[r:r + 16, col:col + 8] = acc
+                    acc[grp] = (tile(x, ra, kb) @ tile(y, kb, cb) + acc[grp].astype(np.float64)).astype(np.float32)
+            total = acc[0]
+            for grp in range(1, kgroups):
+                total = total + acc[grp]                                   # float32 additions, group order
+            c[r:r + 16, col:col + 8] = total
     return c[:m, :n]
 
 
@@ -147,14 +157,39 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def test_float32_is_bit_identical_to_the_3xtf32_model(data):
     """The float32 kernel (A split once by the scatter, B per fragment) gives bit for bit the model's
     result: the same ``big``/``small`` values enter the same MMAs in the same order as when every
-    warp split its A fragments itself (the kernel before session 4's float32 split at the scatter)."""
+    warp split its A fragments itself (the kernel before session 4's float32 split at the scatter).
+    With K groups, the model's group accumulators and their sum in group order."""
     ell = data.draw(ell_matrices(dtype=np.float32, max_size=20))
     b = data.draw(rhs_for(ell, max_n=9))
-    got = tc.uspmm(ell, b, **data.draw(st.sampled_from(TUNABLES[np.float32])))
-    want = three_tf32_model(ell.to_dense(), b)
+    tunables = data.draw(st.sampled_from(TUNABLES[np.float32]))
+    got = tc.uspmm(ell, b, **tunables)
+    want = three_tf32_model(ell.to_dense(), b, tunables.get("kgroups", 1))
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+@pytest.mark.parametrize("splits", [1, 2])
+def test_float32_k_groups_sum_in_group_order(splits):
+    """The K groups' sum is the model's: bit-identical to :func:`three_tf32_model` with the kernel's
+    ``kgroups`` (three groups of K steps 0, 3, 6, ... / 1, 4, ... / 2, 5, ..., summed 0 + 1 + 2), and
+    on this problem the order is visible: the one-group model differs in the last bits. With a K split
+    (2 blocks of 2 chunks of 24) the block's partial is its groups' sum, then the split's fixed-order sum."""
+    rng = np.random.default_rng(3)
+    m, k, n = 16, 96, 8                                                 # one tile, 4 chunks of 24 (12 K steps)
+    a = (rng.uniform(-1, 1, (m, k)) * 2.0 ** rng.integers(-8, 9, (m, k))).astype(np.float32)
+    b = (rng.uniform(-1, 1, (k, n)) * 2.0 ** rng.integers(-8, 9, (k, n))).astype(np.float32)
+    ell = ELL.from_dense(a)
+    tunables = TUNABLES[np.float32][3]
+    assert tunables["kgroups"] == 3
+    got = tc.uspmm(ell, b, splits=splits, **tunables)
+    grouped = three_tf32_model(a, b, 3)
+    assert not np.array_equal(grouped.view(np.uint32), three_tf32_model(a, b).view(np.uint32))
+    if splits == 1:
+        assert np.array_equal(got.view(np.uint32), grouped.view(np.uint32))
+    else:                                                               # each half of K is its own model
+        halves = three_tf32_model(a[:, :48], b[:48], 3), three_tf32_model(a[:, 48:], b[48:], 3)
+        assert np.array_equal(got.view(np.uint32), ((np.float32(0) + halves[0]) + halves[1]).view(np.uint32))
 
 
 def test_default_tunables_fit_the_launcher():
@@ -201,11 +236,15 @@ def test_rejects_dtype_mismatch(small):
     (dict(kc=12), "kc: must be a multiple of the MMA's K"),
     (dict(bm=48, warps_m=2), "bm, bn: each warp's sub-tile"),
     (dict(bm=128, bn=16, warps_m=2, warps_n=1), "bm, kc: the 64 threads"),
-    (dict(bn=512, kc=64, stages=3), "bm, bn, kc, stages: two A tiles and 3 stages"),
-    (dict(bn=512, stages=8), "bm, bn, kc, stages: two A tiles and 8 stages"),
+    (dict(bn=512, kc=64, stages=3), "bm, bn, kc, stages, kgroups: two A tiles and 3 stages"),
+    (dict(bn=512, stages=8), "bm, bn, kc, stages, kgroups: two A tiles and 8 stages"),
     (dict(stages=1), "stages"),
     (dict(bm=32, kc=64, warps_m=1, warps_n=1), "bm, kc: a thread's segment of"),
-    (dict(warps_m=8, warps_n=8), "warps_m, warps_n: a block of"),
+    (dict(warps_m=8, warps_n=8), "warps_m, warps_n, kgroups: a block of"),
+    (dict(warps_m=4, warps_n=4, kgroups=8), r"warps_m, warps_n, kgroups: a block of 32 \* 4 \* 4 \* 8 = 4096"),
+    (dict(kc=8, kgroups=2), "kc, kgroups: the 2 K groups share each chunk's MMA K steps"),
+    (dict(kc=16, kgroups=3), "kc, kgroups: .* a multiple of 8 \\* 3 = 24; got kc=16"),
+    (dict(kgroups=0), "kgroups"),
     (dict(splits=0), "splits"),
     (dict(tile=3), "tunables: unknown"),
 ])
