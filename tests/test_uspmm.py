@@ -530,3 +530,25 @@ def test_split_repeats_bit_identical_and_leaves_tickets_zeroed(tunables, kprime)
     tickets = [dev for key, dev in dell._cache.items() if isinstance(key, tuple) and key[0] == "split_tickets"]
     assert all((t.copy_to_host() == 0).all() for t in tickets)
     assert tickets or (tunables["variant"] == "direct" and ell.kprime == 0)    # no K' slots: nothing to split
+
+
+def test_small_n_bench_runs_at_toy_size(monkeypatch, capsys):
+    """experiments/bench_uspmm_small_n.py does not rot: its sanitizer cases (shrunk) run and match on the
+    simulator, and its tables render from records shaped like a GPU run's."""
+    from experiments import bench_uspmm_small_n as bench
+    monkeypatch.setattr(bench, "SANITIZE_CASES", [(5, 7, 3, 7), (6, 9, 5, 0)])
+    monkeypatch.setattr(bench, "SANITIZE_SETTINGS", [bench.warp_split(2, 2, 2), bench.warp_split(1, 1, 4, 2, 8)])
+    assert bench.sanitize() == 0
+    assert "every warp-split case ran and matched" in capsys.readouterr().out
+    assert len(bench.resnet50_shapes()) == 21
+    records = []
+    for m, k in bench.resnet50_shapes()[:2]:
+        base = dict(m=m, k=k, n=bench.N, sparsity=bench.SPARSITY, dtype="float32", kprime=3, correct=True)
+        for i, s in enumerate(bench.SETTINGS):
+            records.append(dict(base, provider=bench.setting_name(bench.warp_split(*s)), median_us=5.0 + i,
+                                bit_identical=True))
+        records.append(dict(base, provider="heuristic", config="direct", median_us=20.0, bit_identical=True))
+        records.append(dict(base, provider="cuSPARSE CSR (torch)", median_us=40.0, correct=False))
+    table = bench.table(records)
+    assert "| float32 | 64x64 | 3 | 40.0* | 20.0 | direct | 5.0 | ws nw8 rpw1 u4 | 8.00x | 4.00x |" in table
+    assert "nw4 rpw1 u8 mb6" in bench.settings_table(records, "float32")
