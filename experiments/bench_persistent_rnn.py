@@ -88,11 +88,16 @@ CONFIGS = {
 #: experiments/results/persistent_rnn.md: faster than cooperative groups' grid sync and ld.volatile for all); the
 #: wide-load barrier rows also move h in 16-byte groups (session 3, run 2: 4.30 -> 2.45 us/step at 1792; Lamport
 #: keeps scalar loads, 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152
-#: and 1792 in the follow-up run (results/persistent_rnn.md, "Session 3, follow-up run 3")
+#: and 1792 in the follow-up run (results/persistent_rnn.md, "Session 3, follow-up run 3"); Lamport (session 5,
+#: run 2): h0 written by the kernel, the 16-byte preset, all loads of h issued at once after a 300-cycle spin
+#: (1.391 / 1.370 us/step at 1792 / 1152 against 1.603 / 1.488 with ``LAMPORT_SESSION4``; results/persistent_rnn.md,
+#: "Session 5, helper")
+LAMPORT_SESSION4 = {"load": "relaxed"}
 TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed", "bound_registers": False},
                   "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True, "bound_registers": False},
                   "bank_aware": {"grid_sync": "atomic", "load": "relaxed", "vector": True},
-                  "lamport": {"load": "relaxed"}}
+                  "lamport": {"load": "relaxed", "fold_h0": True, "preset": "vector", "poll": "issue",
+                              "issue_delay": 300}}
 #: The paper's Table 1 (V100): speedup over dense GEMM and bank-conflict penalty.
 PAPER_TABLE1 = {"naive": (2.53, 1.3), "wide": (4.28, 1.0), "bank_aware": (4.56, 0.3), "lamport": (5.44, 0.3)}
 
@@ -234,6 +239,7 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "poll": "issue", "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "poll": "issue", "vector": True, "copies": 2}),
     ("lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 600, "fold_h0": True}),
+    ("lamport", TABLE1_OPTIONS["lamport"]),
 ]
 
 
@@ -687,6 +693,8 @@ def final(out=None):
 # -- session 4: the ring and thread-block clusters ---------------------------------------------------------
 
 _R = {"load": "relaxed"}
+#: Table 1's options of sessions 4 and 5's first calls (the Lamport row then: ``LAMPORT_SESSION4``)
+_TABLE1_S4 = {**TABLE1_OPTIONS, "lamport": LAMPORT_SESSION4}
 #: Session 4's candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, "Session 4"): the ring
 #: (exchange re-armed in the kernel: no preset and no h0 launch per run) and thread-block clusters (a block loads
 #: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster). Run 1 timed
@@ -707,7 +715,7 @@ SESSION4_VARIANTS = [
 ]
 #: run 2: (label, Table 1 configuration, options): Table 1's four rows as the bench builds them, then the
 #: cluster variants (no ring: its per-step fence cost 3 us in run 1)
-SESSION4_RUN2 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+SESSION4_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport cluster2", "lamport", {**_R, "cluster": 2}),
     ("lamport cluster4", "lamport", {**_R, "cluster": 4}),
     ("lamport cluster8", "lamport", {**_R, "cluster": 8}),
@@ -763,7 +771,7 @@ _AF = {**_RF, "vector": True, "cp_async": True}
 #: kernel (one launch less per run), its loads staggered over the blocks, h copied by cp.async, and h's columns in
 #: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
 #: persistent_rnn.md, "Session 4, second helper"; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
-PARTS_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+PARTS_VARIANTS = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport stagger fold", "lamport", {**_RF, "stagger": True}),
     ("lamport async fold", "lamport", _AF),
@@ -779,7 +787,7 @@ PARTS_STEPS = ("lamport", "lamport fold", "lamport stagger fold", "lamport async
                "lamport async parts2 uniform fold")
 PARTS_TRACED = ("lamport", "lamport stagger fold", "lamport async fold", "lamport async parts2 uniform fold")
 #: run 1's variants (register loads of h, each thread's own pass bounds)
-PARTS_RUN1 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+PARTS_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport parts2", "lamport", {**_R, "parts": 2}),
     ("lamport parts2 fold", "lamport", {**_RF, "parts": 2}),
@@ -822,7 +830,7 @@ _RFV = {**_RF, "preset": "vector"}
 #: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
 #: run 1 (05:29 UTC): the variants of session 5's first call
-SESSION5_RUN1 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+SESSION5_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold vpreset", "lamport", _RFV),
     ("lamport fold issue", "lamport", _RFI),
@@ -841,7 +849,7 @@ SESSION5_RUN1 = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
 ]
 #: run 2: poll="issue" with its reloads at constant offsets too, and a spin of issue_delay cycles before the
 #: step's loads (run 1: issue alone 1.08 us/step without waiting, 3.9 with: most first loads came back -0.0)
-SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+SESSION5_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
     ("lamport fold issue", "lamport", _RFI),
@@ -851,11 +859,20 @@ SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold issue d1000 cg", "lamport", {**_RFI, "issue_delay": 1000, "load": "cg"}),
     ("lamport fold issue d600 vector", "lamport", {**_RFI, "issue_delay": 600, "vector": True}),
 ]
-SESSION5_STEPS = ("lamport fold", "lamport fold issue d600")
-SESSION5_TRACED = ("lamport fold issue", "lamport fold issue d600", "lamport fold issue d1000")
+#: run 3: Table 1 with its new Lamport row (issue d300), the session-4 row beside it, the delays around 300
+SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport session4", "lamport", LAMPORT_SESSION4),
+    ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
+] + [(f"lamport fold issue d{d}", "lamport", {**_RFI, "issue_delay": d}) for d in (200, 250, 350, 400)] + [
+    ("lamport issue d300", "lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 300}),
+    ("lamport fold issue d300 cg", "lamport", {**_RFI, "issue_delay": 300, "load": "cg"}),
+    ("lamport fold issue d300 vector", "lamport", {**_RFI, "issue_delay": 300, "vector": True}),
+    ("lamport fold issue d400 vector", "lamport", {**_RFI, "issue_delay": 400, "vector": True}),
+]
+SESSION5_STEPS = ("lamport",)
+SESSION5_TRACED = ("lamport",)
 #: the no-wait ablation (``explore_one(ablate="no_wait")``): the loads of h with every value already there
-SESSION5_NO_WAIT = ("lamport fold issue", "lamport fold issue d300", "lamport fold issue d600",
-                    "lamport fold issue d1000")
+SESSION5_NO_WAIT = ("lamport",)
 
 
 def session5(out=None, jobs=8, variants=None):
