@@ -6,7 +6,10 @@
 * B tiles and staged entries copied by ``cp.async`` (16 bytes, no registers) with a commit and a
   wait per K chunk; A fragments read with 32-bit shared loads (``ld.shared.u32``, half2 words),
   float16 B fragments with ``ldmatrix...trans``; one ``bar.sync`` per K chunk plus two in the
-  prologue.
+  prologue;
+* K groups (``kgroups > 1``): the same, one barrier more after the K loop, across which groups
+  ``1 ..`` store their float32 sums to shared memory and group 0 loads them; ``kgroups = 1``
+  compiles to the kernel without groups (the loop bounds of ``UNSPLIT_LOOP``).
 """
 from __future__ import annotations
 
@@ -31,10 +34,13 @@ def kernel_args(dtype: str):
 
 
 @functools.cache
-def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: bool = False) -> offline.Build:
+def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: bool = False,
+          kgroups: int = 1) -> offline.Build:
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds (``slots``: scattered per
-    chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel)."""
-    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg), slots, vec, ksplit)
+    chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel;
+    ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it)."""
+    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg) or kgroups > 1, slots,
+                           vec, ksplit, kgroups)
     return offline.build(kernel, kernel_args(dtype), cc)
 
 
@@ -87,12 +93,13 @@ def test_compiles_to_mma_in_registers(cc, dtype, cfg):
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 3                       # prologue 2, loop 1
 
 
-def loop_body(ptx: str, ksplit: bool = False) -> list[str]:
+def loop_body(ptx: str, ksplit: bool = False, kgroups: int = 1) -> list[str]:
     """The PTX instructions of one K chunk: between the main loop's ``bar.sync`` and the one before
-    (the last two; with a K split, :func:`gpu.uspmm.split_sum`'s two barriers follow)."""
+    (the last two; with a K split, :func:`gpu.uspmm.split_sum`'s two barriers follow; with K groups,
+    the groups' sum's one)."""
     lines = [x.strip() for x in ptx.splitlines()]
     bars = [i for i, x in enumerate(lines) if x.startswith("bar.sync")]
-    last = len(bars) - (3 if ksplit else 1)
+    last = len(bars) - 1 - (2 if ksplit else 0) - (1 if kgroups > 1 else 0)
     return [x for x in lines[bars[last - 1] + 1:bars[last]]
             if x and not x.startswith(("//", "$", "{", "}", ".")) and not x.endswith(":")]
 
@@ -190,3 +197,36 @@ def test_float32_splits_a_once_at_the_scatter(slots):
     assert sum(x.startswith("mma.sync") for x in body) == 3 * mtiles * ntiles * ksteps
     use = offline.usage(report)
     assert use.registers <= 128 and use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+
+
+#: K-group settings (sm_90, launch bounds of one block an SM): float32 64 x 128 with 8 warps of 64 x 32
+#: in two groups at kc 16 (one K step a group per chunk) and, with a K split, 2 x 2 warps of 32 x 64 at
+#: kc 32; float16 64 x 128 kc 64 with 8 warps of 64 x 32 (the settings timed in "Session 5, K groups"
+#: of experiments/results/uspmm_tc.md).
+KGROUP_BUILDS = [("float32", (64, 128, 16, 1, 4, 4), 2, False), ("float32", (64, 128, 32, 2, 2, 3), 2, True),
+                 ("float16", (64, 128, 64, 1, 4, 4), 2, False)]
+
+
+@pytest.mark.parametrize("dtype,cfg,kgroups,ksplit", KGROUP_BUILDS, ids=str)
+def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
+    """MMAs in registers (no ``.local``, no spills) from one dynamic buffer; one barrier more than
+    without groups: before it, groups ``1 ..`` store their ``mtiles x ntiles x 4`` float32 sums
+    (``st.shared.f32``), after it group 0 loads ``kgroups - 1`` times as many (``ld.shared.f32``) and
+    adds them (``add.f32``, no fused multiply-add: the sum is a fixed sequence of float32 additions)."""
+    assert tc._check_tunables(dtype == "float16", *cfg[:5], 1, cfg[5], 1, kgroups)
+    ptx, report = build(dtype, cfg, (9, 0), ksplit=ksplit, kgroups=kgroups)
+    mma = "m16n8k16.row.col.f32.f16.f16.f32" if dtype == "float16" else "m16n8k8.row.col.f32.tf32.tf32.f32"
+    assert f"mma.sync.aligned.{mma}" in ptx and ".extern .shared .align 16" in ptx
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+    lines = [x.strip() for x in ptx.splitlines()]
+    bars = [i for i, x in enumerate(lines) if x.startswith("bar.sync")]
+    assert len(bars) == 3 + 1 + (2 if ksplit else 0)                          # prologue 2, loop 1, groups 1
+    before, after = lines[bars[2] + 1:bars[3]], lines[bars[3] + 1:]
+    frag = (cfg[0] // cfg[3] // 16) * (cfg[1] // cfg[4] // 8) * 4               # a thread's float32 sums
+    assert sum(x.startswith("st.shared.f32") for x in before) == frag
+    assert sum(x.startswith("ld.shared.f32") for x in after) == (kgroups - 1) * frag
+    assert sum(x.startswith("add.f32") or x.startswith("add.rn.f32") for x in after) >= (kgroups - 1) * frag
+    assert not [x for x in after if x.startswith("fma")]
+    assert len(loop_body(ptx, ksplit, kgroups)) > 0
