@@ -9,6 +9,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --fp32 [--previous FILE.py] [--out DIR] # float32 by density
     python experiments/bench_uspmm_tc.py --wave [--dtype float32] [--out DIR]    # grids of about one wave
     python experiments/bench_uspmm_tc.py --large [--dtype float32] [--out DIR]   # grids of many waves
+    python experiments/bench_uspmm_tc.py --wave --only kg [--dtype float32]     # only the K-group settings
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -110,10 +111,26 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                                                                min_blocks=2), (1, 2)),
                             ("tc 64x256 k16 w1x4 s3", dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=3),
                              (1, 2)),
-                            ("tc 64x128 k32 w2x4 s3", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=3), (1,))],
+                            ("tc 64x128 k32 w2x4 s3", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
+                            # K groups ("kgN": N groups of warps_m x warps_n warps, each a share of every
+                            # chunk's K steps): 8 warps of 64 x 32 or 32 x 64 (session 5, K groups)
+                            ("tc 64x128 k16 w1x4 s4 kg2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
+                                                               min_blocks=1, kgroups=2), (1, 2)),
+                            ("tc 64x128 k16 w1x4 s4 kg2 b2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4,
+                                                                  stages=4, kgroups=2), (1,)),
+                            ("tc 64x128 k32 w1x4 s3 kg2", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=4, stages=3,
+                                                               min_blocks=1, kgroups=2), (1, 2)),
+                            ("tc 64x128 k16 w2x2 s4 kg2", dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=2, stages=4,
+                                                               min_blocks=1, kgroups=2), (1,)),
+                            ("tc 64x128 k32 w2x2 s3 kg2", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
+                                                               min_blocks=1, kgroups=2), (1,))],
                 "float16": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
-                            ("tc 32x128 k64 w1x8 s4 b2", TC_CONFIGS["float16"]["tc 32x128 k64 w1x8 s4 b2"], (1, 2))]}
+                            ("tc 32x128 k64 w1x8 s4 b2", TC_CONFIGS["float16"]["tc 32x128 k64 w1x8 s4 b2"], (1, 2)),
+                            ("tc 64x128 k64 w1x4 s4 kg2", dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=4, stages=4,
+                                                               kgroups=2), (1, 2)),
+                            ("tc 64x128 k32 w1x4 s4 kg2", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=4, stages=4,
+                                                               kgroups=2), (1,))]}
 #: ``--large``: grids of many waves (where session 5's second ``--wave`` call found float32 64 x 256 tiles with
 #: 64 x 64 warp tiles 22% faster than the default at N = 16384): larger warp tiles, per dtype.
 LARGE_PROBLEMS = {d: [(1024, 1024, 4096, 0.60), (1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.60)]
@@ -127,17 +144,29 @@ LARGE_CONFIGS = {
                  (1,)),
                 ("tc 128x128 k16 w2x2 s3 b2", dict(bm=128, bn=128, kc=16, warps_m=2, warps_n=2, stages=3), (1,)),
                 ("tc 64x256 k32 w1x4 s3", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=3, min_blocks=1),
-                 (1,))],
+                 (1,)),
+                ("tc 64x128 k16 w1x4 s4 kg2 b2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4, kgroups=2),
+                 (1,)),
+                ("tc 64x256 k16 w1x4 s4 kg2", dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4, min_blocks=1,
+                                                   kgroups=2), (1,))],
     "float16": [("tc", {}, (1,)),
                 ("tc 64x256 k32 w2x4 s4 b2", TC_CONFIGS["float16"]["tc 64x256 k32 w2x4 s4 b2"], (1,)),
                 ("tc 64x256 k32 w1x4 s4", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=4), (1,)),
                 ("tc 64x256 k64 w1x4 s3", dict(bm=64, bn=256, kc=64, warps_m=1, warps_n=4, stages=3), (1,)),
-                ("tc 128x256 k32 w2x4 s3", dict(bm=128, bn=256, kc=32, warps_m=2, warps_n=4, stages=3), (1,))]}
+                ("tc 128x256 k32 w2x4 s3", dict(bm=128, bn=256, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
+                ("tc 64x256 k32 w1x4 s4 kg2", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=4, kgroups=2),
+                 (1,))]}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
 #: A float16 setting past 48 KB (dynamic shared memory) for the sanitizers and the GPU tests.
 DYNAMIC = dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4)
+#: K-group settings per dtype for the sanitizers and the GPU tests: two groups of 4 warps (64 x 32 warp
+#: tiles, as timed in ``--wave``) and three groups of 2 warps (a chunk of 3 K steps).
+KGROUPS = {"float32": [dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4, kgroups=2),
+                       dict(bm=64, bn=64, kc=24, warps_m=1, warps_n=2, stages=3, min_blocks=1, kgroups=3)],
+           "float16": [dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=4, stages=4, kgroups=2),
+                       dict(bm=64, bn=64, kc=48, warps_m=1, warps_n=2, stages=3, kgroups=3)]}
 U32 = 2.0 ** -24
 
 
@@ -242,13 +271,14 @@ def load_previous(path: str):
     return module
 
 
-def split_launches(p, which: str, previous=None) -> dict:
+def split_launches(p, which: str, previous=None, only=None) -> dict:
     """name -> launch for ``--splits`` (``which="splits"``: the default with :data:`SPLITS`, the
     :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors), ``--b2``
     (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`) or ``--fp32``
     (``which="fp32"``: the default, ``previous``'s default (a module, or None), ``config="auto"``,
     the heuristic's CUDA-core choice, the vendors) or ``--wave`` / ``--large`` (``which="wave"`` /
-    ``"large"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` at their splits, ``config="auto"``, the vendors)."""
+    ``"large"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` at their splits, ``config="auto"``, the vendors;
+    ``only``: a list of substrings, to keep only the settings whose name holds one, and the default "tc")."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
@@ -257,7 +287,8 @@ def split_launches(p, which: str, previous=None) -> dict:
     if which in ("wave", "large"):
         configs = (WAVE_CONFIGS if which == "wave" else LARGE_CONFIGS)[dt]
         out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
-               for name, cfg, splits in configs for s in splits}
+               for name, cfg, splits in configs for s in splits
+               if not only or name == "tc" or any(x in name for x in only)}
         out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
         out.update(vendor_launches(p, coo=False))
         return out
@@ -282,7 +313,8 @@ def split_launches(p, which: str, previous=None) -> dict:
     return out
 
 
-def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None, previous=None) -> list[dict]:
+def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go=None, previous=None,
+                only=None) -> list[dict]:
     """``--splits`` / ``--b2`` / ``--fp32`` / ``--wave`` / ``--large`` for one dtype: records, printed as one line each and kept as
     JSON in ``out``."""
     from experiments.bench_uspmm import Problem
@@ -290,7 +322,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
              "large": LARGE_PROBLEMS.get(dtype)}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
-    launches = {i: split_launches(p, which, previous) for i, p in enumerate(problems)}
+    launches = {i: split_launches(p, which, previous, only) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
     if ready:                                                                       # then time (a driver can
         open(ready, "w").close()                                                    # keep the GPU to us)
@@ -318,14 +350,16 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
 def sanitize_case(dtypes=("float32", "float16")) -> None:
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
-    16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum)."""
+    16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
+    (:data:`KGROUPS`: two and three groups, the groups' sum through shared memory; with a K split)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
-            for cfg in (dict(), ALT[np.dtype(dtype).name], dict(splits=3), dict(ALT[np.dtype(dtype).name], splits=2)) \
-                    + ((DYNAMIC,) if dtype == np.float16 else ()):
+            kg = KGROUPS[dtype.name]
+            for cfg in (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
+                    + ((DYNAMIC,) if dtype == np.float16 else ()) + (kg[0], kg[1], dict(kg[0], splits=2)):
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 
@@ -360,6 +394,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
+    ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
+                                                   "this (repeatable), and the default 'tc'")
     ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave/--large: touch this file when every provider is checked")
     ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave/--large: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
@@ -376,7 +412,7 @@ def main(argv=None) -> int:
         recs = []
         for d in ["float32"] if args.fp32 else args.dtype or ["float32", "float16"]:
             recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
-                                previous=previous)
+                                previous=previous, only=args.only)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)
         return 0 if all(r.get("correct", True) and r.get("bit_identical", True) and r.get("same_as_previous", True)
                         for r in ours) else 1

@@ -117,6 +117,18 @@ def test_large_settings_pass_the_checks():
         assert tc.shared_bytes(full["bm"], full["bn"], full["kc"], True, full["stages"], nthreads) <= tc.SHARED_OPTIN
 
 
+def test_k_group_settings_pass_the_checks():
+    """The benchmark's K-group settings (``--wave``, ``--large``, the sanitizers' and GPU tests') are
+    accepted, with the shared memory the launcher will ask for."""
+    from experiments.bench_uspmm_tc import KGROUPS, LARGE_CONFIGS, WAVE_CONFIGS
+    for dt in ("float16", "float32"):
+        cfgs = [cfg for name, cfg, _ in WAVE_CONFIGS[dt] + LARGE_CONFIGS[dt] if "kg" in name] + KGROUPS[dt]
+        assert len(cfgs) >= 4
+        for cfg in cfgs:
+            full = dict(tc.DEFAULTS[np.dtype(dt)], **cfg)
+            assert full["kgroups"] > 1 and tc._check_tunables(dt == "float16", **full)
+
+
 def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarray:
     """The float32 kernel's arithmetic in NumPy, as the simulator's MMA does it: for each 16 x 8 tile
     of ``C`` and each 8 columns of K in order, ``c = f32(a_small @ b_big + c)``, ``c = f32(a_big @

@@ -137,6 +137,16 @@ def test_ldmatrix_trans_matches_model():
     np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("which", [0, 1])
+def test_k_groups_correct_and_bit_identical(problem, which, splits):
+    """K groups (``experiments.bench_uspmm_tc.KGROUPS``: two groups of 4 warps, three of 2), alone and
+    with a K split: within the kernel's bound (``error_reduction``, the same as without groups) and
+    ``Problem.correct``; repeats bit-identical (the groups' sums are added in group order)."""
+    from experiments.bench_uspmm_tc import KGROUPS
+    _bit_identical_within_bounds(problem, splits=splits, **KGROUPS[problem.dtype.name][which])
+
+
 #: K-split problems: 1024 x 1024 x 128 60% (16 tiles of 64 x 128) and a ResNet-50 layer of issue 5's
 #: Table 1 (512 x 4608, N = 128, 81%: 4 tiles, 72 float16 chunks) where the split matters.
 SPLIT_PROBLEMS = [(1024, 1024, 128, 0.6), (512, 4608, 128, 0.81), (1000, 2048, 128, 0.81)]
