@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
+           "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_SHAPES", "warp_split", "small_n",
            "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
@@ -79,6 +80,62 @@ def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: 
                              unroll=unroll, min_blocks=min_blocks), splits)
 
 
+#: The warp-split kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, unroll,
+#: min_blocks): :data:`WARP_SPLIT_S1`, :data:`WARP_SPLIT_S2`, 16 warps (the winner at M <= 128 with K >= 576)
+#: and S1 with 2 columns a lane (N = 64); together within 11% of every winner of "Session 5, small-N kernel"
+#: in experiments/results/uspmm.md.
+WARP_SPLIT_S1 = (4, 1, 8, 4, 1)
+WARP_SPLIT_S2 = (4, 1, 4, 8, 6)
+WARP_SPLIT_SHAPES = (WARP_SPLIT_S1, WARP_SPLIT_S2, (4, 1, 16, 4, 1), (2, 1, 8, 4, 1))
+
+
+def warp_split(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1) -> dict:
+    """The tunables of one warp-split setting (the order of :data:`WARP_SPLIT_SHAPES`)."""
+    return dict(variant="warp_split", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll,
+                min_blocks=min_blocks)
+
+
+def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
+    """The warp-split choice for a row-major ``B`` of few columns (``N`` = 64, 128 or 256, the values
+    measured), or None where another kernel measured faster or nothing was measured.
+
+    The kernel (:func:`gpu.uspmm._warp_split_kernel`) keeps each output tile in one block and splits
+    every row's K' entries over the block's warps, so small grids need no K split over blocks (whose
+    hand-over left the SMs idle 43% of the time at 512 x 1024 x 128). Its column tile is 32 lanes x
+    ``cols_per_lane``; a tile reaching past ``N`` takes an element-by-element edge path 2.4-3.7x slower,
+    hence the exact ``N`` values. With ``d = K'/K`` (S1, S2: :data:`WARP_SPLIT_S1`, :data:`WARP_SPLIT_S2`):
+
+    * float32: ``N = 64`` and ``M <= 2048``: S1 with 2 columns a lane; ``N`` = 128 or 256: S1 for
+      ``M <= 1024``, S2 for ``M <= 4096`` with ``d < 0.3`` or ``M K <= 2.5e6``;
+    * float16: ``N = 128``: S1 for ``M <= 768``, or ``M <= 1024`` with ``d < 0.31``; S2 for ``M <= 1536``
+      with ``d < 0.3``; ``N = 256``: S1 for ``M <= 512`` with ``d < 0.3``. Elsewhere the tensor cores
+      measured faster (``N = 64``, ``M >= 2048``, density 0.4 above ``M = 1024``).
+
+    "Session 5, small-N kernel" (H100, calls of 05:26 and 05:36 UTC): over its 90 rows (45 problems x 2
+    dtypes) this choice is never slower than the earlier heuristic's nor than cuSPARSE CSR, and within 12%
+    of the fastest time measured but at 768^2 x 128 60% float32 (S1 16.9 us, S2 14.4) and 128 x 1152 float16
+    (S1 8.0, 16 warps 6.8). E.g. float32 512 x 1024 x 128 81%: 9.7 us against 30.0 (cuSPARSE 21.1).
+    """
+    density = kprime / k if k else 0.0
+    if not half:
+        if n == 64:
+            return warp_split(2, *WARP_SPLIT_S1[1:]) if m <= 2048 else None
+        if n in (128, 256):
+            if m <= 1024:
+                return warp_split(*WARP_SPLIT_S1)
+            if m <= 4096 and (density < 0.3 or m * k <= 2_500_000):
+                return warp_split(*WARP_SPLIT_S2)
+        return None
+    if n == 128:
+        if m <= 768 or (m <= 1024 and density < 0.31):
+            return warp_split(*WARP_SPLIT_S1)
+        if m <= 1536 and density < 0.3:
+            return warp_split(*WARP_SPLIT_S2)
+    if n == 256 and m <= 512 and density < 0.3:
+        return warp_split(*WARP_SPLIT_S1)
+    return None
+
+
 #: K-split settings searched by default: small-grid shapes of the kernels above with their K range
 #: split over 2 to 8 blocks (``splits`` is a launch argument: no extra compilation), for outputs with
 #: fewer tiles than SMs (N = 128 at M = 1024). Each entry: (function name, shape, splits).
@@ -116,6 +173,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
                 + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
                 + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs()
+                + [warp_split(*shape) for shape in WARP_SPLIT_SHAPES]
                 + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]])
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
@@ -134,6 +192,8 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, nwarp, kc in itertools.product((4, 8), (4, 8), (4, 8), (8, 16)):
             if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
+        for cpl, rpw, nwarp, unroll in itertools.product((2, 4), (1, 2, 4), (4, 8, 16), (4, 8)):
+            out.append(warp_split(cpl, rpw, nwarp, unroll))
         out += split_configs() + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]]
     return out
 
@@ -247,10 +307,11 @@ def tensor_core(**tunables) -> dict:
 
 
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
-              tensor_cores: bool = True) -> dict:
+              tensor_cores: bool = True, few_columns: bool = True) -> dict:
     """The configuration used when the cache has no entry.
 
-    Row-major ``B`` (and ``tensor_cores``): the tensor-core kernel (:func:`tensor_core`) where
+    Row-major ``B`` of 64, 128 or 256 columns (and ``few_columns``): first :func:`small_n` (the
+    warp-split kernel where it measured fastest). Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
@@ -285,6 +346,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
     half = np.dtype(dtype) == np.float16
+    chosen = small_n(m, k, n, kprime, half) if few_columns else None
+    if chosen is not None:
+        return chosen
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles

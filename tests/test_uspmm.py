@@ -349,10 +349,12 @@ def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
     (512, 512, 1024, 205, ("dense_tile", 4, 4, 8, 16, 2), "47.8 us; the winner, the same with splits=2, 46.8 us"),
 ])
 def test_heuristic_picks_the_float16_tuned_winners(m, k, n, kprime, want, note):
-    """The CUDA-core winners (that tuning run had no tensor-core kernel: ``tensor_cores=False``)."""
+    """The CUDA-core winners (that tuning run had neither the tensor-core nor the warp-split kernel:
+    ``tensor_cores=False, few_columns=False``)."""
     from sparsekit import tune
     variant, *shape = want
-    assert tune.heuristic(m, k, n, kprime, np.float16, "C", tensor_cores=False) == getattr(tune, variant)(*shape)
+    assert tune.heuristic(m, k, n, kprime, np.float16, "C", tensor_cores=False, few_columns=False) == \
+        getattr(tune, variant)(*shape)
 
 
 # `bench_uspmm.py --split-explore` on the H100, 2026-11-23 00:49 UTC: small output grids (N = 128 at
@@ -398,11 +400,13 @@ SPLIT_RUN = [
 
 @pytest.mark.parametrize("m,k,n,kprime,dtype,want,picked_us,best_us", SPLIT_RUN)
 def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, picked_us, best_us):
-    """On every problem of the split run the heuristic's CUDA-core choice is the fastest setting measured,
-    or one within 20% of it (256^2 x 128: splits 8 for 4, 14.7 vs 12.7 us; the others within 6%)."""
+    """On every problem of the split run the heuristic's choice among the K-split kernels is the fastest
+    setting measured, or one within 20% of it (256^2 x 128: splits 8 for 4, 14.7 vs 12.7 us; the others
+    within 6%). That run had no warp-split kernel (``few_columns=False``; :data:`SMALL_N_RUN` routes most
+    of these problems to it now)."""
     from sparsekit import tune
     variant, *shape, splits = want
-    assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False) == \
+    assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False, few_columns=False) == \
         getattr(tune, variant)(*shape, splits=splits)
     assert picked_us <= 1.2 * best_us
 
@@ -447,13 +451,53 @@ TC_ROUTING = [
 @pytest.mark.parametrize("m,k,n,kprime,dtype,routed,note", TC_ROUTING)
 def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime, dtype, routed, note):
     from sparsekit import tune
-    got = tune.heuristic(m, k, n, kprime, dtype, "C")
+    got = tune.heuristic(m, k, n, kprime, dtype, "C", few_columns=False)   # those runs had no warp-split kernel
     tiles32 = -(-m // 32) * -(-n // 128)
     want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
             "small": tune.tc_small_grid(k, tiles32)}.get(routed)
     assert got == want if routed else got["variant"] != "tensor_core", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "F")["variant"] == "listing1"      # needs row-major B
     assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False)["variant"] != "tensor_core"
+
+
+# "Session 5, small-N kernel" in experiments/results/uspmm.md (H100, 2026-11-23 05:26 and 05:36 UTC):
+# problem, dtype, the heuristic's choice ("S1", "S2": sparsekit.tune.WARP_SPLIT_S1/S2, "S1c2": S1 with 2
+# columns a lane; None: not the warp-split kernel), us of that choice / of the previous heuristic's choice.
+SMALL_N_RUN = [
+    (512, 1024, 128, 195, np.float32, "S1", "9.7 / 30.0 (cuSPARSE 21.1)"),
+    (256, 2304, 128, 438, np.float32, "S1", "12.5 / 25.2"),
+    (512, 4608, 128, 876, np.float32, "S1", "28.4 / 57.2"),
+    (1000, 2048, 128, 389, np.float32, "S1", "24.6 / 43.6"),
+    (1024, 512, 128, 97, np.float32, "S1", "10.5 / 22.4"),
+    (1024, 1024, 128, 410, np.float32, "S1", "22.7 / 33.7 (Fig. 5)"),
+    (128, 128, 128, 6, np.float32, "S1", "6.3 / 11.2"),
+    (1024, 2048, 256, 389, np.float32, "S1", "46.5 / 67.3"),
+    (2048, 512, 128, 97, np.float32, "S2", "15.3 / 30.7"),
+    (2048, 1024, 128, 195, np.float32, "S2", "23.7 / 42.8"),
+    (1536, 1536, 128, 614, np.float32, "S2", "37.1 / 54.2 (M K = 2.4M)"),
+    (4096, 2048, 128, 389, np.float32, "S2", "77.4 / 133.4"),
+    (2048, 2048, 128, 819, np.float32, None, "S2 68.7 / dense tile 67.3"),
+    (512, 1024, 64, 195, np.float32, "S1c2", "8.4 / 32.9"),
+    (2048, 512, 64, 97, np.float32, "S1c2", "13.7 / 46.9"),
+    (512, 4608, 128, 876, np.float16, "S1", "20.1 / 30.9 (tensor cores)"),
+    (1000, 2048, 128, 389, np.float16, "S1", "19.4 / 23.8"),
+    (1024, 1024, 128, 307, np.float16, "S1", "17.2 / 18.5 (70%, d = 0.2998)"),
+    (1536, 1024, 128, 195, np.float16, "S2", "16.7 / 18.8"),
+    (512, 2048, 256, 389, np.float16, "S1", "19.7 / 23.9"),
+    (1024, 1024, 128, 410, np.float16, None, "tensor cores 18.3 / warp split 20.3"),
+    (2048, 512, 128, 97, np.float16, None, "tensor cores 13.4 / warp split 14.4"),
+    (512, 1024, 64, 195, np.float16, None, "tensor cores 16.2 / warp split 21.2"),
+]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,dtype,chosen,note", SMALL_N_RUN)
+def test_heuristic_routes_few_columns_to_the_warp_split_kernel_as_measured(m, k, n, kprime, dtype, chosen, note):
+    from sparsekit import tune
+    want = {"S1": tune.warp_split(*tune.WARP_SPLIT_S1), "S2": tune.warp_split(*tune.WARP_SPLIT_S2),
+            "S1c2": tune.warp_split(2, *tune.WARP_SPLIT_S1[1:])}.get(chosen)
+    got = tune.heuristic(m, k, n, kprime, dtype, "C")
+    assert got == want if chosen else got["variant"] != "warp_split", (got, note)
+    assert tune.heuristic(m, k, n, kprime, dtype, "C", few_columns=False)["variant"] != "warp_split"
 
 
 @pytest.mark.parametrize("k,tiles,splits", [(512, 16, 1), (1024, 32, 2), (1152, 4, 2), (2048, 32, 4), (4608, 16, 4),
