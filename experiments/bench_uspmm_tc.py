@@ -123,14 +123,21 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x128 k16 w2x2 s4 kg2", dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=2, stages=4,
                                                                min_blocks=1, kgroups=2), (1,)),
                             ("tc 64x128 k32 w2x2 s3 kg2", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
-                                                               min_blocks=1, kgroups=2), (1,))],
+                                                               min_blocks=1, kgroups=2), (1,)),
+                            # four groups of 2 warps of 64 x 64 (one K step a group per chunk of 32)
+                            ("tc 64x128 k32 w1x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=3,
+                                                               min_blocks=1, kgroups=4), (1,)),
+                            ("tc 64x128 k32 w1x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4,
+                                                               min_blocks=1, kgroups=4), (1,))],
                 "float16": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
                             ("tc 32x128 k64 w1x8 s4 b2", TC_CONFIGS["float16"]["tc 32x128 k64 w1x8 s4 b2"], (1, 2)),
                             ("tc 64x128 k64 w1x4 s4 kg2", dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=4, stages=4,
                                                                kgroups=2), (1, 2)),
                             ("tc 64x128 k32 w1x4 s4 kg2", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=4, stages=4,
-                                                               kgroups=2), (1,))]}
+                                                               kgroups=2), (1,)),
+                            ("tc 64x128 k64 w1x2 s4 kg4", dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=2, stages=4,
+                                                               kgroups=4), (1,))]}
 #: ``--large``: grids of many waves (where session 5's second ``--wave`` call found float32 64 x 256 tiles with
 #: 64 x 64 warp tiles 22% faster than the default at N = 16384): larger warp tiles, per dtype.
 LARGE_PROBLEMS = {d: [(1024, 1024, 4096, 0.60), (1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.60)]
@@ -347,19 +354,21 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     return flat
 
 
-def sanitize_case(dtypes=("float32", "float16")) -> None:
+def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> None:
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
     16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
-    (:data:`KGROUPS`: two and three groups, the groups' sum through shared memory; with a K split)."""
+    (:data:`KGROUPS`: two and three groups, the groups' sum through shared memory; with a K split);
+    ``kgroups_only``: only those (the kernel without groups is unchanged by them)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
             kg = KGROUPS[dtype.name]
-            for cfg in (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
-                    + ((DYNAMIC,) if dtype == np.float16 else ()) + (kg[0], kg[1], dict(kg[0], splits=2)):
+            plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
+                + ((DYNAMIC,) if dtype == np.float16 else ())
+            for cfg in (() if kgroups_only else plain) + (kg[0], kg[1], dict(kg[0], splits=2)):
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 
@@ -395,7 +404,8 @@ def main(argv=None) -> int:
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
-                                                   "this (repeatable), and the default 'tc'")
+                                                   "this (repeatable), and the default 'tc'; with --sanitize, "
+                                                   "'kg': only the K-group settings")
     ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave/--large: touch this file when every provider is checked")
     ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave/--large: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
@@ -403,7 +413,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for the JSON records")
     args = ap.parse_args(argv)
     if args.sanitize:
-        sanitize_case(args.dtype or ("float32", "float16"))
+        sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"])
         return 0
     if args.splits or args.b2 or args.fp32 or args.wave or args.large:
         which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave
