@@ -153,6 +153,24 @@ the H100; none reaches the 1.5 us/step target; ``experiments/results/persistent_
 * ``stagger=True``: the blocks start their loads at different chunks of h:
   1.74 us/step at 1792 (1.48 at 1152, as without).
 
+Session 5 (``experiments/results/persistent_rnn.md``, "Session 5, helper"):
+the load stage's time was mostly the code of ``poll="batch"``: ptxas computes
+each load's address behind that word's pending check (~18 instructions per
+load, ~290 before a thread's 16th load leaves, in the SASS).
+
+* ``poll="issue"``: all of a thread's loads of h are issued at once from one
+  pointer at constant offsets, then checked (float16: a has-zero-half test
+  OR-ed over the words); pending words are reloaded the same way. The block's
+  own path (no waiting) falls from 1.57 to 1.20 us/step at 1792, but issued
+  right after the block's own write, most first loads reach L2 before the
+  other blocks' writes and need another round trip: ``issue_delay`` cycles
+  of spinning first (300 on the H100) avoid that: 1.375 us/step at 1792 and
+  1.362 at 1152 (Table 1's Lamport row; the library default stays
+  ``"batch"``: the delay is tuned in clock cycles of one device).
+* ``copies``, ``pack``, ``preset="vector"``: measured, not adopted (copies
+  showed that the L2 lines of h are not the limit; pack lengthens the reduce
+  stage; the vector preset saves ~0.01 us/step).
+
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
 ``rows_per_block >= H`` there; a cluster is that one block.
@@ -1316,7 +1334,9 @@ class PersistentRNN:
 
     The session-4 options (ring, cluster, parts, cp_async, stagger, fold_h0) were each slower than
     the default at layer 1792 except fold_h0 (``persistent_rnn.md``, "Session 4"); they stay as
-    measured alternatives. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
+    measured alternatives. Session 5's ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and
+    ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792 against 1.60); ``copies`` and
+    ``pack`` were slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
     whole clusters; the extra blocks only pass h on).
     """
 
