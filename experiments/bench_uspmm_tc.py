@@ -128,6 +128,10 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x128 k32 w1x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=3,
                                                                min_blocks=1, kgroups=4), (1,)),
                             ("tc 64x128 k32 w1x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4,
+                                                               min_blocks=1, kgroups=4), (1,)),
+                            ("tc 64x128 k32 w1x2 s5 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=5,
+                                                               min_blocks=1, kgroups=4), (1,)),
+                            ("tc 64x128 k32 w1x2 s6 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=6,
                                                                min_blocks=1, kgroups=4), (1,))],
                 "float16": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
@@ -169,11 +173,14 @@ ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
 #: A float16 setting past 48 KB (dynamic shared memory) for the sanitizers and the GPU tests.
 DYNAMIC = dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4)
 #: K-group settings per dtype for the sanitizers and the GPU tests: two groups of 4 warps (64 x 32 warp
-#: tiles, as timed in ``--wave``) and three groups of 2 warps (a chunk of 3 K steps).
+#: tiles, as timed in ``--wave``), three groups of 2 warps (a chunk of 3 K steps) and four groups of 2 warps
+#: of 64 x 64 (the ``--wave`` settings "tc 64x128 k32 w1x2 s4 kg4" and "tc 64x128 k64 w1x2 s4 kg4").
 KGROUPS = {"float32": [dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4, kgroups=2),
-                       dict(bm=64, bn=64, kc=24, warps_m=1, warps_n=2, stages=3, min_blocks=1, kgroups=3)],
+                       dict(bm=64, bn=64, kc=24, warps_m=1, warps_n=2, stages=3, min_blocks=1, kgroups=3),
+                       dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4)],
            "float16": [dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=4, stages=4, kgroups=2),
-                       dict(bm=64, bn=64, kc=48, warps_m=1, warps_n=2, stages=3, kgroups=3)]}
+                       dict(bm=64, bn=64, kc=48, warps_m=1, warps_n=2, stages=3, kgroups=3),
+                       dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=2, stages=4, kgroups=4)]}
 U32 = 2.0 ** -24
 
 
@@ -358,7 +365,7 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> 
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
     16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
-    (:data:`KGROUPS`: two and three groups, the groups' sum through shared memory; with a K split);
+    (:data:`KGROUPS`: two, three and four groups, the groups' sum through shared memory; with a K split);
     ``kgroups_only``: only those (the kernel without groups is unchanged by them)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
@@ -368,7 +375,7 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> 
             kg = KGROUPS[dtype.name]
             plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
                 + ((DYNAMIC,) if dtype == np.float16 else ())
-            for cfg in (() if kgroups_only else plain) + (kg[0], kg[1], dict(kg[0], splits=2)):
+            for cfg in (() if kgroups_only else plain) + (kg[0], kg[1], kg[2], dict(kg[0], splits=2)):
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 

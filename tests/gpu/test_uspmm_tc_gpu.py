@@ -138,9 +138,9 @@ def test_ldmatrix_trans_matches_model():
 
 
 @pytest.mark.parametrize("splits", [1, 3])
-@pytest.mark.parametrize("which", [0, 1])
+@pytest.mark.parametrize("which", [0, 1, 2])
 def test_k_groups_correct_and_bit_identical(problem, which, splits):
-    """K groups (``experiments.bench_uspmm_tc.KGROUPS``: two groups of 4 warps, three of 2), alone and
+    """K groups (``experiments.bench_uspmm_tc.KGROUPS``: two groups of 4 warps, three of 2, four of 2), alone and
     with a K split: within the kernel's bound (``error_reduction``, the same as without groups) and
     ``Problem.correct``; repeats bit-identical (the groups' sums are added in group order)."""
     from experiments.bench_uspmm_tc import KGROUPS
