@@ -199,11 +199,11 @@ def test_float32_splits_a_once_at_the_scatter(slots):
     assert use.registers <= 128 and use.spill_store_bytes == 0 and use.stack_bytes == 0, report
 
 
-#: K-group settings (sm_90, launch bounds of one block an SM): float32 64 x 128 with 8 warps of 64 x 32
-#: in two groups at kc 16 (one K step a group per chunk) and, with a K split, 2 x 2 warps of 32 x 64 at
-#: kc 32; float16 64 x 128 kc 64 with 8 warps of 64 x 32 (the settings timed in "Session 5, K groups"
-#: of experiments/results/uspmm_tc.md).
-KGROUP_BUILDS = [("float32", (64, 128, 16, 1, 4, 4), 2, False), ("float32", (64, 128, 32, 2, 2, 3), 2, True),
+#: K-group settings (sm_90, launch bounds of one block an SM): float32 64 x 128 kc 32 with 8 warps of 64 x 64
+#: in four groups (one K step a group per chunk; the fastest at 1024^3 in "Session 5, K groups" of
+#: experiments/results/uspmm_tc.md, 238 registers) and, with a K split, 2 x 2 warps of 32 x 64 in two
+#: groups; float16 64 x 128 kc 64 with 8 warps of 64 x 32 in two groups.
+KGROUP_BUILDS = [("float32", (64, 128, 32, 1, 2, 4), 4, False), ("float32", (64, 128, 32, 2, 2, 3), 2, True),
                  ("float16", (64, 128, 64, 1, 4, 4), 2, False)]
 
 
@@ -226,7 +226,10 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
     before, after = lines[bars[2] + 1:bars[3]], lines[bars[3] + 1:]
     frag = (cfg[0] // cfg[3] // 16) * (cfg[1] // cfg[4] // 8) * 4               # a thread's float32 sums
     assert sum(x.startswith("st.shared.f32") for x in before) == frag
-    assert sum(x.startswith("ld.shared.f32") for x in after) == (kgroups - 1) * frag
-    assert sum(x.startswith("add.f32") or x.startswith("add.rn.f32") for x in after) >= (kgroups - 1) * frag
+    # group 0's loads: frag per other group, unrolled (two groups) or in a loop over the groups (four: 128 loads
+    # in the PTX, run three times), each followed by its addition
+    loads = sum(x.startswith("ld.shared.f32") for x in after)
+    assert loads % frag == 0 and frag <= loads <= (kgroups - 1) * frag
+    assert sum(x.startswith("add.f32") or x.startswith("add.rn.f32") for x in after) >= loads
     assert not [x for x in after if x.startswith("fma")]
     assert len(loop_body(ptx, ksplit, kgroups)) > 0
