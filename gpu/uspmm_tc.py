@@ -101,6 +101,10 @@ two blocks an SM (cuSPARSE CSR 55.1); float32 512 x 4608 x 128 from 294.5 to 80.
 float32 with A split at the scatter ("Session 4, float32 split at the scatter"; results bit-identical
 to splitting every fragment): 70.9 against 71.3 us at 1024^3 60% (flat from 60% to 90% sparsity; dense
 fp32 cuBLAS 62.8), 870.9 against 898.7 at 1024 x 1024 x 16384, 862.2 against 888.5 at 4096^2 x 1024 90%.
+K groups ("Session 5, K groups"): float32 1024^3 60-85% with 64 x 128 tiles, kc 32, four groups of two
+warps of 64 x 64, 4 stages: 60.3-61.1 us against the default's 70.0-70.4 (dense fp32 cuBLAS 61.5-62.4, same
+run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wave (N = 16384: 909.7 against
+861.7) and no gain for float16 (within 2%), so ``DEFAULTS`` keep ``kgroups=1``.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
