@@ -32,7 +32,7 @@ import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_SHAPES", "warp_split", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_SETTINGS", "tc_small_grid",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_ONE_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -252,7 +252,8 @@ def _pow2_at_most(x: float) -> int:
 #:
 #: * output grids of more than one wave: float16 more than ``sms`` tiles of 32 x 128, float32 at least
 #:   ``TC_FILL * sms`` tiles of 64 x 128: the kernel's defaults, or :data:`TC_LARGE` where there are at
-#:   least ``sms`` tiles of 64 x 256;
+#:   least ``sms`` tiles of 64 x 256, or (float32) :data:`TC_ONE_WAVE` where there are at most ``sms``
+#:   tiles of 64 x 128;
 #: * float16 only, smaller grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
 #:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks
 #:   while the split grid stays within one wave.
@@ -281,13 +282,21 @@ TC_MIN_K = 512
 #: 69.9 / 251.6 / 220.8 vs 105.6 / 392.8 / 364.7.
 TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2),
             np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)}
+#: The float32 tensor-core setting for grids of at most one wave (``TC_FILL * sms`` to ``sms`` tiles of
+#: 64 x 128): four K groups of two warps, each warp a 64 x 64 tile (``gpu.uspmm_tc``'s ``kgroups``: more
+#: MMAs per fragment load than the default's 32 x 32 warp tiles, still 8 warps an SM). "Session 5, K
+#: groups" of experiments/results/uspmm_tc.md (H100, 05:56 UTC): 1024^3 at 60/70/80/85% 60.8/61.1/60.3/60.3
+#: us against the default's 70.2/70.4/70.3/70.0 (dense fp32 cuBLAS 62.4/62.2/61.5/62.1), 768 x 768 x 1024 60%
+#: 47.8 against 54.1; past one wave it loses (N = 16384: 909.7 against 861.7, :data:`TC_LARGE` 664.0).
+TC_ONE_WAVE = {np.dtype(np.float32): dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1,
+                                          kgroups=4)}
 #: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
 #: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits.
 TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
                                       dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
-               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)])}
+               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)], TC_ONE_WAVE[np.dtype(np.float32)])}
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -353,8 +362,11 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
-        if (tiles32 > sms) if half else (-(-m // 64) * col_tiles >= TC_FILL * sms):
-            return tensor_core(**TC_LARGE[np.dtype(dtype)]) if -(-m // 64) * -(-n // 256) >= sms else tensor_core()
+        tiles64 = -(-m // 64) * col_tiles
+        if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
+            if -(-m // 64) * -(-n // 256) >= sms:
+                return tensor_core(**TC_LARGE[np.dtype(dtype)])
+            return tensor_core(**TC_ONE_WAVE[np.dtype(dtype)]) if not half and tiles64 <= sms else tensor_core()
         if half and k >= TC_MIN_K:
             return tc_small_grid(k, tiles32, sms)
     tiles8 = -(-m // 8) * col_tiles
