@@ -1386,13 +1386,18 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
                                     m, n, k, vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _check_vector_columns(cols_per_lane, half) -> None:
+    """Columns a lane for kernels that read B rows by vector loads: 2, 4 or 8 (float16: 4 or 8)."""
+    if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
+        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
+                         f"got {cols_per_lane}")
+
+
 def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits):
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, grid = _row_major_shape("direct", order, m, n, nwarp, rows_per_warp, cols_per_lane)
-    if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
-        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
-                         f"got {cols_per_lane}")
+    _check_vector_columns(cols_per_lane, half)
     if unroll not in (2, 4):
         raise ValueError(f"unroll: must be 2 or 4, got {unroll}")
     vw = min(cols_per_lane, 8 if half else 4)
@@ -1430,9 +1435,7 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, _ = _row_major_shape("warp_split", order, m, n, nwarp, rows_per_warp, cols_per_lane)
-    if cols_per_lane not in (2, 4, 8) or (half and cols_per_lane == 2):
-        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (4 or 8 for float16: vector reads of B), "
-                         f"got {cols_per_lane}")
+    _check_vector_columns(cols_per_lane, half)
     if unroll not in (2, 4, 8):
         raise ValueError(f"unroll: must be 2, 4 or 8 (rows of B in flight per warp), got {unroll}")
     shared = warp_split_shared_bytes(nwarp, rows_per_warp, cols_per_lane)

@@ -346,14 +346,20 @@ def test_ring_resume_after_timeouts():
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, lay.kpad)
 
 
-def test_planted_stall_times_out_and_the_relaunch_finishes():
+# (copies: spin_limit 4096, since in the simulator a thread polls h_t while the lanes 0 of other rows may
+# still be summing)
+@pytest.mark.parametrize("spin_limit, kw", [(4, {}), (4096, dict(copies=2, pack=True, preset="vector"))],
+                         ids=["plain", "copies-pack-preset"])
+def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
     """enqueue(start=1) on a fresh preset: the block waits for an h_1 nobody writes, so its spin times out
-    (the fault the GPU tests plant); the relaunch from step 0 then gives the reference's states."""
+    (the fault the GPU tests plant); the relaunch from step 0 (with copies: filling every copy again) then
+    gives the reference's states."""
     from numba import cuda
     u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
     bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
     h0 = np.ones((4, 8), dtype=np.float32)
-    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=4, max_relaunch=1)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=spin_limit, max_relaunch=1,
+                                 **kw)
     d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
     xchg, status = plan.buffers(5)
     plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
@@ -550,25 +556,6 @@ def test_copies_fill_every_copy_and_pack_equals_the_scalar_writes(preset, dtype)
         assert (slots == slots[:, :1]).all() and not (np.signbit(slots) & (slots == 0)).any()
         assert slots[0, 0].tobytes() == h0.T.copy().tobytes()
         assert slots[1:, 0].reshape(4, 12, 4).transpose(0, 2, 1).tobytes() == base.tobytes()
-
-
-def test_copies_planted_stall_resumes():
-    """copies with a planted stall (enqueue(start=1)): the relaunch from step 0 fills every copy again."""
-    from numba import cuda
-    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
-    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
-    h0 = np.ones((4, 8), dtype=np.float32)
-    # (spin_limit 4096: in the simulator a thread polls h_t while the lanes 0 of other rows may still be summing)
-    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=4096, max_relaunch=1, copies=2,
-                                 pack=True, preset="vector")
-    d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
-    xchg, status = plan.buffers(5)
-    plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
-    assert int(status.copy_to_host()[0]) != 0
-    plan._resume(d_bp, xchg, hs, status, 5)
-    assert plan.relaunches == 1
-    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= \
-        tolerance(u.dtype, plan.layout.kpad)
 
 
 def test_copies_pack_preset_bad_configuration():

@@ -342,11 +342,14 @@ def test_parts_and_fold_h0_match_reference_and_repeat(kw, hidden, dtype, tpr):
 
 
 @pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
-                                {**_CPA, "parts": 2, "fold_h0": True, "stagger": True}],
+                                {**_CPA, "parts": 2, "fold_h0": True, "stagger": True},
+                                {"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"},
+                                {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
-def test_parts_and_fold_h0_planted_stall_relaunches_and_finishes(kw):
+def test_options_planted_stall_relaunches_and_finishes(kw):
     """The planted stall (start=1): every block times out; fold_h0 left slot 0 unwritten, so the relaunch
-    starts at step 0 and writes h0 itself; one relaunch, then the reference's states."""
+    starts at step 0 and writes h0 itself (with copies: fills every copy again); one relaunch, then the
+    reference's states."""
     u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
     plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", **kw)
     d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
@@ -380,15 +383,3 @@ def test_copies_pack_preset_match_reference_and_repeat(kw, hidden, dtype, tpr):
     _exact_and_repeatable(plan, u, bp, h0, steps)
 
 
-@pytest.mark.parametrize("kw", [{"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"},
-                                {"poll": "issue", "fold_h0": True}],
-                         ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
-def test_copies_planted_stall_relaunches_and_finishes(kw):
-    """The planted stall (start=1) with copies: one relaunch fills every copy again; the reference's states."""
-    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=2)
-    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", **kw)
-    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
-    plan._resume(d_bp, xchg, hs, status, 16, h0=cuda.to_device(h0))
-    assert plan.relaunches == 1
-    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
-        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
