@@ -805,19 +805,31 @@ def parts(out=None, jobs=8):
     """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792; then the steps
     points of the fastest Lamport variant at 1792 if it is not among ``PARTS_STEPS``."""
     records = run_parallel(session4_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
+    records += _steps_of_fastest(records, PARTS_VARIANTS, PARTS_STEPS, jobs)
+    _tables(records, "pass_fraction")
+    _save(out, "parts", records)
+    return records
+
+
+def _steps_of_fastest(records, variants, measured, jobs):
+    """Records of the steps points (and a traced run) of the fastest correct Lamport variant at 1792 and
+    256 steps among ``records``, when its name is not in ``measured`` (whose steps points were timed)."""
     timed = [r for r in records if r.get("hidden") == 1792 and r.get("steps") == 256 and r.get("correct")
-             and r["variant"].startswith("lamport") and not r["variant"].endswith("traced")]
+             and r["variant"].startswith("lamport") and r["variant"].split()[-1] not in ("traced", "no_wait")]
     best = min(timed, key=lambda r: r["us_per_step"])["variant"] if timed else None
-    if best and best not in PARTS_STEPS:
-        chosen = [v for v in PARTS_VARIANTS if v[0] == best]
-        print("fastest at 1792:", best)
-        records += run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
-    _table(records, _S4_COLUMNS + ["pass_fraction"])
+    if not best or best in measured:
+        return []
+    print("fastest at 1792:", best)
+    chosen = [v for v in variants if v[0] == best]
+    return run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
+
+
+def _tables(records, extra_column):
+    """The session tables: every record (session 4's columns and ``extra_column``), then the traced ones."""
+    _table(records, _S4_COLUMNS + [extra_column])
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
-    _save(out, "parts", records)
-    return records
 
 
 # -- session 5: copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
@@ -884,17 +896,8 @@ def session5(out=None, jobs=8, variants=None):
                                  check_steps=64, ablate="no_wait"))
               for label, c, kw in variants if label in SESSION5_NO_WAIT]
     records = run_parallel(tasks, jobs, out, "session5")
-    timed = [r for r in records if r.get("hidden") == 1792 and r.get("steps") == 256 and r.get("correct")
-             and r["variant"].startswith("lamport") and r["variant"].split()[-1] not in ("traced", "no_wait")]
-    best = min(timed, key=lambda r: r["us_per_step"])["variant"] if timed else None
-    if best and best not in SESSION5_STEPS:
-        chosen = [v for v in variants if v[0] == best]
-        print("fastest at 1792:", best)
-        records += run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
-    _table(records, _S4_COLUMNS + ["us_per_step_no_wait"])
-    traced = [r for r in records if "step_ns" in r]
-    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
-                    "operate_ns", "reduce_write_ns", "polls"])
+    records += _steps_of_fastest(records, variants, SESSION5_STEPS, jobs)
+    _tables(records, "us_per_step_no_wait")
     _save(out, "session5", records)
     return records
 
