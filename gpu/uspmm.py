@@ -1011,31 +1011,22 @@ def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) 
 
 
 def _put_group(width: int):
-    """``put(dst, u, o, v)``: ``dst[u, o + x] = float32(v[x])`` for ``x < width`` (2, 4 or 8), written
-    out like :func:`_fma_group` (no tuple index chosen at run time)."""
-    if width == 2:
+    """``put(dst, u, o, v)``: ``dst[u, o + x] = float32(v[x])`` for ``x < width`` (a power of two), as
+    two puts of half the width on constant slices of ``v`` down to single stores: every tuple index is
+    known at compile time (a loop over a tuple that the compiler does not unroll indexes it through a
+    chain of branches, see :func:`_fma_group`)."""
+    if width == 1:
         @cuda.jit(device=True, inline=True)
         def put(dst, u, o, v):
             dst[u, o] = float32(v[0])
-            dst[u, o + 1] = float32(v[1])
-    elif width == 4:
-        @cuda.jit(device=True, inline=True)
-        def put(dst, u, o, v):
-            dst[u, o] = float32(v[0])
-            dst[u, o + 1] = float32(v[1])
-            dst[u, o + 2] = float32(v[2])
-            dst[u, o + 3] = float32(v[3])
-    else:
-        @cuda.jit(device=True, inline=True)
-        def put(dst, u, o, v):
-            dst[u, o] = float32(v[0])
-            dst[u, o + 1] = float32(v[1])
-            dst[u, o + 2] = float32(v[2])
-            dst[u, o + 3] = float32(v[3])
-            dst[u, o + 4] = float32(v[4])
-            dst[u, o + 5] = float32(v[5])
-            dst[u, o + 6] = float32(v[6])
-            dst[u, o + 7] = float32(v[7])
+        return put
+    half = width // 2
+    put_half = _put_group(half)
+
+    @cuda.jit(device=True, inline=True)
+    def put(dst, u, o, v):
+        put_half(dst, u, o, v[:half])
+        put_half(dst, u, o + half, v[half:])
     return put
 
 

@@ -359,6 +359,28 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         ue = U(e)
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
+    def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int):
+        """Step 1a for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
+        offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
+        (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``."""
+        @cuda.jit(device=True, inline=True)
+        def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb):
+            for i in range(npt):
+                p = t + U(i * nthreads)
+                if whole or p < U(pieces):
+                    slot = p // U(per_slot)
+                    r = (p % U(per_slot)) * U(rows)
+                    hq = slot // U(seg)
+                    ii = slot % U(seg)
+                    if ii < w:
+                        ok = (qb + hq < nsub) & (row0 + r < mp)
+                        cp_async16(dst, sbase + (slot * U(bm) + r), src,
+                                   qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
+        return copy
+
+    copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw)
+    copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16)
+
     @cuda.jit(device=True, inline=True)
     def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
@@ -369,28 +391,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
-        for i in range(nvp):
-            p = t + U(i * nthreads)
-            if v_whole or p < U(vpieces):
-                slot = p // U(vpr)
-                r = (p % U(vpr)) * U(vw)
-                hq = slot // U(seg)
-                ii = slot % U(seg)
-                if ii < w:
-                    ok = (qb + hq < nsub) & (row0 + r < mp)
-                    cp_async16(sh_ev, sbase + (slot * U(bm) + r), ev,
-                               qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
-        for i in range(nop):
-            p = t + U(i * nthreads)
-            if o_whole or p < U(opieces):
-                slot = p // U(opr)
-                r = (p % U(opr)) * u16
-                hq = slot // U(seg)
-                ii = slot % U(seg)
-                if ii < w:
-                    ok = (qb + hq < nsub) & (row0 + r < mp)
-                    cp_async16(sh_eo, sbase + (slot * U(bm) + r), eo,
-                               qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
+        copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb)
+        copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb)
 
     @cuda.jit(device=True, inline=True)
     def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
