@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_SHAPES", "warp_split", "small_n",
+           "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_SHAPES", "warp_split", "small_n",
            "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_ONE_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
@@ -86,7 +86,8 @@ def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: 
 #: in experiments/results/uspmm.md.
 WARP_SPLIT_S1 = (4, 1, 8, 4, 1)
 WARP_SPLIT_S2 = (4, 1, 4, 8, 6)
-WARP_SPLIT_SHAPES = (WARP_SPLIT_S1, WARP_SPLIT_S2, (4, 1, 16, 4, 1), (2, 1, 8, 4, 1))
+WARP_SPLIT_S1C2 = (2,) + WARP_SPLIT_S1[1:]          # S1 with 2 columns a lane (N = 64)
+WARP_SPLIT_SHAPES = (WARP_SPLIT_S1, WARP_SPLIT_S2, (4, 1, 16, 4, 1), WARP_SPLIT_S1C2)
 
 
 def warp_split(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1) -> dict:
@@ -119,7 +120,7 @@ def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
     density = kprime / k if k else 0.0
     if not half:
         if n == 64:
-            return warp_split(2, *WARP_SPLIT_S1[1:]) if m <= 2048 else None
+            return warp_split(*WARP_SPLIT_S1C2) if m <= 2048 else None
         if n in (128, 256):
             if m <= 1024:
                 return warp_split(*WARP_SPLIT_S1)

@@ -495,7 +495,7 @@ SMALL_N_RUN = [
 def test_heuristic_routes_few_columns_to_the_warp_split_kernel_as_measured(m, k, n, kprime, dtype, chosen, note):
     from sparsekit import tune
     want = {"S1": tune.warp_split(*tune.WARP_SPLIT_S1), "S2": tune.warp_split(*tune.WARP_SPLIT_S2),
-            "S1c2": tune.warp_split(2, *tune.WARP_SPLIT_S1[1:])}.get(chosen)
+            "S1c2": tune.warp_split(*tune.WARP_SPLIT_S1C2)}.get(chosen)
     got = tune.heuristic(m, k, n, kprime, dtype, "C")
     assert got == want if chosen else got["variant"] != "warp_split", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "C", few_columns=False)["variant"] != "warp_split"
