@@ -20,8 +20,10 @@ What it measures, in order (one table each, printed; also written to
    ``cuda.device_array`` output allocation), the issue's target being <= 5 us;
    plus ``operand``, ``output`` and ``result`` alone;
 4. ``measure`` against kernels of known duration (the spin kernel, which polls
-   the device's ns clock) and, for L2 flushing, a 16 MiB read measured with and
-   without the flush.
+   the device's ns clock), the floor of every measured time (the 1024-element
+   axpy, 4 blocks: what ``measure`` reports for a kernel that does nearly nothing,
+   with and without the L2 flush) and, for L2 flushing, a 16 MiB read measured
+   with and without the flush.
 """
 from __future__ import annotations
 
@@ -201,6 +203,13 @@ def measure_section():
         rows.append((f"spin {ns / 1e3:.0f} us", batch, f"{m.median_s * 1e6:.2f}",
                      f"{m.p10_s * 1e6:.2f}-{m.p90_s * 1e6:.2f}",
                      f"{(m.median_s - ns * 1e-9) * 1e6:+.2f}", m.late))
+    x, y, out = (cuda.to_device(np.ones(N_LAUNCH, np.float32)) for _ in range(3))
+    for flush in (True, False):   # the floor: no kernel measures less
+        m = measure(lambda: axpy[N_LAUNCH // 256, 256](2.0, x, y, out), repeat=50, flush_l2=flush)
+        records[f"axpy{N_LAUNCH}_flush{flush}"] = {"median_s": m.median_s, "p10_s": m.p10_s,
+                                                   "p90_s": m.p90_s, "late": m.late}
+        rows.append((f"axpy {N_LAUNCH} (floor), L2 {'flushed' if flush else 'warm'}", 1,
+                     f"{m.median_s * 1e6:.2f}", f"{m.p10_s * 1e6:.2f}-{m.p90_s * 1e6:.2f}", "", m.late))
     n = 4 << 20  # 16 MiB of float32: fits the H100's 50 MB L2
     src = cuda.to_device(np.random.default_rng(2).standard_normal(n, dtype=np.float32))
     out = cuda.device_array(132 * 8 * 256, np.float32)
