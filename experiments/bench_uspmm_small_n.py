@@ -15,8 +15,16 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
     python experiments/bench_uspmm_small_n.py --extra         # also EXTRA_PROBLEMS (other N = 128 problems)
     python experiments/bench_uspmm_small_n.py --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
+    python experiments/bench_uspmm_small_n.py --latency       # session 6: Figs. 5-7's slow float32 points
+    python experiments/bench_uspmm_small_n.py --fig6          # session 6: 128^3 at every sparsity of Fig. 6
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
+
+``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR was
+within 2x of ``auto`` in the session-5 sweep) at :data:`LATENCY_SETTINGS` (with the ``lookahead`` and
+``l2_prefetch`` options), against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
+the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`. With options, each result is also compared bit for
+bit with the same setting without them (``same_as_plain``: the options change no arithmetic).
 
 ``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
 and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
@@ -59,18 +67,39 @@ BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536,
 #: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): the recommended S1 and S2, nw16 rpw1 u4, and S1
 #: with 2 columns a lane (a 64-column tile for N = 64; float32 only) and with 8 (256 columns).
 BOUNDS_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 2), (8, 1, 4, 1, 8)]
+#: ``--latency`` (session 6): float32 points of Figs. 5-7 where ``auto`` was within 2x of cuSPARSE CSR in the
+#: session-5 sweep (results/uspmm_figures_session5.json): 128^3 (launch- and latency-bound), 1024^3 at 90% and
+#: 95% (the direct kernel), N = 1024 at small M, and N = 128..512 at M = K = 768, 1024.
+LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
+                    + [(1024, 1024, 1024, 0.9), (1024, 1024, 1024, 0.95), (128, 128, 1024, 0.6),
+                       (256, 256, 1024, 0.6), (512, 512, 1024, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
+                       (1024, 1024, 256, 0.6), (1024, 1024, 512, 0.6)])
+#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane, lookahead, l2_prefetch): sparsekit.tune's three
+#: float32 N = 128 shapes (S1, S2, 16 warps), then more warps, rows and columns, each plain and with options.
+LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (32, 1, 4, 1, 4), (4, 1, 4, 1, 4),
+                    (4, 2, 4, 1, 4), (8, 1, 4, 1, 8), (8, 1, 4, 1, 2),
+                    (8, 1, 4, 1, 4, True), (8, 1, 4, 1, 4, False, True), (8, 1, 4, 1, 4, True, True),
+                    (16, 1, 4, 1, 4, True, True), (16, 1, 8, 1, 4, True, True), (32, 1, 4, 1, 4, True, True),
+                    (4, 1, 8, 1, 4, True), (4, 1, 4, 1, 4, True), (4, 2, 4, 1, 4, True), (8, 2, 4, 1, 4, True),
+                    (8, 1, 4, 1, 8, True), (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 2, True)]
+#: ``--fig6``: 128^3 at 5%..95% (Fig. 6), the session-5 choice (S1) and the candidates for it.
+FIG6_SETTINGS = [(8, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
+                 (32, 1, 4, 1, 4, True, True)]
 
 
-def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4) -> dict:
-    """The tunables of one warp-split setting."""
-    return dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
-                unroll=unroll, min_blocks=min_blocks)
+def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4,
+               lookahead: bool = False, l2_prefetch: bool = False) -> dict:
+    """The tunables of one warp-split setting (the options only where set)."""
+    cfg = dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
+               unroll=unroll, min_blocks=min_blocks)
+    return dict(cfg, **{key: True for key, on in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)) if on})
 
 
 def setting_name(cfg: dict) -> str:
     mb = f" mb{cfg['min_blocks']}" if cfg.get("min_blocks", 1) != 1 else ""
     cpl = f" cpl{cfg['cols_per_lane']}" if cfg.get("cols_per_lane", 4) != 4 else ""
-    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}"
+    opts = (" la" if cfg.get("lookahead") else "") + (" l2" if cfg.get("l2_prefetch") else "")
+    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}{opts}"
 
 
 def resnet50_shapes() -> list[tuple[int, int]]:
@@ -82,9 +111,10 @@ def resnet50_shapes() -> list[tuple[int, int]]:
 
 
 def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: float = SPARSITY,
-                settings=SETTINGS) -> list[dict]:
+                settings=SETTINGS, anchor: str = "heuristic") -> list[dict]:
     """One record per provider for the problem (see the module docstring); ``settings``: warp-split
-    settings as argument tuples of :func:`warp_split` (float16 skips 2 columns a lane)."""
+    settings as argument tuples of :func:`warp_split` (float16 skips 2 columns a lane); ``anchor``:
+    ``config="heuristic"`` or ``config="auto"``, timed as the provider of that name."""
     from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
@@ -93,19 +123,25 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
     cfgs = [warp_split(*s) for s in settings]
     cfgs = [c for c in cfgs if not (p.dtype == np.float16 and c["cols_per_lane"] == 2)]
     launches = {setting_name(cfg): (lambda cfg=cfg: uspmm(p.dell, p.b, **cfg)) for cfg in cfgs}
-    launches["heuristic"] = lambda: uspmm(p.dell, p.b, config="heuristic")
+    launches[anchor] = lambda: uspmm(p.dell, p.b, config=anchor)
     launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
-    heuristic_choice = config_name(resolve("heuristic", p.dell, n, "C"))
+    anchor_choice = config_name(resolve(anchor, p.dell, n, "C"))
+    plain = {}                                       # setting name without options -> its first result
     records = []
     for name, launch in launches.items():
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
-        if name == "heuristic":
-            rec["config"] = heuristic_choice
+        if name == anchor:
+            rec["config"] = anchor_choice
         first = _to_host(launch())
         rec["correct"] = p.correct(first)
         if not name.startswith("cuSPARSE"):
             rec["bit_identical"] = all((_to_host(launch()).view(np.uint8) == first.view(np.uint8)).all()
                                        for _ in range(2))
+        base = name.removesuffix(" l2").removesuffix(" la")
+        if base != name and base in plain:
+            rec["same_as_plain"] = bool((plain[base].view(np.uint8) == first.view(np.uint8)).all())
+        elif name.startswith("ws "):
+            plain[name] = first
         t = measure(launch, repeat=repeat, warmup=2)
         records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
                             late=t.late))
@@ -121,7 +157,7 @@ def summary_rows(records) -> list[dict]:
                                         kprime=r["kprime"], ws={}))
         if r["provider"].startswith("cuSPARSE"):
             row["cusparse"], row["cusparse_correct"] = r["median_us"], r["correct"]
-        elif r["provider"] == "heuristic":
+        elif r["provider"] in ("heuristic", "auto"):
             row["heuristic"], row["heuristic_config"] = r["median_us"], r["config"]
         else:
             row["ws"][r["provider"]] = r["median_us"]
@@ -153,6 +189,22 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
+def latency_table(records) -> str:
+    """Markdown (``--latency``, ``--fig6``): per problem cuSPARSE CSR, ``auto`` and its choice, the fastest
+    warp-split setting without options and the fastest of all, and how the latter compares (times in us)."""
+    lines = ["| problem | K' | cuSPARSE CSR | auto | auto's choice | best ws, no options | setting | best ws | "
+             "setting | best vs cuSPARSE | best vs auto |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in summary_rows(records):
+        plain = {name: t for name, t in row["ws"].items() if not name.endswith((" la", " l2"))}
+        best_plain = min(plain, key=plain.get) if plain else None
+        best, cus, auto = row["ws"][row["best_ws"]], row.get("cusparse", float("nan")), row["heuristic"]
+        plain_cells = f"{plain[best_plain]:.1f} | {best_plain}" if best_plain else "- | -"
+        lines.append(f"| {problem_name(row)} | {row['kprime']} | {cus:.1f} | {auto:.1f} | {row['heuristic_config']} | "
+                     f"{plain_cells} | {best:.1f} | {row['best_ws']} | {cus / best:.2f}x | {auto / best:.2f}x |")
+    return "\n".join(lines)
+
+
 def settings_table(records, dtype: str) -> str:
     """Markdown: every warp-split setting's median (us) per problem of one dtype (- where not timed)."""
     rows = [r for r in summary_rows(records) if r["dtype"] == dtype]
@@ -168,7 +220,8 @@ def settings_table(records, dtype: str) -> str:
 #: ``--sanitize`` cases: (M, K, N, K'), odd sizes, N not a multiple of 4 or 128, K' = 0 and K' = K.
 SANITIZE_CASES = [(37, 45, 19, 9), (70, 300, 136, 57), (5, 7, 3, 7), (33, 20, 130, 0)]
 SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8),
-                     warp_split(8, 1, 4, min_blocks=4)]
+                     warp_split(8, 1, 4, min_blocks=4), warp_split(4, 2, 4, lookahead=True, l2_prefetch=True),
+                     warp_split(3, 1, 8, cols_per_lane=8, lookahead=True, l2_prefetch=True)]
 
 
 def sanitize() -> int:
@@ -239,6 +292,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--extra", action="store_true", help="also time EXTRA_PROBLEMS")
     ap.add_argument("--bounds", action="store_true", help="time BOUNDS_PROBLEMS at BOUNDS_SETTINGS only")
+    ap.add_argument("--latency", action="store_true", help="time LATENCY_PROBLEMS at LATENCY_SETTINGS against auto")
+    ap.add_argument("--fig6", action="store_true", help="time 128^3 at Fig. 6's sparsities at FIG6_SETTINGS")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
     args = ap.parse_args(argv)
@@ -247,7 +302,8 @@ def main(argv=None) -> int:
             saved = json.load(f)
         print(f"Device {saved['device']}, started {saved['started']}, {saved['repeat']} repeats, L2 flushed; "
               f"empty kernel {saved['empty_kernel_us']:.1f} us\n")
-        print(table(saved["records"]))
+        latency = any(r["provider"] == "auto" for r in saved["records"])
+        print(latency_table(saved["records"]) if latency else table(saved["records"]))
         for dt in dict.fromkeys(r["dtype"] for r in saved["records"]):
             print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
             print(settings_table(saved["records"], dt))
@@ -271,24 +327,33 @@ def main(argv=None) -> int:
                                records=records), f, indent=1)
 
     problems = [(m, k, N, SPARSITY) for m, k in resnet50_shapes()] + (EXTRA_PROBLEMS if args.extra else [])
-    settings = SETTINGS
+    settings, anchor = SETTINGS, "heuristic"
     if args.bounds:
         problems, settings = BOUNDS_PROBLEMS, BOUNDS_SETTINGS
+    if args.latency or args.fig6:
+        problems, settings, anchor = [], [], "auto"
+        if args.latency:
+            problems, settings = LATENCY_PROBLEMS, LATENCY_SETTINGS
+        if args.fig6:
+            problems = problems + [(128, 128, 128, round(0.05 * i, 2)) for i in range(1, 20)]
+            settings = list(dict.fromkeys(settings + FIG6_SETTINGS))
     for dt in args.dtypes.split(","):
         for m, k, n, sparsity in problems:
-            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity, settings=settings)
+            records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity, settings=settings,
+                                   anchor=anchor)
             save()
             print(f"{dt} {m}x{k}x{n} {sparsity} done", flush=True)
     print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed; "
           f"empty kernel {floor:.1f} us\n")
-    print(table(records))
+    print(latency_table(records) if anchor == "auto" else table(records))
     for dt in args.dtypes.split(","):
         print(f"\nEvery warp-split setting, {dt} (nwarp, rows_per_warp, unroll; median us):\n")
         print(settings_table(records, dt))
     ours = [r for r in records if not r["provider"].startswith("cuSPARSE")]
-    wrong = [r for r in ours if not r["correct"] or not r["bit_identical"]]
+    wrong = [r for r in ours if not r["correct"] or not r["bit_identical"] or not r.get("same_as_plain", True)]
     vendor_off = sum(not r["correct"] for r in records if r["provider"].startswith("cuSPARSE"))
-    print(f"\n{len(ours)} results of ours, {len(wrong)} wrong or not bit-identical; "
+    print(f"\n{len(ours)} results of ours, {len(wrong)} wrong, not bit-identical or (with options) not equal to "
+          f"the setting without them; "
           f"{vendor_off} cuSPARSE results outside the float32-accumulation bound (* above)")
     for r in wrong:
         print("WRONG:", r)

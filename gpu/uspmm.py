@@ -1004,6 +1004,33 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
 # Warp-split kernel (past the paper: small N, output grids too small to fill the GPU)
 # ---------------------------------------------------------------------------
 
+if cuda_config.ENABLE_CUDASIM:
+    def prefetch_l2(arr, i):
+        """Nothing (simulator stand-in of the L2 prefetch: the simulator has no caches)."""
+else:
+    from llvmlite import ir
+    from numba.core import types as _types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def prefetch_l2(typingctx, arr, i):
+        """``prefetch.L2 [&arr[i]]`` (1-D array): the 128-byte line holding ``arr[i]`` is fetched into L2,
+        no register waits for it; side-effecting inline PTX, so it is neither dropped nor merged."""
+        if not (isinstance(arr, _types.Array) and arr.ndim == 1 and isinstance(i, _types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], _types.intp)])
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type]), "prefetch.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [ptr])
+            return context.get_dummy_value()
+
+        return _types.void(arr, i), codegen
+
+
+
 def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) -> int:
     """Shared memory of one warp-split block: each warp's float32 partial tile of the block's
     ``rows_per_warp`` rows x ``32 * cols_per_lane`` columns (summed in a fixed order at the end)."""
@@ -1032,7 +1059,7 @@ def _put_group(width: int):
 
 @functools.cache
 def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
-                       min_blocks: int = 1):
+                       min_blocks: int = 1, lookahead: bool = False, l2_prefetch: bool = False):
     """USpMM for small N with each row's K' entries split over the warps of a block
     (``variant="warp_split"``), ``b``/``c`` C-ordered.
 
@@ -1071,12 +1098,28 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     that many blocks fit an SM (sm_90, float32, 4 columns a lane: 8 warps at ``unroll = 4`` take 56
     registers, already 4 blocks an SM; at ``unroll = 8`` 85, 80 with ``min_blocks = 3``; no spills).
 
+    Two options cut the latency of a warp's dependent loads (each off by default: the code above):
+
+    * ``lookahead``: in the interior, step ``i + 1``'s values and B offsets are loaded right after
+      step ``i``'s reads of B are issued and before its multiply-adds, so they arrive while those
+      reads are in flight (software pipelining in registers; ``2 * unroll`` registers more). A step
+      then waits on one round trip, not two. Same steps, same order of the multiply-adds: the
+      result is bit-identical to the default's.
+    * ``l2_prefetch``: before anything else, the ``gridDim.x`` blocks of a column tile split the
+      ``K`` rows of B's tile between them and issue ``prefetch.L2`` for each 128-byte line of
+      their share (:func:`prefetch_l2`; one instruction a thread while ``K / gridDim.x`` rows x
+      ``NT / 32 + 1`` lines fit a block, float32). The lines travel from DRAM to L2 while the blocks wait for their
+      entries, so the dependent reads of B hit L2 instead of starting a second DRAM round trip
+      (what a launch on a cold L2 and few steps a warp, e.g. 128^3, waits on).
+
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
     ``kprime``; ``vec_ok`` (rows of ``b`` start on a ``vw``-element boundary).
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
+    line = 128 // (2 if half else 4)                 # elements of B in a 128-byte line
+    per_row = nt // line + 1                         # l2_prefetch: prefetches per row of B's tile
     vw = min(cols_per_lane, 8 if half else 4)       # elements per vector read of B (<= 16 bytes)
     nvec = cols_per_lane // vw
     gstride = WARP_SIZE * vw                         # columns between a lane's two groups (cpl 8, float32)
@@ -1122,6 +1165,41 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                     racc[x] += av[u] * bv[u, x]
 
     @cuda.jit(device=True, inline=True)
+    def load_entries(vrow, irow, s, take, n, gcol, av, ov):
+        """``lookahead``: the values and B offsets of the first ``take`` entries from slot ``s``."""
+        for u in range(unroll):
+            if u < take:
+                av[u] = float32(vrow[s + u])
+                ov[u] = irow[s + u] * n + gcol
+
+    @cuda.jit(device=True, inline=True)
+    def read_b(b, take, ov, bv):
+        """``lookahead``: the vector reads of B of the first ``take`` entries (interior tile)."""
+        for u in range(unroll):
+            if u < take:
+                for g in range(nvec):
+                    put(bv, u, g * vw, vload(b, ov[u] + g * gstride))    # ld.global.v4
+
+    @cuda.jit(device=True, inline=True)
+    def fma_entries(racc, take, av, bv):
+        """``lookahead``: the multiply-adds of the first ``take`` entries, in slot order."""
+        for u in range(unroll):
+            if u < take:
+                for x in range(cols_per_lane):
+                    racc[x] += av[u] * bv[u, x]
+
+    @cuda.jit(device=True, inline=True)
+    def prefetch_tile(b, n, col0, t):
+        """``l2_prefetch``: B's column tile into L2, ``per_row`` prefetches a row (its lines, and its
+        last element: a row need not start on a line), item ``g`` of the tile's ``K * per_row`` by block
+        ``g % gridDim.x`` (every block issues a few); no division by a run-time value."""
+        cols = min(nt, n - col0)
+        g = t * cuda.gridDim.x + cuda.blockIdx.x
+        while (g // per_row) * n < b.shape[0]:                           # row g // per_row of B exists
+            prefetch_l2(b, (g // per_row) * n + col0 + min((g % per_row) * line, cols - 1))
+            g += nthreads * cuda.gridDim.x
+
+    @cuda.jit(device=True, inline=True)
     def put_partial(sh_part, base, racc):
         """This lane's ``cols_per_lane`` sums of one row into the warp's partial (vector stores)."""
         for g in range(nvec):
@@ -1140,6 +1218,8 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_warp
         col0 = cuda.blockIdx.y * nt
+        if l2_prefetch:
+            prefetch_tile(b, n, col0, t)                                 # B's tile on its way to L2
         gcol = col0 + lane * vw                                          # this lane's first column
         interior = vec_ok and col0 + nt <= n                             # every read of B is a vector
         s0, s1 = _split_range(kprime, warp, numwarps)                    # this warp's run of K' slots
@@ -1149,6 +1229,8 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         av = cuda.local.array(unroll, float32)
         ov = cuda.local.array(unroll, np.int32)                          # B offsets: K * N < 2**31
         bv = cuda.local.array((unroll, cols_per_lane), float32)
+        an = cuda.local.array(unroll, float32)                           # lookahead: the next step's
+        on = cuda.local.array(unroll, np.int32)                          # values and B offsets
         for r in range(rows_per_warp):
             row = row0 + r
             for x in range(cols_per_lane):
@@ -1157,7 +1239,21 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                 vrow = vals[row, s0:s1]                                  # views from the run's start:
                 irow = idxs[row, s0:s1]                                  # indices from 0, no wraparound
                 s = 0
-                if interior:
+                if interior and lookahead:                               # steps of unroll, the last shorter
+                    take = min(cnt, unroll)
+                    load_entries(vrow, irow, 0, take, n, gcol, av, ov)
+                    while s < cnt:
+                        nxt = s + take
+                        ntake = min(cnt - nxt, unroll)
+                        read_b(b, take, ov, bv)                          # this step's rows of B in flight,
+                        load_entries(vrow, irow, nxt, ntake, n, gcol, an, on)   # the next step's entries too
+                        fma_entries(racc, take, av, bv)
+                        for u in range(unroll):
+                            av[u] = an[u]
+                            ov[u] = on[u]
+                        s = nxt
+                        take = ntake
+                elif interior:
                     while s + unroll <= cnt:
                         step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv)
                         s += unroll
@@ -1422,7 +1518,8 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks):
+def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
+                       l2_prefetch):
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, _ = _row_major_shape("warp_split", order, m, n, nwarp, rows_per_warp, cols_per_lane)
@@ -1439,7 +1536,8 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
                          f"got {k} * {n} = {k * n}")
     vw = min(cols_per_lane, 8 if half else 4)
     vec_ok = n % vw == 0 and aligned(bdev, vw)
-    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks)
+    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks, lookahead,
+                                l2_prefetch)
     vals, idxs = dell.row_major()
     grid = (cdiv(m, rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))   # a block: R rows x NT columns
     _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(k * n), c, m, n, dell.host.kprime, vec_ok),
@@ -1447,7 +1545,8 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1):
+         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
+         l2_prefetch=False):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
@@ -1463,6 +1562,11 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
                          f"got {splits}")
+    for name, flag in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}")
+        if flag and variant != "warp_split":
+            raise ValueError(f"{name}: only variant 'warp_split' has this option, got variant {variant!r}")
     m, n = dell.shape[0], bdev.shape[1]
     c = output((m, n), dell.dtype, like=like, order=order)
     if m and n:
@@ -1478,7 +1582,8 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "warp_split":
             _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
-                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
+                               bool(l2_prefetch))
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1504,7 +1609,10 @@ def uspmm(ell, b, *, config=None, **tunables):
     fixed order, so results stay bit-identical; for grids too small to fill
     the GPU, e.g. N = 128 at M = 1024); for "warp_split" ``nwarp`` warps
     split each row's K' entries, ``rows_per_warp`` rows a block, ``unroll``
-    (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above; all
+    (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above,
+    ``lookahead`` (load the next step's entries while this step's reads of B
+    are in flight) and ``l2_prefetch`` (B's column tile prefetched into L2
+    at the start), both False by default (:func:`_warp_split_kernel`); all
     but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
