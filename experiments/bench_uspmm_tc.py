@@ -10,6 +10,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --wave [--dtype float32] [--out DIR]    # grids of about one wave
     python experiments/bench_uspmm_tc.py --large [--dtype float32] [--out DIR]   # grids of many waves
     python experiments/bench_uspmm_tc.py --wave --only kg [--dtype float32]     # only the K-group settings
+    python experiments/bench_uspmm_tc.py --lean [--out DIR]                      # float32, lean=True against False
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -167,6 +168,22 @@ LARGE_CONFIGS = {
                 ("tc 128x256 k32 w2x4 s3", dict(bm=128, bn=256, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
                 ("tc 64x256 k32 w1x4 s4 kg2", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=4, kgroups=2),
                  (1,))]}
+#: ``--lean`` (float32): the kernel with ``lean=True`` (fewer instructions per K chunk, the same arithmetic)
+#: against ``lean=False`` for the routed settings: ``sparsekit.tune``'s one-wave (``TC_ONE_WAVE``) and
+#: many-wave (``TC_LARGE``) settings and the defaults, at one-wave and many-wave grids.
+LEAN_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.90), (768, 768, 1024, 0.60), (1024, 1024, 2048, 0.60),
+                 (1024, 1024, 16384, 0.60)]
+LEAN_ONE_WAVE = dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4)
+LEAN_LARGE = dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)
+LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
+                ("tc one-wave 64x128 k32 w1x2 s4 kg4", LEAN_ONE_WAVE),
+                ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True)),
+                ("tc one-wave lean s5", dict(LEAN_ONE_WAVE, lean=True, stages=5)),
+                ("tc large 64x256 k16 w1x4 s4 b2", LEAN_LARGE),
+                ("tc large lean", dict(LEAN_LARGE, lean=True))]
+#: ``--lean``: each lean setting's result must be bit-identical to this one's (``same_as_previous``).
+LEAN_BASE = {"tc lean": "tc", "tc one-wave lean": "tc one-wave 64x128 k32 w1x2 s4 kg4",
+             "tc one-wave lean s5": "tc one-wave 64x128 k32 w1x2 s4 kg4", "tc large lean": "tc large 64x256 k16 w1x4 s4 b2"}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -251,7 +268,8 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
 def check_providers(p, launches: dict) -> list[dict]:
     """Run every launch twice (compiling it): one record per provider with ``correct`` and, for our
     kernels, the error statistics and whether the repeat is bit-identical (or the error). With a
-    "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical."""
+    "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical; so
+    does each lean setting of :data:`LEAN_BASE` against its ``lean=False`` setting."""
     from experiments.bench_uspmm import _to_host
     recs = []
     first = {}
@@ -268,11 +286,11 @@ def check_providers(p, launches: dict) -> list[dict]:
             rec.update(error_stats(p, got), bit_identical=bool((got.view(np.uint8) == again.view(np.uint8)).all()))
         first[name] = got
         recs.append(rec)
-    if "tc previous default" in first and "tc default" in first:
-        same = bool((first["tc default"].view(np.uint8) == first["tc previous default"].view(np.uint8)).all())
-        for rec in recs:
-            if rec["provider"] == "tc default":
-                rec["same_as_previous"] = same
+    pairs = dict(LEAN_BASE, **{"tc default": "tc previous default"})
+    for rec in recs:
+        base = pairs.get(rec["provider"])
+        if base in first and rec["provider"] in first:
+            rec["same_as_previous"] = bool((first[rec["provider"]].view(np.uint8) == first[base].view(np.uint8)).all())
     return recs
 
 
@@ -298,6 +316,12 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
     dt = p.dtype.name
+    if which == "lean":
+        out = {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in LEAN_CONFIGS
+               if not only or name == "tc" or any(x in name for x in only)}
+        out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
+        out.update(vendor_launches(p, coo=False))
+        return out
     if which in ("wave", "large"):
         configs = (WAVE_CONFIGS if which == "wave" else LARGE_CONFIGS)[dt]
         out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
@@ -334,7 +358,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     from experiments.bench_uspmm import Problem
     from sparsekit.device import info
     probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
-             "large": LARGE_PROBLEMS.get(dtype)}[which]
+             "large": LARGE_PROBLEMS.get(dtype), "lean": LEAN_PROBLEMS}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
     launches = {i: split_launches(p, which, previous, only) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
@@ -409,6 +433,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fp32", action="store_true", help="float32 by density (FP32_PROBLEMS) against the vendors")
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
+    ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "
@@ -422,12 +447,12 @@ def main(argv=None) -> int:
     if args.sanitize:
         sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"])
         return 0
-    if args.splits or args.b2 or args.fp32 or args.wave or args.large:
+    if args.splits or args.b2 or args.fp32 or args.wave or args.large or args.lean:
         which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave
-                 else "large")
+                 else "large" if args.large else "lean")
         previous = load_previous(args.previous) if args.previous else None
         recs = []
-        for d in ["float32"] if args.fp32 else args.dtype or ["float32", "float16"]:
+        for d in ["float32"] if args.fp32 or args.lean else args.dtype or ["float32", "float16"]:
             recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
                                 previous=previous, only=args.only)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)

@@ -31,6 +31,28 @@ literal struct, returned to Numba as a ``UniTuple``.
     For a row-major ``k x n`` tile of B, rows ``k0..k0+15`` at columns ``n0..n0+7``
     (lanes 0-15) and ``n0+8..n0+15`` (lanes 16-31) give ``b0, b1`` of two m16n8k16
     n-tiles.
+``ldmatrix_x4(arr, i) -> (r0, r1, r2, r3)``
+    ``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` (not transposed) from a 1-D 32-bit shared
+    array (float32: the registers come back as float32): lane ``8j + r`` gives the start of
+    row ``r`` of tile ``j`` (4 consecutive 32-bit words, 16-byte aligned), lane ``l`` receives
+    in ``r_j`` word ``t`` of row ``g`` of tile ``j``. Rows ``g`` / ``g + 8`` at words
+    ``k0 .. k0+3`` / ``k0+4 .. k0+7`` of a row-major float32 tile are the ``a0 .. a3`` of an
+    m16n8k8 TF32 fragment: one instruction for four 32-bit loads.
+``to_tf32_finite(x)``
+    ``to_tf32(x)`` for finite ``x`` in two integer operations (``(bits + 0x1000) &
+    0xFFFFE000``, :func:`tf32_round`'s arithmetic; ``cvt.rna.tf32.f32`` costs four on sm_90:
+    compare, add, mask, select). Infinities map to themselves; a NaN may become an infinity or
+    a zero, so it is only for a ``big`` part whose ``small = to_tf32(x - big)`` is NaN for every
+    non-finite ``x`` (the 3xTF32 split): any MMA that sees that ``small`` returns NaN, as with
+    ``to_tf32`` for both parts.
+``shared_addr(arr, i)``, ``global_addr(arr, i)``, ``cp_async16_raw(dst, daddr, src, saddr, nbytes)``
+    byte addresses of ``arr[i]``, 32-bit in the shared window / 64-bit generic, and ``cp.async``
+    of 16 bytes between two such addresses (``dst``/``src`` name the arrays they point into; the
+    GPU code uses only the addresses). A kernel computes an address once and adds offsets per
+    K chunk, where :func:`cp_async16` recomputes 64-bit element pointers for every copy; both
+    addresses come out of inline assembly, so the optimiser cannot fold the per-chunk offsets
+    back into per-copy multiplications (it did: ``(k0 + r) * n`` for every copy). Under
+    the simulator an address is ``i * itemsize`` (relative to the array it was taken from).
 ``cp_async16(dst, di, src, si, nbytes)``, ``cp_async_commit()``, ``cp_async_wait(n)``
     ``cp.async.cg.shared.global``: copy 16 bytes from global ``src[si:]`` to shared
     ``dst[di:]`` without registers (the first ``nbytes`` read, the rest zero-filled;
@@ -87,7 +109,8 @@ from numba.core.types import float16
 from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round",
-           "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait",
+           "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
+           "shared_addr", "global_addr", "cp_async16_raw", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
 
@@ -215,6 +238,30 @@ if config.ENABLE_CUDASIM:
         for e in range(width):
             dst[di + e] = src[si + e] if e < have else 0
 
+    def ldmatrix_x4(arr, i):
+        """Simulator fallback of ``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` on a 32-bit array."""
+        starts = _warp_allgather(int(i))
+        lane = threading.current_thread().thread_id % 32
+        g, t = lane // 4, lane % 4
+        return tuple(arr[starts[8 * j + g] + t] for j in range(4))
+
+    def to_tf32_finite(x):
+        """Simulator fallback: :func:`tf32_round`'s integer arithmetic without its test for Inf/NaN."""
+        bits = np.array([x], dtype=np.float32).view(np.uint32).astype(np.uint64)
+        return np.array([(bits[0] + 0x1000) & 0xFFFFE000], dtype=np.uint32).view(np.float32)[0]
+
+    def shared_addr(arr, i):
+        """Simulator fallback: the byte offset of ``arr[i]`` from ``arr[0]``."""
+        return int(i) * arr.dtype.itemsize
+
+    def global_addr(arr, i):
+        """Simulator fallback: the byte offset of ``arr[i]`` from ``arr[0]``."""
+        return int(i) * arr.dtype.itemsize
+
+    def cp_async16_raw(dst, daddr, src, saddr, nbytes):
+        """Simulator fallback: :func:`cp_async16` at the elements the byte offsets name."""
+        cp_async16(dst, int(daddr) // dst.dtype.itemsize, src, int(saddr) // src.dtype.itemsize, nbytes)
+
     def cp_async_commit():
         """Simulator fallback: the copies are already done."""
 
@@ -340,6 +387,85 @@ else:
         return sig, codegen
 
     @intrinsic
+    def ldmatrix_x4(typingctx, arr, i):
+        """``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` from a 1-D 32-bit shared array (registers as its dtype)."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth == 32
+                and isinstance(i, types.Integer)):
+            return None
+        sig = types.UniTuple(arr.dtype, 4)(arr, i)
+
+        def codegen(context, builder, sig, args):
+            addr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
+                               "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
+                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+            res = builder.call(asm, [addr])
+            elem = context.get_value_type(sig.return_type.dtype)
+            return context.make_tuple(builder, sig.return_type,
+                                      [builder.bitcast(builder.extract_value(res, j), elem) for j in range(4)])
+
+        return sig, codegen
+
+    @intrinsic
+    def to_tf32_finite(typingctx, x):
+        """``(bits(x) + 0x1000) & 0xFFFFE000`` as a float32 (two integer operations)."""
+        if not isinstance(x, types.Float):
+            return None
+        sig = types.float32(types.float32)
+
+        def codegen(context, builder, sig, args):
+            bits = builder.bitcast(args[0], _I32)
+            rounded = builder.and_(builder.add(bits, ir.Constant(_I32, 0x1000)), ir.Constant(_I32, 0xFFFFE000))
+            return builder.bitcast(rounded, _F32)
+
+        return sig, codegen
+
+    @intrinsic
+    def shared_addr(typingctx, arr, i):
+        """The 32-bit shared-window byte address of ``arr[i]``."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
+            return None
+        sig = types.uint32(arr, i)
+
+        def codegen(context, builder, sig, args):
+            return _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
+
+        return sig, codegen
+
+    @intrinsic
+    def global_addr(typingctx, arr, i):
+        """The 64-bit generic byte address of ``arr[i]`` (through a ``mov``: opaque to the optimiser)."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
+            return None
+        sig = types.uint64(arr, i)
+
+        def codegen(context, builder, sig, args):
+            ary = context.make_array(sig.args[0])(context, builder, args[0])
+            ptr = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)])
+            mov = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [ir.IntType(64)]), "mov.b64 $0, $1;", "=l,l")
+            return builder.call(mov, [builder.ptrtoint(ptr, ir.IntType(64))])
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async16_raw(typingctx, dst, daddr, src, saddr, nbytes):
+        """``cp.async.cg.shared.global [daddr], [saddr], 16, nbytes`` (``dst``, ``src``: for typing only)."""
+        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                and all(isinstance(x, types.Integer) for x in (daddr, saddr, nbytes))):
+            return None
+        sig = types.void(dst, types.uint32, src, types.uint64, types.uint32)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
+                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+                               "cp.async.cg.shared.global [$0], [g], 16, $2; }",
+                               "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [args[1], args[3], args[4]])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
     def cp_async_commit(typingctx):
         """``cp.async.commit_group``."""
         sig = types.void()
@@ -443,5 +569,20 @@ def ldmatrix_probe(tile, out):
         sh[i] = tile[i]
     cuda.syncthreads()
     r = ldmatrix_x4_trans(sh, (lane % 16) * 16 + (lane // 16) * 8)
+    for j in range(4):
+        out[4 * lane + j] = r[j]
+
+
+@cuda.jit
+def ldmatrix_x4_probe(tile, out):
+    """One warp: a 16x8 float32 tile (row-major, flat) into shared memory, then ``out[4*l + j] =
+    ldmatrix_x4(...)[j]`` for lane ``l`` giving row ``l % 8 + 8 * ((l // 8) % 2)``, words ``4 * (l // 16)``:
+    lane ``(g, t)`` must receive the m16n8k8 A fragment ``tile[g, t], tile[g+8, t], tile[g, t+4], tile[g+8, t+4]``."""
+    sh = cuda.shared.array(128, np.float32, alignment=_PROBE_ALIGN)
+    lane = cuda.threadIdx.x
+    for i in range(lane, 128, 32):
+        sh[i] = tile[i]
+    cuda.syncthreads()
+    r = ldmatrix_x4(sh, (lane % 8 + 8 * ((lane // 8) % 2)) * 8 + 4 * (lane // 16))
     for j in range(4):
         out[4 * lane + j] = r[j]

@@ -134,8 +134,9 @@ from numba import cuda, float32
 from numba.core.types import float16, uint8
 from numba.cuda import config as cuda_config
 
-from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32,
-                     mma_m16n8k16_f16_f32, to_tf32)
+from gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
+                     ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, to_tf32,
+                     to_tf32_finite)
 from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
 from gpu.vector_loads import aligned, store4, store8
 from sparsekit.arrays import cdiv, output, result
@@ -155,9 +156,9 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
-                                 kgroups=1),
+                                 kgroups=1, lean=False),
     np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1,
-                                 kgroups=1),
+                                 kgroups=1, lean=False),
 }
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
@@ -269,11 +270,16 @@ def scatter_slots(seg: int, w: int) -> int:
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
                stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1):
+               kgroups: int = 1, lean: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
+    ``lean``: the same arithmetic with fewer instructions per K chunk (module docstring, "lean"): the
+    cp.async copies on byte addresses taken once per thread (:func:`gpu.mma.shared_addr`,
+    :func:`gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`),
+    the big parts of the 3xTF32 splits by :func:`gpu.mma.to_tf32_finite`; False compiles the kernel
+    without them.
     ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
     ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
     moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
@@ -359,6 +365,26 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         ue = U(e)
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
+    # lean copies: a thread's pieces of a chunk are rows r0, r0 + rstep, ... of one column (B) or slots
+    # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
+    # taken before the K loop, plus compile-time and per-chunk offsets names every copy
+    rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
+
+    @cuda.jit(device=True, inline=True)
+    def issue_b_lean(ch, t, k, r0, colok, bsh0, bgl0, bgl, sh_b, b, n):
+        """:func:`issue_b` with 16-byte rows on byte addresses (``lean``): ``bsh0`` / ``bgl0`` the
+        addresses of this thread's first piece (row ``r0``) in stage 0 / in chunk 0 of ``b``; ``colok``:
+        its columns are within N. Pieces past K or N read nothing (from ``bgl``, ``b[0]``)."""
+        k0 = ch * U(kc)
+        krem = k - k0                                                    # rows of B left (> 0)
+        dst0 = bsh0 + (ch % U(stages)) * U(b_buf * item)
+        src0 = bgl0 + k0 * n * U(item)
+        for i in range(nbp):
+            if b_whole or t + U(i * nthreads) < U(bpieces):
+                ok = colok & (r0 + U(i * rstep) < krem)
+                cp_async16_raw(sh_b, dst0 + U(i * rstep * sbn * item), b,
+                               src0 + U(i * rstep) * n * U(item) if ok else bgl, u16 if ok else u0)
+
     def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int):
         """Step 1a for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
         offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
@@ -380,6 +406,72 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw)
     copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16)
+
+    def entry_copier_lean(npt: int, whole: bool, pieces: int, per_slot: int, size: int):
+        """:func:`entry_copier` on byte addresses (``lean``; ``size``: bytes of an element): a thread's
+        pieces are slots ``slot0 + i * sstep`` (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same
+        position ``ii`` in segments ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its
+        first piece in stage 0 / in segment 0 of the entry array, ``sgl`` the array's first element."""
+        sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
+
+        @cuda.jit(device=True, inline=True)
+        def copy(p0, hq0, live, wmp, nrem, dst, dsh0, src, sgl0, sgl, sbase, qb):
+            for i in range(npt):
+                if whole or p0 + U(i * nthreads) < U(pieces):
+                    ok = live & (hq0 + U(i * sstep // seg) < nrem)
+                    cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * bm)) * U(size), src,
+                                   sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
+                                   u16 if ok else u0)
+        return copy
+
+    def entry_linear(npt: int, per_slot: int) -> bool:
+        return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
+
+    copy_values_lean = entry_copier_lean(nvp, v_whole, vpieces, vpr, item)
+    copy_offsets_lean = entry_copier_lean(nop, o_whole, opieces, opr, 1)
+
+    @cuda.jit(device=True, inline=True)
+    def entry_bases(t, per_slot, rows, row0, w, mp, wmp, dst, src):
+        """This thread's first piece of an entry array (``lean``): its index ``p0 = t``, segment ``hq0``,
+        whether its slot holds entries and its rows are within the array (``live``), and the addresses
+        of its destination in stage 0 and its source in chunk 0 (used only where ``live``)."""
+        slot = t // U(per_slot)
+        r = (t % U(per_slot)) * U(rows)
+        hq0 = slot // U(seg)
+        ii = slot % U(seg)
+        live = (ii < w) & (row0 + r < mp)
+        return (t, hq0, live, shared_addr(dst, slot * U(bm) + r),
+                global_addr(src, hq0 * wmp + ii * mp + row0 + r))
+
+    @cuda.jit(device=True, inline=True)
+    def issue_e_lean(ch, wmp, nsub, sh_ev, sh_eo, ev, eo, vb, ob, evgl, eogl):
+        """:func:`issue_e` on byte addresses (``lean``): ``vb``, ``ob`` the thread's
+        :func:`entry_bases` of the values and the offsets, ``evgl``, ``eogl`` the arrays' first elements."""
+        sbase = (ch % U(stages)) * U(e_buf)
+        qb = ch * U(tpr)
+        nrem = nsub - qb                                                 # segments left (> 0)
+        copy_values_lean(vb[0], vb[1], vb[2], wmp, nrem, sh_ev, vb[3], ev, vb[4], evgl, sbase, qb)
+        copy_offsets_lean(ob[0], ob[1], ob[2], wmp, nrem, sh_eo, ob[3], eo, ob[4], eogl, sbase, qb)
+
+    lean_b = lean and vec and rstep > 0               # (the element-wise B copies have no lean form)
+    lean_e = lean and entry_linear(nvp, vpr) and entry_linear(nop, opr)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_b(ch, t, b, n, k, col0, sh_b, lb):
+        """Step 2: :func:`issue_b_lean` (``lb``: the thread's addresses, from the kernel) or :func:`issue_b`."""
+        if lean_b:
+            issue_b_lean(ch, t, k, lb[0], lb[1], lb[2], lb[3], lb[4], sh_b, b, n)
+        else:
+            issue_b(ch, t, b, n, k, col0, sh_b)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo, le):
+        """Step 1a: :func:`issue_e_lean` (``le``: the thread's :func:`entry_bases` and the arrays'
+        addresses, from the kernel) or :func:`issue_e`."""
+        if lean_e:
+            issue_e_lean(ch, wmp, nsub, sh_ev, sh_eo, ev, eo, le[0], le[1], le[2], le[3])
+        else:
+            issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo)
 
     @cuda.jit(device=True, inline=True)
     def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo):
@@ -431,7 +523,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         if half:
             sh_a[x if live else sink] = v
         else:
-            hi = to_tf32(v)
+            hi = to_tf32_finite(v) if lean else to_tf32(v)              # (lean: small is NaN for Inf/NaN v)
             sh_a[x if live else sink] = hi
             sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
 
@@ -503,7 +595,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def split(x, big, small, i, j):
         """3xTF32 of a B fragment value: ``big[i, j] = tf32(x)``, ``small[i, j] = tf32(x - big)`` (exact difference)."""
-        hi = to_tf32(x)
+        hi = to_tf32_finite(x) if lean else to_tf32(x)                 # (lean: small is NaN for Inf/NaN x)
         big[i, j] = hi
         small[i, j] = to_tf32(x - hi)
 
@@ -515,14 +607,24 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         scatter's big and small tiles, read as they are); B fragments are split here."""
         arow0 = ab + (wm0 + g) * U(sa) + tq + wk0                        # A[g, tq] of the warp's first tile
         brow0 = bb + (tq + wk0) * U(sbn) + wn0 + g                       # B[tq, g] of its first n-tile
-        for i in range(gks):
+        lane = g * U(4) + tq                                             # lean: ldmatrix row of lane l:
+        lrow0 = ab + (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // u16) + wk0
+        for i in range(gks):                                             # A[l%8 + 8 (l//8 % 2), 4 (l//16)]
             ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
-                o = arow0 + U(mt * 16 * sa + ks * 8)
-                for x in range(4):
-                    ox = o + U((x % 2) * 8 * sa + (x // 2) * 4)
-                    afr[mt, x] = sh_a[ox]
-                    afs[mt, x] = sh_a[ox + U(a_small)]
+                if lean:
+                    o = lrow0 + U(mt * 16 * sa + ks * 8)
+                    r = ldmatrix_x4(sh_a, o)
+                    q = ldmatrix_x4(sh_a, o + U(a_small))
+                    for x in range(4):
+                        afr[mt, x] = r[x]
+                        afs[mt, x] = q[x]
+                else:
+                    o = arow0 + U(mt * 16 * sa + ks * 8)
+                    for x in range(4):
+                        ox = o + U((x % 2) * 8 * sa + (x // 2) * 4)
+                        afr[mt, x] = sh_a[ox]
+                        afs[mt, x] = sh_a[ox + U(a_small)]
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
                 o = brow0 + U(ks * 8 * sbn + nt * 8)
                 split(sh_b[o], bfr, bfs, nt, 0)
@@ -664,6 +766,18 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)        # `stages` B tiles
             sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)       # `stages` entry stages:
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
+        if lean_b:                                                       # this thread's copy addresses
+            br0 = t // U(per_row)                                        # (lean): B row and column of its
+            bcc = (t % U(per_row)) * U(vw)                               # first piece
+            lb = (br0, col0 + bcc < un, shared_addr(sh_b, br0 * U(sbn) + bcc),
+                  global_addr(b, br0 * un + col0 + bcc), global_addr(b, u0))
+        else:
+            lb = (u0, False, np.uint32(0), u0, u0)
+        if lean_e:
+            le = (entry_bases(t, vpr, vw, row0, uw, ump, uwmp, sh_ev, ev),
+                  entry_bases(t, opr, 16, row0, uw, ump, uwmp, sh_eo, eo), global_addr(ev, u0), global_addr(eo, u0))
+        else:
+            le = ((u0, u0, False, np.uint32(0), u0), (u0, u0, False, np.uint32(0), u0), u0, u0)
         arow = t % U(bm)                                                 # this thread's A segment: row arow,
         h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
         sink = U(2 * a_buf) + t                                          # where slots past w are written
@@ -684,22 +798,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, x] = 0.0
         # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
         # first, build A tile 0.
-        issue_b(u0, t, b, un, uk, col0, sh_b)
-        issue_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
+        copy_b(u0, t, b, un, uk, col0, sh_b, lb)
+        copy_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         if 1 < nchunks:
-            issue_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
+            copy_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         cp_async_commit()
         if 1 < stages - 1:
             if 1 < nchunks:
-                issue_b(U(1), t, b, un, uk, col0, sh_b)
+                copy_b(U(1), t, b, un, uk, col0, sh_b, lb)
             if 2 < nchunks:
-                issue_e(U(2), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
+                copy_e(U(2), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
         for i in range(2, stages - 1):                                  # (none for the default 3 stages)
             if i < nchunks:
-                issue_b(U(i), t, b, un, uk, col0, sh_b)
+                copy_b(U(i), t, b, un, uk, col0, sh_b, lb)
             if i + 1 < nchunks:
-                issue_e(U(i + 1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
+                copy_e(U(i + 1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
@@ -715,9 +829,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
             if j + stages - 1 < nchunks:
-                issue_b(uj + U(stages - 1), t, b, un, uk, col0, sh_b)
+                copy_b(uj + U(stages - 1), t, b, un, uk, col0, sh_b, lb)
             if j + stages < nchunks:
-                issue_e(uj + U(stages), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo)
+                copy_e(uj + U(stages), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
             # 1b (zero). This thread's segment of the other A tile (read last before the previous barrier)
             nbase = (U(1) - p) * U(a_buf) + arow * U(sa) + h * U(seg)
@@ -746,7 +860,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1, kgroups=1):
+def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1, kgroups=1, lean=False):
     """The tunables as ints, or a ValueError naming the one that does not fit."""
     bm = check_int(bm, "bm", minimum=16)
     bn = check_int(bn, "bn", minimum=8)
@@ -757,6 +871,8 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     stages = check_int(stages, "stages", minimum=2, maximum=8)
     splits = check_int(splits, "splits", minimum=1, maximum=65535)
     kgroups = check_int(kgroups, "kgroups", minimum=1, maximum=32)
+    if not isinstance(lean, (bool, np.bool_)):
+        raise TypeError(f"lean: must be a bool, got {type(lean).__name__} {lean!r}")
     nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     kstep = 16 if half else 8
     if nthreads > 1024:
@@ -782,7 +898,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages, kgroups: two A tiles and {stages} stages of the B tile and the entries "
                          f"(or the K groups' sums) need {shared} bytes of shared memory, more than {SHARED_OPTIN}")
-    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups
+    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups, bool(lean)
 
 
 _OPTED_IN: set = set()
@@ -844,7 +960,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS[dell.dtype])}")
-    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups = _check_tunables(bool(half), **opts)
+    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups, lean = _check_tunables(bool(half), **opts)
     nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
@@ -860,7 +976,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         nsub, w, mp = ev.shape
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups)
+                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean)
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:
