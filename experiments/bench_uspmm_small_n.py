@@ -74,14 +74,14 @@ LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
                     + [(1024, 1024, 1024, 0.9), (1024, 1024, 1024, 0.95), (128, 128, 1024, 0.6),
                        (256, 256, 1024, 0.6), (512, 512, 1024, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
                        (1024, 1024, 256, 0.6), (1024, 1024, 512, 0.6)])
-#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane, lookahead, l2_prefetch): sparsekit.tune's three
-#: float32 N = 128 shapes (S1, S2, 16 warps), then more warps, rows and columns, each plain and with options.
-LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (32, 1, 4, 1, 4), (4, 1, 4, 1, 4),
-                    (4, 2, 4, 1, 4), (8, 1, 4, 1, 8), (8, 1, 4, 1, 2),
-                    (8, 1, 4, 1, 4, True), (8, 1, 4, 1, 4, False, True), (8, 1, 4, 1, 4, True, True),
-                    (16, 1, 4, 1, 4, True, True), (16, 1, 8, 1, 4, True, True), (32, 1, 4, 1, 4, True, True),
-                    (4, 1, 8, 1, 4, True), (4, 1, 4, 1, 4, True), (4, 2, 4, 1, 4, True), (8, 2, 4, 1, 4, True),
-                    (8, 1, 4, 1, 8, True), (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 2, True)]
+#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane, lookahead, l2_prefetch): sparsekit.tune's S1, then
+#: the fastest of the first H100 call (07:43 UTC, results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours
+#: (2-16 warps, unroll 2-8, 2-8 columns a lane), plain, with ``lookahead`` and with ``l2_prefetch``.
+LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 4, 1, 4), (2, 1, 4, 1, 4), (2, 1, 8, 1, 4), (4, 1, 2, 1, 4),
+                    (4, 1, 8, 1, 4), (6, 1, 4, 1, 4), (4, 1, 4, 1, 8), (4, 1, 4, 1, 2), (16, 1, 4, 1, 4),
+                    (4, 1, 4, 1, 4, True), (2, 1, 4, 1, 4, True), (2, 1, 8, 1, 4, True), (4, 1, 8, 1, 4, True),
+                    (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 4, True), (4, 1, 4, 1, 4, False, True),
+                    (4, 1, 4, 1, 4, True, True), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True)]
 #: ``--fig6``: 128^3 at 5%..95% (Fig. 6), the session-5 choice (S1) and the candidates for it.
 FIG6_SETTINGS = [(8, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
                  (32, 1, 4, 1, 4, True, True)]
@@ -284,6 +284,72 @@ def floor_us(repeat: int) -> float:
     return measure(lambda: empty[1, 32](x), repeat=repeat, warmup=2).median_s * 1e6
 
 
+def latency_probes(repeat: int) -> dict:
+    """Median device time (us) of probe kernels shaped like the warp-split kernel at 128^3 (128 blocks of
+    256 threads, each thread 4 outputs of a 128 x 128 float32 C), timed like the problems (L2 flushed):
+    what the launch, one DRAM round trip, two dependent ones (an entry, then the row of B it names) and
+    the partial sums' barrier cost before any multiply-add. Each is checked against NumPy."""
+    from numba import cuda
+
+    from sparsekit.timing import measure
+
+    @cuda.jit
+    def empty(c):
+        if cuda.threadIdx.x == 1024:                 # never true
+            c[0] = 0.0
+
+    @cuda.jit
+    def one_load(b, c):                              # C = B: one read, one write a thread
+        e = (cuda.blockIdx.x * 32 + cuda.threadIdx.x % 32) * 4
+        if cuda.threadIdx.x < 32:
+            for x in range(4):
+                c[e + x] = b[e + x]
+
+    @cuda.jit
+    def two_loads(idx, b, c):                        # C[r] = B[idx[r]]: the read of B waits on idx
+        r = cuda.blockIdx.x
+        e = (cuda.threadIdx.x % 32) * 4
+        row = idx[r]
+        if cuda.threadIdx.x < 32:
+            for x in range(4):
+                c[r * 128 + e + x] = b[row * 128 + e + x]
+
+    @cuda.jit
+    def two_loads_sum(idx, b, c):                    # the same through shared memory and one barrier,
+        r = cuda.blockIdx.x                          # 8 warps' partial rows summed in order
+        w = cuda.threadIdx.x // 32
+        e = (cuda.threadIdx.x % 32) * 4
+        part = cuda.shared.array(1024, np.float32)
+        row = idx[(r + w) % 128]
+        for x in range(4):
+            part[w * 128 + e + x] = b[row * 128 + e + x]
+        cuda.syncthreads()
+        if w == 0:
+            for x in range(4):
+                acc = part[e + x]
+                for v in range(1, 8):
+                    acc += part[v * 128 + e + x]
+                c[r * 128 + e + x] = acc
+
+    rng = np.random.default_rng(7)
+    idx_h = rng.permutation(128).astype(np.int32)
+    b_h = rng.standard_normal((128, 128)).astype(np.float32)
+    idx, b, c = cuda.to_device(idx_h), cuda.to_device(b_h.ravel()), cuda.device_array(128 * 128, np.float32)
+    rows = (np.arange(128)[:, None] + np.arange(8)[None, :]) % 128
+    want = {"one_load": b_h, "two_loads": b_h[idx_h],
+            "two_loads_sum": b_h[idx_h[rows]].sum(axis=1, dtype=np.float64)}
+    launches = {"empty": lambda: empty[128, 256](c), "one_load": lambda: one_load[128, 256](b, c),
+                "two_loads": lambda: two_loads[128, 256](idx, b, c),
+                "two_loads_sum": lambda: two_loads_sum[128, 256](idx, b, c)}
+    out = {}
+    for name, launch in launches.items():
+        launch()
+        if name in want:
+            assert np.allclose(c.copy_to_host().reshape(128, 128), want[name], rtol=1e-5, atol=1e-5), name
+        out[name] = measure(launch, repeat=repeat, warmup=2).median_s * 1e6
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="float32,float16")
@@ -294,6 +360,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bounds", action="store_true", help="time BOUNDS_PROBLEMS at BOUNDS_SETTINGS only")
     ap.add_argument("--latency", action="store_true", help="time LATENCY_PROBLEMS at LATENCY_SETTINGS against auto")
     ap.add_argument("--fig6", action="store_true", help="time 128^3 at Fig. 6's sparsities at FIG6_SETTINGS")
+    ap.add_argument("--probes", action="store_true", help="also time the latency probes (latency_probes)")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
     args = ap.parse_args(argv)
@@ -317,6 +384,10 @@ def main(argv=None) -> int:
     dev = info()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     floor = floor_us(args.repeat)
+    probes = latency_probes(args.repeat) if args.probes else {}
+    if probes:
+        print("Latency probes (128 blocks x 256 threads, median us): "
+              + ", ".join(f"{name} {t:.2f}" for name, t in probes.items()) + f"; empty kernel of one block {floor:.2f}")
     records = []
 
     def save():
@@ -324,7 +395,7 @@ def main(argv=None) -> int:
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "small_n.json"), "w") as f:
                 json.dump(dict(device=dev.name, started=started, repeat=args.repeat, empty_kernel_us=floor,
-                               records=records), f, indent=1)
+                               probes_us=probes, records=records), f, indent=1)
 
     problems = [(m, k, N, SPARSITY) for m, k in resnet50_shapes()] + (EXTRA_PROBLEMS if args.extra else [])
     settings, anchor = SETTINGS, "heuristic"

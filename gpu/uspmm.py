@@ -1030,7 +1030,6 @@ else:
         return _types.void(arr, i), codegen
 
 
-
 def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) -> int:
     """Shared memory of one warp-split block: each warp's float32 partial tile of the block's
     ``rows_per_warp`` rows x ``32 * cols_per_lane`` columns (summed in a fixed order at the end)."""
@@ -1130,17 +1129,32 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     part_size = numwarps * tile                      # every warp's partial tile: [row, warp, column]
 
     @cuda.jit(device=True, inline=True)
-    def step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv):
-        """Phase 1, ``unroll`` entries from slot ``s`` (all inside the run), 16-byte reads of B."""
-        for u in range(unroll):                                          # entries: broadcast loads
+    def entries(vrow, irow, s, n, gcol, av, ov):
+        """The values and B offsets of the ``unroll`` entries from slot ``s`` (broadcast loads)."""
+        for u in range(unroll):
             av[u] = float32(vrow[s + u])
             ov[u] = irow[s + u] * n + gcol
-        for u in range(unroll):                                          # unroll rows of B in flight
+
+    @cuda.jit(device=True, inline=True)
+    def reads(b, ov, bv):
+        """The vector reads of B of ``unroll`` entries: that many rows of B in flight."""
+        for u in range(unroll):
             for g in range(nvec):
                 put(bv, u, g * vw, vload(b, ov[u] + g * gstride))        # ld.global.v4
-        for u in range(unroll):                                          # then the multiply-adds
+
+    @cuda.jit(device=True, inline=True)
+    def fmas(racc, av, bv):
+        """The multiply-adds of ``unroll`` entries, in slot order."""
+        for u in range(unroll):
             for x in range(cols_per_lane):
                 racc[x] += av[u] * bv[u, x]
+
+    @cuda.jit(device=True, inline=True)
+    def step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv):
+        """Phase 1, ``unroll`` entries from slot ``s`` (all inside the run), 16-byte reads of B."""
+        entries(vrow, irow, s, n, gcol, av, ov)
+        reads(b, ov, bv)
+        fmas(racc, av, bv)
 
     @cuda.jit(device=True, inline=True)
     def step_tail(racc, vrow, irow, s, take, b, n, gcol, interior, av, ov, bv):
@@ -1159,30 +1173,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                         for x in range(vw):
                             col = gcol + g * gstride + x
                             bv[u, g * vw + x] = float32(b[ov[u] + g * gstride + x] if col < n else in_type(0.0))
-        for u in range(unroll):
-            if u < take:
-                for x in range(cols_per_lane):
-                    racc[x] += av[u] * bv[u, x]
-
-    @cuda.jit(device=True, inline=True)
-    def load_entries(vrow, irow, s, take, n, gcol, av, ov):
-        """``lookahead``: the values and B offsets of the first ``take`` entries from slot ``s``."""
-        for u in range(unroll):
-            if u < take:
-                av[u] = float32(vrow[s + u])
-                ov[u] = irow[s + u] * n + gcol
-
-    @cuda.jit(device=True, inline=True)
-    def read_b(b, take, ov, bv):
-        """``lookahead``: the vector reads of B of the first ``take`` entries (interior tile)."""
-        for u in range(unroll):
-            if u < take:
-                for g in range(nvec):
-                    put(bv, u, g * vw, vload(b, ov[u] + g * gstride))    # ld.global.v4
-
-    @cuda.jit(device=True, inline=True)
-    def fma_entries(racc, take, av, bv):
-        """``lookahead``: the multiply-adds of the first ``take`` entries, in slot order."""
         for u in range(unroll):
             if u < take:
                 for x in range(cols_per_lane):
@@ -1239,21 +1229,20 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                 vrow = vals[row, s0:s1]                                  # views from the run's start:
                 irow = idxs[row, s0:s1]                                  # indices from 0, no wraparound
                 s = 0
-                if interior and lookahead:                               # steps of unroll, the last shorter
-                    take = min(cnt, unroll)
-                    load_entries(vrow, irow, 0, take, n, gcol, av, ov)
-                    while s < cnt:
-                        nxt = s + take
-                        ntake = min(cnt - nxt, unroll)
-                        read_b(b, take, ov, bv)                          # this step's rows of B in flight,
-                        load_entries(vrow, irow, nxt, ntake, n, gcol, an, on)   # the next step's entries too
-                        fma_entries(racc, take, av, bv)
+                if interior and lookahead and cnt >= unroll:             # the full steps, pipelined:
+                    entries(vrow, irow, 0, n, gcol, av, ov)
+                    while s + 2 * unroll <= cnt:
+                        reads(b, ov, bv)                                 # this step's rows of B in flight,
+                        entries(vrow, irow, s + unroll, n, gcol, an, on)        # the next step's entries too
+                        fmas(racc, av, bv)
                         for u in range(unroll):
                             av[u] = an[u]
                             ov[u] = on[u]
-                        s = nxt
-                        take = ntake
-                elif interior:
+                        s += unroll
+                    reads(b, ov, bv)                                     # the last full step
+                    fmas(racc, av, bv)
+                    s += unroll
+                elif interior and not lookahead:
                     while s + unroll <= cnt:
                         step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv)
                         s += unroll
