@@ -179,11 +179,17 @@ LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
                 ("tc one-wave 64x128 k32 w1x2 s4 kg4", LEAN_ONE_WAVE),
                 ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True)),
                 ("tc one-wave lean s5", dict(LEAN_ONE_WAVE, lean=True, stages=5)),
+                ("tc one-wave lean s3", dict(LEAN_ONE_WAVE, lean=True, stages=3)),
                 ("tc large 64x256 k16 w1x4 s4 b2", LEAN_LARGE),
-                ("tc large lean", dict(LEAN_LARGE, lean=True))]
+                ("tc large lean", dict(LEAN_LARGE, lean=True)),
+                ("tc large lean s3", dict(LEAN_LARGE, lean=True, stages=3)),
+                ("tc large lean s5", dict(LEAN_LARGE, lean=True, stages=5)),
+                ("tc large lean k32 s3", dict(LEAN_LARGE, lean=True, kc=32, stages=3))]
 #: ``--lean``: each lean setting's result must be bit-identical to this one's (``same_as_previous``).
 LEAN_BASE = {"tc lean": "tc", "tc one-wave lean": "tc one-wave 64x128 k32 w1x2 s4 kg4",
-             "tc one-wave lean s5": "tc one-wave 64x128 k32 w1x2 s4 kg4", "tc large lean": "tc large 64x256 k16 w1x4 s4 b2"}
+             "tc one-wave lean s5": "tc one-wave 64x128 k32 w1x2 s4 kg4", "tc one-wave lean s3": "tc one-wave 64x128 k32 w1x2 s4 kg4",
+             "tc large lean": "tc large 64x256 k16 w1x4 s4 b2", "tc large lean s3": "tc large 64x256 k16 w1x4 s4 b2",
+             "tc large lean s5": "tc large 64x256 k16 w1x4 s4 b2", "tc large lean k32 s3": "tc large 64x256 k16 w1x4 s4 b2"}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -385,12 +391,13 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     return flat
 
 
-def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> None:
+def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lean_only: bool = False) -> None:
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
     16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
     (:data:`KGROUPS`: two, three and four groups, the groups' sum through shared memory; with a K split);
-    ``kgroups_only``: only those (the kernel without groups is unchanged by them)."""
+    ``kgroups_only``: only those (the kernel without groups is unchanged by them); ``lean_only``: the same
+    settings with ``lean=True`` (each also bit-identical to ``lean=False``)."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
@@ -400,7 +407,11 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> 
             plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
                 + ((DYNAMIC,) if dtype == np.float16 else ())
             for cfg in (() if kgroups_only else plain) + (kg[0], kg[1], kg[2], dict(kg[0], splits=2)):
-                assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
+                got = uspmm(p.dell, p.b, **cfg, **({"lean": True} if lean_only else {})).copy_to_host()
+                assert p.correct(got), (shape, dtype, cfg)
+                if lean_only:
+                    plain_got = uspmm(p.dell, p.b, **cfg).copy_to_host()
+                    assert (got.view(np.uint8) == plain_got.view(np.uint8)).all(), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
 
 
@@ -437,7 +448,8 @@ def main(argv=None) -> int:
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "
-                                                   "'kg': only the K-group settings")
+                                                   "'kg': only the K-group settings, 'lean': every setting "
+                                                   "with lean=True")
     ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave/--large: touch this file when every provider is checked")
     ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave/--large: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
@@ -445,7 +457,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for the JSON records")
     args = ap.parse_args(argv)
     if args.sanitize:
-        sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"])
+        sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"],
+                      lean_only=args.only == ["lean"])
         return 0
     if args.splits or args.b2 or args.fp32 or args.wave or args.large or args.lean:
         which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave

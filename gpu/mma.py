@@ -31,10 +31,11 @@ literal struct, returned to Numba as a ``UniTuple``.
     For a row-major ``k x n`` tile of B, rows ``k0..k0+15`` at columns ``n0..n0+7``
     (lanes 0-15) and ``n0+8..n0+15`` (lanes 16-31) give ``b0, b1`` of two m16n8k16
     n-tiles.
-``ldmatrix_x4(arr, i) -> (r0, r1, r2, r3)``
+``ldmatrix_x4(arr, addr) -> (r0, r1, r2, r3)``
     ``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` (not transposed) from a 1-D 32-bit shared
-    array (float32: the registers come back as float32): lane ``8j + r`` gives the start of
-    row ``r`` of tile ``j`` (4 consecutive 32-bit words, 16-byte aligned), lane ``l`` receives
+    array (float32: the registers come back as float32) at the byte address ``addr``
+    (:func:`shared_addr` plus offsets, as for :func:`cp_async16_raw`): lane ``8j + r`` gives the
+    start of row ``r`` of tile ``j`` (4 consecutive 32-bit words, 16-byte aligned), lane ``l`` receives
     in ``r_j`` word ``t`` of row ``g`` of tile ``j``. Rows ``g`` / ``g + 8`` at words
     ``k0 .. k0+3`` / ``k0+4 .. k0+7`` of a row-major float32 tile are the ``a0 .. a3`` of an
     m16n8k8 TF32 fragment: one instruction for four 32-bit loads.
@@ -238,9 +239,9 @@ if config.ENABLE_CUDASIM:
         for e in range(width):
             dst[di + e] = src[si + e] if e < have else 0
 
-    def ldmatrix_x4(arr, i):
+    def ldmatrix_x4(arr, addr):
         """Simulator fallback of ``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` on a 32-bit array."""
-        starts = _warp_allgather(int(i))
+        starts = _warp_allgather(int(addr) // arr.dtype.itemsize)
         lane = threading.current_thread().thread_id % 32
         g, t = lane // 4, lane % 4
         return tuple(arr[starts[8 * j + g] + t] for j in range(4))
@@ -387,15 +388,16 @@ else:
         return sig, codegen
 
     @intrinsic
-    def ldmatrix_x4(typingctx, arr, i):
-        """``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` from a 1-D 32-bit shared array (registers as its dtype)."""
+    def ldmatrix_x4(typingctx, arr, addr):
+        """``ldmatrix.sync.aligned.m8n8.x4.shared.b16`` at a shared byte address into ``arr`` (1-D, 32-bit;
+        registers as its dtype)."""
         if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth == 32
-                and isinstance(i, types.Integer)):
+                and isinstance(addr, types.Integer)):
             return None
-        sig = types.UniTuple(arr.dtype, 4)(arr, i)
+        sig = types.UniTuple(arr.dtype, 4)(arr, types.uint32)
 
         def codegen(context, builder, sig, args):
-            addr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
+            addr = args[1]
             asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
                                "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
                                "=r,=r,=r,=r,r,~{memory}", side_effect=True)
@@ -583,6 +585,6 @@ def ldmatrix_x4_probe(tile, out):
     for i in range(lane, 128, 32):
         sh[i] = tile[i]
     cuda.syncthreads()
-    r = ldmatrix_x4(sh, (lane % 8 + 8 * ((lane // 8) % 2)) * 8 + 4 * (lane // 16))
+    r = ldmatrix_x4(sh, shared_addr(sh, (lane % 8 + 8 * ((lane // 8) % 2)) * 8 + 4 * (lane // 16)))
     for j in range(4):
         out[4 * lane + j] = r[j]

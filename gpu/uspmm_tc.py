@@ -600,22 +600,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         small[i, j] = to_tf32(x - hi)
 
     @cuda.jit(device=True, inline=True)
-    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals):
+    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals, ash):
         """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time (the group's K steps,
         as :func:`mma_f16`; ``wk0 = 8 * group``), each K step followed
         by its share of the next A tile's stores (as :func:`mma_f16`). A fragments come split (the
-        scatter's big and small tiles, read as they are); B fragments are split here."""
+        scatter's big and small tiles, read as they are; ``lean``: by ldmatrix, lane ``l`` at ``ash``, the
+        byte address of A[l%8 + 8 (l//8 % 2), 4 (l//16)] of the warp's first tile in A buffer 0); B
+        fragments are split here."""
         arow0 = ab + (wm0 + g) * U(sa) + tq + wk0                        # A[g, tq] of the warp's first tile
         brow0 = bb + (tq + wk0) * U(sbn) + wn0 + g                       # B[tq, g] of its first n-tile
-        lane = g * U(4) + tq                                             # lean: ldmatrix row of lane l:
-        lrow0 = ab + (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // u16) + wk0
-        for i in range(gks):                                             # A[l%8 + 8 (l//8 % 2), 4 (l//16)]
+        for i in range(gks):
             ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
-                if lean:
-                    o = lrow0 + U(mt * 16 * sa + ks * 8)
+                if lean:                                                 # (ash: this lane's ldmatrix row)
+                    o = ash + (ab + U(mt * 16 * sa + ks * 8)) * U(4)
                     r = ldmatrix_x4(sh_a, o)
-                    q = ldmatrix_x4(sh_a, o + U(a_small))
+                    q = ldmatrix_x4(sh_a, o + U(a_small * 4))
                     for x in range(4):
                         afr[mt, x] = r[x]
                         afs[mt, x] = q[x]
@@ -773,6 +773,11 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                   global_addr(b, br0 * un + col0 + bcc), global_addr(b, u0))
         else:
             lb = (u0, False, np.uint32(0), u0, u0)
+        if lean and not half:                                            # ldmatrix row of lane l (step 3)
+            ash = shared_addr(sh_a, (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // u16)
+                              + wk0)
+        else:
+            ash = np.uint32(0)
         if lean_e:
             le = (entry_bases(t, vpr, vw, row0, uw, ump, uwmp, sh_ev, ev),
                   entry_bases(t, opr, 16, row0, uw, ump, uwmp, sh_eo, eo), global_addr(ev, u0), global_addr(eo, u0))
@@ -842,7 +847,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         nbase, sink, wl, offs, vals)
             else:
                 mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, wk0, g, tq, acc, afr, afs,
-                         bfr, bfs, nbase, sink, wl, offs, vals)
+                         bfr, bfs, nbase, sink, wl, offs, vals, ash)
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()

@@ -23,17 +23,21 @@ from test_spmm import assert_fp32_accumulated, rhs_for
 
 # Small tiles (32-96 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
 # 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp;
-# pipelines of 2 to 5 stages; K groups (the last setting of each dtype: float16 two groups of one warp,
-# one K step each per chunk of 32; float32 three groups, one K step each per chunk of 24).
+# pipelines of 2 to 5 stages; K groups (the fourth setting of each dtype: float16 two groups of one warp,
+# one K step each per chunk of 32; float32 three groups, one K step each per chunk of 24); ``lean=True``
+# (the last ones: float16 two warps along N; float32 two warps along M, and the three groups).
 TUNABLES = {
     np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1),
                  dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2, stages=4),
                  dict(bm=32, bn=16, kc=32, warps_m=1, warps_n=1, stages=2),
-                 dict(bm=16, bn=16, kc=32, warps_m=1, warps_n=1, kgroups=2)],
+                 dict(bm=16, bn=16, kc=32, warps_m=1, warps_n=1, kgroups=2),
+                 dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2, stages=4, lean=True)],
     np.float32: [dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1),
                  dict(bm=16, bn=16, kc=16, warps_m=1, warps_n=2, stages=5),
                  dict(bm=32, bn=8, kc=8, warps_m=1, warps_n=1, stages=2),
-                 dict(bm=16, bn=8, kc=24, warps_m=1, warps_n=1, kgroups=3)],
+                 dict(bm=16, bn=8, kc=24, warps_m=1, warps_n=1, kgroups=3),
+                 dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1, lean=True),
+                 dict(bm=16, bn=8, kc=24, warps_m=1, warps_n=1, kgroups=3, lean=True)],
 }
 
 
@@ -179,6 +183,27 @@ def test_float32_is_bit_identical_to_the_3xtf32_model(data):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def test_lean_float32_keeps_non_finite_b():
+    """``lean=True`` rounds the big parts with integer arithmetic (:func:`gpu.mma.to_tf32_finite`, which
+    may turn a NaN into an infinity or a zero): the small part carries the NaN, so the result equals
+    ``lean=False``'s for B holding infinities and NaNs of every payload, with a K split too."""
+    rng = np.random.default_rng(5)
+    m, k, n = 16, 48, 8
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=20, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(-2, 2, (m, k)).astype(np.float32), mask)
+    b = rng.uniform(-2, 2, (k, n)).astype(np.float32)
+    b[3, 2], b[7, 5] = np.inf, -np.inf
+    b[9, 1], b[11, 6], b[30, 3] = np.array([0x7FFFFFFF, 0x7F800001, 0xFFFFF000], np.uint32).view(np.float32)
+    tunables = TUNABLES[np.float32][-1]
+    for splits in (1, 2):
+        got = tc.uspmm(ell, b, splits=splits, **tunables)
+        plain = tc.uspmm(ell, b, splits=splits, **dict(tunables, lean=False))
+        assert np.isnan(got).any() and np.array_equal(np.isnan(got), np.isnan(plain))
+        assert np.array_equal(got[~np.isnan(got)].view(np.uint32), plain[~np.isnan(plain)].view(np.uint32))
 
 
 @pytest.mark.parametrize("splits", [1, 2])

@@ -161,3 +161,39 @@ def test_k_split_correct_and_bit_identical(dtype, shape, splits):
     the unsplit result (both within the bound of the exact product)."""
     from experiments.bench_uspmm import Problem
     _bit_identical_within_bounds(Problem(*shape, dtype), splits=splits)
+
+
+def test_ldmatrix_x4_matches_fragment_layout():
+    """``ldmatrix_x4`` (not transposed, 32-bit words): lane ``(g, t)`` receives the m16n8k8 A fragment
+    ``T[g, t], T[g+8, t], T[g, t+4], T[g+8, t+4]`` of a 16 x 8 float32 tile, bit for bit."""
+    from gpu import mma
+    tile = np.random.default_rng(4).standard_normal((16, 8)).astype(np.float32)
+    out = np.zeros(128, dtype=np.float32)
+    mma.ldmatrix_x4_probe[1, 32](tile.ravel(), out)
+    lanes = np.arange(32)
+    g, t = lanes // 4, lanes % 4
+    want = np.stack([tile[g, t], tile[g + 8, t], tile[g, t + 4], tile[g + 8, t + 4]], axis=1)
+    np.testing.assert_array_equal(out.reshape(32, 4).view(np.uint32), want.view(np.uint32))
+
+
+def lean_configs(dtype: str) -> list[dict]:
+    """Settings checked with ``lean=True``: the default, the routed ones (float32: ``sparsekit.tune``'s
+    one-wave and many-wave settings, as ``experiments.bench_uspmm_tc`` times them; float16: four K groups
+    and the static-shared second setting)."""
+    from experiments.bench_uspmm_tc import ALT, KGROUPS, LEAN_LARGE, LEAN_ONE_WAVE
+    routed = [LEAN_ONE_WAVE, LEAN_LARGE] if dtype == "float32" else [KGROUPS[dtype][2], ALT[dtype]]
+    return [dict(), *routed]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_lean_is_bit_identical_to_plain(problem, which):
+    """``lean=True`` changes instructions, not arithmetic: its result equals ``lean=False``'s bit for bit
+    (and so is within the bounds; repeats bit-identical) on the real problems, odd N included (the
+    element-wise B path keeps its plain copies, the entries' copies are lean)."""
+    from gpu.uspmm_tc import uspmm
+    cfg = lean_configs(problem.dtype.name)[which]
+    _bit_identical_within_bounds(problem, lean=True, **cfg)
+    lean = uspmm(problem.dell, problem.b, lean=True, **cfg).copy_to_host()
+    plain = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
+    assert (lean.view(np.uint8) == plain.view(np.uint8)).all()
+
