@@ -17,6 +17,7 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
     python experiments/bench_uspmm_small_n.py --latency       # session 6: Figs. 5-7's slow float32 points
     python experiments/bench_uspmm_small_n.py --fig6          # session 6: 128^3 at every sparsity of Fig. 6
+    python experiments/bench_uspmm_small_n.py --wide          # session 6: the other --latency problems, few warps
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
@@ -82,9 +83,14 @@ LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 4, 1, 4), (2, 1, 4, 1, 4), (2, 1, 8,
                     (4, 1, 4, 1, 4, True), (2, 1, 4, 1, 4, True), (2, 1, 8, 1, 4, True), (4, 1, 8, 1, 4, True),
                     (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 4, True), (4, 1, 4, 1, 4, False, True),
                     (4, 1, 4, 1, 4, True, True), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True)]
-#: ``--fig6``: 128^3 at 5%..95% (Fig. 6), the session-5 choice (S1) and the candidates for it.
-FIG6_SETTINGS = [(8, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
-                 (32, 1, 4, 1, 4, True, True)]
+#: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the session-5 choice (S1), 16 warps (the fastest of call 2 from 5% to
+#: 60%), and each with its options (``l2_prefetch`` alone at 4 warps: the fastest at 95% in call 2).
+FIG6_SETTINGS = [(8, 1, 4, 1, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
+                 (4, 1, 4, 1, 4, False, True)]
+#: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (call 2's
+#: winners had 2 or 4) and wider steps.
+WIDE_SETTINGS = [(2, 1, 4, 1, 4), (4, 1, 4, 1, 8), (1, 1, 4, 1, 4), (1, 1, 8, 1, 4), (3, 1, 4, 1, 4),
+                 (2, 1, 4, 1, 8), (2, 1, 2, 1, 4), (1, 1, 4, 1, 8)]
 
 
 def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4,
@@ -360,6 +366,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bounds", action="store_true", help="time BOUNDS_PROBLEMS at BOUNDS_SETTINGS only")
     ap.add_argument("--latency", action="store_true", help="time LATENCY_PROBLEMS at LATENCY_SETTINGS against auto")
     ap.add_argument("--fig6", action="store_true", help="time 128^3 at Fig. 6's sparsities at FIG6_SETTINGS")
+    ap.add_argument("--wide", action="store_true", help="time LATENCY_PROBLEMS but 128^3 at WIDE_SETTINGS")
     ap.add_argument("--probes", action="store_true", help="also time the latency probes (latency_probes)")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
@@ -401,10 +408,13 @@ def main(argv=None) -> int:
     settings, anchor = SETTINGS, "heuristic"
     if args.bounds:
         problems, settings = BOUNDS_PROBLEMS, BOUNDS_SETTINGS
-    if args.latency or args.fig6:
+    if args.latency or args.fig6 or args.wide:
         problems, settings, anchor = [], [], "auto"
         if args.latency:
             problems, settings = LATENCY_PROBLEMS, LATENCY_SETTINGS
+        if args.wide:
+            problems = problems + [p for p in LATENCY_PROBLEMS if p[:3] != (128, 128, 128)]
+            settings = list(dict.fromkeys(settings + WIDE_SETTINGS))
         if args.fig6:
             problems = problems + [(128, 128, 128, round(0.05 * i, 2)) for i in range(1, 20)]
             settings = list(dict.fromkeys(settings + FIG6_SETTINGS))
