@@ -186,10 +186,8 @@ LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
                 ("tc large lean s5", dict(LEAN_LARGE, lean=True, stages=5)),
                 ("tc large lean k32 s3", dict(LEAN_LARGE, lean=True, kc=32, stages=3))]
 #: ``--lean``: each lean setting's result must be bit-identical to this one's (``same_as_previous``).
-LEAN_BASE = {"tc lean": "tc", "tc one-wave lean": "tc one-wave 64x128 k32 w1x2 s4 kg4",
-             "tc one-wave lean s5": "tc one-wave 64x128 k32 w1x2 s4 kg4", "tc one-wave lean s3": "tc one-wave 64x128 k32 w1x2 s4 kg4",
-             "tc large lean": "tc large 64x256 k16 w1x4 s4 b2", "tc large lean s3": "tc large 64x256 k16 w1x4 s4 b2",
-             "tc large lean s5": "tc large 64x256 k16 w1x4 s4 b2", "tc large lean k32 s3": "tc large 64x256 k16 w1x4 s4 b2"}
+LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in base and base.split()[:2] == name.split()[:2])
+             if name.startswith(("tc one-wave", "tc large")) else "tc" for name, _ in LEAN_CONFIGS if "lean" in name}
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}

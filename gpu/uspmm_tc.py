@@ -106,6 +106,26 @@ warps of 64 x 64, 4 stages: 60.3-61.1 us against the default's 70.0-70.4 (dense 
 run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wave (N = 16384: 909.7 against
 861.7) and no gain for float16 (within 2%), so ``DEFAULTS`` keep ``kgroups=1``.
 
+Lean (``lean=True``; session 6, ``experiments/results/uspmm_tc.md`` "Session 6, float32 lean"): the same
+arithmetic, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
+as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
+(:func:`gpu.mma.shared_addr`, :func:`gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
+back), and adds compile-time and per-chunk offsets (:func:`gpu.mma.cp_async16_raw`); the element
+indexing of :func:`gpu.mma.cp_async16` had the compiler recompute ``(k0 + r) * n`` in 64 bits for every
+copy (about 25 SASS instructions a copy). Needs a thread's pieces to be whole rows of B apart (and,
+with several entry pieces a thread, whole segments apart), else those copies stay plain. (2) float32 A
+fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`: an x4 of 8 x 4-word rows is an m16n8k8 TF32 A
+fragment; two a 16-row tile, big and small, for eight 32-bit loads; the A rows' 16-byte padding keeps
+the eight rows of each matrix on distinct banks). (3) The big parts of the 3xTF32 splits (B fragments,
+scattered A entries) by :func:`gpu.mma.to_tf32_finite` (2 integer operations against ``cvt.rna``'s 4):
+equal for finite values and infinities; for a NaN the big part may differ, but the small part
+``to_tf32(x - big)`` is NaN either way, so every MMA that reads it returns NaN as before. SASS per K
+chunk (sm_90, offline): the float32 one-wave setting (64 x 128 kc 32 w1x2 kg4) 743 -> 538 instructions
+(238 -> 218 registers), the default 507 -> 326, ``TC_LARGE`` (64 x 256 kc 16 w1x4) 816 -> 590. H100
+(call 2 of the session): one-wave 1024^3 60% 62.3 -> 55.7 us (dense fp32 cuBLAS 62.3), 90% 60.3 ->
+55.3, 768 x 768 x 1024 48.8 -> 44.0; 64 x 256 at N = 16384 668.9 -> 598.6 (cuBLAS 681.5), at N = 2048
+108.3 -> 102.0. ``lean=False`` (the default) compiles to the post-LTO PTX of the kernel before it.
+
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
 
@@ -123,7 +143,7 @@ Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
 (resident blocks per SM the registers are capped for), ``splits`` (K split, above),
 ``kgroups`` (K groups, step 6; ``kc`` a multiple of ``kgroups`` MMA K steps; 1: the kernel
-without them, its code unchanged). :data:`DEFAULTS` per dtype.
+without them, its code unchanged), ``lean`` (above; False: the kernel without it). :data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 

@@ -185,6 +185,7 @@ def test_float32_is_bit_identical_to_the_3xtf32_model(data):
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN arithmetic, simulated)
 def test_lean_float32_keeps_non_finite_b():
     """``lean=True`` rounds the big parts with integer arithmetic (:func:`gpu.mma.to_tf32_finite`, which
     may turn a NaN into an infinity or a zero): the small part carries the NaN, so the result equals
