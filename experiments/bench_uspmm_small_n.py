@@ -376,6 +376,9 @@ def main(argv=None) -> int:
             saved = json.load(f)
         print(f"Device {saved['device']}, started {saved['started']}, {saved['repeat']} repeats, L2 flushed; "
               f"empty kernel {saved['empty_kernel_us']:.1f} us\n")
+        if saved.get("probes_us"):
+            print("Latency probes (128 blocks x 256 threads, median us): "
+                  + ", ".join(f"{name} {t:.2f}" for name, t in saved["probes_us"].items()) + "\n")
         latency = any(r["provider"] == "auto" for r in saved["records"])
         print(latency_table(saved["records"]) if latency else table(saved["records"]))
         for dt in dict.fromkeys(r["dtype"] for r in saved["records"]):
