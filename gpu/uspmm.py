@@ -1097,19 +1097,30 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     that many blocks fit an SM (sm_90, float32, 4 columns a lane: 8 warps at ``unroll = 4`` take 56
     registers, already 4 blocks an SM; at ``unroll = 8`` 85, 80 with ``min_blocks = 3``; no spills).
 
-    Two options cut the latency of a warp's dependent loads (each off by default: the code above):
+    Two options move loads earlier (each off by default: the code above, whose PTX they leave
+    unchanged):
 
-    * ``lookahead``: in the interior, step ``i + 1``'s values and B offsets are loaded right after
-      step ``i``'s reads of B are issued and before its multiply-adds, so they arrive while those
-      reads are in flight (software pipelining in registers; ``2 * unroll`` registers more). A step
-      then waits on one round trip, not two. Same steps, same order of the multiply-adds: the
-      result is bit-identical to the default's.
+    * ``lookahead``: in the interior, the full steps are software-pipelined in registers: step
+      ``i + 1``'s values and B offsets are loaded right after step ``i``'s reads of B are issued and
+      before its multiply-adds, so they arrive while those reads are in flight (no extra registers at
+      4 warps, unroll 4: 56). The last step of fewer than ``unroll`` entries is not loaded ahead
+      (guarding every load of a step by ``u < take`` compiled to predicated reads of B and branches
+      around the entry loads, and ran up to 28% slower on the H100). Same steps, same order of the multiply-adds: the result is
+      bit-identical to the default's.
     * ``l2_prefetch``: before anything else, the ``gridDim.x`` blocks of a column tile split the
       ``K`` rows of B's tile between them and issue ``prefetch.L2`` for each 128-byte line of
       their share (:func:`prefetch_l2`; one instruction a thread while ``K / gridDim.x`` rows x
-      ``NT / 32 + 1`` lines fit a block, float32). The lines travel from DRAM to L2 while the blocks wait for their
-      entries, so the dependent reads of B hit L2 instead of starting a second DRAM round trip
-      (what a launch on a cold L2 and few steps a warp, e.g. 128^3, waits on).
+      ``NT / 32 + 1`` lines fit a block, float32). The lines travel from DRAM to L2 while the
+      blocks wait for their entries, so the dependent reads of B can hit L2 instead of starting a
+      second DRAM round trip (a launch on a cold L2 with few steps a warp, e.g. 128^3).
+
+    Measured (H100, float32, "Session 6, CUDA-core latency" in ``experiments/results/uspmm.md``):
+    both options within a few percent of the same setting without them at every point timed (128^3
+    at 5-95%, 1024^3 at 90-95%, N = 128 to 1024 at 60%); at 128^3 the kernel runs 5.0-6.0 us where a
+    probe doing only the two dependent reads and the shared-memory sum (no multiply-add) runs 4.46 us
+    and an empty kernel 3.14 us. What did pay: fewer warps a block where the grid has many blocks
+    (1024^3 90%, one call: 8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp
+    41.0 in the next call).
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
