@@ -1105,22 +1105,22 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
       before its multiply-adds, so they arrive while those reads are in flight (no extra registers at
       4 warps, unroll 4: 56). The last step of fewer than ``unroll`` entries is not loaded ahead
       (guarding every load of a step by ``u < take`` compiled to predicated reads of B and branches
-      around the entry loads, and ran up to 28% slower on the H100). Same steps, same order of the multiply-adds: the result is
-      bit-identical to the default's.
-    * ``l2_prefetch``: before anything else, the ``gridDim.x`` blocks of a column tile split the
-      ``K`` rows of B's tile between them and issue ``prefetch.L2`` for each 128-byte line of
-      their share (:func:`prefetch_l2`; one instruction a thread while ``K / gridDim.x`` rows x
-      ``NT / 32 + 1`` lines fit a block, float32). The lines travel from DRAM to L2 while the
-      blocks wait for their entries, so the dependent reads of B can hit L2 instead of starting a
-      second DRAM round trip (a launch on a cold L2 with few steps a warp, e.g. 128^3).
+      around the entry loads, and ran up to 28% slower on the H100). Same steps, same order of the
+      multiply-adds: the result is bit-identical to the default's.
+    * ``l2_prefetch``: before anything else, the blocks of a column tile issue ``prefetch.L2``
+      (:func:`prefetch_l2`) for every 128-byte line of B's tile: item ``g`` of the tile's ``K *
+      (NT / line + 1)`` items by block ``g % gridDim.x``, one instruction a thread while they fit
+      ``gridDim.x * 32 * nwarp`` threads. The lines travel from DRAM to L2 while the blocks wait for
+      their entries, so the dependent reads of B can hit L2 instead of starting a second DRAM round
+      trip (a launch on a cold L2 with few steps a warp, e.g. 128^3).
 
     Measured (H100, float32, "Session 6, CUDA-core latency" in ``experiments/results/uspmm.md``):
-    both options within a few percent of the same setting without them at every point timed (128^3
-    at 5-95%, 1024^3 at 90-95%, N = 128 to 1024 at 60%); at 128^3 the kernel runs 5.0-6.0 us where a
-    probe doing only the two dependent reads and the shared-memory sum (no multiply-add) runs 4.46 us
-    and an empty kernel 3.14 us. What did pay: fewer warps a block where the grid has many blocks
-    (1024^3 90%, one call: 8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp
-    41.0 in the next call).
+    in its calls 2 and 3 neither option made the fastest setting of any problem timed faster by more
+    than 2.2% (128^3 at 5-95%, 1024^3 at 90-95%, N = 128 to 1024 at 60%); against the same setting
+    without it an option moved the time by -13% to +11%. At 128^3 the kernel runs 5.0-6.0 us where a probe doing only the
+    two dependent reads and the shared-memory sum (no multiply-add) runs 4.46 us and an empty kernel
+    3.14 us. What did pay: fewer warps a block where the grid has many blocks (1024^3 90%, one call:
+    8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp 41.0 in the next call).
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
@@ -1244,7 +1244,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                     entries(vrow, irow, 0, n, gcol, av, ov)
                     while s + 2 * unroll <= cnt:
                         reads(b, ov, bv)                                 # this step's rows of B in flight,
-                        entries(vrow, irow, s + unroll, n, gcol, an, on)        # the next step's entries too
+                        entries(vrow, irow, s + unroll, n, gcol, an, on)  # the next step's entries too
                         fmas(racc, av, bv)
                         for u in range(unroll):
                             av[u] = an[u]
