@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
-           "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_SHAPES", "warp_split", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_ONE_WAVE", "TC_SETTINGS", "tc_small_grid",
+           "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
+           "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -81,19 +82,35 @@ def pipelined(cpl: int, rpw: int, nwarp: int, kc: int, unroll: int, min_blocks: 
 
 
 #: The warp-split kernel's settings searched by default, as (cols_per_lane, rows_per_warp, nwarp, unroll,
-#: min_blocks): :data:`WARP_SPLIT_S1`, :data:`WARP_SPLIT_S2`, 16 warps (the winner at M <= 128 with K >= 576)
+#: min_blocks): :data:`WARP_SPLIT_S1`, :data:`WARP_SPLIT_S2`, 16 warps (:data:`WARP_SPLIT_W16`, the winner at M <= 128 with K >= 576)
 #: and S1 with 2 columns a lane (N = 64); together within 11% of every winner of "Session 5, small-N kernel"
 #: in experiments/results/uspmm.md.
+#: Session 6 added the float32 settings of few warps a block: :data:`WARP_SPLIT_W16` (16 warps),
+#: :data:`WARP_SPLIT_W4` and :data:`WARP_SPLIT_W1` (4 warps, 1), and 8 columns a lane with 1, 2 and 4 warps
+#: (:func:`wide_warps`).
 WARP_SPLIT_S1 = (4, 1, 8, 4, 1)
 WARP_SPLIT_S2 = (4, 1, 4, 8, 6)
 WARP_SPLIT_S1C2 = (2,) + WARP_SPLIT_S1[1:]          # S1 with 2 columns a lane (N = 64)
-WARP_SPLIT_SHAPES = (WARP_SPLIT_S1, WARP_SPLIT_S2, (4, 1, 16, 4, 1), WARP_SPLIT_S1C2)
+WARP_SPLIT_W16 = (4, 1, 16, 4, 1)
+WARP_SPLIT_W4 = (4, 1, 4, 4, 1)
+WARP_SPLIT_W1 = (4, 1, 1, 4, 1)
+WARP_SPLIT_SHAPES = (WARP_SPLIT_S1, WARP_SPLIT_S2, WARP_SPLIT_W16, WARP_SPLIT_S1C2, WARP_SPLIT_W4, WARP_SPLIT_W1,
+                     (8, 1, 1, 4, 1), (8, 1, 2, 4, 1), (8, 1, 4, 4, 1))
 
 
 def warp_split(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1) -> dict:
     """The tunables of one warp-split setting (the order of :data:`WARP_SPLIT_SHAPES`)."""
     return dict(variant="warp_split", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll,
                 min_blocks=min_blocks)
+
+
+def wide_warps(m: int, n: int) -> dict:
+    """The float32 warp-split setting of 8 columns a lane (256-column tiles) with about 2048 warps in the
+    grid: ``nwarp`` = 2048 / (``M`` x ``N`` / 256) as a power of two from 1 to 4. It names the fastest
+    setting of "Session 6, CUDA-core latency" (experiments/results/uspmm.md, call 3, 60%) at each of its
+    five problems of 256-column tiles: 128 x 128 x 1024 4 warps (7.6 us), 256 x 256 x 1024 2 (14.1),
+    1024 x 1024 x 256 2 (28.4), 512 x 512 x 1024 1 (35.1), 1024 x 1024 x 512 1 (53.2)."""
+    return warp_split(8, 1, min(4, _pow2_at_most(2048 * 256 / (m * n))), 4, 1)
 
 
 def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
@@ -107,7 +124,11 @@ def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
     hence the exact ``N`` values. With ``d = K'/K`` (S1, S2: :data:`WARP_SPLIT_S1`, :data:`WARP_SPLIT_S2`):
 
     * float32: ``N = 64`` and ``M <= 2048``: S1 with 2 columns a lane; ``N`` = 128 or 256: S1 for
-      ``M <= 1024``, S2 for ``M <= 4096`` with ``d < 0.3`` or ``M K <= 2.5e6``;
+      ``M <= 1024``, S2 for ``M <= 4096`` with ``d < 0.3`` or ``M K <= 2.5e6``; but (session 6, ``K <=
+      1024``, below) ``N = 128``: 16 warps at ``M <= 128`` with ``K' >= 104``, 4 warps
+      (:data:`WARP_SPLIT_W4`) at ``512 < M <= 1024`` with ``K' >= 256``; ``N = 256`` at ``512 < M <= 1024``
+      and ``N = 1024`` at ``M <= 256``: :func:`wide_warps`; ``N = 1024``, ``512 < M <= 1024`` and
+      ``d`` under :data:`TC_MIN_DENSITY`: one warp a block (:data:`WARP_SPLIT_W1`);
     * float16: ``N = 128``: S1 for ``M <= 768``, or ``M <= 1024`` with ``d < 0.31``; S2 for ``M <= 1536``
       with ``d < 0.3``; ``N = 256``: S1 for ``M <= 512`` with ``d < 0.3``. Elsewhere the tensor cores
       measured faster (``N = 64``, ``M >= 2048``, density 0.4 above ``M = 1024``).
@@ -121,6 +142,9 @@ def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
     if not half:
         if n == 64:
             return warp_split(*WARP_SPLIT_S1C2) if m <= 2048 else None
+        chosen = _few_warps(m, k, n, kprime, density)
+        if chosen is not None:
+            return chosen
         if n in (128, 256):
             if m <= 1024:
                 return warp_split(*WARP_SPLIT_S1)
@@ -134,6 +158,28 @@ def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
             return warp_split(*WARP_SPLIT_S2)
     if n == 256 and m <= 512 and density < 0.3:
         return warp_split(*WARP_SPLIT_S1)
+    return None
+
+
+def _few_warps(m: int, k: int, n: int, kprime: int, density: float) -> dict | None:
+    """float32, ``K <= 1024``: the warp-split settings of few warps that "Session 6, CUDA-core latency"
+    (experiments/results/uspmm.md, H100, calls 2-3 of 07:52 and 07:59 UTC) measured fastest, in us against
+    the earlier choice of the same call: 128^3 at 5-15% 16 warps 6.0 against S1's 6.3-6.4 (equal from
+    20%); 768^2 x 128 and 1024^2 x 128 60% 4 warps 13.3 and 18.2 against 17.2 and 22.5; 1024^3 at 90% and
+    95% one warp 41.0 and 27.6 against the direct kernel's 60.3 and 35.8; :func:`wide_warps` at 128 x 128 x
+    1024, 256 x 256 x 1024 and 1024 x 1024 x 256. Not where another choice measured faster or equal (512 x
+    512 x 1024 and 1024 x 1024 x 512: :data:`TC_HALF_WAVE`) nor where these settings were not measured."""
+    if k > 1024:
+        return None
+    if n == 128:
+        if m <= 128 and kprime >= 104:
+            return warp_split(*WARP_SPLIT_W16)
+        if 512 < m <= 1024 and kprime >= 256:
+            return warp_split(*WARP_SPLIT_W4)
+    if (n == 256 and 512 < m <= 1024) or (n == 1024 and m <= 256):
+        return wide_warps(m, n)
+    if n == 1024 and 512 < m <= 1024 and density < TC_MIN_DENSITY[np.dtype(np.float32)]:
+        return warp_split(*WARP_SPLIT_W1)
     return None
 
 
@@ -193,7 +239,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, nwarp, kc in itertools.product((4, 8), (4, 8), (4, 8), (8, 16)):
             if dense_tile_shared_bytes(nwarp * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(dense_tile(cpl, rpw, nwarp, kc, 1))
-        for cpl, rpw, nwarp, unroll in itertools.product((2, 4), (1, 2, 4), (4, 8, 16), (4, 8)):
+        for cpl, rpw, nwarp, unroll in itertools.product((2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 16), (4, 8)):
             out.append(warp_split(cpl, rpw, nwarp, unroll))
         out += split_configs() + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]]
     return out
@@ -258,6 +304,8 @@ def _pow2_at_most(x: float) -> int:
 #: * float16 only, smaller grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
 #:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks
 #:   while the split grid stays within one wave.
+#: * float32 only, grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128 with ``K >= TC_MIN_K``: the
+#:   defaults with the K range split in two (:data:`TC_HALF_WAVE`).
 #:
 #: Fitted to "Session 4" and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23
 #: 03:04 and 03:29 UTC), tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at
@@ -275,6 +323,13 @@ def _pow2_at_most(x: float) -> int:
 TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.14}   # the sparsest measured wins: 95% (d = 0.0498), 85% (d = 0.150)
 TC_FILL = 0.7      # float32: 768 x 768 x 1024 (96 tiles of 64 x 128 on 132 SMs) measured, fewer not
 TC_MIN_K = 512
+#: float32 grids of half a wave: "Sixth session, run 2" of experiments/results/lead_gpu_run.md (H100, 08:07
+#: UTC), float32 60%, 64 tiles of 64 x 128 on 132 SMs: 512 x 512 x 1024 35.0 us with two splits (unsplit
+#: 37.9, four 43.2) against the CUDA-core choice's 40.1; 1024 x 1024 x 512 51.1 (68.8, 57.1) against 70.9.
+#: Not at 32 tiles (256 x 256 x 1024: 21.9 unsplit, 24.4 two splits, CUDA cores 19.6; 1024 x 1024 x 256: four
+#: splits 44.4 against the warp-split kernel's 40.6) nor 16 (128 x 128 x 1024: 13.8 unsplit against 14.2).
+#: :data:`TC_ONE_WAVE`'s K groups with a split lose at every one of these (40.3-205.7 us).
+TC_HALF_WAVE = {np.dtype(np.float32): dict(splits=2)}
 #: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (64 x 256 tiles
 #: at two blocks an SM re-densify each A tile for twice the default's columns; float32 with 4 warps of 64 x 64,
 #: which issue fewer fragment loads and B splits per MMA). "Session 5, grids of many waves" of
@@ -292,12 +347,14 @@ TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=
 TC_ONE_WAVE = {np.dtype(np.float32): dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1,
                                           kgroups=4)}
 #: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
-#: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits.
+#: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
+#: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`.
 TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
                                       dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
-               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)], TC_ONE_WAVE[np.dtype(np.float32)])}
+               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)], TC_ONE_WAVE[np.dtype(np.float32)],
+                                      TC_HALF_WAVE[np.dtype(np.float32)])}
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -320,8 +377,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
               tensor_cores: bool = True, few_columns: bool = True) -> dict:
     """The configuration used when the cache has no entry.
 
-    Row-major ``B`` of 64, 128 or 256 columns (and ``few_columns``): first :func:`small_n` (the
-    warp-split kernel where it measured fastest). Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
+    Row-major ``B`` (and ``few_columns``): first :func:`small_n` (the warp-split kernel where it
+    measured fastest: ``N`` of 64, 128 or 256 columns, and float32 ``N = 1024`` at small ``M`` or below
+    :data:`TC_MIN_DENSITY`). Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
@@ -370,6 +428,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
             return tensor_core(**TC_ONE_WAVE[np.dtype(dtype)]) if not half and tiles64 <= sms else tensor_core()
         if half and k >= TC_MIN_K:
             return tc_small_grid(k, tiles32, sms)
+        if not half and k >= TC_MIN_K and sms / 4 < tiles64 <= sms / 2:
+            return tensor_core(**TC_HALF_WAVE[np.dtype(dtype)])   # two splits: one wave of blocks
     tiles8 = -(-m // 8) * col_tiles
     if tiles32 >= 0.75 * sms:
         if density < (0.25 if half else 0.18):

@@ -336,10 +336,12 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
     (1024, 1024, 1024, 154, ("direct", 4, 2, 4, 4)),
 ])
 def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
-    """The CUDA-core winners (that tuning run had no tensor-core kernel: ``tensor_cores=False``)."""
+    """The CUDA-core winners (that tuning run had neither the tensor-core nor the warp-split kernel:
+    ``tensor_cores=False, few_columns=False``)."""
     from sparsekit import tune
     variant, *shape = want
-    assert tune.heuristic(m, k, n, kprime, np.float32, "C", tensor_cores=False) == getattr(tune, variant)(*shape)
+    assert tune.heuristic(m, k, n, kprime, np.float32, "C", tensor_cores=False, few_columns=False) == \
+        getattr(tune, variant)(*shape)
     assert tune.heuristic(m, k, n, kprime, np.float32, "F")["variant"] == "listing1"
 
 
@@ -451,6 +453,12 @@ TC_ROUTING = [
     (4096, 4096, 1024, 410, np.float32, None, "885.9 (64 x 256) / 635.0"),
     (1024, 1024, 128, 410, np.float32, None, "42.5 (best split) / 33.7"),
     (512, 4608, 128, 876, np.float32, None, "80.4 (best split) / 54.9"),
+    # "Sixth session, run 2" of experiments/results/lead_gpu_run.md (08:07 UTC): float32 60%, the defaults
+    # with two splits / the CUDA-core choice
+    (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128)"),
+    (1024, 1024, 512, 410, np.float32, "half_wave", "51.1 / dense tile 70.9 (64 tiles)"),
+    (256, 256, 1024, 102, np.float32, None, "two splits 24.4, unsplit 21.9 / pipelined 19.6 (32 tiles)"),
+    (128, 128, 1024, 51, np.float32, None, "unsplit 13.8 / pipelined 14.2 (16 tiles: within noise)"),
 ]
 
 
@@ -461,6 +469,7 @@ def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime,
     tiles32 = -(-m // 32) * -(-n // 128)
     want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
             "one_wave": tune.tensor_core(**tune.TC_ONE_WAVE.get(np.dtype(dtype), {})),
+            "half_wave": tune.tensor_core(**tune.TC_HALF_WAVE.get(np.dtype(dtype), {})),
             "small": tune.tc_small_grid(k, tiles32)}.get(routed)
     assert got == want if routed else got["variant"] != "tensor_core", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "F")["variant"] == "listing1"      # needs row-major B
@@ -476,9 +485,9 @@ SMALL_N_RUN = [
     (512, 4608, 128, 876, np.float32, "S1", "28.4 / 57.2"),
     (1000, 2048, 128, 389, np.float32, "S1", "24.6 / 43.6"),
     (1024, 512, 128, 97, np.float32, "S1", "10.5 / 22.4"),
-    (1024, 1024, 128, 410, np.float32, "S1", "22.7 / 33.7 (Fig. 5)"),
+    (1024, 1024, 128, 410, np.float32, "W4", "S1 22.7 / 33.7 (Fig. 5); session 6: 4 warps 18.2 / S1 22.5"),
     (128, 128, 128, 6, np.float32, "S1", "6.3 / 11.2"),
-    (1024, 2048, 256, 389, np.float32, "S1", "46.5 / 67.3"),
+    (1024, 2048, 256, 389, np.float32, "S1", "46.5 / 67.3 (session 6's few warps: not measured at K > 1024)"),
     (2048, 512, 128, 97, np.float32, "S2", "15.3 / 30.7"),
     (2048, 1024, 128, 195, np.float32, "S2", "23.7 / 42.8"),
     (1536, 1536, 128, 614, np.float32, "S2", "37.1 / 54.2 (M K = 2.4M)"),
@@ -494,6 +503,21 @@ SMALL_N_RUN = [
     (1024, 1024, 128, 410, np.float16, None, "tensor cores 18.3 / warp split 20.3"),
     (2048, 512, 128, 97, np.float16, None, "tensor cores 13.4 / warp split 14.4"),
     (512, 1024, 64, 195, np.float16, None, "tensor cores 16.2 / warp split 21.2"),
+    # "Session 6, CUDA-core latency" (H100, calls 2-3 of 07:52 and 07:59 UTC), float32: that choice / the
+    # earlier one, same call ("W16", "W4", "W1": sparsekit.tune.WARP_SPLIT_W16/W4/W1; "wide": wide_warps)
+    (128, 128, 128, 122, np.float32, "W16", "6.0 / S1 6.4 (5%)"),
+    (128, 128, 128, 109, np.float32, "W16", "6.0 / S1 6.3 (15%)"),
+    (128, 128, 128, 102, np.float32, "S1", "S1 6.0 / 16 warps 6.0 (20%)"),
+    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps 5.9 (60%: within noise of each other)"),
+    (768, 768, 128, 307, np.float32, "W4", "13.4 (call 2) / S1 17.2"),
+    (1024, 512, 128, 97, np.float32, "S1", "S1 10.5 (session 5); 4 warps not measured at K' < 256"),
+    (1024, 1024, 1024, 102, np.float32, "W1", "41.0 / direct 60.3 (cuSPARSE 68.4)"),
+    (1024, 1024, 1024, 51, np.float32, "W1", "27.6 / direct 35.8 (cuSPARSE 46.7)"),
+    (128, 128, 1024, 51, np.float32, "wide4", "7.6 / pipelined 14.1"),
+    (256, 256, 1024, 102, np.float32, "wide2", "14.1 / pipelined 19.9"),
+    (1024, 1024, 256, 410, np.float32, "wide2", "28.4 / S1 40.9"),
+    (512, 512, 1024, 205, np.float32, None, "tensor cores, two splits 35.0 (lead run 2) / 8 columns 1 warp 35.1"),
+    (1024, 1024, 512, 410, np.float32, None, "tensor cores, two splits 51.1 (lead run 2) / 8 columns 1 warp 53.2"),
 ]
 
 
@@ -501,7 +525,9 @@ SMALL_N_RUN = [
 def test_heuristic_routes_few_columns_to_the_warp_split_kernel_as_measured(m, k, n, kprime, dtype, chosen, note):
     from sparsekit import tune
     want = {"S1": tune.warp_split(*tune.WARP_SPLIT_S1), "S2": tune.warp_split(*tune.WARP_SPLIT_S2),
-            "S1c2": tune.warp_split(*tune.WARP_SPLIT_S1C2)}.get(chosen)
+            "S1c2": tune.warp_split(*tune.WARP_SPLIT_S1C2), "W16": tune.warp_split(*tune.WARP_SPLIT_W16),
+            "W4": tune.warp_split(*tune.WARP_SPLIT_W4), "W1": tune.warp_split(*tune.WARP_SPLIT_W1),
+            "wide4": tune.warp_split(8, 1, 4, 4, 1), "wide2": tune.warp_split(8, 1, 2, 4, 1)}.get(chosen)
     got = tune.heuristic(m, k, n, kprime, dtype, "C")
     assert got == want if chosen else got["variant"] != "warp_split", (got, note)
     assert tune.heuristic(m, k, n, kprime, dtype, "C", few_columns=False)["variant"] != "warp_split"
