@@ -112,7 +112,7 @@ as bytes: each thread takes the shared and global addresses of its first piece o
 (:func:`gpu.mma.shared_addr`, :func:`gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
 back), and adds compile-time and per-chunk offsets (:func:`gpu.mma.cp_async16_raw`); the element
 indexing of :func:`gpu.mma.cp_async16` had the compiler recompute ``(k0 + r) * n`` in 64 bits for every
-copy (about 25 SASS instructions a copy). Needs a thread's pieces to be whole rows of B apart (and,
+copy (about 30 SASS instructions a copy). Needs a thread's pieces to be whole rows of B apart (and,
 with several entry pieces a thread, whole segments apart), else those copies stay plain. (2) float32 A
 fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`: an x4 of 8 x 4-word rows is an m16n8k8 TF32 A
 fragment; two a 16-row tile, big and small, for eight 32-bit loads; the A rows' 16-byte padding keeps
@@ -121,7 +121,7 @@ scattered A entries) by :func:`gpu.mma.to_tf32_finite` (2 integer operations aga
 equal for finite values and infinities; for a NaN the big part may differ, but the small part
 ``to_tf32(x - big)`` is NaN either way, so every MMA that reads it returns NaN as before. SASS per K
 chunk (sm_90, offline): the float32 one-wave setting (64 x 128 kc 32 w1x2 kg4) 743 -> 538 instructions
-(238 -> 218 registers), the default 507 -> 326, ``TC_LARGE`` (64 x 256 kc 16 w1x4) 816 -> 590. H100
+(238 -> 218 registers), ``TC_LARGE`` (64 x 256 kc 16 w1x4, 8 slots) 816 -> 546 (226 -> 217). H100
 (call 2 of the session): one-wave 1024^3 60% 62.3 -> 55.7 us (dense fp32 cuBLAS 62.3), 90% 60.3 ->
 55.3, 768 x 768 x 1024 48.8 -> 44.0; 64 x 256 at N = 16384 668.9 -> 598.6 (cuBLAS 681.5), at N = 2048
 108.3 -> 102.0. ``lean=False`` (the default) compiles to the post-LTO PTX of the kernel before it.
