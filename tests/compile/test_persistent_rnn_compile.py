@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -75,6 +76,7 @@ def test_lstm_compiles_with_one_wide_load_per_pair_and_gate(sync):
     assert len(re.findall(r"ld\.shared\.u64", ptx)) == 4 * NPT
 
 
+@functools.cache   # several tests compare against the same build (one compile per worker)
 def _lto_ptx_opts(sync, dtype, **opts):
     kernel = _kernel(sync, "wide", np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, **opts)
     lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype), opts.get("index16", False)),
