@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -298,12 +298,12 @@ def _pow2_at_most(x: float) -> int:
 #: all with a density ``K'/K`` of at least ``TC_MIN_DENSITY[dtype]``:
 #:
 #: * output grids of more than one wave: float16 more than ``sms`` tiles of 32 x 128, float32 at least
-#:   ``TC_FILL * sms`` tiles of 64 x 128: the kernel's defaults, or :data:`TC_LARGE` where there are at
-#:   least ``sms`` tiles of 64 x 256, or (float32) :data:`TC_ONE_WAVE` where there are at most ``sms``
-#:   tiles of 64 x 128;
+#:   ``TC_FILL * sms`` tiles of 64 x 128: :data:`TC_LARGE` where there are at least ``sms`` tiles of
+#:   64 x 256; float32 :data:`TC_ONE_WAVE` where there are at most ``sms`` tiles of 64 x 128, else (float32)
+#:   :data:`TC_LARGE` from ``TC_FILL * sms`` tiles of 64 x 256; else the defaults (:data:`TC_DEFAULT`);
 #: * float16 only, smaller grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
 #:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks
-#:   while the split grid stays within one wave.
+#:   while the split grid stays within one wave;
 #: * float32 only, grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128 with ``K >= TC_MIN_K``: the
 #:   defaults with the K range split in two (:data:`TC_HALF_WAVE`).
 #:
@@ -328,7 +328,8 @@ TC_MIN_K = 512
 #: 37.9, four 43.2) against the CUDA-core choice's 40.1; 1024 x 1024 x 512 51.1 (68.8, 57.1) against 70.9.
 #: Not at 32 tiles (256 x 256 x 1024: 21.9 unsplit, 24.4 two splits, CUDA cores 19.6; 1024 x 1024 x 256: four
 #: splits 44.4 against the warp-split kernel's 40.6) nor 16 (128 x 128 x 1024: 13.8 unsplit against 14.2).
-#: :data:`TC_ONE_WAVE`'s K groups with a split lose at every one of these (40.3-205.7 us).
+#: :data:`TC_ONE_WAVE`'s K groups with a split lose at every one of these (40.3-205.7 us). ``lean=True`` gains
+#: nothing here (run 3: 35.1 against 34.6, 50.9 against 51.2), so the setting stays without it.
 TC_HALF_WAVE = {np.dtype(np.float32): dict(splits=2)}
 #: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (64 x 256 tiles
 #: at two blocks an SM re-densify each A tile for twice the default's columns; float32 with 4 warps of 64 x 64,
@@ -336,24 +337,37 @@ TC_HALF_WAVE = {np.dtype(np.float32): dict(splits=2)}
 #: experiments/results/uspmm_tc.md (H100, 05:24 UTC), float32 against its defaults at 60%: 1024 x 1024 x 4096
 #: 184.4 vs 230.0 us, N = 16384 669.4 vs 863.5, 4096^2 x 1024 664.2 vs 862.4; float16 (the w2x4 setting)
 #: 69.9 / 251.6 / 220.8 vs 105.6 / 392.8 / 364.7.
-TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2),
-            np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)}
+#: Session 6: with ``lean=True`` (:mod:`gpu.uspmm_tc`: the same arithmetic in fewer instructions, results
+#: bit-identical), float32 N = 16384 598.6 against 668.9 ("Session 6, float32 lean", 07:57 UTC), 1024 x 1024 x
+#: 4096 168.3 against 183.1, 4096^2 x 1024 603.6 against 667.6, float16 N = 16384 227.6 against 250.9
+#: ("Sixth session, run 3" of experiments/results/lead_gpu_run.md, 08:30 UTC). float32 also where there are
+#: ``TC_FILL * sms`` such tiles: 1024 x 1024 x 2048 (128 tiles) 102.0 against the defaults' 110.4 (lean) and
+#: :data:`TC_ONE_WAVE`'s 107.4 (lean).
+TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2,
+                                       lean=True),
+            np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4, lean=True)}
+#: The defaults as routed: ``lean=True`` (float16 1024^3 60% 28.8 against 30.7 us, run 3 of the sixth
+#: session; float32 67.9 against 71.1, "Session 6, float32 lean").
+TC_DEFAULT = {np.dtype(np.float16): dict(lean=True), np.dtype(np.float32): dict(lean=True)}
 #: The float32 tensor-core setting for grids of at most one wave (``TC_FILL * sms`` to ``sms`` tiles of
 #: 64 x 128): four K groups of two warps, each warp a 64 x 64 tile (``gpu.uspmm_tc``'s ``kgroups``: more
 #: MMAs per fragment load than the default's 32 x 32 warp tiles, still 8 warps an SM). "Session 5, K
 #: groups" of experiments/results/uspmm_tc.md (H100, 05:56 UTC): 1024^3 at 60/70/80/85% 60.8/61.1/60.3/60.3
 #: us against the default's 70.2/70.4/70.3/70.0 (dense fp32 cuBLAS 62.4/62.2/61.5/62.1), 768 x 768 x 1024 60%
 #: 47.8 against 54.1; past one wave it loses (N = 16384: 909.7 against 861.7, :data:`TC_LARGE` 664.0).
+#: Session 6, ``lean=True`` ("Session 6, float32 lean", 07:57 UTC): 1024^3 60% 55.7 against 62.3 (dense fp32
+#: cuBLAS 62.3), 90% 55.3 against 60.3, 768 x 768 x 1024 44.0 against 48.8.
 TC_ONE_WAVE = {np.dtype(np.float32): dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1,
-                                          kgroups=4)}
-#: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults,
-#: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
+                                          kgroups=4, lean=True)}
+#: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults (with
+#: and without ``lean``), :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
 #: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`.
-TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_LARGE[np.dtype(np.float16)],
+TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_DEFAULT[np.dtype(np.float16)], TC_LARGE[np.dtype(np.float16)],
                                       dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
-               np.dtype(np.float32): (dict(), TC_LARGE[np.dtype(np.float32)], TC_ONE_WAVE[np.dtype(np.float32)],
+               np.dtype(np.float32): (dict(), TC_DEFAULT[np.dtype(np.float32)], TC_LARGE[np.dtype(np.float32)],
+                                      TC_ONE_WAVE[np.dtype(np.float32)],
                                       TC_HALF_WAVE[np.dtype(np.float32)])}
 
 
@@ -423,9 +437,14 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
         tiles64 = -(-m // 64) * col_tiles
         if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
-            if -(-m // 64) * -(-n // 256) >= sms:
+            tiles64x256 = -(-m // 64) * -(-n // 256)
+            if tiles64x256 >= sms:
                 return tensor_core(**TC_LARGE[np.dtype(dtype)])
-            return tensor_core(**TC_ONE_WAVE[np.dtype(dtype)]) if not half and tiles64 <= sms else tensor_core()
+            if not half and tiles64 <= sms:
+                return tensor_core(**TC_ONE_WAVE[np.dtype(dtype)])
+            if not half and tiles64x256 >= TC_FILL * sms:
+                return tensor_core(**TC_LARGE[np.dtype(dtype)])
+            return tensor_core(**TC_DEFAULT[np.dtype(dtype)])
         if half and k >= TC_MIN_K:
             return tc_small_grid(k, tiles32, sms)
         if not half and k >= TC_MIN_K and sms / 4 < tiles64 <= sms / 2:

@@ -421,7 +421,7 @@ def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, 
 
 # "Session 4" (call 2) and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04
 # and 03:29 UTC): whether the tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core
-# setting / CUDA-core). "large": sparsekit.tune.TC_LARGE of the dtype, "one_wave": TC_ONE_WAVE, "default": the kernel's defaults,
+# setting / CUDA-core). "large": sparsekit.tune.TC_LARGE of the dtype, "one_wave": TC_ONE_WAVE, "default": TC_DEFAULT,
 # "small": sparsekit.tune.tc_small_grid(K) (32 x 128 tiles, two blocks an SM, K split).
 TC_ROUTING = [
     (1024, 1024, 1024, 410, np.float16, "default", "29.9 / 107.7"),
@@ -446,6 +446,8 @@ TC_ROUTING = [
     (1024, 1024, 1024, 205, np.float32, "one_wave", "71.1 / 91.6; session 5, K groups: 60.3 (cuBLAS 61.5)"),
     (1024, 1024, 16384, 410, np.float32, "large", "897.0 / 1120.8; session 5: 64 x 256 w1x4 669.4 / default 863.5"),
     (1024, 1024, 4096, 410, np.float32, "large", "184.4 / default 230.0 (Session 5, grids of many waves)"),
+    (1024, 1024, 2048, 410, np.float32, "large", "lean 102.0 / one-wave lean 107.4 / default lean 110.4 (Session 6, "
+                                                 "float32 lean; 128 tiles of 64 x 256)"),
     (4096, 4096, 1024, 1638, np.float32, "large", "664.2 / default 862.4 (Session 5, grids of many waves)"),
     (1024, 1024, 1024, 154, np.float32, "one_wave", "71.1 / 83.2 (04:11 UTC); session 5, K groups: 60.3 (cuBLAS 62.1)"),
     (1024, 1024, 1024, 102, np.float32, None, "71.4 / 60.1"),
@@ -467,7 +469,7 @@ def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime,
     from sparsekit import tune
     got = tune.heuristic(m, k, n, kprime, dtype, "C", few_columns=False)   # those runs had no warp-split kernel
     tiles32 = -(-m // 32) * -(-n // 128)
-    want = {"default": tune.tensor_core(), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
+    want = {"default": tune.tensor_core(**tune.TC_DEFAULT[np.dtype(dtype)]), "large": tune.tensor_core(**tune.TC_LARGE[np.dtype(dtype)]),
             "one_wave": tune.tensor_core(**tune.TC_ONE_WAVE.get(np.dtype(dtype), {})),
             "half_wave": tune.tensor_core(**tune.TC_HALF_WAVE.get(np.dtype(dtype), {})),
             "small": tune.tc_small_grid(k, tiles32)}.get(routed)
