@@ -506,11 +506,12 @@ SMALL_N_RUN = [
     (2048, 512, 128, 97, np.float16, None, "tensor cores 13.4 / warp split 14.4"),
     (512, 1024, 64, 195, np.float16, None, "tensor cores 16.2 / warp split 21.2"),
     # "Session 6, CUDA-core latency" (H100, calls 2-3 of 07:52 and 07:59 UTC), float32: that choice / the
-    # earlier one, same call ("W16", "W4", "W1": sparsekit.tune.WARP_SPLIT_W16/W4/W1; "wide": wide_warps)
+    # earlier one, same call ("W16", "W4", "W1": sparsekit.tune.WARP_SPLIT_W16/W4/W1; "wide4", "wide2": wide_warps,
+# 8 columns a lane with 4 or 2 warps)
     (128, 128, 128, 122, np.float32, "W16", "6.0 / S1 6.4 (5%)"),
     (128, 128, 128, 109, np.float32, "W16", "6.0 / S1 6.3 (15%)"),
     (128, 128, 128, 102, np.float32, "S1", "S1 6.0 / 16 warps 6.0 (20%)"),
-    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps 5.9 (60%: within noise of each other)"),
+    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps with l2_prefetch 5.9 (60%, call 3)"),
     (768, 768, 128, 307, np.float32, "W4", "13.4 (call 2) / S1 17.2"),
     (1024, 512, 128, 97, np.float32, "S1", "S1 10.5 (session 5); 4 warps not measured at K' < 256"),
     (1024, 1024, 1024, 102, np.float32, "W1", "41.0 / direct 60.3 (cuSPARSE 68.4)"),
