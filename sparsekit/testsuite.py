@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
         args = ["tests", "--ignore=tests/compile", "-m", "not compile"]
     else:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
-        args = ["tests/compile", "-m", "compile"]
+        # loadgroup: a module marked with an xdist_group runs on one worker, sharing its cached builds
+        args = ["tests/compile", "-m", "compile", "--dist", "loadgroup"]
     # One worker per core (CI has 2): compile checks are NVVM-bound and the
     # simulator is Python-bound, so both scale with processes.
     workers = ["-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]

@@ -51,9 +51,14 @@ def pipelined_args(vt, it):
 PAIRS = [("float32", "int32"), ("float16", "int16"), ("float32", "int16")]
 
 
-@pytest.mark.parametrize("cc", CCS)
-@pytest.mark.parametrize("dtype,index", PAIRS)
-@pytest.mark.parametrize("vsize,nwarp,vecsize", [(8, 1, 1), (8, 2, 1), (8, 2, 2), (3, 1, 4)])
+# every Listing 1 shape with every value/index pair, the two ccs alternating (each cc sees every shape and
+# every pair; the full cross product compiled each twice for the suite's time)
+LISTING1_BUILDS = [(CCS[(i + j) % 2], dtype, index, *shape)
+                   for i, shape in enumerate([(8, 1, 1), (8, 2, 1), (8, 2, 2), (3, 1, 4)])
+                   for j, (dtype, index) in enumerate(PAIRS)]
+
+
+@pytest.mark.parametrize("cc,dtype,index,vsize,nwarp,vecsize", LISTING1_BUILDS)
 def test_listing1_compiles(cc, dtype, index, vsize, nwarp, vecsize):
     kernel = gu._listing1_kernel(vsize, vsize * nwarp, vecsize)
     for layout in ("C", "F"):
@@ -77,14 +82,20 @@ def test_vec_uses_vector_loads(cc, dtype, index, vecsize, expect):
         assert re.search(re.escape(instr) + r"\s", ptx), f"{instr} missing from the USpMM-Vec PTX"
 
 
-@pytest.mark.parametrize("cc", CCS)
-@pytest.mark.parametrize("dtype,cols_per_lane,expect", [
-    ("float32", 4, "ld.shared.v4.f32"), ("float32", 8, "ld.shared.v4.f32"),
-    ("float16", 8, "ld.shared.v4.u32"), ("float16", 4, "ld.shared.v2.u32"),
-    ("float32", 2, "ld.shared.v2.f32"),
-])
-@pytest.mark.parametrize("index", ["int32", "int16"])
-@pytest.mark.parametrize("batch", [False, True])
+# every (dtype, columns a lane) once or twice; each dtype at both ccs, with both index dtypes and both
+# values of batch (a covering set: the full cross product was 40 builds)
+TILED_BUILDS = [((8, 0), "float32", 4, "ld.shared.v4.f32", "int32", False),
+                ((9, 0), "float32", 4, "ld.shared.v4.f32", "int16", True),
+                ((9, 0), "float32", 8, "ld.shared.v4.f32", "int16", True),
+                ((9, 0), "float32", 2, "ld.shared.v2.f32", "int32", True),
+                ((8, 0), "float32", 2, "ld.shared.v2.f32", "int16", False),
+                ((8, 0), "float16", 8, "ld.shared.v4.u32", "int16", True),
+                ((9, 0), "float16", 8, "ld.shared.v4.u32", "int32", False),
+                ((9, 0), "float16", 4, "ld.shared.v2.u32", "int32", False),
+                ((8, 0), "float16", 4, "ld.shared.v2.u32", "int16", True)]
+
+
+@pytest.mark.parametrize("cc,dtype,cols_per_lane,expect,index,batch", TILED_BUILDS)
 def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index, batch):
     kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16", batch)
     ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
