@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             env["NUMBA_ENABLE_CUDASIM"] = "1"
             print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
-        args = ["tests", "--ignore=tests/compile", "-m", "not compile"]
+        # worksteal: idle workers take queued tests from busy ones (a few long simulator tests
+        # left one of CI's two workers idle at the end with the default distribution)
+        args = ["tests", "--ignore=tests/compile", "-m", "not compile", "--dist", "worksteal"]
     else:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
         # loadgroup: a module marked with an xdist_group runs on one worker, sharing its cached builds
