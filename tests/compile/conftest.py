@@ -25,6 +25,9 @@ def offline_device(monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
+    # a module kept on one worker (``xdist_group``, ``--dist loadgroup``) goes first: started last, it was
+    # the run's tail with the other worker idle
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
     for item in items:
         if str(item.fspath).startswith(os.path.dirname(__file__)):
             item.add_marker(pytest.mark.compile)
