@@ -114,8 +114,9 @@ def wide_warps(m: int, n: int) -> dict:
 
 
 def small_n(m: int, k: int, n: int, kprime: int, half: bool) -> dict | None:
-    """The warp-split choice for a row-major ``B`` of few columns (``N`` = 64, 128 or 256, the values
-    measured), or None where another kernel measured faster or nothing was measured.
+    """The warp-split choice for a row-major ``B`` of few columns (``N`` = 64, 128 or 256; float32 also
+    ``N = 1024`` at small ``M`` or low density: the values measured), or None where another kernel
+    measured faster or nothing was measured.
 
     The kernel (:func:`gpu.uspmm._warp_split_kernel`) keeps each output tile in one block and splits
     every row's K' entries over the block's warps, so small grids need no K split over blocks (whose
@@ -165,7 +166,7 @@ def _few_warps(m: int, k: int, n: int, kprime: int, density: float) -> dict | No
     """float32, ``K <= 1024``: the warp-split settings of few warps that "Session 6, CUDA-core latency"
     (experiments/results/uspmm.md, H100, calls 2-3 of 07:52 and 07:59 UTC) measured fastest, in us against
     the earlier choice of the same call: 128^3 at 5-15% 16 warps 6.0 against S1's 6.3-6.4 (equal from
-    20%); 768^2 x 128 and 1024^2 x 128 60% 4 warps 13.3 and 18.2 against 17.2 and 22.5; 1024^3 at 90% and
+    20%); 768^2 x 128 and 1024^2 x 128 60% 4 warps 13.7 and 18.2 against 17.2 and 22.5 (call 2); 1024^3 at 90% and
     95% one warp 41.0 and 27.6 against the direct kernel's 60.3 and 35.8; :func:`wide_warps` at 128 x 128 x
     1024, 256 x 256 x 1024 and 1024 x 1024 x 256. Not where another choice measured faster or equal (512 x
     512 x 1024 and 1024 x 1024 x 512: :data:`TC_HALF_WAVE`) nor where these settings were not measured."""
