@@ -340,13 +340,30 @@ else:
 
         return sig, codegen
 
-    def _shared_u32(builder, context, arrty, arr, i, ity):
-        """The 32-bit shared-window address of ``arr[i]`` (Numba hands shared arrays over as generic pointers)."""
+    def _element_addr(builder, context, arrty, arr, i, ity):
+        """The 64-bit generic address of ``arr[i]`` (1-D ``arr``)."""
         ary = context.make_array(arrty)(context, builder, arr)
         ptr = builder.gep(ary.data, [context.cast(builder, i, ity, types.intp)])
+        return builder.ptrtoint(ptr, ir.IntType(64))
+
+    def _shared_u32(builder, context, arrty, arr, i, ity):
+        """The 32-bit shared-window address of ``arr[i]`` (Numba hands shared arrays over as generic pointers)."""
         cvta = ir.InlineAsm(ir.FunctionType(_I32, [ir.IntType(64)]),
                             "{ .reg .u64 a; cvta.to.shared.u64 a, $1; cvt.u32.u64 $0, a; }", "=r,l")
-        return builder.call(cvta, [builder.ptrtoint(ptr, ir.IntType(64))])
+        return builder.call(cvta, [_element_addr(builder, context, arrty, arr, i, ity)])
+
+    def _ldmatrix_x4(trans: bool):
+        """``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`` at a 32-bit shared address: 4 words."""
+        return ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
+                            f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
+                            "{$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+
+    def _cp_async16():
+        """``cp.async.cg.shared.global [shared u32], [generic u64 -> global], 16, nbytes``."""
+        return ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
+                            "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
+                            "cp.async.cg.shared.global [$0], [g], 16, $2; }",
+                            "r,l,r,~{memory}", side_effect=True)
 
     @intrinsic
     def ldmatrix_x4_trans(typingctx, arr, i):
@@ -358,10 +375,7 @@ else:
 
         def codegen(context, builder, sig, args):
             addr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
-                               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];",
-                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
-            res = builder.call(asm, [addr])
+            res = builder.call(_ldmatrix_x4(True), [addr])
             return context.make_tuple(builder, sig.return_type, [builder.extract_value(res, j) for j in range(4)])
 
         return sig, codegen
@@ -376,13 +390,8 @@ else:
 
         def codegen(context, builder, sig, args):
             daddr = _shared_u32(builder, context, sig.args[0], args[0], args[1], sig.args[1])
-            sary = context.make_array(sig.args[2])(context, builder, args[2])
-            sptr = builder.gep(sary.data, [context.cast(builder, args[3], sig.args[3], types.intp)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
-                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
-                               "cp.async.cg.shared.global [$0], [g], 16, $2; }",
-                               "r,l,r,~{memory}", side_effect=True)
-            builder.call(asm, [daddr, builder.ptrtoint(sptr, ir.IntType(64)), args[4]])
+            saddr = _element_addr(builder, context, sig.args[2], args[2], args[3], sig.args[3])
+            builder.call(_cp_async16(), [daddr, saddr, args[4]])
             return context.get_dummy_value()
 
         return sig, codegen
@@ -397,11 +406,7 @@ else:
         sig = types.UniTuple(arr.dtype, 4)(arr, types.uint32)
 
         def codegen(context, builder, sig, args):
-            addr = args[1]
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 4), [_I32]),
-                               "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
-                               "=r,=r,=r,=r,r,~{memory}", side_effect=True)
-            res = builder.call(asm, [addr])
+            res = builder.call(_ldmatrix_x4(False), [args[1]])
             elem = context.get_value_type(sig.return_type.dtype)
             return context.make_tuple(builder, sig.return_type,
                                       [builder.bitcast(builder.extract_value(res, j), elem) for j in range(4)])
@@ -442,10 +447,8 @@ else:
         sig = types.uint64(arr, i)
 
         def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], types.intp)])
             mov = ir.InlineAsm(ir.FunctionType(ir.IntType(64), [ir.IntType(64)]), "mov.b64 $0, $1;", "=l,l")
-            return builder.call(mov, [builder.ptrtoint(ptr, ir.IntType(64))])
+            return builder.call(mov, [_element_addr(builder, context, sig.args[0], args[0], args[1], sig.args[1])])
 
         return sig, codegen
 
@@ -458,11 +461,7 @@ else:
         sig = types.void(dst, types.uint32, src, types.uint64, types.uint32)
 
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
-                               "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
-                               "cp.async.cg.shared.global [$0], [g], 16, $2; }",
-                               "r,l,r,~{memory}", side_effect=True)
-            builder.call(asm, [args[1], args[3], args[4]])
+            builder.call(_cp_async16(), [args[1], args[3], args[4]])
             return context.get_dummy_value()
 
         return sig, codegen
