@@ -91,7 +91,7 @@ of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the products of flo
 or TF32 values are exact) and rounds once to float32; the tensor core's own float32
 accumulation truncates and may differ in the last bits. ``ldmatrix_x4_trans`` gathers
 the warp's row addresses the same way; ``cp_async16`` copies at once (commit and wait
-do nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
+do nothing; ``prefetch_l2`` does nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
 the tests as the NumPy model).
 
 The probe kernels at the end (one MMA, one ldmatrix, or one rounding per thread/warp)
@@ -111,7 +111,7 @@ from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "ldmatrix_x4_probe",
+           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
 
@@ -262,6 +262,9 @@ if config.ENABLE_CUDASIM:
     def cp_async16_raw(dst, daddr, src, saddr, nbytes):
         """Simulator fallback: :func:`cp_async16` at the elements the byte offsets name."""
         cp_async16(dst, int(daddr) // dst.dtype.itemsize, src, int(saddr) // src.dtype.itemsize, nbytes)
+
+    def prefetch_l2(arr, i):
+        """Simulator fallback: nothing (the simulator has no caches)."""
 
     def cp_async_commit():
         """Simulator fallback: the copies are already done."""
@@ -465,6 +468,21 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
+
+    @intrinsic
+    def prefetch_l2(typingctx, arr, i):
+        """``prefetch.L2 [&arr[i]]`` (1-D array): the 128-byte line holding ``arr[i]`` is fetched into L2,
+        no register waits for it; side-effecting inline PTX, so it is neither dropped nor merged."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [_element_addr(builder, context, sig.args[0], args[0], args[1], sig.args[1])])
+            return context.get_dummy_value()
+
+        return types.void(arr, i), codegen
 
     @intrinsic
     def cp_async_commit(typingctx):

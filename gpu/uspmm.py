@@ -83,6 +83,7 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
+from gpu.mma import prefetch_l2
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
@@ -1004,32 +1005,6 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
 # Warp-split kernel (past the paper: small N, output grids too small to fill the GPU)
 # ---------------------------------------------------------------------------
 
-if cuda_config.ENABLE_CUDASIM:
-    def prefetch_l2(arr, i):
-        """Nothing (simulator stand-in of the L2 prefetch: the simulator has no caches)."""
-else:
-    from llvmlite import ir
-    from numba.core import types as _types
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def prefetch_l2(typingctx, arr, i):
-        """``prefetch.L2 [&arr[i]]`` (1-D array): the 128-byte line holding ``arr[i]`` is fetched into L2,
-        no register waits for it; side-effecting inline PTX, so it is neither dropped nor merged."""
-        if not (isinstance(arr, _types.Array) and arr.ndim == 1 and isinstance(i, _types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = builder.gep(ary.data, [context.cast(builder, args[1], sig.args[1], _types.intp)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type]), "prefetch.L2 [$0];", "l",
-                               side_effect=True)
-            builder.call(asm, [ptr])
-            return context.get_dummy_value()
-
-        return _types.void(arr, i), codegen
-
-
 def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) -> int:
     """Shared memory of one warp-split block: each warp's float32 partial tile of the block's
     ``rows_per_warp`` rows x ``32 * cols_per_lane`` columns (summed in a fixed order at the end)."""
@@ -1108,7 +1083,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
       around the entry loads, and ran up to 28% slower on the H100). Same steps, same order of the
       multiply-adds: the result is bit-identical to the default's.
     * ``l2_prefetch``: before anything else, the blocks of a column tile issue ``prefetch.L2``
-      (:func:`prefetch_l2`) for every 128-byte line of B's tile: item ``g`` of the tile's ``K *
+      (:func:`gpu.mma.prefetch_l2`) for every 128-byte line of B's tile: item ``g`` of the tile's ``K *
       (NT / line + 1)`` items by block ``g % gridDim.x``, one instruction a thread while they fit
       ``gridDim.x * 32 * nwarp`` threads. The lines travel from DRAM to L2 while the blocks wait for
       their entries, so the dependent reads of B can hit L2 instead of starting a second DRAM round
