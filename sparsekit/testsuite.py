@@ -2,7 +2,8 @@
 
 ``sim``     property, format, pruner and CLI tests. Without a GPU the kernels run
             on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); with one they run
-            on the GPU and the ``gpu``-marked tests run too.
+            on the GPU, the ``gpu``-marked tests run too (``simulator``-marked ones
+            skip), and the ``timing`` tests run last, alone on the device.
 ``compile`` offline compile checks of every kernel and dtype for sm_80 and sm_90.
 
 The simulator switch is read once per process, hence two processes.
@@ -24,25 +25,29 @@ def main(argv: list[str] | None = None) -> int:
     part, extra = argv[0], argv[1:]
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    if part == "sim":
-        if gpu_present():
-            env.pop("NUMBA_ENABLE_CUDASIM", None)
-            print("[testsuite] GPU found: kernels run on the GPU, gpu tests enabled", flush=True)
-        else:
-            env["NUMBA_ENABLE_CUDASIM"] = "1"
-            print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
-        # worksteal: idle workers take queued tests from busy ones (a few long simulator tests
-        # left one of CI's two workers idle at the end with the default distribution)
-        args = ["tests", "--ignore=tests/compile", "-m", "not compile", "--dist", "worksteal"]
-    else:
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-        # loadgroup: a module marked with an xdist_group runs on one worker, sharing its cached builds
-        args = ["tests/compile", "-m", "compile", "--dist", "loadgroup"]
     # One worker per core (CI has 2): compile checks are NVVM-bound and the
     # simulator is Python-bound, so both scale with processes.
-    workers = ["-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
-    cmd = [sys.executable, "-m", "pytest", "-q", *workers, *args, *extra]
-    return subprocess.run(cmd, env=env).returncode
+    pytest = [sys.executable, "-m", "pytest", "-q"]
+    parallel = [*pytest, "-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
+    if part == "compile":
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        # loadgroup: a module marked with an xdist_group runs on one worker, sharing its cached builds
+        return subprocess.run([*parallel, "tests/compile", "-m", "compile", "--dist", "loadgroup", *extra],
+                              env=env).returncode
+    # worksteal: idle workers take queued tests from busy ones (a few long simulator tests
+    # left one of CI's two workers idle at the end with the default distribution)
+    tests = ["tests", "--ignore=tests/compile", "--dist", "worksteal"]
+    if not gpu_present():
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+        print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
+        return subprocess.run([*parallel, *tests, "-m", "not compile", *extra], env=env).returncode
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    print("[testsuite] GPU found: kernels run on the GPU, gpu tests enabled, timing tests last", flush=True)
+    # Tests that time kernels would share the device with every other worker's launches (late spins,
+    # low bandwidth): they run after the parallel part, in one process.
+    shared = subprocess.run([*parallel, *tests, "-m", "not compile and not timing", *extra], env=env).returncode
+    alone = subprocess.run([*pytest, "-p", "no:xdist", *tests[:2], "-m", "timing", *extra], env=env).returncode
+    return shared or alone
 
 
 if __name__ == "__main__":

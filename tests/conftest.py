@@ -1,4 +1,4 @@
-"""Shared pytest set-up: hypothesis profiles and the GPU skip."""
+"""Shared pytest set-up: hypothesis profiles, the GPU and simulator skips, failures named at once."""
 from __future__ import annotations
 
 import os
@@ -29,9 +29,31 @@ def _gpu_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if _gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (none found; kernels are checked on the simulator instead)")
+    """Without a GPU, ``gpu`` tests skip; with one, ``simulator`` tests do (each names its GPU counterpart).
+
+    The tests outside ``tests/gpu`` run their kernels on whichever backend the process has: the simulator
+    in CI, the GPU on a GPU machine, where the same properties must hold."""
+    on_gpu = _gpu_available()
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if on_gpu and (mark := item.get_closest_marker("simulator")):
+            item.add_marker(pytest.mark.skip(reason="runs without a GPU only: " + mark.args[0]))
+        elif not on_gpu and "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(
+                reason="needs a CUDA GPU (none found; kernels are checked on the simulator instead)"))
+
+
+class _NameFailuresAtOnce:
+    """Prints ``FAILED <test id>`` the moment a test fails: pytest's summary comes only at the end, and a
+    run stopped by a time limit never prints it. Under xdist this runs in the controlling process."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if report.failed and reporter is not None:
+            reporter.write(f"\nFAILED {report.nodeid} ({report.when})\n", red=True)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_NameFailuresAtOnce(config), "name-failures-at-once")

@@ -208,8 +208,7 @@ class _FakeCAI:
                                          "data": (0, False), "version": 3}
 
 
-@pytest.mark.skipif(hasattr(cuda, "from_cuda_array_interface"),
-                    reason="simulator only; on the real CUDA target tests/gpu/test_arrays_gpu.py views CAI memory")
+@pytest.mark.simulator("on a GPU, tests/gpu/test_arrays_gpu.py views CAI memory")
 def test_cai_needs_a_gpu_on_the_simulator():
     with pytest.raises(TypeError, match="need a real GPU"):
         operand(_FakeCAI((2, 2), "<f4"), "c", dtypes=np.float32)

@@ -1,14 +1,10 @@
 """The teaching benchmarks and experiment run at toy size (so they never rot), and say `correct`."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from experiments import bench_teaching as bt
-
-SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def test_cpu_benchmarks_at_toy_size():
@@ -70,8 +66,8 @@ def _one_microsecond(launch):
     return 1e-6, 1e-6, 1e-6
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="checks the GPU benchmark's plumbing on the simulator; "
-                                          "on a GPU, experiments/bench_teaching.py gpu times it")
+@pytest.mark.simulator("the GPU benchmark's plumbing with a stand-in timer; on a GPU, "
+                       "experiments/bench_teaching.py gpu times it")
 def test_gpu_benchmark_plumbing_on_the_simulator():
     csr, b, a = bt.suite_matrix(20, 24, 36, 0.8)
     recs = bt.bench_gpu_problem(csr, b, a, tune=False, timer=_one_microsecond)
@@ -80,8 +76,8 @@ def test_gpu_benchmark_plumbing_on_the_simulator():
     assert row["all_correct"] and row["best_us"] == pytest.approx(1.0)
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="checks the GPU sweep's plumbing on the simulator; "
-                                          "on a GPU, experiments/bench_teaching.py gpu-sweep times it")
+@pytest.mark.simulator("the GPU sweep's plumbing with a stand-in timer; on a GPU, "
+                       "experiments/bench_teaching.py gpu-sweep times it")
 def test_gpu_sweep_plumbing_on_the_simulator(monkeypatch):
     grid = bt.split_configs(8)
     assert len(grid) == 32 and all(kw["vector"] in (1, 4) for kw in grid.values())

@@ -86,7 +86,7 @@ def test_theoretical_bandwidth():
     assert DeviceInfo(backend="none", name="x").theoretical_bandwidth is None
 
 
-@pytest.mark.skipif(info().backend == "gpu", reason="checks the no-GPU error; tests/gpu covers the GPU")
+@pytest.mark.simulator("the no-GPU error; tests/gpu/test_timing_gpu.py measures the bandwidth and peaks")
 def test_measurements_need_a_gpu():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         device.measured_bandwidth()

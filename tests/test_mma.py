@@ -11,6 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -69,6 +70,8 @@ def _within_one_ulp(got, exact):
     np.testing.assert_array_max_ulp(got, want, maxulp=1)
 
 
+@pytest.mark.simulator("the real instruction rounds toward zero: tests/gpu/test_uspmm_tc_gpu.py "
+                       "test_mma_f16_matches_numpy")
 @given(data=st.data(), nbatch=st.integers(1, 2))
 def test_mma_f16_fallback_matches_numpy(data, nbatch):
     a = data.draw(dense_arrays((nbatch, 16, 16), dtype=np.float16))
@@ -80,6 +83,8 @@ def test_mma_f16_fallback_matches_numpy(data, nbatch):
     _within_one_ulp(d, a.astype(np.float64) @ b.astype(np.float64) + c)
 
 
+@pytest.mark.simulator("the real instruction rounds toward zero: tests/gpu/test_uspmm_tc_gpu.py "
+                       "test_mma_tf32_matches_numpy")
 @given(data=st.data(), nbatch=st.integers(1, 2))
 def test_mma_tf32_fallback_matches_numpy(data, nbatch):
     a = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))

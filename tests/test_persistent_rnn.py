@@ -233,6 +233,8 @@ def test_layer_too_large_for_shared_memory():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=1024)
 
 
+@pytest.mark.simulator("on a GPU several blocks run: tests/gpu/test_persistent_rnn_gpu.py "
+                       "test_multi_block_matches_reference_and_repeats_bitwise")
 def test_simulator_refuses_several_blocks():
     lay, bp, h0 = _inputs(hidden=16)
     with pytest.raises(ValueError, match="one block at a time"):

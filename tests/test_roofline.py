@@ -347,10 +347,7 @@ def test_roofline_experiment_runs(tmp_path):
     assert all(r["flops_ratio_block/unstr"] > 1.5 and r["block32_faster_by"] > 1 for r in t1)
 
 
+@pytest.mark.simulator("on a GPU, tests/gpu/test_timing_gpu.py checks measured_peaks, the measured roof's source")
 def test_measured_roof_needs_a_gpu():
-    from sparsekit.backend import gpu_present
-
-    if gpu_present():
-        pytest.skip("a GPU is present: the measured roof is exercised by the GPU benchmarks")
     with pytest.raises(RuntimeError):
         roof("measured")

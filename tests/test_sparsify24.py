@@ -348,6 +348,7 @@ def test_bench_sanitize_run_passes_on_the_simulator():
     assert bench.bytes_moved(4096, 1024, 2) == int(4.375 * 4096 * 1024)
 
 
+@pytest.mark.simulator("on a GPU the command times too: tests/gpu/test_sparsify24_gpu.py::test_bench_command_times")
 def test_bench_command_reports_mask_quality_without_a_gpu(capsys):
     from sparsekit import cli
     assert cli.main(["bench", "sparsify24", "--m", "64", "--k", "64"]) == 0

@@ -8,10 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sparsekit.device import info
 from sparsekit.timing import Measurement, dispatch_overhead, measure, summarize
-
-NO_GPU = info().backend != "gpu"
 
 
 def test_summarize_known_values():
@@ -52,7 +49,7 @@ def test_launch_must_be_callable():
         dispatch_overhead("kernel")
 
 
-@pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU refusal; tests/gpu/test_timing_gpu.py times on the GPU")
+@pytest.mark.simulator("the no-GPU refusal; tests/gpu/test_timing_gpu.py times on the GPU")
 def test_measure_refuses_without_a_gpu():
     calls = []
     with pytest.raises(RuntimeError, match=r"^measure: needs a CUDA GPU, but the backend is"):

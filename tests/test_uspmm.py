@@ -580,6 +580,7 @@ def test_heuristic_config_skips_the_cache(tmp_path, monkeypatch, small):
 
 @pytest.mark.parametrize("argv", [["bench", "uspmm", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5"],
                                   ["tune", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5"]])
+@pytest.mark.simulator("on a GPU both commands time: tests/gpu/test_uspmm_gpu.py::test_bench_and_tune_commands")
 def test_cli_refuses_to_time_without_gpu(argv, capsys):
     from sparsekit.cli import main
     assert main(argv) == 2

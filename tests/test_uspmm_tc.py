@@ -169,6 +169,8 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarr
     return c[:m, :n]
 
 
+@pytest.mark.simulator("the model is the simulator's MMA (one round to nearest); tensor cores round toward "
+                       "zero: tests/gpu/test_uspmm_tc_gpu.py checks the bound and bit-identical repeats")
 @given(data=st.data())
 def test_float32_is_bit_identical_to_the_3xtf32_model(data):
     """The float32 kernel (A split once by the scatter, B per fragment) gives bit for bit the model's
@@ -207,6 +209,8 @@ def test_lean_float32_keeps_non_finite_b():
     assert np.array_equal(got[~np.isnan(got)].view(np.uint32), plain[~np.isnan(plain)].view(np.uint32))
 
 
+@pytest.mark.simulator("the model is the simulator's MMA: tests/gpu/test_uspmm_tc_gpu.py "
+                       "test_k_groups_correct_and_bit_identical")
 @pytest.mark.parametrize("splits", [1, 2])
 def test_float32_k_groups_sum_in_group_order(splits):
     """The K groups' sum is the model's: bit-identical to :func:`three_tf32_model` with the kernel's

@@ -103,3 +103,13 @@ def test_misaligned_fp16_device_input_is_an_error():
     w = torch.zeros(64 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(64, 64)   # 2 bytes off
     with pytest.raises(ValueError, match="16-byte boundary"):
         gpu.sparsify24(w)
+
+
+@pytest.mark.timing
+def test_bench_command_times(capsys):
+    """``sparsekit bench sparsify24`` on a GPU: the masks' quality, the copy bandwidth and a timed row per
+    kernel (its no-GPU form: tests/test_sparsify24.py)."""
+    from sparsekit import cli
+    assert cli.main(["bench", "sparsify24", "--m", "128", "--k", "128", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "optimal_full" in out and "copy bandwidth" in out and "no timings" not in out

@@ -14,6 +14,7 @@ from sparsekit.timing import dispatch_overhead, kernels, measure
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("ns", [20_000, 200_000])
 def test_measure_recovers_a_known_duration(ns):
     spin = kernels().spin
@@ -23,6 +24,7 @@ def test_measure_recovers_a_known_duration(ns):
     assert m.late == 0
 
 
+@pytest.mark.timing
 def test_batch_reports_time_per_launch_without_python_gaps():
     spin = kernels().spin
     m = measure(lambda: spin[1, 1](10_000), repeat=10, batch=20, flush_l2=False)
@@ -31,6 +33,7 @@ def test_batch_reports_time_per_launch_without_python_gaps():
     assert m.late == 0 and len(m.samples) == 10
 
 
+@pytest.mark.timing
 def test_dispatch_overhead_of_a_launch_is_microseconds():
     spin = kernels().spin
     t = dispatch_overhead(lambda: spin[1, 1](0), repeat=300)
@@ -45,6 +48,7 @@ def test_info_on_the_gpu():
     assert d.shared_per_sm >= d.shared_optin_per_block
 
 
+@pytest.mark.timing
 def test_measured_bandwidth_is_plausible():
     bw = measured_bandwidth(256 << 20, repeat=10)
     table = peaks_for(info().name)

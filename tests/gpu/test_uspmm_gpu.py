@@ -104,3 +104,21 @@ def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
         bits = first.view(np.uint16 if dtype == np.float16 else np.uint32)
         for _ in range(20):
             assert (uspmm(p.dell, p.b, **cfg).copy_to_host().view(bits.dtype) == bits).all()
+
+
+@pytest.mark.timing
+def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
+    """``sparsekit bench uspmm`` times every provider on a toy problem, each result correct (exit 0), and
+    ``sparsekit tune`` caches a winner for the problem (their no-GPU refusal: tests/test_uspmm.py)."""
+    from gpu.uspmm import prepare
+    from sparsekit import tune
+    from sparsekit.cli import main
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "cache.json"))
+    argv = ["--m", "64", "--k", "64", "--n", "64", "--sparsity", "0.5", "--repeat", "3"]
+    assert main(["bench", "uspmm", *argv]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("device: ") and "| auto |" in out and "pct_sol" in out
+    assert main(["tune", *argv]) == 0
+    assert "cached in" in capsys.readouterr().out
+    winner = tune.lookup(prepare(tune.make_ell(64, 64, 0.5, "float32", seed=0)), 64, "C")
+    assert winner is not None and winner["variant"] in {c["variant"] for c in tune.space(np.float32, "C")}
