@@ -355,62 +355,72 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     v_whole, o_whole = vpieces % nthreads == 0, opieces % nthreads == 0
     u0, u16 = U(0), U(16)
 
+    # lean copies: a thread's pieces of a chunk are rows r0, r0 + rstep, ... of one column (B) or slots
+    # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
+    # taken before the K loop, plus compile-time and per-chunk offsets names every copy
+    rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
+    lean_b = lean and vec and rstep > 0               # (the element-wise B copies have no lean form)
+
+    def entry_linear(npt: int, per_slot: int) -> bool:
+        return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
+
+    lean_e = lean and entry_linear(nvp, vpr) and entry_linear(nop, opr)
+
     @cuda.jit(device=True, inline=True)
-    def issue_b(ch, t, b, n, k, col0, sh_b):
+    def issue_b(ch, t, b, n, k, col0, sh_b, lb):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores). Offsets are
         written as a per-chunk part plus a per-thread part (hoisted out of the K loop by the compiler).
-        With a K split, ``b`` and ``k`` start at the block's first chunk."""
+        With a K split, ``b`` and ``k`` start at the block's first chunk. ``lean_b``: on byte addresses,
+        ``lb`` from the kernel: ``bsh0`` / ``bgl0`` the addresses of this thread's first piece (row
+        ``r0``) in stage 0 / in chunk 0 of ``b``, ``colok``: its columns are within N; pieces past K or
+        N read nothing (from ``bgl``, ``b[0]``). Else ``lb`` is unused."""
         k0 = ch * U(kc)
         sbase = (ch % U(stages)) * U(b_buf)
-        if vec:                                                          # N % vw == 0: whole pieces
-            for i in range(nbp):
-                p = t + U(i * nthreads)
-                if b_whole or p < U(bpieces):
-                    r = p // U(per_row)
-                    cc = (p % U(per_row)) * U(vw)
+        zero = tile_type(0.0)
+        if lean_b:
+            r0, colok, bsh0, bgl0, bgl = lb
+            krem = k - k0                                                # rows of B left (> 0)
+            dst0 = bsh0 + (ch % U(stages)) * U(b_buf * item)
+            src0 = bgl0 + k0 * n * U(item)
+        for i in range(nbp):
+            p = t + U(i * nthreads)
+            if b_whole or p < U(bpieces):
+                r = p // U(per_row)
+                cc = (p % U(per_row)) * U(vw)
+                if lean_b:                                               # row r0 + i * rstep, on addresses
+                    ok = colok & (r0 + U(i * rstep) < krem)
+                    cp_async16_raw(sh_b, dst0 + U(i * rstep * sbn * item), b,
+                                   src0 + U(i * rstep) * n * U(item) if ok else bgl, u16 if ok else u0)
+                elif vec:                                                # N % vw == 0: whole pieces
                     ok = (k0 + r < k) & (col0 + cc < n)
                     cp_async16(sh_b, sbase + (r * U(sbn) + cc), b, k0 * n + (r * n + col0 + cc) if ok else u0,
                                u16 if ok else u0)
-        else:
-            zero = tile_type(0.0)
-            for i in range(nbp):
-                p = t + U(i * nthreads)
-                if b_whole or p < U(bpieces):
-                    r = p // U(per_row)
-                    cc = (p % U(per_row)) * U(vw)
+                else:
                     gk = k0 + r
                     gc = col0 + cc
                     for e in range(vw):
                         ue = U(e)
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
-    # lean copies: a thread's pieces of a chunk are rows r0, r0 + rstep, ... of one column (B) or slots
-    # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
-    # taken before the K loop, plus compile-time and per-chunk offsets names every copy
-    rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
-
-    @cuda.jit(device=True, inline=True)
-    def issue_b_lean(ch, t, k, r0, colok, bsh0, bgl0, bgl, sh_b, b, n):
-        """:func:`issue_b` with 16-byte rows on byte addresses (``lean``): ``bsh0`` / ``bgl0`` the
-        addresses of this thread's first piece (row ``r0``) in stage 0 / in chunk 0 of ``b``; ``colok``:
-        its columns are within N. Pieces past K or N read nothing (from ``bgl``, ``b[0]``)."""
-        k0 = ch * U(kc)
-        krem = k - k0                                                    # rows of B left (> 0)
-        dst0 = bsh0 + (ch % U(stages)) * U(b_buf * item)
-        src0 = bgl0 + k0 * n * U(item)
-        for i in range(nbp):
-            if b_whole or t + U(i * nthreads) < U(bpieces):
-                ok = colok & (r0 + U(i * rstep) < krem)
-                cp_async16_raw(sh_b, dst0 + U(i * rstep * sbn * item), b,
-                               src0 + U(i * rstep) * n * U(item) if ok else bgl, u16 if ok else u0)
-
     def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int):
         """Step 1a for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
         offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
-        (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``."""
+        (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``lean_e``:
+        on byte addresses (``16 // rows`` bytes an element), ``eb`` (:func:`entry_bases`) and ``sgl``
+        (the array's first element) from the kernel: a thread's pieces are slots ``slot0 + i * sstep``
+        (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same position ``ii`` in segments
+        ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its first piece in stage 0 / in
+        segment 0 of the entry array; pieces past the segments or rows read nothing (from ``sgl``).
+        Else ``eb`` and ``sgl`` are unused."""
+        sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
+        size = 16 // rows
+
         @cuda.jit(device=True, inline=True)
-        def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb):
+        def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb, eb, sgl):
+            if lean_e:
+                hq0, live, dsh0, sgl0 = eb
+                nrem = nsub - qb                                         # segments left (> 0)
             for i in range(npt):
                 p = t + U(i * nthreads)
                 if whole or p < U(pieces):
@@ -418,7 +428,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     r = (p % U(per_slot)) * U(rows)
                     hq = slot // U(seg)
                     ii = slot % U(seg)
-                    if ii < w:
+                    if lean_e:                                           # slot slot0 + i * sstep
+                        ok = live & (hq0 + U(i * sstep // seg) < nrem)
+                        cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * bm)) * U(size), src,
+                                       sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
+                                       u16 if ok else u0)
+                    elif ii < w:
                         ok = (qb + hq < nsub) & (row0 + r < mp)
                         cp_async16(dst, sbase + (slot * U(bm) + r), src,
                                    qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
@@ -427,84 +442,31 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw)
     copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16)
 
-    def entry_copier_lean(npt: int, whole: bool, pieces: int, per_slot: int, size: int):
-        """:func:`entry_copier` on byte addresses (``lean``; ``size``: bytes of an element): a thread's
-        pieces are slots ``slot0 + i * sstep`` (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same
-        position ``ii`` in segments ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its
-        first piece in stage 0 / in segment 0 of the entry array, ``sgl`` the array's first element."""
-        sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
-
-        @cuda.jit(device=True, inline=True)
-        def copy(p0, hq0, live, wmp, nrem, dst, dsh0, src, sgl0, sgl, sbase, qb):
-            for i in range(npt):
-                if whole or p0 + U(i * nthreads) < U(pieces):
-                    ok = live & (hq0 + U(i * sstep // seg) < nrem)
-                    cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * bm)) * U(size), src,
-                                   sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
-                                   u16 if ok else u0)
-        return copy
-
-    def entry_linear(npt: int, per_slot: int) -> bool:
-        return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
-
-    copy_values_lean = entry_copier_lean(nvp, v_whole, vpieces, vpr, item)
-    copy_offsets_lean = entry_copier_lean(nop, o_whole, opieces, opr, 1)
-
     @cuda.jit(device=True, inline=True)
     def entry_bases(t, per_slot, rows, row0, w, mp, wmp, dst, src):
-        """This thread's first piece of an entry array (``lean``): its index ``p0 = t``, segment ``hq0``,
-        whether its slot holds entries and its rows are within the array (``live``), and the addresses
-        of its destination in stage 0 and its source in chunk 0 (used only where ``live``)."""
+        """This thread's first piece of an entry array (``lean_e``): its segment ``hq0``, whether its slot
+        holds entries and its rows are within the array (``live``), and the addresses of its destination
+        in stage 0 and its source in chunk 0 (used only where ``live``)."""
         slot = t // U(per_slot)
         r = (t % U(per_slot)) * U(rows)
         hq0 = slot // U(seg)
         ii = slot % U(seg)
         live = (ii < w) & (row0 + r < mp)
-        return (t, hq0, live, shared_addr(dst, slot * U(bm) + r),
-                global_addr(src, hq0 * wmp + ii * mp + row0 + r))
+        return hq0, live, shared_addr(dst, slot * U(bm) + r), global_addr(src, hq0 * wmp + ii * mp + row0 + r)
 
     @cuda.jit(device=True, inline=True)
-    def issue_e_lean(ch, wmp, nsub, sh_ev, sh_eo, ev, eo, vb, ob, evgl, eogl):
-        """:func:`issue_e` on byte addresses (``lean``): ``vb``, ``ob`` the thread's
-        :func:`entry_bases` of the values and the offsets, ``evgl``, ``eogl`` the arrays' first elements."""
-        sbase = (ch % U(stages)) * U(e_buf)
-        qb = ch * U(tpr)
-        nrem = nsub - qb                                                 # segments left (> 0)
-        copy_values_lean(vb[0], vb[1], vb[2], wmp, nrem, sh_ev, vb[3], ev, vb[4], evgl, sbase, qb)
-        copy_offsets_lean(ob[0], ob[1], ob[2], wmp, nrem, sh_eo, ob[3], eo, ob[4], eogl, sbase, qb)
-
-    lean_b = lean and vec and rstep > 0               # (the element-wise B copies have no lean form)
-    lean_e = lean and entry_linear(nvp, vpr) and entry_linear(nop, opr)
-
-    @cuda.jit(device=True, inline=True)
-    def copy_b(ch, t, b, n, k, col0, sh_b, lb):
-        """Step 2: :func:`issue_b_lean` (``lb``: the thread's addresses, from the kernel) or :func:`issue_b`."""
-        if lean_b:
-            issue_b_lean(ch, t, k, lb[0], lb[1], lb[2], lb[3], lb[4], sh_b, b, n)
-        else:
-            issue_b(ch, t, b, n, k, col0, sh_b)
-
-    @cuda.jit(device=True, inline=True)
-    def copy_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo, le):
-        """Step 1a: :func:`issue_e_lean` (``le``: the thread's :func:`entry_bases` and the arrays'
-        addresses, from the kernel) or :func:`issue_e`."""
-        if lean_e:
-            issue_e_lean(ch, wmp, nsub, sh_ev, sh_eo, ev, eo, le[0], le[1], le[2], le[3])
-        else:
-            issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo)
-
-    @cuda.jit(device=True, inline=True)
-    def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo):
+    def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo, le):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
         ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
         holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments). First the
         value pieces (``vw`` rows each), then the offset pieces (16 rows each), so that a warp's
         lanes take the same path; ``wmp = w * mp`` (the entry arrays' segment stride). With a K
-        split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk."""
+        split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk. ``le`` (``lean_e``): the
+        thread's :func:`entry_bases` of the values and the offsets, then the arrays' first elements."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
-        copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb)
-        copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb)
+        copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb, le[0], le[2])
+        copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb, le[1], le[3])
 
     @cuda.jit(device=True, inline=True)
     def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
@@ -802,7 +764,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             le = (entry_bases(t, vpr, vw, row0, uw, ump, uwmp, sh_ev, ev),
                   entry_bases(t, opr, 16, row0, uw, ump, uwmp, sh_eo, eo), global_addr(ev, u0), global_addr(eo, u0))
         else:
-            le = ((u0, u0, False, np.uint32(0), u0), (u0, u0, False, np.uint32(0), u0), u0, u0)
+            le = ((u0, False, np.uint32(0), u0), (u0, False, np.uint32(0), u0), u0, u0)
         arow = t % U(bm)                                                 # this thread's A segment: row arow,
         h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
         sink = U(2 * a_buf) + t                                          # where slots past w are written
@@ -823,22 +785,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, x] = 0.0
         # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
         # first, build A tile 0.
-        copy_b(u0, t, b, un, uk, col0, sh_b, lb)
-        copy_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+        issue_b(u0, t, b, un, uk, col0, sh_b, lb)
+        issue_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         if 1 < nchunks:
-            copy_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+            issue_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         cp_async_commit()
         if 1 < stages - 1:
             if 1 < nchunks:
-                copy_b(U(1), t, b, un, uk, col0, sh_b, lb)
+                issue_b(U(1), t, b, un, uk, col0, sh_b, lb)
             if 2 < nchunks:
-                copy_e(U(2), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+                issue_e(U(2), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
         for i in range(2, stages - 1):                                  # (none for the default 3 stages)
             if i < nchunks:
-                copy_b(U(i), t, b, un, uk, col0, sh_b, lb)
+                issue_b(U(i), t, b, un, uk, col0, sh_b, lb)
             if i + 1 < nchunks:
-                copy_e(U(i + 1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+                issue_e(U(i + 1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
@@ -854,9 +816,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
             if j + stages - 1 < nchunks:
-                copy_b(uj + U(stages - 1), t, b, un, uk, col0, sh_b, lb)
+                issue_b(uj + U(stages - 1), t, b, un, uk, col0, sh_b, lb)
             if j + stages < nchunks:
-                copy_e(uj + U(stages), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+                issue_e(uj + U(stages), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
             cp_async_commit()
             # 1b (zero). This thread's segment of the other A tile (read last before the previous barrier)
             nbase = (U(1) - p) * U(a_buf) + arow * U(sa) + h * U(seg)
