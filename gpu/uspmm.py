@@ -39,6 +39,11 @@ accumulates in float32):
     ``0 * inf`` is NaN: with non-finite values in ``B`` its result differs
     from the sparse kernels' where a row does not use them (finite ``B``:
     same result within float32 accumulation).
+``"b_resident"``: a column slab of B resident in shared memory (see :func:`_b_resident_kernel`)
+    each block copies ``B[:, slab]`` (all K rows, ``32 * cols_per_lane`` columns) to shared memory
+    once and streams its rows' entries against it: ``B`` is read from global memory once per block
+    instead of once per entry. Not measured yet, and nothing routes to it (``config="auto"`` never
+    picks it).
 ``"warp_split"``: small N (see :func:`_warp_split_kernel`)
     a block owns a few rows; its warps split each row's K' entries and sum
     their partial rows in shared memory in a fixed order: a grid of M/R
@@ -66,8 +71,7 @@ case is the paper's Eq. 2 / Listing 1 memory layout (``X[bcol*k + brow]``,
 ``Y[ccol*m + crow]``): :func:`uspmm_linear` uses it to compute a PyTorch
 ``Linear`` ``Y = X @ W^T`` from row-major ``X`` (``N x K``) with no transpose.
 Listing 1 indexes ``b[brow, bcol]`` and ``c[crow, ccol]``; Numba compiles one
-specialisation per memory order. The tiled, pipelined, direct and dense-tile
-kernels need a C-ordered ``b``.
+specialisation per memory order. Every other variant needs a C-ordered ``b``.
 
 Paper tunables: ``nwarp`` (NWarp), ``vsize`` (VSize), ``vecsize`` (vecSize).
 The paper uses (NWarp, VSize) = (1, 8) for USpMM and (2, 8) for USpMM-Vec in
@@ -84,7 +88,7 @@ from numba.cuda import config as cuda_config
 from numba.core.types import float16
 
 from gpu.mma import prefetch_l2
-from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
+from gpu.vector_loads import aligned, load2, load4, load8, store2, store4, store8
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
@@ -94,7 +98,7 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "spl
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
+VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split", "b_resident")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
@@ -1011,18 +1015,18 @@ def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) 
     return nwarp * rows_per_warp * WARP_SIZE * cols_per_lane * _F32
 
 
-def _put_group(width: int):
-    """``put(dst, u, o, v)``: ``dst[u, o + x] = float32(v[x])`` for ``x < width`` (a power of two), as
-    two puts of half the width on constant slices of ``v`` down to single stores: every tuple index is
-    known at compile time (a loop over a tuple that the compiler does not unroll indexes it through a
-    chain of branches, see :func:`_fma_group`)."""
+def _put_group(width: int, to=float32):
+    """``put(dst, u, o, v)``: ``dst[u, o + x] = to(v[x])`` for ``x < width`` (a power of two; ``to``:
+    float32 by default, int32 for indices), as two puts of half the width on constant slices of ``v``
+    down to single stores: every tuple index is known at compile time (a loop over a tuple that the
+    compiler does not unroll indexes it through a chain of branches, see :func:`_fma_group`)."""
     if width == 1:
         @cuda.jit(device=True, inline=True)
         def put(dst, u, o, v):
-            dst[u, o] = float32(v[0])
+            dst[u, o] = to(v[0])
         return put
     half = width // 2
-    put_half = _put_group(half)
+    put_half = _put_group(half, to)
 
     @cuda.jit(device=True, inline=True)
     def put(dst, u, o, v):
@@ -1268,6 +1272,170 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 
 
 # ---------------------------------------------------------------------------
+# B-resident kernel (past the paper: a column slab of B in shared memory for the whole block)
+# ---------------------------------------------------------------------------
+
+#: Row stride, in entries, of the padded row-major ``ellval``/``ellidx`` copies that the b-resident
+#: kernel reads (:meth:`DeviceELL.row_major` with ``pad``): a multiple of 8, so each step of ``unroll``
+#: (2, 4 or 8) slots starts on a boundary of its vector loads.
+ENTRY_PAD = 8
+#: 16-byte reads of ``B`` each thread issues before storing any, while the b-resident kernel copies its
+#: slab (four rows of ``B`` in flight instead of one memory latency per read).
+STAGE_BATCH = 4
+
+
+def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int) -> int:
+    """Dynamic shared memory of one b-resident block: its slab of ``B``, all ``K`` rows x ``S = 32 *
+    cols_per_lane`` columns in ``B``'s dtype, and nothing else."""
+    return k * WARP_SIZE * cols_per_lane * itemsize
+
+
+@functools.cache
+def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
+                       index_bytes: int, min_blocks: int = 1):
+    """USpMM with a column slab of ``B`` resident in shared memory (``variant="b_resident"``),
+    ``b``/``c`` C-ordered. Past the paper: Listing 1 gathers every ``B`` row an entry names from
+    global memory; so do the direct and warp-split kernels (through L1/L2, ``M * K' * N`` elements).
+
+    Block ``(x, y)`` owns rows ``x * R .. x * R + R - 1`` (``R = numwarps * rows_per_warp``) and the
+    ``S = 32 * cols_per_lane`` columns of slab ``y``:
+
+    1. its threads copy the slab, ``B[0:K, y*S : y*S + S]``, into dynamic shared memory ONCE
+       (16-byte reads, :data:`STAGE_BATCH` in flight a thread; zeros past column ``N``), one barrier;
+    2. warp ``w`` takes the block's rows ``w, w + numwarps, ...`` one at a time; lane ``l`` owns the
+       ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``; for each step of ``unroll``
+       slots of the row, every lane reads the same ``unroll`` values and indices (vector loads from
+       the padded row-major copy: a warp-wide broadcast, served by L1), then for each slot reads its
+       columns of slab row ``index`` (one shared read of ``cols_per_lane`` elements: scalar, 64- or
+       128-bit; lanes read consecutive words, no bank conflict) and adds ``value *`` them into
+       float32 registers; the last ``K' mod unroll`` slots one at a time; then the row of ``C``.
+
+    ``B`` is read from global memory ``M / R`` times in all instead of once per entry (``M * K' *
+    N`` elements); the price is one block's slab of ``K * S * itemsize`` bytes (above 48 KB the
+    kernel's opt-in, :func:`gpu.uspmm_tc._opt_in`), which caps ``K``: at most 1816 rows (float32)
+    with one column a lane on the H100's 232448 bytes. float16: the slab holds halves
+    (``cols_per_lane`` 1, 2, 4 or 8: 2 to 16 bytes a read), multiplied in float32.
+
+    Estimate, not measured (to be timed, ``experiments/bench_uspmm_small_n.py --b-resident``), at
+    1024^3 95% float32 (K' = 51; one column a lane, the only width whose 128 KB slab fits at K = 1024,
+    so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one 32-lane shared
+    read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x 1.755 GHz), but
+    the sm_90 SASS of the slot loop at ``unroll = 8`` with int16 indices has 62 instructions per 8
+    slots (8 LDS, 8 FFMA, 3 LDG.128, the rest index and address arithmetic and the loop;
+    ``experiments/results/uspmm.md``, "Session 7"): about 2 issue cycles of an SM's 4 schedulers
+    per slot, so ~14 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before
+    anything else runs on that SM: ~16 us, against 27.4 us measured for ``auto``'s warp-split choice.
+
+    Arguments, grouped: arrays ``vals``, ``idxs`` (flat ``M x kp`` row-major copies of
+    ``ellval``/``ellidx``, rows padded to ``kp``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out);
+    sizes ``m``, ``n``, ``k``, ``kprime``, ``kp``; ``vec_ok`` (``N`` and ``b``'s start allow 16-byte
+    reads of ``B``).
+    """
+    s_cols = WARP_SIZE * cols_per_lane               # S: columns of the slab (a power of two)
+    nthreads = numwarps * WARP_SIZE
+    rows_per_block = numwarps * rows_per_warp
+    in_type = float16 if half else float32
+    bw = 8 if half else 4                            # elements per 16-byte read of B while copying
+    bload, bstore = {4: (load4, store4), 8: (load8, store8)}[bw]
+    step = nthreads * bw                             # slab elements the block copies per round
+
+    def step_reader(itemsize: int, to):
+        """``read(dst, src, i)``: ``dst[0, u] = to(src[i + u])`` for ``u < unroll``, with vector loads of
+        at most 16 bytes (``i`` a multiple of ``unroll``; rows padded to :data:`ENTRY_PAD`)."""
+        w = min(unroll, 16 // itemsize)
+        load = {2: load2, 4: load4, 8: load8}[w]
+        put = _put_group(w, to)
+
+        @cuda.jit(device=True, inline=True)
+        def read(dst, src, i):
+            for q in range(unroll // w):
+                put(dst, 0, q * w, load(src, i + q * w))                 # ld.global.v4 (all lanes alike)
+        return read
+
+    read_vals = step_reader(2 if half else 4, float32)
+    read_idxs = step_reader(index_bytes, np.uint32)                 # unsigned: no negative-index wraparound
+    s_cols_u = np.uint32(s_cols)
+
+    if cols_per_lane == 1:
+        @cuda.jit(device=True, inline=True)
+        def fma_slab(racc, a, o, sh_b):
+            """``racc += a * sh_b[o]`` (ld.shared, 32 lanes 32 consecutive elements)."""
+            racc[0] += a * float32(sh_b[o])
+    else:
+        slab_read = {2: load2, 4: load4, 8: load8}[cols_per_lane]
+        fma_v = _fma_group(cols_per_lane)
+
+        @cuda.jit(device=True, inline=True)
+        def fma_slab(racc, a, o, sh_b):
+            """``racc += a * sh_b[o : o + cols_per_lane]`` (one ld.shared.v2/v4 a lane)."""
+            fma_v(racc, 0, a, slab_read(sh_b, o))
+
+    @cuda.jit
+    def kernel(vals, idxs, b, c, m, n, k, kprime, kp, vec_ok):
+        t = cuda.threadIdx.x
+        warp = t // WARP_SIZE
+        lane = t % WARP_SIZE
+        row0 = cuda.blockIdx.x * rows_per_block
+        col0 = cuda.blockIdx.y * s_cols
+        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, K x S (dynamic)
+        # 1. the slab, once: element e = kk * S + j of sh_b is B[kk, col0 + j]
+        slab = k * s_cols
+        if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads
+            e = t * bw
+            while e + (STAGE_BATCH - 1) * step < slab:                   # STAGE_BATCH reads in flight,
+                v0 = bload(b, (e // s_cols) * n + col0 + e % s_cols)     # then their stores
+                e1 = e + step
+                v1 = bload(b, (e1 // s_cols) * n + col0 + e1 % s_cols)
+                e2 = e1 + step
+                v2 = bload(b, (e2 // s_cols) * n + col0 + e2 % s_cols)
+                e3 = e2 + step
+                v3 = bload(b, (e3 // s_cols) * n + col0 + e3 % s_cols)
+                bstore(sh_b, e, v0)                                      # st.shared.v4
+                bstore(sh_b, e1, v1)
+                bstore(sh_b, e2, v2)
+                bstore(sh_b, e3, v3)
+                e += STAGE_BATCH * step
+            while e < slab:                                              # the last < STAGE_BATCH rounds
+                bstore(sh_b, e, bload(b, (e // s_cols) * n + col0 + e % s_cols))
+                e += step
+        else:                                                            # the edge slab (or unaligned B):
+            for e in range(t, slab, nthreads):                           # element by element, zeros past n
+                col = col0 + e % s_cols
+                sh_b[e] = b[(e // s_cols) * n + col] if col < n else in_type(0.0)
+        cuda.syncthreads()                                               # the only barrier
+        # 2. warp w: rows row0 + w, row0 + w + numwarps, ...; lane l: slab columns l*cpl .. l*cpl + cpl-1
+        sh_lane = sh_b[lane * cols_per_lane:]                            # this lane's columns, from slab row 0
+        racc = cuda.local.array(cols_per_lane, float32)                  # this lane's part of the row of C
+        av = cuda.local.array((1, unroll), float32)                      # a step's values
+        ov = cuda.local.array((1, unroll), np.uint32)                    # and indices (rows of the slab)
+        for r in range(rows_per_warp):
+            row = row0 + warp + r * numwarps
+            if row < m:                                                  # (uniform across the warp)
+                for x in range(cols_per_lane):
+                    racc[x] = 0.0
+                vrow = vals[row * kp:]                                   # the row's slots, from slot 0
+                irow = idxs[row * kp:]                                   # (16-byte aligned: kp % 8 == 0)
+                s = 0
+                while s + unroll <= kprime:                              # unroll slots a step:
+                    read_vals(av, vrow, s)                               # values, indices (broadcast loads)
+                    read_idxs(ov, irow, s)
+                    for u in range(unroll):                              # slab rows: shared reads, FMAs
+                        fma_slab(racc, av[0, u], ov[0, u] * s_cols_u, sh_lane)      # (unsigned: no wraparound code)
+                    s += unroll
+                while s < kprime:                                        # the last K' mod unroll slots
+                    fma_slab(racc, float32(vrow[s]), np.uint32(irow[s]) * s_cols_u, sh_lane)
+                    s += 1
+                for x in range(cols_per_lane):                           # the row of C (columns past n
+                    col = col0 + lane * cols_per_lane + x                # skipped)
+                    if col < n:
+                        c[row, col] = racc[x]
+
+    if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
+        return kernel
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)   # registers capped for min_blocks/SM
+
+
+# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -1298,11 +1466,23 @@ class DeviceELL(DeviceMatrix):
         np.cumsum(counts, axis=1, out=ptr[:, 1:])
         return ptr
 
-    def row_major(self):
+    def row_major(self, pad: int = 1):
         """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
-        which reads a row's entries together); copied once."""
-        return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
-                                            np.ascontiguousarray(self.host.indices)))
+        which reads a row's entries together); copied once. With ``pad > 1`` each row is padded
+        with zeros to ``ceil(K' / pad) * pad`` entries (the b-resident kernel's vector loads of a
+        row's slots; the padding is never read as an entry)."""
+        if pad == 1:
+            return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
+                                                np.ascontiguousarray(self.host.indices)))
+
+        def build():
+            m, kprime = self.host.values.shape
+            values = np.zeros((m, cdiv(kprime, pad) * pad), self.host.values.dtype)
+            indices = np.zeros(values.shape, self.host.indices.dtype)
+            values[:, :kprime] = self.host.values
+            indices[:, :kprime] = self.host.indices
+            return values, indices
+        return self.cached(("rows", pad), build)
 
 
     def dense_t(self):
@@ -1519,6 +1699,32 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
+def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks):
+    from gpu.uspmm_tc import SHARED_OPTIN, _DynamicShared, _opt_in    # (gpu.uspmm_tc imports this module)
+    m, n = c.shape
+    k = dell.shape[1]
+    item = dell.dtype.itemsize
+    threads, grid = _row_major_shape("b_resident", order, m, n, nwarp, rows_per_warp, cols_per_lane)
+    if cols_per_lane not in (1, 2, 4, 8) or cols_per_lane * item > 16:
+        raise ValueError(f"cols_per_lane: must be 1, 2 or 4 (float16: 1, 2, 4 or 8; one shared read of at most "
+                         f"16 bytes), got {cols_per_lane}")
+    if unroll not in (2, 4, 8):
+        raise ValueError(f"unroll: must be 2, 4 or 8 (slots a step), got {unroll}")
+    shared = b_resident_shared_bytes(k, cols_per_lane, item)
+    if shared > SHARED_OPTIN:
+        raise ValueError(f"b, cols_per_lane: the resident slab of B (K x 32 * cols_per_lane = {k} x "
+                         f"{WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared memory, "
+                         f"more than the opt-in maximum of {SHARED_OPTIN}")
+    vals, idxs = dell.row_major(ENTRY_PAD)
+    kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
+                                idxs.dtype.itemsize, min_blocks)
+    bw = 16 // item
+    args = (vals.reshape(vals.size), idxs.reshape(idxs.size), bdev.reshape(k * n), c, m, n, k, dell.host.kprime,
+            vals.shape[1], n % bw == 0 and aligned(bdev, bw))
+    _opt_in(kernel, args, shared)
+    _launch(_DynamicShared(kernel, shared), grid, threads, args, "nwarp, rows_per_warp, cols_per_lane")
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
          rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
          l2_prefetch=False):
@@ -1534,7 +1740,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
-    if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
+    if splits != 1 and variant in ("listing1", "tiled", "warp_split", "b_resident"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
                          f"got {splits}")
     for name, flag in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)):
@@ -1559,6 +1765,9 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
                                bool(l2_prefetch))
+        elif variant == "b_resident":
+            _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1587,8 +1796,13 @@ def uspmm(ell, b, *, config=None, **tunables):
     (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above,
     ``lookahead`` (load the next step's entries while this step's reads of B
     are in flight) and ``l2_prefetch`` (B's column tile prefetched into L2
-    at the start), both False by default (:func:`_warp_split_kernel`); all
-    but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
+    at the start), both False by default (:func:`_warp_split_kernel`); for
+    "b_resident" ``nwarp`` warps and ``nwarp * rows_per_warp`` rows a block,
+    ``cols_per_lane`` 1, 2 or 4 (float16 also 8) columns of the block's slab of
+    ``B`` a lane (the slab, ``K * 32 * cols_per_lane`` elements, must fit the
+    opt-in shared memory of a block), ``unroll`` (2, 4 or 8) slots a step,
+    ``min_blocks`` as above (:func:`_b_resident_kernel`); all but "listing1"
+    need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
     choose ``variant="tensor_core"`` (float16, row-major ``b``): the call goes

@@ -69,6 +69,16 @@ WARP_SPLIT = {
 }
 WARP_SPLIT_N = st.sampled_from([1, 5, 64, 66, 128, 136])
 
+# b_resident: a lane reads 1, 2 or 4 floats of the slab (float16 1 to 8 halves); N from one narrow slab to
+# several (slabs of 32 to 256 columns), with 16-byte copies of B (N % 8 == 0) and element by element
+B_RESIDENT = {
+    dt: st.fixed_dictionaries({"variant": st.just("b_resident"), "nwarp": st.integers(1, 2),
+                               "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
+                               "unroll": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 2)})
+    for dt, cpls in ((np.float32, [1, 2, 4]), (np.float16, [1, 2, 4, 8]))
+}
+B_RESIDENT_N = st.sampled_from([1, 5, 40, 72, 136])
+
 
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
@@ -125,6 +135,16 @@ def test_warp_split_matches_reference(data, dtype):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+def test_b_resident_matches_reference(data, dtype):
+    """The slab of B copied once per block (16-byte copies or element by element, zeros past N), several
+    slabs across N, rows past M, full steps of ``unroll`` slots and the remainder, K' = 0 to K, both
+    index dtypes."""
+    ell = data.draw(ell_matrices(dtype=dtype, max_size=10))
+    b = data.draw(dense_arrays((ell.shape[1], data.draw(B_RESIDENT_N)), dtype=dtype))
+    check_against_reference(ell, b, data.draw(B_RESIDENT[dtype]))
+
+
+@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_linear_layout_matches_reference(data, dtype):
     """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
@@ -149,7 +169,8 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
                                            unroll=4),
                                       dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4),
                                       dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=4),
-                                      dict(variant="warp_split", nwarp=2, rows_per_warp=4, cols_per_lane=2, unroll=4)])
+                                      dict(variant="warp_split", nwarp=2, rows_per_warp=4, cols_per_lane=2, unroll=4),
+                                      dict(variant="b_resident", nwarp=2, rows_per_warp=2, cols_per_lane=1, unroll=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -198,7 +219,7 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split"])
+@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split", "b_resident"])
 def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
@@ -250,11 +271,29 @@ def test_rejects_index_past_k(small):
     (dict(variant="warp_split", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(variant="warp_split", nwarp=16, rows_per_warp=8, cols_per_lane=8), r"partial tiles need 131072 bytes"),
     (dict(variant="direct", lookahead=True), "lookahead: only variant 'warp_split' has this option"),
+    (dict(variant="b_resident", cols_per_lane=8), r"cols_per_lane: must be 1, 2 or 4 \(float16: 1, 2, 4 or 8"),
+    (dict(variant="b_resident", cols_per_lane=3), "cols_per_lane: must be 1, 2 or 4"),
+    (dict(variant="b_resident", unroll=16), r"unroll: must be 2, 4 or 8 \(slots a step\)"),
+    (dict(variant="b_resident", nwarp=33), "nwarp: must be <= 32"),
+    (dict(variant="b_resident", min_blocks=0), "min_blocks: must be >= 1"),
+    (dict(variant="b_resident", splits=2), "splits: variant 'b_resident' does not split K"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
     with pytest.raises(ValueError, match=match):
         gu.uspmm(ell, b, **tunables)
+
+
+def test_b_resident_rejects_a_slab_past_the_opt_in():
+    """K x 32 * cols_per_lane elements of B must fit one block's opt-in shared memory (232448 bytes):
+    K = 1817 float32 rows of one column a lane do not (1816 do), nor K = 1024 at two."""
+    from gpu.uspmm_tc import SHARED_OPTIN
+    for k, cpl in ((SHARED_OPTIN // 128 + 1, 1), (1024, 2)):
+        ell = ELL.from_dense(np.eye(1, k, dtype=np.float32))
+        with pytest.raises(ValueError, match=rf"b, cols_per_lane: the resident slab of B \(K x 32 \* cols_per_lane = "
+                                             rf"{k} x {32 * cpl} float32\) needs {k * 128 * cpl} bytes of shared "
+                                             rf"memory, more than the opt-in maximum of {SHARED_OPTIN}"):
+            gu.uspmm(ell, np.ones((k, 3), np.float32), variant="b_resident", cols_per_lane=cpl)
 
 
 def test_warp_split_rejects_two_halves_a_lane():
