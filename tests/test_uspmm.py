@@ -657,9 +657,13 @@ def test_small_n_bench_runs_at_toy_size(monkeypatch, capsys):
     simulator, and its tables render from records shaped like a GPU run's."""
     from experiments import bench_uspmm_small_n as bench
     monkeypatch.setattr(bench, "SANITIZE_CASES", [(5, 7, 3, 7), (6, 9, 5, 0)])
-    monkeypatch.setattr(bench, "SANITIZE_SETTINGS", [bench.warp_split(2, 2, 2), bench.warp_split(1, 1, 4, 2, 8)])
+    monkeypatch.setattr(bench, "SANITIZE_SETTINGS", [bench.warp_split(2, 2, 2), bench.warp_split(1, 1, 4, 2, 8),
+                                                     bench.b_resident(2, 2, 1, 4)])
     assert bench.sanitize() == 0
-    assert "every warp-split case ran and matched" in capsys.readouterr().out
+    assert "every warp-split and b-resident case ran and matched" in capsys.readouterr().out
+    # --b-resident: at K = 1024 a float32 slab fits one column a lane, float16 two; names as in its tables
+    assert [bench.fits(bench.b_resident(32, 4, 2, 8), 1024, dt) for dt in (np.float32, np.float16)] == [False, True]
+    assert bench.setting_name(bench.b_resident(16, 4, 1, 8, 2)) == "br nw16 rpw4 cpl1 u8 mb2"
     assert len(bench.resnet50_shapes()) == 21
     records = []
     for m, k in bench.resnet50_shapes()[:2]:
