@@ -120,9 +120,9 @@ def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1,
 
 
 def b_resident(nwarp: int, rows_per_warp: int, cols_per_lane: int, unroll: int, min_blocks: int = 1) -> dict:
-    """The tunables of one b-resident setting."""
-    return dict(variant="b_resident", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
-                unroll=unroll, min_blocks=min_blocks)
+    """The tunables of one b-resident setting (:func:`sparsekit.tune.b_resident`)."""
+    from sparsekit.tune import b_resident as setting
+    return setting(cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks)
 
 
 def fits(cfg: dict, k: int, dtype) -> bool:
