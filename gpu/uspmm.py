@@ -1279,9 +1279,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 #: kernel reads (:meth:`DeviceELL.row_major` with ``pad``): a multiple of 8, so each step of ``unroll``
 #: (2, 4 or 8) slots starts on a boundary of its vector loads.
 ENTRY_PAD = 8
-#: 16-byte reads of ``B`` each thread issues before storing any, while the b-resident kernel copies its
-#: slab (four rows of ``B`` in flight instead of one memory latency per read).
-STAGE_BATCH = 4
 
 
 def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int) -> int:
@@ -1301,7 +1298,7 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     ``S = 32 * cols_per_lane`` columns of slab ``y``:
 
     1. its threads copy the slab, ``B[0:K, y*S : y*S + S]``, into dynamic shared memory ONCE
-       (16-byte reads, :data:`STAGE_BATCH` in flight a thread; zeros past column ``N``), one barrier;
+       (16-byte reads, four in flight a thread; zeros past column ``N``), one barrier;
     2. warp ``w`` takes the block's rows ``w, w + numwarps, ...`` one at a time; lane ``l`` owns the
        ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``; for each step of ``unroll``
        slots of the row, every lane reads the same ``unroll`` values and indices (vector loads from
@@ -1337,7 +1334,8 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     in_type = float16 if half else float32
     bw = 8 if half else 4                            # elements per 16-byte read of B while copying
     bload, bstore = {4: (load4, store4), 8: (load8, store8)}[bw]
-    step = nthreads * bw                             # slab elements the block copies per round
+    rows_step = nthreads * bw // s_cols              # slab rows the block copies per round (S divides
+    assert rows_step * s_cols == nthreads * bw       # 32 * nwarp * bw: cols_per_lane <= bw)
 
     def step_reader(itemsize: int, to):
         """``read(dst, src, i)``: ``dst[0, u] = to(src[i + u])`` for ``u < unroll``, with vector loads of
@@ -1380,24 +1378,22 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, K x S (dynamic)
         # 1. the slab, once: element e = kk * S + j of sh_b is B[kk, col0 + j]
         slab = k * s_cols
-        if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads
-            e = t * bw
-            while e + (STAGE_BATCH - 1) * step < slab:                   # STAGE_BATCH reads in flight,
-                v0 = bload(b, (e // s_cols) * n + col0 + e % s_cols)     # then their stores
-                e1 = e + step
-                v1 = bload(b, (e1 // s_cols) * n + col0 + e1 % s_cols)
-                e2 = e1 + step
-                v2 = bload(b, (e2 // s_cols) * n + col0 + e2 % s_cols)
-                e3 = e2 + step
-                v3 = bload(b, (e3 // s_cols) * n + col0 + e3 % s_cols)
-                bstore(sh_b, e, v0)                                      # st.shared.v4
-                bstore(sh_b, e1, v1)
-                bstore(sh_b, e2, v2)
-                bstore(sh_b, e3, v3)
-                e += STAGE_BATCH * step
-            while e < slab:                                              # the last < STAGE_BATCH rounds
-                bstore(sh_b, e, bload(b, (e // s_cols) * n + col0 + e % s_cols))
-                e += step
+        if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads:
+            kk = t * bw // s_cols                                        # this thread's first slab row and its
+            j = t * bw % s_cols                                          # column, the same every round
+            while kk + 3 * rows_step < k:                                # four reads in flight, then their stores
+                v0 = bload(b, kk * n + col0 + j)                         # ld.global.v4
+                v1 = bload(b, (kk + rows_step) * n + col0 + j)
+                v2 = bload(b, (kk + 2 * rows_step) * n + col0 + j)
+                v3 = bload(b, (kk + 3 * rows_step) * n + col0 + j)
+                bstore(sh_b, kk * s_cols + j, v0)                        # st.shared.v4
+                bstore(sh_b, (kk + rows_step) * s_cols + j, v1)
+                bstore(sh_b, (kk + 2 * rows_step) * s_cols + j, v2)
+                bstore(sh_b, (kk + 3 * rows_step) * s_cols + j, v3)
+                kk += 4 * rows_step
+            while kk < k:                                                # the last < 4 rounds
+                bstore(sh_b, kk * s_cols + j, bload(b, kk * n + col0 + j))
+                kk += rows_step
         else:                                                            # the edge slab (or unaligned B):
             for e in range(t, slab, nthreads):                           # element by element, zeros past n
                 col = col0 + e % s_cols
