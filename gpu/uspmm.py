@@ -1317,11 +1317,12 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     1024^3 95% float32 (K' = 51; one column a lane, the only width whose 128 KB slab fits at K = 1024,
     so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one 32-lane shared
     read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x 1.755 GHz), but
-    the sm_90 SASS of the slot loop at ``unroll = 8`` with int16 indices has 62 instructions per 8
-    slots (8 LDS, 8 FFMA, 3 LDG.128, the rest index and address arithmetic and the loop;
-    ``experiments/results/uspmm.md``, "Session 7"): about 2 issue cycles of an SM's 4 schedulers
-    per slot, so ~14 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before
-    anything else runs on that SM: ~16 us, against 27.4 us measured for ``auto``'s warp-split choice.
+    the sm_90 SASS of the slot loop at ``unroll = 8`` has 50 instructions per 8 slots with int32
+    indices (8 LDS, 8 FFMA, 4 LDG.128, an IMAD and a LEA per slot for the shared address, the loop)
+    and 63 with int16 (3 LDG.128, two more per slot to unpack the indices; ``experiments/results/
+    uspmm.md``, "Session 7"): 6.25 instructions per slot, 1.6 issue cycles of an SM's 4 schedulers,
+    so ~12 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before anything else
+    runs on that SM: ~14 us, against 27.4 us measured for ``auto``'s warp-split choice.
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (flat ``M x kp`` row-major copies of
     ``ellval``/``ellidx``, rows padded to ``kp``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out);
