@@ -39,16 +39,16 @@ accumulates in float32):
     ``0 * inf`` is NaN: with non-finite values in ``B`` its result differs
     from the sparse kernels' where a row does not use them (finite ``B``:
     same result within float32 accumulation).
-``"b_resident"``: a column slab of B resident in shared memory (see :func:`_b_resident_kernel`)
-    each block copies ``B[:, slab]`` (all K rows, ``32 * cols_per_lane`` columns) to shared memory
-    once and streams its rows' entries against it: ``B`` is read from global memory once per block
-    instead of once per entry. Not measured yet, and nothing routes to it (``config="auto"`` never
-    picks it).
 ``"warp_split"``: small N (see :func:`_warp_split_kernel`)
     a block owns a few rows; its warps split each row's K' entries and sum
     their partial rows in shared memory in a fixed order: a grid of M/R
     blocks of many warps fills the GPU where N = 128 gives too few output
     tiles, with no K split over blocks (no fence, ticket or serial sum).
+``"b_resident"``: a column slab of B resident in shared memory (see :func:`_b_resident_kernel`)
+    each block copies ``B[:, slab]`` (all K rows, ``32 * cols_per_lane`` columns) to shared memory
+    once and streams its rows' entries against it: ``B`` is read from global memory once per block
+    instead of once per entry. Not measured yet, and nothing routes to it (``config="auto"`` never
+    picks it).
 
 Which is faster depends on the problem (float32 on the H100,
 ``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
@@ -1017,7 +1017,7 @@ def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) 
 
 def _put_group(width: int, to=float32):
     """``put(dst, u, o, v)``: ``dst[u, o + x] = to(v[x])`` for ``x < width`` (a power of two; ``to``:
-    float32 by default, int32 for indices), as two puts of half the width on constant slices of ``v``
+    float32 by default, an unsigned integer type for indices), as two puts of half the width on constant slices of ``v``
     down to single stores: every tuple index is known at compile time (a loop over a tuple that the
     compiler does not unroll indexes it through a chain of branches, see :func:`_fma_group`)."""
     if width == 1:
@@ -1417,7 +1417,7 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                     read_vals(av, vrow, s)                               # values, indices (broadcast loads)
                     read_idxs(ov, irow, s)
                     for u in range(unroll):                              # slab rows: shared reads, FMAs
-                        fma_slab(racc, av[0, u], ov[0, u] * s_cols_u, sh_lane)      # (unsigned: no wraparound code)
+                        fma_slab(racc, av[0, u], ov[0, u] * s_cols_u, sh_lane)
                     s += unroll
                 while s < kprime:                                        # the last K' mod unroll slots
                     fma_slab(racc, float32(vrow[s]), np.uint32(irow[s]) * s_cols_u, sh_lane)
