@@ -1275,6 +1275,44 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 # B-resident kernel (past the paper: a column slab of B in shared memory for the whole block)
 # ---------------------------------------------------------------------------
 
+if cuda_config.ENABLE_CUDASIM:
+    def bytes_on(arr, nbytes):
+        """``arr[nbytes // itemsize:]`` (simulator fallback of the intrinsic)."""
+        return arr[nbytes // arr.dtype.itemsize:]
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils, types as cuda_types
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def bytes_on(typingctx, arr, nbytes):
+        """``arr[nbytes // itemsize:]`` for a 1-D C-ordered ``arr`` and ``nbytes`` a multiple of its itemsize
+        (unchecked): the view's data pointer is ``arr``'s advanced by ``nbytes`` BYTES. The b-resident kernel
+        reads its slab at ``bytes_on(lane's view, offset)[0]`` with offsets scaled on the host: the shared
+        address of a slot is one add. Indexing the lane's view with element offsets instead (``view[o]``)
+        lets LLVM fold the lane into the index, ``(o + lane) * 4 + base``: two instructions a slot on sm_90
+        (an add, then a LEA)."""
+        if not (isinstance(arr, cuda_types.Array) and arr.ndim == 1 and arr.layout == "C"
+                and isinstance(nbytes, cuda_types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            arrty, nty = sig.args
+            src = context.make_array(arrty)(context, builder, args[0])
+            off = context.cast(builder, args[1], nty, cuda_types.intp)
+            raw = builder.bitcast(src.data, ir.IntType(8).as_pointer(src.data.type.addrspace))
+            itemsize = context.get_constant(cuda_types.intp, arrty.dtype.bitwidth // 8)
+            view = context.make_array(arrty)(context, builder)
+            context.populate_array(view, data=builder.bitcast(builder.gep(raw, [off]), src.data.type),
+                                   shape=[builder.sub(cgutils.unpack_tuple(builder, src.shape)[0],
+                                                      builder.udiv(off, itemsize))],
+                                   strides=cgutils.unpack_tuple(builder, src.strides), itemsize=src.itemsize,
+                                   meminfo=src.meminfo, parent=src.parent)
+            return view._getvalue()
+
+        return arr(arr, nbytes), codegen
+
+
 #: Row stride, in entries, of the padded row-major ``ellval``/``ellidx`` copies that the b-resident
 #: kernel reads (:meth:`DeviceELL.row_major` with ``pad``): a multiple of 8, so each step of ``unroll``
 #: (2, 4 or 8) slots starts on a boundary of its vector loads.
@@ -1289,7 +1327,7 @@ def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int) -> int:
 
 @functools.cache
 def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
-                       index_bytes: int, min_blocks: int = 1):
+                       min_blocks: int = 1):
     """USpMM with a column slab of ``B`` resident in shared memory (``variant="b_resident"``),
     ``b``/``c`` C-ordered. Past the paper: Listing 1 gathers every ``B`` row an entry names from
     global memory; so do the direct and warp-split kernels (through L1/L2, ``M * K' * N`` elements).
@@ -1301,11 +1339,14 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
        (16-byte reads, four in flight a thread; zeros past column ``N``), one barrier;
     2. warp ``w`` takes the block's rows ``w, w + numwarps, ...`` one at a time; lane ``l`` owns the
        ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``; for each step of ``unroll``
-       slots of the row, every lane reads the same ``unroll`` values and indices (vector loads from
-       the padded row-major copy: a warp-wide broadcast, served by L1), then for each slot reads its
+       slots of the row, every lane reads the same ``unroll`` values and slab offsets (vector loads
+       from padded row-major copies: a warp-wide broadcast, served by L1), then for each slot reads its
        columns of slab row ``index`` (one shared read of ``cols_per_lane`` elements: scalar, 64- or
        128-bit; lanes read consecutive words, no bank conflict) and adds ``value *`` them into
        float32 registers; the last ``K' mod unroll`` slots one at a time; then the row of ``C``.
+       The offsets are the slot's byte offset in the slab, ``index * S * itemsize``, scaled on the
+       host (:meth:`DeviceELL.slab_offsets`, uint32 whatever the ELL's index dtype), so a slot's
+       shared address is one add to the lane's base (:func:`bytes_on`).
 
     ``B`` is read from global memory ``M / R`` times in all instead of once per entry (``M * K' *
     N`` elements); the price is one block's slab of ``K * S * itemsize`` bytes (above 48 KB the
@@ -1317,15 +1358,15 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     1024^3 95% float32 (K' = 51; one column a lane, the only width whose 128 KB slab fits at K = 1024,
     so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one 32-lane shared
     read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x 1.755 GHz), but
-    the sm_90 SASS of the slot loop at ``unroll = 8`` has 50 instructions per 8 slots with int32
-    indices (8 LDS, 8 FFMA, 4 LDG.128, an IMAD and a LEA per slot for the shared address, the loop)
-    and 63 with int16 (3 LDG.128, two more per slot to unpack the indices; ``experiments/results/
-    uspmm.md``, "Session 7"): 6.25 instructions per slot, 1.6 issue cycles of an SM's 4 schedulers,
-    so ~12 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before anything else
-    runs on that SM: ~14 us, against 27.4 us measured for ``auto``'s warp-split choice.
+    the sm_90 SASS of the slot loop at ``unroll = 8`` has 43 instructions per 8 slots (8 LDS, 8
+    FFMA, 4 LDG.128, one IADD per slot for the shared address, 15 for the loop and its 64-bit entry
+    pointers; ``experiments/results/uspmm.md``, "Session 7"; 50 with the index scaled in the kernel,
+    an IMAD and a LEA a slot): 5.4 instructions per slot, 1.3 issue cycles of an SM's 4 schedulers,
+    so ~10 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before anything else
+    runs on that SM: ~12 us, against 27.4 us measured for ``auto``'s warp-split choice.
 
-    Arguments, grouped: arrays ``vals``, ``idxs`` (flat ``M x kp`` row-major copies of
-    ``ellval``/``ellidx``, rows padded to ``kp``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out);
+    Arguments, grouped: arrays ``vals``, ``offs`` (flat ``M x kp`` row-major copies of ``ellval``
+    and of the slab byte offsets, rows padded to ``kp``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out);
     sizes ``m``, ``n``, ``k``, ``kprime``, ``kp``; ``vec_ok`` (``N`` and ``b``'s start allow 16-byte
     reads of ``B``).
     """
@@ -1352,25 +1393,24 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         return read
 
     read_vals = step_reader(2 if half else 4, float32)
-    read_idxs = step_reader(index_bytes, np.uint32)                 # unsigned: no negative-index wraparound
-    s_cols_u = np.uint32(s_cols)
+    read_offs = step_reader(4, np.uint32)                           # unsigned: no negative-index wraparound
 
     if cols_per_lane == 1:
         @cuda.jit(device=True, inline=True)
         def fma_slab(racc, a, o, sh_b):
-            """``racc += a * sh_b[o]`` (ld.shared, 32 lanes 32 consecutive elements)."""
-            racc[0] += a * float32(sh_b[o])
+            """``racc += a * sh_b[o bytes on]`` (ld.shared, 32 lanes 32 consecutive elements)."""
+            racc[0] += a * float32(bytes_on(sh_b, o)[0])
     else:
         slab_read = {2: load2, 4: load4, 8: load8}[cols_per_lane]
         fma_v = _fma_group(cols_per_lane)
 
         @cuda.jit(device=True, inline=True)
         def fma_slab(racc, a, o, sh_b):
-            """``racc += a * sh_b[o : o + cols_per_lane]`` (one ld.shared.v2/v4 a lane)."""
-            fma_v(racc, 0, a, slab_read(sh_b, o))
+            """``racc += a * sh_b[o bytes on : + cols_per_lane]`` (one ld.shared.v2/v4 a lane)."""
+            fma_v(racc, 0, a, slab_read(bytes_on(sh_b, o), 0))
 
     @cuda.jit
-    def kernel(vals, idxs, b, c, m, n, k, kprime, kp, vec_ok):
+    def kernel(vals, offs, b, c, m, n, k, kprime, kp, vec_ok):
         t = cuda.threadIdx.x
         warp = t // WARP_SIZE
         lane = t % WARP_SIZE
@@ -1404,23 +1444,23 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         sh_lane = sh_b[lane * cols_per_lane:]                            # this lane's columns, from slab row 0
         racc = cuda.local.array(cols_per_lane, float32)                  # this lane's part of the row of C
         av = cuda.local.array((1, unroll), float32)                      # a step's values
-        ov = cuda.local.array((1, unroll), np.uint32)                    # and indices (rows of the slab)
+        ov = cuda.local.array((1, unroll), np.uint32)                    # and slab offsets
         for r in range(rows_per_warp):
             row = row0 + warp + r * numwarps
             if row < m:                                                  # (uniform across the warp)
                 for x in range(cols_per_lane):
                     racc[x] = 0.0
                 vrow = vals[row * kp:]                                   # the row's slots, from slot 0
-                irow = idxs[row * kp:]                                   # (16-byte aligned: kp % 8 == 0)
+                orow = offs[row * kp:]                                   # (16-byte aligned: kp % 8 == 0)
                 s = 0
                 while s + unroll <= kprime:                              # unroll slots a step:
                     read_vals(av, vrow, s)                               # values, indices (broadcast loads)
-                    read_idxs(ov, irow, s)
+                    read_offs(ov, orow, s)
                     for u in range(unroll):                              # slab rows: shared reads, FMAs
-                        fma_slab(racc, av[0, u], ov[0, u] * s_cols_u, sh_lane)
+                        fma_slab(racc, av[0, u], ov[0, u], sh_lane)
                     s += unroll
                 while s < kprime:                                        # the last K' mod unroll slots
-                    fma_slab(racc, float32(vrow[s]), np.uint32(irow[s]) * s_cols_u, sh_lane)
+                    fma_slab(racc, float32(vrow[s]), orow[s], sh_lane)
                     s += 1
                 for x in range(cols_per_lane):                           # the row of C (columns past n
                     col = col0 + lane * cols_per_lane + x                # skipped)
@@ -1481,6 +1521,17 @@ class DeviceELL(DeviceMatrix):
             return values, indices
         return self.cached(("rows", pad), build)
 
+    def slab_offsets(self, pad: int, s_bytes: int):
+        """The b-resident kernel's slab offsets: ``M x ceil(K' / pad) * pad`` uint32 on the device, entry
+        ``(r, s)`` = ``indices[r, s] * s_bytes``, the byte offset of slab row ``indices[r, s]`` in a slab
+        of rows of ``s_bytes`` bytes (rows padded with zeros as :meth:`row_major` pads them; built once per
+        setting). Scaled here so that the kernel's shared address of a slot is one add (:func:`bytes_on`)."""
+        def build():
+            m, kprime = self.host.indices.shape
+            offs = np.zeros((m, cdiv(kprime, pad) * pad), np.uint32)
+            offs[:, :kprime] = self.host.indices.astype(np.uint32) * np.uint32(s_bytes)
+            return offs
+        return self.cached(("slab_offsets", pad, s_bytes), build)
 
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
@@ -1712,11 +1763,12 @@ def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
         raise ValueError(f"b, cols_per_lane: the resident slab of B (K x 32 * cols_per_lane = {k} x "
                          f"{WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared memory, "
                          f"more than the opt-in maximum of {SHARED_OPTIN}")
-    vals, idxs = dell.row_major(ENTRY_PAD)
+    vals = dell.row_major(ENTRY_PAD)[0]
+    offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item)
     kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
-                                idxs.dtype.itemsize, min_blocks)
+                                min_blocks)
     bw = 16 // item
-    args = (vals.reshape(vals.size), idxs.reshape(idxs.size), bdev.reshape(k * n), c, m, n, k, dell.host.kprime,
+    args = (vals.reshape(vals.size), offs.reshape(offs.size), bdev.reshape(k * n), c, m, n, k, dell.host.kprime,
             vals.shape[1], n % bw == 0 and aligned(bdev, bw))
     _opt_in(kernel, args, shared)
     _launch(_DynamicShared(kernel, shared), grid, threads, args, "nwarp, rows_per_warp, cols_per_lane")
