@@ -197,14 +197,16 @@ STATIC_LIMIT = SHARED_LIMIT
 U = np.uint64
 
 
-def segment_entries(dell, seg: int):
+def segment_entries(dell, seg: int, pad: bool = False):
     """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
     16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
     ``q*seg + offsets[q, w-cnt:, r]`` (``cnt`` of them, ascending); ``w`` is the largest ``cnt`` of
     the matrix (at least 1). The first ``w - cnt`` slots are padding (value 0 at offset 0): the
     kernel writes slots in order, so padding lands before any entry and never overwrites one.
-    Built once per ``seg`` on the host, kept with ``dell``."""
+    ``pad``: ``w`` raised to :func:`scatter_slots` of it, the slots the kernel scatters, so that every
+    scattered slot is an entry or padding (the float32 lean scatter writes them all, no test per slot).
+    Built once per ``seg`` and ``pad`` on the host, kept with ``dell``."""
     def build():
         m, k = dell.shape
         idx = dell.host.indices.astype(np.int64)                            # (M, K'), ascending per row
@@ -213,6 +215,8 @@ def segment_entries(dell, seg: int):
         rows = np.broadcast_to(np.arange(m)[:, None], idx.shape)
         counts = np.bincount((rows * nsub + q).ravel(), minlength=m * nsub).reshape(m, nsub)
         w = max(int(counts.max(initial=0)), 1)
+        if pad:
+            w = scatter_slots(seg, w)
         first = np.cumsum(counts, axis=1) - counts                          # first slot of (row, segment)
         rank = np.arange(idx.shape[1])[None, :] - first[rows, q]            # place within the segment
         pos = w - counts[rows, q] + rank
@@ -222,7 +226,7 @@ def segment_entries(dell, seg: int):
         values[q, pos, rows] = dell.host.values
         offsets[q, pos, rows] = idx - q * seg
         return values, offsets
-    return dell.cached(("tc_segment_entries", seg), build)
+    return dell.cached(("tc_segment_entries", seg, "padded") if pad else ("tc_segment_entries", seg), build)
 
 
 def error_reduction(kprime: int, dtype) -> int:
@@ -365,6 +369,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
 
     lean_e = lean and entry_linear(nvp, vpr) and entry_linear(nop, opr)
+    # lean float32 scatter: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so
+    # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
+    lean32 = lean and not half
 
     @cuda.jit(device=True, inline=True)
     def issue_b(ch, t, b, n, k, col0, sh_b, lb):
@@ -504,8 +511,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values."""
         if half:
             sh_a[x if live else sink] = v
+        elif lean:                                                       # (live for the whole chunk: no sink)
+            hi = to_tf32_finite(v)                                       # (small is NaN for Inf/NaN v)
+            if live:
+                sh_a[x] = hi
+                sh_a[x + U(a_small)] = to_tf32(v - hi)
         else:
-            hi = to_tf32_finite(v) if lean else to_tf32(v)              # (lean: small is NaN for Inf/NaN v)
+            hi = to_tf32(v)
             sh_a[x if live else sink] = hi
             sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
 
@@ -513,9 +525,10 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     def write_slots(base, sink, wl, offs, vals, sh_a):
         """Step 1b, stores: slot ``i`` to its column of the segment at ``base``, or to this thread's
         ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
-        In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry."""
+        In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry.
+        (Float32 lean: every slot, the entry arrays holding ``nslots`` a segment; used for chunk 0 only.)"""
         for i in range(nslots):
-            put(sh_a, U(i) < wl, base + offs[i], sink, vals[i])
+            put(sh_a, True if lean32 else U(i) < wl, base + offs[i], sink, vals[i])
 
     @cuda.jit(device=True, inline=True)
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
@@ -524,7 +537,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
         places (register renaming once unrolled; the same code for every ``ks``)."""
         for i in range(min(per_ks, nslots)):
-            put(sh_a, U(ks * per_ks + i) < wl, base + offs[i], sink, vals[i])
+            if not lean32:
+                live = U(ks * per_ks + i) < wl
+            elif gks * per_ks == nslots:                                 # (every share full: no slot past nslots)
+                live = wl != u0
+            else:
+                live = (U(ks * per_ks + i) < U(nslots)) & (wl != u0)
+            put(sh_a, live, base + offs[i], sink, vals[i])
         for i in range(nslots - per_ks):
             offs[i] = offs[i + per_ks]
             vals[i] = vals[i + per_ks]
@@ -959,7 +978,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         vec_ok = n % bw == 0 and aligned(bdev, bw)
         shared = shared_bytes(bm, bn, kc, bool(half), stages, nthreads, kgroups)
         dynamic = shared > STATIC_LIMIT or kgroups > 1                  # (K groups sum through the dynamic buffer)
-        ev, eo = segment_entries(dell, seg)
+        ev, eo = segment_entries(dell, seg, pad=lean and not half)
         nsub, w, mp = ev.shape
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
