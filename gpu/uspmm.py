@@ -45,10 +45,10 @@ accumulates in float32):
     blocks of many warps fills the GPU where N = 128 gives too few output
     tiles, with no K split over blocks (no fence, ticket or serial sum).
 ``"b_resident"``: a column slab of B resident in shared memory (see :func:`_b_resident_kernel`)
-    each block copies ``B[:, slab]`` (all K rows, ``32 * cols_per_lane`` columns) to shared memory
-    once and streams its rows' entries against it: ``B`` is read from global memory once per block
-    instead of once per entry. Not measured yet, and nothing routes to it (``config="auto"`` never
-    picks it).
+    each block copies ``B[:, slab]`` (all K rows, or one of ``splits`` ranges of them; ``32 *
+    cols_per_lane`` columns) to shared memory once and streams its rows' entries against it: ``B`` is
+    read from global memory once per block instead of once per entry. Not measured yet, and nothing
+    routes to it (``config="auto"`` never picks it).
 
 Which is faster depends on the problem (float32 on the H100,
 ``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
@@ -1332,43 +1332,57 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     ``b``/``c`` C-ordered. Past the paper: Listing 1 gathers every ``B`` row an entry names from
     global memory; so do the direct and warp-split kernels (through L1/L2, ``M * K' * N`` elements).
 
-    Block ``(x, y)`` owns rows ``x * R .. x * R + R - 1`` (``R = numwarps * rows_per_warp``) and the
-    ``S = 32 * cols_per_lane`` columns of slab ``y``:
+    Block ``(x, y, z)`` owns rows ``x * R .. x * R + R - 1`` (``R = numwarps * rows_per_warp``), the
+    ``S = 32 * cols_per_lane`` columns of slab ``y`` and the ``z``-th of ``nsplit`` ranges of ``kc``
+    rows of ``B`` (``K = kc * nsplit`` or less, the last range shorter; one range, ``kc >= K``,
+    without a split):
 
-    1. its threads copy the slab, ``B[0:K, y*S : y*S + S]``, into dynamic shared memory ONCE
-       (16-byte reads, four in flight a thread; zeros past column ``N``), one barrier;
+    1. its threads copy the slab, ``B[z*kc : z*kc + kc, y*S : y*S + S]``, into dynamic shared memory
+       ONCE (16-byte reads, four in flight a thread; zeros past column ``N``), one barrier;
     2. warp ``w`` takes the block's rows ``w, w + numwarps, ...`` one at a time; lane ``l`` owns the
-       ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``; for each step of ``unroll``
-       slots of the row, every lane reads the same ``unroll`` values and slab offsets (vector loads
-       from padded row-major copies: a warp-wide broadcast, served by L1), then for each slot reads its
-       columns of slab row ``index`` (one shared read of ``cols_per_lane`` elements: scalar, 64- or
-       128-bit; lanes read consecutive words, no bank conflict) and adds ``value *`` them into
-       float32 registers; the last ``K' mod unroll`` slots one at a time; then the row of ``C``.
-       The offsets are the slot's byte offset in the slab, ``index * S * itemsize``, scaled on the
-       host (:meth:`DeviceELL.slab_offsets`, uint32 whatever the ELL's index dtype), so a slot's
-       shared address is one add to the lane's base (:func:`bytes_on`).
+       ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``. A row's slots whose index lies
+       in the block's range are one run (indices ascend), ``slot_ptr[row, z] .. slot_ptr[row, z+1]``
+       (:meth:`DeviceELL.slot_ptr` with chunks of ``kc``, as the pipelined kernel reads its chunks).
+       The run's slots up to the first multiple of ``unroll`` go one at a time (none without a
+       split); then for each step of ``unroll`` slots every lane reads the same ``unroll`` values and
+       slab offsets (vector loads from padded row-major copies: a warp-wide broadcast, served by L1),
+       then for each slot reads its columns of its slab row (one shared read of ``cols_per_lane``
+       elements: scalar, 64- or 128-bit; lanes read consecutive words, no bank conflict) and adds
+       ``value *`` them into float32 registers; the last slots one at a time; then the row of ``C``,
+       or with a split the block's partial row (``part[z]``), summed by :func:`split_sum` in the
+       fixed order ``part[0] + part[1] + ...`` by the tile's last block (bit-identical repeats).
+       The offsets are the slot's byte offset in its range's slab, ``(index mod kc) * S * itemsize``,
+       scaled on the host (:meth:`DeviceELL.slab_offsets`, uint32 whatever the ELL's index dtype),
+       so a slot's shared address is one add to the lane's base (:func:`bytes_on`).
 
     ``B`` is read from global memory ``M / R`` times in all instead of once per entry (``M * K' *
-    N`` elements); the price is one block's slab of ``K * S * itemsize`` bytes (above 48 KB the
-    kernel's opt-in, :func:`gpu.uspmm_tc._opt_in`), which caps ``K``: at most 1816 rows (float32)
-    with one column a lane on the H100's 232448 bytes. float16: the slab holds halves
-    (``cols_per_lane`` 1, 2, 4 or 8: 2 to 16 bytes a read), multiplied in float32.
+    N`` elements); the price is one block's slab of ``kc * S * itemsize`` bytes (above 48 KB the
+    kernel's opt-in, :func:`gpu.uspmm_tc._opt_in`), which caps ``kc``: at most 1816 rows (float32)
+    at one column a lane on the H100's 232448 bytes, 908 at two, 454 at four; a split lifts the cap
+    on ``K`` (``ceil(K / splits)`` rows must fit) and lets K = 1024 float32 take two columns a lane
+    (2 ranges) or four (4 ranges), for ``nsplit * M * N`` float32 partials written and read once.
+    float16: the slab holds halves (``cols_per_lane`` 1, 2, 4 or 8: 2 to 16 bytes a read),
+    multiplied in float32.
 
     Estimate, not measured (to be timed, ``experiments/bench_uspmm_small_n.py --b-resident``), at
-    1024^3 95% float32 (K' = 51; one column a lane, the only width whose 128 KB slab fits at K = 1024,
-    so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one 32-lane shared
-    read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x 1.755 GHz), but
-    the sm_90 SASS of the slot loop at ``unroll = 8`` has 43 instructions per 8 slots (8 LDS, 8
-    FFMA, 4 LDG.128, one IADD per slot for the shared address, 15 for the loop and its 64-bit entry
-    pointers; ``experiments/results/uspmm.md``, "Session 7"; 50 with the index scaled in the kernel,
-    an IMAD and a LEA a slot): 5.4 instructions per slot, 1.3 issue cycles of an SM's 4 schedulers,
-    so ~10 us of issue, plus ~2 us of copying the block's 128 KB slab from L2 before anything else
-    runs on that SM: ~12 us, against 27.4 us measured for ``auto``'s warp-split choice.
+    1024^3 95% float32 (K' = 51; unsplit, one column a lane, the only width whose 128 KB slab fits at
+    K = 1024, so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one
+    32-lane shared read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x
+    1.755 GHz), but the sm_90 SASS of the slot loop at ``unroll = 8`` has 71 instructions per 16
+    slots (ptxas runs two steps an iteration: 16 LDS, 16 FFMA, 8 LDG.128, one IADD per slot for the
+    shared address, 15 for the loop; ``experiments/results/uspmm.md``, "Session 7"; 50 per 8 slots
+    with the index scaled in the kernel, an IMAD and a LEA a slot): 4.4 instructions per slot, 1.1
+    issue cycles of an SM's 4 schedulers, so ~8 us of issue, plus ~2 us of copying the block's 128 KB
+    slab from L2 before anything else runs on that SM: ~10 us, against 27.4 us measured for
+    ``auto``'s warp-split choice. Four columns a lane in 4 ranges: 69 instructions per 8 slots (2.2
+    an FFMA), ~4 us of issue in all, but 32 MB of slab copies (256 blocks) and 16 MB of partials
+    written and read: no better by this count, to be measured.
 
     Arguments, grouped: arrays ``vals``, ``offs`` (flat ``M x kp`` row-major copies of ``ellval``
-    and of the slab byte offsets, rows padded to ``kp``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out);
-    sizes ``m``, ``n``, ``k``, ``kprime``, ``kp``; ``vec_ok`` (``N`` and ``b``'s start allow 16-byte
-    reads of ``B``).
+    and of the slab byte offsets, rows padded to ``kp``), ``slot_ptr`` (``M x (nranges + 1)`` int32),
+    ``b`` (flat ``K*N``), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N`` float32 partials),
+    ``ticket`` (int32 per output tile); sizes ``m``, ``n``, ``k``, ``kp``, ``kc`` (rows of ``B`` a
+    range); ``vec_ok`` (``N`` and ``b``'s start allow 16-byte reads of ``B``), ``nsplit``.
     """
     s_cols = WARP_SIZE * cols_per_lane               # S: columns of the slab (a power of two)
     nthreads = numwarps * WARP_SIZE
@@ -1410,36 +1424,40 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
             fma_v(racc, 0, a, slab_read(bytes_on(sh_b, o), 0))
 
     @cuda.jit
-    def kernel(vals, offs, b, c, m, n, k, kprime, kp, vec_ok):
+    def kernel(vals, offs, slot_ptr, b, c, part, ticket, m, n, k, kp, kc, vec_ok, nsplit):
         t = cuda.threadIdx.x
         warp = t // WARP_SIZE
         lane = t % WARP_SIZE
-        row0 = cuda.blockIdx.x * rows_per_block
-        col0 = cuda.blockIdx.y * s_cols
-        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, K x S (dynamic)
-        # 1. the slab, once: element e = kk * S + j of sh_b is B[kk, col0 + j]
-        slab = k * s_cols
+        split = cuda.blockIdx.z                                          # this block's K range: rows
+        row0 = cuda.blockIdx.x * rows_per_block                          # split * kc .. of B, chunk split
+        col0 = cuda.blockIdx.y * s_cols                                  # of slot_ptr (all of K unsplit)
+        b_k = b[split * kc * n:]                                         # (views from 0: no wraparound)
+        k_rows = min(kc, k - split * kc)
+        sh_last = cuda.shared.array(1, np.int32)
+        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, k_rows x S (dynamic)
+        # 1. the slab, once: element e = kk * S + j of sh_b is B[split * kc + kk, col0 + j]
+        slab = k_rows * s_cols
         if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads:
             kk = t * bw // s_cols                                        # this thread's first slab row and its
             j = t * bw % s_cols                                          # column, the same every round
-            while kk + 3 * rows_step < k:                                # four reads in flight, then their stores
-                v0 = bload(b, kk * n + col0 + j)                         # ld.global.v4
-                v1 = bload(b, (kk + rows_step) * n + col0 + j)
-                v2 = bload(b, (kk + 2 * rows_step) * n + col0 + j)
-                v3 = bload(b, (kk + 3 * rows_step) * n + col0 + j)
+            while kk + 3 * rows_step < k_rows:                           # four reads in flight, then their stores
+                v0 = bload(b_k, kk * n + col0 + j)                       # ld.global.v4
+                v1 = bload(b_k, (kk + rows_step) * n + col0 + j)
+                v2 = bload(b_k, (kk + 2 * rows_step) * n + col0 + j)
+                v3 = bload(b_k, (kk + 3 * rows_step) * n + col0 + j)
                 bstore(sh_b, kk * s_cols + j, v0)                        # st.shared.v4
                 bstore(sh_b, (kk + rows_step) * s_cols + j, v1)
                 bstore(sh_b, (kk + 2 * rows_step) * s_cols + j, v2)
                 bstore(sh_b, (kk + 3 * rows_step) * s_cols + j, v3)
                 kk += 4 * rows_step
-            while kk < k:                                                # the last < 4 rounds
-                bstore(sh_b, kk * s_cols + j, bload(b, kk * n + col0 + j))
+            while kk < k_rows:                                           # the last < 4 rounds
+                bstore(sh_b, kk * s_cols + j, bload(b_k, kk * n + col0 + j))
                 kk += rows_step
         else:                                                            # the edge slab (or unaligned B):
             for e in range(t, slab, nthreads):                           # element by element, zeros past n
                 col = col0 + e % s_cols
-                sh_b[e] = b[(e // s_cols) * n + col] if col < n else in_type(0.0)
-        cuda.syncthreads()                                               # the only barrier
+                sh_b[e] = b_k[(e // s_cols) * n + col] if col < n else in_type(0.0)
+        cuda.syncthreads()                                               # the only barrier without a split
         # 2. warp w: rows row0 + w, row0 + w + numwarps, ...; lane l: slab columns l*cpl .. l*cpl + cpl-1
         sh_lane = sh_b[lane * cols_per_lane:]                            # this lane's columns, from slab row 0
         racc = cuda.local.array(cols_per_lane, float32)                  # this lane's part of the row of C
@@ -1450,22 +1468,34 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
             if row < m:                                                  # (uniform across the warp)
                 for x in range(cols_per_lane):
                     racc[x] = 0.0
-                vrow = vals[row * kp:]                                   # the row's slots, from slot 0
-                orow = offs[row * kp:]                                   # (16-byte aligned: kp % 8 == 0)
-                s = 0
-                while s + unroll <= kprime:                              # unroll slots a step:
-                    read_vals(av, vrow, s)                               # values, indices (broadcast loads)
+                lo = slot_ptr[row, split]                                # the row's slots in this K range (its
+                cnt = slot_ptr[row, split + 1] - lo                      # indices ascend: one run)
+                vrow = vals[row * kp + lo:]                              # from the run's first slot
+                orow = offs[row * kp + lo:]
+                head = min((unroll - lo % unroll) % unroll, cnt)         # one at a time up to a slot that is
+                s = 0                                                    # a multiple of unroll (16-byte aligned:
+                while s < head:                                          # kp % 8 == 0); none without a split
+                    fma_slab(racc, float32(vrow[s]), orow[s], sh_lane)
+                    s += 1
+                while s + unroll <= cnt:                                 # unroll slots a step:
+                    read_vals(av, vrow, s)                               # values, offsets (broadcast loads)
                     read_offs(ov, orow, s)
                     for u in range(unroll):                              # slab rows: shared reads, FMAs
                         fma_slab(racc, av[0, u], ov[0, u], sh_lane)
                     s += unroll
-                while s < kprime:                                        # the last K' mod unroll slots
+                while s < cnt:                                           # the last slots
                     fma_slab(racc, float32(vrow[s]), orow[s], sh_lane)
                     s += 1
-                for x in range(cols_per_lane):                           # the row of C (columns past n
-                    col = col0 + lane * cols_per_lane + x                # skipped)
+                for x in range(cols_per_lane):                           # the row of C, or this block's
+                    col = col0 + lane * cols_per_lane + x                # partial row (columns past n skipped)
                     if col < n:
-                        c[row, col] = racc[x]
+                        if nsplit == 1:
+                            c[row, col] = racc[x]
+                        else:
+                            part[split, row, col] = racc[x]
+        if nsplit > 1:                                                   # the last block of the tile sums
+            split_sum(c, part, ticket, m, n, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y,
+                      sh_last, rows_per_block, s_cols)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
@@ -1488,14 +1518,14 @@ class DeviceELL(DeviceMatrix):
     """
 
     def slot_ptr(self, kc: int):
-        """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
-        column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
+        """``M x (ceil(K/kc)+1)`` int32 on the device (``M x 2`` at ``K = 0``): row ``r``'s entries
+        with a column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
         ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
         return self.cached(("slot_ptr", kc), lambda: self._slot_ptr(kc))
 
     def _slot_ptr(self, kc: int) -> np.ndarray:
         m, k = self.shape
-        nchunks = cdiv(k, kc)
+        nchunks = max(1, cdiv(k, kc))                                        # (K = 0: one empty chunk)
         chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
         flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
         counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
@@ -1521,17 +1551,19 @@ class DeviceELL(DeviceMatrix):
             return values, indices
         return self.cached(("rows", pad), build)
 
-    def slab_offsets(self, pad: int, s_bytes: int):
+    def slab_offsets(self, pad: int, s_bytes: int, kc: int):
         """The b-resident kernel's slab offsets: ``M x ceil(K' / pad) * pad`` uint32 on the device, entry
-        ``(r, s)`` = ``indices[r, s] * s_bytes``, the byte offset of slab row ``indices[r, s]`` in a slab
-        of rows of ``s_bytes`` bytes (rows padded with zeros as :meth:`row_major` pads them; built once per
-        setting). Scaled here so that the kernel's shared address of a slot is one add (:func:`bytes_on`)."""
+        ``(r, s)`` = ``(indices[r, s] mod kc) * s_bytes``, the byte offset of row ``indices[r, s]`` of B in
+        the slab of its K range (``kc`` rows of B a range, as :meth:`slot_ptr` chunks them; ``kc >= K``:
+        one range) whose rows are ``s_bytes`` bytes; rows padded with zeros as :meth:`row_major` pads them;
+        built once per setting. Scaled here so that the kernel's shared address of a slot is one add
+        (:func:`bytes_on`)."""
         def build():
             m, kprime = self.host.indices.shape
             offs = np.zeros((m, cdiv(kprime, pad) * pad), np.uint32)
-            offs[:, :kprime] = self.host.indices.astype(np.uint32) * np.uint32(s_bytes)
+            offs[:, :kprime] = (self.host.indices.astype(np.uint32) % np.uint32(kc)) * np.uint32(s_bytes)
             return offs
-        return self.cached(("slab_offsets", pad, s_bytes), build)
+        return self.cached(("slab_offsets", pad, s_bytes, kc), build)
 
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
@@ -1747,7 +1779,7 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks):
+def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, splits):
     from gpu.uspmm_tc import SHARED_OPTIN, _DynamicShared, _opt_in    # (gpu.uspmm_tc imports this module)
     m, n = c.shape
     k = dell.shape[1]
@@ -1758,18 +1790,21 @@ def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
                          f"16 bytes), got {cols_per_lane}")
     if unroll not in (2, 4, 8):
         raise ValueError(f"unroll: must be 2, 4 or 8 (slots a step), got {unroll}")
-    shared = b_resident_shared_bytes(k, cols_per_lane, item)
+    kc = max(1, cdiv(k, splits))                     # rows of B a K range (a block's slab): ranges of kc rows,
+    shared = b_resident_shared_bytes(kc, cols_per_lane, item)                  # the last one shorter
     if shared > SHARED_OPTIN:
-        raise ValueError(f"b, cols_per_lane: the resident slab of B (K x 32 * cols_per_lane = {k} x "
-                         f"{WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared memory, "
-                         f"more than the opt-in maximum of {SHARED_OPTIN}")
+        raise ValueError(f"b, cols_per_lane, splits: the resident slab of B (ceil(K / splits) x 32 * cols_per_lane "
+                         f"= {kc} x {WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared "
+                         f"memory, more than the opt-in maximum of {SHARED_OPTIN}; split K over more blocks "
+                         f"(splits, now {splits}) or take fewer columns a lane")
     vals = dell.row_major(ENTRY_PAD)[0]
-    offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item)
+    offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item, kc)
     kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
                                 min_blocks)
+    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
     bw = 16 // item
-    args = (vals.reshape(vals.size), offs.reshape(offs.size), bdev.reshape(k * n), c, m, n, k, dell.host.kprime,
-            vals.shape[1], n % bw == 0 and aligned(bdev, bw))
+    args = (vals.reshape(vals.size), offs.reshape(offs.size), dell.slot_ptr(kc), bdev.reshape(k * n), c, part,
+            ticket, m, n, k, vals.shape[1], kc, n % bw == 0 and aligned(bdev, bw), nsplit)
     _opt_in(kernel, args, shared)
     _launch(_DynamicShared(kernel, shared), grid, threads, args, "nwarp, rows_per_warp, cols_per_lane")
 
@@ -1789,9 +1824,9 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
-    if splits != 1 and variant in ("listing1", "tiled", "warp_split", "b_resident"):
-        raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
-                         f"got {splits}")
+    if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
+        raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct, dense_tile and "
+                         f"b_resident do), got {splits}")
     for name, flag in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
@@ -1816,7 +1851,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
                                bool(l2_prefetch))
         elif variant == "b_resident":
             _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
-                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1837,7 +1872,7 @@ def uspmm(ell, b, *, config=None, **tunables):
     issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
     entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile", "warp_split":
     resident blocks per SM the registers are capped for) and ``splits``
-    ("pipelined", "direct", "dense_tile": the K range of each output tile
+    ("pipelined", "direct", "dense_tile", "b_resident": the K range of each output tile
     split over that many blocks, their float32 partial tiles summed in a
     fixed order, so results stay bit-identical; for grids too small to fill
     the GPU, e.g. N = 128 at M = 1024); for "warp_split" ``nwarp`` warps
@@ -1848,9 +1883,9 @@ def uspmm(ell, b, *, config=None, **tunables):
     at the start), both False by default (:func:`_warp_split_kernel`); for
     "b_resident" ``nwarp`` warps and ``nwarp * rows_per_warp`` rows a block,
     ``cols_per_lane`` 1, 2 or 4 (float16 also 8) columns of the block's slab of
-    ``B`` a lane (the slab, ``K * 32 * cols_per_lane`` elements, must fit the
-    opt-in shared memory of a block), ``unroll`` (2, 4 or 8) slots a step,
-    ``min_blocks`` as above (:func:`_b_resident_kernel`); all but "listing1"
+    ``B`` a lane (the slab, ``ceil(K / splits) * 32 * cols_per_lane`` elements,
+    must fit the opt-in shared memory of a block), ``unroll`` (2, 4 or 8) slots
+    a step, ``min_blocks`` and ``splits`` as above (:func:`_b_resident_kernel`); all but "listing1"
     need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may

@@ -104,11 +104,12 @@ def warp_split(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1)
                 min_blocks=min_blocks)
 
 
-def b_resident(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1) -> dict:
-    """The tunables of one setting of ``variant="b_resident"`` (:func:`gpu.uspmm._b_resident_kernel`). Not
-    timed yet: neither :func:`heuristic` nor :func:`space` uses it."""
+def b_resident(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1, splits: int = 1) -> dict:
+    """The tunables of one setting of ``variant="b_resident"`` (:func:`gpu.uspmm._b_resident_kernel`;
+    ``splits``: K in that many ranges of rows, one slab of a range a block). Not timed yet: neither
+    :func:`heuristic` nor :func:`space` uses it."""
     return dict(variant="b_resident", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll,
-                min_blocks=min_blocks)
+                min_blocks=min_blocks, splits=splits)
 
 
 def wide_warps(m: int, n: int) -> dict:

@@ -124,11 +124,16 @@ def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
     assert winner is not None and winner["variant"] in {c["variant"] for c in tune.space(np.float32, "C")}
 
 
-# variant "b_resident" (session 7, not yet timed). Not in CONFIGS: the `problem` fixture's 4096 x 4096 x 256
-# float32 problem needs a 512 KB slab of B (K x 32 columns), past the 232448-byte opt-in, which the launcher
-# refuses. K = 1024 float32 fits one column a lane (128 KB); 999 rows of float16 fit two (128 KB).
+# variant "b_resident" (session 7, not yet timed). Not in CONFIGS: unsplit, the `problem` fixture's 4096 x 4096 x
+# 256 float32 problem needs a 512 KB slab of B (K x 32 columns), past the 232448-byte opt-in, which the launcher
+# refuses (its split settings: test_b_resident_split_past_the_k_cap). K = 1024 float32 fits one column a lane
+# unsplit (128 KB); 999 rows of float16 fit two (128 KB); with K in 4 ranges four columns a lane (128 KB float32),
+# in 3 ranges two (87 KB).
 B_RESIDENT_CONFIGS = [dict(variant="b_resident", nwarp=32, rows_per_warp=8, cols_per_lane=1, unroll=8),
-                      dict(variant="b_resident", nwarp=16, rows_per_warp=4, cols_per_lane=1, unroll=4, min_blocks=2)]
+                      dict(variant="b_resident", nwarp=16, rows_per_warp=4, cols_per_lane=1, unroll=4, min_blocks=2),
+                      dict(variant="b_resident", nwarp=32, rows_per_warp=4, cols_per_lane=4, unroll=8, splits=4),
+                      dict(variant="b_resident", nwarp=16, rows_per_warp=8, cols_per_lane=2, unroll=8, min_blocks=2,
+                           splits=3)]
 
 
 @pytest.mark.parametrize("cfg", B_RESIDENT_CONFIGS, ids=lambda c: "-".join(f"{v}" for v in c.values()))
@@ -144,3 +149,21 @@ def test_b_resident_real_shapes_correct_and_bit_identical(shape, cfg):
     again = uspmm(p.dell, p.b, **cfg).copy_to_host()
     assert p.correct(first)
     assert (first.view(np.uint8) == again.view(np.uint8)).all()
+
+
+@pytest.mark.parametrize("cfg", [dict(variant="b_resident", nwarp=32, rows_per_warp=8, cols_per_lane=1, unroll=8,
+                                      splits=4),
+                                 dict(variant="b_resident", nwarp=32, rows_per_warp=4, cols_per_lane=2, unroll=8,
+                                      splits=8)],
+                         ids=lambda c: "-".join(f"{v}" for v in c.values()))
+def test_b_resident_split_past_the_k_cap(cfg):
+    """The `problem` fixture's 4096 x 4096 x 256 float32 shape, whose 4096-row slab fits no block: K in 4
+    ranges of 1024 rows (one column a lane) or 8 of 512 (two), 128 KB slabs. Correct against float64, and
+    10 launches (which block of an output tile sums the partials varies) give one bit pattern."""
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm import uspmm
+    p = Problem(4096, 4096, 256, 0.9, np.float32)
+    first = uspmm(p.dell, p.b, **cfg).copy_to_host()
+    assert p.correct(first)
+    for _ in range(10):
+        assert (uspmm(p.dell, p.b, **cfg).copy_to_host().view(np.uint32) == first.view(np.uint32)).all()
