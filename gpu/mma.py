@@ -109,7 +109,7 @@ from numba import cuda
 from numba.core.types import float16
 from numba.cuda import config
 
-__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round",
+__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
@@ -127,6 +127,23 @@ def tf32_round(x):
     rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
     out = np.where(special, bits, rounded).view(np.float32)
     return out if out.ndim else np.float32(out[()])
+
+
+def tf32_split(x):
+    """NumPy model of the lean float32 kernels' 3xTF32 split of float32 ``x`` (an array), bit for bit as
+    sm_90 computes it: ``(big, small)`` with ``big = to_tf32_finite(x)`` (``(bits + 0x1000) & 0xFFFFE000``,
+    wrapping) and ``small = cvt.rna.tf32.f32(x - big)``. For finite ``x`` the difference is exact and
+    ``small`` is :func:`tf32_round` of it. For an infinite or NaN ``x`` the difference is an infinity or a
+    NaN; a NaN comes out of the GPU's subtraction as ``0x7FFFFFFF`` and ptxas's ``cvt.rna`` (compare,
+    add for finite values, mask) turns it into ``0x7FFFE000``, which ``small`` holds here (NumPy's NaN
+    payloads differ; :func:`tf32_round` passes a NaN unchanged). ``gpu.uspmm_tc`` splits A's values
+    with this once, on the host, so its scatter only moves bits."""
+    a = np.asarray(x, dtype=np.float32)
+    big = ((a.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+    with np.errstate(invalid="ignore"):                                  # (inf - inf)
+        diff = a - big
+    small = np.where(np.isnan(diff), np.uint32(0x7FFFE000).view(np.float32), tf32_round(diff))
+    return big, small.astype(np.float32)
 
 
 def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:

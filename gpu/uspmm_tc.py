@@ -124,7 +124,16 @@ chunk (sm_90, offline): the float32 one-wave setting (64 x 128 kc 32 w1x2 kg4) 7
 (238 -> 218 registers), ``TC_LARGE`` (64 x 256 kc 16 w1x4, 8 slots) 816 -> 546 (226 -> 217). H100
 (call 2 of the session): one-wave 1024^3 60% 62.3 -> 55.7 us (dense fp32 cuBLAS 62.3), 90% 60.3 ->
 55.3, 768 x 768 x 1024 48.8 -> 44.0; 64 x 256 at N = 16384 668.9 -> 598.6 (cuBLAS 681.5), at N = 2048
-108.3 -> 102.0. ``lean=False`` (the default) compiles to the post-LTO PTX of the kernel before it.
+108.3 -> 102.0. (4) Session 7 ("Session 7, float32 scatter (static, not timed)"), float32: the entry
+arrays are padded to the slots the kernel scatters (:func:`segment_entries` with ``pad``), so a chunk's
+slots are all entries or padding (or, after the last chunk, all stale): one test a chunk replaces the
+sink selects and 64-bit compares of every slot. (5) Where the larger entry stages keep the setting's
+resident blocks (:func:`_presplit_fits`: the one-wave setting and the defaults, not ``TC_LARGE``), A's
+values come split on the host (``presplit``, :func:`gpu.mma.tf32_split`, bit for bit the kernel's split
+of a finite value; ELL values are finite), staged as big and small pairs read with one 8-byte load:
+the scatter only moves bits. SASS executed per K chunk (sm_90, offline): one-wave 519 -> 422, ``TC_LARGE``
+855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=False`` (the default)
+compiles to the post-LTO PTX of the kernel before it.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -155,10 +164,10 @@ from numba.core.types import float16, uint8
 from numba.cuda import config as cuda_config
 
 from gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
-                     ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, to_tf32,
-                     to_tf32_finite)
+                     ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, tf32_split,
+                     to_tf32, to_tf32_finite)
 from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
-from gpu.vector_loads import aligned, store4, store8
+from gpu.vector_loads import aligned, load2, store4, store8
 from sparsekit.arrays import cdiv, output, result
 from sparsekit.checks import check_int
 from sparsekit.device import allow_dynamic_shared
@@ -190,6 +199,9 @@ SPLIT_ERROR_U = 13
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
 #: kernel before the launch (:func:`_opt_in`). A device with a smaller opt-in refuses those at launch.
 SHARED_OPTIN = 232448
+#: Shared memory of one H100 SM (228 KB; each resident block also takes 1 KB the system reserves): whether
+#: the presplit entry stages keep a setting's resident blocks (:func:`_presplit_fits`).
+SM_SHARED = 233472
 #: The largest static shared footprint (Numba's static arrays stop at 48 KB); a module attribute so the
 #: simulator tests can send small settings through the dynamic path.
 STATIC_LIMIT = SHARED_LIMIT
@@ -197,7 +209,7 @@ STATIC_LIMIT = SHARED_LIMIT
 U = np.uint64
 
 
-def segment_entries(dell, seg: int, pad: bool = False):
+def segment_entries(dell, seg: int, pad: bool = False, split: bool = False):
     """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
     16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
@@ -206,7 +218,10 @@ def segment_entries(dell, seg: int, pad: bool = False):
     kernel writes slots in order, so padding lands before any entry and never overwrites one.
     ``pad``: ``w`` raised to :func:`scatter_slots` of it, the slots the kernel scatters, so that every
     scattered slot is an entry or padding (the float32 lean scatter writes them all, no test per slot).
-    Built once per ``seg`` and ``pad`` on the host, kept with ``dell``."""
+    ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
+    kernel splits it (:func:`gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
+    twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
+    Built once per ``seg``, ``pad`` and ``split`` on the host, kept with ``dell``."""
     def build():
         m, k = dell.shape
         idx = dell.host.indices.astype(np.int64)                            # (M, K'), ascending per row
@@ -225,8 +240,11 @@ def segment_entries(dell, seg: int, pad: bool = False):
         offsets = np.zeros((nsub, w, mp), dtype=np.uint8)
         values[q, pos, rows] = dell.host.values
         offsets[q, pos, rows] = idx - q * seg
+        if split:                                                           # (padding: 0 splits into 0, 0)
+            values = np.stack(tf32_split(values), axis=-1).reshape(nsub, w, 2 * mp)
         return values, offsets
-    return dell.cached(("tc_segment_entries", seg, "padded") if pad else ("tc_segment_entries", seg), build)
+    key = ("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
+    return dell.cached(key, build)
 
 
 def error_reduction(kprime: int, dtype) -> int:
@@ -274,14 +292,14 @@ def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:
 
 
 def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthreads: int = 256,
-                 kgroups: int = 1) -> int:
+                 kgroups: int = 1, presplit: bool = False) -> int:
     """Shared memory of one block of ``nthreads`` threads (all ``kgroups`` K groups): two A buffers
     (float32: a big and a small tile each) and the sink, ``stages`` B tiles and ``stages`` entry stages
-    (value and 8-bit offset per slot); with K groups, at least the ``kgroups - 1`` float32 ``bm x bn``
-    tiles that their sums pass through after the K loop (over the same buffer)."""
+    (value and 8-bit offset per slot; ``presplit``: two values, big and small); with K groups, at least the
+    ``kgroups - 1`` float32 ``bm x bn`` tiles that their sums pass through after the K loop (over the same buffer)."""
     geo = _geometry(bm, bn, kc, half, nthreads)
     item = 2 if half else 4
-    return max((geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * (item + 1),
+    return max((geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * ((1 + presplit) * item + 1),
                4 * (kgroups - 1) * bm * bn)
 
 
@@ -294,7 +312,7 @@ def scatter_slots(seg: int, w: int) -> int:
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
                stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1, lean: bool = False):
+               kgroups: int = 1, lean: bool = False, presplit: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
@@ -303,7 +321,10 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     cp.async copies on byte addresses taken once per thread (:func:`gpu.mma.shared_addr`,
     :func:`gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`),
     the big parts of the 3xTF32 splits by :func:`gpu.mma.to_tf32_finite`; False compiles the kernel
-    without them.
+    without them. Float32 lean also stores every staged slot (no sink): it needs the entry arrays of
+    :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
+    ``presplit`` (float32 lean): A's values arrive split (:func:`segment_entries` with ``split``): the
+    entry stages hold big and small side by side and the scatter only moves them (no conversion).
     ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
     ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
     moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
@@ -316,7 +337,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     ``C``'s dtype). ``kgroups``: K groups of ``warps_m x warps_n`` warps (module docstring, step 6;
     needs ``dynamic``: their sums pass through the dynamic buffer); 1 compiles the kernel without them.
 
-    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened),
+    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened; float32
+    lean: with ``pad``, and ``split`` where ``presplit``),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
     float32), ``ticket`` (one int32 per output tile; both 1-element stand-ins without a split);
     sizes ``m``, ``n``, ``k``, ``w`` (slots per segment), ``nsub`` (segments), ``mp`` (rows of the
@@ -340,11 +362,14 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     ew, sa, a_small, a_buf, a_all, sbn, b_buf, e_buf = (geo[x] for x in ("ew", "sa", "a_small", "a_buf", "a_all", "sbn",
                                                                          "b_buf", "e_buf"))
     all_b, all_e = stages * b_buf, stages * e_buf
-    eo_byte = (a_all + all_b + all_e) * item          # dynamic layout: where the offsets start (bytes)
+    er = 2 if presplit else 1                         # values a slot and row (presplit: big, small)
+    all_ev = er * all_e
+    eo_byte = (a_all + all_b + all_ev) * item         # dynamic layout: where the offsets start (bytes)
     pend = stages - 2                                 # copy groups left in flight at a step's end
     tpr = nthreads // bm                              # threads per row of the A tile
     seg = kc // tpr                                   # columns of a thread's A segment
     nslots = slots or seg                             # slots scattered per thread and chunk
+    nvals = er * nslots                               # their values (presplit: big ones, then small ones)
     kstep = 16 if half else 8                         # columns of one MMA K step
     gks = kc // kstep // kgroups                      # MMA K steps per chunk of one K group
     per_ks = cdiv(nslots, gks)                        # slots stored after each of a group's K steps
@@ -353,7 +378,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     bpieces = kc * per_row                            # 16-byte pieces of a B tile
     nbp = cdiv(bpieces, nthreads)
     b_whole = bpieces % nthreads == 0                 # every thread copies nbp pieces
-    vpr, opr = bm // vw, bm // 16                     # 16-byte pieces of one slot's values, offsets
+    vpr, opr = er * bm // vw, bm // 16                # 16-byte pieces of one slot's values, offsets
     vpieces, opieces = kc * vpr, kc * opr             # of a chunk's entry stage (all seg slots)
     nvp, nop = cdiv(vpieces, nthreads), cdiv(opieces, nthreads)
     v_whole, o_whole = vpieces % nthreads == 0, opieces % nthreads == 0
@@ -365,10 +390,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
     lean_b = lean and vec and rstep > 0               # (the element-wise B copies have no lean form)
 
-    def entry_linear(npt: int, per_slot: int) -> bool:
-        return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
-
-    lean_e = lean and entry_linear(nvp, vpr) and entry_linear(nop, opr)
+    lean_e = lean and _entry_linear(nvp, vpr, nthreads, seg) and _entry_linear(nop, opr, nthreads, seg)
     # lean float32 scatter: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so
     # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
     lean32 = lean and not half
@@ -410,12 +432,14 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         ue = U(e)
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
 
-    def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int):
+    def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int, srows: int):
         """Step 1a for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
         offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
         (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``lean_e``:
         on byte addresses (``16 // rows`` bytes an element), ``eb`` (:func:`entry_bases`) and ``sgl``
-        (the array's first element) from the kernel: a thread's pieces are slots ``slot0 + i * sstep``
+        (the array's first element) from the kernel (``srows``: the stage's rows a slot, ``bm``, or ``2 bm``
+        for presplit values, whose rows, row offset and strides the caller doubles): a thread's pieces are
+        slots ``slot0 + i * sstep``
         (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same position ``ii`` in segments
         ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its first piece in stage 0 / in
         segment 0 of the entry array; pieces past the segments or rows read nothing (from ``sgl``).
@@ -437,20 +461,20 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     ii = slot % U(seg)
                     if lean_e:                                           # slot slot0 + i * sstep
                         ok = live & (hq0 + U(i * sstep // seg) < nrem)
-                        cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * bm)) * U(size), src,
+                        cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * srows)) * U(size), src,
                                        sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
                                        u16 if ok else u0)
                     elif ii < w:
                         ok = (qb + hq < nsub) & (row0 + r < mp)
-                        cp_async16(dst, sbase + (slot * U(bm) + r), src,
+                        cp_async16(dst, sbase + (slot * U(srows) + r), src,
                                    qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
         return copy
 
-    copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw)
-    copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16)
+    copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw, er * bm)
+    copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16, bm)
 
     @cuda.jit(device=True, inline=True)
-    def entry_bases(t, per_slot, rows, row0, w, mp, wmp, dst, src):
+    def entry_bases(t, per_slot, rows, srows, row0, w, mp, wmp, dst, src):
         """This thread's first piece of an entry array (``lean_e``): its segment ``hq0``, whether its slot
         holds entries and its rows are within the array (``live``), and the addresses of its destination
         in stage 0 and its source in chunk 0 (used only where ``live``)."""
@@ -459,7 +483,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         hq0 = slot // U(seg)
         ii = slot % U(seg)
         live = (ii < w) & (row0 + r < mp)
-        return hq0, live, shared_addr(dst, slot * U(bm) + r), global_addr(src, hq0 * wmp + ii * mp + row0 + r)
+        return hq0, live, shared_addr(dst, slot * U(srows) + r), global_addr(src, hq0 * wmp + ii * mp + row0 + r)
 
     @cuda.jit(device=True, inline=True)
     def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo, le):
@@ -472,7 +496,10 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         thread's :func:`entry_bases` of the values and the offsets, then the arrays' first elements."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
-        copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb, le[0], le[2])
+        if presplit:                                                     # (rows of big, small pairs)
+            copy_values(t, ev, U(2) * row0, w, U(2) * wmp, nsub, U(2) * mp, sh_ev, U(2) * sbase, qb, le[0], le[2])
+        else:
+            copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb, le[0], le[2])
         copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb, le[1], le[3])
 
     @cuda.jit(device=True, inline=True)
@@ -484,7 +511,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         for i in range(nslots):
             x = e0 + U(i * bm)
             offs[i] = U(sh_eo[x])
-            vals[i] = sh_ev[x]
+            if presplit:                                                 # big, small: vals[i], vals[nslots + i]
+                pair = load2(sh_ev, U(2) * x)                            # (one 8-byte load)
+                vals[i] = pair[0]
+                vals[nslots + i] = pair[1]
+            else:
+                vals[i] = sh_ev[x]
 
     @cuda.jit(device=True, inline=True)
     def zero_segment(base, sh_a):
@@ -503,14 +535,19 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     sh_a[base + U(e * a_small + z)] = zero
 
     @cuda.jit(device=True, inline=True)
-    def put(sh_a, live, x, sink, v):
+    def put(sh_a, live, x, sink, v, vs):
         """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
         3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
         difference is exact) at the same place of the small one (``a_small`` further; the sink's small
         element is ``nthreads`` further). Splitting here, once per entry, replaces the split of every A
-        fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values."""
+        fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values.
+        ``presplit``: ``v`` and ``vs`` are big and small already (split on the host, bit for bit as here)."""
         if half:
             sh_a[x if live else sink] = v
+        elif presplit:
+            if live:
+                sh_a[x] = v
+                sh_a[x + U(a_small)] = vs
         elif lean:                                                       # (live for the whole chunk: no sink)
             hi = to_tf32_finite(v)                                       # (small is NaN for Inf/NaN v)
             if live:
@@ -528,7 +565,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry.
         (Float32 lean: every slot, the entry arrays holding ``nslots`` a segment; used for chunk 0 only.)"""
         for i in range(nslots):
-            put(sh_a, True if lean32 else U(i) < wl, base + offs[i], sink, vals[i])
+            put(sh_a, True if lean32 else U(i) < wl, base + offs[i], sink, vals[i],
+                vals[nslots + i] if presplit else vals[i])
 
     @cuda.jit(device=True, inline=True)
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
@@ -543,10 +581,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 live = wl != u0
             else:
                 live = (U(ks * per_ks + i) < U(nslots)) & (wl != u0)
-            put(sh_a, live, base + offs[i], sink, vals[i])
+            put(sh_a, live, base + offs[i], sink, vals[i], vals[nslots + i] if presplit else vals[i])
         for i in range(nslots - per_ks):
             offs[i] = offs[i + per_ks]
             vals[i] = vals[i + per_ks]
+            if presplit:
+                vals[nslots + i] = vals[nslots + i + per_ks]
 
     @cuda.jit(device=True, inline=True)
     def scatter(ch, abuf, t, arow, h, w, offs, vals, sh_ev, sh_eo, sh_a):
@@ -748,7 +788,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             nchunks = q1 - q0                                            # chunk j of the loop is q0 + j:
             b = b[q0 * kc * n:]                                          # B, K and the entries from chunk
             uk = uk - U(q0 * kc)                                         # q0 on (views: the K loop's code
-            ev = ev[q0 * tpr * w * mp:]                                  # is the unsplit one)
+            ev = ev[q0 * tpr * w * mp * er:]                             # is the unsplit one)
             eo = eo[q0 * tpr * w * mp:]
             unsub = unsub - U(q0 * tpr)
         else:
@@ -760,12 +800,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 red = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)   # sums, over all of it
             sh_a = dyn[:a_all]
             sh_b = dyn[a_all:a_all + all_b]
-            sh_ev = dyn[a_all + all_b:a_all + all_b + all_e]
+            sh_ev = dyn[a_all + all_b:a_all + all_b + all_ev]
             sh_eo = dyn8[eo_byte:eo_byte + all_e]
         else:
             sh_a = cuda.shared.array(a_all, tile_type, alignment=SMEM_ALIGN)        # 2 dense A tiles, sink
             sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)        # `stages` B tiles
-            sh_ev = cuda.shared.array(all_e, tile_type, alignment=SMEM_ALIGN)       # `stages` entry stages:
+            sh_ev = cuda.shared.array(all_ev, tile_type, alignment=SMEM_ALIGN)      # `stages` entry stages:
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
         if lean_b:                                                       # this thread's copy addresses
             br0 = t // U(per_row)                                        # (lean): B row and column of its
@@ -780,8 +820,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         else:
             ash = np.uint32(0)
         if lean_e:
-            le = (entry_bases(t, vpr, vw, row0, uw, ump, uwmp, sh_ev, ev),
-                  entry_bases(t, opr, 16, row0, uw, ump, uwmp, sh_eo, eo), global_addr(ev, u0), global_addr(eo, u0))
+            le = (entry_bases(t, vpr, vw, U(er * bm), U(er) * row0, uw, U(er) * ump, U(er) * uwmp, sh_ev, ev),
+                  entry_bases(t, opr, 16, U(bm), row0, uw, ump, uwmp, sh_eo, eo),
+                  global_addr(ev, u0), global_addr(eo, u0))
         else:
             le = ((u0, False, np.uint32(0), u0), (u0, False, np.uint32(0), u0), u0, u0)
         arow = t % U(bm)                                                 # this thread's A segment: row arow,
@@ -789,7 +830,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         sink = U(2 * a_buf) + t                                          # where slots past w are written
         acc = cuda.local.array((mtiles, ntiles, 4), float32)             # the warp's C fragments
         offs = cuda.local.array(nslots, U)                               # staged slots of the next A tile
-        vals = cuda.local.array(nslots, tile_type)
+        vals = cuda.local.array(nvals, tile_type)
         if half:
             afr = cuda.local.array((mtiles, 4), np.uint32)
             bfr = cuda.local.array((ntiles, 2), np.uint32)
@@ -907,6 +948,24 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups, bool(lean)
 
 
+def _entry_linear(npt: int, per_slot: int, nthreads: int, seg: int) -> bool:
+    """Whether a thread's 16-byte pieces of an entry stage (``npt`` of them, ``per_slot`` a slot) are one
+    segment position in whole segments apart, so the lean copies take one address per thread."""
+    return npt == 1 or (nthreads % per_slot == 0 and (nthreads // per_slot) % seg == 0)
+
+
+def _presplit_fits(bm: int, bn: int, kc: int, stages: int, nthreads: int, kgroups: int, min_blocks: int) -> bool:
+    """Whether float32 lean takes A's values split on the host (``presplit``): when ``min_blocks`` blocks
+    with the larger entry stages still fit in one SM's shared memory (:data:`SM_SHARED`, 1 KB of it
+    reserved per block), so the resident blocks the setting asks for stay (``TC_LARGE``, two blocks of
+    64 x 256 an SM, would drop to one: it keeps the split in the kernel), and the value copies, twice as
+    many pieces, keep their lean addressing (:func:`_entry_linear`; ``TC_LARGE``'s would not)."""
+    need = shared_bytes(bm, bn, kc, False, stages, nthreads, kgroups, presplit=True)
+    vpr = 2 * bm // 4                                                   # pieces of one slot's pairs
+    linear = _entry_linear(cdiv(kc * vpr, nthreads), vpr, nthreads, kc * bm // nthreads)
+    return linear and need <= SHARED_OPTIN and min_blocks * (need + 1024) <= SM_SHARED
+
+
 _OPTED_IN: set = set()
 
 
@@ -976,13 +1035,14 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         seg = kc * bm // nthreads
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        shared = shared_bytes(bm, bn, kc, bool(half), stages, nthreads, kgroups)
+        presplit = lean and not half and _presplit_fits(bm, bn, kc, stages, nthreads, kgroups, min_blocks)
+        shared = shared_bytes(bm, bn, kc, bool(half), stages, nthreads, kgroups, presplit)
         dynamic = shared > STATIC_LIMIT or kgroups > 1                  # (K groups sum through the dynamic buffer)
-        ev, eo = segment_entries(dell, seg, pad=lean and not half)
-        nsub, w, mp = ev.shape
+        ev, eo = segment_entries(dell, seg, pad=lean and not half, split=presplit)
+        nsub, w, mp = eo.shape
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean)
+                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit)
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:

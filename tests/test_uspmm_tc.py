@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpu import uspmm_tc as tc
-from gpu.mma import tf32_round
+from gpu.mma import tf32_round, tf32_split
 from reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices
@@ -25,7 +25,8 @@ from test_spmm import assert_fp32_accumulated, rhs_for
 # 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp;
 # pipelines of 2 to 5 stages; K groups (the fourth setting of each dtype: float16 two groups of one warp,
 # one K step each per chunk of 32; float32 three groups, one K step each per chunk of 24); ``lean=True``
-# (the last ones: float16 two warps along N; float32 two warps along M, and the three groups).
+# (the last ones: float16 two warps along N; float32 two warps along M, and the three groups; both float32
+# ones with A's values split on the host, ``presplit``; the kernel's own split: the non-finite B test).
 TUNABLES = {
     np.float16: [dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1),
                  dict(bm=16, bn=32, kc=16, warps_m=1, warps_n=2, stages=4),
@@ -188,11 +189,14 @@ def test_float32_is_bit_identical_to_the_3xtf32_model(data):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN arithmetic, simulated)
-def test_lean_float32_keeps_non_finite_b():
+@pytest.mark.parametrize("presplit", [True, False])
+def test_lean_float32_keeps_non_finite_b(presplit, monkeypatch):
     """``lean=True`` rounds the big parts with integer arithmetic (:func:`gpu.mma.to_tf32_finite`, which
     may turn a NaN into an infinity or a zero): the small part carries the NaN, so the result equals
     ``lean=False``'s for B holding infinities and NaNs of every payload (with a 2-way K split: the lean
-    copies on the split's views)."""
+    copies on the split's views). With A's values split on the host (``presplit``, the launcher's choice
+    for this small setting) and, forced off, in the kernel (the path of ``TC_LARGE``)."""
+    monkeypatch.setattr(tc, "_presplit_fits", lambda *args: presplit)
     rng = np.random.default_rng(5)
     m, k, n = 16, 48, 8
     mask = np.zeros((m, k), dtype=bool)
@@ -207,6 +211,30 @@ def test_lean_float32_keeps_non_finite_b():
     plain = tc.uspmm(ell, b, splits=2, **dict(tunables, lean=False))
     assert np.isnan(got).any() and np.array_equal(np.isnan(got), np.isnan(plain))
     assert np.array_equal(got[~np.isnan(got)].view(np.uint32), plain[~np.isnan(plain)].view(np.uint32))
+
+
+def test_tf32_split_is_the_lean_kernels_split():
+    """:func:`gpu.mma.tf32_split` (A's values split on the host, ``presplit``) gives the lean kernel's
+    split bit for bit: ``big`` by :func:`gpu.mma.to_tf32_finite`'s integer rounding, ``small =
+    tf32(x - big)`` (exact difference; an infinity where ``big`` rounded up past the largest float32);
+    for a non-finite ``x`` (never in an ELL: its values are finite) ``small`` is the NaN the GPU makes,
+    so the MMAs that read it return NaN as in the kernel."""
+    rng = np.random.default_rng(11)
+    edges = np.array([0, 0x80000000, 0x00000FFF, 0x00001000, 0x3F800FFF, 0x3F801000, 0xBF801000, 0x7F7FFFFF,
+                      0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FFFFFFF, 0x7F800001, 0xFFFFF000], np.uint32)
+    bits = np.concatenate([rng.integers(0, 2 ** 32, 4096, dtype=np.uint64).astype(np.uint32), edges])
+    x = bits.view(np.float32)
+    big, small = tf32_split(x)
+    assert big.dtype == small.dtype == np.float32
+    assert np.array_equal(big.view(np.uint32), ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32))
+    with np.errstate(invalid="ignore"):
+        diff = x - big
+    nan = np.isnan(diff)
+    assert np.array_equal(nan, ~np.isfinite(x))
+    assert np.array_equal(small[~nan].view(np.uint32), tf32_round(diff[~nan]).view(np.uint32))
+    assert (small[nan].view(np.uint32) == 0x7FFFE000).all()
+    fin = np.isfinite(big) & (np.abs(x) >= 2.0 ** -100)                 # big + small: x to 22 bits (small normal)
+    assert (np.abs(big[fin].astype(np.float64) + small[fin] - x[fin]) <= 2.0 ** -22 * np.abs(x[fin])).all()
 
 
 @pytest.mark.simulator("the model is the simulator's MMA: tests/gpu/test_uspmm_tc_gpu.py "
@@ -251,6 +279,21 @@ def test_float32_default_fits_two_blocks_an_sm():
     nthreads = 32 * cfg["warps_m"] * cfg["warps_n"]
     shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], False, cfg["stages"], nthreads)
     assert 2 * (shared + 1024) <= 228 * 1024
+
+
+def test_presplit_keeps_the_resident_blocks():
+    """float32 lean stages A's values split on the host (twice the value bytes) only where ``min_blocks``
+    blocks still fit an SM's 228 KB: the one-wave setting and the defaults do, ``TC_LARGE`` (two blocks
+    of 64 x 256 an SM: 107 KB each, 123 KB presplit) keeps the split in the kernel."""
+    from sparsekit.tune import TC_LARGE, TC_ONE_WAVE
+    f32 = np.dtype(np.float32)
+    for cfg, want in ((TC_ONE_WAVE[f32], True), (TC_LARGE[f32], False), ({}, True)):
+        c = dict(tc.DEFAULTS[f32], **cfg)
+        nthreads = 32 * c["warps_m"] * c["warps_n"] * c["kgroups"]
+        args = c["bm"], c["bn"], c["kc"], c["stages"], nthreads, c["kgroups"]
+        assert tc._presplit_fits(*args, c["min_blocks"]) is want
+        need = tc.shared_bytes(*args[:3], False, *args[3:], presplit=True)
+        assert (c["min_blocks"] * (need + 1024) <= tc.SM_SHARED) is want
 
 
 # --- bad input: a clear error naming the argument ---------------------------------------------
