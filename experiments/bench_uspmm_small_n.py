@@ -107,7 +107,7 @@ B_RESIDENT_PROBLEMS = [(1024, 1024, 1024, s) for s in (0.8, 0.85, 0.9, 0.95)]
 #: column a lane (a 128 KB slab, one block an SM), float16 one (64 KB, three blocks an SM) or two (128 KB): 256
 #: rows a block give 4 x 32 = 128 blocks of 32-column slabs (one wave), 128 rows 256; unroll 8 and 4; 16 and 32
 #: warps. With K in 2 or 4 ranges (splits; float32 slabs of 128, 64 and 128 KB): two and four columns a lane,
-#: 3.1 and 2.2 slot-loop instructions an FFMA instead of 4.4 (sm_90 SASS, results/uspmm.md "Session 7"), for a
+#: 3.3 and 2.2 slot-loop instructions an FFMA instead of 4.4 (sm_90 SASS, results/uspmm.md "Session 7"), for a
 #: fixed-order sum of 8 or 16 MB of float32 partials.
 B_RESIDENT_SETTINGS = [(32, 8, 1, 8, 1), (32, 4, 1, 8, 1), (16, 16, 1, 8, 1), (32, 8, 1, 4, 1), (16, 4, 1, 8, 2),
                        (32, 4, 2, 8, 1), (16, 8, 2, 8, 1), (32, 4, 2, 8, 1, 2), (16, 8, 2, 8, 2, 4),
@@ -153,7 +153,7 @@ def fits(cfg: dict, k: int, dtype) -> bool:
         from sparsekit.arrays import cdiv
         rows = max(1, cdiv(k, cfg.get("splits", 1)))
         return (cfg["cols_per_lane"] * item <= 16
-                and b_resident_shared_bytes(rows, cfg["cols_per_lane"], item) <= SHARED_OPTIN)
+                and b_resident_shared_bytes(rows, cfg["cols_per_lane"], item, split=k > rows) <= SHARED_OPTIN)
     return not (item == 2 and cfg["cols_per_lane"] == 2)
 
 

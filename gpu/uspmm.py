@@ -82,7 +82,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
@@ -1319,10 +1319,12 @@ else:
 ENTRY_PAD = 8
 
 
-def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int) -> int:
-    """Dynamic shared memory of one b-resident block: its slab of ``B``, all ``K`` rows x ``S = 32 *
-    cols_per_lane`` columns in ``B``'s dtype, and nothing else."""
-    return k * WARP_SIZE * cols_per_lane * itemsize
+def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int, split: bool = False) -> int:
+    """Dynamic shared memory of one b-resident block: its slab of ``B``, ``k`` rows (all of K, or a K
+    range's) x ``S = 32 * cols_per_lane`` columns in ``B``'s dtype, and with a K split the 4-byte flag of
+    :func:`split_ticket` after it; no static shared memory (a static flag would take from the opt-in
+    maximum of a block even without a split)."""
+    return k * WARP_SIZE * cols_per_lane * itemsize + (4 if split else 0)
 
 
 @functools.cache
@@ -1385,6 +1387,7 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     range); ``vec_ok`` (``N`` and ``b``'s start allow 16-byte reads of ``B``), ``nsplit``.
     """
     s_cols = WARP_SIZE * cols_per_lane               # S: columns of the slab (a power of two)
+    row_words = s_cols // 2 if half else s_cols      # 4-byte words of a slab row
     nthreads = numwarps * WARP_SIZE
     rows_per_block = numwarps * rows_per_warp
     in_type = float16 if half else float32
@@ -1433,8 +1436,9 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         col0 = cuda.blockIdx.y * s_cols                                  # of slot_ptr (all of K unsplit)
         b_k = b[split * kc * n:]                                         # (views from 0: no wraparound)
         k_rows = min(kc, k - split * kc)
-        sh_last = cuda.shared.array(1, np.int32)
-        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, k_rows x S (dynamic)
+        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, k_rows x S (dynamic),
+        sh_words = cuda.shared.array(0, int32)                           # then with a split the flag, at word
+                                                                         # kc * S * itemsize / 4
         # 1. the slab, once: element e = kk * S + j of sh_b is B[split * kc + kk, col0 + j]
         slab = k_rows * s_cols
         if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads:
@@ -1495,7 +1499,7 @@ def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                             part[split, row, col] = racc[x]
         if nsplit > 1:                                                   # the last block of the tile sums
             split_sum(c, part, ticket, m, n, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y,
-                      sh_last, rows_per_block, s_cols)
+                      sh_words[kc * row_words:], rows_per_block, s_cols)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
@@ -1791,7 +1795,8 @@ def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     if unroll not in (2, 4, 8):
         raise ValueError(f"unroll: must be 2, 4 or 8 (slots a step), got {unroll}")
     kc = max(1, cdiv(k, splits))                     # rows of B a K range (a block's slab): ranges of kc rows,
-    shared = b_resident_shared_bytes(kc, cols_per_lane, item)                  # the last one shorter
+    nranges = cdiv(k, kc)                            # the last one shorter
+    shared = b_resident_shared_bytes(kc, cols_per_lane, item, split=nranges > 1)
     if shared > SHARED_OPTIN:
         raise ValueError(f"b, cols_per_lane, splits: the resident slab of B (ceil(K / splits) x 32 * cols_per_lane "
                          f"= {kc} x {WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared "
@@ -1801,7 +1806,7 @@ def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item, kc)
     kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
                                 min_blocks)
-    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
+    grid, part, ticket, nsplit = _split(dell, grid, n, splits, nranges)
     bw = 16 // item
     args = (vals.reshape(vals.size), offs.reshape(offs.size), dell.slot_ptr(kc), bdev.reshape(k * n), c, part,
             ticket, m, n, k, vals.shape[1], kc, n % bw == 0 and aligned(bdev, bw), nsplit)
