@@ -87,7 +87,7 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
-from gpu.mma import prefetch_l2
+from gpu.mma import bytes_on, prefetch_l2
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4, store8
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
@@ -1274,44 +1274,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 # ---------------------------------------------------------------------------
 # B-resident kernel (past the paper: a column slab of B in shared memory for the whole block)
 # ---------------------------------------------------------------------------
-
-if cuda_config.ENABLE_CUDASIM:
-    def bytes_on(arr, nbytes):
-        """``arr[nbytes // itemsize:]`` (simulator fallback of the intrinsic)."""
-        return arr[nbytes // arr.dtype.itemsize:]
-else:
-    from llvmlite import ir
-    from numba.cuda import cgutils, types as cuda_types
-    from numba.cuda.extending import intrinsic
-
-    @intrinsic
-    def bytes_on(typingctx, arr, nbytes):
-        """``arr[nbytes // itemsize:]`` for a 1-D C-ordered ``arr`` and ``nbytes`` a multiple of its itemsize
-        (unchecked): the view's data pointer is ``arr``'s advanced by ``nbytes`` BYTES. The b-resident kernel
-        reads its slab at ``bytes_on(lane's view, offset)[0]`` with offsets scaled on the host: the shared
-        address of a slot is one add. Indexing the lane's view with element offsets instead (``view[o]``)
-        lets LLVM fold the lane into the index, ``(o + lane) * 4 + base``: two instructions a slot on sm_90
-        (an add, then a LEA)."""
-        if not (isinstance(arr, cuda_types.Array) and arr.ndim == 1 and arr.layout == "C"
-                and isinstance(nbytes, cuda_types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            arrty, nty = sig.args
-            src = context.make_array(arrty)(context, builder, args[0])
-            off = context.cast(builder, args[1], nty, cuda_types.intp)
-            raw = builder.bitcast(src.data, ir.IntType(8).as_pointer(src.data.type.addrspace))
-            itemsize = context.get_constant(cuda_types.intp, arrty.dtype.bitwidth // 8)
-            view = context.make_array(arrty)(context, builder)
-            context.populate_array(view, data=builder.bitcast(builder.gep(raw, [off]), src.data.type),
-                                   shape=[builder.sub(cgutils.unpack_tuple(builder, src.shape)[0],
-                                                      builder.udiv(off, itemsize))],
-                                   strides=cgutils.unpack_tuple(builder, src.strides), itemsize=src.itemsize,
-                                   meminfo=src.meminfo, parent=src.parent)
-            return view._getvalue()
-
-        return arr(arr, nbytes), codegen
-
 
 #: Row stride, in entries, of the padded row-major ``ellval``/``ellidx`` copies that the b-resident
 #: kernel reads (:meth:`DeviceELL.row_major` with ``pad``): a multiple of 8, so each step of ``unroll``
