@@ -1275,9 +1275,9 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 # B-resident kernel (past the paper: a column slab of B in shared memory for the whole block)
 # ---------------------------------------------------------------------------
 
-#: Row stride, in entries, of the padded row-major ``ellval``/``ellidx`` copies that the b-resident
-#: kernel reads (:meth:`DeviceELL.row_major` with ``pad``): a multiple of 8, so each step of ``unroll``
-#: (2, 4 or 8) slots starts on a boundary of its vector loads.
+#: Row stride, in entries, of the padded row-major values and slab offsets that the b-resident kernel
+#: reads (:meth:`DeviceELL.padded_values`, :meth:`DeviceELL.slab_offsets`): a multiple of 8, so each step
+#: of ``unroll`` (2, 4 or 8) slots starts on a boundary of its vector loads.
 ENTRY_PAD = 8
 
 
@@ -1499,36 +1499,36 @@ class DeviceELL(DeviceMatrix):
         np.cumsum(counts, axis=1, out=ptr[:, 1:])
         return ptr
 
-    def row_major(self, pad: int = 1):
+    def row_major(self):
         """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
-        which reads a row's entries together); copied once. With ``pad > 1`` each row is padded
-        with zeros to ``ceil(K' / pad) * pad`` entries (the b-resident kernel's vector loads of a
-        row's slots; the padding is never read as an entry)."""
-        if pad == 1:
-            return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
-                                                np.ascontiguousarray(self.host.indices)))
+        which reads a row's entries together); copied once."""
+        return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
+                                            np.ascontiguousarray(self.host.indices)))
 
-        def build():
-            m, kprime = self.host.values.shape
-            values = np.zeros((m, cdiv(kprime, pad) * pad), self.host.values.dtype)
-            indices = np.zeros(values.shape, self.host.indices.dtype)
-            values[:, :kprime] = self.host.values
-            indices[:, :kprime] = self.host.indices
-            return values, indices
-        return self.cached(("rows", pad), build)
+    def _padded_rows(self, entries: np.ndarray, pad: int) -> np.ndarray:
+        """``entries`` (``M x K'``) C-ordered, each row padded with zeros to ``ceil(K' / pad) * pad``
+        entries (the b-resident kernel's vector loads of a row's slots; the padding is never read as an
+        entry)."""
+        m, kprime = entries.shape
+        out = np.zeros((m, cdiv(kprime, pad) * pad), entries.dtype)
+        out[:, :kprime] = entries
+        return out
+
+    def padded_values(self, pad: int):
+        """``values`` row-major, rows padded to a multiple of ``pad`` slots (:meth:`_padded_rows`), on the
+        device; copied once."""
+        return self.cached(("padded_values", pad), lambda: self._padded_rows(self.host.values, pad))
 
     def slab_offsets(self, pad: int, s_bytes: int, kc: int):
         """The b-resident kernel's slab offsets: ``M x ceil(K' / pad) * pad`` uint32 on the device, entry
         ``(r, s)`` = ``(indices[r, s] mod kc) * s_bytes``, the byte offset of row ``indices[r, s]`` of B in
         the slab of its K range (``kc`` rows of B a range, as :meth:`slot_ptr` chunks them; ``kc >= K``:
-        one range) whose rows are ``s_bytes`` bytes; rows padded with zeros as :meth:`row_major` pads them;
+        one range) whose rows are ``s_bytes`` bytes; rows padded as :meth:`padded_values` pads them;
         built once per setting. Scaled here so that the kernel's shared address of a slot is one add
         (:func:`bytes_on`)."""
         def build():
-            m, kprime = self.host.indices.shape
-            offs = np.zeros((m, cdiv(kprime, pad) * pad), np.uint32)
-            offs[:, :kprime] = (self.host.indices.astype(np.uint32) % np.uint32(kc)) * np.uint32(s_bytes)
-            return offs
+            offs = (self.host.indices.astype(np.uint32) % np.uint32(kc)) * np.uint32(s_bytes)
+            return self._padded_rows(offs, pad)
         return self.cached(("slab_offsets", pad, s_bytes, kc), build)
 
     def dense_t(self):
@@ -1764,7 +1764,7 @@ def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
                          f"= {kc} x {WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared "
                          f"memory, more than the opt-in maximum of {SHARED_OPTIN}; split K over more blocks "
                          f"(splits, now {splits}) or take fewer columns a lane")
-    vals = dell.row_major(ENTRY_PAD)[0]
+    vals = dell.padded_values(ENTRY_PAD)
     offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item, kc)
     kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
                                 min_blocks)
