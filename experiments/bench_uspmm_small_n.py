@@ -18,7 +18,6 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py --latency       # session 6: Figs. 5-7's slow float32 points
     python experiments/bench_uspmm_small_n.py --fig6          # session 6: 128^3 at every sparsity of Fig. 6
     python experiments/bench_uspmm_small_n.py --wide          # session 6: the other --latency problems, few warps
-    python experiments/bench_uspmm_small_n.py --b-resident    # session 7: variant "b_resident" (with K splits)
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
@@ -27,12 +26,6 @@ within 2x of ``auto`` in the session-5 sweep) at :data:`LATENCY_SETTINGS` (with 
 ``l2_prefetch`` options), against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
 the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`. With options, each result is also compared bit for
 bit with the same setting without them (``same_as_plain``: the options change no arithmetic).
-
-``--b-resident`` times :data:`B_RESIDENT_PROBLEMS` at :data:`B_RESIDENT_SETTINGS` and the problems of
-:func:`b_resident_large_k` at :data:`B_RESIDENT_LARGE_K_SETTINGS` of ``variant="b_resident"``
-(:func:`gpu.uspmm._b_resident_kernel`, the slab of B resident in shared memory), against ``config="auto"``;
-a setting whose slab (ceil(K / splits) x 32 * cols_per_lane elements) does not fit a block's opt-in shared
-memory is not timed for that problem.
 
 ``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
 and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
@@ -100,33 +93,6 @@ WIDE_SETTINGS = [(2, 1, 4, 1, 4), (4, 1, 4, 1, 8), (1, 1, 4, 1, 4), (1, 1, 8, 1,
                  (2, 1, 4, 1, 8), (2, 1, 2, 1, 4), (1, 1, 4, 1, 8)]
 
 
-#: ``--b-resident`` (session 7): the float32 points where ``auto`` (the warp-split kernel, one warp a block) was
-#: weakest against cuSPARSE CSR in session 6 (1024^3 at 85-95%: 55.4 / 41.0 / 27.4 us against 68-95), and 80%.
-B_RESIDENT_PROBLEMS = [(1024, 1024, 1024, s) for s in (0.8, 0.85, 0.9, 0.95)]
-#: (nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks[, splits]). Unsplit, at K = 1024 float32 takes one
-#: column a lane (a 128 KB slab, one block an SM), float16 one (64 KB, three blocks an SM) or two (128 KB): 256
-#: rows a block give 4 x 32 = 128 blocks of 32-column slabs (one wave), 128 rows 256; unroll 8 and 4; 16 and 32
-#: warps. With K in 2 or 4 ranges (splits; float32 slabs of 128, 64 and 128 KB): two and four columns a lane,
-#: 3.3 and 2.2 slot-loop instructions an FFMA instead of 4.4 (sm_90 SASS, results/uspmm.md "Session 7"), for a
-#: fixed-order sum of 8 or 16 MB of float32 partials.
-B_RESIDENT_SETTINGS = [(32, 8, 1, 8, 1), (32, 4, 1, 8, 1), (16, 16, 1, 8, 1), (32, 8, 1, 4, 1), (16, 4, 1, 8, 2),
-                       (32, 4, 2, 8, 1), (16, 8, 2, 8, 1), (32, 4, 2, 8, 1, 2), (16, 8, 2, 8, 2, 4),
-                       (32, 4, 4, 8, 1, 4)]
-#: Settings for :func:`b_resident_large_k`, every one with a K split (no slab of K > 1816 rows fits unsplit):
-#: at 4096 x 4096 x 1024 one or two columns a lane in 4 or 8 ranges (128 KB slabs, 2048 blocks); for the
-#: ResNet-50 layers (N = 128: one to four slabs across N) 16-row blocks of 8 warps, so that M = 256 still
-#: gives 128-512 blocks.
-B_RESIDENT_LARGE_K_SETTINGS = [(32, 8, 1, 8, 1, 4), (32, 4, 2, 8, 1, 8), (8, 2, 1, 8, 1, 4), (8, 2, 2, 8, 1, 4),
-                               (8, 2, 4, 8, 1, 8)]
-
-
-def b_resident_large_k() -> list[tuple[int, int, int, float]]:
-    """(M, K, N, sparsity) of ``--b-resident``'s problems with K > 1816 (a float32 slab of one column a lane
-    fits only with a K split): 4096 x 4096 x 1024 at 90%, and the ResNet-50 layers of the Table 1 analog
-    with K > 1816 (N = 128, 81%)."""
-    return [(4096, 4096, 1024, 0.9)] + [(m, k, N, SPARSITY) for m, k in resnet50_shapes() if k > 1816]
-
-
 def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4,
                lookahead: bool = False, l2_prefetch: bool = False) -> dict:
     """The tunables of one warp-split setting (the options only where set)."""
@@ -135,33 +101,15 @@ def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1,
     return dict(cfg, **{key: True for key, on in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)) if on})
 
 
-def b_resident(nwarp: int, rows_per_warp: int, cols_per_lane: int, unroll: int, min_blocks: int = 1,
-               splits: int = 1) -> dict:
-    """The tunables of one b-resident setting (:func:`sparsekit.tune.b_resident`)."""
-    from sparsekit.tune import b_resident as setting
-    return setting(cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks, splits)
-
-
-def fits(cfg: dict, k: int, dtype) -> bool:
-    """Whether the launcher takes ``cfg`` for ``K = k`` rows of ``dtype``: the warp-split kernel reads 4 or 8
-    halves a lane in float16; the b-resident kernel's slab (``ceil(K / splits)`` rows) must fit the opt-in
-    shared memory, read at most 16 bytes a lane."""
+def fits(cfg: dict, dtype) -> bool:
+    """Whether the launcher takes ``cfg`` for ``dtype``: the warp-split kernel reads 4 or 8 halves a lane in
+    float16."""
     item = np.dtype(dtype).itemsize
-    if cfg["variant"] == "b_resident":
-        from gpu.uspmm import b_resident_shared_bytes
-        from gpu.uspmm_tc import SHARED_OPTIN
-        from sparsekit.arrays import cdiv
-        rows = max(1, cdiv(k, cfg.get("splits", 1)))
-        return (cfg["cols_per_lane"] * item <= 16
-                and b_resident_shared_bytes(rows, cfg["cols_per_lane"], item, split=k > rows) <= SHARED_OPTIN)
     return not (item == 2 and cfg["cols_per_lane"] == 2)
 
 
 def setting_name(cfg: dict) -> str:
     mb = f" mb{cfg['min_blocks']}" if cfg.get("min_blocks", 1) != 1 else ""
-    if cfg["variant"] == "b_resident":
-        splits = f" s{cfg['splits']}" if cfg.get("splits", 1) != 1 else ""
-        return f"br nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} cpl{cfg['cols_per_lane']} u{cfg['unroll']}{mb}{splits}"
     cpl = f" cpl{cfg['cols_per_lane']}" if cfg.get("cols_per_lane", 4) != 4 else ""
     opts = (" la" if cfg.get("lookahead") else "") + (" l2" if cfg.get("l2_prefetch") else "")
     return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}{opts}"
@@ -178,14 +126,14 @@ def resnet50_shapes() -> list[tuple[int, int]]:
 def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: float = SPARSITY,
                 settings=SETTINGS, anchor: str = "heuristic", make=warp_split) -> list[dict]:
     """One record per provider for the problem (see the module docstring); ``settings``: argument tuples of
-    ``make`` (:func:`warp_split` or :func:`b_resident`), those the launcher would refuse skipped (:func:`fits`);
+    ``make`` (:func:`warp_split`), those the launcher would refuse skipped (:func:`fits`);
     ``anchor``: ``config="heuristic"`` or ``config="auto"``, timed as the provider of that name."""
     from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve
     p = Problem(m, k, n, sparsity, dtype)
-    cfgs = [c for c in (make(*s) for s in settings) if fits(c, k, p.dtype)]
+    cfgs = [c for c in (make(*s) for s in settings) if fits(c, p.dtype)]
     launches = {setting_name(cfg): (lambda cfg=cfg: uspmm(p.dell, p.b, **cfg)) for cfg in cfgs}
     launches[anchor] = lambda: uspmm(p.dell, p.b, config=anchor)
     launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
@@ -204,7 +152,7 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
         base = name.removesuffix(" l2").removesuffix(" la")
         if base != name and base in plain:
             rec["same_as_plain"] = bool((plain[base].view(np.uint8) == first.view(np.uint8)).all())
-        elif name.startswith(("ws ", "br ")):
+        elif name.startswith("ws "):
             plain[name] = first
         t = measure(launch, repeat=repeat, warmup=2)
         records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
@@ -285,8 +233,7 @@ def settings_table(records, dtype: str) -> str:
 SANITIZE_CASES = [(37, 45, 19, 9), (70, 300, 136, 57), (5, 7, 3, 7), (33, 20, 130, 0)]
 SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8),
                      warp_split(8, 1, 4, min_blocks=4), warp_split(4, 2, 4, lookahead=True, l2_prefetch=True),
-                     warp_split(3, 1, 8, cols_per_lane=8, lookahead=True, l2_prefetch=True), b_resident(3, 2, 1, 8),
-                     b_resident(2, 3, 4, 4, 2), b_resident(2, 2, 2, 4, 1, 3)]
+                     warp_split(3, 1, 8, cols_per_lane=8, lookahead=True, l2_prefetch=True)]
 
 
 def sanitize() -> int:
@@ -311,7 +258,7 @@ def sanitize() -> int:
                 if not (np.abs(got - exact) <= bound).all():
                     bad += 1
                     print(f"WRONG: {m}x{k}x{n} K'={kprime} {np.dtype(dt).name} {cfg}")
-    print("every warp-split and b-resident case ran and matched" if not bad else f"{bad} wrong")
+    print("every warp-split case ran and matched" if not bad else f"{bad} wrong")
     return 1 if bad else 0
 
 
@@ -426,8 +373,6 @@ def main(argv=None) -> int:
     ap.add_argument("--latency", action="store_true", help="time LATENCY_PROBLEMS at LATENCY_SETTINGS against auto")
     ap.add_argument("--fig6", action="store_true", help="time 128^3 at Fig. 6's sparsities at FIG6_SETTINGS")
     ap.add_argument("--wide", action="store_true", help="time LATENCY_PROBLEMS but 128^3 at WIDE_SETTINGS")
-    ap.add_argument("--b-resident", action="store_true", help="time B_RESIDENT_PROBLEMS at B_RESIDENT_SETTINGS "
-                                                                "against auto")
     ap.add_argument("--probes", action="store_true", help="also time the latency probes (latency_probes)")
     ap.add_argument("--profile", default=None, metavar="M,K[;M,K...]")
     ap.add_argument("--from-json", default=None, metavar="PATH", help="print the tables of a saved run")
@@ -469,15 +414,10 @@ def main(argv=None) -> int:
                                probes_us=probes, records=records), f, indent=1)
 
     problems = [(m, k, N, SPARSITY) for m, k in resnet50_shapes()] + (EXTRA_PROBLEMS if args.extra else [])
-    settings, anchor, make = SETTINGS, "heuristic", warp_split
-    per_problem = {}                                 # problem -> its own settings (else ``settings``)
+    settings, anchor = SETTINGS, "heuristic"
     if args.bounds:
         problems, settings = BOUNDS_PROBLEMS, BOUNDS_SETTINGS
-    if args.b_resident:
-        large_k = b_resident_large_k()
-        problems, settings, anchor, make = B_RESIDENT_PROBLEMS + large_k, B_RESIDENT_SETTINGS, "auto", b_resident
-        per_problem = {p: B_RESIDENT_LARGE_K_SETTINGS for p in large_k}
-    elif args.latency or args.fig6 or args.wide:
+    if args.latency or args.fig6 or args.wide:
         problems, settings, anchor = [], [], "auto"
         if args.latency:
             problems, settings = LATENCY_PROBLEMS, LATENCY_SETTINGS
@@ -490,13 +430,11 @@ def main(argv=None) -> int:
     for dt in args.dtypes.split(","):
         for m, k, n, sparsity in problems:
             records += bench_layer(m, k, np.dtype(dt), repeat=args.repeat, n=n, sparsity=sparsity,
-                                   settings=per_problem.get((m, k, n, sparsity), settings), anchor=anchor, make=make)
+                                   settings=settings, anchor=anchor)
             save()
             print(f"{dt} {m}x{k}x{n} {sparsity} done", flush=True)
     print(f"\nDevice {dev.name}, started {started}, {args.repeat} repeats, L2 flushed; "
           f"empty kernel {floor:.1f} us\n")
-    if args.b_resident:
-        print("The 'ws' columns below hold the b-resident settings: 'br nwW rpwR cplC uU [mbB] [sS]'.\n")
     print(latency_table(records) if anchor == "auto" else table(records))
     for dt in args.dtypes.split(","):
         print(f"\nEvery setting timed, {dt} (median us):\n")

@@ -111,7 +111,7 @@ from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "bytes_on", "ldmatrix_x4_probe",
+           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
 
@@ -283,10 +283,6 @@ if config.ENABLE_CUDASIM:
     def prefetch_l2(arr, i):
         """Simulator fallback: nothing (the simulator has no caches)."""
 
-    def bytes_on(arr, nbytes):
-        """``arr[nbytes // itemsize:]`` (simulator fallback of the intrinsic)."""
-        return arr[nbytes // arr.dtype.itemsize:]
-
     def cp_async_commit():
         """Simulator fallback: the copies are already done."""
 
@@ -295,7 +291,7 @@ if config.ENABLE_CUDASIM:
 
 else:
     from llvmlite import ir
-    from numba.cuda import cgutils, types
+    from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
     _I32, _F32 = ir.IntType(32), ir.FloatType()
@@ -504,34 +500,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(arr, i), codegen
-
-    @intrinsic
-    def bytes_on(typingctx, arr, nbytes):
-        """``arr[nbytes // itemsize:]`` for a 1-D C-ordered ``arr`` and ``nbytes`` a multiple of its itemsize
-        (unchecked): the view's data pointer is ``arr``'s advanced by ``nbytes`` BYTES. The b-resident kernel
-        reads its slab at ``bytes_on(lane's view, offset)[0]`` with offsets scaled on the host: the shared
-        address of a slot is one add. Indexing the lane's view with element offsets instead (``view[o]``)
-        lets LLVM fold the lane into the index, ``(o + lane) * 4 + base``: two instructions a slot on sm_90
-        (an add, then a LEA)."""
-        if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
-                and isinstance(nbytes, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            arrty, nty = sig.args
-            src = context.make_array(arrty)(context, builder, args[0])
-            off = context.cast(builder, args[1], nty, types.intp)
-            raw = builder.bitcast(src.data, ir.IntType(8).as_pointer(src.data.type.addrspace))
-            itemsize = context.get_constant(types.intp, arrty.dtype.bitwidth // 8)
-            view = context.make_array(arrty)(context, builder)
-            context.populate_array(view, data=builder.bitcast(builder.gep(raw, [off]), src.data.type),
-                                   shape=[builder.sub(cgutils.unpack_tuple(builder, src.shape)[0],
-                                                      builder.udiv(off, itemsize))],
-                                   strides=cgutils.unpack_tuple(builder, src.strides), itemsize=src.itemsize,
-                                   meminfo=src.meminfo, parent=src.parent)
-            return view._getvalue()
-
-        return arr(arr, nbytes), codegen
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -44,11 +44,6 @@ accumulates in float32):
     their partial rows in shared memory in a fixed order: a grid of M/R
     blocks of many warps fills the GPU where N = 128 gives too few output
     tiles, with no K split over blocks (no fence, ticket or serial sum).
-``"b_resident"``: a column slab of B resident in shared memory (see :func:`_b_resident_kernel`)
-    each block copies ``B[:, slab]`` (all K rows, or one of ``splits`` ranges of them; ``32 *
-    cols_per_lane`` columns) to shared memory once and streams its rows' entries against it: ``B`` is
-    read from global memory once per block instead of once per entry. Not measured yet, and nothing
-    routes to it (``config="auto"`` never picks it).
 
 Which is faster depends on the problem (float32 on the H100,
 ``experiments/results/uspmm.md``): "dense_tile" from 60% to 80% sparsity at
@@ -82,13 +77,13 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32
 from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
-from gpu.mma import bytes_on, prefetch_l2
-from gpu.vector_loads import aligned, load2, load4, load8, store2, store4, store8
+from gpu.mma import prefetch_l2
+from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
@@ -98,7 +93,7 @@ __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "spl
 WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
 SHARED_LIMIT = 48 * 1024
-VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split", "b_resident")
+VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 _F32 = np.dtype(np.float32).itemsize
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
@@ -1015,18 +1010,18 @@ def warp_split_shared_bytes(nwarp: int, rows_per_warp: int, cols_per_lane: int) 
     return nwarp * rows_per_warp * WARP_SIZE * cols_per_lane * _F32
 
 
-def _put_group(width: int, to=float32):
-    """``put(dst, u, o, v)``: ``dst[u, o + x] = to(v[x])`` for ``x < width`` (a power of two; ``to``:
-    float32 by default, an unsigned integer type for indices), as two puts of half the width on constant slices of ``v``
-    down to single stores: every tuple index is known at compile time (a loop over a tuple that the
-    compiler does not unroll indexes it through a chain of branches, see :func:`_fma_group`)."""
+def _put_group(width: int):
+    """``put(dst, u, o, v)``: ``dst[u, o + x] = float32(v[x])`` for ``x < width`` (a power of two), as
+    two puts of half the width on constant slices of ``v`` down to single stores: every tuple index is
+    known at compile time (a loop over a tuple that the compiler does not unroll indexes it through a
+    chain of branches, see :func:`_fma_group`)."""
     if width == 1:
         @cuda.jit(device=True, inline=True)
         def put(dst, u, o, v):
-            dst[u, o] = to(v[0])
+            dst[u, o] = float32(v[0])
         return put
     half = width // 2
-    put_half = _put_group(half, to)
+    put_half = _put_group(half)
 
     @cuda.jit(device=True, inline=True)
     def put(dst, u, o, v):
@@ -1272,203 +1267,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 
 
 # ---------------------------------------------------------------------------
-# B-resident kernel (past the paper: a column slab of B in shared memory for the whole block)
-# ---------------------------------------------------------------------------
-
-#: Row stride, in entries, of the padded row-major values and slab offsets that the b-resident kernel
-#: reads (:meth:`DeviceELL.padded_values`, :meth:`DeviceELL.slab_offsets`): a multiple of 8, so each step
-#: of ``unroll`` (2, 4 or 8) slots starts on a boundary of its vector loads.
-ENTRY_PAD = 8
-
-
-def b_resident_shared_bytes(k: int, cols_per_lane: int, itemsize: int, split: bool = False) -> int:
-    """Dynamic shared memory of one b-resident block: its slab of ``B``, ``k`` rows (all of K, or a K
-    range's) x ``S = 32 * cols_per_lane`` columns in ``B``'s dtype, and with a K split the 4-byte flag of
-    :func:`split_ticket` after it; no static shared memory (a static flag would take from the opt-in
-    maximum of a block even without a split)."""
-    return k * WARP_SIZE * cols_per_lane * itemsize + (4 if split else 0)
-
-
-@functools.cache
-def _b_resident_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
-                       min_blocks: int = 1):
-    """USpMM with a column slab of ``B`` resident in shared memory (``variant="b_resident"``),
-    ``b``/``c`` C-ordered. Past the paper: Listing 1 gathers every ``B`` row an entry names from
-    global memory; so do the direct and warp-split kernels (through L1/L2, ``M * K' * N`` elements).
-
-    Block ``(x, y, z)`` owns rows ``x * R .. x * R + R - 1`` (``R = numwarps * rows_per_warp``), the
-    ``S = 32 * cols_per_lane`` columns of slab ``y`` and the ``z``-th of ``nsplit`` ranges of ``kc``
-    rows of ``B`` (``K = kc * nsplit`` or less, the last range shorter; one range, ``kc >= K``,
-    without a split):
-
-    1. its threads copy the slab, ``B[z*kc : z*kc + kc, y*S : y*S + S]``, into dynamic shared memory
-       ONCE (16-byte reads, four in flight a thread; zeros past column ``N``), one barrier;
-    2. warp ``w`` takes the block's rows ``w, w + numwarps, ...`` one at a time; lane ``l`` owns the
-       ``cols_per_lane`` adjacent slab columns ``l * cols_per_lane ..``. A row's slots whose index lies
-       in the block's range are one run (indices ascend), ``slot_ptr[row, z] .. slot_ptr[row, z+1]``
-       (:meth:`DeviceELL.slot_ptr` with chunks of ``kc``, as the pipelined kernel reads its chunks).
-       The run's slots up to the first multiple of ``unroll`` go one at a time (none without a
-       split); then for each step of ``unroll`` slots every lane reads the same ``unroll`` values and
-       slab offsets (vector loads from padded row-major copies: a warp-wide broadcast, served by L1),
-       then for each slot reads its columns of its slab row (one shared read of ``cols_per_lane``
-       elements: scalar, 64- or 128-bit; lanes read consecutive words, no bank conflict) and adds
-       ``value *`` them into float32 registers; the last slots one at a time; then the row of ``C``,
-       or with a split the block's partial row (``part[z]``), summed by :func:`split_sum` in the
-       fixed order ``part[0] + part[1] + ...`` by the tile's last block (bit-identical repeats).
-       The offsets are the slot's byte offset in its range's slab, ``(index mod kc) * S * itemsize``,
-       scaled on the host (:meth:`DeviceELL.slab_offsets`, uint32 whatever the ELL's index dtype),
-       so a slot's shared address is one add to the lane's base (:func:`bytes_on`).
-
-    ``B`` is read from global memory ``M / R`` times in all instead of once per entry (``M * K' *
-    N`` elements); the price is one block's slab of ``kc * S * itemsize`` bytes (above 48 KB the
-    kernel's opt-in, :func:`gpu.uspmm_tc._opt_in`), which caps ``kc``: at most 1816 rows (float32)
-    at one column a lane on the H100's 232448 bytes, 908 at two, 454 at four; a split lifts the cap
-    on ``K`` (``ceil(K / splits)`` rows must fit) and lets K = 1024 float32 take two columns a lane
-    (2 ranges) or four (4 ranges), for ``nsplit * M * N`` float32 partials written and read once.
-    float16: the slab holds halves (``cols_per_lane`` 1, 2, 4 or 8: 2 to 16 bytes a read),
-    multiplied in float32.
-
-    Estimate, not measured (to be timed, ``experiments/bench_uspmm_small_n.py --b-resident``), at
-    1024^3 95% float32 (K' = 51; unsplit, one column a lane, the only width whose 128 KB slab fits at
-    K = 1024, so one block an SM; 256 rows a block: 4 x 32 = 128 blocks): a warp's slot is one
-    32-lane shared read (the quarter-of-peak bound: 214 MB of shared reads, 7.2 us at 132 x 128 B x
-    1.755 GHz), but the sm_90 SASS of the slot loop at ``unroll = 8`` has 71 instructions per 16
-    slots (ptxas runs two steps an iteration: 16 LDS, 16 FFMA, 8 LDG.128, one IADD per slot for the
-    shared address, 15 for the loop; ``experiments/results/uspmm.md``, "Session 7"; 50 per 8 slots
-    with the index scaled in the kernel, an IMAD and a LEA a slot): 4.4 instructions per slot, 1.1
-    issue cycles of an SM's 4 schedulers, so ~8 us of issue, plus ~2 us of copying the block's 128 KB
-    slab from L2 before anything else runs on that SM: ~10 us, against 27.4 us measured for
-    ``auto``'s warp-split choice. Four columns a lane in 4 ranges: 69 instructions per 8 slots (2.2
-    an FFMA), ~4 us of issue in all, but 32 MB of slab copies (256 blocks) and 16 MB of partials
-    written and read: no better by this count, to be measured.
-
-    Arguments, grouped: arrays ``vals``, ``offs`` (flat ``M x kp`` row-major copies of ``ellval``
-    and of the slab byte offsets, rows padded to ``kp``), ``slot_ptr`` (``M x (nranges + 1)`` int32),
-    ``b`` (flat ``K*N``), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N`` float32 partials),
-    ``ticket`` (int32 per output tile); sizes ``m``, ``n``, ``k``, ``kp``, ``kc`` (rows of ``B`` a
-    range); ``vec_ok`` (``N`` and ``b``'s start allow 16-byte reads of ``B``), ``nsplit``.
-    """
-    s_cols = WARP_SIZE * cols_per_lane               # S: columns of the slab (a power of two)
-    row_words = s_cols // 2 if half else s_cols      # 4-byte words of a slab row
-    nthreads = numwarps * WARP_SIZE
-    rows_per_block = numwarps * rows_per_warp
-    in_type = float16 if half else float32
-    bw = 8 if half else 4                            # elements per 16-byte read of B while copying
-    bload, bstore = {4: (load4, store4), 8: (load8, store8)}[bw]
-    rows_step = nthreads * bw // s_cols              # slab rows the block copies per round (S divides
-    assert rows_step * s_cols == nthreads * bw       # 32 * nwarp * bw: cols_per_lane <= bw)
-
-    def step_reader(itemsize: int, to):
-        """``read(dst, src, i)``: ``dst[0, u] = to(src[i + u])`` for ``u < unroll``, with vector loads of
-        at most 16 bytes (``i`` a multiple of ``unroll``; rows padded to :data:`ENTRY_PAD`)."""
-        w = min(unroll, 16 // itemsize)
-        load = {2: load2, 4: load4, 8: load8}[w]
-        put = _put_group(w, to)
-
-        @cuda.jit(device=True, inline=True)
-        def read(dst, src, i):
-            for q in range(unroll // w):
-                put(dst, 0, q * w, load(src, i + q * w))                 # ld.global.v4 (all lanes alike)
-        return read
-
-    read_vals = step_reader(2 if half else 4, float32)
-    read_offs = step_reader(4, np.uint32)                           # unsigned: no negative-index wraparound
-
-    if cols_per_lane == 1:
-        @cuda.jit(device=True, inline=True)
-        def fma_slab(racc, a, o, sh_b):
-            """``racc += a * sh_b[o bytes on]`` (ld.shared, 32 lanes 32 consecutive elements)."""
-            racc[0] += a * float32(bytes_on(sh_b, o)[0])
-    else:
-        slab_read = {2: load2, 4: load4, 8: load8}[cols_per_lane]
-        fma_v = _fma_group(cols_per_lane)
-
-        @cuda.jit(device=True, inline=True)
-        def fma_slab(racc, a, o, sh_b):
-            """``racc += a * sh_b[o bytes on : + cols_per_lane]`` (one ld.shared.v2/v4 a lane)."""
-            fma_v(racc, 0, a, slab_read(bytes_on(sh_b, o), 0))
-
-    @cuda.jit
-    def kernel(vals, offs, slot_ptr, b, c, part, ticket, m, n, k, kp, kc, vec_ok, nsplit):
-        t = cuda.threadIdx.x
-        warp = t // WARP_SIZE
-        lane = t % WARP_SIZE
-        split = cuda.blockIdx.z                                          # this block's K range: rows
-        row0 = cuda.blockIdx.x * rows_per_block                          # split * kc .. of B, chunk split
-        col0 = cuda.blockIdx.y * s_cols                                  # of slot_ptr (all of K unsplit)
-        b_k = b[split * kc * n:]                                         # (views from 0: no wraparound)
-        k_rows = min(kc, k - split * kc)
-        sh_b = cuda.shared.array(0, in_type, alignment=SMEM_ALIGN)      # the slab, k_rows x S (dynamic),
-        sh_words = cuda.shared.array(0, int32)                           # then with a split the flag, at word
-                                                                         # kc * S * itemsize / 4
-        # 1. the slab, once: element e = kk * S + j of sh_b is B[split * kc + kk, col0 + j]
-        slab = k_rows * s_cols
-        if vec_ok and col0 + s_cols <= n:                                # (block-uniform) 16-byte reads:
-            kk = t * bw // s_cols                                        # this thread's first slab row and its
-            j = t * bw % s_cols                                          # column, the same every round
-            while kk + 3 * rows_step < k_rows:                           # four reads in flight, then their stores
-                v0 = bload(b_k, kk * n + col0 + j)                       # ld.global.v4
-                v1 = bload(b_k, (kk + rows_step) * n + col0 + j)
-                v2 = bload(b_k, (kk + 2 * rows_step) * n + col0 + j)
-                v3 = bload(b_k, (kk + 3 * rows_step) * n + col0 + j)
-                bstore(sh_b, kk * s_cols + j, v0)                        # st.shared.v4
-                bstore(sh_b, (kk + rows_step) * s_cols + j, v1)
-                bstore(sh_b, (kk + 2 * rows_step) * s_cols + j, v2)
-                bstore(sh_b, (kk + 3 * rows_step) * s_cols + j, v3)
-                kk += 4 * rows_step
-            while kk < k_rows:                                           # the last < 4 rounds
-                bstore(sh_b, kk * s_cols + j, bload(b_k, kk * n + col0 + j))
-                kk += rows_step
-        else:                                                            # the edge slab (or unaligned B):
-            for e in range(t, slab, nthreads):                           # element by element, zeros past n
-                col = col0 + e % s_cols
-                sh_b[e] = b_k[(e // s_cols) * n + col] if col < n else in_type(0.0)
-        cuda.syncthreads()                                               # the only barrier without a split
-        # 2. warp w: rows row0 + w, row0 + w + numwarps, ...; lane l: slab columns l*cpl .. l*cpl + cpl-1
-        sh_lane = sh_b[lane * cols_per_lane:]                            # this lane's columns, from slab row 0
-        racc = cuda.local.array(cols_per_lane, float32)                  # this lane's part of the row of C
-        av = cuda.local.array((1, unroll), float32)                      # a step's values
-        ov = cuda.local.array((1, unroll), np.uint32)                    # and slab offsets
-        for r in range(rows_per_warp):
-            row = row0 + warp + r * numwarps
-            if row < m:                                                  # (uniform across the warp)
-                for x in range(cols_per_lane):
-                    racc[x] = 0.0
-                lo = slot_ptr[row, split]                                # the row's slots in this K range (its
-                cnt = slot_ptr[row, split + 1] - lo                      # indices ascend: one run)
-                vrow = vals[row * kp + lo:]                              # from the run's first slot
-                orow = offs[row * kp + lo:]
-                head = min((unroll - lo % unroll) % unroll, cnt)         # one at a time up to a slot that is
-                s = 0                                                    # a multiple of unroll (16-byte aligned:
-                while s < head:                                          # kp % 8 == 0); none without a split
-                    fma_slab(racc, float32(vrow[s]), orow[s], sh_lane)
-                    s += 1
-                while s + unroll <= cnt:                                 # unroll slots a step:
-                    read_vals(av, vrow, s)                               # values, offsets (broadcast loads)
-                    read_offs(ov, orow, s)
-                    for u in range(unroll):                              # slab rows: shared reads, FMAs
-                        fma_slab(racc, av[0, u], ov[0, u], sh_lane)
-                    s += unroll
-                while s < cnt:                                           # the last slots
-                    fma_slab(racc, float32(vrow[s]), orow[s], sh_lane)
-                    s += 1
-                for x in range(cols_per_lane):                           # the row of C, or this block's
-                    col = col0 + lane * cols_per_lane + x                # partial row (columns past n skipped)
-                    if col < n:
-                        if nsplit == 1:
-                            c[row, col] = racc[x]
-                        else:
-                            part[split, row, col] = racc[x]
-        if nsplit > 1:                                                   # the last block of the tile sums
-            split_sum(c, part, ticket, m, n, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y,
-                      sh_words[kc * row_words:], rows_per_block, s_cols)
-
-    if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
-        return kernel
-    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)   # registers capped for min_blocks/SM
-
-
-# ---------------------------------------------------------------------------
 # Launchers
 # ---------------------------------------------------------------------------
 
@@ -1504,32 +1302,6 @@ class DeviceELL(DeviceMatrix):
         which reads a row's entries together); copied once."""
         return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
                                             np.ascontiguousarray(self.host.indices)))
-
-    def _padded_rows(self, entries: np.ndarray, pad: int) -> np.ndarray:
-        """``entries`` (``M x K'``) C-ordered, each row padded with zeros to ``ceil(K' / pad) * pad``
-        entries (the b-resident kernel's vector loads of a row's slots; the padding is never read as an
-        entry)."""
-        m, kprime = entries.shape
-        out = np.zeros((m, cdiv(kprime, pad) * pad), entries.dtype)
-        out[:, :kprime] = entries
-        return out
-
-    def padded_values(self, pad: int):
-        """``values`` row-major, rows padded to a multiple of ``pad`` slots (:meth:`_padded_rows`), on the
-        device; copied once."""
-        return self.cached(("padded_values", pad), lambda: self._padded_rows(self.host.values, pad))
-
-    def slab_offsets(self, pad: int, s_bytes: int, kc: int):
-        """The b-resident kernel's slab offsets: ``M x ceil(K' / pad) * pad`` uint32 on the device, entry
-        ``(r, s)`` = ``(indices[r, s] mod kc) * s_bytes``, the byte offset of row ``indices[r, s]`` of B in
-        the slab of its K range (``kc`` rows of B a range, as :meth:`slot_ptr` chunks them; ``kc >= K``:
-        one range) whose rows are ``s_bytes`` bytes; rows padded as :meth:`padded_values` pads them;
-        built once per setting. Scaled here so that the kernel's shared address of a slot is one add
-        (:func:`bytes_on`)."""
-        def build():
-            offs = (self.host.indices.astype(np.uint32) % np.uint32(kc)) * np.uint32(s_bytes)
-            return self._padded_rows(offs, pad)
-        return self.cached(("slab_offsets", pad, s_bytes, kc), build)
 
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
@@ -1745,37 +1517,6 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, splits):
-    from gpu.uspmm_tc import SHARED_OPTIN, _DynamicShared, _opt_in    # (gpu.uspmm_tc imports this module)
-    m, n = c.shape
-    k = dell.shape[1]
-    item = dell.dtype.itemsize
-    threads, grid = _row_major_shape("b_resident", order, m, n, nwarp, rows_per_warp, cols_per_lane)
-    if cols_per_lane not in (1, 2, 4, 8) or cols_per_lane * item > 16:
-        raise ValueError(f"cols_per_lane: must be 1, 2 or 4 (float16: 1, 2, 4 or 8; one shared read of at most "
-                         f"16 bytes), got {cols_per_lane}")
-    if unroll not in (2, 4, 8):
-        raise ValueError(f"unroll: must be 2, 4 or 8 (slots a step), got {unroll}")
-    kc = max(1, cdiv(k, splits))                     # rows of B a K range (a block's slab): ranges of kc rows,
-    nranges = cdiv(k, kc)                            # the last one shorter
-    shared = b_resident_shared_bytes(kc, cols_per_lane, item, split=nranges > 1)
-    if shared > SHARED_OPTIN:
-        raise ValueError(f"b, cols_per_lane, splits: the resident slab of B (ceil(K / splits) x 32 * cols_per_lane "
-                         f"= {kc} x {WARP_SIZE * cols_per_lane} {dell.dtype.name}) needs {shared} bytes of shared "
-                         f"memory, more than the opt-in maximum of {SHARED_OPTIN}; split K over more blocks "
-                         f"(splits, now {splits}) or take fewer columns a lane")
-    vals = dell.padded_values(ENTRY_PAD)
-    offs = dell.slab_offsets(ENTRY_PAD, WARP_SIZE * cols_per_lane * item, kc)
-    kernel = _b_resident_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(dell.dtype == np.float16),
-                                min_blocks)
-    grid, part, ticket, nsplit = _split(dell, grid, n, splits, nranges)
-    bw = 16 // item
-    args = (vals.reshape(vals.size), offs.reshape(offs.size), dell.slot_ptr(kc), bdev.reshape(k * n), c, part,
-            ticket, m, n, k, vals.shape[1], kc, n % bw == 0 and aligned(bdev, bw), nsplit)
-    _opt_in(kernel, args, shared)
-    _launch(_DynamicShared(kernel, shared), grid, threads, args, "nwarp, rows_per_warp, cols_per_lane")
-
-
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
          rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
          l2_prefetch=False):
@@ -1792,8 +1533,8 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     kc = check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
     if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
-        raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct, dense_tile and "
-                         f"b_resident do), got {splits}")
+        raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
+                         f"got {splits}")
     for name, flag in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name}: expected True or False, got {flag!r}")
@@ -1816,9 +1557,6 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
                                bool(l2_prefetch))
-        elif variant == "b_resident":
-            _launch_b_resident(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
-                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1839,7 +1577,7 @@ def uspmm(ell, b, *, config=None, **tunables):
     issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
     entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile", "warp_split":
     resident blocks per SM the registers are capped for) and ``splits``
-    ("pipelined", "direct", "dense_tile", "b_resident": the K range of each output tile
+    ("pipelined", "direct", "dense_tile": the K range of each output tile
     split over that many blocks, their float32 partial tiles summed in a
     fixed order, so results stay bit-identical; for grids too small to fill
     the GPU, e.g. N = 128 at M = 1024); for "warp_split" ``nwarp`` warps
@@ -1847,13 +1585,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above,
     ``lookahead`` (load the next step's entries while this step's reads of B
     are in flight) and ``l2_prefetch`` (B's column tile prefetched into L2
-    at the start), both False by default (:func:`_warp_split_kernel`); for
-    "b_resident" ``nwarp`` warps and ``nwarp * rows_per_warp`` rows a block,
-    ``cols_per_lane`` 1, 2 or 4 (float16 also 8) columns of the block's slab of
-    ``B`` a lane (the slab, ``ceil(K / splits) * 32 * cols_per_lane`` elements,
-    must fit the opt-in shared memory of a block), ``unroll`` (2, 4 or 8) slots
-    a step, ``min_blocks`` and ``splits`` as above (:func:`_b_resident_kernel`); all but "listing1"
-    need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
+    at the start), both False by default (:func:`_warp_split_kernel`); all
+    but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
     choose ``variant="tensor_core"`` (float16, row-major ``b``): the call goes

@@ -104,14 +104,6 @@ def warp_split(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1)
                 min_blocks=min_blocks)
 
 
-def b_resident(cpl: int, rpw: int, nwarp: int, unroll: int, min_blocks: int = 1, splits: int = 1) -> dict:
-    """The tunables of one setting of ``variant="b_resident"`` (:func:`gpu.uspmm._b_resident_kernel`;
-    ``splits``: K in that many ranges of rows, one slab of a range a block). Not timed yet: neither
-    :func:`heuristic` nor :func:`space` uses it."""
-    return dict(variant="b_resident", cols_per_lane=cpl, rows_per_warp=rpw, nwarp=nwarp, unroll=unroll,
-                min_blocks=min_blocks, splits=splits)
-
-
 def wide_warps(m: int, n: int) -> dict:
     """The float32 warp-split setting of 8 columns a lane (256-column tiles) with about 2048 warps in the
     grid: ``nwarp`` = 2048 / (``M`` x ``N`` / 256) as a power of two from 1 to 4. It names the fastest

@@ -69,19 +69,6 @@ WARP_SPLIT = {
 }
 WARP_SPLIT_N = st.sampled_from([1, 5, 64, 66, 128, 136])
 
-# b_resident: a lane reads 1, 2 or 4 floats of the slab (float16 1 to 8 halves); N from one narrow slab to
-# several (slabs of 32 to 256 columns), with 16-byte copies of B (N % 8 == 0) and element by element; K in
-# 1 to 3 ranges of rows (splits), each block's slab only its range's rows
-B_RESIDENT = {
-    dt: st.fixed_dictionaries({"variant": st.just("b_resident"), "nwarp": st.integers(1, 2),
-                               "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
-                               "unroll": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 2),
-                               "splits": SPLITS})
-    for dt, cpls in ((np.float32, [1, 2, 4]), (np.float16, [1, 2, 4, 8]))
-}
-B_RESIDENT_N = st.sampled_from([1, 5, 40, 72, 136])
-
-
 def check_against_reference(ell, b, tunables):
     got = gu.uspmm(ell, b, **tunables)
     want = ru.uspmm(ell, b)
@@ -137,17 +124,6 @@ def test_warp_split_matches_reference(data, dtype):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
-def test_b_resident_matches_reference(data, dtype):
-    """The slab of B copied once per block (16-byte copies or element by element, zeros past N), several
-    slabs across N, rows past M, full steps of ``unroll`` slots and the remainder, K' = 0 to K, both
-    index dtypes; with a K split, each row's run of slots in a range starting anywhere (single slots up
-    to a step boundary first) and ranges with no slots of a row."""
-    ell = data.draw(ell_matrices(dtype=dtype, max_size=10))
-    b = data.draw(dense_arrays((ell.shape[1], data.draw(B_RESIDENT_N)), dtype=dtype))
-    check_against_reference(ell, b, data.draw(B_RESIDENT[dtype]))
-
-
-@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_linear_layout_matches_reference(data, dtype):
     """Eq. 2: Y = X W^T from a row-major X, through Listing 1's column-major layout."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
@@ -172,8 +148,7 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
                                            unroll=4),
                                       dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4),
                                       dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=4),
-                                      dict(variant="warp_split", nwarp=2, rows_per_warp=4, cols_per_lane=2, unroll=4),
-                                      dict(variant="b_resident", nwarp=2, rows_per_warp=2, cols_per_lane=1, unroll=4)])
+                                      dict(variant="warp_split", nwarp=2, rows_per_warp=4, cols_per_lane=2, unroll=4)])
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
@@ -222,7 +197,7 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split", "b_resident"])
+@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split"])
 def test_rejects_column_major_for_tiled(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
@@ -274,34 +249,11 @@ def test_rejects_index_past_k(small):
     (dict(variant="warp_split", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(variant="warp_split", nwarp=16, rows_per_warp=8, cols_per_lane=8), r"partial tiles need 131072 bytes"),
     (dict(variant="direct", lookahead=True), "lookahead: only variant 'warp_split' has this option"),
-    (dict(variant="b_resident", cols_per_lane=8), r"cols_per_lane: must be 1, 2 or 4 \(float16: 1, 2, 4 or 8"),
-    (dict(variant="b_resident", cols_per_lane=3), "cols_per_lane: must be 1, 2 or 4"),
-    (dict(variant="b_resident", unroll=16), r"unroll: must be 2, 4 or 8 \(slots a step\)"),
-    (dict(variant="b_resident", nwarp=33), "nwarp: must be <= 32"),
-    (dict(variant="b_resident", min_blocks=0), "min_blocks: must be >= 1"),
-    (dict(variant="b_resident", splits=0), "splits: must be >= 1"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
     with pytest.raises(ValueError, match=match):
         gu.uspmm(ell, b, **tunables)
-
-
-def test_b_resident_rejects_a_slab_past_the_opt_in():
-    """ceil(K / splits) x 32 * cols_per_lane elements of B must fit one block's opt-in shared memory (232448
-    bytes, with a split 4 of them the hand-over flag): K = 1817 float32 rows of one column a lane do not (1816
-    do), nor K = 1024 at two, nor 3633 rows in two ranges (1817 and 1816 rows)."""
-    from gpu.uspmm_tc import SHARED_OPTIN
-    for k, cpl, splits, rows in ((SHARED_OPTIN // 128 + 1, 1, 1, None), (1024, 2, 1, None), (3633, 1, 2, 1817)):
-        rows = rows or k
-        ell = ELL.from_dense(np.eye(1, k, dtype=np.float32))
-        with pytest.raises(ValueError, match=rf"b, cols_per_lane, splits: the resident slab of B \(ceil\(K / splits\) "
-                                             rf"x 32 \* cols_per_lane = {rows} x {32 * cpl} float32\) needs "
-                                             rf"{rows * 128 * cpl + 4 * (splits > 1)} bytes of shared memory, more "
-                                             rf"than the opt-in "
-                                             rf"maximum of {SHARED_OPTIN}; split K over more blocks \(splits, now "
-                                             rf"{splits}\)"):
-            gu.uspmm(ell, np.ones((k, 3), np.float32), variant="b_resident", cols_per_lane=cpl, splits=splits)
 
 
 def test_warp_split_rejects_two_halves_a_lane():
@@ -639,8 +591,6 @@ def test_cli_refuses_to_time_without_gpu(argv, capsys):
                                       dict(variant="pipelined", nwarp=1, rows_per_warp=2, cols_per_lane=4, kc=4,
                                            unroll=2, splits=2),
                                       dict(variant="direct", nwarp=2, rows_per_warp=1, cols_per_lane=4, unroll=2,
-                                           splits=3),
-                                      dict(variant="b_resident", nwarp=2, rows_per_warp=3, cols_per_lane=1, unroll=2,
                                            splits=3)])
 @pytest.mark.parametrize("kprime", [6, 0])
 def test_split_repeats_bit_identical_and_leaves_tickets_zeroed(tunables, kprime):
@@ -667,18 +617,9 @@ def test_small_n_bench_runs_at_toy_size(monkeypatch, capsys):
     simulator, and its tables render from records shaped like a GPU run's."""
     from experiments import bench_uspmm_small_n as bench
     monkeypatch.setattr(bench, "SANITIZE_CASES", [(5, 7, 3, 7), (6, 9, 5, 0)])
-    monkeypatch.setattr(bench, "SANITIZE_SETTINGS", [bench.warp_split(2, 2, 2), bench.warp_split(1, 1, 4, 2, 8),
-                                                     bench.b_resident(2, 2, 1, 4)])
+    monkeypatch.setattr(bench, "SANITIZE_SETTINGS", [bench.warp_split(2, 2, 2), bench.warp_split(1, 1, 4, 2, 8)])
     assert bench.sanitize() == 0
-    assert "every warp-split and b-resident case ran and matched" in capsys.readouterr().out
-    # --b-resident: at K = 1024 a float32 slab fits one column a lane, float16 two, float32 two with K in two
-    # ranges; the ResNet-50 layers with K > 1816 (N = 128, 81%) join 4096 x 4096 x 1024; names as in its tables
-    assert [bench.fits(bench.b_resident(32, 4, 2, 8), 1024, dt) for dt in (np.float32, np.float16)] == [False, True]
-    assert bench.fits(bench.b_resident(32, 4, 2, 8, 1, 2), 1024, np.float32)
-    assert bench.b_resident_large_k() == [(4096, 4096, 1024, 0.9), (256, 2304, 128, 0.81), (512, 2048, 128, 0.81),
-                                          (512, 4608, 128, 0.81), (1000, 2048, 128, 0.81)]
-    assert bench.setting_name(bench.b_resident(16, 4, 1, 8, 2)) == "br nw16 rpw4 cpl1 u8 mb2"
-    assert bench.setting_name(bench.b_resident(32, 4, 4, 8, 1, 4)) == "br nw32 rpw4 cpl4 u8 s4"
+    assert "every warp-split case ran and matched" in capsys.readouterr().out
     assert len(bench.resnet50_shapes()) == 21
     records = []
     for m, k in bench.resnet50_shapes()[:2]:

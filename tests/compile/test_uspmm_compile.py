@@ -223,42 +223,6 @@ def test_warp_split_compiles_for_sm80():
     assert ".target sm_80" in ptx and "ld.global.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
 
 
-def b_resident_args(vt):
-    """``vals``, the uint32 slab offsets (:meth:`gpu.uspmm.DeviceELL.slab_offsets`), ``slot_ptr``, ``b``,
-    ``c``, the K-split partials and tickets, sizes, ``vec_ok``, ``nsplit``."""
-    return ([types.Array(vt, 1, "C"), types.Array(types.uint32, 1, "C"), types.Array(types.int32, 2, "C"),
-             types.Array(vt, 1, "C"), types.Array(vt, 2, "C")] + split_args()
-            + [types.int64, types.int64, types.int64, types.int64, types.int64, types.boolean, types.int64])
-
-
-# (cc, dtype, (cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks), the shared read of a slot): the
-# float32 setting for 1024^3 unsplit (one column a lane: a 128 KB slab; 32 warps, so at most 64 registers),
-# the float32 setting for it with a K split (four columns a lane, 16-byte shared reads; 32 warps), and
-# float16 at two halves a lane (4-byte shared reads), two blocks of 16 warps an SM
-B_RESIDENT_BUILDS = [((9, 0), "float32", (1, 8, 32, 8, 1), "ld.shared.f32"),
-                     ((9, 0), "float32", (4, 4, 32, 8, 1), "ld.shared.v4.f32"),
-                     ((8, 0), "float16", (2, 8, 16, 4, 2), "ld.shared.u32")]
-
-
-@pytest.mark.parametrize("cc,dtype,shape,slab_read", B_RESIDENT_BUILDS)
-def test_b_resident_copies_the_slab_once_and_reads_it_from_shared_memory(cc, dtype, shape, slab_read):
-    """The slab of B is copied with 16-byte reads and stores, then ONE barrier (two more only in the K-split
-    hand-over, :func:`gpu.uspmm.split_ticket`); a step's values and slab offsets are vector loads
-    (``ld.global.v4``); each slot reads the lane's columns of the slab from shared memory into float32
-    multiply-adds; no local memory, no spills, registers within the launch bounds."""
-    cpl, rpw, nwarp, unroll, min_blocks = shape
-    kernel = gu._b_resident_kernel(cpl, rpw, nwarp, unroll, dtype == "float16", min_blocks)
-    ptx, report = offline.build(kernel, b_resident_args(VALUE_TYPES[dtype]), cc)
-    assert f".target sm_{cc[0]}{cc[1]}" in ptx
-    assert ptx.count("bar.sync") == 3 and "atom.global.add.u32" in ptx
-    assert re.search(r"ld\.global\.v4\.(f32|u32)\s", ptx) and re.search(r"st\.shared\.v4\.(f32|u32)\s", ptx)
-    assert re.search(re.escape(slab_read) + r"\s", ptx) and "fma.rn.f32" in ptx
-    assert ".local" not in ptx
-    use = offline.usage(report)
-    assert use.spill_store_bytes == use.spill_load_bytes == use.stack_bytes == 0
-    assert use.registers <= 65536 // (32 * nwarp * min_blocks), use
-
-
 def test_kernel_factories_are_cached():
     """One dispatcher (one compilation) per tunable setting: a factory without ``functools.cache``
     would compile again on every call."""
@@ -268,4 +232,3 @@ def test_kernel_factories_are_cached():
     assert gu._tiled_kernel(4, 4, 4, 32, False, False) is gu._tiled_kernel(4, 4, 4, 32, False, False)
     assert gu._listing1_kernel(8, 8, 1) is gu._listing1_kernel(8, 8, 1)
     assert gu._warp_split_kernel(4, 2, 8, 8, False) is gu._warp_split_kernel(4, 2, 8, 8, False)
-    assert gu._b_resident_kernel(1, 8, 32, 8, False, 2) is gu._b_resident_kernel(1, 8, 32, 8, False, 2)
