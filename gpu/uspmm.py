@@ -1282,14 +1282,14 @@ class DeviceELL(DeviceMatrix):
     """
 
     def slot_ptr(self, kc: int):
-        """``M x (ceil(K/kc)+1)`` int32 on the device (``M x 2`` at ``K = 0``): row ``r``'s entries
-        with a column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
+        """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
+        column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
         ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
         return self.cached(("slot_ptr", kc), lambda: self._slot_ptr(kc))
 
     def _slot_ptr(self, kc: int) -> np.ndarray:
         m, k = self.shape
-        nchunks = max(1, cdiv(k, kc))                                        # (K = 0: one empty chunk)
+        nchunks = cdiv(k, kc)
         chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
         flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
         counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)

@@ -496,10 +496,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         thread's :func:`entry_bases` of the values and the offsets, then the arrays' first elements."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
-        if presplit:                                                     # (rows of big, small pairs)
-            copy_values(t, ev, U(2) * row0, w, U(2) * wmp, nsub, U(2) * mp, sh_ev, U(2) * sbase, qb, le[0], le[2])
-        else:
-            copy_values(t, ev, row0, w, wmp, nsub, mp, sh_ev, sbase, qb, le[0], le[2])
+        copy_values(t, ev, U(er) * row0, w, U(er) * wmp, nsub, U(er) * mp, sh_ev, U(er) * sbase, qb,   # (presplit:
+                    le[0], le[2])                                                             # rows of pairs)
         copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb, le[1], le[3])
 
     @cuda.jit(device=True, inline=True)
