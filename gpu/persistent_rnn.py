@@ -432,7 +432,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
     NBO = NS if SHFL else (B if PACK else (B + TPR - 1) // TPR)
-    NW, NACC, NWJ, NBP = G * NPT, G * B, G * NJ, NBO * G   # register array sizes (constants)
+    # register array sizes (constants); a layout without pairs (an all-zero weight) still gets arrays of one
+    # element: the GPU compiler refuses a local array of length 0 (the simulator takes it)
+    NW, NACC, NWJ, NBP = G * max(NPT, 1), G * B, G * max(NJ, 1), NBO * G
     PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
     ZERO_BAND = float32(_ZERO_BAND[dtype])
     ITEM = dtype.itemsize

@@ -43,8 +43,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 class _NameFailuresAtOnce:
-    """Prints ``FAILED <test id>`` the moment a test fails: pytest's summary comes only at the end, and a
-    run stopped by a time limit never prints it. Under xdist this runs in the controlling process."""
+    """Prints ``FAILED <test id> (phase): <error line>`` the moment a test fails: pytest's summary and
+    tracebacks come only at the end, and a run stopped by a time limit never prints them. Under xdist this
+    runs in the controlling process."""
 
     def __init__(self, config):
         self.config = config
@@ -52,7 +53,9 @@ class _NameFailuresAtOnce:
     def pytest_runtest_logreport(self, report):
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if report.failed and reporter is not None:
-            reporter.write(f"\nFAILED {report.nodeid} ({report.when})\n", red=True)
+            crash = getattr(report.longrepr, "reprcrash", None)
+            why = f": {crash.message.splitlines()[0][:300]}" if crash is not None and crash.message else ""
+            reporter.write(f"\nFAILED {report.nodeid} ({report.when}){why}\n", red=True)
 
 
 def pytest_configure(config):

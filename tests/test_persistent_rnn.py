@@ -227,10 +227,11 @@ def test_lamport_needs_wide():
 
 
 def test_layer_too_large_for_shared_memory():
-    hidden = 3100  # 3100 x 4 x 4 bytes of h > 48 KB
-    lay = balance(np.eye(hidden, dtype=np.float32), tpr=1, index_dtype=np.int16)
+    hidden = 64
+    batch = gpu_rnn.shared_limit() // (hidden * 4) + 1   # h alone is over this backend's limit (simulator or GPU)
+    lay = balance(np.eye(hidden, dtype=np.float32), tpr=1)
     with pytest.raises(ValueError, match=r"needs \d+ bytes of shared memory .* the largest that fits"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=1024)
+        gpu_rnn.PersistentRNN(lay, batch, scheme="naive", sync="barrier", rows_per_block=hidden)
 
 
 @pytest.mark.simulator("on a GPU several blocks run: tests/gpu/test_persistent_rnn_gpu.py "

@@ -30,8 +30,8 @@ def _signature(sync: str, dtype: np.dtype, index16: bool = False):
     return head + (a1(types.int32), a2(val), a1(types.int32)) + (types.int64,) * 5   # status, h_in, progress
 
 
-def _lto_ptx(sync, scheme, dtype, cc, pipeline=False, cell="rnn"):
-    kernel = _kernel(sync, scheme, np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, pipeline, cell)
+def _lto_ptx(sync, scheme, dtype, cc, pipeline=False, cell="rnn", npt=NPT):
+    kernel = _kernel(sync, scheme, np.dtype(dtype), npt, TPR, BATCH, "tanh", WORDS, pipeline, cell)
     lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype)), device=False,
                                         abi="numba", cc=cc, lto=True)
     lib._lto = True
@@ -74,6 +74,15 @@ def test_lstm_compiles_with_one_wide_load_per_pair_and_gate(sync):
     ptx = _lto_ptx(sync, "wide", np.float16, (9, 0), cell="lstm")
     assert ".local" not in ptx
     assert len(re.findall(r"ld\.shared\.u64", ptx)) == 4 * NPT
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
+@pytest.mark.parametrize("sync, cell", [("barrier", "rnn"), ("lamport", "rnn"), ("lamport", "lstm")])
+def test_layout_without_pairs_compiles(sync, cell):
+    """An all-zero weight (npt = 0): the GPU compiler refuses local arrays of length 0, which the simulator
+    accepts (found on the H100: tests/test_persistent_rnn.py's empty-weight examples failed there only)."""
+    ptx = _lto_ptx(sync, "wide", np.float32, (9, 0), cell=cell, npt=0)
+    assert ".target sm_90" in ptx and ".local" not in ptx
 
 
 @functools.cache   # several tests compare against the same build (one compile per worker)
