@@ -705,9 +705,13 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
         ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
         block drawing the last one sums ``part[0] + part[1] + ... + part[nsplit-1]`` in that order for
-        its own fragment positions (its own partial from the registers, the same float32 values),
-        rounds once to ``C``'s dtype and writes ``C``. The order does not depend on which block is
-        last: repeats are bit-identical.
+        its own fragment positions, rounds once to ``C``'s dtype and writes ``C``. The order does not
+        depend on which block is last: repeats are bit-identical.
+
+        The sum runs in ``acc``'s registers, its own partial read back from ``part[z]`` (stored by this
+        thread just before): a second fragment array beside ``acc`` made the one-wave float32 setting
+        (64 x 64 warp tiles, :data:`sparsekit.tune.TC_ONE_WAVE`) spill with a split (sm_90: 255 registers,
+        348 bytes of spill stores; ``tests/compile/test_uspmm_tc_compile.py``).
 
         As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements with all of
         one partial's loads issued together (``mtiles x ntiles x 4`` independent loads per partial):
@@ -720,24 +724,22 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         if lead:
             store_fragments(part[zs], acc, r0, c0, um, un)
         if split_ticket(ticket, nsplit, cuda.blockIdx.x * cuda.gridDim.y + cuda.blockIdx.y, sh_flag) and lead:
-            tot = cuda.local.array((mtiles, ntiles, 4), float32)
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     for x in range(4):
-                        tot[mt, nt, x] = 0.0
+                        acc[mt, nt, x] = 0.0
             for q in range(nsplit):
                 uq = U(q)
-                own = uq == zs
                 for mt in range(mtiles):
                     for nt in range(ntiles):
                         col = c0 + U(nt * 8)
                         for hh in range(2):
                             rr = r0 + U(mt * 16 + 8 * hh)
                             if (rr < um) & (col < un):
-                                tot[mt, nt, 2 * hh] += acc[mt, nt, 2 * hh] if own else part[uq, rr, col]
+                                acc[mt, nt, 2 * hh] += part[uq, rr, col]
                             if (rr < um) & (col + U(1) < un):
-                                tot[mt, nt, 2 * hh + 1] += acc[mt, nt, 2 * hh + 1] if own else part[uq, rr, col + U(1)]
-            store_fragments(c, tot, r0, c0, um, un)
+                                acc[mt, nt, 2 * hh + 1] += part[uq, rr, col + U(1)]
+            store_fragments(c, acc, r0, c0, um, un)
 
     @cuda.jit(device=True, inline=True)
     def reduce_groups(acc, grp, tl, red):
