@@ -11,6 +11,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --large [--dtype float32] [--out DIR]   # grids of many waves
     python experiments/bench_uspmm_tc.py --wave --only kg [--dtype float32]     # only the K-group settings
     python experiments/bench_uspmm_tc.py --lean [--out DIR]                      # float32, lean=True against False
+    python experiments/bench_uspmm_tc.py --half-wave [--out DIR]                 # float32 grids of half a wave
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
@@ -188,6 +189,13 @@ LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
 #: ``--lean``: each lean setting's result must be bit-identical to this one's (``same_as_previous``).
 LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in base and base.split()[:2] == name.split()[:2])
              if name.startswith(("tc one-wave", "tc large")) else "tc" for name, _ in LEAN_CONFIGS if "lean" in name}
+#: ``--half-wave`` (float32): output grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, where
+#: ``sparsekit.tune.TC_HALF_WAVE`` (the defaults, two K splits) is routed, against the one-wave setting with K
+#: splits (``LEAN_ONE_WAVE`` with ``lean``: ``sparsekit.tune.TC_ONE_WAVE``), whose K-split build spilled until
+#: session 9 and then measured slower there ("Session 9" of experiments/results/uspmm_tc.md).
+HALF_WAVE_PROBLEMS = [(512, 512, 1024, 0.60), (1024, 1024, 512, 0.60), (512, 512, 1024, 0.80), (1024, 1024, 512, 0.80)]
+HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc lean", dict(lean=True), (2,)),
+                     ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True), (1, 2, 4))]
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -312,8 +320,9 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
     :data:`SPLIT_B2` setting with splits 1 to 8, ``config="heuristic"``, the vendors), ``--b2``
     (``which="b2"``: the default and the "b2" settings of :data:`TC_CONFIGS`) or ``--fp32``
     (``which="fp32"``: the default, ``previous``'s default (a module, or None), ``config="auto"``,
-    the heuristic's CUDA-core choice, the vendors) or ``--wave`` / ``--large`` (``which="wave"`` /
-    ``"large"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` at their splits, ``config="auto"``, the vendors;
+    the heuristic's CUDA-core choice, the vendors) or ``--wave`` / ``--large`` / ``--half-wave`` (``which="wave"`` /
+    ``"large"`` / ``"half_wave"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` / :data:`HALF_WAVE_CONFIGS` at their
+    splits, ``config="auto"``, the vendors;
     ``only``: a list of substrings, to keep only the settings whose name holds one, and the default "tc")."""
     from experiments.bench_uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
@@ -326,8 +335,8 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
         out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
         out.update(vendor_launches(p, coo=False))
         return out
-    if which in ("wave", "large"):
-        configs = (WAVE_CONFIGS if which == "wave" else LARGE_CONFIGS)[dt]
+    if which in ("wave", "large", "half_wave"):
+        configs = {"wave": WAVE_CONFIGS.get(dt), "large": LARGE_CONFIGS.get(dt), "half_wave": HALF_WAVE_CONFIGS}[which]
         out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
                for name, cfg, splits in configs for s in splits
                if not only or name == "tc" or any(x in name for x in only)}
@@ -362,7 +371,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     from experiments.bench_uspmm import Problem
     from sparsekit.device import info
     probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
-             "large": LARGE_PROBLEMS.get(dtype), "lean": LEAN_PROBLEMS}[which]
+             "large": LARGE_PROBLEMS.get(dtype), "lean": LEAN_PROBLEMS, "half_wave": HALF_WAVE_PROBLEMS}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
     launches = {i: split_launches(p, which, previous, only) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
@@ -444,6 +453,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
+    ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the routed two splits "
+                    "against the one-wave setting with splits (HALF_WAVE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "
@@ -459,12 +470,12 @@ def main(argv=None) -> int:
         sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"],
                       lean_only=args.only == ["lean"])
         return 0
-    if args.splits or args.b2 or args.fp32 or args.wave or args.large or args.lean:
+    if args.splits or args.b2 or args.fp32 or args.wave or args.large or args.lean or args.half_wave:
         which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave
-                 else "large" if args.large else "lean")
+                 else "large" if args.large else "lean" if args.lean else "half_wave")
         previous = load_previous(args.previous) if args.previous else None
         recs = []
-        for d in ["float32"] if args.fp32 or args.lean else args.dtype or ["float32", "float16"]:
+        for d in ["float32"] if args.fp32 or args.lean or args.half_wave else args.dtype or ["float32", "float16"]:
             recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
                                 previous=previous, only=args.only)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)
