@@ -470,12 +470,11 @@ def main(argv=None) -> int:
         sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"],
                       lean_only=args.only == ["lean"])
         return 0
-    if args.splits or args.b2 or args.fp32 or args.wave or args.large or args.lean or args.half_wave:
-        which = ("splits" if args.splits else "b2" if args.b2 else "fp32" if args.fp32 else "wave" if args.wave
-                 else "large" if args.large else "lean" if args.lean else "half_wave")
+    which = next((w for w in ("splits", "b2", "fp32", "wave", "large", "lean", "half_wave") if getattr(args, w)), None)
+    if which:
         previous = load_previous(args.previous) if args.previous else None
         recs = []
-        for d in ["float32"] if args.fp32 or args.lean or args.half_wave else args.dtype or ["float32", "float16"]:
+        for d in ["float32"] if which in ("fp32", "lean", "half_wave") else args.dtype or ["float32", "float16"]:
             recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
                                 previous=previous, only=args.only)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)

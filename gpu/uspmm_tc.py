@@ -701,6 +701,20 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                             out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
 
     @cuda.jit(device=True, inline=True)
+    def add_fragments(frag, parts, q, r0, c0, um, un):
+        """``frag += parts[q]`` at this lane's fragment positions of the float32 partials ``parts`` (``um x
+        un`` valid, the positions of :func:`store_fragments`); all the loads are independent of each other."""
+        for mt in range(mtiles):
+            for nt in range(ntiles):
+                col = c0 + U(nt * 8)
+                for hh in range(2):
+                    rr = r0 + U(mt * 16 + 8 * hh)
+                    if (rr < um) & (col < un):
+                        frag[mt, nt, 2 * hh] += parts[q, rr, col]
+                    if (rr < um) & (col + U(1) < un):
+                        frag[mt, nt, 2 * hh + 1] += parts[q, rr, col + U(1)]
+
+    @cuda.jit(device=True, inline=True)
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
         ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
@@ -729,16 +743,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     for x in range(4):
                         acc[mt, nt, x] = 0.0
             for q in range(nsplit):
-                uq = U(q)
-                for mt in range(mtiles):
-                    for nt in range(ntiles):
-                        col = c0 + U(nt * 8)
-                        for hh in range(2):
-                            rr = r0 + U(mt * 16 + 8 * hh)
-                            if (rr < um) & (col < un):
-                                acc[mt, nt, 2 * hh] += part[uq, rr, col]
-                            if (rr < um) & (col + U(1) < un):
-                                acc[mt, nt, 2 * hh + 1] += part[uq, rr, col + U(1)]
+                add_fragments(acc, part, U(q), r0, c0, um, un)
             store_fragments(c, acc, r0, c0, um, un)
 
     @cuda.jit(device=True, inline=True)
