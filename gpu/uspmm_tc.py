@@ -703,16 +703,18 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @cuda.jit(device=True, inline=True)
     def add_fragments(frag, parts, q, r0, c0, um, un):
         """``frag += parts[q]`` at this lane's fragment positions of the float32 partials ``parts`` (``um x
-        un`` valid, the positions of :func:`store_fragments`); all the loads are independent of each other."""
+        un`` valid, the positions of :func:`store_fragments`). Every load is unconditional, from the position
+        clamped into the valid ``um x un`` (a position outside it adds a value that is never stored): loads
+        behind per-element bounds branches each waited for the one before (H100 ncu, session 10: the one-wave
+        float32 setting's split sum, 128 serial L2 round trips per partial, made a 2-split launch slower than
+        the unsplit one)."""
         for mt in range(mtiles):
-            for nt in range(ntiles):
-                col = c0 + U(nt * 8)
-                for hh in range(2):
-                    rr = r0 + U(mt * 16 + 8 * hh)
-                    if (rr < um) & (col < un):
-                        frag[mt, nt, 2 * hh] += parts[q, rr, col]
-                    if (rr < um) & (col + U(1) < un):
-                        frag[mt, nt, 2 * hh + 1] += parts[q, rr, col + U(1)]
+            for hh in range(2):
+                rr = min(r0 + U(mt * 16 + 8 * hh), um - U(1))
+                for nt in range(ntiles):
+                    col = c0 + U(nt * 8)
+                    frag[mt, nt, 2 * hh] += parts[q, rr, min(col, un - U(1))]
+                    frag[mt, nt, 2 * hh + 1] += parts[q, rr, min(col + U(1), un - U(1))]
 
     @cuda.jit(device=True, inline=True)
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
