@@ -190,9 +190,9 @@ LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
 LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in base and base.split()[:2] == name.split()[:2])
              if name.startswith(("tc one-wave", "tc large")) else "tc" for name, _ in LEAN_CONFIGS if "lean" in name}
 #: ``--half-wave`` (float32): output grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, where
-#: ``sparsekit.tune.TC_HALF_WAVE`` (the defaults, two K splits) is routed, against the one-wave setting with K
-#: splits (``LEAN_ONE_WAVE`` with ``lean``: ``sparsekit.tune.TC_ONE_WAVE``), whose K-split build spilled until
-#: session 9 and then measured slower there ("Session 9" of experiments/results/uspmm_tc.md).
+#: ``sparsekit.tune.TC_HALF_WAVE`` is routed: the one-wave setting (``LEAN_ONE_WAVE`` with ``lean``:
+#: ``sparsekit.tune.TC_ONE_WAVE``) at 1, 2 (routed since session 10) and 4 K splits, against the defaults with 1
+#: and 2 (routed until then) and lean with 2 ("Session 10" of experiments/results/uspmm_tc.md).
 HALF_WAVE_PROBLEMS = [(512, 512, 1024, 0.60), (1024, 1024, 512, 0.60), (512, 512, 1024, 0.80), (1024, 1024, 512, 0.80)]
 HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc lean", dict(lean=True), (2,)),
                      ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True), (1, 2, 4))]

@@ -355,6 +355,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     gthreads = nthreads // kgroups                    # threads of one K group
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
     mtiles, ntiles = wtm // 16, wtn // 8              # its 16x8 MMA tiles
+    frag_row = 2 * ntiles                              # a fragment row of this lane: 2 ntiles elements
     tile_type = float16 if half else float32
     item = 2 if half else 4
     vw = 16 // item                                   # elements per 16-byte copy
@@ -701,20 +702,24 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                             out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
 
     @cuda.jit(device=True, inline=True)
-    def add_fragments(frag, parts, q, r0, c0, um, un):
+    def add_fragments(frag, parts, q, r0, c0, um, un, row):
         """``frag += parts[q]`` at this lane's fragment positions of the float32 partials ``parts`` (``um x
         un`` valid, the positions of :func:`store_fragments`). Every load is unconditional, from the position
         clamped into the valid ``um x un`` (a position outside it adds a value that is never stored): loads
         behind per-element bounds branches each waited for the one before (H100 ncu, session 10: the one-wave
         float32 setting's split sum, 128 serial L2 round trips per partial, made a 2-split launch slower than
-        the unsplit one)."""
+        the unsplit one). A fragment row's loads go to ``row`` (``2 ntiles`` floats) before its adds: with each
+        add beside its load, float16 :data:`sparsekit.tune.TC_LARGE`'s split build spilled (72 bytes, sm_90)."""
         for mt in range(mtiles):
             for hh in range(2):
                 rr = min(r0 + U(mt * 16 + 8 * hh), um - U(1))
                 for nt in range(ntiles):
                     col = c0 + U(nt * 8)
-                    frag[mt, nt, 2 * hh] += parts[q, rr, min(col, un - U(1))]
-                    frag[mt, nt, 2 * hh + 1] += parts[q, rr, min(col + U(1), un - U(1))]
+                    row[2 * nt] = parts[q, rr, min(col, un - U(1))]
+                    row[2 * nt + 1] = parts[q, rr, min(col + U(1), un - U(1))]
+                for nt in range(ntiles):
+                    frag[mt, nt, 2 * hh] += row[2 * nt]
+                    frag[mt, nt, 2 * hh + 1] += row[2 * nt + 1]
 
     @cuda.jit(device=True, inline=True)
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
@@ -744,8 +749,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 for nt in range(ntiles):
                     for x in range(4):
                         acc[mt, nt, x] = 0.0
+            row = cuda.local.array(frag_row, float32)
             for q in range(nsplit):
-                add_fragments(acc, part, U(q), r0, c0, um, un)
+                add_fragments(acc, part, U(q), r0, c0, um, un, row)
             store_fragments(c, acc, r0, c0, um, un)
 
     @cuda.jit(device=True, inline=True)

@@ -305,8 +305,8 @@ def _pow2_at_most(x: float) -> int:
 #: * float16 only, smaller grids (at most ``sms`` tiles of 32 x 128) with ``K >= TC_MIN_K``:
 #:   :func:`tc_small_grid`, 32 x 128 tiles at two blocks an SM, K split in runs of 8 or more chunks
 #:   while the split grid stays within one wave;
-#: * float32 only, grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128 with ``K >= TC_MIN_K``: the
-#:   defaults with the K range split in two (:data:`TC_HALF_WAVE`).
+#: * float32 only, grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128 with ``K >= TC_MIN_K``:
+#:   :data:`TC_ONE_WAVE` with the K range split in two (:data:`TC_HALF_WAVE`).
 #:
 #: Fitted to "Session 4" and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23
 #: 03:04 and 03:29 UTC), tensor-core vs CUDA-core time in us. float16, all routed: 1024^3 at
@@ -324,14 +324,6 @@ def _pow2_at_most(x: float) -> int:
 TC_MIN_DENSITY = {np.dtype(np.float16): 0.045, np.dtype(np.float32): 0.14}   # the sparsest measured wins: 95% (d = 0.0498), 85% (d = 0.150)
 TC_FILL = 0.7      # float32: 768 x 768 x 1024 (96 tiles of 64 x 128 on 132 SMs) measured, fewer not
 TC_MIN_K = 512
-#: float32 grids of half a wave: "Sixth session, run 2" of experiments/results/lead_gpu_run.md (H100, 08:07
-#: UTC), float32 60%, 64 tiles of 64 x 128 on 132 SMs: 512 x 512 x 1024 35.0 us with two splits (unsplit
-#: 37.9, four 43.2) against the CUDA-core choice's 40.1; 1024 x 1024 x 512 51.1 (68.8, 57.1) against 70.9.
-#: Not at 32 tiles (256 x 256 x 1024: 21.9 unsplit, 24.4 two splits, CUDA cores 19.6; 1024 x 1024 x 256: four
-#: splits 44.4 against the warp-split kernel's 40.6) nor 16 (128 x 128 x 1024: 13.8 unsplit against 14.2).
-#: :data:`TC_ONE_WAVE`'s K groups with a split lose at every one of these (40.3-205.7 us). ``lean=True`` gains
-#: nothing here (run 3: 35.1 against 34.6, 50.9 against 51.2), so the setting stays without it.
-TC_HALF_WAVE = {np.dtype(np.float32): dict(splits=2)}
 #: The tensor-core setting per dtype where the output has at least ``sms`` tiles of 64 x 256 (64 x 256 tiles
 #: at two blocks an SM re-densify each A tile for twice the default's columns; float32 with 4 warps of 64 x 64,
 #: which issue fewer fragment loads and B splits per MMA). "Session 5, grids of many waves" of
@@ -360,6 +352,17 @@ TC_DEFAULT = {np.dtype(np.float16): dict(lean=True), np.dtype(np.float32): dict(
 #: cuBLAS 62.3), 90% 55.3 against 60.3, 768 x 768 x 1024 44.0 against 48.8.
 TC_ONE_WAVE = {np.dtype(np.float32): dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1,
                                           kgroups=4, lean=True)}
+#: float32 grids of half a wave: "Sixth session, run 2" of experiments/results/lead_gpu_run.md (H100, 08:07
+#: UTC), float32 60%, 64 tiles of 64 x 128 on 132 SMs: the defaults at 512 x 512 x 1024 35.0 us with two splits
+#: (unsplit 37.9, four 43.2) against the CUDA-core choice's 40.1; 1024 x 1024 x 512 51.1 (68.8, 57.1) against 70.9.
+#: Not at 32 tiles (256 x 256 x 1024: 21.9 unsplit, 24.4 two splits, CUDA cores 19.6; 1024 x 1024 x 256: four
+#: splits 44.4 against the warp-split kernel's 40.6) nor 16 (128 x 128 x 1024: 13.8 unsplit against 14.2).
+#: Session 10 ("Session 10" of experiments/results/uspmm_tc.md, H100, 19:56 UTC): once the split sum's loads
+#: were issued together (they had waited on each other behind per-element bounds branches), :data:`TC_ONE_WAVE`
+#: with two splits (128 blocks: one wave at one block an SM) won at all four half-wave grids timed: 512 x 512 x
+#: 1024 60/80% 27.8/27.6 us against the defaults' 30.6/30.9 with two splits, 1024 x 1024 x 512 39.8/39.8 against
+#: 47.6/47.5 (unsplit 30.5 and 52.7; four splits 38.0 and 50.1).
+TC_HALF_WAVE = {np.dtype(np.float32): dict(TC_ONE_WAVE[np.dtype(np.float32)], splits=2)}
 #: Tensor-core settings in the search space of :func:`space` (row-major B) per dtype: the defaults (with
 #: and without ``lean``), :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
 #: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`.

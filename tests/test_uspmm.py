@@ -455,9 +455,10 @@ TC_ROUTING = [
     (1024, 1024, 128, 410, np.float32, None, "42.5 (best split) / 33.7"),
     (512, 4608, 128, 876, np.float32, None, "80.4 (best split) / 54.9"),
     # "Sixth session, run 2" of experiments/results/lead_gpu_run.md (08:07 UTC): float32 60%, the defaults
-    # with two splits / the CUDA-core choice
-    (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128)"),
-    (1024, 1024, 512, 410, np.float32, "half_wave", "51.1 / dense tile 70.9 (64 tiles)"),
+    # with two splits / the CUDA-core choice; "Session 10" of experiments/results/uspmm_tc.md: the one-wave
+    # setting with two splits (routed since) / the defaults with two splits
+    (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128); s10 27.8 / 30.6"),
+    (1024, 1024, 512, 410, np.float32, "half_wave", "51.1 / dense tile 70.9 (64 tiles); s10 39.8 / 47.6"),
     (256, 256, 1024, 102, np.float32, None, "two splits 24.4, unsplit 21.9 / pipelined 19.6 (32 tiles)"),
     (128, 128, 1024, 51, np.float32, None, "unsplit 13.8 / pipelined 14.2 (16 tiles: within noise)"),
 ]

@@ -123,14 +123,18 @@ def test_large_settings_pass_the_checks():
 
 
 def test_half_wave_bench_times_the_routed_settings():
-    """``--half-wave`` compares what ``config="auto"`` routes to on half-wave float32 grids (the defaults with
-    two splits) with the one-wave setting as routed (``TC_ONE_WAVE``) at 1, 2 and 4 splits, on grids of that kind."""
+    """``--half-wave`` compares what ``config="auto"`` routes to on half-wave float32 grids (the one-wave setting,
+    ``TC_ONE_WAVE``, with two splits) with that setting at 1 and 4 splits and the defaults with two splits
+    (routed before session 10), on grids of that kind."""
     from experiments.bench_uspmm_tc import HALF_WAVE_CONFIGS, HALF_WAVE_PROBLEMS
     from sparsekit.tune import TC_HALF_WAVE, TC_ONE_WAVE, heuristic
     f32 = np.dtype(np.float32)
     timed = {(tuple(sorted(cfg.items())), s) for _name, cfg, splits in HALF_WAVE_CONFIGS for s in splits}
-    assert ((), TC_HALF_WAVE[f32]["splits"]) in timed
-    assert {(tuple(sorted(TC_ONE_WAVE[f32].items())), s) for s in (1, 2, 4)} <= timed
+    routed = dict(TC_HALF_WAVE[f32])
+    splits = routed.pop("splits")
+    assert routed == TC_ONE_WAVE[f32]
+    assert {(tuple(sorted(TC_ONE_WAVE[f32].items())), s) for s in (1, splits, 4)} <= timed
+    assert ((), 2) in timed
     for m, k, n, sparsity in HALF_WAVE_PROBLEMS:
         kprime = round((1 - sparsity) * k)
         assert heuristic(m, k, n, kprime, f32, "C") == dict(variant="tensor_core", **TC_HALF_WAVE[f32])
