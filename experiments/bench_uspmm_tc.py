@@ -402,10 +402,12 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
     16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
-    (:data:`KGROUPS`: two, three and four groups, the groups' sum through shared memory; with a K split);
+    (:data:`KGROUPS`: two, three and four groups, the groups' sum through shared memory; two and four with a K
+    split);
     ``kgroups_only``: only those (the kernel without groups is unchanged by them); ``lean_only``: with
     ``lean=True`` only the default, the routed many-wave float32 setting (:data:`LEAN_LARGE`; float16: the
-    static :data:`ALT`), four K groups (float32: the one-wave setting) and two groups with a K split."""
+    static :data:`ALT`), four K groups (float32: the one-wave setting; with a K split: the routed half-wave
+    setting) and two groups with a K split."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
@@ -414,10 +416,11 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
             kg = KGROUPS[dtype.name]
             plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
                 + ((DYNAMIC,) if dtype == np.float16 else ())
-            cfgs = (() if kgroups_only else plain) + (kg[0], kg[1], kg[2], dict(kg[0], splits=2))
+            cfgs = (() if kgroups_only else plain) + (kg[0], kg[1], kg[2], dict(kg[0], splits=2), dict(kg[2], splits=2))
             if lean_only:
                 routed = LEAN_LARGE if dtype == np.float32 else ALT[dtype.name]
-                cfgs = tuple(dict(cfg, lean=True) for cfg in (dict(), routed, kg[2], dict(kg[0], splits=2)))
+                cfgs = tuple(dict(cfg, lean=True) for cfg in (dict(), routed, kg[2], dict(kg[0], splits=2),
+                                                               dict(kg[2], splits=2)))
             for cfg in cfgs:
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")

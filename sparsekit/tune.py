@@ -357,7 +357,7 @@ TC_ONE_WAVE = {np.dtype(np.float32): dict(bm=64, bn=128, kc=32, warps_m=1, warps
 #: (unsplit 37.9, four 43.2) against the CUDA-core choice's 40.1; 1024 x 1024 x 512 51.1 (68.8, 57.1) against 70.9.
 #: Not at 32 tiles (256 x 256 x 1024: 21.9 unsplit, 24.4 two splits, CUDA cores 19.6; 1024 x 1024 x 256: four
 #: splits 44.4 against the warp-split kernel's 40.6) nor 16 (128 x 128 x 1024: 13.8 unsplit against 14.2).
-#: Session 10 ("Session 10" of experiments/results/uspmm_tc.md, H100, 19:56 UTC): once the split sum's loads
+#: Session 10 ("Session 10" of experiments/results/uspmm_tc.md, H100, 19:57 UTC): once the split sum's loads
 #: were issued together (they had waited on each other behind per-element bounds branches), :data:`TC_ONE_WAVE`
 #: with two splits (128 blocks: one wave at one block an SM) won at all four half-wave grids timed: 512 x 512 x
 #: 1024 60/80% 27.8/27.6 us against the defaults' 30.6/30.9 with two splits, 1024 x 1024 x 512 39.8/39.8 against
