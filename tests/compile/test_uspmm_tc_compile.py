@@ -151,7 +151,7 @@ def test_scatter_is_pipelined_with_the_mmas():
 
 def longest_branch_free_loads(ptx: str) -> int:
     """The most ``ld.global`` of the split sum (after the ticket's ``atom.global``) in one branch-free stretch of
-    the PTX (no label, no ``bra`` between them): loads that sit in a basic block each wait for the one before."""
+    the PTX (no label, no ``bra`` between them): loads each behind a branch of their own wait for the one before."""
     lines = [x.strip() for x in ptx.splitlines()]
     atom = max(i for i, x in enumerate(lines) if x.startswith("atom.global"))
     runs, run = [0], 0
