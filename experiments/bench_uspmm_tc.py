@@ -134,6 +134,13 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x128 k32 w1x2 s5 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=5,
                                                                min_blocks=1, kgroups=4), (1,)),
                             ("tc 64x128 k32 w1x2 s6 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=6,
+                                                               min_blocks=1, kgroups=4), (1,)),
+                            # four groups of 4 warps of 32 x 64: 16 warps an SM (4 a scheduler, the one-wave
+                            # setting has 2 and is latency-bound); sm_90 128 registers, no spill (session 10,
+                            # offline; with lean 12 bytes of spill); not timed yet
+                            ("tc 64x128 k32 w2x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
+                                                               min_blocks=1, kgroups=4), (1,)),
+                            ("tc 64x128 k32 w2x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=4,
                                                                min_blocks=1, kgroups=4), (1,))],
                 "float16": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k32 w2x2 s4 b2", TC_CONFIGS["float16"]["tc 64x64 k32 w2x2 s4 b2"], (1, 2)),
