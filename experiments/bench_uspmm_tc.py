@@ -423,11 +423,11 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
             kg = KGROUPS[dtype.name]
             plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
                 + ((DYNAMIC,) if dtype == np.float16 else ())
-            cfgs = (() if kgroups_only else plain) + (kg[0], kg[1], kg[2], dict(kg[0], splits=2), dict(kg[2], splits=2))
+            split_groups = (dict(kg[0], splits=2), dict(kg[2], splits=2))
+            cfgs = (() if kgroups_only else plain) + (kg[0], kg[1], kg[2]) + split_groups
             if lean_only:
                 routed = LEAN_LARGE if dtype == np.float32 else ALT[dtype.name]
-                cfgs = tuple(dict(cfg, lean=True) for cfg in (dict(), routed, kg[2], dict(kg[0], splits=2),
-                                                               dict(kg[2], splits=2)))
+                cfgs = tuple(dict(cfg, lean=True) for cfg in (dict(), routed, kg[2]) + split_groups)
             for cfg in cfgs:
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
@@ -463,8 +463,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
-    ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the routed two splits "
-                    "against the one-wave setting with splits (HALF_WAVE_PROBLEMS)")
+    ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the one-wave setting "
+                    "with 1, 2 (routed) and 4 splits against the defaults with splits (HALF_WAVE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "

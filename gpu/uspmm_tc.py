@@ -734,9 +734,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         (64 x 64 warp tiles, :data:`sparsekit.tune.TC_ONE_WAVE`) spill with a split (sm_90: 255 registers,
         348 bytes of spill stores; ``tests/compile/test_uspmm_tc_compile.py``).
 
-        As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements with all of
-        one partial's loads issued together (``mtiles x ntiles x 4`` independent loads per partial):
-        split_sum walks the tile element by element and its loads wait on each other (H100, 03:25
+        As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements, each partial's
+        ``mtiles x ntiles x 4`` loads issued together (:func:`add_fragments`): split_sum walks the tile
+        element by element and its loads wait on each other (H100, 03:25
         UTC: 1024 x 1024 x 128 float16 took 37.1 us with 2 splits and 71.2 us with 16, against
         28.3 us unsplit). ``sh_flag``: a shared byte for the block's "last" flag. ``lead``: this
         thread holds the block's sums (K group 0, :func:`reduce_groups`): the others only take part in
