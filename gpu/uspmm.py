@@ -467,6 +467,15 @@ def split_ticket(ticket, nsplit, tile, sh_last):
 
 
 @cuda.jit(device=True, inline=True)
+def _tile_position(e, row0, col0, tile_cols, m, n):
+    """Element ``e`` of a split tile (``tile_cols`` columns from ``(row0, col0)``): its position and that
+    position clamped into ``M x N`` (an element past the tile or the matrix reads a valid partial, never stored)."""
+    rr = row0 + e // tile_cols
+    cc = col0 + e % tile_cols
+    return rr, cc, min(rr, m - 1), min(cc, n - 1)
+
+
+@cuda.jit(device=True, inline=True)
 def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols):
     """The end of a K-split launch for the CUDA-core kernels (:func:`_c_tile_epilogue`), called by
     every thread after it wrote its partial sums to ``part[blockIdx.z]`` (float32, ``nsplit x M x
@@ -475,18 +484,33 @@ def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols
     part[nsplit - 1]`` in that order over the whole tile, the threads along its rows (coalesced), and
     writes ``C`` (rounded to its dtype). Whichever block finishes last, the sum is the same one:
     results are bit-identical from run to run.
+
+    A thread sums 2 elements (``blockDim.x`` apart) at a time, their loads unconditional (clamped
+    positions, :func:`_tile_position`) and side by side: one element at a time behind its bounds test,
+    a thread had the loads of one element in flight (as the tensor-core split sum had,
+    ``gpu.uspmm_tc``'s ``add_fragments``). H100, session 11 ("Session 11: the CUDA-core split sum, two
+    elements a thread" of experiments/results/uspmm.md): 2-25% faster with every split setting timed;
+    4 elements were faster still for the dense-tile and pipelined kernels but took the direct kernel,
+    which has no launch bounds, from 56 to 64 registers (sm_90) and lost to 2 with 8 and 16 splits.
     """
     if split_ticket(ticket, nsplit, tile, sh_last):                      # the last block: fixed-order sum
         row0 = cuda.blockIdx.x * tile_rows
         col0 = cuda.blockIdx.y * tile_cols
-        for e in range(cuda.threadIdx.x, tile_rows * tile_cols, cuda.blockDim.x):
-            rr = row0 + e // tile_cols
-            cc = col0 + e % tile_cols
-            if rr < m and cc < n:
-                total = float32(0.0)
-                for q in range(nsplit):
-                    total += part[q, rr, cc]
-                c[rr, cc] = total
+        size = tile_rows * tile_cols
+        stride = cuda.blockDim.x
+        for e0 in range(cuda.threadIdx.x, size, 2 * stride):
+            r0, c0, r0c, c0c = _tile_position(e0, row0, col0, tile_cols, m, n)
+            r1, c1, r1c, c1c = _tile_position(e0 + stride, row0, col0, tile_cols, m, n)
+            t0 = t1 = float32(0.0)
+            for q in range(nsplit):
+                v0 = part[q, r0c, c0c]
+                v1 = part[q, r1c, c1c]
+                t0 += v0
+                t1 += v1
+            if r0 < m and c0 < n:                                        # (e0 < size: the loop's bound)
+                c[r0, c0] = t0
+            if e0 + stride < size and r1 < m and c1 < n:
+                c[r1, c1] = t1
 
 
 @functools.cache

@@ -66,3 +66,19 @@ def usage(report: str) -> Usage:
         return int(found[-1])
     return Usage(last(r"Used (\d+) registers"), last(r"(\d+) bytes spill stores"),
                  last(r"(\d+) bytes spill loads"), last(r"(\d+) bytes stack frame"))
+
+
+def longest_branch_free_loads(ptx: str) -> int:
+    """The most ``ld.global`` after the last ``atom.global`` of ``ptx`` (a K split's sum, after its ticket) in one
+    branch-free stretch (no label, no ``bra`` between them): loads each behind a branch of their own wait for the
+    one before, so this is how many of the sum's loads a thread can have in flight."""
+    lines = [x.strip() for x in ptx.splitlines()]
+    atom = max(i for i, x in enumerate(lines) if x.startswith("atom.global"))
+    runs, run = [0], 0
+    for x in lines[atom:]:
+        if re.match(r"^\$?\w+:", x) or re.match(r"^(@!?%p\d+\s+)?bra", x):
+            runs.append(run)
+            run = 0
+        elif x.startswith("ld.global"):
+            run += 1
+    return max(runs + [run])

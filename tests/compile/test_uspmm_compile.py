@@ -159,7 +159,9 @@ def test_dense_tile_compiles_to_register_outer_products(cc, dtype):
 @pytest.mark.parametrize("variant", ["pipelined", "direct", "dense_tile"])
 def test_split_epilogue_fences_then_takes_a_ticket(variant):
     """The K-split epilogue: the partial tile is stored, ``membar.gl`` (threadfence) orders it before
-    the ticket's ``atom.global.add``, and the last block's fixed-order sum follows."""
+    the ticket's ``atom.global.add``, and the last block's fixed-order sum follows, two elements' loads of
+    the partials side by side (LLVM unrolls the loop over the partials by 4: 8 in one branch-free stretch;
+    one element at a time behind its bounds test, 4)."""
     cc = (9, 0)
     if variant == "pipelined":
         kernel, args = gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2), pipelined_args(types.float32, types.int32)
@@ -177,6 +179,7 @@ def test_split_epilogue_fences_then_takes_a_ticket(variant):
     fence, ticket = ptx.index("membar.gl"), ptx.index("atom.global.add.u32")
     assert fence < ticket
     assert "ld.local" not in ptx and "st.local" not in ptx
+    assert offline.longest_branch_free_loads(ptx) >= 8
 
 
 def warp_split_args(vt, it):

@@ -149,21 +149,6 @@ def test_scatter_is_pipelined_with_the_mmas():
         assert runs == [["mma", 8], ["st", want // 4]] * 4
 
 
-def longest_branch_free_loads(ptx: str) -> int:
-    """The most ``ld.global`` of the split sum (after the ticket's ``atom.global``) in one branch-free stretch of
-    the PTX (no label, no ``bra`` between them): loads each behind a branch of their own wait for the one before."""
-    lines = [x.strip() for x in ptx.splitlines()]
-    atom = max(i for i, x in enumerate(lines) if x.startswith("atom.global"))
-    runs, run = [0], 0
-    for x in lines[atom:]:
-        if re.match(r"^\$?\w+:", x) or re.match(r"^(@!?%p\d+\s+)?bra", x):
-            runs.append(run)
-            run = 0
-        elif x.startswith("ld.global"):
-            run += 1
-    return max(runs + [run])
-
-
 #: PTX instructions of one K chunk of the unsplit defaults (sm_90, static count of :func:`loop_body`)
 #: when the K split was added (session 4, K split; float32: 427 then, 415 with A split at the scatter):
 #: the split must not add code to the unsplit loop.
@@ -185,7 +170,7 @@ def test_k_split_kernel(dtype, cc):
     assert re.search(r"atom\.global\.add\.u32|atom\.global\.add\.s32", ptx)
     assert "st.global.f32" in ptx
     cfg = default_cfg(dtype)                                                   # a partial's loads, issued together
-    assert longest_branch_free_loads(ptx) == (cfg[0] // cfg[3] // 16) * (cfg[1] // cfg[4] // 8) * 4
+    assert offline.longest_branch_free_loads(ptx) == (cfg[0] // cfg[3] // 16) * (cfg[1] // cfg[4] // 8) * 4
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 5                       # prologue 2, loop 1, split_sum 2
     split_loop = loop_body(ptx, ksplit=True)
     plain_loop = loop_body(build(dtype, default_cfg(dtype), cc).ptx)
@@ -255,7 +240,7 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
     assert not [x for x in after if x.startswith("fma")]
     assert len(loop_body(ptx, ksplit, kgroups)) > 0
     if ksplit:                                                                 # a partial's loads, issued together
-        assert longest_branch_free_loads(ptx) == frag                          # (session 10: one at a time before)
+        assert offline.longest_branch_free_loads(ptx) == frag                          # (session 10: one at a time before)
 
 
 def test_lean_kernel():
