@@ -489,7 +489,7 @@ def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols
     positions, :func:`_tile_position`) and side by side: one element at a time behind its bounds test,
     a thread had the loads of one element in flight (as the tensor-core split sum had,
     ``gpu.uspmm_tc``'s ``add_fragments``). H100, session 11 ("Session 11: the CUDA-core split sum, two
-    elements a thread" of experiments/results/uspmm.md): 2-25% faster with every split setting timed;
+    elements a thread" of experiments/results/uspmm.md): 1-32% less time with every split setting timed;
     4 elements were faster still for the dense-tile and pipelined kernels but took the direct kernel,
     which has no launch bounds, from 56 to 64 registers (sm_90) and lost to 2 with 8 and 16 splits.
     """
