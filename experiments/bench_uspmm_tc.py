@@ -137,7 +137,8 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                                                                min_blocks=1, kgroups=4), (1,)),
                             # four groups of 4 warps of 32 x 64: 16 warps an SM (4 a scheduler, the one-wave
                             # setting has 2 and is latency-bound); sm_90 128 registers, no spill (session 10,
-                            # offline; with lean 12 bytes of spill); not timed yet
+                            # offline; with lean 12 bytes of spill); session 11: 5-9% (s4) and 14-18% (s3)
+                            # slower than w1x2 s4 kg4 (uspmm_tc.md "Session 11")
                             ("tc 64x128 k32 w2x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
                                                                min_blocks=1, kgroups=4), (1,)),
                             ("tc 64x128 k32 w2x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=4,
