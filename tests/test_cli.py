@@ -32,6 +32,14 @@ def test_every_command_has_help(argv, capsys):
     assert "usage: sparsekit" in capsys.readouterr().out
 
 
+def test_python_dash_m_runs_the_command():
+    """``python -m sparsekit`` is the ``sparsekit`` command (where the console script is not on PATH)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "sparsekit", "--help"], capture_output=True, text=True, check=True)
+    assert "usage: sparsekit" in out.stdout
+
+
 def test_reproduce_list_names_every_experiment(capsys):
     from sparsekit.experiment import discover
 
