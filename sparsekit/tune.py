@@ -335,8 +335,9 @@ TC_MIN_K = 512
 #: 4096 168.3 against 183.1, 4096^2 x 1024 603.6 against 667.6, float16 N = 16384 227.6 against 250.9
 #: ("Sixth session, run 3" of experiments/results/lead_gpu_run.md, 08:30 UTC). float32 also where there are
 #: ``TC_FILL * sms`` such tiles: 1024 x 1024 x 2048 (128 tiles) 102.0 against the defaults' 110.4 (lean) and
-#: :data:`TC_ONE_WAVE`'s 107.4 (lean). What limits it (ncu, "Session 11", N = 16384): the tensor pipe busy 58% of
-#: the time at two warps a scheduler, the MMAs waiting on the MMA before into the same accumulator or on the B split.
+#: :data:`TC_ONE_WAVE`'s 107.4 (lean). Session 11 (ncu, N = 16384): the tensor pipe busy 58% of the time at two
+#: warps a scheduler, the MMAs' waits on the MMA before into the same accumulator or on the B split; splitting B a
+#: K step ahead spaced those out but was not faster (+0.9%).
 TC_LARGE = {np.dtype(np.float16): dict(bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2,
                                        lean=True),
             np.dtype(np.float32): dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4, lean=True)}
