@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -34,8 +36,6 @@ def test_every_command_has_help(argv, capsys):
 
 def test_python_dash_m_runs_the_command():
     """``python -m sparsekit`` is the ``sparsekit`` command (where the console script is not on PATH)."""
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, "-m", "sparsekit", "--help"], capture_output=True, text=True, check=True)
     assert "usage: sparsekit" in out.stdout
 
