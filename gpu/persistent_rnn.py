@@ -186,6 +186,7 @@ from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
 from gpu import cluster as clusters
 from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
+from gpu.inline import inlined
 from gpu.mma import cp_async16, cp_async_commit, cp_async_wait
 from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from gpu.vector_loads import store4
@@ -442,28 +443,28 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     nb_dtype = typeof(np.zeros(1, dtype)).dtype
     idx_dtype = uint32 if IDX16 else int32
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def activate(s):
         return math.tanh(s) if TANH else max(s, float32(0.0))
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def zero_band(y):
         if y <= float32(0.0) and y >= -ZERO_BAND:     # Section 4.2: never write -0.0 (nor what rounds to it)
             y = float32(0.0)
         return y
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def sigmoid(x):
         return float32(1.0) / (float32(1.0) + math.exp(-x))
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def stamp(tr, t, phase, value):
         """Trace: thread 0 of the block records ``value`` for (step t, phase)."""
         if TRACE and cuda.threadIdx.x == 0:
             steps = tr.shape[0] // (cuda.gridDim.x * NPH)
             tr[(cuda.blockIdx.x * steps + t) * NPH + phase] = value
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_weights(vals, idx, row, hidden, lane, active, w, j):
         """Every thread keeps its npt <index, value> pairs (per gate row) in registers for all steps."""
         for g in range(G):
@@ -472,7 +473,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for i in range(NJ):                        # IDX16: word i holds pairs 2i and 2i + 1
                 j[g * NJ + i] = idx_dtype(idx[g * hidden + row, lane + i * TPR]) if active else 0
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def owned(lane, q):
         """Sample of this thread's ``q``-th (row, sample) output; ``B`` (none) if it owns fewer.
 
@@ -492,7 +493,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             return base + q if lane & (TPR // S - 1) == 0 else B
         return lane + q * TPR
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_bias(bprime, t, hidden, row, lane, active, bp):
         """b'_t of the (row, sample) outputs this thread owns, loaded before the step needs them."""
         for q in range(NBO):
@@ -501,7 +502,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 for g in range(G):
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def word(tid, k, nthreads, n_words):
         """Word of h (per step) that is this thread's ``k``-th, or ``n_words`` if it has none.
 
@@ -516,7 +517,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         e = (tid + m * CL * (NT if NT else nthreads)) * VEC + k % VEC
         return e if e < n_words else n_words
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def issue_loads(xchg_words, base, kb, pf, tid, nthreads, n_words):
         """Load stage, first half: this thread's words ``kb .. kb + CHW - 1`` of h (global, batch-interleaved)
         into registers.
@@ -528,7 +529,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             if e < n_words:
                 load_group(xchg_words, base + e, pf, k)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def issue_all(xchg_words, base, pf, tid, nthreads, n_words, only_pending):
         """``poll="issue"``: the loads of this thread's words of h (slot at word ``base``), all of them, or with
         ``only_pending`` (a constant) the groups still holding -0.0: addressed from the thread's first word at
@@ -546,7 +547,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 if int32((k // VEC) * step) < lim and (not only_pending or group_pending(pf, k)):
                     load_group(xchg_words, first + (k // VEC) * step, pf, k)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def any_pending(pf, tid, nthreads, n_words):
         """``poll="issue"``: whether any of this thread's words of h (``issue_all``'s) still holds -0.0.
 
@@ -568,7 +569,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 pending = True
         return pending
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_group(xchg_words, i, pf, k):
         """Words ``i .. i + VEC - 1`` of the exchange buffer into ``pf[k .. k + VEC - 1]``, one instruction."""
         if VEC == 4:
@@ -580,7 +581,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         else:
             pf[k] = ld_word(xchg_words, i)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def group_pending(pf, k):
         """Whether any word of the group at slot ``k`` still holds Lamport's preset."""
         pending = False
@@ -588,7 +589,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             pending = pending or is_pending(pf[k + m])
         return pending
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
         """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
         if VEC == 4:                                   # wide only: 16-byte stores, as loaded
@@ -612,7 +613,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     if e < hidden * B:
                         h_words[woff + (e % B) * hidden + e // B] = v
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_cluster(h_words, woff, pf, vt, nthreads, n_words):
         """Cluster load stage, second half: this thread's words of h (wide layout, as loaded) into the shared
         memory buffer at word ``woff`` of every block of the cluster (distributed shared memory)."""
@@ -625,7 +626,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     else:
                         st_cluster_u32(h_words, woff + e, r, pf[k])
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def operate(h_sh, hoff, hidden, w, j, acc):
         """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
         for q in range(G * B):
@@ -634,7 +635,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for i in range(NPT):
                 pair(h_sh, hoff, hidden, w, j, acc, g, i)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def operate_range(h_sh, hoff, hidden, w, j, acc, lo, hi):
         """One pass of the operate stage over parts (``parts``): this thread's pairs ``lo <= i < hi`` only
         (run-time bounds of the thread; every pair is unrolled and predicated), accumulating onto ``acc``."""
@@ -642,7 +643,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             if i >= lo and i < hi:
                 pair(h_sh, hoff, hidden, w, j, acc, 0, i)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def pair(h_sh, hoff, hidden, w, j, acc, g, i):
         """acc[g, b] += value[i] * activation_in_shm[index[i]] for the thread's pair i of gate row g."""
         wi = float32(w[g * NPT + i])
@@ -657,7 +658,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for b in range(B):
                 acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def shfl_reduce(acc, lane):
         """The row's tpr partials of every accumulator, summed with warp shuffles (``reduce="shfl"``).
 
@@ -683,7 +684,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 for i in range(NS):
                     acc[g * B + i] += cuda.shfl_xor_sync(0xFFFFFFFF, acc[g * B + i], off)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def partial(red, red_off, acc, r_local, lane, q, g, b):
         """Gate g of output q summed over the row: from the shuffles' registers, or the partials in shared memory."""
         if SHFL:
@@ -693,7 +694,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             s += red[red_off + (r_local * TPR + k) * G * B + g * B + b]
         return s
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
                          hidden, cs, c, wslot, rslot):
         """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
@@ -741,7 +742,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     xchg[rslot * stride + row * B + b] = NEG0
                 hs[t, b, row] = y
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def write_packed(red, red_off, r_local, row, t, bp, xchg, stride, hs, wslot):
         """pack: the row's 4 samples summed by one thread (a 16-byte shared load of each of the row's tpr
         partials, added in the same order as ``partial``), + b'_t, g, and the row's column of h_t written with
@@ -767,7 +768,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         hs[t, 2, row] = y2
         hs[t, 3, row] = y3
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_cell(cs, c0, t_start, row, lane, active, c):
         """LSTM: c_{t_start - 1} of the owned (unit, sample) outputs (c0, or what a previous launch stored)."""
         for q in range(NBO):
@@ -776,7 +777,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             if LSTM and active and b < B:
                 c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit):
         """Lamport's load stage: reload this thread's words still -0.0 until none is (or spin_limit rounds).
 
@@ -814,14 +815,14 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     polls += 1
         return pending, polls
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def part_word(p, hidden):
         """First word of part ``p`` of a step's h (``part_columns``: from column ``hidden * p // parts`` rounded
         down to 4, so parts start at 16-byte groups; every column is ``B * ITEM / 4`` whole words, batch 4)."""
         col = hidden if p == PARTS else hidden * p // PARTS // 4 * 4
         return col * B * ITEM // 4
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def copy_part(xchg_words, base, h_words, woff, p, tid, nthreads, hidden):
         """cp_async: this thread's 16-byte groups of part ``p`` of h from L2 straight into shared memory."""
         lo = part_word(p, hidden)
@@ -832,7 +833,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 cp_async16(h_words, woff + lo + e, xchg_words, base + lo + e, 16)
         cp_async_commit()
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def wait_copies(later):
         """cp_async: wait until at most ``later`` of this thread's commit groups (parts) are in flight."""
         if later >= 3:
@@ -844,13 +845,13 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         else:
             cp_async_wait(0)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def issue_part(xchg_words, base, pf, p, tid, nthreads, hidden):
         """The loads of this thread's words of part ``p`` of h (into ``pf``), back to back."""
         lo = part_word(p, hidden)
         issue_loads(xchg_words, base + lo, 0, pf, tid, nthreads, part_word(p + 1, hidden) - lo)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, p, tid, nthreads, hidden, spin_limit, abort,
                   w, j, acc, sp, tr, t):
         """One pass of a step with ``parts``: poll part ``p``'s words (their loads were issued at the step's
@@ -895,7 +896,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         operate_range(h_sh, woff * 4 // ITEM, hidden, w, j, acc, lo, hi)
         return rounds
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def read_slot(t):
         """Exchange slot (of ``stride`` elements) this block reads h_t from: ring ``t % RING_SLOTS``; else copy
         ``(block + t) % copies`` of step t (``copies``: every copy holds all of h_t)."""
@@ -903,7 +904,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             return t % RING_SLOTS
         return t * COPIES + (cuda.blockIdx.x + t) % COPIES
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def is_pending(v):
         """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
         if F16:

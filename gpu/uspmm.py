@@ -82,6 +82,7 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
+from gpu.inline import inlined
 from gpu.mma import prefetch_l2
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
@@ -246,7 +247,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     bw = 8 if half else 4                            # elements per 16-byte global read of B
     bload = {4: load4, 8: load8}[bw]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def fma_entry(racc, a, base, sh_b):
         """racc[:] += a * sh_b[base : base + cols_per_lane]"""
         for q in range(nvec):
@@ -257,7 +258,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
     nb = -(-tile_size // (nthreads * bw))             # 16-byte reads of B per thread per chunk
     na = -(-entries // nthreads)                      # staged entries per thread per chunk
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt):
         """Phase 1a: this thread's share of chunk ``chunk`` (B tile, entries, a row count) into
         registers; nothing waits for these loads until :func:`store_chunk` (independent loads)."""
@@ -288,7 +289,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         if t < rows_per_block and block_row0 + t < m:
             acnt[0] = slot_ptr[block_row0 + t, chunk + 1] - slot_ptr[block_row0 + t, chunk]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
         """Phase 1b: the registers of :func:`load_chunk` into shared memory."""
         for i in range(nb):
@@ -304,7 +305,7 @@ def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int
         if t < rows_per_block:
             sh_cnt[t] = acnt[0]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def stage_in_turn(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
                       sh_b, sh_val, sh_off, sh_cnt):
         """Phase 1 without ``batch``: each load is stored before the next is issued."""
@@ -406,19 +407,19 @@ def _fma_group(width: int):
     """``fma<width>(racc, o, a, v)``: ``racc[o + x] += a * v[x]`` for ``x < width`` (2, 4 or 8), written
     out (a loop over a tuple that the compiler does not unroll indexes it through a chain of branches)."""
     if width == 2:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def fma(racc, o, a, v):
             racc[o] += a * float32(v[0])
             racc[o + 1] += a * float32(v[1])
     elif width == 4:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def fma(racc, o, a, v):
             racc[o] += a * float32(v[0])
             racc[o + 1] += a * float32(v[1])
             racc[o + 2] += a * float32(v[2])
             racc[o + 3] += a * float32(v[3])
     else:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def fma(racc, o, a, v):
             racc[o] += a * float32(v[0])
             racc[o + 1] += a * float32(v[1])
@@ -434,7 +435,7 @@ def _fma_group(width: int):
 def _set_group():
     """``set4(dst, o, v)``: ``dst[o : o + 4] = v`` for a 4-tuple, written out (no tuple index at
     run time)."""
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def set4(dst, o, v):
         dst[o] = v[0]
         dst[o + 1] = v[1]
@@ -443,7 +444,7 @@ def _set_group():
     return set4
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def split_ticket(ticket, nsplit, tile, sh_last):
     """The hand-over of a K-split launch (the K range split over ``nsplit`` blocks, ``blockIdx.z`` =
     split, all of one output tile number ``tile``), called by every thread of a block after it wrote
@@ -466,7 +467,7 @@ def split_ticket(ticket, nsplit, tile, sh_last):
     return False
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def _tile_position(e, row0, col0, tile_cols, m, n):
     """Element ``e`` of a split tile (``tile_cols`` columns from ``(row0, col0)``): its position and that
     position clamped into ``M x N`` (an element past the tile or the matrix reads a valid partial, never stored)."""
@@ -475,7 +476,7 @@ def _tile_position(e, row0, col0, tile_cols, m, n):
     return rr, cc, min(rr, m - 1), min(cc, n - 1)
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols):
     """The end of a K-split launch for the CUDA-core kernels (:func:`_c_tile_epilogue`), called by
     every thread after it wrote its partial sums to ``part[blockIdx.z]`` (float32, ``nsplit x M x
@@ -528,7 +529,7 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
     gstride = WARP_SIZE * vw
     nt = WARP_SIZE * cols_per_lane
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def finish(c, part, ticket, acc, row, col, m, n, split, nsplit, tile, sh_last):
         for r in range(rows_per_warp):                                   # C, or this block's partial
             for g in range(nvec):
@@ -546,7 +547,7 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
     return finish
 
 
-@cuda.jit(device=True, inline=True)
+@inlined
 def _split_range(count, split, nsplit):
     """``(lo, hi)``: the ``split``-th of ``nsplit`` near-equal parts of ``range(count)`` (none empty
     when ``nsplit <= count``; the ``max`` calls only clamp to the valid ranges). Kernels index from
@@ -575,7 +576,7 @@ def _b_tile_stager(nt: int, nthreads: int, tile_size: int, half: bool):
     in_type = float16 if half else float32
     nb = -(-tile_size // (nthreads * bw))            # 16-byte reads of B per thread per chunk
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_b(k0, t, b, n, k, interior, col0, breg):
         zero = in_type(0.0)
         for i in range(nb):
@@ -593,7 +594,7 @@ def _b_tile_stager(nt: int, nthreads: int, tile_size: int, half: bool):
                 for j in range(bw):
                     breg[i, j] = float32(b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_b(sh_b, base, t, breg):
         for i in range(nb):
             e = (t + i * nthreads) * bw
@@ -668,7 +669,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
     two_tiles, two_entries, two_rows = 2 * tile_stride, 2 * entries, 2 * rows_per_block   # both buffers
     finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, vw)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_chunk(q, t, vals, idxs, b, n, k, kb, interior, row0, col0, sh_lo, sh_hi, breg, aval, aoff, acnt):
         """Chunk ``q`` of the block's K range (``b`` and ``k``: the rows of B from ``kb`` on) into
         this thread's registers (its share of the B tile, of the entry slots, and for ``t < R``
@@ -691,7 +692,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
             cnt = sh_hi[sp + t] - sh_lo[sp + t]
             acnt[0] = (cnt + unroll - 1) // unroll * unroll
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_chunk(p, t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
         """The registers of :func:`load_chunk` into buffer ``p`` (the tile 16 bytes per store)."""
         store_b(sh_b, p * tile_stride, t, breg)
@@ -703,7 +704,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
         if t < rows_per_block:
             sh_cnt[p * rows_per_block + t] = acnt[0]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def fma_entry(racc, a, base, sh_b):
         """``racc += a * (this lane's columns of the tile row at base)``: 1 or 2 shared reads."""
         fma_v(racc, 0, a, vload(sh_b, base))                             # ld.shared.v4
@@ -839,7 +840,7 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
     in_type = float16 if half else float32
     finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, vw)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def fma_row(racc, a, b, base, n, interior, gcol):
         """``racc += a * (this lane's columns of B's flat row starting at base)``."""
         for g in range(nvec):
@@ -944,7 +945,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
     set4 = _set_group()
     finish = _c_tile_epilogue(rows_per_warp, cols_per_lane, 4)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def load_chunk(q, t, at, b, m, n, k, interior, row0, col0, breg, areg):
         """Chunk ``q`` (the B tile and the ``kc x R`` tile of A^T) into this thread's registers."""
         k0 = q * kc
@@ -956,7 +957,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
             for j in range(4):
                 areg[i, j] = at[gk, r + j] if e < a_size and gk < k and r + j < m else float32(0.0)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_chunk(p, t, breg, areg, sh_b, sh_a):
         store_b(sh_b, p * b_size, t, breg)
         for i in range(na):
@@ -964,7 +965,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
             if e < a_size:
                 store4(sh_a, p * a_size + e, (areg[i, 0], areg[i, 1], areg[i, 2], areg[i, 3]))
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def outer(acc, av, bv, sh_a, sh_b, ab, bb):
         """``acc += A[rows, k] (x) B[k, lane's columns]``: the two operands read with 16-byte
         shared reads (A's broadcast to the warp), ``rows_per_warp * cols_per_lane`` multiply-adds."""
@@ -1040,14 +1041,14 @@ def _put_group(width: int):
     known at compile time (a loop over a tuple that the compiler does not unroll indexes it through a
     chain of branches, see :func:`_fma_group`)."""
     if width == 1:
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def put(dst, u, o, v):
             dst[u, o] = float32(v[0])
         return put
     half = width // 2
     put_half = _put_group(half)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def put(dst, u, o, v):
         put_half(dst, u, o, v[:half])
         put_half(dst, u, o + half, v[half:])
@@ -1137,35 +1138,35 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     tile = rows_per_warp * nt                        # outputs of a block
     part_size = numwarps * tile                      # every warp's partial tile: [row, warp, column]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def entries(vrow, irow, s, n, gcol, av, ov):
         """The values and B offsets of the ``unroll`` entries from slot ``s`` (broadcast loads)."""
         for u in range(unroll):
             av[u] = float32(vrow[s + u])
             ov[u] = irow[s + u] * n + gcol
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def reads(b, ov, bv):
         """The vector reads of B of ``unroll`` entries: that many rows of B in flight."""
         for u in range(unroll):
             for g in range(nvec):
                 put(bv, u, g * vw, vload(b, ov[u] + g * gstride))        # ld.global.v4
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def fmas(racc, av, bv):
         """The multiply-adds of ``unroll`` entries, in slot order."""
         for u in range(unroll):
             for x in range(cols_per_lane):
                 racc[x] += av[u] * bv[u, x]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv):
         """Phase 1, ``unroll`` entries from slot ``s`` (all inside the run), 16-byte reads of B."""
         entries(vrow, irow, s, n, gcol, av, ov)
         reads(b, ov, bv)
         fmas(racc, av, bv)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def step_tail(racc, vrow, irow, s, take, b, n, gcol, interior, av, ov, bv):
         """Phase 1, the first ``take`` (< ``unroll``, or any count off the interior) entries from
         slot ``s``, each guarded; off the interior B is read element by element, zero past ``n``."""
@@ -1187,7 +1188,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                 for x in range(cols_per_lane):
                     racc[x] += av[u] * bv[u, x]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def prefetch_tile(b, n, col0, t):
         """``l2_prefetch``: B's column tile into L2, ``per_row`` prefetches a row (its lines, and its
         last element: a row need not start on a line), item ``g`` of the tile's ``K * per_row`` by block
@@ -1198,7 +1199,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
             prefetch_l2(b, (g // per_row) * n + col0 + min((g % per_row) * line, cols - 1))
             g += nthreads * cuda.gridDim.x
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def put_partial(sh_part, base, racc):
         """This lane's ``cols_per_lane`` sums of one row into the warp's partial (vector stores)."""
         for g in range(nvec):

@@ -163,6 +163,7 @@ from numba import cuda, float32
 from numba.core.types import float16, uint8
 from numba.cuda import config as cuda_config
 
+from gpu.inline import inlined
 from gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
                      ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, tf32_split,
                      to_tf32, to_tf32_finite)
@@ -396,7 +397,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
     lean32 = lean and not half
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def issue_b(ch, t, b, n, k, col0, sh_b, lb):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores). Offsets are
@@ -448,7 +449,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
         size = 16 // rows
 
-        @cuda.jit(device=True, inline=True)
+        @inlined
         def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb, eb, sgl):
             if lean_e:
                 hq0, live, dsh0, sgl0 = eb
@@ -474,7 +475,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw, er * bm)
     copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16, bm)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def entry_bases(t, per_slot, rows, srows, row0, w, mp, wmp, dst, src):
         """This thread's first piece of an entry array (``lean_e``): its segment ``hq0``, whether its slot
         holds entries and its rows are within the array (``live``), and the addresses of its destination
@@ -486,7 +487,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         live = (ii < w) & (row0 + r < mp)
         return hq0, live, shared_addr(dst, slot * U(srows) + r), global_addr(src, hq0 * wmp + ii * mp + row0 + r)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def issue_e(ch, t, ev, eo, row0, w, wmp, nsub, mp, sh_ev, sh_eo, le):
         """Step 1a: chunk ``ch``'s entries (segments ``ch*tpr + h``, slots ``i < w``, the block's
         ``bm`` rows) into entry stage ``ch % stages`` by cp.async: slot ``h*seg + i`` of the stage
@@ -501,7 +502,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     le[0], le[2])                                                             # rows of pairs)
         copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb, le[1], le[3])
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
         """Step 1b, loads: this thread's ``nslots`` staged slots of chunk ``ch`` (its segment ``h`` of
         row ``arow``) into registers, all before any store (a store may alias later loads: each slot
@@ -517,7 +518,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             else:
                 vals[i] = sh_ev[x]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def zero_segment(base, sh_a):
         """Step 1b: zero this thread's segment of an A buffer (float32: of both its tiles; 16-byte
         stores where they fit)."""
@@ -533,7 +534,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 for z in range(seg):
                     sh_a[base + U(e * a_small + z)] = zero
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def put(sh_a, live, x, sink, v, vs):
         """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
         3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
@@ -557,7 +558,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             sh_a[x if live else sink] = hi
             sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def write_slots(base, sink, wl, offs, vals, sh_a):
         """Step 1b, stores: slot ``i`` to its column of the segment at ``base``, or to this thread's
         ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
@@ -567,7 +568,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             put(sh_a, True if lean32 else U(i) < wl, base + offs[i], sink, vals[i],
                 vals[nslots + i] if presplit else vals[i])
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def write_front(ks, base, sink, wl, offs, vals, sh_a):
         """Step 1b, stores, the share after the thread's ``ks``-th K step of the chunk (of its group's
         ``gks``): slots ``ks*per_ks ..`` (the first ``per_ks`` of the
@@ -587,7 +588,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             if presplit:
                 vals[nslots + i] = vals[nslots + i + per_ks]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def scatter(ch, abuf, t, arow, h, w, offs, vals, sh_ev, sh_eo, sh_a):
         """Step 1b in one go (the prologue's A tile 0): stage, zero, write. One thread per segment:
         program order, no barrier between the three."""
@@ -596,7 +597,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         zero_segment(base, sh_a)
         write_slots(base, U(2 * a_buf) + t, w, offs, vals, sh_a)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, wk0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
         """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time
         (its group's K steps: columns ``wk0 + 16 * kgroups * i``, ``wk0 = 16 * group``);
@@ -632,14 +633,14 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 3] = d[3]
             write_front(i, nbase, sink, wl, offs, vals, sh_a)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def split(x, big, small, i, j):
         """3xTF32 of a B fragment value: ``big[i, j] = tf32(x)``, ``small[i, j] = tf32(x - big)`` (exact difference)."""
         hi = to_tf32_finite(x) if lean else to_tf32(x)                 # (lean: small is NaN for Inf/NaN x)
         big[i, j] = hi
         small[i, j] = to_tf32(x - hi)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals, ash):
         """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time (the group's K steps,
         as :func:`mma_f16`; ``wk0 = 8 * group``), each K step followed
@@ -685,7 +686,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 3] = d[3]
             write_front(i, nbase, sink, wl, offs, vals, sh_a)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def store_fragments(out, frag, r0, c0, um, un):
         """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
         lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
@@ -701,7 +702,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                         if col + U(1) < un:
                             out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def add_fragments(frag, parts, q, r0, c0, um, un, row):
         """``frag += parts[q]`` at this lane's fragment positions of the float32 partials ``parts`` (``um x
         un`` valid, the positions of :func:`store_fragments`). Every load is unconditional, from the position
@@ -721,7 +722,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     frag[mt, nt, 2 * hh] += row[2 * nt]
                     frag[mt, nt, 2 * hh + 1] += row[2 * nt + 1]
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
         ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
@@ -754,7 +755,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 add_fragments(acc, part, U(q), r0, c0, um, un, row)
             store_fragments(c, acc, r0, c0, um, un)
 
-    @cuda.jit(device=True, inline=True)
+    @inlined
     def reduce_groups(acc, grp, tl, red):
         """Step 6, after the K loop's last barrier (no copy in flight, every A tile and stage read):
         the K groups' float32 sums into group 0's registers, in a fixed order, ``acc = ((acc_0 +
