@@ -6,9 +6,14 @@ after LTO (the code that really runs, device functions and intrinsics inlined), 
 the linker made verbose so that ptxas's lines "Used N registers" and "S bytes spill stores, L bytes spill
 loads" come back. Only NVVM, NVRTC and nvJitLink are needed (the ``numba-cuda[cu13]`` wheels); a kernel
 that asks for the current device while compiling needs a fake one (``tests/compile/conftest.py``).
+
+Numba's front end (typing, lowering, its LLVM passes) is most of a build's time, and its output does not
+depend on the target from compute capability 7.5 on (:data:`SAME_LOWERING_FROM`): one front-end compile
+per kernel and argument types serves sm_80 and sm_90 alike; NVVM, LTO and ptxas still run per target.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -28,17 +33,44 @@ class Usage(NamedTuple):
     stack_bytes: int   #: a stack frame: arrays demoted to local memory
 
 
-def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = True) -> Build:
-    """Compile ``kernel`` (a ``cuda.jit`` dispatcher) for ``argtypes`` and ``cc`` with LTO.
+#: numba-cuda (0.30) lowers a kernel differently below compute capability 6.0 (float64 atomics) and 7.5
+#: (``tanh.approx`` under fastmath) only, so from 7.5 on the front end's output is the same for every
+#: target (``tests/compile/test_offline.py`` compares sm_80 and sm_90 PTX from a shared and an own front end).
+SAME_LOWERING_FROM = (7, 5)
 
-    ``launch_bounds`` defaults to the kernel's own (``@cuda.jit(launch_bounds=...)``), so the report
-    shows the registers the launched kernel gets. ``want_ptx=False`` skips the post-LTO PTX (one LTO pass less).
-    """
+
+@functools.lru_cache(maxsize=64)   # ~1 MB of LLVM IR each, plus per-target PTX and cubins
+def _library(kernel, argtypes: tuple, launch_bounds, lowering_cc: tuple):
+    """The kernel's code library with link-time optimisation, through Numba's front end once per
+    (kernel, argument types, launch bounds, lowering capability)."""
+    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, argtypes, device=False, abi="numba",
+                                                 cc=lowering_cc, lto=True, launch_bounds=launch_bounds)
+    lib._lto = True
+    return lib
+
+
+def _library_for(kernel, argtypes, cc, launch_bounds):
     if launch_bounds is None:
         launch_bounds = kernel.targetoptions.get("launch_bounds")
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, tuple(argtypes), device=False, abi="numba",
-                                                 cc=cc, lto=True, launch_bounds=launch_bounds)
-    lib._lto = True
+    lowering_cc = SAME_LOWERING_FROM if tuple(cc) >= SAME_LOWERING_FROM else tuple(cc)
+    return _library(kernel, tuple(argtypes), launch_bounds, lowering_cc)
+
+
+def lto_ptx(kernel, argtypes, cc=(9, 0), *, launch_bounds=None) -> str:
+    """The post-LTO PTX of ``kernel`` (a ``cuda.jit`` dispatcher) for ``argtypes`` and ``cc``: the code that
+    runs, device functions and intrinsics inlined (NUMBA_NOTES.md: the plain PTX hides fp16 math in
+    shims). ``launch_bounds`` defaults to the kernel's own (``@cuda.jit(launch_bounds=...)``)."""
+    return _library_for(kernel, argtypes, cc, launch_bounds).get_lto_ptx(cc=tuple(cc))
+
+
+def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = True) -> Build:
+    """:func:`lto_ptx` and ptxas's verbose report of linking ``kernel`` for ``cc``.
+
+    ``launch_bounds`` defaults to the kernel's own, so the report shows the registers the launched
+    kernel gets. ``want_ptx=False`` skips the post-LTO PTX (one LTO pass less).
+    """
+    cc = tuple(cc)
+    lib = _library_for(kernel, argtypes, cc, launch_bounds)
     text = lib.get_lto_ptx(cc=cc) if want_ptx else ""
     original = driver._Linker._get_linker_options
 
@@ -49,7 +81,7 @@ def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = T
 
     driver._Linker._get_linker_options = verbose
     try:
-        lib.get_cubin(cc=cc)
+        lib.get_cubin(cc=cc)          # cached per cc in the library, with the (verbose) log of its link
         report = lib.get_linkerinfo(cc)
     finally:
         driver._Linker._get_linker_options = original

@@ -14,9 +14,9 @@ import re
 import numpy as np
 import pytest
 from numba import types
-from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
 from gpu.persistent_rnn import _kernel
+from sparsekit import offline
 
 NPT, TPR, BATCH, WORDS = 6, 8, 4, 8
 _F = {np.dtype(np.float32): types.float32, np.dtype(np.float16): types.float16}
@@ -32,10 +32,7 @@ def _signature(sync: str, dtype: np.dtype, index16: bool = False):
 
 def _lto_ptx(sync, scheme, dtype, cc, pipeline=False, cell="rnn", npt=NPT):
     kernel = _kernel(sync, scheme, np.dtype(dtype), npt, TPR, BATCH, "tanh", WORDS, pipeline, cell)
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype)), device=False,
-                                        abi="numba", cc=cc, lto=True)
-    lib._lto = True
-    return lib.get_lto_ptx(cc=cc)
+    return offline.lto_ptx(kernel, _signature(sync, np.dtype(dtype)), cc)
 
 
 CASES = [("barrier", "naive", np.float32), ("barrier", "naive", np.float16),
@@ -88,10 +85,7 @@ def test_layout_without_pairs_compiles(sync, cell):
 @functools.cache   # several tests compare against the same build (one compile per worker)
 def _lto_ptx_opts(sync, dtype, **opts):
     kernel = _kernel(sync, "wide", np.dtype(dtype), NPT, TPR, BATCH, "tanh", WORDS, **opts)
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature(sync, np.dtype(dtype), opts.get("index16", False)),
-                                        device=False, abi="numba", cc=(9, 0), lto=True)
-    lib._lto = True
-    return lib.get_lto_ptx(cc=(9, 0))
+    return offline.lto_ptx(kernel, _signature(sync, np.dtype(dtype), opts.get("index16", False)))
 
 
 @pytest.mark.filterwarnings("ignore:Not adding")
@@ -168,10 +162,7 @@ def test_launch_bounds_reach_ptx():
     """threads: the block size is given to ptxas as launch bounds (one block per SM)."""
     kernel = _kernel("lamport", "wide", np.dtype(np.float16), NPT, TPR, BATCH, "tanh", WORDS, threads=224)
     assert kernel.targetoptions["launch_bounds"] == (224, 1)
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, _signature("lamport", np.dtype(np.float16)), device=False,
-                                        abi="numba", cc=(9, 0), lto=True, launch_bounds=(224, 1))
-    lib._lto = True
-    ptx = lib.get_lto_ptx(cc=(9, 0))
+    ptx = offline.lto_ptx(kernel, _signature("lamport", np.dtype(np.float16)))   # the kernel's own bounds
     assert ".maxntid 224, 1, 1" in ptx and ".minnctapersm 1" in ptx
 
 
@@ -286,10 +277,7 @@ def test_copies_and_pack_stores(dtype, scalar, vector):
 def test_vector_preset_stores_16_bytes():
     """preset='vector': one st.global.v4.u32 per thread (and the scalar tail)."""
     from gpu.persistent_rnn import _fill_words
-    lib, _ = _compile_pyfunc_with_fixup(_fill_words.py_func, (types.Array(types.uint32, 1, "C"), types.uint32),
-                                        device=False, abi="numba", cc=(9, 0), lto=True)
-    lib._lto = True
-    ptx = lib.get_lto_ptx(cc=(9, 0))
+    ptx = offline.lto_ptx(_fill_words, (types.Array(types.uint32, 1, "C"), types.uint32))
     assert len(re.findall(r"st\.global\.v4\.u32", ptx)) == 1
 
 

@@ -19,9 +19,9 @@ import threading
 import numpy as np
 import pytest
 from numba import types
-from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
 import gpu.persistent_rnn as gpu_rnn
+from sparsekit import offline
 
 
 def _closure(fn, name):
@@ -95,8 +95,6 @@ def test_shuffle_reduce_compiles_without_shared_partials(sync, cell, shuffles):
     f16 = types.float16
     sig = (a2(f16), a2(types.int16), a3(f16), a1(f16), a1(types.uint32), a3(f16), a3(f16), a2(f16),
            a1(types.int64), a1(types.int32), a2(f16), a1(types.int32)) + (types.int64,) * 5
-    lib, _ = _compile_pyfunc_with_fixup(kernel.py_func, sig, device=False, abi="numba", cc=(9, 0), lto=True)
-    lib._lto = True
-    ptx = lib.get_lto_ptx(cc=(9, 0))
+    ptx = offline.lto_ptx(kernel, sig)
     assert len(re.findall(r"shfl\.sync", ptx)) == shuffles
     assert ".local" not in ptx and "bar.warp.sync" not in ptx

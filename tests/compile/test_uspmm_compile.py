@@ -6,7 +6,6 @@ import re
 
 import pytest
 from numba import types
-from numba.cuda import compiler
 
 from gpu import uspmm as gu
 from sparsekit import offline
@@ -14,16 +13,6 @@ from sparsekit import offline
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = {"float32": types.float32, "float16": types.float16}
 INDEX_TYPES = {"int32": types.int32, "int16": types.int16}
-
-
-def lto_ptx(kernel, argtypes, cc):
-    """PTX after link-time optimisation (NUMBA_NOTES.md: the plain PTX hides fp16 math in shims),
-    compiled with the kernel's launch bounds."""
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, tuple(argtypes), device=False,
-                                                 abi="numba", cc=cc, lto=True,
-                                                 launch_bounds=kernel.targetoptions.get("launch_bounds"))
-    lib._lto = True
-    return lib.get_lto_ptx(cc=cc)
 
 
 def listing1_args(vt, it, layout):
@@ -62,7 +51,7 @@ LISTING1_BUILDS = [(CCS[(i + j) % 2], dtype, index, *shape)
 def test_listing1_compiles(cc, dtype, index, vsize, nwarp, vecsize):
     kernel = gu._listing1_kernel(vsize, vsize * nwarp, vecsize)
     for layout in ("C", "F"):
-        ptx = lto_ptx(kernel, listing1_args(VALUE_TYPES[dtype], INDEX_TYPES[index], layout), cc)
+        ptx = offline.lto_ptx(kernel, listing1_args(VALUE_TYPES[dtype], INDEX_TYPES[index], layout), cc)
         assert f".target sm_{cc[0]}{cc[1]}" in ptx
         assert "bar.sync" in ptx                                   # line 41, __syncthreads
         assert ".local" not in ptx                                 # ctmp lives in registers
@@ -77,7 +66,7 @@ def test_listing1_compiles(cc, dtype, index, vsize, nwarp, vecsize):
 ])
 def test_vec_uses_vector_loads(cc, dtype, index, vecsize, expect):
     kernel = gu._listing1_kernel(8, 8, vecsize)
-    ptx = lto_ptx(kernel, listing1_args(VALUE_TYPES[dtype], INDEX_TYPES[index], "F"), cc)
+    ptx = offline.lto_ptx(kernel, listing1_args(VALUE_TYPES[dtype], INDEX_TYPES[index], "F"), cc)
     for instr in expect:
         assert re.search(re.escape(instr) + r"\s", ptx), f"{instr} missing from the USpMM-Vec PTX"
 
@@ -98,7 +87,7 @@ TILED_BUILDS = [((8, 0), "float32", 4, "ld.shared.v4.f32", "int32", False),
 @pytest.mark.parametrize("cc,dtype,cols_per_lane,expect,index,batch", TILED_BUILDS)
 def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index, batch):
     kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16", batch)
-    ptx = lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
+    ptx = offline.lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
     assert expect in ptx
     assert "ld.global.v4" in ptx                                   # the B tile is staged 16 bytes at a time
     # the accumulator tile may sit in local memory (read and written once per row and K chunk);
@@ -120,7 +109,7 @@ def test_pipelined_compiles_with_vector_loads_and_stores(cc, dtype, index, shape
     multiply-adds take their operands from registers: no local memory in the inner loop."""
     cpl, rpw, nwarp, kc, unroll, min_blocks = shape
     kernel = gu._pipelined_kernel(cpl, rpw, nwarp, kc, unroll, dtype == "float16", min_blocks)
-    ptx = lto_ptx(kernel, pipelined_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
+    ptx = offline.lto_ptx(kernel, pipelined_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
     assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
     assert ptx.count("bar.sync") == 5                              # prologue (2), one per K chunk, split ticket (2)
     inner = ptx[ptx.index("ld.shared.v4.f32"):ptx.rindex("fma.rn.f32")]
@@ -135,7 +124,7 @@ def test_direct_compiles_with_vector_loads(cc, dtype, index, cpl):
     args = [types.Array(VALUE_TYPES[dtype], 2, "C"), types.Array(INDEX_TYPES[index], 2, "C"),
             types.Array(VALUE_TYPES[dtype], 1, "C"), types.Array(VALUE_TYPES[dtype], 2, "C"), *split_args(),
             types.int64, types.int64, types.int64, types.boolean, types.int64]
-    ptx = lto_ptx(kernel, args, cc)
+    ptx = offline.lto_ptx(kernel, args, cc)
     assert "ld.global.v4" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert ptx.count("bar.sync") == 2                              # only the split's ticket (nsplit > 1)
@@ -150,7 +139,7 @@ def test_dense_tile_compiles_to_register_outer_products(cc, dtype):
     args = [types.Array(types.float32, 2, "C"), types.Array(VALUE_TYPES[dtype], 1, "C"),
             types.Array(VALUE_TYPES[dtype], 2, "C"), *split_args(), types.int64, types.int64, types.int64,
             types.boolean, types.int64]
-    ptx = lto_ptx(kernel, args, cc)
+    ptx = offline.lto_ptx(kernel, args, cc)
     assert "ld.global.v4" in ptx and "st.shared.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
     assert ptx.count("fma.rn.f32") >= 64                           # two k a step, 8 x 4 each
@@ -175,7 +164,7 @@ def test_split_epilogue_fences_then_takes_a_ticket(variant):
         args = [types.Array(types.float32, 2, "C"), types.Array(types.float32, 1, "C"),
                 types.Array(types.float32, 2, "C"), *split_args(), types.int64, types.int64, types.int64,
                 types.boolean, types.int64]
-    ptx = lto_ptx(kernel, args, cc)
+    ptx = offline.lto_ptx(kernel, args, cc)
     fence, ticket = ptx.index("membar.gl"), ptx.index("atom.global.add.u32")
     assert fence < ticket
     assert "ld.local" not in ptx and "st.local" not in ptx
@@ -222,7 +211,7 @@ def test_warp_split_issues_unroll_reads_of_b_before_the_multiply_adds(shape, dty
 
 
 def test_warp_split_compiles_for_sm80():
-    ptx = lto_ptx(gu._warp_split_kernel(4, 2, 8, 8, False), warp_split_args(types.float32, types.int32), (8, 0))
+    ptx = offline.lto_ptx(gu._warp_split_kernel(4, 2, 8, 8, False), warp_split_args(types.float32, types.int32), (8, 0))
     assert ".target sm_80" in ptx and "ld.global.v4.f32" in ptx and "ld.shared.v4.f32" in ptx
 
 
