@@ -6,10 +6,10 @@ GIL, so it holds the interpreter for whole switch intervals (5 ms) while the thr
 wait for it. :func:`yield_while_polling` replaces the block manager's ``run`` with :func:`_run_block`:
 the same threads, barrier rule and error handling, plus ``time.sleep(0)`` (give up the GIL) once per
 polling pass. No result changes, only the order in which Python runs the threads. On the 2-core test
-machine (session 12): the tensor-core USpMM with a K split (37 x 40 x 17, 3 splits, float32) 18.2 -> 5.7 s;
-three COO SpMMs (20 x 20 x 40, 256-thread blocks without barriers) 8.0 -> 7.6 s. (Yielding once per
-thread polled instead made the COO case slower, 10.7 s: every yield can wait a switch interval for the
-GIL to come back.)
+machine (session 12): the tensor-core USpMM with a K split (37 x 40 x 17, 3 splits, float32) 18.2 s before,
+5.7-6.2 s after; three COO SpMMs (20 x 20 x 40, 256-thread blocks without barriers) 8.0 s either way.
+(Yielding once per thread polled instead made the COO case slower, 10.7 s: every yield can wait a switch
+interval for the GIL to come back.)
 
 The replacement is installed only over the ``run`` it was written against (numba-cuda 0.30.4, by the
 hash of its source): another version keeps its own, slower but correct.
