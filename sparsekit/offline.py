@@ -49,18 +49,18 @@ def _library(kernel, argtypes: tuple, launch_bounds, lowering_cc: tuple):
     return lib
 
 
-def _library_for(kernel, argtypes, cc, launch_bounds):
+def _library_for(kernel, argtypes, cc: tuple, launch_bounds):
     if launch_bounds is None:
         launch_bounds = kernel.targetoptions.get("launch_bounds")
-    lowering_cc = SAME_LOWERING_FROM if tuple(cc) >= SAME_LOWERING_FROM else tuple(cc)
-    return _library(kernel, tuple(argtypes), launch_bounds, lowering_cc)
+    return _library(kernel, tuple(argtypes), launch_bounds, min(cc, SAME_LOWERING_FROM))
 
 
 def lto_ptx(kernel, argtypes, cc=(9, 0), *, launch_bounds=None) -> str:
     """The post-LTO PTX of ``kernel`` (a ``cuda.jit`` dispatcher) for ``argtypes`` and ``cc``: the code that
     runs, device functions and intrinsics inlined (NUMBA_NOTES.md: the plain PTX hides fp16 math in
     shims). ``launch_bounds`` defaults to the kernel's own (``@cuda.jit(launch_bounds=...)``)."""
-    return _library_for(kernel, argtypes, cc, launch_bounds).get_lto_ptx(cc=tuple(cc))
+    cc = tuple(cc)
+    return _library_for(kernel, argtypes, cc, launch_bounds).get_lto_ptx(cc=cc)
 
 
 def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = True) -> Build:
@@ -70,8 +70,8 @@ def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = T
     kernel gets. ``want_ptx=False`` skips the post-LTO PTX (one LTO pass less).
     """
     cc = tuple(cc)
+    text = lto_ptx(kernel, argtypes, cc, launch_bounds=launch_bounds) if want_ptx else ""
     lib = _library_for(kernel, argtypes, cc, launch_bounds)
-    text = lib.get_lto_ptx(cc=cc) if want_ptx else ""
     original = driver._Linker._get_linker_options
 
     def verbose(self, ptx):   # the linker passes ``ptx`` by keyword
