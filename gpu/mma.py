@@ -111,7 +111,8 @@ from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ldmatrix_x4_probe",
+           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ld_shared", "ld_shared2", "st_shared",
+           "st_shared4", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
 
@@ -181,18 +182,19 @@ if config.ENABLE_CUDASIM:
     #: Seconds a lane waits for the rest of its warp before the simulator reports a divergent mma.
     _WARP_TIMEOUT = 300.0
 
-    def _warp_allgather(value):
-        """Every lane of the calling thread's warp passes ``value``; each gets the 32 values in
-        lane order. Two waits on the warp's barrier: after all have written, after all have read."""
+    def _warp_allgather(value, size=32):
+        """Every thread of the calling thread's group of ``size`` (its warp; 128: its warpgroup) passes
+        ``value``; each gets the ``size`` values in thread order. Two waits on the group's barrier: after
+        all have written, after all have read."""
         th = threading.current_thread()
         mgr = th._manager
-        key = (tuple(th.blockIdx), th.thread_id // 32)
+        key = (tuple(th.blockIdx), size, th.thread_id // size)
         with _LOCK:
             exchanges = mgr.__dict__.setdefault("_sparsekit_warp_exchange", {})
             if key not in exchanges:
-                exchanges[key] = (threading.Barrier(32, timeout=_WARP_TIMEOUT), [None] * 32)
+                exchanges[key] = (threading.Barrier(size, timeout=_WARP_TIMEOUT), [None] * size)
             barrier, slots = exchanges[key]
-        slots[th.thread_id % 32] = value
+        slots[th.thread_id % size] = value
         barrier.wait()
         gathered = list(slots)
         barrier.wait()
@@ -279,6 +281,24 @@ if config.ENABLE_CUDASIM:
     def cp_async16_raw(dst, daddr, src, saddr, nbytes):
         """Simulator fallback: :func:`cp_async16` at the elements the byte offsets name."""
         cp_async16(dst, int(daddr) // dst.dtype.itemsize, src, int(saddr) // src.dtype.itemsize, nbytes)
+
+    def ld_shared(arr, addr):
+        """Simulator fallback: ``arr``'s element at byte offset ``addr``."""
+        return arr[int(addr) // arr.dtype.itemsize]
+
+    def ld_shared2(arr, addr):
+        """Simulator fallback: the two elements from byte offset ``addr``."""
+        i = int(addr) // arr.dtype.itemsize
+        return arr[i], arr[i + 1]
+
+    def st_shared(arr, addr, v):
+        """Simulator fallback: ``v`` to ``arr``'s element at byte offset ``addr``."""
+        arr[int(addr) // arr.dtype.itemsize] = v
+
+    def st_shared4(arr, addr, v0, v1, v2, v3):
+        """Simulator fallback: four elements from byte offset ``addr``."""
+        i = int(addr) // arr.dtype.itemsize
+        arr[i], arr[i + 1], arr[i + 2], arr[i + 3] = v0, v1, v2, v3
 
     def prefetch_l2(arr, i):
         """Simulator fallback: nothing (the simulator has no caches)."""
@@ -482,6 +502,79 @@ else:
 
         def codegen(context, builder, sig, args):
             builder.call(_cp_async16(), [args[1], args[3], args[4]])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    def _u32(builder, value):
+        """An integer argument as the 32-bit shared-window address it names."""
+        width = value.type.width
+        return builder.trunc(value, _I32) if width > 32 else (builder.zext(value, _I32) if width < 32 else value)
+
+    def _shared_ok(arr, addr, widths=(32,)):
+        return (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype.bitwidth in widths
+                and isinstance(addr, types.Integer))
+
+    @intrinsic
+    def ld_shared(typingctx, arr, addr):
+        """``ld.shared`` of ``arr``'s dtype (32-bit, or uint8 as uint32) at shared byte address ``addr``;
+        volatile, so it stays between the barriers and fences around it."""
+        if not _shared_ok(arr, addr, (8, 32)):
+            return None
+        byte = arr.dtype.bitwidth == 8
+        sig = (types.uint32 if byte else arr.dtype)(arr, addr)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32]), f"ld.shared.{'u8' if byte else 'b32'} $0, [$1];", "=r,r",
+                               side_effect=True)
+            word = builder.call(asm, [_u32(builder, args[1])])
+            return word if byte else builder.bitcast(word, context.get_value_type(sig.return_type))
+
+        return sig, codegen
+
+    @intrinsic
+    def ld_shared2(typingctx, arr, addr):
+        """``ld.shared.v2.b32``: two elements of a 32-bit ``arr`` at an 8-byte aligned shared byte address."""
+        if not _shared_ok(arr, addr):
+            return None
+        sig = types.UniTuple(arr.dtype, 2)(arr, addr)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 2), [_I32]),
+                               "ld.shared.v2.b32 {$0, $1}, [$2];", "=r,=r,r", side_effect=True)
+            res = builder.call(asm, [_u32(builder, args[1])])
+            elem = context.get_value_type(sig.return_type.dtype)
+            return context.make_tuple(builder, sig.return_type,
+                                      [builder.bitcast(builder.extract_value(res, j), elem) for j in range(2)])
+
+        return sig, codegen
+
+    @intrinsic
+    def st_shared(typingctx, arr, addr, v):
+        """``st.shared.b32`` of ``v`` (``arr``'s 32-bit dtype) at shared byte address ``addr``."""
+        if not _shared_ok(arr, addr):
+            return None
+        sig = types.void(arr, addr, arr.dtype)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I32]), "st.shared.b32 [$0], $1;",
+                               "r,r,~{memory}", side_effect=True)
+            builder.call(asm, [_u32(builder, args[1]), builder.bitcast(args[2], _I32)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st_shared4(typingctx, arr, addr, v0, v1, v2, v3):
+        """``st.shared.v4.b32`` of four elements at a 16-byte aligned shared byte address."""
+        if not _shared_ok(arr, addr):
+            return None
+        sig = types.void(arr, addr, arr.dtype, arr.dtype, arr.dtype, arr.dtype)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32] * 5), "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+                               "r,r,r,r,r,~{memory}", side_effect=True)
+            builder.call(asm, [_u32(builder, args[1])] + [builder.bitcast(v, _I32) for v in args[2:]])
             return context.get_dummy_value()
 
         return sig, codegen

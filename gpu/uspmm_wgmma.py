@@ -1,0 +1,325 @@
+"""USpMM on Hopper's warpgroup MMA (``wgmma``): float32 ``C = A @ B`` (3xTF32), A uniform-sparse in ELL.
+
+Same contract as :func:`gpu.uspmm_tc.uspmm` for float32 (C-ordered ``b``, ``N`` a multiple of 4, a
+cc 9.0 device). Why: :mod:`gpu.uspmm_tc` issues ``mma.sync`` (one warp, 16x8x8 a instruction, the
+registers held until it returns); on the H100 its float32 kernel keeps the tensor pipe 58% busy at most
+and stays at 24-36% of issue 5's speed of light. ``wgmma`` runs a 64 x n x 8 product for a whole
+warpgroup asynchronously, reading one operand from shared memory, so the threads build the next A
+tile while the tensor core multiplies the current one.
+
+The product runs transposed, ``C^T = B^T A^T``: wgmma's register operand is ``B^T`` (64 columns of
+the block's B tile for each warpgroup, the fragments of ``mma.m16n8k8``'s A: read from the row-major
+B tile and split into big and small TF32 parts in registers), its shared-memory operand is the
+densified ``A`` tile (``bm`` rows x ``kc``), K-major, which is the layout the scatter writes anyway;
+TF32 wgmma takes only K-major shared operands, and B arrives N-major.
+
+One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wgmma's n, 64..256).
+Per K chunk of ``kc`` columns ``j`` (``stages`` B tiles, 2 A tiles):
+
+1. each thread loads its segment's ELL entries of chunk ``j+1`` (split on the host into big and small
+   TF32 values, :func:`gpu.uspmm_tc.segment_entries`; ``seg = kc * bm / threads`` columns of one row);
+2. it loads its B fragments of chunk ``j``, splits them, and issues 3 wgmma per 8 columns of K
+   (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small terms first, as :mod:`gpu.uspmm_tc`);
+3. cp.async copies B's chunk ``j + stages - 1``;
+4. while the tensor core works, the thread zeroes its segment of the other A tile and writes
+   chunk ``j+1``'s entries into it (big and small tiles);
+5. ``wgmma.wait_group 0``, ``cp.async.wait_group stages-2``, ``fence.proxy.async``, one barrier.
+
+A tiles are stored as 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at
+``(r // 8) * 8 kc + (c // 4) * 32 + (r % 8) * 4 + c % 4``, so a wgmma's descriptor has ``lbo = 128``
+bytes (the next 4 columns) and ``sbo = 32 kc`` bytes (the next 8 rows).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32
+
+from gpu.inline import inlined
+from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
+                     st_shared, st_shared4, to_tf32, to_tf32_finite)
+from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
+from gpu.uspmm_tc import _DynamicShared, _opt_in, scatter_slots, segment_entries
+from gpu.vector_loads import aligned
+from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
+from sparsekit.arrays import cdiv, output, result
+
+__all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes"]
+
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=3, min_blocks=1)
+U = np.uint64
+WG = 128                                               # threads of a warpgroup
+
+
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, nthreads: int) -> int:
+    """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
+    ``stages`` entry stages (per slot and row a big and small value and an 8-bit offset)."""
+    tpr = nthreads // bm
+    return 4 * (6 * bm * kc + stages * kc * (bn + 8)) + stages * tpr * slots * bm * 9
+
+
+@functools.cache
+def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1):
+    nthreads = WG * (bn // 64)
+    tpr = nthreads // bm                              # threads per A row
+    seg = kc // tpr                                   # columns of a thread's segment
+    nacc = bm // 2                                    # accumulators a thread
+    a_tile = bm * kc                                  # floats of one A tile (big or small)
+    a_buf = 2 * a_tile * 4                            # bytes of one A buffer (big, small)
+    sbn = bn + 8
+    b_buf = kc * sbn * 4                              # bytes of one B stage
+    a_all = 3 * a_buf                                 # three A buffers
+    per_row = bn // 4                                 # 16-byte pieces of a B row
+    rstep = nthreads // per_row                       # B rows between a thread's pieces
+    nbp = kc // rstep                                 # B pieces a thread copies per chunk
+    ev_buf = tpr * slots * 2 * bm * 4                 # bytes of one entry-value stage
+    eo_buf = tpr * slots * bm                         # bytes of one entry-offset stage
+    ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
+    eo0 = ev0 + stages * ev_buf                       # and the offsets
+    # entry copies: a thread's value pieces are slots sl0, sl0 + vstep, ... of the stage at rows vr, vr + 1
+    # (its offset pieces: slots osl0, osl0 + ostep, ... at rows or .. or + 15). With w == slots (the padded
+    # entries), stage slot sl = h * slots + slot of chunk ch is slot ch * tpr * w + sl of the entry arrays.
+    vper, oper = bm // 2, bm // 16                    # 16-byte pieces of one slot's values, offsets
+    vstep, ostep = nthreads // vper, nthreads // oper
+    nstage = tpr * slots                              # slots of one entry stage
+    nvp, nop = cdiv(nstage, vstep), cdiv(nstage, ostep)   # value and offset pieces a thread per chunk
+    ksteps = kc // 8
+    nfrag = 4 * ksteps                                # B fragment values a thread per chunk
+    pend = stages - 2
+    pend_first = stages - 1                           # the prologue: chunk 0's entries landed
+    lbo, sbo = U(128), U(32 * kc)
+    u0, u1, u16 = U(0), U(1), U(16)
+
+    @inlined
+    def rot(x, n):
+        """``(x + 1) % n`` for ``x < n``, without a division."""
+        y = x + u1
+        return y if y < U(n) else u0
+
+    @inlined
+    def entry_bases(t, row0, mp, ev, eo, sh, sh8):
+        """This thread's entry pieces: first slots, whether their rows exist, and their shared (stage 0)
+        and global (chunk 0) byte addresses."""
+        vsl0, vr = t // U(vper), (t % U(vper)) * U(2)
+        osl0, orow = t // U(oper), (t % U(oper)) * U(16)
+        vok, ook = row0 + vr < mp, row0 + orow < mp
+        return (vsl0, vok, shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
+                global_addr(ev, (vsl0 * mp + row0 + vr) * U(2) if vok else u0),
+                osl0, ook, shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
+                global_addr(eo, osl0 * mp + row0 + orow if ook else u0))
+
+    @inlined
+    def issue_entries(ch, st, eb, w, nsub, mp, evgl, eogl, ev, eo, sh, sh8):
+        """Chunk ``ch``'s entries (segments ``ch * tpr + h``, ``slots`` slots, the block's ``bm`` rows) into
+        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing."""
+        vsl0, vok, vdst, vsrc, osl0, ook, odst, osrc = eb
+        first = ch * U(tpr) * w                                          # the chunk's first slot
+        last = nsub * w
+        for i in range(nvp):
+            sl = vsl0 + U(i * vstep)
+            if sl < U(nstage):
+                ok = vok & (first + sl < last)
+                cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * vstep * 8 * bm), ev,
+                               vsrc + (first + U(i * vstep)) * mp * U(8) if ok else evgl, u16 if ok else u0)
+        for i in range(nop):
+            sl = osl0 + U(i * ostep)
+            if sl < U(nstage):
+                ok = ook & (first + sl < last)
+                cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * ostep * bm), eo,
+                               osrc + (first + U(i * ostep)) * mp if ok else eogl, u16 if ok else u0)
+
+    @inlined
+    def scatter(st, ab, evr, eor, rbh, sh, sh8):
+        """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
+        (all before any store), zero the segment in both tiles, write the entries in slot order (padding,
+        value 0 at offset 0, comes first, so it never overwrites an entry). ``evr``/``eor``: its values and
+        offsets in stage 0; ``rbh``: its segment's first core-matrix row in buffer 0 (byte addresses)."""
+        offs = cuda.local.array(slots, np.uint32)
+        big = cuda.local.array(slots, float32)
+        small = cuda.local.array(slots, float32)
+        for i in range(slots):
+            pair = ld_shared2(sh, evr + st * U(ev_buf) + U(i * 8 * bm))
+            big[i] = pair[0]
+            small[i] = pair[1]
+            offs[i] = ld_shared(sh8, eor + st * U(eo_buf) + U(i * bm))
+        zero = float32(0.0)
+        base = rbh + ab * U(a_buf)
+        for z in range(seg // 4):
+            st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
+            st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
+        for i in range(slots):
+            x = base + U((offs[i] >> 2) * 128 + (offs[i] & 3) * 4)
+            st_shared(sh, x, big[i])
+            st_shared(sh, x + U(a_tile * 4), small[i])
+
+    @inlined
+    def issue_b(ch, st, k, n, col_ok, r0, bsh0, bgl0, bgl, sh, b):
+        """B's chunk ``ch`` into stage ``st`` by cp.async (zeros past K and N)."""
+        k0 = ch * U(kc)
+        dst = bsh0 + st * U(b_buf)
+        src = bgl0 + k0 * n * U(4)
+        for i in range(nbp):
+            ok = col_ok & (k0 + r0 + U(i * rstep) < k)
+            cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i * rstep) * n * U(4) if ok else bgl,
+                           u16 if ok else u0)
+
+    @inlined
+    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uw, unsub, ump, uk, un,
+             col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b):
+        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``."""
+        for ks in range(ksteps):                                         # fragments of B^T, split
+            for e in range(4):
+                x = ld_shared(sh, fb + jb * U(b_buf) + U(((ks * 8 + (e // 2) * 4) * sbn + (e % 2) * 8) * 4))
+                hi = to_tf32_finite(x)
+                bfb[4 * ks + e] = hi
+                bfs[4 * ks + e] = to_tf32(x - hi)
+        wgmma_fence()
+        da = d0 + ja * U(a_buf >> 4)
+        for ks in range(ksteps):
+            dbig = da + U(ks * 16)                                       # (256 bytes: two core matrices)
+            dsmall = dbig + U(a_tile * 4 >> 4)
+            f = 4 * ks
+            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
+            wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
+            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
+        wgmma_commit()
+        wgmma_wait(acc, nacc, 1)                                         # chunk j-1's wgmma done
+        jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
+        if j + U(stages - 1) < nch:                                      # B's chunk j + stages - 1,
+            issue_b(j + U(stages - 1), jp, uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, b)
+        if j + U(stages) < nch:                                          # the entries of chunk j + stages
+            issue_entries(j + U(stages), jb, eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+        cp_async_commit()
+        if j + u1 < nch:                                                 # the next A tile (its buffer's
+            scatter(rot(jb, stages), rot(ja, 3), evr, eor, rbh, sh, sh8)   # wgmma: chunk j-2, done)
+        cp_async_wait(pend)
+        fence_proxy_async()
+        cuda.syncthreads()
+
+    @cuda.jit(launch_bounds=(nthreads, min_blocks))
+    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
+        t = U(cuda.threadIdx.x)
+        lane = t % U(32)
+        wg = t // U(WG)
+        wq = (t // U(32)) % U(4)                                         # warp within the warpgroup
+        g = lane // U(4)
+        tq = lane % U(4)
+        row0 = U(cuda.blockIdx.x) * U(bm)
+        col0 = U(cuda.blockIdx.y) * U(bn)
+        um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
+        nch = (uk + U(kc - 1)) // U(kc)
+        sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
+        sh8 = cuda.shared.array(0, np.uint8, alignment=SMEM_ALIGN)      #  offsets]
+        sa = U(shared_addr(sh, u0))
+        arow = t % U(bm)
+        h = t // U(bm)
+        # the scatter's addresses: its segment's first core-matrix row (buffer 0), its staged values and offsets
+        rbh = sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4)
+        evr = sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4)
+        eor = sa + U(eo0) + h * U(slots * bm) + arow
+        pc = (t % U(per_row)) * U(4)                                     # B copies: this thread's 4 columns,
+        r0 = t // U(per_row)                                             # its first row, addresses taken once
+        col_ok = col0 + pc < un
+        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
+        bgl = global_addr(b, u0)
+        bgl0 = global_addr(b, r0 * un + col0 + pc) if col_ok else bgl
+        nb = wg * U(64) + wq * U(16) + g                                 # this lane's fragment rows of B^T
+        fb = sa + U(a_all) + (tq * U(sbn) + nb) * U(4)                   # its fragment B[tq, nb] in stage 0
+        d0 = smem_desc(sa, lbo, sbo)                                     # A buffer 0's big tile
+        eb = entry_bases(t, row0, ump, ev, eo, sh, sh8)
+        evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
+        acc = cuda.local.array(nacc, float32)
+        for i in range(nacc):
+            acc[i] = float32(0.0)
+        bfb0 = cuda.local.array(nfrag, float32)                          # two fragment sets: chunk j's
+        bfs0 = cuda.local.array(nfrag, float32)                          # registers stay the tensor core's
+        bfb1 = cuda.local.array(nfrag, float32)                          # while chunk j+1 loads its own
+        bfs1 = cuda.local.array(nfrag, float32)
+        # prologue: entries of chunk 0 (own group), then B chunks s and entries s + 1 for s < stages - 1
+        issue_entries(u0, u0, eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+        cp_async_commit()
+        for s in range(stages - 1):
+            if U(s) < nch:
+                issue_b(U(s), U(s), uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, b)
+            if U(s + 1) < nch:
+                issue_entries(U(s + 1), U(s + 1), eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+            cp_async_commit()
+        cp_async_wait(pend_first)
+        cuda.syncthreads()                                               # (other threads' copies)
+        scatter(u0, u0, evr, eor, rbh, sh, sh8)
+        cp_async_wait(pend)
+        fence_proxy_async()
+        cuda.syncthreads()
+        ja, jb = u0, u0
+        for j2 in range(0, nch, 2):
+            uj = U(j2)
+            step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, unsub, ump, uk,
+                 un, col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b)
+            ja, jb = rot(ja, 3), rot(jb, stages)
+            if uj + u1 < nch:
+                step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, evgl, eogl, uw, unsub,
+                     ump, uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b)
+                ja, jb = rot(ja, 3), rot(jb, stages)
+        wgmma_wait(acc, nacc, 0)
+        # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
+        for jj in range(nacc // 4):
+            for e in range(4):
+                rr = row0 + U(8 * jj + e % 2) + U(2) * tq
+                cc = col0 + nb + U((e // 2) * 8)
+                if (rr < um) & (cc < un):
+                    c[rr, cc] = acc[4 * jj + e]
+
+    return kernel
+
+
+def _check(bm, bn, kc, stages):
+    if bn not in (64, 128, 256):
+        raise ValueError(f"bn: must be 64, 128 or 256 (one, two or four warpgroups), got {bn}")
+    nthreads = WG * (bn // 64)
+    if bm not in (64, 128, 256) or nthreads % bm:
+        raise ValueError(f"bm: must be 64, 128 or 256 and divide the block's {nthreads} threads, got {bm}")
+    if kc % 8 or (kc * bm // nthreads) % 4:
+        raise ValueError(f"kc: must be a multiple of 8 with kc * bm / threads a multiple of 4, got {kc}")
+    if nthreads % (bn // 4) or kc % (nthreads // (bn // 4)):
+        raise ValueError(f"kc: the B copies need kc a multiple of {nthreads // (bn // 4)}, got {kc}")
+    if stages < 2:
+        raise ValueError(f"stages: at least 2, got {stages}")
+
+
+def uspmm(ell, b, **tunables):
+    """``C = A @ b`` (float32) on warpgroup MMAs; see the module docstring."""
+    dell = prepare(ell)
+    bop, order = _rhs(b, dell, "b")
+    return result(run(dell, bop, order, **tunables), like=bop)
+
+
+def run(dell, bop, order: str, **tunables):
+    """The launcher after validation (as :func:`gpu.uspmm_tc.run`)."""
+    if order != "C":
+        raise ValueError("b: the wgmma kernel needs a C-ordered (row-major) b")
+    if dell.dtype != np.float32:
+        raise ValueError(f"the wgmma kernel is float32 (3xTF32); got {dell.dtype}")
+    opts = dict(DEFAULTS, **tunables)
+    unknown = set(opts) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS)}")
+    bm, bn, kc, stages, min_blocks = (int(opts[x]) for x in ("bm", "bn", "kc", "stages", "min_blocks"))
+    _check(bm, bn, kc, stages)
+    bdev = bop.dev
+    m, n = dell.shape[0], bdev.shape[1]
+    k = dell.shape[1]
+    if n % 4 or not aligned(bdev, 4):
+        raise ValueError("b: the wgmma kernel copies B in 16-byte pieces: N must be a multiple of 4, b 16-byte aligned")
+    c = output((m, n), dell.dtype, like=bop, order="C")
+    if m and n:
+        nthreads = WG * (bn // 64)
+        seg = kc * bm // nthreads
+        ev, eo = segment_entries(dell, seg, pad=True, split=True)
+        nsub, w, mp = eo.shape
+        kernel = _wgmma_kernel(bm, bn, kc, stages, scatter_slots(seg, w), min_blocks)
+        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
+        shared = shared_bytes(bm, bn, kc, stages, scatter_slots(seg, w), nthreads)
+        _opt_in(kernel, args, shared)
+        _launch(_DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
+    return c

@@ -1,0 +1,179 @@
+"""Warpgroup MMA (``wgmma``, sm_90a) for Numba kernels: inline PTX through ``llvmlite.ir.InlineAsm``.
+
+Hopper's asynchronous tensor-core instruction: the four warps of a warpgroup (128 threads) multiply a
+64 x 8 TF32 matrix held in registers (A, four values a thread, the layout of ``mma.m16n8k8``'s A
+fragment, warp ``w`` holding rows ``16w .. 16w + 15``) by an 8 x ``n`` matrix in shared memory (B, named
+by a 64-bit descriptor) into 64 x ``n`` float32 accumulators (``n / 2`` a thread). The instruction only
+starts the work; the registers it reads and writes belong to the tensor core until
+``wgmma.wait_group`` says its group is done, so the threads can do other work meanwhile (the point
+of it: :mod:`gpu.uspmm_wgmma` scatters the next A tile while the tensor core multiplies this one).
+numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc``), which wgmma needs.
+
+``wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh)``
+    ``wgmma.mma_async.sync.aligned.m64n{2 nacc}k8.f32.tf32.tf32``: ``acc[0:nacc] += A @ B`` (``acc`` a
+    thread-local float32 array, ``nacc`` a compile-time integer; accumulator ``4j + e`` of lane
+    ``4g + t`` in warp ``w`` is row ``16w + g + 8 (e >= 2)``, column ``8j + 2t + (e % 2)``).
+``wgmma_wait(acc, nacc, pending)``
+    ``wgmma.wait_group.sync.aligned pending``: until at most ``pending`` committed groups are in flight.
+    It takes the accumulators as in-out operands, so the compiler moves no read of them before it.
+``wgmma_fence()``, ``wgmma_commit()``, ``fence_proxy_async()``
+    ``wgmma.fence`` (before the first wgmma that reads registers written since), ``wgmma.commit_group``,
+    ``fence.proxy.async.shared::cta`` (shared-memory stores by the threads made visible to the tensor
+    core's reads, before the barrier that hands the tile over).
+``smem_desc(addr, lbo, sbo)``
+    The descriptor of a tile without swizzle at shared byte address ``addr``: K-major, 8-row x 16-byte
+    core matrices, ``lbo`` bytes between core matrices adjacent along K, ``sbo`` along the rows.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba.cuda import config
+
+from gpu.inline import inlined
+
+U64 = np.uint64
+
+__all__ = ["wgmma_tf32", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc"]
+
+if config.ENABLE_CUDASIM:
+    import threading
+
+    from gpu.mma import _warp_allgather
+
+    def _desc_fields(desc):
+        d = int(desc)
+        return (d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4
+
+    def wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh):
+        """Simulator fallback: the warpgroup's A fragments gathered (:func:`gpu.mma._warp_allgather` over
+        128 threads), B read from ``sh`` where ``desc`` points (byte offsets from ``sh[0]``), this thread's
+        accumulators updated with the exact sum of products (float64), rounded once to float32."""
+        gathered = _warp_allgather((float(a0), float(a1), float(a2), float(a3)), 128)
+        a = np.zeros((64, 8))
+        for th, frag in enumerate(gathered):
+            w, lane = th // 32, th % 32
+            g, t = lane // 4, lane % 4
+            for (r, c), v in zip(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), frag):
+                a[16 * w + r, c] = v
+        start, lbo, sbo = _desc_fields(desc)
+        n = 2 * int(nacc)
+        b = np.zeros((8, n))
+        for col in range(n):
+            for k in range(8):
+                b[k, col] = sh[(start + (col // 8) * sbo + (k // 4) * lbo + (col % 8) * 16 + (k % 4) * 4) // 4]
+        th = threading.current_thread().thread_id % 128
+        w, lane = th // 32, th % 32
+        g, t = lane // 4, lane % 4
+        for j in range(n // 8):
+            for e in range(4):
+                r = 16 * w + g + 8 * (e // 2)
+                col = 8 * j + 2 * t + e % 2
+                acc[4 * j + e] = np.float32(float(acc[4 * j + e]) + float(a[r] @ b[:, col]))
+
+    def wgmma_wait(acc, nacc, pending):
+        """Simulator fallback: the products are already in ``acc``."""
+
+    def wgmma_fence():
+        """Simulator fallback: nothing to order."""
+
+    def wgmma_commit():
+        """Simulator fallback: nothing in flight."""
+
+    def fence_proxy_async():
+        """Simulator fallback: one memory, one proxy."""
+else:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+    def _void_asm(builder, text: str) -> None:
+        builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True), [])
+
+    def _acc_ptrs(builder, context, arrty, arr, nacc: int):
+        ary = context.make_array(arrty)(context, builder, arr)
+        return [builder.gep(ary.data, [ir.Constant(_I64, i)]) for i in range(nacc)]
+
+    def _acc_ok(acc, nacc) -> bool:
+        return (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32
+                and isinstance(nacc, types.IntegerLiteral) and nacc.literal_value % 4 == 0
+                and 4 <= nacc.literal_value <= 128)
+
+    @intrinsic
+    def wgmma_tf32(typingctx, acc, nacc, a0, a1, a2, a3, desc, sh):
+        """``acc[:nacc] += A @ B``: A (64 x 8 TF32) in registers ``a0..a3``, B (8 x 2 nacc) at ``desc`` in the
+        shared array ``sh`` (named for the simulator; the instruction reads only ``desc``)."""
+        if not (_acc_ok(acc, nacc) and all(isinstance(x, types.Float) for x in (a0, a1, a2, a3))
+                and isinstance(desc, types.Integer) and isinstance(sh, types.Array)):
+            return None
+        n = nacc.literal_value
+        sig = types.void(acc, nacc, types.float32, types.float32, types.float32, types.float32, types.uint64, sh)
+
+        def codegen(context, builder, sig, args):
+            ptrs = _acc_ptrs(builder, context, sig.args[0], args[0], n)
+            olds = [builder.load(p) for p in ptrs]
+            regs = [builder.bitcast(v, _I32) for v in args[2:6]]
+            d = ",".join(f"${i}" for i in range(n))
+            a = ",".join(f"${n + i}" for i in range(4))
+            text = (f"wgmma.mma_async.sync.aligned.m64n{2 * n}k8.f32.tf32.tf32 {{{d}}}, {{{a}}}, ${n + 4}, 1, 1, 1;")
+            cons = ",".join(["=f"] * n + ["r"] * 4 + ["l"] + [str(i) for i in range(n)])
+            fnty = ir.FunctionType(ir.LiteralStructType([_F32] * n), [_I32] * 4 + [_I64] + [_F32] * n)
+            res = builder.call(ir.InlineAsm(fnty, text, cons, side_effect=True), regs + [args[6]] + olds)
+            for i, p in enumerate(ptrs):
+                builder.store(builder.extract_value(res, i), p)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def wgmma_wait(typingctx, acc, nacc, pending):
+        """``wgmma.wait_group.sync.aligned pending`` with ``acc[:nacc]`` as in-out operands."""
+        if not (_acc_ok(acc, nacc) and isinstance(pending, types.IntegerLiteral)):
+            return None
+        n, p = nacc.literal_value, pending.literal_value
+        sig = types.void(acc, nacc, pending)
+
+        def codegen(context, builder, sig, args):
+            ptrs = _acc_ptrs(builder, context, sig.args[0], args[0], n)
+            olds = [builder.load(q) for q in ptrs]
+            fnty = ir.FunctionType(ir.LiteralStructType([_F32] * n), [_F32] * n)
+            cons = ",".join(["=f"] * n + [str(i) for i in range(n)] + ["~{memory}"])
+            res = builder.call(ir.InlineAsm(fnty, f"wgmma.wait_group.sync.aligned {p};", cons, side_effect=True),
+                               olds)
+            for i, q in enumerate(ptrs):
+                builder.store(builder.extract_value(res, i), q)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def wgmma_fence(typingctx):
+        """``wgmma.fence.sync.aligned``."""
+        def codegen(context, builder, sig, args):
+            _void_asm(builder, "wgmma.fence.sync.aligned;")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    @intrinsic
+    def wgmma_commit(typingctx):
+        """``wgmma.commit_group.sync.aligned``."""
+        def codegen(context, builder, sig, args):
+            _void_asm(builder, "wgmma.commit_group.sync.aligned;")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+    @intrinsic
+    def fence_proxy_async(typingctx):
+        """``fence.proxy.async.shared::cta``."""
+        def codegen(context, builder, sig, args):
+            _void_asm(builder, "fence.proxy.async.shared::cta;")
+            return context.get_dummy_value()
+        return types.void(), codegen
+
+
+@inlined
+def smem_desc(addr, lbo, sbo):
+    """The wgmma descriptor (no swizzle) of the tile at shared byte address ``addr`` (see the module docstring);
+    all three unsigned 64-bit."""
+    return ((addr & U64(0x3FFFF)) >> U64(4)) | ((lbo >> U64(4)) << U64(16)) | ((sbo >> U64(4)) << U64(32))
