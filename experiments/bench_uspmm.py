@@ -58,7 +58,8 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     string: "auto", the tuner's cached choice, "heuristic", :func:`sparsekit.tune.heuristic`'s);
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
     with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
-    tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``)."""
+    tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
+    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``)."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -72,6 +73,9 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
         "auto": "auto",
     }
     provs["tensor cores"] = tensor_core()
+    from gpu.uspmm_wgmma import supported
+    if np.dtype(dtype) == np.float32 and supported():
+        provs["wgmma"] = dict(variant="wgmma")                 # its default (a compute capability 9.0 GPU)
     if quick:
         provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
     return provs
@@ -171,7 +175,7 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     from sparsekit.timing import measure
     p = Problem(m, k, n, sparsity, dtype, seed=seed)
     sol = p.sol_s(device)
-    from sparsekit.tune import resolve
+    from gpu.uspmm import resolved
     launches, chosen = {}, {}
     for name, cfg in (our_providers(dtype) if providers is None else providers).items():
         kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
@@ -179,7 +183,7 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
         b = p.b_f if layout == "F" else p.b
         launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
         if isinstance(cfg, str):                         # what "auto"/"heuristic" chose for this problem
-            chosen[name] = config_name(resolve(cfg, p.dell, n, layout))
+            chosen[name] = config_name(resolved(cfg, p.dell, n, layout))
     if vendors:
         launches.update(vendor_launches(p, coo=vendors != "fast"))
         if vendors != "fast":
@@ -442,10 +446,11 @@ def wait_for(paths, *, poll_s=1.0, limit_s=600.0) -> None:
 def figure_configs(dtype) -> list[dict]:
     """Every configuration ``auto`` (heuristic) and :data:`FIGURE_PROVIDERS` use over the full figures."""
     from experiments.uspmm_figures import FIG8_SHAPES, figure_points, table1_layers
+    from gpu.uspmm_wgmma import supported
     from sparsekit.tune import heuristic
     pts = [pt for fig, pts in figure_points(False).items() for pt in pts]
     pts += [(m, k, n, sp) for n, sp, shapes in table1_layers().values() for (m, k, _) in shapes]
-    out = [heuristic(m, k, n, max(1, round(k * (1 - sp))), dtype, "C") for (m, k, n, sp) in pts]
+    out = [heuristic(m, k, n, max(1, round(k * (1 - sp))), dtype, "C", wgmma=supported()) for (m, k, n, sp) in pts]
     out += [c for c in FIGURE_PROVIDERS.values() if isinstance(c, dict)]
     out += [dict(variant="listing1", nwarp=a, vsize=b, vecsize=v) for a, b in FIG8_SHAPES for v in (1, 2)]
     return out

@@ -1614,19 +1614,31 @@ def uspmm(ell, b, *, config=None, **tunables):
     but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for its rule
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
-    choose ``variant="tensor_core"`` (float16, row-major ``b``): the call goes
-    to :func:`gpu.uspmm_tc.uspmm` with the other tunables (same result contract).
+    choose ``variant="tensor_core"`` (row-major ``b``): the call goes to :func:`gpu.uspmm_tc.uspmm` with
+    the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
+    capability 9.0 GPU): :func:`gpu.uspmm_wgmma.uspmm`.
     """
     dell = prepare(ell)
     bop, order = _rhs(b, dell, "b")
     if config is not None:
-        from sparsekit.tune import resolve
-        tunables = dict(resolve(config, dell, bop.dev.shape[1], order), **tunables)
-    if tunables.get("variant") == "tensor_core":   # float16 "auto" (sparsekit.tune.heuristic) or a tuned winner
-        from gpu.uspmm_tc import run as run_tc
-        return result(run_tc(dell, bop, order, **{key: v for key, v in tunables.items() if key != "variant"}),
+        tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
+    variant = tunables.get("variant")
+    if variant in ("tensor_core", "wgmma"):        # "auto" (sparsekit.tune.heuristic) or a tuned winner
+        if variant == "tensor_core":
+            from gpu.uspmm_tc import run as run_tensor
+        else:
+            from gpu.uspmm_wgmma import run as run_tensor
+        return result(run_tensor(dell, bop, order, **{key: v for key, v in tunables.items() if key != "variant"}),
                       like=bop)
     return result(_run(dell, bop.dev, order, bop, **tunables), like=bop)
+
+
+def resolved(config, dell, n: int, order: str) -> dict:
+    """The tunables ``config`` ("auto", "heuristic" or a dict) names for ``dell`` times a ``K x n`` B in
+    ``order`` on this device (:func:`sparsekit.tune.resolve`; the wgmma kernel only on a GPU that runs it)."""
+    from gpu.uspmm_wgmma import supported
+    from sparsekit.tune import resolve
+    return resolve(config, dell, n, order, wgmma=supported())
 
 
 def uspmm_linear(ell, x, **tunables):

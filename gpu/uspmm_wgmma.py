@@ -1,33 +1,51 @@
 """USpMM on Hopper's warpgroup MMA (``wgmma``): float32 ``C = A @ B`` (3xTF32), A uniform-sparse in ELL.
 
-Same contract as :func:`gpu.uspmm_tc.uspmm` for float32 (C-ordered ``b``, ``N`` a multiple of 4, a
-cc 9.0 device). Why: :mod:`gpu.uspmm_tc` issues ``mma.sync`` (one warp, 16x8x8 a instruction, the
-registers held until it returns); on the H100 its float32 kernel keeps the tensor pipe 58% busy at most
-and stays at 24-36% of issue 5's speed of light. ``wgmma`` runs a 64 x n x 8 product for a whole
-warpgroup asynchronously, reading one operand from shared memory, so the threads build the next A
-tile while the tensor core multiplies the current one.
+Equals :func:`reference.uspmm.uspmm` with :func:`gpu.uspmm_tc.uspmm`'s float32 contract: C-ordered ``b``
+(rows of B copied by 16-byte cp.async where ``N`` is a multiple of 4 and ``b`` 16-byte aligned, else by
+plain loads: a kernel of its own), ``C`` in ``b``'s array kind, the 3xTF32 split and its error bound
+(:func:`gpu.uspmm_tc.error_reduction`). Needs a compute capability 9.0 GPU
+(:func:`supported`; numba-cuda 0.30 compiles for ``sm_90a`` there, which ``wgmma`` needs); under the
+simulator :mod:`gpu.wgmma`'s fallbacks run it.
 
-The product runs transposed, ``C^T = B^T A^T``: wgmma's register operand is ``B^T`` (64 columns of
-the block's B tile for each warpgroup, the fragments of ``mma.m16n8k8``'s A: read from the row-major
-B tile and split into big and small TF32 parts in registers), its shared-memory operand is the
-densified ``A`` tile (``bm`` rows x ``kc``), K-major, which is the layout the scatter writes anyway;
-TF32 wgmma takes only K-major shared operands, and B arrives N-major.
+Why: :mod:`gpu.uspmm_tc` issues ``mma.sync`` (a warp's 16x8x8, its registers held until it returns); on
+the H100 its float32 kernel keeps the tensor pipe 58% busy at best and reaches 24-36% of issue 5's speed
+of light. ``wgmma`` multiplies 64 x n x 8 for a whole warpgroup asynchronously, one operand read from
+shared memory, so the threads build the next A tile while the tensor core multiplies the current one.
 
-One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wgmma's n, 64..256).
-Per K chunk of ``kc`` columns ``j`` (``stages`` B tiles, 2 A tiles):
+The product runs transposed, ``C^T = B^T A^T``: wgmma's register operand is ``B^T`` (each warpgroup 64
+columns of the block's B tile, as ``mma.m16n8k8``'s A fragments, read from the row-major B tile and
+split into big and small TF32 parts in registers), its shared-memory operand the densified ``A`` tile
+(``bm`` rows x ``kc``), K-major, the layout the scatter writes anyway (TF32 wgmma takes only K-major
+shared operands, and B arrives N-major).
 
-1. each thread loads its segment's ELL entries of chunk ``j+1`` (split on the host into big and small
-   TF32 values, :func:`gpu.uspmm_tc.segment_entries`; ``seg = kc * bm / threads`` columns of one row);
-2. it loads its B fragments of chunk ``j``, splits them, and issues 3 wgmma per 8 columns of K
-   (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small terms first, as :mod:`gpu.uspmm_tc`);
-3. cp.async copies B's chunk ``j + stages - 1``;
-4. while the tensor core works, the thread zeroes its segment of the other A tile and writes
-   chunk ``j+1``'s entries into it (big and small tiles);
-5. ``wgmma.wait_group 0``, ``cp.async.wait_group stages-2``, ``fence.proxy.async``, one barrier.
+One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wgmma's n, 16..256),
+``stages`` B tiles and entry stages, three A buffers. The A tile is built as in :mod:`gpu.uspmm_tc`:
+thread ``t`` owns row ``t % bm``'s segment ``t // bm`` of ``seg = kc * bm / threads`` columns, its
+entries from :func:`gpu.uspmm_tc.segment_entries` (padded to ``w`` slots, values split on the host).
+Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two fragment sets swap roles):
 
-A tiles are stored as 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at
-``(r // 8) * 8 kc + (c // 4) * 32 + (r % 8) * 4 + c % 4``, so a wgmma's descriptor has ``lbo = 128``
-bytes (the next 4 columns) and ``sbo = 32 kc`` bytes (the next 8 rows).
+1. load this thread's B fragments of chunk ``j`` from its B stage and split them (``to_tf32_finite``,
+   then ``cvt.rna`` of the rest), ``wgmma.fence``;
+2. issue 3 wgmma per 8 columns of K (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small
+   terms first, as :mod:`gpu.uspmm_tc`) and commit them as one group;
+3. ``wgmma.wait_group 1``: chunk ``j-1``'s group is done (its A buffer and fragment registers free),
+   chunk ``j``'s runs on;
+4. cp.async: B's chunk ``j + stages - 1`` and the entries of chunk ``j + stages``, one commit group;
+   then the thread zeroes its segment of chunk ``j+1``'s A buffer (big and small tiles) and writes the
+   staged entries into it, in slot order (padding first: value 0 at offset 0);
+5. ``cp.async.wait_group stages-2``, ``fence.proxy.async`` (the scatter's stores made visible to the
+   tensor core), one barrier.
+
+Shared-memory accesses in the loop go through byte addresses taken once per thread
+(:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
+A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at ``(r // 8) * 8 kc
++ (c // 4) * 32 + (r % 8) * 4 + c % 4``, so a wgmma's descriptor has ``lbo = 128`` bytes (the next 4
+columns) and ``sbo = 32 kc`` (the next 8 rows); no swizzle.
+
+Measured on the H100 (``experiments/results/uspmm_wgmma.md``, session 13): :data:`DEFAULTS` (128 x 256,
+kc 16, 4 stages: 16 warps, one block an SM) at 1024 x 1024 x 16384 60% 511-517 us (40% of the speed of
+light; :mod:`gpu.uspmm_tc`'s best 573), 4096^2 x 1024 90% 502 us (its CUDA-core route 643); where the
+grid has less than about one wave of such tiles it loses (1024^3: 139 us against 53).
 """
 from __future__ import annotations
 
@@ -35,6 +53,8 @@ import functools
 
 import numpy as np
 from numba import cuda, float32
+from numba.core.types import uint8
+from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
 from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
@@ -45,22 +65,24 @@ from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, output, result
 
-__all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes"]
+__all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "supported"]
 
-DEFAULTS = dict(bm=128, bn=256, kc=16, stages=3, min_blocks=1)
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1)
 U = np.uint64
+S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)
 WG = 128                                               # threads of a warpgroup
 
 
-def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, nthreads: int) -> int:
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
-    ``stages`` entry stages (per slot and row a big and small value and an 8-bit offset)."""
-    tpr = nthreads // bm
+    ``stages`` entry stages (``slots`` slots of each of the ``bn / 64 * 128 / bm`` segments a row: a big
+    and a small value and an 8-bit offset for each of the ``bm`` rows)."""
+    tpr = 2 * bn // bm
     return 4 * (6 * bm * kc + stages * kc * (bn + 8)) + stages * tpr * slots * bm * 9
 
 
 @functools.cache
-def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1):
+def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True):
     nthreads = WG * (bn // 64)
     tpr = nthreads // bm                              # threads per A row
     seg = kc // tpr                                   # columns of a thread's segment
@@ -69,7 +91,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     a_buf = 2 * a_tile * 4                            # bytes of one A buffer (big, small)
     sbn = bn + 8
     b_buf = kc * sbn * 4                              # bytes of one B stage
-    a_all = 3 * a_buf                                 # three A buffers
+    a_all = 3 * a_buf                                 # A buffers: chunk j's, j+1's, j-1's (its wgmma may run)
     per_row = bn // 4                                 # 16-byte pieces of a B row
     rstep = nthreads // per_row                       # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
@@ -154,20 +176,31 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             st_shared(sh, x + U(a_tile * 4), small[i])
 
     @inlined
-    def issue_b(ch, st, k, n, col_ok, r0, bsh0, bgl0, bgl, sh, b):
-        """B's chunk ``ch`` into stage ``st`` by cp.async (zeros past K and N)."""
+    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, sh, b):
+        """B's chunk ``ch`` into stage ``st`` (zeros past K and N): this thread's pieces, rows ``r0 + i * rstep``
+        at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows), else by plain loads and stores."""
         k0 = ch * U(kc)
         dst = bsh0 + st * U(b_buf)
         src = bgl0 + k0 * n * U(4)
+        zero = float32(0.0)
         for i in range(nbp):
-            ok = col_ok & (k0 + r0 + U(i * rstep) < k)
-            cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i * rstep) * n * U(4) if ok else bgl,
-                           u16 if ok else u0)
+            row = k0 + r0 + U(i * rstep)
+            if vec:
+                ok = (gc < n) & (row < k)
+                cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i * rstep) * n * U(4) if ok else bgl,
+                               u16 if ok else u0)
+            else:
+                x = row * n + gc
+                st_shared4(sh, dst + U(i * rstep * sbn * 4), b[x] if (row < k) & (gc < n) else zero,
+                           b[x + u1] if (row < k) & (gc + u1 < n) else zero,
+                           b[x + U(2)] if (row < k) & (gc + U(2) < n) else zero,
+                           b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
 
     @inlined
     def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uw, unsub, ump, uk, un,
-             col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b):
-        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``."""
+             gc, r0, bsh0, bgl0, bgl, sh, sh8, b):
+        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
+        Returns the next chunk's ``(ja, jb)``."""
         for ks in range(ksteps):                                         # fragments of B^T, split
             for e in range(4):
                 x = ld_shared(sh, fb + jb * U(b_buf) + U(((ks * 8 + (e // 2) * 4) * sbn + (e % 2) * 8) * 4))
@@ -184,20 +217,22 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
             wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
         wgmma_commit()
-        wgmma_wait(acc, nacc, 1)                                         # chunk j-1's wgmma done
+        wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
         if j + U(stages - 1) < nch:                                      # B's chunk j + stages - 1,
-            issue_b(j + U(stages - 1), jp, uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, b)
+            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, sh, b)
         if j + U(stages) < nch:                                          # the entries of chunk j + stages
             issue_entries(j + U(stages), jb, eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
-        if j + u1 < nch:                                                 # the next A tile (its buffer's
-            scatter(rot(jb, stages), rot(ja, 3), evr, eor, rbh, sh, sh8)   # wgmma: chunk j-2, done)
+        na, nb_ = rot(ja, 3), rot(jb, stages)
+        if j + u1 < nch:                                                 # 4. the next A tile (its buffer's
+            scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
         cp_async_wait(pend)
         fence_proxy_async()
         cuda.syncthreads()
+        return na, nb_
 
-    @cuda.jit(launch_bounds=(nthreads, min_blocks))
+    @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
         t = U(cuda.threadIdx.x)
         lane = t % U(32)
@@ -210,22 +245,22 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
-        sh8 = cuda.shared.array(0, np.uint8, alignment=SMEM_ALIGN)      #  offsets]
+        sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
         arow = t % U(bm)
         h = t // U(bm)
         # the scatter's addresses: its segment's first core-matrix row (buffer 0), its staged values and offsets
-        rbh = sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4)
-        evr = sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4)
-        eor = sa + U(eo0) + h * U(slots * bm) + arow
+        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
+        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
+        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
         pc = (t % U(per_row)) * U(4)                                     # B copies: this thread's 4 columns,
         r0 = t // U(per_row)                                             # its first row, addresses taken once
-        col_ok = col0 + pc < un
+        gc = col0 + pc
         bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
         bgl = global_addr(b, u0)
-        bgl0 = global_addr(b, r0 * un + col0 + pc) if col_ok else bgl
+        bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
         nb = wg * U(64) + wq * U(16) + g                                 # this lane's fragment rows of B^T
-        fb = sa + U(a_all) + (tq * U(sbn) + nb) * U(4)                   # its fragment B[tq, nb] in stage 0
+        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))              # its fragment B[tq, nb] in stage 0
         d0 = smem_desc(sa, lbo, sbo)                                     # A buffer 0's big tile
         eb = entry_bases(t, row0, ump, ev, eo, sh, sh8)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
@@ -241,7 +276,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         cp_async_commit()
         for s in range(stages - 1):
             if U(s) < nch:
-                issue_b(U(s), U(s), uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, b)
+                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, sh, b)
             if U(s + 1) < nch:
                 issue_entries(U(s + 1), U(s + 1), eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
@@ -252,33 +287,35 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         fence_proxy_async()
         cuda.syncthreads()
         ja, jb = u0, u0
-        for j2 in range(0, nch, 2):
-            uj = U(j2)
-            step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, unsub, ump, uk,
-                 un, col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b)
-            ja, jb = rot(ja, 3), rot(jb, stages)
+        for j0 in range(0, nch, 2):
+            uj = U(j0)
+            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, unsub,
+                          ump, uk, un, gc, r0, bsh0, bgl0, bgl, sh, sh8, b)
             if uj + u1 < nch:
-                step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, evgl, eogl, uw, unsub,
-                     ump, uk, un, col_ok, r0, bsh0, bgl0, bgl, sh, sh8, b)
-                ja, jb = rot(ja, 3), rot(jb, stages)
+                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, evgl, eogl, uw,
+                              unsub, ump, uk, un, gc, r0, bsh0, bgl0, bgl, sh, sh8, b)
         wgmma_wait(acc, nacc, 0)
         # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
+        inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
         for jj in range(nacc // 4):
             for e in range(4):
                 rr = row0 + U(8 * jj + e % 2) + U(2) * tq
                 cc = col0 + nb + U((e // 2) * 8)
-                if (rr < um) & (cc < un):
+                if inside or ((rr < um) & (cc < un)):
                     c[rr, cc] = acc[4 * jj + e]
 
-    return kernel
+    if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
+        return kernel
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
 def _check(bm, bn, kc, stages):
     if bn not in (64, 128, 256):
         raise ValueError(f"bn: must be 64, 128 or 256 (one, two or four warpgroups), got {bn}")
     nthreads = WG * (bn // 64)
-    if bm not in (64, 128, 256) or nthreads % bm:
-        raise ValueError(f"bm: must be 64, 128 or 256 and divide the block's {nthreads} threads, got {bm}")
+    if bm not in (16, 32, 64, 128, 256) or nthreads % bm:
+        raise ValueError(f"bm: must be 16, 32, 64, 128 or 256 (the wgmma's n) and divide the block's {nthreads} "
+                         f"threads, got {bm}")
     if kc % 8 or (kc * bm // nthreads) % 4:
         raise ValueError(f"kc: must be a multiple of 8 with kc * bm / threads a multiple of 4, got {kc}")
     if nthreads % (bn // 4) or kc % (nthreads // (bn // 4)):
@@ -294,12 +331,25 @@ def uspmm(ell, b, **tunables):
     return result(run(dell, bop, order, **tunables), like=bop)
 
 
+def supported() -> bool:
+    """Whether the current device runs wgmma (compute capability 9.0, compiled for sm_90a); the simulator
+    runs the fallbacks of :mod:`gpu.wgmma` and says False, so that ``config="auto"`` keeps its choices there."""
+    if cuda_config.ENABLE_CUDASIM or not cuda.is_available():
+        return False
+    return tuple(cuda.get_current_device().compute_capability) == (9, 0)
+
+
 def run(dell, bop, order: str, **tunables):
     """The launcher after validation (as :func:`gpu.uspmm_tc.run`)."""
     if order != "C":
-        raise ValueError("b: the wgmma kernel needs a C-ordered (row-major) b")
+        raise ValueError("b: the wgmma kernel needs a C-ordered (row-major) b; "
+                         "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
     if dell.dtype != np.float32:
-        raise ValueError(f"the wgmma kernel is float32 (3xTF32); got {dell.dtype}")
+        raise ValueError(f"the wgmma kernel is float32 (3xTF32); got {dell.dtype} (float16: gpu.uspmm_tc)")
+    if not cuda_config.ENABLE_CUDASIM and not supported():
+        cc = cuda.get_current_device().compute_capability
+        raise ValueError(f"the wgmma kernel needs a compute capability 9.0 GPU (sm_90a: H100, H200); this one is "
+                         f"{cc[0]}.{cc[1]} (gpu.uspmm_tc runs float32 on any tensor-core GPU)")
     opts = dict(DEFAULTS, **tunables)
     unknown = set(opts) - set(DEFAULTS)
     if unknown:
@@ -309,17 +359,15 @@ def run(dell, bop, order: str, **tunables):
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
-    if n % 4 or not aligned(bdev, 4):
-        raise ValueError("b: the wgmma kernel copies B in 16-byte pieces: N must be a multiple of 4, b 16-byte aligned")
     c = output((m, n), dell.dtype, like=bop, order="C")
     if m and n:
         nthreads = WG * (bn // 64)
         seg = kc * bm // nthreads
         ev, eo = segment_entries(dell, seg, pad=True, split=True)
         nsub, w, mp = eo.shape
-        kernel = _wgmma_kernel(bm, bn, kc, stages, scatter_slots(seg, w), min_blocks)
+        kernel = _wgmma_kernel(bm, bn, kc, stages, scatter_slots(seg, w), min_blocks, n % 4 == 0 and aligned(bdev, 4))
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
-        shared = shared_bytes(bm, bn, kc, stages, scatter_slots(seg, w), nthreads)
+        shared = shared_bytes(bm, bn, kc, stages, scatter_slots(seg, w))
         _opt_in(kernel, args, shared)
         _launch(_DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
     return c

@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "WGMMA_LARGE", "WGMMA_MIN_DENSITY", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -377,6 +377,17 @@ TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_DEFAULT[np.dtype(np.float16)], 
                                       TC_HALF_WAVE[np.dtype(np.float32)])}
 
 
+#: The wgmma kernel's setting (:mod:`gpu.uspmm_wgmma`, float32, compute capability 9.0) for grids of at least
+#: ``TC_FILL * sms`` tiles of 128 x 256 with a density ``K'/K`` of at least :data:`WGMMA_MIN_DENSITY`.
+#: Session 13 (experiments/results/uspmm_wgmma.md, "Where it wins", H100, 2026-11-24 02:30 UTC), against the
+#: routed choice before it, us: 1024 x 1024 x N 60% at N = 4096 / 8192 / 16384 133.2 / 260.4 / 511.1 vs 158.3 /
+#: 299.0 / 573.0 (N = 2048, 64 tiles: 132.4 vs 100.4, not routed); 1536^2 x 2048 96 tiles 191.4 vs 221.9;
+#: 2048^3 254.9 vs 294.8; 4096^2 x 1024 at 60/80/90% 498.1/499.6/501.6 vs 566.3/565.9/642.5; N = 16384 at
+#: 80/90% 513.4/519.1 vs 572.0/650.0; at 95% (d = 0.05) it loses: 515.2 vs 399.5, 501.4 vs 386.5.
+WGMMA_LARGE = dict(bm=128, bn=256, kc=16, stages=4)
+WGMMA_MIN_DENSITY = 0.1
+
+
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
     """The float16 tensor-core setting for small output grids (``tiles`` tiles of 32 x 128 on ``sms``
     SMs): 32 x 128 tiles, 8 warps, two blocks an SM, the K range split so that each split keeps at
@@ -394,12 +405,15 @@ def tensor_core(**tunables) -> dict:
 
 
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
-              tensor_cores: bool = True, few_columns: bool = True) -> dict:
+              tensor_cores: bool = True, few_columns: bool = True, wgmma: bool = False) -> dict:
     """The configuration used when the cache has no entry.
 
     Row-major ``B`` (and ``few_columns``): first :func:`small_n` (the warp-split kernel where it
     measured fastest: ``N`` of 64, 128 or 256 columns, and float32 ``N = 1024`` at small ``M`` or below
-    :data:`TC_MIN_DENSITY`). Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
+    :data:`TC_MIN_DENSITY`). Then, float32 with ``wgmma`` (a compute capability 9.0 GPU) and
+    ``tensor_cores``: the wgmma kernel (:data:`WGMMA_LARGE`) where the grid has at least
+    ``TC_FILL * sms`` tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`.
+    Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
     Otherwise (and with ``tensor_cores=False``, the CUDA-core choice alone):
@@ -440,6 +454,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
+    if (wgmma and tensor_cores and not half and density >= WGMMA_MIN_DENSITY
+            and -(-m // 128) * -(-n // 256) >= TC_FILL * sms):
+        return dict(variant="wgmma", **WGMMA_LARGE)
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
         tiles64 = -(-m // 64) * col_tiles
         if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
@@ -471,18 +488,20 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     return pipelined(4, 1, 8, 32, 4, 2, splits=min(8, _pow2_at_most(256 / tiles8), _pow2_at_most(-(-k // 32))))
 
 
-def resolve(config, dell, n: int, order: str) -> dict:
+def resolve(config, dell, n: int, order: str, *, wgmma: bool = False) -> dict:
     """Tunables for ``uspmm(..., config=config)``: a dict passes through; ``"auto"``
-    is the cached winner or :func:`heuristic`; ``"heuristic"`` is :func:`heuristic` alone."""
+    is the cached winner or :func:`heuristic`; ``"heuristic"`` is :func:`heuristic` alone.
+    ``wgmma``: the device runs the wgmma kernel (:func:`gpu.uspmm_wgmma.supported`); a cached wgmma
+    winner is not used without it."""
     if isinstance(config, dict):
         return dict(config)
     if config not in ("auto", "heuristic"):
         raise ValueError(f"config: expected a dict of tunables, 'auto' or 'heuristic', got {config!r}")
     found = lookup(dell, n, order) if config == "auto" else None
-    if found is not None:
+    if found is not None and (wgmma or found.get("variant") != "wgmma"):
         return found
     m, k = dell.shape
-    return heuristic(m, k, n, dell.host.kprime, dell.dtype, order)
+    return heuristic(m, k, n, dell.host.kprime, dell.dtype, order, wgmma=wgmma)
 
 
 def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dtype=np.int32):
@@ -497,7 +516,8 @@ def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dty
 def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, repeat: int = 20, seed: int = 0,
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
-    random ``K x n`` B; return ``(winner, records)`` and cache the winner.
+    random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
+    float32 with a row-major B, :data:`WGMMA_LARGE` (:mod:`gpu.uspmm_wgmma`) is tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
     ``correct`` (bit pattern within float32 accumulation of the first
@@ -517,7 +537,12 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     b_host = np.asarray(rng.standard_normal((k, n)).astype(dell.dtype), order=order)
     b = cuda.to_device(b_host)
     scale = (np.abs(dell.host.to_dense().astype(np.float64)) @ np.abs(b_host.astype(np.float64))).max()
-    candidates = space(dell.dtype, order, full=full) if configs is None else list(configs)
+    if configs is None:
+        from gpu import uspmm_wgmma
+        wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
+        candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **WGMMA_LARGE)] if wgmma else [])
+    else:
+        candidates = list(configs)
     records, first = [], None
     for cfg in (candidates if progress is None else progress(candidates)):
         try:

@@ -1,0 +1,68 @@
+"""The wgmma USpMM and the wgmma probe compile for sm_90a offline, and the PTX shows what they rely on:
+
+* ``.target sm_90a`` (numba-cuda compiles a cc 9.0 kernel for it; ``wgmma`` exists nowhere else);
+* per K chunk three ``wgmma.mma_async...m64n{bm}k8.f32.tf32.tf32`` for every 8 columns (the 3xTF32
+  terms), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current one runs on) and
+  ``fence.proxy.async.shared::cta`` before the chunk's barrier; the loop takes two chunks (two fragment
+  sets), so the unrolled body holds twice that;
+* shared memory in the loop through byte addresses (``ld.shared.b32``, ``ld.shared.v2.b32``,
+  ``st.shared.v4.b32``), B and the entries by ``cp.async``;
+* the default setting's 16 warps stay within 128 registers (its launch bounds): one block an SM.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+from numba import types
+
+from gpu import uspmm_wgmma as wg
+from gpu import wgmma
+from sparsekit import offline
+
+pytestmark = pytest.mark.xdist_group("uspmm_wgmma_compile")
+
+SM90A = (9, 0, "a")
+ARGS = (types.Array(types.float32, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(types.float32, 1, "C"),
+        types.Array(types.float32, 2, "C"), types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+
+
+@functools.cache
+def build(bm: int, bn: int, kc: int, stages: int, slots: int, vec: bool = True) -> offline.Build:
+    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, 1, vec), ARGS, SM90A)
+
+
+# the default; a small one-warpgroup setting, with B by 16-byte copies and by plain loads (N % 4 != 0)
+SETTINGS = [(wg.DEFAULTS["bm"], wg.DEFAULTS["bn"], wg.DEFAULTS["kc"], wg.DEFAULTS["stages"], 4, True),
+            (32, 64, 16, 4, 4, True), (32, 64, 16, 4, 4, False)]
+
+
+@pytest.mark.parametrize("bm,bn,kc,stages,slots,vec", SETTINGS)
+def test_kernel_issues_wgmma_asynchronously(bm, bn, kc, stages, slots, vec):
+    ptx = build(bm, bn, kc, stages, slots, vec).ptx
+    assert ".target sm_90a" in ptx
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32", ptx)
+    assert mmas and set(mmas) == {str(bm)}
+    assert len(mmas) == 2 * 3 * (kc // 8)                       # two chunks a loop turn, 3 terms per 8 columns
+    assert ptx.count("wgmma.commit_group.sync.aligned") == 2
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 2
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1   # before the epilogue
+    assert ptx.count("fence.proxy.async.shared::cta") >= 3      # prologue + each chunk
+    for op in ("ld.shared.b32", "ld.shared.v2.b32", "ld.shared.u8", "st.shared.v4.b32", "st.shared.b32",
+               "cp.async.cg.shared.global"):
+        assert op in ptx, op
+    b_loads = len(re.findall(r"ld\.global(\.nc)?\.(f32|u32|b32)", ptx))   # B by plain loads (4 a piece)
+    assert (b_loads > 0) != vec
+
+
+def test_default_fits_its_launch_bounds():
+    d = wg.DEFAULTS
+    report = build(d["bm"], d["bn"], d["kc"], d["stages"], 4).report
+    assert offline.usage(report).registers <= 65536 // (128 * d["bn"] // 64)
+
+
+def test_probe_compiles_for_sm_90a():
+    ptx = offline.lto_ptx(wgmma.wgmma_probe, (types.Array(types.float32, 1, "C"),) * 3, SM90A)
+    assert ".target sm_90a" in ptx
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{wgmma.PROBE_N}k8.f32.tf32.tf32") == 1

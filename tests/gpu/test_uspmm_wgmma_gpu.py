@@ -1,0 +1,63 @@
+"""gpu/wgmma.py and gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
+documented register and shared-memory layouts), the kernel at real sizes against a float64 product with
+repeats bit-identical, and ``config="auto"`` routing the measured winners to it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _needs_sm90():
+    from gpu.uspmm_wgmma import supported
+    if not supported():
+        pytest.skip("wgmma needs a compute capability 9.0 GPU (sm_90a)")
+
+
+def test_probe_matches_numpy():
+    """One wgmma: the tensor core truncates its float32 sum (8 exact products here), so within 9
+    roundings of 2**-23 of the exact product."""
+    from gpu.mma import tf32_round
+    from gpu.wgmma import PROBE_N, wgmma_probe
+    rng = np.random.default_rng(3)
+    a = tf32_round(rng.standard_normal((64, 8)).astype(np.float32))
+    bt = tf32_round(rng.standard_normal((PROBE_N, 8)).astype(np.float32))
+    d = np.zeros(64 * PROBE_N, np.float32)
+    wgmma_probe[1, 128](a.ravel(), bt.ravel(), d)
+    a64, b64 = a.astype(np.float64), bt.T.astype(np.float64)
+    assert (np.abs(d.reshape(64, PROBE_N) - a64 @ b64) <= 9 * 2.0 ** -23 * (np.abs(a64) @ np.abs(b64))).all()
+
+
+@pytest.mark.parametrize("shape,tunables", [
+    ((1024, 1024, 4096, 0.6), {}),                                     # the default, one wave of tiles
+    ((1000, 1000, 1000, 0.6), {}),                                     # partial row and column tiles
+    ((1000, 999, 777, 0.6), {}),                                       # N % 4 != 0: B by plain loads
+    ((4096, 4096, 1024, 0.9), {}),
+    ((300, 520, 196, 0.7), dict(bm=64, bn=128, kc=16, stages=3)),
+    ((256, 256, 128, 0.95), dict(bm=32, bn=64, kc=16, stages=2))])
+def test_real_sizes_bit_identical_within_bounds(shape, tunables):
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm_tc import error_reduction
+    from gpu.uspmm_wgmma import uspmm
+    p = Problem(*shape, "float32", seed=4)
+    first = uspmm(p.dell, p.b, **tunables).copy_to_host()
+    again = uspmm(p.dell, p.b, **tunables).copy_to_host()
+    assert (first.view(np.uint8) == again.view(np.uint8)).all()
+    exact, scale = p.exact()
+    err = np.abs(first.astype(np.float64) - exact)
+    slack = 2 * 2.0 ** -24 * np.abs(exact) + np.finfo(np.float32).smallest_subnormal
+    assert (err <= error_reduction(p.ell.kprime, np.float32) * 2.0 ** -24 * scale + slack).all()
+
+
+def test_auto_routes_large_float32_problems_to_wgmma():
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm import uspmm
+    from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
+    from sparsekit import tune
+    p = Problem(1024, 1024, 4096, 0.6, "float32", seed=5)
+    assert tune.resolve("heuristic", p.dell, 4096, "C", wgmma=True)["variant"] == "wgmma"
+    got = uspmm(p.dell, p.b, config="heuristic").copy_to_host()
+    want = uspmm_wgmma(p.dell, p.b, **tune.WGMMA_LARGE).copy_to_host()
+    assert (got.view(np.uint8) == want.view(np.uint8)).all()

@@ -1,0 +1,128 @@
+"""gpu/uspmm_wgmma.py equals reference/uspmm.py under the CUDA simulator (gpu/wgmma.py's fallbacks stand
+in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
+of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
+K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads); the wgmma probe against
+NumPy; the routing rule; bad input refused.
+
+Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
+with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13. A block is 128 Python threads
+here (5-10 s a call on 2 cores): few examples, small shapes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu import uspmm_wgmma as wg
+from gpu.mma import tf32_round
+from gpu.uspmm_tc import error_reduction
+from reference import uspmm as ru
+from sparsekit import tune
+from sparsekit.formats import ELL
+from strategies import dense_arrays, ell_matrices
+from test_spmm import assert_fp32_accumulated
+
+# (bm, bn, kc, stages): a thread's segment of 4 (bm 16 and 32: 8 and 4 threads a row), 8 (bm 64) and
+# 8 columns in chunks of 8 (bm 128, one thread a row, two stages).
+TUNABLES = [dict(bm=16, bn=64, kc=32, stages=3), dict(bm=32, bn=64, kc=16, stages=4),
+            dict(bm=64, bn=64, kc=16, stages=3), dict(bm=128, bn=64, kc=8, stages=2)]
+
+
+def check_against_reference(ell, b, tunables):
+    got = wg.uspmm(ell, b, **tunables)
+    want = ru.uspmm(ell, b)
+    assert isinstance(got, np.ndarray) and got.flags.c_contiguous
+    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=error_reduction(ell.kprime, np.float32))
+
+
+@settings(max_examples=4)
+@given(data=st.data())
+def test_matches_reference(data):
+    ell = data.draw(ell_matrices(dtype=np.float32, max_size=40))
+    n = data.draw(st.integers(1, 20))                 # (N % 4 != 0: B by plain loads, a kernel of its own)
+    b = data.draw(dense_arrays((ell.shape[1], n), dtype=np.float32))
+    check_against_reference(ell, b, data.draw(st.sampled_from(TUNABLES)))
+
+
+# (M, K, N, K', setting): K' = 0; K' = K over three chunks with a partial last one and two row blocks;
+# two column blocks and a partial row block; one row past a 16-row boundary; N = 7 (B by plain loads).
+EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24, 12, 5, 3), (9, 20, 7, 6, 0)]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,setting", EDGE_CASES)
+def test_edge_shapes(m, k, n, kprime, setting):
+    rng = np.random.default_rng(kprime * 100 + m)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(np.float32), mask, index_dtype=np.int16)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
+    check_against_reference(ell, b, TUNABLES[setting])
+
+
+def test_probe_matches_numpy():
+    """One wgmma of the documented register and shared-memory layouts (the simulator's model; the GPU
+    test runs the same probe on the tensor core)."""
+    from gpu.wgmma import PROBE_N, wgmma_probe
+    rng = np.random.default_rng(3)
+    a = tf32_round(rng.standard_normal((64, 8)).astype(np.float32))
+    bt = tf32_round(rng.standard_normal((PROBE_N, 8)).astype(np.float32))
+    d = np.zeros(64 * PROBE_N, np.float32)
+    wgmma_probe[1, 128](a.ravel(), bt.ravel(), d)
+    a64, b64 = a.astype(np.float64), bt.T.astype(np.float64)
+    assert (np.abs(d.reshape(64, PROBE_N) - a64 @ b64) <= 8 * 2.0 ** -24 * (np.abs(a64) @ np.abs(b64))).all()
+
+
+def test_shared_bytes_of_the_default_fit_the_h100():
+    d = wg.DEFAULTS
+    seg = d["kc"] * d["bm"] // (2 * d["bn"])
+    assert wg.shared_bytes(d["bm"], d["bn"], d["kc"], d["stages"], seg) <= 232448   # the opt-in maximum
+
+
+@pytest.mark.parametrize("m,k,n,sparsity,routed", [
+    (1024, 1024, 16384, 0.6, True), (1024, 1024, 4096, 0.6, True), (1536, 1536, 2048, 0.6, True),
+    (4096, 4096, 1024, 0.9, True), (1024, 1024, 2048, 0.6, False), (1024, 1024, 1024, 0.6, False),
+    (4096, 4096, 1024, 0.95, False)])
+def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, routed):
+    """Session 13's H100 runs (sparsekit.tune.WGMMA_LARGE): routed where it won, not where it lost; never
+    without ``wgmma`` (no compute capability 9.0 device, or a b it cannot take) nor for float16."""
+    kprime = int(round((1 - sparsity) * k))
+    got = tune.heuristic(m, k, n, kprime, np.float32, "C", wgmma=True)
+    assert (got == dict(variant="wgmma", **tune.WGMMA_LARGE)) == routed
+    assert tune.heuristic(m, k, n, kprime, np.float32, "C")["variant"] != "wgmma"
+    assert tune.heuristic(m, k, n, kprime, np.float16, "C", wgmma=True)["variant"] != "wgmma"
+
+
+@pytest.fixture
+def small():
+    rng = np.random.default_rng(0)
+    return ELL.from_dense(rng.uniform(0.5, 2, (8, 8)).astype(np.float32), np.ones((8, 8), bool)), rng
+
+
+def test_rejects_column_major_b(small):
+    ell, rng = small
+    with pytest.raises(ValueError, match="C-ordered"):
+        wg.uspmm(ell, np.asfortranarray(rng.uniform(size=(8, 8)).astype(np.float32)))
+
+
+def test_rejects_float16(small):
+    ell, rng = small
+    half = ELL.from_dense(ell.to_dense().astype(np.float16), np.ones((8, 8), bool))
+    with pytest.raises(ValueError, match="float32"):
+        wg.uspmm(half, rng.uniform(size=(8, 8)).astype(np.float16))
+
+
+def test_rejects_dtype_mismatch(small):
+    ell, rng = small
+    with pytest.raises(TypeError, match="dtype"):
+        wg.uspmm(ell, rng.uniform(size=(8, 8)).astype(np.float64))
+
+
+@pytest.mark.parametrize("tunables,match", [
+    (dict(bn=96), "bn"), (dict(bm=48), "bm"), (dict(bm=256, bn=64), "bm"), (dict(kc=12), "kc"),
+    (dict(bm=128, bn=64, kc=4), "kc"), (dict(stages=1), "stages"), (dict(warps=4), "unknown")])
+def test_rejects_bad_tunables(small, tunables, match):
+    ell, rng = small
+    with pytest.raises(ValueError, match=match):
+        wg.uspmm(ell, rng.uniform(size=(8, 8)).astype(np.float32), **tunables)
