@@ -54,6 +54,11 @@ literal struct, returned to Numba as a ``UniTuple``.
     addresses come out of inline assembly, so the optimiser cannot fold the per-chunk offsets
     back into per-copy multiplications (it did: ``(k0 + r) * n`` for every copy). Under
     the simulator an address is ``i * itemsize`` (relative to the array it was taken from).
+``ld_shared(arr, addr)``, ``ld_shared2(arr, addr)``, ``st_shared(arr, addr, v)``, ``st_shared4(arr, addr, v0..v3)``
+    ``ld.shared`` / ``st.shared`` (32-bit elements, one or a vector of 2 or 4; ``ld_shared`` of a uint8 array
+    loads a byte into a uint32) at a shared byte address from :func:`shared_addr` plus offsets: a hot loop
+    adds constants to an address taken once, where ``arr[i]`` recomputes a 64-bit generic address per
+    access (:mod:`gpu.uspmm_wgmma`). Volatile, so they stay between the barriers and fences around them.
 ``cp_async16(dst, di, src, si, nbytes)``, ``cp_async_commit()``, ``cp_async_wait(n)``
     ``cp.async.cg.shared.global``: copy 16 bytes from global ``src[si:]`` to shared
     ``dst[di:]`` without registers (the first ``nbytes`` read, the rest zero-filled;
