@@ -106,6 +106,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     vstep, ostep = nthreads // vper, nthreads // oper
     nstage = tpr * slots                              # slots of one entry stage
     nvp, nop = cdiv(nstage, vstep), cdiv(nstage, ostep)   # value and offset pieces a thread per chunk
+    v_whole, o_whole = nstage % vstep == 0, nstage % ostep == 0   # every thread has all of them
     ksteps = kc // 8
     nfrag = 4 * ksteps                                # B fragment values a thread per chunk
     pend = stages - 2
@@ -120,36 +121,39 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         return y if y < U(n) else u0
 
     @inlined
-    def entry_bases(t, row0, mp, ev, eo, sh, sh8):
-        """This thread's entry pieces: first slots, whether their rows exist, and their shared (stage 0)
-        and global (chunk 0) byte addresses."""
+    def entry_bases(t, row0, w, nsub, mp, ev, eo, sh, sh8):
+        """This thread's entry pieces, for values then offsets: its first slot of a stage, whether its rows
+        exist, how many slots of the arrays lie from its first one on (signed), its shared (stage 0) and global
+        (chunk 0) byte addresses; then the global bytes of a chunk and of a step ``i`` (``vstep`` / ``ostep``
+        slots) for values and offsets (the same for all threads)."""
         vsl0, vr = t // U(vper), (t % U(vper)) * U(2)
         osl0, orow = t // U(oper), (t % U(oper)) * U(16)
         vok, ook = row0 + vr < mp, row0 + orow < mp
-        return (vsl0, vok, shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
+        slots_all = np.int64(nsub * w)
+        return (vsl0, vok, slots_all - np.int64(vsl0), shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
                 global_addr(ev, (vsl0 * mp + row0 + vr) * U(2) if vok else u0),
-                osl0, ook, shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
-                global_addr(eo, osl0 * mp + row0 + orow if ook else u0))
+                osl0, ook, slots_all - np.int64(osl0), shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
+                global_addr(eo, osl0 * mp + row0 + orow if ook else u0),
+                U(tpr) * w * mp * U(8), U(vstep) * mp * U(8), U(tpr) * w * mp, U(ostep) * mp)
 
     @inlined
-    def issue_entries(ch, st, eb, w, nsub, mp, evgl, eogl, ev, eo, sh, sh8):
+    def issue_entries(ch, st, eb, w, evgl, eogl, ev, eo, sh, sh8):
         """Chunk ``ch``'s entries (segments ``ch * tpr + h``, ``slots`` slots, the block's ``bm`` rows) into
-        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing."""
-        vsl0, vok, vdst, vsrc, osl0, ook, odst, osrc = eb
-        first = ch * U(tpr) * w                                          # the chunk's first slot
-        last = nsub * w
+        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing. ``eb``: :func:`entry_bases`."""
+        vsl0, vok, vleft, vdst, vsrc, osl0, ook, oleft, odst, osrc, vchunk, vstepb, ochunk, ostepb = eb
+        first = np.int64(ch * U(tpr) * w)                                # the chunk's first slot
+        vs = vsrc + ch * vchunk
+        os_ = osrc + ch * ochunk
         for i in range(nvp):
-            sl = vsl0 + U(i * vstep)
-            if sl < U(nstage):
-                ok = vok & (first + sl < last)
+            if v_whole or vsl0 + U(i * vstep) < U(nstage):                # (a piece of the stage)
+                ok = vok & (first + np.int64(i * vstep) < vleft)
                 cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * vstep * 8 * bm), ev,
-                               vsrc + (first + U(i * vstep)) * mp * U(8) if ok else evgl, u16 if ok else u0)
+                               vs + U(i) * vstepb if ok else evgl, u16 if ok else u0)
         for i in range(nop):
-            sl = osl0 + U(i * ostep)
-            if sl < U(nstage):
-                ok = ook & (first + sl < last)
+            if o_whole or osl0 + U(i * ostep) < U(nstage):
+                ok = ook & (first + np.int64(i * ostep) < oleft)
                 cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * ostep * bm), eo,
-                               osrc + (first + U(i * ostep)) * mp if ok else eogl, u16 if ok else u0)
+                               os_ + U(i) * ostepb if ok else eogl, u16 if ok else u0)
 
     @inlined
     def scatter(st, ab, evr, eor, rbh, sh, sh8):
@@ -176,20 +180,22 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             st_shared(sh, x + U(a_tile * 4), small[i])
 
     @inlined
-    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, sh, b):
+    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, bstep, sh, b):
         """B's chunk ``ch`` into stage ``st`` (zeros past K and N): this thread's pieces, rows ``r0 + i * rstep``
-        at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows), else by plain loads and stores."""
+        at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows; ``bgl0`` its chunk-0 address,
+        ``bstep`` the bytes of ``rstep`` rows), else by plain loads and stores."""
         k0 = ch * U(kc)
+        left = np.int64(k) - np.int64(k0 + r0)                          # rows of B from this thread's first on
         dst = bsh0 + st * U(b_buf)
         src = bgl0 + k0 * n * U(4)
         zero = float32(0.0)
         for i in range(nbp):
-            row = k0 + r0 + U(i * rstep)
             if vec:
-                ok = (gc < n) & (row < k)
-                cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i * rstep) * n * U(4) if ok else bgl,
+                ok = (gc < n) & (np.int64(i * rstep) < left)
+                cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i) * bstep if ok else bgl,
                                u16 if ok else u0)
             else:
+                row = k0 + r0 + U(i * rstep)
                 x = row * n + gc
                 st_shared4(sh, dst + U(i * rstep * sbn * 4), b[x] if (row < k) & (gc < n) else zero,
                            b[x + u1] if (row < k) & (gc + u1 < n) else zero,
@@ -197,8 +203,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                            b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
 
     @inlined
-    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uw, unsub, ump, uk, un,
-             gc, r0, bsh0, bgl0, bgl, sh, sh8, b):
+    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uw, uk, un,
+             gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
         Returns the next chunk's ``(ja, jb)``."""
         for ks in range(ksteps):                                         # fragments of B^T, split
@@ -220,9 +226,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
         if j + U(stages - 1) < nch:                                      # B's chunk j + stages - 1,
-            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, sh, b)
+            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, b)
         if j + U(stages) < nch:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(j + U(stages), jb, eb, uw, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < nch:                                                 # 4. the next A tile (its buffer's
@@ -259,10 +265,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
         bgl = global_addr(b, u0)
         bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
+        bstep = U(rstep) * un * U(4)
         nb = wg * U(64) + wq * U(16) + g                                 # this lane's fragment rows of B^T
         fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))              # its fragment B[tq, nb] in stage 0
         d0 = smem_desc(sa, lbo, sbo)                                     # A buffer 0's big tile
-        eb = entry_bases(t, row0, ump, ev, eo, sh, sh8)
+        eb = entry_bases(t, row0, uw, unsub, ump, ev, eo, sh, sh8)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         acc = cuda.local.array(nacc, float32)
         for i in range(nacc):
@@ -272,13 +279,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bfb1 = cuda.local.array(nfrag, float32)                          # while chunk j+1 loads its own
         bfs1 = cuda.local.array(nfrag, float32)
         # prologue: entries of chunk 0 (own group), then B chunks s and entries s + 1 for s < stages - 1
-        issue_entries(u0, u0, eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+        issue_entries(u0, u0, eb, uw, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         for s in range(stages - 1):
             if U(s) < nch:
-                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, sh, b)
+                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, b)
             if U(s + 1) < nch:
-                issue_entries(U(s + 1), U(s + 1), eb, uw, unsub, ump, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(U(s + 1), U(s + 1), eb, uw, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
         cp_async_wait(pend_first)
         cuda.syncthreads()                                               # (other threads' copies)
@@ -289,11 +296,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         ja, jb = u0, u0
         for j0 in range(0, nch, 2):
             uj = U(j0)
-            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, unsub,
-                          ump, uk, un, gc, r0, bsh0, bgl0, bgl, sh, sh8, b)
+            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, uk, un,
+                          gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b)
             if uj + u1 < nch:
                 ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, evgl, eogl, uw,
-                              unsub, ump, uk, un, gc, r0, bsh0, bgl0, bgl, sh, sh8, b)
+                              uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b)
         wgmma_wait(acc, nacc, 0)
         # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
         inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
