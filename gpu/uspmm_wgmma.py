@@ -121,37 +121,44 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         return y if y < U(n) else u0
 
     @inlined
-    def entry_bases(t, row0, w, nsub, mp, ev, eo, sh, sh8):
-        """This thread's entry pieces, for values then offsets: its first slot of a stage, whether its rows
-        exist, how many slots of the arrays lie from its first one on (signed), its shared (stage 0) and global
-        (chunk 0) byte addresses; then the global bytes of a chunk and of a step ``i`` (``vstep`` / ``ostep``
-        slots) for values and offsets (the same for all threads)."""
+    def entry_bases(t, row0, w, nsub, mp, ev, eo, sh, sh8, vlim, olim):
+        """This thread's entry pieces: in ``vlim[i]`` / ``olim[i]`` the chunks for which its ``i``-th value / offset
+        piece lies within the arrays (0: its rows lie past them), and returned its first slot of a stage for
+        values and offsets, their shared (stage 0) and global (chunk 0) byte addresses, and the global bytes of
+        a chunk and of a step ``i`` (``vstep`` / ``ostep`` slots) for each (the same for all threads)."""
         vsl0, vr = t // U(vper), (t % U(vper)) * U(2)
         osl0, orow = t // U(oper), (t % U(oper)) * U(16)
         vok, ook = row0 + vr < mp, row0 + orow < mp
-        slots_all = np.int64(nsub * w)
-        return (vsl0, vok, slots_all - np.int64(vsl0), shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
+        slots_all, per_chunk = np.int64(nsub * w), np.int64(U(tpr) * w)
+        for i in range(nvp):                                             # slot vsl0 + i * vstep of chunk ch is
+            left = max(slots_all - np.int64(vsl0 + U(i * vstep)), np.int64(0))   # ch * tpr * w + ... of the arrays
+            vlim[i] = S32((left + per_chunk - 1) // per_chunk) if vok else S32(0)
+        for i in range(nop):
+            left = max(slots_all - np.int64(osl0 + U(i * ostep)), np.int64(0))
+            olim[i] = S32((left + per_chunk - 1) // per_chunk) if ook else S32(0)
+        return (vsl0, shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
                 global_addr(ev, (vsl0 * mp + row0 + vr) * U(2) if vok else u0),
-                osl0, ook, slots_all - np.int64(osl0), shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
+                osl0, shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
                 global_addr(eo, osl0 * mp + row0 + orow if ook else u0),
                 U(tpr) * w * mp * U(8), U(vstep) * mp * U(8), U(tpr) * w * mp, U(ostep) * mp)
 
     @inlined
-    def issue_entries(ch, st, eb, w, evgl, eogl, ev, eo, sh, sh8):
+    def issue_entries(ch, st, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8):
         """Chunk ``ch``'s entries (segments ``ch * tpr + h``, ``slots`` slots, the block's ``bm`` rows) into
-        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing. ``eb``: :func:`entry_bases`."""
-        vsl0, vok, vleft, vdst, vsrc, osl0, ook, oleft, odst, osrc, vchunk, vstepb, ochunk, ostepb = eb
-        first = np.int64(ch * U(tpr) * w)                                # the chunk's first slot
+        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing. ``eb``, ``vlim``, ``olim``:
+        :func:`entry_bases`."""
+        vsl0, vdst, vsrc, osl0, odst, osrc, vchunk, vstepb, ochunk, ostepb = eb
+        c32 = S32(ch)
         vs = vsrc + ch * vchunk
         os_ = osrc + ch * ochunk
         for i in range(nvp):
             if v_whole or vsl0 + U(i * vstep) < U(nstage):                # (a piece of the stage)
-                ok = vok & (first + np.int64(i * vstep) < vleft)
+                ok = c32 < vlim[i]
                 cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * vstep * 8 * bm), ev,
                                vs + U(i) * vstepb if ok else evgl, u16 if ok else u0)
         for i in range(nop):
             if o_whole or osl0 + U(i * ostep) < U(nstage):
-                ok = ook & (first + np.int64(i * ostep) < oleft)
+                ok = c32 < olim[i]
                 cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * ostep * bm), eo,
                                os_ + U(i) * ostepb if ok else eogl, u16 if ok else u0)
 
@@ -180,18 +187,25 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             st_shared(sh, x + U(a_tile * 4), small[i])
 
     @inlined
-    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, bstep, sh, b):
+    def b_limits(k, n, gc, r0, blim):
+        """``blim[i]``: the chunks for which this thread's ``i``-th piece of B (row ``r0 + i * rstep`` of the
+        chunk, columns ``gc .. gc + 3``) lies within B (0: its columns lie past N)."""
+        for i in range(nbp):
+            left = max(np.int64(k) - np.int64(r0 + U(i * rstep)), np.int64(0))
+            blim[i] = S32((left + np.int64(kc - 1)) // np.int64(kc)) if gc < n else S32(0)
+
+    @inlined
+    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b):
         """B's chunk ``ch`` into stage ``st`` (zeros past K and N): this thread's pieces, rows ``r0 + i * rstep``
         at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows; ``bgl0`` its chunk-0 address,
-        ``bstep`` the bytes of ``rstep`` rows), else by plain loads and stores."""
+        ``bstep`` the bytes of ``rstep`` rows, ``blim`` from :func:`b_limits`), else by plain loads and stores."""
         k0 = ch * U(kc)
-        left = np.int64(k) - np.int64(k0 + r0)                          # rows of B from this thread's first on
         dst = bsh0 + st * U(b_buf)
         src = bgl0 + k0 * n * U(4)
         zero = float32(0.0)
         for i in range(nbp):
             if vec:
-                ok = (gc < n) & (np.int64(i * rstep) < left)
+                ok = S32(ch) < blim[i]
                 cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i) * bstep if ok else bgl,
                                u16 if ok else u0)
             else:
@@ -203,8 +217,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                            b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
 
     @inlined
-    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uw, uk, un,
-             gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b):
+    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
+             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
         Returns the next chunk's ``(ja, jb)``."""
         for ks in range(ksteps):                                         # fragments of B^T, split
@@ -226,9 +240,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
         if j + U(stages - 1) < nch:                                      # B's chunk j + stages - 1,
-            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, b)
+            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
         if j + U(stages) < nch:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, uw, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(j + U(stages), jb, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < nch:                                                 # 4. the next A tile (its buffer's
@@ -266,10 +280,14 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bgl = global_addr(b, u0)
         bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
         bstep = U(rstep) * un * U(4)
+        blim = cuda.local.array(nbp, np.uint32)
+        b_limits(uk, un, gc, r0, blim)
         nb = wg * U(64) + wq * U(16) + g                                 # this lane's fragment rows of B^T
         fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))              # its fragment B[tq, nb] in stage 0
         d0 = smem_desc(sa, lbo, sbo)                                     # A buffer 0's big tile
-        eb = entry_bases(t, row0, uw, unsub, ump, ev, eo, sh, sh8)
+        vlim = cuda.local.array(nvp, np.uint32)
+        olim = cuda.local.array(nop, np.uint32)
+        eb = entry_bases(t, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         acc = cuda.local.array(nacc, float32)
         for i in range(nacc):
@@ -279,13 +297,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bfb1 = cuda.local.array(nfrag, float32)                          # while chunk j+1 loads its own
         bfs1 = cuda.local.array(nfrag, float32)
         # prologue: entries of chunk 0 (own group), then B chunks s and entries s + 1 for s < stages - 1
-        issue_entries(u0, u0, eb, uw, evgl, eogl, ev, eo, sh, sh8)
+        issue_entries(u0, u0, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         for s in range(stages - 1):
             if U(s) < nch:
-                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, b)
+                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
             if U(s + 1) < nch:
-                issue_entries(U(s + 1), U(s + 1), eb, uw, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(U(s + 1), U(s + 1), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
         cp_async_wait(pend_first)
         cuda.syncthreads()                                               # (other threads' copies)
@@ -296,11 +314,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         ja, jb = u0, u0
         for j0 in range(0, nch, 2):
             uj = U(j0)
-            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, evgl, eogl, uw, uk, un,
-                          gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b)
+            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, vlim, olim, evgl, eogl,
+                          uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
             if uj + u1 < nch:
-                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, evgl, eogl, uw,
-                              uk, un, gc, r0, bsh0, bgl0, bgl, bstep, sh, sh8, b)
+                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim, evgl,
+                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
         wgmma_wait(acc, nacc, 0)
         # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
         inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
