@@ -31,9 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     parallel = [*pytest, "-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
     if part == "compile":
         env.pop("NUMBA_ENABLE_CUDASIM", None)
-        # loadgroup: a module marked with an xdist_group runs on one worker, sharing its cached builds
-        return subprocess.run([*parallel, "tests/compile", "-m", "compile", "--dist", "loadgroup", *extra],
-                              env=env).returncode
+        # loadfile: each module runs on one worker, so its tests share their builds (one front end for sm_80
+        # and sm_90, the modules' cached builds); handed out in collection order, longest module first
+        # (tests/compile/conftest.py). Per test, a build shared by tests on both workers ran twice: 585
+        # worker-seconds against 525 in one process (session 13). (loadgroup's xdist_group marks had no
+        # effect with pytest 9.2: xdist 3.8 renames the test ids through an attribute pytest no longer reads.)
+        return subprocess.run([*parallel, "tests/compile", "-m", "compile", "--dist", "loadfile",
+                               "--no-loadscope-reorder", *extra], env=env).returncode
     # worksteal: idle workers take queued tests from busy ones (a few long simulator tests
     # left one of CI's two workers idle at the end with the default distribution)
     tests = ["tests", "--ignore=tests/compile", "--dist", "worksteal"]

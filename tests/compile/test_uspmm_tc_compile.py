@@ -22,9 +22,6 @@ from numba import types
 from gpu import uspmm_tc as tc
 from sparsekit import offline
 
-# one xdist worker for the module (``--dist loadgroup``): its tests share the cached builds of :func:`build`
-pytestmark = pytest.mark.xdist_group("uspmm_tc_compile")
-
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
 
