@@ -322,8 +322,9 @@ def _record(name, m, k, dtype, meas, nbytes, copy_bw):
 
 # ----------------------------------------------------------------------------- main
 
-def sanitize_run() -> int:
-    """Each fp16/fp32 variant once at 160x96 (partial blocks), compared with the reference."""
+def sanitize_run(shape: tuple[int, int] = (160, 96)) -> int:
+    """Each fp16/fp32 variant once at ``shape`` (160x96: rows past one block at every ``row_threads``, a
+    partial block of columns), compared with the reference."""
     from gpu import sparsify24 as gpu
     rng = np.random.default_rng(5)
     bad = 0
@@ -335,7 +336,7 @@ def sanitize_run() -> int:
                       (dict(method="greedy", ties="torch", prefetch=True, row_threads=8), np.float16),
                       (dict(method="optimal_full"), np.float16),
                       (dict(method="greedy", row_threads=4), np.float32)]:
-        w = random_weight(rng, (160, 96), dtype)
+        w = random_weight(rng, shape, dtype)
         got = gpu.sparsify24(w, **kw)
         want = ref.sparsify24(w, method=kw["method"], ties=kw.get("ties", "index"))
         same = all(np.array_equal(getattr(got, f).view(np.uint8), getattr(want, f).view(np.uint8))
