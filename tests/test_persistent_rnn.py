@@ -349,8 +349,8 @@ def test_ring_resume_after_timeouts():
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, lay.kpad)
 
 
-# (copies: spin_limit 4096, since in the simulator a thread polls h_t while the lanes 0 of other rows may
-# still be summing)
+# (copies: spin_limit 4096 for the relaunch, since in the simulator a thread polls h_t while the lanes 0 of
+# other rows may still be summing)
 @pytest.mark.parametrize("spin_limit, kw", [(4, {}), (4096, dict(copies=2, pack=True, preset="vector"))],
                          ids=["plain", "copies-pack-preset"])
 def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
