@@ -1,4 +1,5 @@
 """Comparator networks: 0-1 proofs, sizes and depths, and the generated code sorts."""
+import functools
 import itertools
 
 import pytest
@@ -46,9 +47,14 @@ def test_layers_keep_per_wire_order():
         assert len(wires) == len(set(wires))
 
 
+@functools.cache
+def _code(source: str):
+    return compile(source, "<network>", "exec")   # once per source: exec of the string compiled it every call
+
+
 def _run(source: str, n: int, keys):
     env = {f"k{i}": keys[i] for i in range(n)}
-    exec(source, {}, env)
+    exec(_code(source), {}, env)
     return [env[f"k{i}"] for i in range(n)]
 
 
