@@ -210,7 +210,7 @@ STATIC_LIMIT = SHARED_LIMIT
 U = np.uint64
 
 
-def segment_entries(dell, seg: int, pad: bool = False, split: bool = False):
+def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, core: bool = False):
     """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
     16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
@@ -222,7 +222,9 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False):
     ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
     kernel splits it (:func:`gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
     twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
-    Built once per ``seg``, ``pad`` and ``split`` on the host, kept with ``dell``."""
+    ``core`` (:mod:`gpu.uspmm_wgmma`, ``seg <= 8``): each offset ``o`` as the byte offset of its column in the
+    thread's row of 8 x 4 float32 core matrices, ``(o // 4) * 128 + (o % 4) * 4`` (at most 140: still 8 bits).
+    Built once per ``seg``, ``pad``, ``split`` and ``core`` on the host, kept with ``dell``."""
     def build():
         m, k = dell.shape
         idx = dell.host.indices.astype(np.int64)                            # (M, K'), ascending per row
@@ -243,8 +245,13 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False):
         offsets[q, pos, rows] = idx - q * seg
         if split:                                                           # (padding: 0 splits into 0, 0)
             values = np.stack(tf32_split(values), axis=-1).reshape(nsub, w, 2 * mp)
+        if core:
+            offsets = (offsets // 4) * 128 + (offsets % 4) * 4
         return values, offsets
-    key = ("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
+    if core and seg > 8:
+        raise ValueError(f"seg: core-matrix byte offsets fit 8 bits for segments of at most 8 columns, got {seg}")
+    key = (("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
+           + (("core",) if core else ()))
     return dell.cached(key, build)
 
 

@@ -107,6 +107,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     nstage = tpr * slots                              # slots of one entry stage
     nvp, nop = cdiv(nstage, vstep), cdiv(nstage, ostep)   # value and offset pieces a thread per chunk
     v_whole, o_whole = nstage % vstep == 0, nstage % ostep == 0   # every thread has all of them
+    core = seg <= 8                                   # offsets staged as core-matrix byte offsets (segment_entries)
     ksteps = kc // 8
     nfrag = 4 * ksteps                                # B fragment values a thread per chunk
     pend = stages - 2
@@ -182,7 +183,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
             st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
         for i in range(slots):
-            x = base + U((offs[i] >> 2) * 128 + (offs[i] & 3) * 4)
+            if core:                                                     # (byte offsets staged as such)
+                x = base + offs[i]
+            else:                                                        # column offset o: (o // 4) core matrices
+                x = base + U((offs[i] >> 2) * 128 + (offs[i] & 3) * 4)   # on, row word o % 4
             st_shared(sh, x, big[i])
             st_shared(sh, x + U(a_tile * 4), small[i])
 
@@ -388,7 +392,7 @@ def run(dell, bop, order: str, **tunables):
     if m and n:
         nthreads = WG * (bn // 64)
         seg = kc * bm // nthreads
-        ev, eo = segment_entries(dell, seg, pad=True, split=True)
+        ev, eo = segment_entries(dell, seg, pad=True, split=True, core=seg <= 8)
         nsub, w, mp = eo.shape
         kernel = _wgmma_kernel(bm, bn, kc, stages, scatter_slots(seg, w), min_blocks, n % 4 == 0 and aligned(bdev, 4))
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)

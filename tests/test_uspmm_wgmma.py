@@ -24,9 +24,11 @@ from strategies import dense_arrays, ell_matrices
 from test_spmm import assert_fp32_accumulated
 
 # (bm, bn, kc, stages): a thread's segment of 4 (bm 16 and 32: 8 and 4 threads a row), 8 (bm 64) and
-# 8 columns in chunks of 8 (bm 128, one thread a row, two stages).
+# 8 columns in chunks of 8 (bm 128, one thread a row, two stages): offsets staged as core-matrix byte
+# offsets; 16 columns (bm 128, kc 16): column offsets, converted by the scatter.
 TUNABLES = [dict(bm=16, bn=64, kc=32, stages=3), dict(bm=32, bn=64, kc=16, stages=4),
-            dict(bm=64, bn=64, kc=16, stages=3), dict(bm=128, bn=64, kc=8, stages=2)]
+            dict(bm=64, bn=64, kc=16, stages=3), dict(bm=128, bn=64, kc=8, stages=2),
+            dict(bm=128, bn=64, kc=16, stages=3)]
 
 
 def check_against_reference(ell, b, tunables):
@@ -46,8 +48,10 @@ def test_matches_reference(data):
 
 
 # (M, K, N, K', setting): K' = 0; K' = K over three chunks with a partial last one and two row blocks;
-# two column blocks and a partial row block; one row past a 16-row boundary; N = 7 (B by plain loads).
-EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24, 12, 5, 3), (9, 20, 7, 6, 0)]
+# two column blocks and a partial row block; one row past a 16-row boundary; N = 7 (B by plain loads);
+# segments of 16 columns over two chunks.
+EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24, 12, 5, 3), (9, 20, 7, 6, 0),
+              (30, 32, 8, 13, 4)]
 
 
 @pytest.mark.parametrize("m,k,n,kprime,setting", EDGE_CASES)
