@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "WGMMA_LARGE", "WGMMA_MIN_DENSITY", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 
@@ -386,6 +386,15 @@ TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_DEFAULT[np.dtype(np.float16)], 
 #: 80/90% 513.4/519.1 vs 572.0/650.0; at 95% (d = 0.05) it loses: 515.2 vs 399.5, 501.4 vs 386.5.
 WGMMA_LARGE = dict(bm=128, bn=256, kc=16, stages=4)
 WGMMA_MIN_DENSITY = 0.1
+#: The wgmma setting for float32 grids of fewer 128 x 256 tiles but at least ``WGMMA_MID_WAVES * sms`` tiles of
+#: 64 x 128 (two warpgroups of m64n64, about two blocks an SM), at a density where the tensor-core kernels are
+#: routed anyway (``TC_MIN_DENSITY``: their cost does not fall with it). Session 13, after the kernel's v6 ("Smaller
+#: grids" of experiments/results/uspmm_wgmma.md, 03:08 UTC): 1024 x 1024 x 2048 60% (256 tiles) 81.3 us against
+#: the routed 98.9 (``TC_LARGE``); one wave or less stays on :mod:`gpu.uspmm_tc`: 1024^3 60/80% best wgmma setting
+#: (64 x 128 kc32 s3) 51.0/52.1 against 52.6/52.8, 768 x 768 x 1024 40.2 against 41.3, 1024 x 1024 x 512 51.0
+#: against 39.0.
+WGMMA_MID = dict(bm=64, bn=128, kc=16, stages=4)
+WGMMA_MID_WAVES = 1.5
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -411,8 +420,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     Row-major ``B`` (and ``few_columns``): first :func:`small_n` (the warp-split kernel where it
     measured fastest: ``N`` of 64, 128 or 256 columns, and float32 ``N = 1024`` at small ``M`` or below
     :data:`TC_MIN_DENSITY`). Then, float32 with ``wgmma`` (a compute capability 9.0 GPU) and
-    ``tensor_cores``: the wgmma kernel (:data:`WGMMA_LARGE`) where the grid has at least
-    ``TC_FILL * sms`` tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`.
+    ``tensor_cores``: the wgmma kernel, :data:`WGMMA_LARGE` where the grid has at least ``TC_FILL * sms``
+    tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`, else :data:`WGMMA_MID` where it
+    has at least ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and the density is at least ``TC_MIN_DENSITY``.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
@@ -454,9 +464,11 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
-    if (wgmma and tensor_cores and not half and density >= WGMMA_MIN_DENSITY
-            and -(-m // 128) * -(-n // 256) >= TC_FILL * sms):
-        return dict(variant="wgmma", **WGMMA_LARGE)
+    if wgmma and tensor_cores and not half:
+        if density >= WGMMA_MIN_DENSITY and -(-m // 128) * -(-n // 256) >= TC_FILL * sms:
+            return dict(variant="wgmma", **WGMMA_LARGE)
+        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and -(-m // 64) * col_tiles >= WGMMA_MID_WAVES * sms:
+            return dict(variant="wgmma", **WGMMA_MID)
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
         tiles64 = -(-m // 64) * col_tiles
         if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
@@ -517,7 +529,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE` (:mod:`gpu.uspmm_wgmma`) is tried too.
+    float32 with a row-major B, :data:`WGMMA_LARGE` and :data:`WGMMA_MID` (:mod:`gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
     ``correct`` (bit pattern within float32 accumulation of the first
@@ -540,7 +552,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     if configs is None:
         from gpu import uspmm_wgmma
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
-        candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **WGMMA_LARGE)] if wgmma else [])
+        candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **WGMMA_LARGE),
+                                                              dict(variant="wgmma", **WGMMA_MID)] if wgmma else [])
     else:
         candidates = list(configs)
     records, first = [], None
