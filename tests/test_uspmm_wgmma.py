@@ -65,6 +65,8 @@ def test_edge_shapes(m, k, n, kprime, setting):
     check_against_reference(ell, b, TUNABLES[setting])
 
 
+@pytest.mark.simulator("the bound is the simulator's model (one rounding); tests/gpu/test_uspmm_wgmma_gpu.py runs "
+                       "the probe on the tensor core, which truncates its sums")
 def test_probe_matches_numpy():
     """One wgmma of the documented register and shared-memory layouts (the simulator's model; the GPU
     test runs the same probe on the tensor core)."""
