@@ -13,17 +13,26 @@ interval for the GIL to come back.)
 
 The replacement is installed only over the ``run`` it was written against (numba-cuda 0.30.4, by the
 hash of its source): another version keeps its own, slower but correct.
+
+:func:`fast_shared_arrays` does the same for ``cuda.shared.array``: the simulator keys a block's shared
+arrays by the calling line, which it found with ``traceback.extract_stack`` (every frame of the stack, each
+with its source line looked up) on every call of every thread; one frame lookup gives the same key. In the
+pipelined USpMM's simulator test (session 13) the stack walks were half of the time the simulated threads
+held the interpreter.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
+import sys
 import time
 
 import numpy as np
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.simulator.kernel.BlockManager.run``.
 REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4ba3541f"
+#: ... and of its ``numba.cuda.simulator.kernelapi.FakeCUDAShared.array``.
+REVIEWED_SHARED_ARRAY_SHA256 = "46c69699220dd500ba43cd23a5eedb48ea3f2ea602876838c887e592d4055d75"
 
 
 def _run_block(manager, grid_point, *args):
@@ -72,4 +81,42 @@ def yield_while_polling() -> bool:
     if hashlib.sha256(inspect.getsource(kernel.BlockManager.run).encode()).hexdigest() != REVIEWED_RUN_SHA256:
         return False
     kernel.BlockManager.run = _run_block
+    return True
+
+
+def _shared_array(shared, shape, dtype, alignment=None):
+    """``cuda.shared.array`` in the simulator (``FakeCUDAShared.array``): dynamic shared memory for ``shape``
+    0, else one array per calling line, shared by the block's threads, keyed by the caller's (file name, line
+    number) as the original keys it, from the caller's frame instead of a walk of the whole stack."""
+    from numba.cuda.simulator import kernelapi
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, kernelapi.types.Type):
+        dtype = kernelapi.numpy_support.as_dtype(dtype)
+    if shape == 0:
+        count = shared._dynshared_size // dtype.itemsize
+        return np.frombuffer(shared._dynshared.data, dtype=dtype, count=count)
+    frame = sys._getframe(1)
+    caller = (frame.f_code.co_filename, frame.f_lineno)
+    res = shared._allocations.get(caller)
+    if res is None:
+        res = np.empty(shape, dtype)
+        shared._allocations[caller] = res
+    return res
+
+
+def fast_shared_arrays() -> bool:
+    """Under the CUDA simulator, install :func:`_shared_array` as ``FakeCUDAShared.array`` (idempotent).
+    Returns whether it is installed: False without the simulator, or where numba-cuda's is not the reviewed
+    one (:data:`REVIEWED_SHARED_ARRAY_SHA256`)."""
+    from numba import config
+    if not config.ENABLE_CUDASIM:
+        return False
+    from numba.cuda.simulator import kernelapi
+    if kernelapi.FakeCUDAShared.array is _shared_array:
+        return True
+    source = inspect.getsource(kernelapi.FakeCUDAShared.array)
+    if hashlib.sha256(source.encode()).hexdigest() != REVIEWED_SHARED_ARRAY_SHA256:
+        return False
+    kernelapi.FakeCUDAShared.array = _shared_array
     return True

@@ -1,12 +1,13 @@
-"""``sparsekit.simulator``: the simulator's block manager yields the GIL while polling; kernels with
-barriers, several blocks and a thread that raises behave as before."""
+"""``sparsekit.simulator``: the simulator's block manager yields the GIL while polling, its shared arrays are
+keyed by the calling line without a walk of the stack; kernels with barriers, shared arrays, several blocks and a
+thread that raises behave as before."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from numba import cuda
 
-from sparsekit.simulator import yield_while_polling
+from sparsekit.simulator import fast_shared_arrays, yield_while_polling
 
 pytestmark = pytest.mark.simulator("the patch is the simulator's; on a GPU the kernels run for real")
 
@@ -53,3 +54,29 @@ def test_polling_yields_and_barriers_still_hold():
 def test_an_exception_in_one_thread_still_reaches_the_caller():
     with pytest.raises(ValueError, match="thread five"):
         _fails_in_one_thread[1, 16](np.zeros(16, dtype=np.int64))
+
+
+@cuda.jit
+def _two_shared_arrays(out):
+    """Two shared arrays on two lines: distinct arrays, each shared by the block's threads."""
+    a = cuda.shared.array(32, np.int64)
+    b = cuda.shared.array(32, np.int64)
+    t = cuda.threadIdx.x
+    a[t] = t
+    b[t] = 100 + t
+    cuda.syncthreads()
+    out[cuda.blockIdx.x * 32 + t] = a[31 - t] + 1000 * b[(t + 1) % 32]
+
+
+def test_shared_arrays_are_keyed_by_line_and_shared_by_the_block():
+    from numba.cuda.simulator import kernelapi
+    from sparsekit import simulator
+    if not fast_shared_arrays():
+        pytest.skip("numba-cuda's FakeCUDAShared.array is not the reviewed one (REVIEWED_SHARED_ARRAY_SHA256): "
+                    "review sparsekit.simulator against it")
+    assert fast_shared_arrays()                                           # idempotent
+    assert kernelapi.FakeCUDAShared.array is simulator._shared_array
+    out = np.zeros(2 * 32, dtype=np.int64)
+    _two_shared_arrays[2, 32](out)
+    t = np.arange(32)
+    np.testing.assert_array_equal(out, np.tile(31 - t + 1000 * (100 + (t + 1) % 32), 2))
