@@ -383,7 +383,8 @@ TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_DEFAULT[np.dtype(np.float16)], 
 #: routed choice before it, us: 1024 x 1024 x N 60% at N = 4096 / 8192 / 16384 133.2 / 260.4 / 511.1 vs 158.3 /
 #: 299.0 / 573.0 (N = 2048, 64 tiles: 132.4 vs 100.4, not routed); 1536^2 x 2048 96 tiles 191.4 vs 221.9;
 #: 2048^3 254.9 vs 294.8; 4096^2 x 1024 at 60/80/90% 498.1/499.6/501.6 vs 566.3/565.9/642.5; N = 16384 at
-#: 80/90% 513.4/519.1 vs 572.0/650.0; at 95% (d = 0.05) it loses: 515.2 vs 399.5, 501.4 vs 386.5.
+#: 80/90% 513.4/519.1 vs 572.0/650.0; at 95% (d = 0.05) it loses: 515.2 vs 399.5, 501.4 vs 386.5. (That run was
+#: the kernel's v3; v6, "v4-v6" of the same file: N = 16384 452.4, 4096^2 x 1024 90% 440.0, 2048^3 224.4.)
 WGMMA_LARGE = dict(bm=128, bn=256, kc=16, stages=4)
 WGMMA_MIN_DENSITY = 0.1
 #: The wgmma setting for float32 grids of fewer 128 x 256 tiles but at least ``WGMMA_MID_WAVES * sms`` tiles of
