@@ -43,7 +43,7 @@ from gpu.mma import shared_addr
 U64 = np.uint64
 
 __all__ = ["wgmma_tf32", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc", "wgmma_probe",
-           "PROBE_N"]
+           "probe_case", "PROBE_N"]
 
 if config.ENABLE_CUDASIM:
     import threading
@@ -228,3 +228,17 @@ def wgmma_probe(a, bt, d):
     for j in range(PROBE_N // 8):
         for e in range(4):
             d[(r + 8 * (e // 2)) * PROBE_N + 8 * j + 2 * tq + e % 2] = acc[4 * j + e]
+
+
+def probe_case(seed: int = 3):
+    """:func:`wgmma_probe` on random TF32 operands: ``(d, exact, scale)``, its 64 x ``PROBE_N`` result, the float64
+    product and ``|A| @ |B|`` (the tests bound the error by a multiple of it: the simulator rounds once, the tensor
+    core truncates its sum)."""
+    from gpu.mma import tf32_round
+    rng = np.random.default_rng(seed)
+    a = tf32_round(rng.standard_normal((64, 8)).astype(np.float32))
+    bt = tf32_round(rng.standard_normal((PROBE_N, 8)).astype(np.float32))
+    d = np.zeros(64 * PROBE_N, np.float32)
+    wgmma_probe[1, 128](a.ravel(), bt.ravel(), d)
+    a64, b64 = a.astype(np.float64), bt.T.astype(np.float64)
+    return d.reshape(64, PROBE_N), a64 @ b64, np.abs(a64) @ np.abs(b64)
