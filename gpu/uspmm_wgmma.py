@@ -84,6 +84,14 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int) -> int:
 
 @functools.cache
 def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True):
+    """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
+
+    ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
+    the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
+    by cp.async, else by plain loads (a kernel of its own). Arguments: ``ev``, ``eo`` (flattened
+    :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and ``core`` where a segment has at most 8
+    columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
+    ``nsub`` (segments), ``mp`` (rows of the entry arrays)."""
     nthreads = WG * (bn // 64)
     tpr = nthreads // bm                              # threads per A row
     seg = kc // tpr                                   # columns of a thread's segment
