@@ -427,8 +427,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NT = threads                                       # block size if fixed at compile time (else 0)
     RING = ring
     CLUSTER = cluster > 0
-    CL = max(cluster, 1)                               # blocks per cluster (the share of h a block loads: 1 / CL)
-    CSYNC = CLUSTER and not config.ENABLE_CUDASIM      # the simulator's cluster is one block: block barrier
+    # blocks per cluster (the share of h a block loads: 1 / CL); the simulator's cluster is one block (its
+    # cluster_rank() is 0 and its cluster stores stay in the block), which loads all of h and takes the block barrier
+    CL = 1 if config.ENABLE_CUDASIM else max(cluster, 1)
+    CSYNC = CLUSTER and not config.ENABLE_CUDASIM
     NEG0 = float32(-0.0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples

@@ -73,6 +73,23 @@ def test_table1_configs_match_reference(config, problem):
     assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_simulated_cluster_loads_all_of_h(cluster):
+    """The simulator's cluster is one block (``cluster_rank()`` 0, cluster stores kept in the block), so that block
+    loads every word of h: with 9 units x 4 batch (36 words) and a 32-thread block, a share of ``1 / cluster``
+    left words 32..35 unloaded (found by hypothesis in session 13; ``CL`` is 1 under the simulator since)."""
+    rng = np.random.default_rng(13)
+    hidden, steps = 9, 1
+    u = _scaled(np.where(rng.random((hidden, hidden)) < 0.5, rng.uniform(-1, 1, (hidden, hidden)), 0.0), np.float32)
+    bp = rng.uniform(0, 1, (steps, 4, hidden)).astype(np.float32)
+    h0 = rng.uniform(0, 1, (4, hidden)).astype(np.float32)
+    lay = bank_aware(balance(u, tpr=1), width=4 * u.dtype.itemsize)
+    got = gpu_rnn.PersistentRNN(lay, 4, sync="lamport", activation="tanh", rows_per_block=_one_block(hidden, 1),
+                                cluster=cluster)(bp, h0, steps)
+    want = ref_rnn.rnn_forward(u, bp, h0, steps, "tanh")
+    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
+
+
 def _poll_fits(opts: dict, parts: int = 1) -> dict:
     """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster, ring and stagger
     (``test_copies_pack_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
