@@ -21,8 +21,6 @@ from gpu import uspmm_wgmma as wg
 from gpu import wgmma
 from sparsekit import offline
 
-pytestmark = pytest.mark.xdist_group("uspmm_wgmma_compile")
-
 SM90A = (9, 0, "a")
 ARGS = (types.Array(types.float32, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(types.float32, 1, "C"),
         types.Array(types.float32, 2, "C"), types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
