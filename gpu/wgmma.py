@@ -157,29 +157,20 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def wgmma_fence(typingctx):
-        """``wgmma.fence.sync.aligned``."""
-        def codegen(context, builder, sig, args):
-            _void_asm(builder, "wgmma.fence.sync.aligned;")
-            return context.get_dummy_value()
-        return types.void(), codegen
+    def _statement(name: str, text: str):
+        """An intrinsic ``name()`` that emits the PTX statement ``text``, volatile, ordered with memory."""
+        def typer(typingctx):
+            def codegen(context, builder, sig, args):
+                _void_asm(builder, text)
+                return context.get_dummy_value()
+            return types.void(), codegen
+        typer.__name__ = name
+        typer.__doc__ = f"``{text}``"
+        return intrinsic(typer)
 
-    @intrinsic
-    def wgmma_commit(typingctx):
-        """``wgmma.commit_group.sync.aligned``."""
-        def codegen(context, builder, sig, args):
-            _void_asm(builder, "wgmma.commit_group.sync.aligned;")
-            return context.get_dummy_value()
-        return types.void(), codegen
-
-    @intrinsic
-    def fence_proxy_async(typingctx):
-        """``fence.proxy.async.shared::cta``."""
-        def codegen(context, builder, sig, args):
-            _void_asm(builder, "fence.proxy.async.shared::cta;")
-            return context.get_dummy_value()
-        return types.void(), codegen
+    wgmma_fence = _statement("wgmma_fence", "wgmma.fence.sync.aligned;")
+    wgmma_commit = _statement("wgmma_commit", "wgmma.commit_group.sync.aligned;")
+    fence_proxy_async = _statement("fence_proxy_async", "fence.proxy.async.shared::cta;")
 
 
 @inlined

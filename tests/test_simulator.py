@@ -37,13 +37,18 @@ def _fails_in_one_thread(out):
     out[cuda.threadIdx.x] = 1
 
 
+def _require_installed(install, what: str, reviewed: str) -> None:
+    """``install()`` put its replacement in place (skip, saying so, where numba-cuda's ``what`` is not the reviewed
+    source ``reviewed``), and a second call keeps it (idempotent)."""
+    if not install():
+        pytest.skip(f"numba-cuda's {what} is not the reviewed one ({reviewed}): review sparsekit.simulator against it")
+    assert install()
+
+
 def test_polling_yields_and_barriers_still_hold():
     from numba.cuda.simulator import kernel
     from sparsekit import simulator
-    if not yield_while_polling():
-        pytest.skip("numba-cuda's BlockManager.run is not the reviewed one (REVIEWED_RUN_SHA256): "
-                    "review sparsekit.simulator against it")
-    assert yield_while_polling()                                          # idempotent
+    _require_installed(yield_while_polling, "BlockManager.run", "REVIEWED_RUN_SHA256")
     assert kernel.BlockManager.run is simulator._run_block
     x = np.arange(3 * 64, dtype=np.float64)
     out = np.zeros(3)
@@ -71,10 +76,7 @@ def _two_shared_arrays(out):
 def test_shared_arrays_are_keyed_by_line_and_shared_by_the_block():
     from numba.cuda.simulator import kernelapi
     from sparsekit import simulator
-    if not fast_shared_arrays():
-        pytest.skip("numba-cuda's FakeCUDAShared.array is not the reviewed one (REVIEWED_SHARED_ARRAY_SHA256): "
-                    "review sparsekit.simulator against it")
-    assert fast_shared_arrays()                                           # idempotent
+    _require_installed(fast_shared_arrays, "FakeCUDAShared.array", "REVIEWED_SHARED_ARRAY_SHA256")
     assert kernelapi.FakeCUDAShared.array is simulator._shared_array
     out = np.zeros(2 * 32, dtype=np.int64)
     _two_shared_arrays[2, 32](out)
