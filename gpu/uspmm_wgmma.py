@@ -330,8 +330,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, vlim, olim, evgl, eogl,
                           uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
             if uj + u1 < nch:
-                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim, evgl,
-                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
+                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim,
+                              evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
         wgmma_wait(acc, nacc, 0)
         # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
         inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
