@@ -33,9 +33,10 @@ import numpy as np
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
-           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
+           "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
+__all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "WGMMA_WAVE_MAX_K"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
 LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
@@ -401,7 +402,10 @@ WGMMA_MID_WAVES = 1.5
 #: experiments/results/uspmm_wgmma.md, 04:05 UTC, against the routed ``TC_ONE_WAVE`` of :mod:`gpu.uspmm_tc`): 1024^3
 #: at 60/70/80/85% 50.5-50.9/51.3/51.9/52.2 us against 53.0-53.1/53.2/53.7/53.7, 768 x 768 x 1024 60% 39.7 against
 #: 41.8 (3 stages 1-3% slower, 2 stages 4-6% slower than ``TC_ONE_WAVE``). Grids of one to 1.5 waves were not timed.
+#: Up to ``K = WGMMA_WAVE_MAX_K``: the figure sweep of 04:07 UTC found the Table 1 layer 1024 x 4096 x 1024 65% 3%
+#: slower with it (192.8 us against ``TC_ONE_WAVE``'s 186.8); every K = 1024 point 2-6% faster.
 WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=4)
+WGMMA_WAVE_MAX_K = 1024
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -430,7 +434,7 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     ``tensor_cores``: the wgmma kernel, :data:`WGMMA_LARGE` where the grid has at least ``TC_FILL * sms``
     tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`; else, at a density of at least
     ``TC_MIN_DENSITY``, :data:`WGMMA_MID` where it has at least ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and
-    :data:`WGMMA_WAVE` where it has ``TC_FILL * sms`` to ``sms`` of them.
+    :data:`WGMMA_WAVE` where it has ``TC_FILL * sms`` to ``sms`` of them and ``K <= WGMMA_WAVE_MAX_K``.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
@@ -478,7 +482,7 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
         tiles64 = -(-m // 64) * col_tiles
         if density >= TC_MIN_DENSITY[np.dtype(dtype)] and tiles64 >= WGMMA_MID_WAVES * sms:
             return dict(variant="wgmma", **WGMMA_MID)
-        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and TC_FILL * sms <= tiles64 <= sms:
+        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and TC_FILL * sms <= tiles64 <= sms and k <= WGMMA_WAVE_MAX_K:
             return dict(variant="wgmma", **WGMMA_WAVE)
     if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
         tiles64 = -(-m // 64) * col_tiles
@@ -540,7 +544,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID` and :data:`WGMMA_WAVE` (:mod:`gpu.uspmm_wgmma`) are tried too.
+    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID` and :data:`WGMMA_WAVE`
+    (:mod:`gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
     ``correct`` (bit pattern within float32 accumulation of the first

@@ -84,7 +84,7 @@ def test_shared_bytes_of_the_default_fit_the_h100():
     (1024, 1024, 16384, 0.6, "large"), (1024, 1024, 4096, 0.6, "large"), (1536, 1536, 2048, 0.6, "large"),
     (4096, 4096, 1024, 0.9, "large"), (1024, 1024, 2048, 0.6, "mid"), (1024, 1024, 1024, 0.6, "wave"),
     (1024, 1024, 1024, 0.85, "wave"), (768, 768, 1024, 0.6, "wave"), (1024, 1024, 512, 0.6, None),
-    (4096, 4096, 1024, 0.95, None)])
+    (1024, 4096, 1024, 0.65, None), (4096, 4096, 1024, 0.95, None)])
 def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, setting):
     """Session 13's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE): routed where the wgmma kernel
     won, not where it lost; never without ``wgmma`` (no compute capability 9.0 device) nor for float16."""
