@@ -45,8 +45,8 @@ columns) and ``sbo = 32 kc`` (the next 8 rows); no swizzle.
 Measured on the H100 (``experiments/results/uspmm_wgmma.md``, session 13): :data:`DEFAULTS` (128 x 256,
 kc 16, 4 stages: 16 warps, one block an SM) at 1024 x 1024 x 16384 60% 452-456 us (45% of the speed of light;
 :mod:`gpu.uspmm_tc`'s best 573), 4096^2 x 1024 90% 440 us (its CUDA-core route 643), 2048^3 60% 224 us (295);
-64 x 128 kc 16 at 1024 x 1024 x 2048 81 us (99). Where the grid has one wave of 64 x 128 tiles or less it does
-not win (1024^3: 51-55 us against 53).
+64 x 128 kc 16 at 1024 x 1024 x 2048 81 us (99); 64 x 128 kc 32 at one wave of tiles (1024^3 60%) 50.5-51.9 us
+against 53.
 """
 from __future__ import annotations
 
