@@ -450,7 +450,8 @@ def figure_configs(dtype) -> list[dict]:
     from sparsekit.tune import heuristic
     pts = [pt for fig, pts in figure_points(False).items() for pt in pts]
     pts += [(m, k, n, sp) for n, sp, shapes in table1_layers().values() for (m, k, _) in shapes]
-    out = [heuristic(m, k, n, max(1, round(k * (1 - sp))), dtype, "C", wgmma=supported()) for (m, k, n, sp) in pts]
+    wgmma = supported()
+    out = [heuristic(m, k, n, max(1, round(k * (1 - sp))), dtype, "C", wgmma=wgmma) for (m, k, n, sp) in pts]
     out += [c for c in FIGURE_PROVIDERS.values() if isinstance(c, dict)]
     out += [dict(variant="listing1", nwarp=a, vsize=b, vecsize=v) for a, b in FIG8_SHAPES for v in (1, 2)]
     return out

@@ -476,16 +476,16 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
+    tiles64 = -(-m // 64) * col_tiles
+    dense_enough = density >= TC_MIN_DENSITY[np.dtype(dtype)]      # for the tensor-core kernels (wgmma's too)
     if wgmma and tensor_cores and not half:
         if density >= WGMMA_MIN_DENSITY and -(-m // 128) * -(-n // 256) >= TC_FILL * sms:
             return dict(variant="wgmma", **WGMMA_LARGE)
-        tiles64 = -(-m // 64) * col_tiles
-        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and tiles64 >= WGMMA_MID_WAVES * sms:
+        if dense_enough and tiles64 >= WGMMA_MID_WAVES * sms:
             return dict(variant="wgmma", **WGMMA_MID)
-        if density >= TC_MIN_DENSITY[np.dtype(dtype)] and TC_FILL * sms <= tiles64 <= sms and k <= WGMMA_WAVE_MAX_K:
+        if dense_enough and TC_FILL * sms <= tiles64 <= sms and k <= WGMMA_WAVE_MAX_K:
             return dict(variant="wgmma", **WGMMA_WAVE)
-    if tensor_cores and density >= TC_MIN_DENSITY[np.dtype(dtype)]:
-        tiles64 = -(-m // 64) * col_tiles
+    if tensor_cores and dense_enough:
         if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
             tiles64x256 = -(-m // 64) * -(-n // 256)
             if tiles64x256 >= sms:
@@ -503,7 +503,6 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     if tiles32 >= 0.75 * sms:
         if density < (0.25 if half else 0.18):
             return direct(8 if half else 4, 2, 4, 4)
-        tiles64 = -(-m // 64) * col_tiles
         return dense_tile(4, 8, 8, 16, 2) if tiles64 >= (2 if half else 0.75) * sms else dense_tile(4, 4, 8, 16, 2)
     direct_splits = min(16, _pow2_at_most(1024 / tiles8), _pow2_at_most(kprime / 12))
     if density < 0.1:
