@@ -16,6 +16,8 @@ and depth are all set: a width alone made every launch fail with
   address of a shared-memory element to the same element of the block of
   rank ``rank`` in the cluster (distributed shared memory), then one 4- or
   16-byte store there;
+* :func:`ld_cluster`: ``mapa.shared::cluster`` + ``ld.shared::cluster``: a 32-bit word at a
+  shared-window byte address of the block of rank ``rank`` (a split-K reduction's loads);
 * :func:`cluster_sync`: ``barrier.cluster.arrive.release`` +
   ``barrier.cluster.wait.acquire``: every thread of every block of the
   cluster has arrived, and the stores before the arrival (local and remote)
@@ -28,14 +30,16 @@ be resident at once (``cuOccupancyMaxActiveClusters``): the co-residency check
 of a persistent launch in clusters.
 
 Under the CUDA simulator (one block at a time, no clusters) a cluster has one
-block: the rank is 0 and a store to rank 0 is a plain store.
+block: the rank is 0, a store to rank 0 is a plain store, a load from any rank reads this
+block's shared memory (a kernel that simulates several ranks in one block keeps them at
+different addresses) and the cluster barrier is the block barrier.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import config, cuda, typeof
 
-__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "cluster_probe",
+__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster", "cluster_probe",
            "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
 
 #: The largest cluster the H100 allows (above 8 blocks a non-portable size).
@@ -53,8 +57,14 @@ if config.ENABLE_CUDASIM:
     def _cluster_id():
         return 0
 
+    @cuda.jit(device=True)
     def cluster_sync():
-        raise NotImplementedError("cluster_sync: the simulator has no clusters; kernels take the block barrier")
+        """Simulator: the cluster is this block, so its barrier is the block barrier."""
+        cuda.syncthreads()
+
+    def ld_cluster(array, addr, rank):
+        """The element of a 32-bit shared ``array`` at byte offset ``addr`` (simulator: of this block)."""
+        return array[int(addr) // array.dtype.itemsize]
 
     def st_cluster_u32(array, i, rank, value):
         """``array[i] = value`` in the shared memory of the block of rank ``rank`` (simulator: this block)."""
@@ -120,6 +130,26 @@ else:
                            "l,r," + ",".join(["r"] * nvalues) + ",~{memory}", side_effect=True)
         builder.call(asm, [ptr, rank] + values)
         return context.get_dummy_value()
+
+    @intrinsic
+    def ld_cluster(typingctx, array, addr, rank):
+        """The element of a 32-bit shared ``array`` at shared-window byte address ``addr`` (as
+        :func:`gpu.mma.shared_addr` gives) in the cluster's block of rank ``rank``: ``mapa.shared::cluster``
+        then ``ld.shared::cluster.b32``; volatile, so it stays after the cluster barrier before it."""
+        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 32
+                and isinstance(addr, types.Integer) and isinstance(rank, types.Integer)):
+            raise TypingError(f"ld_cluster: expected a 1-D 32-bit shared array, an integer address and rank, "
+                              f"got {array}, {addr}, {rank}")
+        sig = array.dtype(array, addr, rank)
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            a, r = (context.cast(builder, v, t, types.uint32) for v, t in zip(args[1:], sig.args[1:]))
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]),
+                               "{\n\t.reg .b32 %ra;\n\tmapa.shared::cluster.u32 %ra, $1, $2;\n\t"
+                               "ld.shared::cluster.b32 $0, [%ra];\n\t}", "=r,r,r", side_effect=True)
+            return builder.bitcast(builder.call(asm, [a, r]), context.get_value_type(sig.return_type))
+        return sig, codegen
 
     @intrinsic
     def st_cluster_u32(typingctx, array, index, rank, value):
@@ -199,11 +229,12 @@ def launch_mode() -> str:
     return _MODE[0]
 
 
-def launch(dispatcher, compiled, args, blocks: int, threads: int, shared: int, size: int, mode: str | None = None):
+def launch(dispatcher, compiled, args, blocks, threads: int, shared: int, size: int, mode: str | None = None):
     """Launch ``compiled`` (an overload of ``dispatcher`` for ``args``' types, cluster dimensions already set
-    by :func:`sparsekit.device.require_cluster`) as ``blocks`` blocks of ``threads`` in clusters of ``size``,
-    with ``shared`` bytes of dynamic shared memory, on the default stream. ``mode``: see :func:`launch_mode`
-    (default: the one found for this process)."""
+    by :func:`sparsekit.device.require_cluster`) as ``blocks`` blocks (an int, or a grid tuple whose x is a
+    multiple of ``size``) of ``threads`` in clusters of ``size`` consecutive blocks along x, with ``shared``
+    bytes of dynamic shared memory, on the default stream. ``mode``: see :func:`launch_mode` (default: the one
+    found for this process)."""
     mode = mode or launch_mode()
     if mode == "attribute":
         dispatcher[blocks, threads, 0, shared](*args)
@@ -215,8 +246,10 @@ def launch(dispatcher, compiled, args, blocks: int, threads: int, shared: int, s
     retr, kernelargs = [], []
     for ty, val in zip(compiled.argument_types, args):
         compiled._prepare_args(ty, val, stream, retr, kernelargs)
-    config = nd.LaunchConfig(grid=blocks // size if mode == "clusters" else blocks, cluster=size, block=threads,
-                             shmem_size=shared)
+    grid = tuple(blocks) if isinstance(blocks, tuple) else (blocks,)
+    if mode == "clusters":
+        grid = (grid[0] // size,) + grid[1:]
+    config = nd.LaunchConfig(grid=grid, cluster=size, block=threads, shmem_size=shared)
     nd.launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *kernelargs)
     for writeback in retr:
         writeback()

@@ -36,6 +36,17 @@ Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two f
 5. ``cp.async.wait_group stages-2``, ``fence.proxy.async`` (the scatter's stores made visible to the
    tensor core), one barrier.
 
+Split K (``split`` of 2, 4 or 8, for grids of a wave of tiles or less): a tile's chunks are cut into ``split``
+K parts of consecutive chunks, each computed by one block of a thread-block cluster of ``split`` blocks (the
+pipeline above over its part). After the loop each block writes its accumulators into its own shared memory
+(over the pipeline's buffers; word ``i * threads + t`` for thread ``t``'s accumulator ``i``), a cluster barrier,
+then part ``p`` reads accumulator quads ``p * bm / (8 split)`` onwards of every block through distributed shared
+memory (:func:`gpu.cluster.ld_cluster`), sums them in part order and stores that share of C; a last cluster
+barrier keeps every block's shared memory alive until the others have read it. The sum's order is fixed, so
+results repeat bit for bit; each partial sums ``K / split`` products, so the error bound only shrinks. The
+simulator has no clusters: there one block computes the parts one after another, each partial at its own
+shared-memory address, and sums them in the same order.
+
 Shared-memory accesses in the loop go through byte addresses taken once per thread
 (:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
 A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at ``(r // 8) * 8 kc
@@ -57,6 +68,8 @@ from numba import cuda, float32
 from numba.core.types import uint8
 from numba.cuda import config as cuda_config
 
+from gpu import cluster as clusters
+from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
 from gpu.inline import inlined
 from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
                      st_shared, st_shared4, to_tf32, to_tf32_finite)
@@ -65,30 +78,40 @@ from gpu.uspmm_tc import _DynamicShared, _opt_in, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, output, result
+from sparsekit.device import require_cluster
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "supported"]
 
-DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1)
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1)
+SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
 S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)
 WG = 128                                               # threads of a warpgroup
 
 
-def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int) -> int:
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
     ``stages`` entry stages (``slots`` slots of each of the ``bn / 64 * 128 / bm`` segments a row: a big
-    and a small value and an 8-bit offset for each of the ``bm`` rows)."""
+    and a small value and an 8-bit offset for each of the ``bm`` rows). With ``split``, a partial tile
+    (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
+    after the pipeline's bytes instead (one block computes all K parts there)."""
     tpr = 2 * bn // bm
-    return 4 * (6 * bm * kc + stages * kc * (bn + 8)) + stages * tpr * slots * bm * 9
+    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + stages * tpr * slots * bm * 9
+    if split == 1:
+        return pipeline
+    return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
 
 
 @functools.cache
-def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True):
+def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
+                  split: int = 1):
     """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
 
     ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
     the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
-    by cp.async, else by plain loads (a kernel of its own). Arguments: ``ev``, ``eo`` (flattened
+    by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
+    blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
+    summed in the same order). Arguments: ``ev``, ``eo`` (flattened
     :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and ``core`` where a segment has at most 8
     columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
     ``nsub`` (segments), ``mp`` (rows of the entry arrays)."""
@@ -123,6 +146,12 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     pend_first = stages - 1                           # the prologue: chunk 0's entries landed
     lbo, sbo = U(128), U(32 * kc)
     u0, u1, u16 = U(0), U(1), U(16)
+    bpt = 1 if SIM else split                         # blocks a tile (GPU: one cluster, a K part a block)
+    parts = split if SIM else 1                       # K parts a block computes
+    part_bytes = 4 * bm * bn                          # one partial tile, word i * nthreads + t: thread t's acc[i]
+    red0 = shared_bytes(bm, bn, kc, stages, slots) if SIM else 0   # partial 0's bytes (simulator: part q's at
+    red_step = part_bytes if SIM else 0                            # red0 + q * part_bytes; GPU: each block's own)
+    jper = nacc // 4 // split                         # accumulator quads a K part writes to C
 
     @inlined
     def rot(x, n):
@@ -230,10 +259,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                            b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
 
     @inlined
-    def step(j, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
+    def step(j, ja, jb, end, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
              gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
-        Returns the next chunk's ``(ja, jb)``."""
+        ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
         for ks in range(ksteps):                                         # fragments of B^T, split
             for e in range(4):
                 x = ld_shared(sh, fb + jb * U(b_buf) + U(((ks * 8 + (e // 2) * 4) * sbn + (e % 2) * 8) * 4))
@@ -252,13 +281,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_commit()
         wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
-        if j + U(stages - 1) < nch:                                      # B's chunk j + stages - 1,
+        if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
             issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-        if j + U(stages) < nch:                                          # the entries of chunk j + stages
+        if j + U(stages) < end:                                          # the entries of chunk j + stages
             issue_entries(j + U(stages), jb, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         na, nb_ = rot(ja, 3), rot(jb, stages)
-        if j + u1 < nch:                                                 # 4. the next A tile (its buffer's
+        if j + u1 < end:                                                 # 4. the next A tile (its buffer's
             scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
         cp_async_wait(pend)
         fence_proxy_async()
@@ -273,7 +302,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wq = (t // U(32)) % U(4)                                         # warp within the warpgroup
         g = lane // U(4)
         tq = lane % U(4)
-        row0 = U(cuda.blockIdx.x) * U(bm)
+        row0 = U(cuda.blockIdx.x) // U(bpt) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
@@ -303,51 +332,80 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         eb = entry_bases(t, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         acc = cuda.local.array(nacc, float32)
-        for i in range(nacc):
-            acc[i] = float32(0.0)
         bfb0 = cuda.local.array(nfrag, float32)                          # two fragment sets: chunk j's
         bfs0 = cuda.local.array(nfrag, float32)                          # registers stay the tensor core's
         bfb1 = cuda.local.array(nfrag, float32)                          # while chunk j+1 loads its own
         bfs1 = cuda.local.array(nfrag, float32)
-        # prologue: entries of chunk 0 (own group), then B chunks s and entries s + 1 for s < stages - 1
-        issue_entries(u0, u0, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
-        cp_async_commit()
-        for s in range(stages - 1):
-            if U(s) < nch:
-                issue_b(U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-            if U(s + 1) < nch:
-                issue_entries(U(s + 1), U(s + 1), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+        rank = U(cluster_rank()) if split > 1 else u0                    # (simulator: 0)
+        for q in range(parts):
+            part = rank + U(q)                                           # chunks lo .. hi - 1 of K
+            lo, hi = part * nch // U(split), (part + u1) * nch // U(split)
+            for i in range(nacc):
+                acc[i] = float32(0.0)
+            # prologue: entries of chunk lo (own group), then B chunks lo + s and entries lo + s + 1, s < stages - 1
+            issue_entries(lo, u0, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
-        cp_async_wait(pend_first)
-        cuda.syncthreads()                                               # (other threads' copies)
-        scatter(u0, u0, evr, eor, rbh, sh, sh8)
-        cp_async_wait(pend)
-        fence_proxy_async()
-        cuda.syncthreads()
-        ja, jb = u0, u0
-        for j0 in range(0, nch, 2):
-            uj = U(j0)
-            ja, jb = step(uj, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, vlim, olim, evgl, eogl,
-                          uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
-            if uj + u1 < nch:
-                ja, jb = step(uj + u1, ja, jb, nch, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim,
-                              evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
-        wgmma_wait(acc, nacc, 0)
+            for s in range(stages - 1):
+                if lo + U(s) < hi:
+                    issue_b(lo + U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+                if lo + U(s + 1) < hi:
+                    issue_entries(lo + U(s + 1), U(s + 1), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+                cp_async_commit()
+            cp_async_wait(pend_first)
+            cuda.syncthreads()                                           # (other threads' copies)
+            scatter(u0, u0, evr, eor, rbh, sh, sh8)
+            cp_async_wait(pend)
+            fence_proxy_async()
+            cuda.syncthreads()
+            ja, jb = u0, u0
+            for j0 in range(lo, hi, 2):
+                uj = U(j0)
+                ja, jb = step(uj, ja, jb, hi, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, vlim, olim, evgl,
+                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
+                if uj + u1 < hi:
+                    ja, jb = step(uj + u1, ja, jb, hi, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim,
+                                  evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
+            wgmma_wait(acc, nacc, 0)
+            if split > 1:                                                # this part's partial tile into shared
+                cp_async_wait(0)                                         # memory, over the pipeline's buffers
+                cuda.syncthreads()                                       # (every warpgroup's wgmma done)
+                for i in range(nacc):
+                    st_shared(sh, S32(sa + U(red0) + U(q * red_step) + (U(i * nthreads) + t) * U(4)), acc[i])
         # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
         inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
-        for jj in range(nacc // 4):
-            for e in range(4):
-                rr = row0 + U(8 * jj + e % 2) + U(2) * tq
-                cc = col0 + nb + U((e // 2) * 8)
-                if inside or ((rr < um) & (cc < un)):
-                    c[rr, cc] = acc[4 * jj + e]
+        if split == 1:
+            for jj in range(nacc // 4):
+                for e in range(4):
+                    rr = row0 + U(8 * jj + e % 2) + U(2) * tq
+                    cc = col0 + nb + U((e // 2) * 8)
+                    if inside or ((rr < um) & (cc < un)):
+                        c[rr, cc] = acc[4 * jj + e]
+        else:
+            # split-K: every part's partial is in its block's shared memory; part p sums quads p * jper ..
+            # (p + 1) * jper - 1 over the parts, in part order (the simulator's block sums all quads)
+            cluster_sync()
+            for q in range(parts):
+                p = rank + U(q)
+                for jl in range(jper):
+                    jj = p * U(jper) + U(jl)
+                    for e in range(4):
+                        word = (jj * U(4) + U(e)) * U(nthreads) + t
+                        total = float32(0.0)
+                        for r in range(split):
+                            x = ld_cluster(sh, S32(sa + U(red0 + r * red_step) + word * U(4)), U(r))
+                            total = x if r == 0 else total + x
+                        rr = row0 + jj * U(8) + U(e % 2) + U(2) * tq
+                        cc = col0 + nb + U((e // 2) * 8)
+                        if inside or ((rr < um) & (cc < un)):
+                            c[rr, cc] = total
+            cluster_sync()                                               # (no block leaves while its partial is read)
 
-    if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
+    if SIM:                                                              # (the simulator has no launch bounds)
         return kernel
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check(bm, bn, kc, stages):
+def _check(bm, bn, kc, stages, split):
     if bn not in (64, 128, 256):
         raise ValueError(f"bn: must be 64, 128 or 256 (one, two or four warpgroups), got {bn}")
     nthreads = WG * (bn // 64)
@@ -360,6 +418,23 @@ def _check(bm, bn, kc, stages):
         raise ValueError(f"kc: the B copies need kc a multiple of {nthreads // (bn // 4)}, got {kc}")
     if stages < 2:
         raise ValueError(f"stages: at least 2, got {stages}")
+    if split not in (1, 2, 4, 8) or (bm // 8) % split:
+        raise ValueError(f"split: must be 1, 2, 4 or 8 (K parts a tile, a cluster of that many blocks) and "
+                         f"divide bm / 8 = {bm // 8}, got {split}")
+
+
+_CLUSTERED = set()                                     # compiled overloads whose cluster size is set
+
+
+def _launch_clusters(kernel, args, grid, nthreads, shared, split):
+    """``kernel`` on ``grid`` in clusters of ``split`` consecutive blocks along x (one tile's K parts)."""
+    from numba import typeof
+
+    compiled = kernel.compile(tuple(typeof(a) for a in args))
+    if id(compiled) not in _CLUSTERED:
+        require_cluster(compiled, split)
+        _CLUSTERED.add(id(compiled))
+    clusters.launch(kernel, compiled, args, grid, nthreads, shared, split)
 
 
 def uspmm(ell, b, **tunables):
@@ -372,7 +447,7 @@ def uspmm(ell, b, **tunables):
 def supported() -> bool:
     """Whether the current device runs wgmma (compute capability 9.0, compiled for sm_90a); the simulator
     runs the fallbacks of :mod:`gpu.wgmma` and says False, so that ``config="auto"`` keeps its choices there."""
-    if cuda_config.ENABLE_CUDASIM or not cuda.is_available():
+    if SIM or not cuda.is_available():
         return False
     return tuple(cuda.get_current_device().compute_capability) == (9, 0)
 
@@ -384,7 +459,7 @@ def run(dell, bop, order: str, **tunables):
                          "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
     if dell.dtype != np.float32:
         raise ValueError(f"the wgmma kernel is float32 (3xTF32); got {dell.dtype} (float16: gpu.uspmm_tc)")
-    if not cuda_config.ENABLE_CUDASIM and not supported():
+    if not SIM and not supported():
         cc = cuda.get_current_device().compute_capability
         raise ValueError(f"the wgmma kernel needs a compute capability 9.0 GPU (sm_90a: H100, H200); this one is "
                          f"{cc[0]}.{cc[1]} (gpu.uspmm_tc runs float32 on any tensor-core GPU)")
@@ -392,8 +467,9 @@ def run(dell, bop, order: str, **tunables):
     unknown = set(opts) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS)}")
-    bm, bn, kc, stages, min_blocks = (int(opts[x]) for x in ("bm", "bn", "kc", "stages", "min_blocks"))
-    _check(bm, bn, kc, stages)
+    bm, bn, kc, stages, min_blocks, split = (int(opts[x]) for x in ("bm", "bn", "kc", "stages", "min_blocks",
+                                                                      "split"))
+    _check(bm, bn, kc, stages, split)
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
@@ -403,9 +479,13 @@ def run(dell, bop, order: str, **tunables):
         seg = kc * bm // nthreads
         ev, eo = segment_entries(dell, seg, pad=True, split=True, core=seg <= 8)
         nsub, w, mp = eo.shape
-        kernel = _wgmma_kernel(bm, bn, kc, stages, scatter_slots(seg, w), min_blocks, n % 4 == 0 and aligned(bdev, 4))
+        slots = scatter_slots(seg, w)
+        kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split)
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
-        shared = shared_bytes(bm, bn, kc, stages, scatter_slots(seg, w))
+        shared = shared_bytes(bm, bn, kc, stages, slots, split)
         _opt_in(kernel, args, shared)
-        _launch(_DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
+        if split > 1 and not SIM:
+            _launch_clusters(kernel, args, (cdiv(m, bm) * split, cdiv(n, bn)), nthreads, shared, split)
+        else:
+            _launch(_DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
     return c

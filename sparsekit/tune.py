@@ -397,15 +397,26 @@ WGMMA_MIN_DENSITY = 0.1
 #: against 39.0.
 WGMMA_MID = dict(bm=64, bn=128, kc=16, stages=4)
 WGMMA_MID_WAVES = 1.5
-#: The wgmma setting for float32 grids of ``TC_FILL * sms`` to ``sms`` tiles of 64 x 128 (one wave: one block of two
-#: warpgroups an SM), density at least ``TC_MIN_DENSITY``: chunks of 32 columns, 4 stages. Session 13 ("One wave" of
-#: experiments/results/uspmm_wgmma.md, 04:05 UTC, against the routed ``TC_ONE_WAVE`` of :mod:`gpu.uspmm_tc`): 1024^3
-#: at 60/70/80/85% 50.5-50.9/51.3/51.9/52.2 us against 53.0-53.1/53.2/53.7/53.7, 768 x 768 x 1024 60% 39.7 against
-#: 41.8 (3 stages 1-3% slower, 2 stages 4-6% slower than ``TC_ONE_WAVE``). Grids of one to 1.5 waves were not timed.
-#: Up to ``K = WGMMA_WAVE_MAX_K``: the figure sweep of 04:07 UTC found the Table 1 layer 1024 x 4096 x 1024 65% 3%
-#: slower with it (192.8 us against ``TC_ONE_WAVE``'s 186.8); every K = 1024 point 2-6% faster.
-WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=4)
-WGMMA_WAVE_MAX_K = 1024
+#: The wgmma setting for float32 grids of ``sms / 2`` to ``sms`` tiles of 64 x 128 (one wave or less), density at
+#: least ``TC_MIN_DENSITY``: each tile's K range split in two (a cluster of two blocks summing their partial tiles
+#: through distributed shared memory), chunks of 16 columns, two blocks an SM, so 16 warps an SM. Session 14
+#: (experiments/results/uspmm_wgmma.md, "Split K", H100, 2026-11-24 05:50 UTC), against the routed choice before it
+#: (session 13's one-wave setting, 64 x 128 kc32 unsplit, and ``TC_ONE_WAVE`` above K = 1024), us: 1024^3 at
+#: 30/60/85% 47.9/47.8/48.0 against 48.7/50.0/51.2, 768 x 768 x 1024 38.1 against 39.2, the Table 1 layer
+#: 1024 x 4096 x 1024 65% 164.2 against 187.5; 1024 x 1024 x 2048 (256 tiles) 89.2 against ``WGMMA_MID``'s 82.3.
+WGMMA_WAVE = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
+#: The wgmma setting for float32 grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, density at least
+#: ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``: K split in two, chunks of 32 columns, one block an SM (one wave
+#: of blocks). Same runs (05:50, 06:00 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
+#: (``TC_HALF_WAVE``), 1024 x 1024 x 512 at 60/85% 29.7/29.6 against 39.6, 384 x 384 x 1024 20.1 against 47.1
+#: (then the CUDA-core route), 512 x 2048 x 1024 49.8.
+WGMMA_HALF = dict(bm=64, bn=128, kc=32, stages=4, split=2)
+#: The wgmma setting for float32 grids of ``sms / 8`` to ``sms / 4`` tiles of 64 x 128 with ``N >= 256``, density at
+#: least ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``, ahead of :func:`small_n`: K split in four, chunks of 16,
+#: two blocks an SM. Same run (06:00 UTC): 256 x 256 x 1024 12.8 us against 14.1 (``small_n``), 1024 x 1024 x 256
+#: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 10.8 against 7.3: not routed.
+WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
+WGMMA_SPLIT_MIN_K = 256
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -434,7 +445,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     ``tensor_cores``: the wgmma kernel, :data:`WGMMA_LARGE` where the grid has at least ``TC_FILL * sms``
     tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`; else, at a density of at least
     ``TC_MIN_DENSITY``, :data:`WGMMA_MID` where it has at least ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and
-    :data:`WGMMA_WAVE` where it has ``TC_FILL * sms`` to ``sms`` of them and ``K <= WGMMA_WAVE_MAX_K``.
+    :data:`WGMMA_WAVE` (K split in two) where it has ``sms / 2`` to ``sms`` of them and :data:`WGMMA_HALF` where
+    it has ``sms / 4`` to ``sms / 2`` and ``K >= WGMMA_SPLIT_MIN_K``. Before all of that (and before
+    :func:`small_n`), :data:`WGMMA_QUARTER` (K split in four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
@@ -470,21 +483,26 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
     half = np.dtype(dtype) == np.float16
-    chosen = small_n(m, k, n, kprime, half) if few_columns else None
-    if chosen is not None:
-        return chosen
     density = kprime / k if k else 0.0
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
     tiles64 = -(-m // 64) * col_tiles
     dense_enough = density >= TC_MIN_DENSITY[np.dtype(dtype)]      # for the tensor-core kernels (wgmma's too)
+    split_wgmma = wgmma and tensor_cores and not half and dense_enough and k >= WGMMA_SPLIT_MIN_K
+    if split_wgmma and sms / 8 < tiles64 <= sms / 4 and n >= 256:
+        return dict(variant="wgmma", **WGMMA_QUARTER)
+    chosen = small_n(m, k, n, kprime, half) if few_columns else None
+    if chosen is not None:
+        return chosen
     if wgmma and tensor_cores and not half:
         if density >= WGMMA_MIN_DENSITY and -(-m // 128) * -(-n // 256) >= TC_FILL * sms:
             return dict(variant="wgmma", **WGMMA_LARGE)
         if dense_enough and tiles64 >= WGMMA_MID_WAVES * sms:
             return dict(variant="wgmma", **WGMMA_MID)
-        if dense_enough and TC_FILL * sms <= tiles64 <= sms and k <= WGMMA_WAVE_MAX_K:
+        if dense_enough and sms / 2 < tiles64 <= sms:
             return dict(variant="wgmma", **WGMMA_WAVE)
+        if split_wgmma and sms / 4 < tiles64 <= sms / 2:
+            return dict(variant="wgmma", **WGMMA_HALF)
     if tensor_cores and dense_enough:
         if (tiles32 > sms) if half else (tiles64 >= TC_FILL * sms):
             tiles64x256 = -(-m // 64) * -(-n // 256)
@@ -543,7 +561,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID` and :data:`WGMMA_WAVE`
+    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`, :data:`WGMMA_HALF`
+    and :data:`WGMMA_QUARTER`
     (:mod:`gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
@@ -568,7 +587,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
         from gpu import uspmm_wgmma
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **cfg)
-                                                              for cfg in (WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE)]
+                                                              for cfg in (WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE,
+                                                                          WGMMA_HALF, WGMMA_QUARTER)]
                                                              if wgmma else [])
     else:
         candidates = list(configs)

@@ -53,6 +53,30 @@ EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24,
               (30, 32, 8, 13, 4)]
 
 
+# split K (a cluster of ``split`` blocks a tile on the GPU; here one block computes the parts in turn):
+# (M, K, N, K', setting): parts of one and two chunks with partial row and column blocks; 8 parts of 5 chunks
+# (three parts get none); 4 parts of a K shorter than one chunk; N = 9 (B by plain loads); two row blocks of
+# 128 x 64 in 4 parts; the routed one-wave, half-wave and quarter-wave settings' tile shapes.
+SPLIT_CASES = [(40, 40, 8, 13, dict(bm=16, bn=64, kc=32, stages=3, split=2)),
+               (70, 70, 9, 30, dict(bm=64, bn=64, kc=16, stages=3, split=8)),
+               (17, 12, 12, 5, dict(bm=64, bn=64, kc=16, stages=4, split=4)),
+               (20, 33, 68, 11, dict(bm=32, bn=64, kc=16, stages=2, split=4)),
+               (130, 48, 20, 20, dict(bm=128, bn=64, kc=16, stages=3, split=4)),
+               (70, 80, 130, 30, dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)),
+               (40, 96, 8, 40, dict(bm=64, bn=128, kc=32, stages=4, split=2))]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,tunables", SPLIT_CASES)
+def test_split_k_matches_reference(m, k, n, kprime, tunables):
+    rng = np.random.default_rng(kprime * 100 + m + n)
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(np.float32), mask, index_dtype=np.int16)
+    b = rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
+    check_against_reference(ell, b, tunables)
+
+
 @pytest.mark.parametrize("m,k,n,kprime,setting", EDGE_CASES)
 def test_edge_shapes(m, k, n, kprime, setting):
     rng = np.random.default_rng(kprime * 100 + m)
@@ -80,17 +104,33 @@ def test_shared_bytes_of_the_default_fit_the_h100():
     assert wg.shared_bytes(d["bm"], d["bn"], d["kc"], d["stages"], seg) <= 232448   # the opt-in maximum
 
 
+@pytest.mark.parametrize("setting", ["WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER"])
+def test_split_settings_fit_their_blocks_an_sm(setting):
+    """The routed split settings' pipeline and partial tile fit ``min_blocks`` blocks an SM (228 KB an SM, 1 KB
+    of it per block reserved), at the slots of 60% sparsity (the most the launcher stages: a segment's columns)."""
+    d = dict(wg.DEFAULTS, **getattr(tune, setting))
+    seg = d["kc"] * d["bm"] // (2 * d["bn"])
+    pipeline = wg.shared_bytes(d["bm"], d["bn"], d["kc"], d["stages"], seg)
+    on_gpu = max(pipeline, 4 * d["bm"] * d["bn"])
+    assert d["split"] > 1 and (on_gpu + 1024) * d["min_blocks"] <= 233472
+
+
 @pytest.mark.parametrize("m,k,n,sparsity,setting", [
     (1024, 1024, 16384, 0.6, "large"), (1024, 1024, 4096, 0.6, "large"), (1536, 1536, 2048, 0.6, "large"),
     (4096, 4096, 1024, 0.9, "large"), (1024, 1024, 2048, 0.6, "mid"), (1024, 1024, 1024, 0.6, "wave"),
-    (1024, 1024, 1024, 0.85, "wave"), (768, 768, 1024, 0.6, "wave"), (1024, 1024, 512, 0.6, None),
-    (1024, 4096, 1024, 0.65, None), (4096, 4096, 1024, 0.95, None)])
+    (1024, 1024, 1024, 0.85, "wave"), (768, 768, 1024, 0.6, "wave"), (1024, 4096, 1024, 0.65, "wave"),
+    (2048, 512, 512, 0.6, "wave"), (1024, 1024, 512, 0.6, "half"), (512, 512, 1024, 0.3, "half"),
+    (384, 384, 1024, 0.6, "half"), (256, 256, 1024, 0.6, "quarter"), (1024, 1024, 256, 0.6, "quarter"),
+    (768, 768, 256, 0.6, "quarter"), (128, 128, 1024, 0.6, None), (1024, 1024, 128, 0.6, None),
+    (1024, 1024, 1024, 0.9, None), (4096, 4096, 1024, 0.95, None)])
 def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, setting):
-    """Session 13's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE): routed where the wgmma kernel
-    won, not where it lost; never without ``wgmma`` (no compute capability 9.0 device) nor for float16."""
+    """Sessions 13-14's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER):
+    routed where the wgmma kernel won, not where it lost; never without ``wgmma`` (no compute capability 9.0
+    device) nor for float16."""
     kprime = int(round((1 - sparsity) * k))
     got = tune.heuristic(m, k, n, kprime, np.float32, "C", wgmma=True)
-    want = {"large": tune.WGMMA_LARGE, "mid": tune.WGMMA_MID, "wave": tune.WGMMA_WAVE}.get(setting)
+    want = {"large": tune.WGMMA_LARGE, "mid": tune.WGMMA_MID, "wave": tune.WGMMA_WAVE, "half": tune.WGMMA_HALF,
+            "quarter": tune.WGMMA_QUARTER}.get(setting)
     assert (got == dict(variant="wgmma", **want)) if want else got["variant"] != "wgmma"
     assert tune.heuristic(m, k, n, kprime, np.float32, "C")["variant"] != "wgmma"
     assert tune.heuristic(m, k, n, kprime, np.float16, "C", wgmma=True)["variant"] != "wgmma"
@@ -123,7 +163,8 @@ def test_rejects_dtype_mismatch(small):
 
 @pytest.mark.parametrize("tunables,match", [
     (dict(bn=96), "bn"), (dict(bm=48), "bm"), (dict(bm=256, bn=64), "bm"), (dict(kc=12), "kc"),
-    (dict(bm=128, bn=64, kc=4), "kc"), (dict(stages=1), "stages"), (dict(warps=4), "unknown")])
+    (dict(bm=128, bn=64, kc=4), "kc"), (dict(stages=1), "stages"), (dict(warps=4), "unknown"),
+    (dict(split=3), "split"), (dict(bm=32, bn=64, split=8), "split")])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, rng = small
     with pytest.raises(ValueError, match=match):

@@ -64,3 +64,26 @@ def test_probe_compiles_for_sm_90a():
     ptx = offline.lto_ptx(wgmma.wgmma_probe, (types.Array(types.float32, 1, "C"),) * 3, SM90A)
     assert ".target sm_90a" in ptx
     assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{wgmma.PROBE_N}k8.f32.tf32.tf32") == 1
+
+
+@functools.cache
+def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int, split: int) -> offline.Build:
+    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split), ARGS, SM90A)
+
+
+@pytest.mark.parametrize("name", ["WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER"])
+def test_split_k_reduces_through_the_cluster(name):
+    """The routed split settings: the same K loop (wgmma count), then every accumulator of every part read
+    through distributed shared memory (``mapa`` + ``ld.shared::cluster``: bm / 2 accumulators a thread, of
+    which a part reads its 1 / split share from each of the split blocks, i.e. bm / 2 loads), between two cluster
+    barriers; registers within the launch bounds (``min_blocks`` blocks an SM), no spills."""
+    from sparsekit import tune
+    d = dict(wg.DEFAULTS, **getattr(tune, name))
+    b = build_split(d["bm"], d["bn"], d["kc"], d["stages"], 4, d["min_blocks"], d["split"])
+    ptx = b.ptx
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8", ptx)) == 2 * 3 * (d["kc"] // 8)
+    assert ptx.count("ld.shared::cluster.b32") == ptx.count("mapa.shared::cluster.u32") == d["bm"] // 2
+    assert ptx.count("barrier.cluster.arrive.release") == ptx.count("barrier.cluster.wait.acquire") == 2
+    use = offline.usage(b.report)
+    assert use.registers <= 65536 // (128 * d["bn"] // 64 * d["min_blocks"])
+    assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0
