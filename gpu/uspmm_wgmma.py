@@ -280,17 +280,17 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
         wgmma_commit()
         wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
-        jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # (j - 1) % stages
+        na, nb_ = rot(ja, 3), rot(jb, stages)
+        if j + u1 < end:                                                 # 4. the next A tile (its buffer's
+            scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
+        fence_proxy_async()                                              # (before the copies: it waits for
+        jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
         if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
             issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
         if j + U(stages) < end:                                          # the entries of chunk j + stages
             issue_entries(j + U(stages), jb, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
-        na, nb_ = rot(ja, 3), rot(jb, stages)
-        if j + u1 < end:                                                 # 4. the next A tile (its buffer's
-            scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
         cp_async_wait(pend)
-        fence_proxy_async()
         cuda.syncthreads()
         return na, nb_
 
