@@ -400,20 +400,20 @@ WGMMA_MID_WAVES = 1.5
 #: The wgmma setting for float32 grids of ``sms / 2`` to ``sms`` tiles of 64 x 128 (one wave or less), density at
 #: least ``TC_MIN_DENSITY``: each tile's K range split in two (a cluster of two blocks summing their partial tiles
 #: through distributed shared memory), chunks of 16 columns, two blocks an SM, so 16 warps an SM. Session 14
-#: (experiments/results/uspmm_wgmma.md, "Split K", H100, 2026-11-24 05:50 UTC), against the routed choice before it
+#: (experiments/results/uspmm_wgmma.md, "Split K", H100, 2026-11-24 05:03 UTC), against the routed choice before it
 #: (session 13's one-wave setting, 64 x 128 kc32 unsplit, and ``TC_ONE_WAVE`` above K = 1024), us: 1024^3 at
 #: 30/60/85% 47.9/47.8/48.0 against 48.7/50.0/51.2, 768 x 768 x 1024 38.1 against 39.2, the Table 1 layer
 #: 1024 x 4096 x 1024 65% 164.2 against 187.5; 1024 x 1024 x 2048 (256 tiles) 89.2 against ``WGMMA_MID``'s 82.3.
 WGMMA_WAVE = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
 #: The wgmma setting for float32 grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, density at least
 #: ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``: K split in two, chunks of 32 columns, one block an SM (one wave
-#: of blocks). Same runs (05:50, 06:00 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
+#: of blocks). Same runs (05:03, 05:07 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
 #: (``TC_HALF_WAVE``), 1024 x 1024 x 512 at 60/85% 29.7/29.6 against 39.6, 384 x 384 x 1024 20.1 against 47.1
 #: (then the CUDA-core route), 512 x 2048 x 1024 49.8.
 WGMMA_HALF = dict(bm=64, bn=128, kc=32, stages=4, split=2)
 #: The wgmma setting for float32 grids of ``sms / 8`` to ``sms / 4`` tiles of 64 x 128 with ``N >= 256``, density at
 #: least ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``, ahead of :func:`small_n`: K split in four, chunks of 16,
-#: two blocks an SM. Same run (06:00 UTC): 256 x 256 x 1024 12.8 us against 14.1 (``small_n``), 1024 x 1024 x 256
+#: two blocks an SM. Same run (05:07 UTC): 256 x 256 x 1024 12.8 us against 14.1 (``small_n``), 1024 x 1024 x 256
 #: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 10.8 against 7.3: not routed.
 WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
 WGMMA_SPLIT_MIN_K = 256
