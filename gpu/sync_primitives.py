@@ -13,7 +13,9 @@ load of four halves (float16, widened to float32 in registers).
 
 Also: :func:`fence_acq_rel_gpu` (``fence.acq_rel.gpu``: the per-step fence of the Lamport ring, which
 re-arms exchange slots inside the kernel), :func:`clock64` (the SM's cycle counter, to trace where a step's time
-goes), :func:`unpack16` (one 16-bit half of a packed 32-bit index word, as
+goes), :func:`bar_sync` / :func:`bar_arrive` (named barriers ``bar.sync id, count`` / ``bar.arrive id,
+count``: a producer/consumer hand-over between some of a block's warps, without the whole block's barrier),
+:func:`unpack16` (one 16-bit half of a packed 32-bit index word, as
 side-effecting inline PTX so LLVM cannot hoist the unpacking out of the time
 loop and keep every index unpacked in its own register, which would undo the
 packing).
@@ -25,7 +27,8 @@ from __future__ import annotations
 
 from numba import config
 
-__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "fence_acq_rel_gpu"]
+__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "fence_acq_rel_gpu", "bar_sync",
+           "bar_arrive"]
 
 if config.ENABLE_CUDASIM:
     import numpy as np
@@ -52,6 +55,41 @@ if config.ENABLE_CUDASIM:
     def unpack16(word, half):
         """Bits ``16 * half .. 16 * half + 15`` of a uint32 as int32."""
         return np.int32((int(word) >> (16 * int(half))) & 0xFFFF)
+
+    import threading
+
+    _NAMED_LOCK = threading.Lock()
+
+    def _named(barrier):
+        """This block's state of named barrier ``barrier``: [arrivals, generation, condition] (kept on the
+        simulator's block manager, which the block's threads share)."""
+        manager = threading.current_thread()._manager
+        with _NAMED_LOCK:
+            table = manager.__dict__.setdefault("_named_barriers", {})
+            return table.setdefault(int(barrier), [0, 0, threading.Condition()])
+
+    def _arrive(state, count):
+        """One thread's arrival (the caller holds the condition); the ``count``-th completes the barrier."""
+        state[0] += 1
+        if state[0] == int(count):
+            state[0] = 0
+            state[1] += 1
+            state[2].notify_all()
+
+    def bar_arrive(barrier, count):
+        """``bar.arrive barrier, count`` (simulator): count this thread, do not wait."""
+        state = _named(barrier)
+        with state[2]:
+            _arrive(state, count)
+
+    def bar_sync(barrier, count):
+        """``bar.sync barrier, count`` (simulator): count this thread, wait until ``count`` threads arrived."""
+        state = _named(barrier)
+        with state[2]:
+            generation = state[1]
+            _arrive(state, count)
+            while state[1] == generation:
+                state[2].wait()
 
 else:
     from llvmlite import ir
@@ -81,6 +119,29 @@ else:
             return context.get_dummy_value()
 
         return types.void(), codegen
+
+    def _named_barrier(name, op):
+        def typer(typingctx, barrier, count):
+            if not (isinstance(barrier, types.Integer) and isinstance(count, types.Integer)):
+                raise TypingError(f"{name}: expected integer barrier and count, got {barrier}, {count}")
+
+            def codegen(context, builder, sig, args):
+                i32 = ir.IntType(32)
+                ops = [context.cast(builder, v, t, types.uint32) for v, t in zip(args, sig.args)]
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]), f"{op} $0, $1;", "r,r,~{memory}",
+                                   side_effect=True)
+                builder.call(asm, ops)
+                return context.get_dummy_value()
+            return types.void(barrier, count), codegen
+        typer.__name__ = typer.__qualname__ = name
+        return intrinsic(typer)
+
+    #: ``bar.sync barrier, count``: wait until ``count`` threads (a multiple of 32, whole warps) have arrived at
+    #: named barrier ``barrier`` (1-15; 0 is ``syncthreads``'), counting this one; orders shared memory among them.
+    bar_sync = _named_barrier("bar_sync", "bar.sync")
+    #: ``bar.arrive barrier, count``: count this thread's warp at named barrier ``barrier`` without waiting (the
+    #: producer's side of a hand-over; its earlier shared-memory writes are visible to the threads that wait).
+    bar_arrive = _named_barrier("bar_arrive", "bar.arrive")
 
     @intrinsic
     def unpack16(typingctx, word, half):

@@ -47,6 +47,16 @@ results repeat bit for bit; each partial sums ``K / split`` products, so the err
 simulator has no clusters: there one block computes the parts one after another, each partial at its own
 shared-memory address, and sums them in the same order.
 
+Warp specialised (``producers`` of 128 or 256, no split): the block gains one or two producer warpgroups
+(threads ``0 .. producers - 1``) that issue the copies and build the A tiles, while the ``bn / 64`` consumer
+warpgroups after them only load B's fragments, multiply and write C. They hand over through named barriers
+(``bar.sync`` / ``bar.arrive``, :mod:`gpu.sync_primitives`) instead of one block barrier a chunk: per A buffer a
+"full" barrier (producers arrive once the tile is built and fenced, consumers wait) and an "empty" one (consumers
+arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 3`` into it); a producers'
+barrier makes everyone's copies of a chunk visible to the scatter. Copies run ``stages - 3`` chunks ahead of the
+scatter (``stages`` B stages, ``stages - 1`` entry stages). Under the simulator the named barriers are Python
+conditions on the block's threads.
+
 Shared-memory accesses in the loop go through byte addresses taken once per thread
 (:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
 A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at ``(r // 8) * 8 kc
@@ -73,6 +83,7 @@ from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
 from gpu.inline import inlined
 from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
                      st_shared, st_shared4, to_tf32, to_tf32_finite)
+from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
 from gpu.uspmm_tc import _DynamicShared, _opt_in, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
@@ -82,21 +93,22 @@ from sparsekit.device import require_cluster
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "supported"]
 
-DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1)
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0)
 SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
 S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)
 WG = 128                                               # threads of a warpgroup
 
 
-def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1) -> int:
+def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
     ``stages`` entry stages (``slots`` slots of each of the ``bn / 64 * 128 / bm`` segments a row: a big
     and a small value and an 8-bit offset for each of the ``bm`` rows). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
-    after the pipeline's bytes instead (one block computes all K parts there)."""
-    tpr = 2 * bn // bm
-    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + stages * tpr * slots * bm * 9
+    after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
+    specialised), ``stages - 1`` entry stages of ``producers / bm`` segments a row."""
+    tpr = (producers or 2 * bn) // bm
+    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + (stages - (1 if producers else 0)) * tpr * slots * bm * 9
     if split == 1:
         return pipeline
     return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
@@ -104,19 +116,22 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int 
 
 @functools.cache
 def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
-                  split: int = 1):
+                  split: int = 1, producers: int = 0):
     """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
 
     ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
     the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
     by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
     blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
-    summed in the same order). Arguments: ``ev``, ``eo`` (flattened
+    summed in the same order); ``producers``: 0, or the threads of a producer warpgroup (128) that copy and
+    build the A tiles while the other warpgroups only multiply (module docstring). Arguments: ``ev``, ``eo`` (flattened
     :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and ``core`` where a segment has at most 8
     columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
     ``nsub`` (segments), ``mp`` (rows of the entry arrays)."""
-    nthreads = WG * (bn // 64)
-    tpr = nthreads // bm                              # threads per A row
+    ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
+    nthreads = ncons + producers
+    workers = producers or ncons                      # threads that copy and scatter
+    tpr = workers // bm                               # threads per A row
     seg = kc // tpr                                   # columns of a thread's segment
     nacc = bm // 2                                    # accumulators a thread
     a_tile = bm * kc                                  # floats of one A tile (big or small)
@@ -125,17 +140,19 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     b_buf = kc * sbn * 4                              # bytes of one B stage
     a_all = 3 * a_buf                                 # A buffers: chunk j's, j+1's, j-1's (its wgmma may run)
     per_row = bn // 4                                 # 16-byte pieces of a B row
-    rstep = nthreads // per_row                       # B rows between a thread's pieces
+    rstep = workers // per_row                        # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
     ev_buf = tpr * slots * 2 * bm * 4                 # bytes of one entry-value stage
     eo_buf = tpr * slots * bm                         # bytes of one entry-offset stage
+    se = stages - 1 if producers else stages          # entry stages (warp specialised: B's ``stages`` - 1)
+    lead = stages - 3                                 # warp specialised: chunks copied ahead of the scatter
     ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
-    eo0 = ev0 + stages * ev_buf                       # and the offsets
+    eo0 = ev0 + se * ev_buf                           # and the offsets
     # entry copies: a thread's value pieces are slots sl0, sl0 + vstep, ... of the stage at rows vr, vr + 1
     # (its offset pieces: slots osl0, osl0 + ostep, ... at rows or .. or + 15). With w == slots (the padded
     # entries), stage slot sl = h * slots + slot of chunk ch is slot ch * tpr * w + sl of the entry arrays.
     vper, oper = bm // 2, bm // 16                    # 16-byte pieces of one slot's values, offsets
-    vstep, ostep = nthreads // vper, nthreads // oper
+    vstep, ostep = workers // vper, workers // oper
     nstage = tpr * slots                              # slots of one entry stage
     nvp, nop = cdiv(nstage, vstep), cdiv(nstage, ostep)   # value and offset pieces a thread per chunk
     v_whole, o_whole = nstage % vstep == 0, nstage % ostep == 0   # every thread has all of them
@@ -148,9 +165,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     u0, u1, u16 = U(0), U(1), U(16)
     bpt = 1 if SIM else split                         # blocks a tile (GPU: one cluster, a K part a block)
     parts = split if SIM else 1                       # K parts a block computes
-    part_bytes = 4 * bm * bn                          # one partial tile, word i * nthreads + t: thread t's acc[i]
-    red0 = shared_bytes(bm, bn, kc, stages, slots) if SIM else 0   # partial 0's bytes (simulator: part q's at
-    red_step = part_bytes if SIM else 0                            # red0 + q * part_bytes; GPU: each block's own)
+    part_bytes = 4 * bm * bn                          # one partial tile, word i * ncons + t: thread t's acc[i]
+    red0 = shared_bytes(bm, bn, kc, stages, slots, 1, producers) if SIM else 0   # partial 0's bytes (simulator:
+    red_step = part_bytes if SIM else 0               # part q's at red0 + q * part_bytes; GPU: each block's own)
+    produced, full0, empty0 = 1, 2, 5                 # named barriers (warp specialised): the producers'; an A
+    #                                                   buffer built (3); an A buffer's wgmma done (3)
     jper = nacc // 4 // split                         # accumulator quads a K part writes to C
 
     @inlined
@@ -158,6 +177,12 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         """``(x + 1) % n`` for ``x < n``, without a division."""
         y = x + u1
         return y if y < U(n) else u0
+
+    @inlined
+    def rot_by(x, d, n):
+        """``(x + d) % n`` for ``x < n``, ``d <= n``, without a division."""
+        y = x + U(d)
+        return y if y < U(n) else y - U(n)
 
     @inlined
     def entry_bases(t, row0, w, nsub, mp, ev, eo, sh, sh8, vlim, olim):
@@ -259,10 +284,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                            b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
 
     @inlined
-    def step(j, ja, jb, end, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
-             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
-        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
-        ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
+    def mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh):
+        """Steps 1-3 of a chunk: B's fragments from stage ``jb`` split into ``bfb``/``bfs``, the wgmmas on A
+        buffer ``ja``, committed; returns when the previous chunk's group is done."""
         for ks in range(ksteps):                                         # fragments of B^T, split
             for e in range(4):
                 x = ld_shared(sh, fb + jb * U(b_buf) + U(((ks * 8 + (e // 2) * 4) * sbn + (e % 2) * 8) * 4))
@@ -279,7 +303,14 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
             wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
         wgmma_commit()
-        wgmma_wait(acc, nacc, 1)                                         # 5. chunk j-1's wgmma done
+        wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
+
+    @inlined
+    def step(j, ja, jb, end, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
+             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
+        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
+        ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
+        mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < end:                                                 # 4. the next A tile (its buffer's
             scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
@@ -293,6 +324,91 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         cp_async_wait(pend)
         cuda.syncthreads()
         return na, nb_
+
+    @inlined
+    def produce(lo, hi, evr, eor, rbh, ev, eo, eb, vlim, olim, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
+                blim, sh, sh8, b):
+        """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
+        chunk ``j``: wait until the consumers are done with chunk ``j - 3`` (its A buffer; B stages of chunks up
+        to ``j - 2``), copy chunk ``j + lead``, wait for its own copies of chunk ``j``, the producers' barrier
+        (everyone's), build chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full barrier."""
+        for s_ in range(lead):
+            if lo + U(s_) < hi:
+                issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+                issue_entries(lo + U(s_), U(s_), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+            cp_async_commit()
+        ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
+        for j0 in range(lo, hi):
+            j = U(j0)
+            if j >= lo + U(3):
+                bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - 3's wgmma done
+            if j + U(lead) < hi:
+                issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+                issue_entries(j + U(lead), je, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+            cp_async_commit()
+            cp_async_wait(lead)                                          # this thread's copies of chunk j
+            bar_sync(U(produced), U(producers))                          # everyone's
+            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbh, sh, sh8)   # (entry stage of chunk j)
+            fence_proxy_async()
+            bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
+            ja, jb, je = rot(ja, 3), rot(jb, stages), rot(je, se)
+
+    @inlined
+    def consume(lo, hi, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh):
+        """A consumer thread's chunks ``lo .. hi - 1`` (warp specialised): per chunk wait at its A buffer's
+        full barrier, steps 1-3, and once the previous chunk's wgmma is done tell the producers (for the
+        chunks they wait for: up to ``hi - 4``); two fragment sets alternate, as in :func:`step`."""
+        ja, jb = u0, u0
+        for j0 in range(lo, hi):
+            j = U(j0)
+            bar_sync(U(full0) + ja, U(nthreads))
+            if (j - lo) % U(2) == u0:
+                mma_chunk(ja, jb, fb, d0, acc, bfb0, bfs0, sh)
+            else:
+                mma_chunk(ja, jb, fb, d0, acc, bfb1, bfs1, sh)
+            if (j > lo) & (j + U(2) < hi):                               # chunk j - 1 done
+                bar_arrive(U(empty0) + rot_by(ja, 2, 3), U(nthreads))
+            ja, jb = rot(ja, 3), rot(jb, stages)
+        wgmma_wait(acc, nacc, 0)
+
+    @inlined
+    def store_partial(acc, q, ct, sa, sh):
+        """Split K: consumer ``ct``'s accumulators of part ``q`` into shared memory (word ``i * ncons + ct``)."""
+        for i in range(nacc):
+            st_shared(sh, S32(sa + U(red0) + U(q * red_step) + (U(i * ncons) + ct) * U(4)), acc[i])
+
+    @inlined
+    def finish(acc, rank, ct, tq, nb, row0, col0, um, un, sa, sh, c):
+        """C from consumer ``ct``'s accumulators; split K: from the parts' partials instead, summed in part
+        order, this block's share of the quads (the simulator's block: all of them), between cluster barriers."""
+        # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
+        inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
+        if split == 1:
+            for jj in range(nacc // 4):
+                for e in range(4):
+                    rr = row0 + U(8 * jj + e % 2) + U(2) * tq
+                    cc = col0 + nb + U((e // 2) * 8)
+                    if inside or ((rr < um) & (cc < un)):
+                        c[rr, cc] = acc[4 * jj + e]
+        else:
+            # split-K: every part's partial is in its block's shared memory; part p sums quads p * jper ..
+            # (p + 1) * jper - 1 over the parts, in part order (the simulator's block sums all quads)
+            cluster_sync()
+            for q in range(parts):
+                p = rank + U(q)
+                for jl in range(jper):
+                    jj = p * U(jper) + U(jl)
+                    for e in range(4):
+                        word = (jj * U(4) + U(e)) * U(ncons) + ct
+                        total = float32(0.0)
+                        for r in range(split):
+                            x = ld_cluster(sh, S32(sa + U(red0 + r * red_step) + word * U(4)), U(r))
+                            total = x if r == 0 else total + x
+                        rr = row0 + jj * U(8) + U(e % 2) + U(2) * tq
+                        cc = col0 + nb + U((e // 2) * 8)
+                        if inside or ((rr < um) & (cc < un)):
+                            c[rr, cc] = total
+            cluster_sync()                                               # (no block leaves while its partial is read)
 
     @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
@@ -369,58 +485,92 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             if split > 1:                                                # this part's partial tile into shared
                 cp_async_wait(0)                                         # memory, over the pipeline's buffers
                 cuda.syncthreads()                                       # (every warpgroup's wgmma done)
-                for i in range(nacc):
-                    st_shared(sh, S32(sa + U(red0) + U(q * red_step) + (U(i * nthreads) + t) * U(4)), acc[i])
-        # C^T fragments: accumulator 4jj + e is B^T row nb + 8 (e >= 2) = C column, A^T column 8 jj + 2 tq + e % 2
-        inside = (row0 + U(bm) <= um) & (col0 + U(bn) <= un)            # (a whole tile: no test per element)
-        if split == 1:
-            for jj in range(nacc // 4):
-                for e in range(4):
-                    rr = row0 + U(8 * jj + e % 2) + U(2) * tq
-                    cc = col0 + nb + U((e // 2) * 8)
-                    if inside or ((rr < um) & (cc < un)):
-                        c[rr, cc] = acc[4 * jj + e]
+                store_partial(acc, q, t, sa, sh)
+        finish(acc, rank, t, tq, nb, row0, col0, um, un, sa, sh, c)
+
+    @cuda.jit
+    def ws_kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
+        """Warp specialised (no split K): threads ``0 .. producers - 1`` run :func:`produce`, the warpgroups after
+        them :func:`consume` and write C."""
+        t = U(cuda.threadIdx.x)
+        row0 = U(cuda.blockIdx.x) * U(bm)
+        col0 = U(cuda.blockIdx.y) * U(bn)
+        um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
+        nch = (uk + U(kc - 1)) // U(kc)
+        sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
+        sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)
+        sa = U(shared_addr(sh, u0))
+        producer = t < U(producers)
+        pt = t if producer else u0                                       # producer thread (copies, scatter)
+        arow = pt % U(bm)
+        h = pt // U(bm)
+        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
+        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
+        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
+        pc = (pt % U(per_row)) * U(4)
+        r0 = pt // U(per_row)
+        gc = col0 + pc
+        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
+        bgl = global_addr(b, u0)
+        bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
+        bstep = U(rstep) * un * U(4)
+        blim = cuda.local.array(nbp, np.uint32)
+        vlim = cuda.local.array(nvp, np.uint32)
+        olim = cuda.local.array(nop, np.uint32)
+        if producer:
+            b_limits(uk, un, gc, r0, blim)
+        eb = entry_bases(pt, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
+        evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
+        ct = t - U(producers) if not producer else u0                    # consumer thread (wgmma, C)
+        lane = ct % U(32)
+        wg = ct // U(WG)
+        wq = (ct // U(32)) % U(4)
+        g = lane // U(4)
+        tq = lane % U(4)
+        nb = wg * U(64) + wq * U(16) + g
+        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))
+        d0 = smem_desc(sa, lbo, sbo)
+        acc = cuda.local.array(nacc, float32)
+        bfb0 = cuda.local.array(nfrag, float32)
+        bfs0 = cuda.local.array(nfrag, float32)
+        bfb1 = cuda.local.array(nfrag, float32)
+        bfs1 = cuda.local.array(nfrag, float32)
+        for i in range(nacc):
+            acc[i] = float32(0.0)
+        if producer:
+            produce(u0, nch, evr, eor, rbh, ev, eo, eb, vlim, olim, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl,
+                    bstep, blim, sh, sh8, b)
         else:
-            # split-K: every part's partial is in its block's shared memory; part p sums quads p * jper ..
-            # (p + 1) * jper - 1 over the parts, in part order (the simulator's block sums all quads)
-            cluster_sync()
-            for q in range(parts):
-                p = rank + U(q)
-                for jl in range(jper):
-                    jj = p * U(jper) + U(jl)
-                    for e in range(4):
-                        word = (jj * U(4) + U(e)) * U(nthreads) + t
-                        total = float32(0.0)
-                        for r in range(split):
-                            x = ld_cluster(sh, S32(sa + U(red0 + r * red_step) + word * U(4)), U(r))
-                            total = x if r == 0 else total + x
-                        rr = row0 + jj * U(8) + U(e % 2) + U(2) * tq
-                        cc = col0 + nb + U((e // 2) * 8)
-                        if inside or ((rr < um) & (cc < un)):
-                            c[rr, cc] = total
-            cluster_sync()                                               # (no block leaves while its partial is read)
+            consume(u0, nch, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh)
+            finish(acc, u0, ct, tq, nb, row0, col0, um, un, sa, sh, c)
 
+    chosen = ws_kernel if producers else kernel
     if SIM:                                                              # (the simulator has no launch bounds)
-        return kernel
-    return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
+        return chosen
+    return cuda.jit(launch_bounds=(nthreads, min_blocks))(chosen.py_func)
 
 
-def _check(bm, bn, kc, stages, split):
+def _check(bm, bn, kc, stages, split, producers):
     if bn not in (64, 128, 256):
         raise ValueError(f"bn: must be 64, 128 or 256 (one, two or four warpgroups), got {bn}")
-    nthreads = WG * (bn // 64)
-    if bm not in (16, 32, 64, 128, 256) or nthreads % bm:
-        raise ValueError(f"bm: must be 16, 32, 64, 128 or 256 (the wgmma's n) and divide the block's {nthreads} "
-                         f"threads, got {bm}")
-    if kc % 8 or (kc * bm // nthreads) % 4:
-        raise ValueError(f"kc: must be a multiple of 8 with kc * bm / threads a multiple of 4, got {kc}")
-    if nthreads % (bn // 4) or kc % (nthreads // (bn // 4)):
-        raise ValueError(f"kc: the B copies need kc a multiple of {nthreads // (bn // 4)}, got {kc}")
-    if stages < 2:
-        raise ValueError(f"stages: at least 2, got {stages}")
+    if producers not in (0, WG, 2 * WG):
+        raise ValueError(f"producers: 0, {WG} or {2 * WG} (one or two producer warpgroups), got {producers}")
+    workers = producers or WG * (bn // 64)
+    if bm not in (16, 32, 64, 128, 256) or workers % bm:
+        raise ValueError(f"bm: must be 16, 32, 64, 128 or 256 (the wgmma's n) and divide the {workers} threads that "
+                         f"build the A tile, got {bm}")
+    if kc % 8 or (kc * bm // workers) % 4:
+        raise ValueError(f"kc: must be a multiple of 8 with kc * bm / {workers} a multiple of 4, got {kc}")
+    if workers % (bn // 4) or kc % (workers // (bn // 4)):
+        raise ValueError(f"kc: the B copies need kc a multiple of {workers // (bn // 4)}, got {kc}")
+    if stages < (4 if producers else 2):
+        raise ValueError(f"stages: at least {4 if producers else 2}{' with producers' if producers else ''}, "
+                         f"got {stages}")
     if split not in (1, 2, 4, 8) or (bm // 8) % split:
         raise ValueError(f"split: must be 1, 2, 4 or 8 (K parts a tile, a cluster of that many blocks) and "
                          f"divide bm / 8 = {bm // 8}, got {split}")
+    if split > 1 and producers:
+        raise ValueError("split, producers: the warp-specialised kernel does not split K (one or the other)")
 
 
 _CLUSTERED = set()                                     # compiled overloads whose cluster size is set
@@ -467,22 +617,23 @@ def run(dell, bop, order: str, **tunables):
     unknown = set(opts) - set(DEFAULTS)
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS)}")
-    bm, bn, kc, stages, min_blocks, split = (int(opts[x]) for x in ("bm", "bn", "kc", "stages", "min_blocks",
-                                                                      "split"))
-    _check(bm, bn, kc, stages, split)
+    bm, bn, kc, stages, min_blocks, split, producers = (int(opts[x]) for x in ("bm", "bn", "kc", "stages",
+                                                                                 "min_blocks", "split", "producers"))
+    _check(bm, bn, kc, stages, split, producers)
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
     c = output((m, n), dell.dtype, like=bop, order="C")
     if m and n:
-        nthreads = WG * (bn // 64)
-        seg = kc * bm // nthreads
+        nthreads = WG * (bn // 64) + producers
+        seg = kc * bm // (producers or nthreads)
         ev, eo = segment_entries(dell, seg, pad=True, split=True, core=seg <= 8)
         nsub, w, mp = eo.shape
         slots = scatter_slots(seg, w)
-        kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split)
+        kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
+                               producers)
         args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
-        shared = shared_bytes(bm, bn, kc, stages, slots, split)
+        shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
         _opt_in(kernel, args, shared)
         if split > 1 and not SIM:
             _launch_clusters(kernel, args, (cdiv(m, bm) * split, cdiv(n, bn)), nthreads, shared, split)

@@ -36,7 +36,8 @@ __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_S
            "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
-__all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "WGMMA_WAVE_MAX_K"]
+__all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "WGMMA_SPLIT",
+            "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_SPLIT_MIN_K"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
 LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
@@ -398,13 +399,19 @@ WGMMA_MIN_DENSITY = 0.1
 WGMMA_MID = dict(bm=64, bn=128, kc=16, stages=4)
 WGMMA_MID_WAVES = 1.5
 #: The wgmma setting for float32 grids of ``sms / 2`` to ``sms`` tiles of 64 x 128 (one wave or less), density at
-#: least ``TC_MIN_DENSITY``: each tile's K range split in two (a cluster of two blocks summing their partial tiles
-#: through distributed shared memory), chunks of 16 columns, two blocks an SM, so 16 warps an SM. Session 14
-#: (experiments/results/uspmm_wgmma.md, "Split K", H100, 2026-11-24 05:03 UTC), against the routed choice before it
-#: (session 13's one-wave setting, 64 x 128 kc32 unsplit, and ``TC_ONE_WAVE`` above K = 1024), us: 1024^3 at
-#: 30/60/85% 47.9/47.8/48.0 against 48.7/50.0/51.2, 768 x 768 x 1024 38.1 against 39.2, the Table 1 layer
-#: 1024 x 4096 x 1024 65% 164.2 against 187.5; 1024 x 1024 x 2048 (256 tiles) 89.2 against ``WGMMA_MID``'s 82.3.
-WGMMA_WAVE = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
+#: least ``TC_MIN_DENSITY``: warp specialised (two producer warpgroups copy and build the A tiles, two consumer
+#: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 5 stages,
+#: one block an SM. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
+#: against :data:`WGMMA_SPLIT` (the K split in two it replaced) and the routed choice of session 13, us: 1024^3 at
+#: 30/60/85% 43.0/43.4/43.9 against 46.2/46.1/46.7 (session 13: 48.7/50.0/51.2), 768 x 768 x 1024 33.9 against
+#: 36.6, 640 x 640 x 1024 29.5 against 32.1, 2048 x 512 x 512 25.6 against 28.4, the Table 1 layer 1024 x 4096 x
+#: 1024 65% 153.2 against 156.9 (session 13: 187.5), 1024 x 2048 x 1024 80.1 against 83.2.
+WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=5, producers=256)
+#: Each tile's K range split in two (a cluster of two blocks summing their partial tiles through distributed shared
+#: memory), chunks of 16 columns, two blocks an SM: 1024^3 at 30/60/85% 47.9/47.8/48.0 us, 768 x 768 x 1024 38.1
+#: (05:03 UTC; session 13's routing 48.7/50.0/51.2 and 39.2). Not routed (:data:`WGMMA_WAVE` is faster at every one
+#: of those grids); tried by :func:`tune`.
+WGMMA_SPLIT = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
 #: The wgmma setting for float32 grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, density at least
 #: ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``: K split in two, chunks of 32 columns, one block an SM (one wave
 #: of blocks). Same runs (05:03, 05:07 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
@@ -445,7 +452,7 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     ``tensor_cores``: the wgmma kernel, :data:`WGMMA_LARGE` where the grid has at least ``TC_FILL * sms``
     tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`; else, at a density of at least
     ``TC_MIN_DENSITY``, :data:`WGMMA_MID` where it has at least ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and
-    :data:`WGMMA_WAVE` (K split in two) where it has ``sms / 2`` to ``sms`` of them and :data:`WGMMA_HALF` where
+    :data:`WGMMA_WAVE` (warp specialised) where it has ``sms / 2`` to ``sms`` of them and :data:`WGMMA_HALF` where
     it has ``sms / 4`` to ``sms / 2`` and ``K >= WGMMA_SPLIT_MIN_K``. Before all of that (and before
     :func:`small_n`), :data:`WGMMA_QUARTER` (K split in four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
@@ -561,8 +568,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`, :data:`WGMMA_HALF`
-    and :data:`WGMMA_QUARTER`
+    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`, :data:`WGMMA_SPLIT`,
+    :data:`WGMMA_HALF` and :data:`WGMMA_QUARTER`
     (:mod:`gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
@@ -588,7 +595,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **cfg)
                                                               for cfg in (WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE,
-                                                                          WGMMA_HALF, WGMMA_QUARTER)]
+                                                                          WGMMA_SPLIT, WGMMA_HALF, WGMMA_QUARTER)]
                                                              if wgmma else [])
     else:
         candidates = list(configs)

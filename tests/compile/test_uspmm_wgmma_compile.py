@@ -67,11 +67,12 @@ def test_probe_compiles_for_sm_90a():
 
 
 @functools.cache
-def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int, split: int) -> offline.Build:
-    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split), ARGS, SM90A)
+def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int, split: int,
+                producers: int = 0) -> offline.Build:
+    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split, producers), ARGS, SM90A)
 
 
-@pytest.mark.parametrize("name", ["WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER"])
+@pytest.mark.parametrize("name", ["WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER"])
 def test_split_k_reduces_through_the_cluster(name):
     """The routed split settings: the same K loop (wgmma count), then every accumulator of every part read
     through distributed shared memory (``mapa`` + ``ld.shared::cluster``: bm / 2 accumulators a thread, of
@@ -86,4 +87,22 @@ def test_split_k_reduces_through_the_cluster(name):
     assert ptx.count("barrier.cluster.arrive.release") == ptx.count("barrier.cluster.wait.acquire") == 2
     use = offline.usage(b.report)
     assert use.registers <= 65536 // (128 * d["bn"] // 64 * d["min_blocks"])
+    assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0
+
+
+def test_warp_specialised_hands_over_through_named_barriers():
+    """The routed one-wave setting (``sparsekit.tune.WGMMA_WAVE``): the consumers' loop holds the wgmmas of one
+    chunk in each of its two fragment-set branches; producers and consumers meet at named barriers only
+    (``bar.sync`` at the producers' barrier, the full and the empty one; ``bar.arrive`` at the full and the empty
+    one), no cluster barrier; its 512 threads (two producer and two consumer warpgroups) within 128 registers (one
+    block an SM), no spills."""
+    from sparsekit import tune
+    d = dict(wg.DEFAULTS, **tune.WGMMA_WAVE)
+    b = build_split(d["bm"], d["bn"], d["kc"], d["stages"], 8, d["min_blocks"], 1, d["producers"])
+    ptx = b.ptx
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8", ptx)) == 2 * 3 * (d["kc"] // 8)
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 3 and len(re.findall(r"\bbar\.arrive\b", ptx)) == 2
+    assert "barrier.cluster" not in ptx and "fence.proxy.async.shared::cta" in ptx
+    use = offline.usage(b.report)
+    assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
     assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0

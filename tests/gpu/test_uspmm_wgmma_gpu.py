@@ -1,6 +1,6 @@
 """gpu/wgmma.py and gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
-documented register and shared-memory layouts), the kernel at real sizes (split K in clusters too) against a
-float64 product with repeats bit-identical, and ``config="auto"`` routing the measured winners to it."""
+documented register and shared-memory layouts), the kernel at real sizes (split K in clusters, warp specialised
+too) against a float64 product with repeats bit-identical, and ``config="auto"`` routing the measured winners to it."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +38,11 @@ def test_probe_matches_numpy():
     ((512, 512, 1024, 0.85), dict(bm=64, bn=128, kc=32, stages=4, split=2)),
     ((256, 256, 1024, 0.6), dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)),
     ((300, 520, 196, 0.7), dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=8)),
-    ((1024, 1024, 2048, 0.6), dict(bm=128, bn=256, kc=16, stages=4, split=4))])
+    ((1024, 1024, 2048, 0.6), dict(bm=128, bn=256, kc=16, stages=4, split=4)),
+    # warp specialised: the routed one-wave setting, partial tiles and N % 4 != 0, one producer warpgroup
+    ((1024, 1024, 1024, 0.6), dict(bm=64, bn=128, kc=32, stages=5, producers=256)),
+    ((1000, 999, 777, 0.6), dict(bm=64, bn=128, kc=32, stages=5, producers=256)),
+    ((300, 520, 196, 0.7), dict(bm=64, bn=128, kc=16, stages=4, producers=128))])
 def test_real_sizes_bit_identical_within_bounds(shape, tunables):
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import error_reduction
@@ -65,16 +69,18 @@ def test_auto_routes_large_float32_problems_to_wgmma():
     assert (got.view(np.uint8) == want.view(np.uint8)).all()
 
 
-@pytest.mark.parametrize("m,k,n", [(1024, 1024, 1024), (512, 512, 1024), (256, 256, 1024)])
-def test_auto_routes_small_grids_to_split_k(m, k, n):
-    """One wave of tiles or less: ``auto`` runs the split-K settings (clusters), bit for bit their result."""
+@pytest.mark.parametrize("m,k,n,kind", [(1024, 1024, 1024, "producers"), (512, 512, 1024, "split"),
+                                        (256, 256, 1024, "split")])
+def test_auto_routes_small_grids(m, k, n, kind):
+    """One wave of tiles or less: ``auto`` runs the warp-specialised setting (half a wave to one) or a split-K
+    one (clusters; fewer tiles), bit for bit its result."""
     from experiments.bench_uspmm import Problem
     from gpu.uspmm import uspmm
     from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
     from sparsekit import tune
     p = Problem(m, k, n, 0.6, "float32", seed=6)
     cfg = tune.resolve("heuristic", p.dell, n, "C", wgmma=True)
-    assert cfg["variant"] == "wgmma" and cfg["split"] > 1
+    assert cfg["variant"] == "wgmma" and cfg.get(kind, 0) > 1
     got = uspmm(p.dell, p.b, config="heuristic").copy_to_host()
     want = uspmm_wgmma(p.dell, p.b, **{key: v for key, v in cfg.items() if key != "variant"}).copy_to_host()
     assert (got.view(np.uint8) == want.view(np.uint8)).all()
