@@ -415,13 +415,13 @@ WGMMA_SPLIT = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
 #: The wgmma setting for float32 grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, density at least
 #: ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``: K split in two, chunks of 32 columns, one block an SM (one wave
 #: of blocks). Same runs (05:03, 05:07 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
-#: (``TC_HALF_WAVE``), 1024 x 1024 x 512 at 60/85% 29.7/29.6 against 39.6, 384 x 384 x 1024 20.1 against 47.1
+#: (``TC_HALF_WAVE``), 1024 x 1024 x 512 at 60/85% 29.7/29.6 against 39.6, 384 x 384 x 1024 16.6 against 47.1
 #: (then the CUDA-core route), 512 x 2048 x 1024 49.8.
 WGMMA_HALF = dict(bm=64, bn=128, kc=32, stages=4, split=2)
 #: The wgmma setting for float32 grids of ``sms / 8`` to ``sms / 4`` tiles of 64 x 128 with ``N >= 256``, density at
 #: least ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``, ahead of :func:`small_n`: K split in four, chunks of 16,
 #: two blocks an SM. Same run (05:07 UTC): 256 x 256 x 1024 12.8 us against 14.1 (``small_n``), 1024 x 1024 x 256
-#: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 10.8 against 7.3: not routed.
+#: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 9.0 against 7.3: not routed.
 WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
 WGMMA_SPLIT_MIN_K = 256
 
