@@ -39,8 +39,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda, typeof
 
-__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster", "cluster_probe",
-           "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
+__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster",
+           "cluster_probe", "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
 
 #: The largest cluster the H100 allows (above 8 blocks a non-portable size).
 MAX_CLUSTER = 16

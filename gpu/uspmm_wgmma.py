@@ -123,10 +123,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
     by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
     blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
-    summed in the same order); ``producers``: 0, or the threads of a producer warpgroup (128) that copy and
-    build the A tiles while the other warpgroups only multiply (module docstring). Arguments: ``ev``, ``eo`` (flattened
-    :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and ``core`` where a segment has at most 8
-    columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
+    summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
+    and build the A tiles while the other warpgroups only multiply (module docstring; no split K).
+    Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and
+    ``core`` where a segment has at most 8 columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
     ``nsub`` (segments), ``mp`` (rows of the entry arrays)."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
     nthreads = ncons + producers
@@ -372,6 +372,39 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 0)
 
     @inlined
+    def worker_setup(pt, row0, col0, un, uk, uw, unsub, ump, sa, ev, eo, sh, sh8, b, blim, vlim, olim):
+        """Thread ``pt``'s addresses for copying and scattering, taken once (``blim``, ``vlim``, ``olim`` filled):
+        the scatter's segment (its first core-matrix row in buffer 0, its staged values and offsets), its B pieces
+        (4 columns from ``gc``, rows from ``r0``; shared and global chunk-0 addresses, bytes of ``rstep`` rows) and
+        its entry pieces (:func:`entry_bases`)."""
+        arow = pt % U(bm)
+        h = pt // U(bm)
+        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
+        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
+        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
+        pc = (pt % U(per_row)) * U(4)
+        r0 = pt // U(per_row)
+        gc = col0 + pc
+        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
+        bgl = global_addr(b, u0)
+        bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
+        bstep = U(rstep) * un * U(4)
+        b_limits(uk, un, gc, r0, blim)
+        eb = entry_bases(pt, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
+        return rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb
+
+    @inlined
+    def consumer_setup(ct, sa):
+        """Consumer ``ct``'s lane coordinates (``tq``), fragment rows of B^T (``nb``: 16 a warp, 64 a
+        warpgroup), its fragment ``B[tq, nb]`` in stage 0 and A buffer 0's descriptor."""
+        lane = ct % U(32)
+        wq = (ct // U(32)) % U(4)                                        # warp within the warpgroup
+        tq = lane % U(4)
+        nb = ct // U(WG) * U(64) + wq * U(16) + lane // U(4)
+        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))
+        return tq, nb, fb, smem_desc(sa, lbo, sbo)
+
+    @inlined
     def store_partial(acc, q, ct, sa, sh):
         """Split K: consumer ``ct``'s accumulators of part ``q`` into shared memory (word ``i * ncons + ct``)."""
         for i in range(nacc):
@@ -413,11 +446,6 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
         t = U(cuda.threadIdx.x)
-        lane = t % U(32)
-        wg = t // U(WG)
-        wq = (t // U(32)) % U(4)                                         # warp within the warpgroup
-        g = lane // U(4)
-        tq = lane % U(4)
         row0 = U(cuda.blockIdx.x) // U(bpt) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
@@ -425,28 +453,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
         sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
-        arow = t % U(bm)
-        h = t // U(bm)
-        # the scatter's addresses: its segment's first core-matrix row (buffer 0), its staged values and offsets
-        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
-        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
-        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
-        pc = (t % U(per_row)) * U(4)                                     # B copies: this thread's 4 columns,
-        r0 = t // U(per_row)                                             # its first row, addresses taken once
-        gc = col0 + pc
-        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
-        bgl = global_addr(b, u0)
-        bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
-        bstep = U(rstep) * un * U(4)
         blim = cuda.local.array(nbp, np.uint32)
-        b_limits(uk, un, gc, r0, blim)
-        nb = wg * U(64) + wq * U(16) + g                                 # this lane's fragment rows of B^T
-        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))              # its fragment B[tq, nb] in stage 0
-        d0 = smem_desc(sa, lbo, sbo)                                     # A buffer 0's big tile
         vlim = cuda.local.array(nvp, np.uint32)
         olim = cuda.local.array(nop, np.uint32)
-        eb = entry_bases(t, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
+        rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, unsub, ump, sa, ev,
+                                                                         eo, sh, sh8, b, blim, vlim, olim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
+        tq, nb, fb, d0 = consumer_setup(t, sa)
         acc = cuda.local.array(nacc, float32)
         bfb0 = cuda.local.array(nfrag, float32)                          # two fragment sets: chunk j's
         bfs0 = cuda.local.array(nfrag, float32)                          # registers stay the tensor core's
@@ -501,35 +514,15 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)
         sa = U(shared_addr(sh, u0))
         producer = t < U(producers)
-        pt = t if producer else u0                                       # producer thread (copies, scatter)
-        arow = pt % U(bm)
-        h = pt // U(bm)
-        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
-        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
-        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
-        pc = (pt % U(per_row)) * U(4)
-        r0 = pt // U(per_row)
-        gc = col0 + pc
-        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
-        bgl = global_addr(b, u0)
-        bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
-        bstep = U(rstep) * un * U(4)
         blim = cuda.local.array(nbp, np.uint32)
         vlim = cuda.local.array(nvp, np.uint32)
         olim = cuda.local.array(nop, np.uint32)
-        if producer:
-            b_limits(uk, un, gc, r0, blim)
-        eb = entry_bases(pt, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
+        rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t if producer else u0, row0, col0, un, uk, uw,
+                                                                         unsub, ump, sa, ev, eo, sh, sh8, b, blim,
+                                                                         vlim, olim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         ct = t - U(producers) if not producer else u0                    # consumer thread (wgmma, C)
-        lane = ct % U(32)
-        wg = ct // U(WG)
-        wq = (ct // U(32)) % U(4)
-        g = lane // U(4)
-        tq = lane % U(4)
-        nb = wg * U(64) + wq * U(16) + g
-        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))
-        d0 = smem_desc(sa, lbo, sbo)
+        tq, nb, fb, d0 = consumer_setup(ct, sa)
         acc = cuda.local.array(nacc, float32)
         bfb0 = cuda.local.array(nfrag, float32)
         bfs0 = cuda.local.array(nfrag, float32)
