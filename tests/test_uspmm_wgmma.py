@@ -56,11 +56,11 @@ EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24,
 # split K (a cluster of ``split`` blocks a tile on the GPU; here one block computes the parts in turn):
 # (M, K, N, K', setting): two parts of one chunk each; 8 parts of 5 chunks (three parts get none) with N = 9 (B
 # by plain loads) and a partial row block; 4 parts of a K shorter than one chunk; the routed split settings'
-# tile shape (64 x 128, a partial column block; tests/gpu runs each routed setting at real sizes).
+# tile shape (64 x 128, a partial column block, a chunk a part; tests/gpu runs each routed setting at real sizes).
 SPLIT_CASES = [(16, 40, 8, 13, dict(bm=16, bn=64, kc=32, stages=3, split=2)),
                (40, 70, 9, 30, dict(bm=64, bn=64, kc=16, stages=3, split=8)),
                (17, 12, 12, 5, dict(bm=64, bn=64, kc=16, stages=4, split=4)),
-               (20, 48, 68, 20, dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2))]
+               (20, 32, 68, 20, dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2))]
 
 
 @pytest.mark.parametrize("m,k,n,kprime,tunables", SPLIT_CASES)
@@ -80,7 +80,7 @@ def test_split_k_matches_reference(m, k, n, kprime, tunables):
 # producer warpgroups, runs at real sizes in tests/gpu and compiles in tests/compile).
 WS_CASES = [(20, 100, 20, 13, dict(bm=32, bn=64, kc=16, stages=5, producers=128)),
             (17, 24, 12, 5, dict(bm=32, bn=64, kc=16, stages=6, producers=128)),
-            (40, 70, 9, 30, dict(bm=64, bn=64, kc=32, stages=4, producers=256)),
+            (40, 40, 9, 30, dict(bm=64, bn=64, kc=32, stages=4, producers=256)),
             (20, 40, 8, 0, dict(bm=32, bn=64, kc=16, stages=4, producers=128))]
 
 
