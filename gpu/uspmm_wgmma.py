@@ -78,8 +78,8 @@ from numba import cuda, float32
 from numba.core.types import uint8
 from numba.cuda import config as cuda_config
 
-from gpu import cluster as clusters
 from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
+from gpu.cluster import launch as cluster_launch
 from gpu.inline import inlined
 from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
                      st_shared, st_shared4, to_tf32, to_tf32_finite)
@@ -577,7 +577,7 @@ def _launch_clusters(kernel, args, grid, nthreads, shared, split):
     if id(compiled) not in _CLUSTERED:
         require_cluster(compiled, split)
         _CLUSTERED.add(id(compiled))
-    clusters.launch(kernel, compiled, args, grid, nthreads, shared, split)
+    cluster_launch(kernel, compiled, args, grid, nthreads, shared, split)
 
 
 def uspmm(ell, b, **tunables):
