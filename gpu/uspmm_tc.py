@@ -210,7 +210,7 @@ STATIC_LIMIT = SHARED_LIMIT
 U = np.uint64
 
 
-def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, core: bool = False):
+def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, classes: int = 0):
     """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
     16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
@@ -222,14 +222,32 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, core
     ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
     kernel splits it (:func:`gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
     twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
-    ``core`` (:mod:`gpu.uspmm_wgmma`, ``seg <= 8``): each offset ``o`` as the byte offset of its column in the
-    thread's row of 8 x 4 float32 core matrices, ``(o // 4) * 128 + (o % 4) * 4`` (at most 140: still 8 bits).
-    Built once per ``seg``, ``pad``, ``split`` and ``core`` on the host, kept with ``dell``."""
+    ``classes`` (:mod:`gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
+    classes instead of column ranges. Chunk ``ch`` (``kc`` columns) has ``tpr = kc / seg`` segments; chunk
+    column ``x`` (4-column group ``g = x // 4``) lies in segment ``h = (g // seg) * 4 + x % 4`` at offset
+    ``g % seg``: a segment is one column of each of ``seg`` consecutive groups, every fourth column. The
+    arrays are ``(ceil(K/kc), w, Mp, tpr, 2)`` (``split``) and ``(ceil(K/kc), w, Mp, tpr)``: a chunk's slot holds
+    every row's ``tpr`` segments side by side, so a warp of 8 rows x 4 classes reads 32 neighbouring entries.
+    Built once per ``seg``, ``pad``, ``split`` and ``classes`` on the host, kept with ``dell``."""
+    tpr = classes // seg if classes else 1
+    if classes and classes % (4 * seg):
+        raise ValueError(f"classes: the chunk width must be a multiple of 4 seg = {4 * seg}, got {classes}")
+
     def build():
         m, k = dell.shape
         idx = dell.host.indices.astype(np.int64)                            # (M, K'), ascending per row
-        nsub = max(cdiv(k, seg), 1)
-        q = idx // seg
+        vals = dell.host.values
+        if classes:
+            x = idx % classes
+            q = idx // classes * tpr + (x // 4) // seg * 4 + x % 4
+            off = (x // 4) % seg
+            nsub = max(cdiv(k, classes), 1) * tpr
+            order = np.argsort(q, axis=1, kind="stable")                    # (by segment; columns stay ascending)
+            q, off, idx, vals = (np.take_along_axis(a, order, axis=1) for a in (q, off, idx, vals))
+        else:
+            q = idx // seg
+            off = idx - q * seg
+            nsub = max(cdiv(k, seg), 1)
         rows = np.broadcast_to(np.arange(m)[:, None], idx.shape)
         counts = np.bincount((rows * nsub + q).ravel(), minlength=m * nsub).reshape(m, nsub)
         w = max(int(counts.max(initial=0)), 1)
@@ -241,17 +259,18 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, core
         mp = cdiv(m, 16) * 16
         values = np.zeros((nsub, w, mp), dtype=dell.dtype)
         offsets = np.zeros((nsub, w, mp), dtype=np.uint8)
-        values[q, pos, rows] = dell.host.values
-        offsets[q, pos, rows] = idx - q * seg
+        values[q, pos, rows] = vals
+        offsets[q, pos, rows] = off
         if split:                                                           # (padding: 0 splits into 0, 0)
-            values = np.stack(tf32_split(values), axis=-1).reshape(nsub, w, 2 * mp)
-        if core:
-            offsets = (offsets // 4) * 128 + (offsets % 4) * 4
-        return values, offsets
-    if core and seg > 8:
-        raise ValueError(f"seg: core-matrix byte offsets fit 8 bits for segments of at most 8 columns, got {seg}")
+            values = np.stack(tf32_split(values), axis=-1)
+        if classes:                                                         # (chunk, h, slot, row) to
+            # (chunk, slot, row, h)
+            values = values.reshape(nsub // tpr, tpr, *values.shape[1:]).swapaxes(1, 2).swapaxes(2, 3)
+            offsets = offsets.reshape(nsub // tpr, tpr, w, mp).transpose(0, 2, 3, 1)
+            return np.ascontiguousarray(values), np.ascontiguousarray(offsets)
+        return (values.reshape(nsub, w, 2 * mp) if split else values), offsets
     key = (("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
-           + (("core",) if core else ()))
+           + ((("classes", classes),) if classes else ()))
     return dell.cached(key, build)
 
 

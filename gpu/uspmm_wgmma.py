@@ -19,9 +19,13 @@ split into big and small TF32 parts in registers), its shared-memory operand the
 shared operands, and B arrives N-major).
 
 One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wgmma's n, 16..256),
-``stages`` B tiles and entry stages, three A buffers. The A tile is built as in :mod:`gpu.uspmm_tc`:
-thread ``t`` owns row ``t % bm``'s segment ``t // bm`` of ``seg = kc * bm / threads`` columns, its
-entries from :func:`gpu.uspmm_tc.segment_entries` (padded to ``w`` slots, values split on the host).
+``stages`` B tiles and entry stages, three A buffers. The A tile is built by the threads that build it
+(``tpr = threads / bm`` of them a row, at least 4): a row's ``kc`` columns are ``tpr / 4`` bands of ``4 seg``
+columns (``seg = kc / tpr``), and a thread owns one column class ``c % 4`` of one band: ``seg`` columns, every
+fourth. Its entries come from :func:`gpu.uspmm_tc.segment_entries` with ``classes`` (padded to ``w`` slots,
+values split on the host). Lane bits 0-2 pick the row, bits 3-4 the class, so the scatter's 4-byte stores of a
+warp (8 rows of a core matrix x 4 classes) hit 32 different banks, and its staged entries are 32 neighbours
+(session 15: 10-15% faster than segments of ``seg`` neighbouring columns, whose stores collided up to 4 ways).
 Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two fragment sets swap roles):
 
 1. load this thread's B fragments of chunk ``j`` from its B stage and split them (``to_tf32_finite``,
@@ -31,8 +35,8 @@ Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two f
 3. ``wgmma.wait_group 1``: chunk ``j-1``'s group is done (its A buffer and fragment registers free),
    chunk ``j``'s runs on;
 4. cp.async: B's chunk ``j + stages - 1`` and the entries of chunk ``j + stages``, one commit group;
-   then the thread zeroes its segment of chunk ``j+1``'s A buffer (big and small tiles) and writes the
-   staged entries into it, in slot order (padding first: value 0 at offset 0);
+   then the thread zeroes its share of its row's band in chunk ``j+1``'s A buffer (big and small tiles), a warp
+   barrier, and writes its staged entries into it, in slot order (padding first: value 0 at offset 0);
 5. ``cp.async.wait_group stages-2``, ``fence.proxy.async`` (the scatter's stores made visible to the
    tensor core), one barrier.
 
@@ -125,9 +129,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
     summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
     and build the A tiles while the other warpgroups only multiply (module docstring; no split K).
-    Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad`` and ``split``, and
-    ``core`` where a segment has at most 8 columns), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w``,
-    ``nsub`` (segments), ``mp`` (rows of the entry arrays)."""
+    Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad``, ``split`` and
+    ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w`` (slots)
+    and ``mp`` (rows of the entry arrays)."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
     nthreads = ncons + producers
     workers = producers or ncons                      # threads that copy and scatter
@@ -142,21 +146,15 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     per_row = bn // 4                                 # 16-byte pieces of a B row
     rstep = workers // per_row                        # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
-    ev_buf = tpr * slots * 2 * bm * 4                 # bytes of one entry-value stage
-    eo_buf = tpr * slots * bm                         # bytes of one entry-offset stage
+    ev_buf = slots * workers * 8                      # bytes of one entry-value stage (a slot: every row's
+    eo_buf = slots * workers                          # tpr segments, big and small values; offsets)
     se = stages - 1 if producers else stages          # entry stages (warp specialised: B's ``stages`` - 1)
     lead = stages - 3                                 # warp specialised: chunks copied ahead of the scatter
     ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
     eo0 = ev0 + se * ev_buf                           # and the offsets
-    # entry copies: a thread's value pieces are slots sl0, sl0 + vstep, ... of the stage at rows vr, vr + 1
-    # (its offset pieces: slots osl0, osl0 + ostep, ... at rows or .. or + 15). With w == slots (the padded
-    # entries), stage slot sl = h * slots + slot of chunk ch is slot ch * tpr * w + sl of the entry arrays.
-    vper, oper = bm // 2, bm // 16                    # 16-byte pieces of one slot's values, offsets
-    vstep, ostep = workers // vper, workers // oper
-    nstage = tpr * slots                              # slots of one entry stage
-    nvp, nop = cdiv(nstage, vstep), cdiv(nstage, ostep)   # value and offset pieces a thread per chunk
-    v_whole, o_whole = nstage % vstep == 0, nstage % ostep == 0   # every thread has all of them
-    core = seg <= 8                                   # offsets staged as core-matrix byte offsets (segment_entries)
+    # entry copies: a stage is a chunk's ``slots`` slots of the block's rows, each slot ``bm * tpr`` entries in a
+    # row (segment_entries' classes layout), so thread t copies the stage's 16-byte pieces t, t + workers, ...
+    nvp, nop = cdiv(ev_buf // 16, workers), cdiv(eo_buf // 16, workers)   # value, offset pieces a thread a chunk
     ksteps = kc // 8
     nfrag = 4 * ksteps                                # B fragment values a thread per chunk
     pend = stages - 2
@@ -185,71 +183,63 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         return y if y < U(n) else y - U(n)
 
     @inlined
-    def entry_bases(t, row0, w, nsub, mp, ev, eo, sh, sh8, vlim, olim):
-        """This thread's entry pieces: in ``vlim[i]`` / ``olim[i]`` the chunks for which its ``i``-th value / offset
-        piece lies within the arrays (0: its rows lie past them), and returned its first slot of a stage for
-        values and offsets, their shared (stage 0) and global (chunk 0) byte addresses, and the global bytes of
-        a chunk and of a step ``i`` (``vstep`` / ``ostep`` slots) for each (the same for all threads)."""
-        vsl0, vr = t // U(vper), (t % U(vper)) * U(2)
-        osl0, orow = t // U(oper), (t % U(oper)) * U(16)
-        vok, ook = row0 + vr < mp, row0 + orow < mp
-        slots_all, per_chunk = np.int64(nsub * w), np.int64(U(tpr) * w)
-        for i in range(nvp):                                             # slot vsl0 + i * vstep of chunk ch is
-            left = max(slots_all - np.int64(vsl0 + U(i * vstep)), np.int64(0))   # ch * tpr * w + ... of the arrays
-            vlim[i] = S32((left + per_chunk - 1) // per_chunk) if vok else S32(0)
-        for i in range(nop):
-            left = max(slots_all - np.int64(osl0 + U(i * ostep)), np.int64(0))
-            olim[i] = S32((left + per_chunk - 1) // per_chunk) if ook else S32(0)
-        return (vsl0, shared_addr(sh, U(ev0 // 4) + vsl0 * U(2 * bm) + vr * U(2)),
-                global_addr(ev, (vsl0 * mp + row0 + vr) * U(2) if vok else u0),
-                osl0, shared_addr(sh8, U(eo0) + osl0 * U(bm) + orow),
-                global_addr(eo, osl0 * mp + row0 + orow if ook else u0),
-                U(tpr) * w * mp * U(8), U(vstep) * mp * U(8), U(tpr) * w * mp, U(ostep) * mp)
+    def slab_bases(t, row0, w, mp, sa, arr, isz, first):
+        """This thread's pieces of one entry array (``isz`` bytes an entry; stage 0 at shared byte ``first``):
+        piece ``i`` is stage piece ``t + i * workers``, slot ``(t + i * workers) // pps`` (``pps``: pieces a
+        slot), ``(t % pps) * 16`` bytes into it. Returns its shared byte address in stage 0, its global address in
+        chunk 0 (the array's start where its row lies past ``mp``: it then reads nothing), whether the row lies
+        within, and the global bytes of a chunk and of a step ``i``."""
+        pps = workers * isz // 16
+        within = t % U(pps)
+        ok = row0 + within * u16 // U(tpr * isz) < mp                 # (the piece's row)
+        src = ((t // U(pps)) * mp + row0) * U(tpr * isz) + within * U(16)
+        return (S32(sa + U(first) + t * u16), global_addr(arr, src // U(4 if isz == 8 else 1) if ok else u0), ok,
+                w * mp * U(tpr * isz), U(workers // pps) * mp * U(tpr * isz))
 
     @inlined
-    def issue_entries(ch, st, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8):
-        """Chunk ``ch``'s entries (segments ``ch * tpr + h``, ``slots`` slots, the block's ``bm`` rows) into
-        entry stage ``st`` by cp.async; pieces past the segments or rows read nothing. ``eb``, ``vlim``, ``olim``:
-        :func:`entry_bases`."""
-        vsl0, vdst, vsrc, osl0, odst, osrc, vchunk, vstepb, ochunk, ostepb = eb
-        c32 = S32(ch)
+    def issue_entries(ch, st, eb, evgl, eogl, ev, eo, sh, sh8):
+        """Chunk ``ch``'s entries (``slots`` slots of the block's ``bm`` rows, ``tpr`` segments each) into entry
+        stage ``st`` by cp.async; pieces of rows past the arrays read nothing. ``eb``: :func:`slab_bases` of
+        the values and of the offsets, after the thread's number."""
+        t, vdst, vsrc, vok, vchunk, vstepb, odst, osrc, ook, ochunk, ostepb = eb
         vs = vsrc + ch * vchunk
         os_ = osrc + ch * ochunk
         for i in range(nvp):
-            if v_whole or vsl0 + U(i * vstep) < U(nstage):                # (a piece of the stage)
-                ok = c32 < vlim[i]
-                cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * vstep * 8 * bm), ev,
-                               vs + U(i) * vstepb if ok else evgl, u16 if ok else u0)
+            cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vstepb if vok else evgl,
+                           u16 if vok else u0)
         for i in range(nop):
-            if o_whole or osl0 + U(i * ostep) < U(nstage):
-                ok = c32 < olim[i]
-                cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * ostep * bm), eo,
-                               os_ + U(i) * ostepb if ok else eogl, u16 if ok else u0)
+            if (eo_buf // 16) % workers == 0 or t + U(i * workers) < U(eo_buf // 16):    # (a piece of the stage)
+                cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * 16 * workers), eo,
+                               os_ + U(i) * ostepb if ook else eogl, u16 if ook else u0)
 
     @inlined
-    def scatter(st, ab, evr, eor, rbh, sh, sh8):
+    def scatter(st, ab, evr, eor, rbz, rbs, sh, sh8):
         """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
-        (all before any store), zero the segment in both tiles, write the entries in slot order (padding,
-        value 0 at offset 0, comes first, so it never overwrites an entry). ``evr``/``eor``: its values and
-        offsets in stage 0; ``rbh``: its segment's first core-matrix row in buffer 0 (byte addresses)."""
+        (all before any store), zero its share of its row's band in both tiles, a warp barrier (the band's
+        other classes are zeroed by the lanes beside it), write the entries in slot order (padding, value 0 at
+        offset 0, comes first, so it never overwrites an entry). ``evr``/``eor``: its values and offsets in
+        stage 0; ``rbz``: the first 16 bytes it zeroes, ``rbs``: its class's word in its band's first core
+        matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks."""
         offs = cuda.local.array(slots, np.uint32)
         big = cuda.local.array(slots, float32)
         small = cuda.local.array(slots, float32)
         for i in range(slots):
-            pair = ld_shared2(sh, evr + st * U(ev_buf) + U(i * 8 * bm))
+            pair = ld_shared2(sh, evr + st * U(ev_buf) + U(i * 8 * workers))
             big[i] = pair[0]
             small[i] = pair[1]
-            offs[i] = ld_shared(sh8, eor + st * U(eo_buf) + U(i * bm))
+            offs[i] = ld_shared(sh8, eor + st * U(eo_buf) + U(i * workers))
         zero = float32(0.0)
-        base = rbh + ab * U(a_buf)
+        base = rbz + ab * U(a_buf)
         for z in range(seg // 4):
             st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
             st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
-        for i in range(slots):
-            if core:                                                     # (byte offsets staged as such)
-                x = base + offs[i]
-            else:                                                        # column offset o: (o // 4) core matrices
-                x = base + U((offs[i] >> 2) * 128 + (offs[i] & 3) * 4)   # on, row word o % 4
+        if SIM:                                                          # (no warp barrier there: the workers')
+            bar_sync(U(produced), U(workers))
+        else:
+            cuda.syncwarp()
+        base = rbs + ab * U(a_buf)
+        for i in range(slots):                                           # offset g: g core matrices on
+            x = base + (offs[i] << U(7))
             st_shared(sh, x, big[i])
             st_shared(sh, x + U(a_tile * 4), small[i])
 
@@ -306,27 +296,27 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
 
     @inlined
-    def step(j, ja, jb, end, fb, evr, eor, rbh, d0, acc, bfb, bfs, ev, eo, eb, vlim, olim, evgl, eogl, uk, un,
+    def step(j, ja, jb, end, fb, evr, eor, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uk, un,
              gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
         ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
         mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < end:                                                 # 4. the next A tile (its buffer's
-            scatter(nb_, na, evr, eor, rbh, sh, sh8)                     # wgmma: chunk j-2, done)
+            scatter(nb_, na, evr, eor, rbz, rbs, sh, sh8)                     # wgmma: chunk j-2, done)
         fence_proxy_async()                                              # (before the copies: it waits for
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
         if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
             issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
         if j + U(stages) < end:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(j + U(stages), jb, eb, evgl, eogl, ev, eo, sh, sh8)
         cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
         return na, nb_
 
     @inlined
-    def produce(lo, hi, evr, eor, rbh, ev, eo, eb, vlim, olim, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
+    def produce(lo, hi, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
                 blim, sh, sh8, b):
         """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
         chunk ``j``: wait until the consumers are done with chunk ``j - 3`` (its A buffer; B stages of chunks up
@@ -335,7 +325,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for s_ in range(lead):
             if lo + U(s_) < hi:
                 issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(lo + U(s_), U(s_), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(lo + U(s_), U(s_), eb, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
         ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
         for j0 in range(lo, hi):
@@ -344,11 +334,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - 3's wgmma done
             if j + U(lead) < hi:
                 issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(j + U(lead), je, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(j + U(lead), je, eb, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
             cp_async_wait(lead)                                          # this thread's copies of chunk j
             bar_sync(U(produced), U(producers))                          # everyone's
-            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbh, sh, sh8)   # (entry stage of chunk j)
+            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbz, rbs, sh, sh8)   # (entry stage of chunk j)
             fence_proxy_async()
             bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
             ja, jb, je = rot(ja, 3), rot(jb, stages), rot(je, se)
@@ -372,16 +362,21 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 0)
 
     @inlined
-    def worker_setup(pt, row0, col0, un, uk, uw, unsub, ump, sa, ev, eo, sh, sh8, b, blim, vlim, olim):
-        """Thread ``pt``'s addresses for copying and scattering, taken once (``blim``, ``vlim``, ``olim`` filled):
-        the scatter's segment (its first core-matrix row in buffer 0, its staged values and offsets), its B pieces
+    def worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev, eo, sh, sh8, b, blim):
+        """Thread ``pt``'s addresses for copying and scattering, taken once (``blim`` filled): the scatter's
+        segment (lane bits 0-2 and the warp: its row; lane bits 3-4: its column class; the warp: its band) as
+        the first 16 bytes it zeroes and its class's word in buffer 0, its staged values and offsets; its B pieces
         (4 columns from ``gc``, rows from ``r0``; shared and global chunk-0 addresses, bytes of ``rstep`` rows) and
-        its entry pieces (:func:`entry_bases`)."""
-        arow = pt % U(bm)
-        h = pt // U(bm)
-        rbh = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4) + h * U(seg // 4 * 32)) * U(4))
-        evr = S32(sa + U(ev0) + (h * U(slots * 2 * bm) + arow * U(2)) * U(4))
-        eor = S32(sa + U(eo0) + h * U(slots * bm) + arow)
+        its entry pieces (:func:`slab_bases`)."""
+        arow = (pt & U(7)) + ((pt >> U(5)) % U(bm // 8)) * U(8)
+        cls = (pt >> U(3)) & U(3)
+        band = pt // U(4 * bm)
+        h = band * U(4) + cls                                            # its segment of the chunk
+        row = sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4)) * U(4)
+        rbz = S32(row + (band * U(seg) + cls * U(seg // 4)) * U(128))
+        rbs = S32(row + band * U(seg * 128) + cls * U(4))
+        evr = S32(sa + U(ev0) + (arow * U(tpr) + h) * U(8))
+        eor = S32(sa + U(eo0) + arow * U(tpr) + h)
         pc = (pt % U(per_row)) * U(4)
         r0 = pt // U(per_row)
         gc = col0 + pc
@@ -390,8 +385,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
         bstep = U(rstep) * un * U(4)
         b_limits(uk, un, gc, r0, blim)
-        eb = entry_bases(pt, row0, uw, unsub, ump, ev, eo, sh, sh8, vlim, olim)
-        return rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb
+        eb = (pt, *slab_bases(pt, row0, uw, ump, sa, ev, 8, ev0), *slab_bases(pt, row0, uw, ump, sa, eo, 1, eo0))
+        return rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb
 
     @inlined
     def consumer_setup(ct, sa):
@@ -444,20 +439,18 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             cluster_sync()                                               # (no block leaves while its partial is read)
 
     @cuda.jit
-    def kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
+    def kernel(ev, eo, b, c, m, n, k, w, mp):
         t = U(cuda.threadIdx.x)
         row0 = U(cuda.blockIdx.x) // U(bpt) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
-        um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
+        um, un, uk, uw, ump = U(m), U(n), U(k), U(w), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
         sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
         blim = cuda.local.array(nbp, np.uint32)
-        vlim = cuda.local.array(nvp, np.uint32)
-        olim = cuda.local.array(nop, np.uint32)
-        rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, unsub, ump, sa, ev,
-                                                                         eo, sh, sh8, b, blim, vlim, olim)
+        rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, ump, sa, ev,
+                                                                              eo, sh, sh8, b, blim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         tq, nb, fb, d0 = consumer_setup(t, sa)
         acc = cuda.local.array(nacc, float32)
@@ -472,27 +465,27 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             for i in range(nacc):
                 acc[i] = float32(0.0)
             # prologue: entries of chunk lo (own group), then B chunks lo + s and entries lo + s + 1, s < stages - 1
-            issue_entries(lo, u0, eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(lo, u0, eb, evgl, eogl, ev, eo, sh, sh8)
             cp_async_commit()
             for s in range(stages - 1):
                 if lo + U(s) < hi:
                     issue_b(lo + U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
                 if lo + U(s + 1) < hi:
-                    issue_entries(lo + U(s + 1), U(s + 1), eb, vlim, olim, evgl, eogl, ev, eo, sh, sh8)
+                    issue_entries(lo + U(s + 1), U(s + 1), eb, evgl, eogl, ev, eo, sh, sh8)
                 cp_async_commit()
             cp_async_wait(pend_first)
             cuda.syncthreads()                                           # (other threads' copies)
-            scatter(u0, u0, evr, eor, rbh, sh, sh8)
+            scatter(u0, u0, evr, eor, rbz, rbs, sh, sh8)
             cp_async_wait(pend)
             fence_proxy_async()
             cuda.syncthreads()
             ja, jb = u0, u0
             for j0 in range(lo, hi, 2):
                 uj = U(j0)
-                ja, jb = step(uj, ja, jb, hi, fb, evr, eor, rbh, d0, acc, bfb0, bfs0, ev, eo, eb, vlim, olim, evgl,
+                ja, jb = step(uj, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb0, bfs0, ev, eo, eb, evgl,
                               eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
                 if uj + u1 < hi:
-                    ja, jb = step(uj + u1, ja, jb, hi, fb, evr, eor, rbh, d0, acc, bfb1, bfs1, ev, eo, eb, vlim, olim,
+                    ja, jb = step(uj + u1, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb1, bfs1, ev, eo, eb,
                                   evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
             wgmma_wait(acc, nacc, 0)
             if split > 1:                                                # this part's partial tile into shared
@@ -502,24 +495,22 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         finish(acc, rank, t, tq, nb, row0, col0, um, un, sa, sh, c)
 
     @cuda.jit
-    def ws_kernel(ev, eo, b, c, m, n, k, w, nsub, mp):
+    def ws_kernel(ev, eo, b, c, m, n, k, w, mp):
         """Warp specialised (no split K): threads ``0 .. producers - 1`` run :func:`produce`, the warpgroups after
         them :func:`consume` and write C."""
         t = U(cuda.threadIdx.x)
         row0 = U(cuda.blockIdx.x) * U(bm)
         col0 = U(cuda.blockIdx.y) * U(bn)
-        um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
+        um, un, uk, uw, ump = U(m), U(n), U(k), U(w), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
         sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)
         sa = U(shared_addr(sh, u0))
         producer = t < U(producers)
         blim = cuda.local.array(nbp, np.uint32)
-        vlim = cuda.local.array(nvp, np.uint32)
-        olim = cuda.local.array(nop, np.uint32)
-        rbh, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t if producer else u0, row0, col0, un, uk, uw,
-                                                                         unsub, ump, sa, ev, eo, sh, sh8, b, blim,
-                                                                         vlim, olim)
+        pt = t if producer else u0
+        rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev,
+                                                                              eo, sh, sh8, b, blim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         ct = t - U(producers) if not producer else u0                    # consumer thread (wgmma, C)
         tq, nb, fb, d0 = consumer_setup(ct, sa)
@@ -531,7 +522,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for i in range(nacc):
             acc[i] = float32(0.0)
         if producer:
-            produce(u0, nch, evr, eor, rbh, ev, eo, eb, vlim, olim, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl,
+            produce(u0, nch, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl,
                     bstep, blim, sh, sh8, b)
         else:
             consume(u0, nch, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh)
@@ -549,9 +540,9 @@ def _check(bm, bn, kc, stages, split, producers):
     if producers not in (0, WG, 2 * WG):
         raise ValueError(f"producers: 0, {WG} or {2 * WG} (one or two producer warpgroups), got {producers}")
     workers = producers or WG * (bn // 64)
-    if bm not in (16, 32, 64, 128, 256) or workers % bm:
-        raise ValueError(f"bm: must be 16, 32, 64, 128 or 256 (the wgmma's n) and divide the {workers} threads that "
-                         f"build the A tile, got {bm}")
+    if bm not in (16, 32, 64, 128, 256) or workers % (4 * bm):
+        raise ValueError(f"bm: must be 16, 32, 64, 128 or 256 (the wgmma's n) with 4 bm dividing the {workers} threads "
+                         f"that build the A tile (four column classes a row), got {bm}")
     if kc % 8 or (kc * bm // workers) % 4:
         raise ValueError(f"kc: must be a multiple of 8 with kc * bm / {workers} a multiple of 4, got {kc}")
     if workers % (bn // 4) or kc % (workers // (bn // 4)):
@@ -620,12 +611,12 @@ def run(dell, bop, order: str, **tunables):
     if m and n:
         nthreads = WG * (bn // 64) + producers
         seg = kc * bm // (producers or nthreads)
-        ev, eo = segment_entries(dell, seg, pad=True, split=True, core=seg <= 8)
-        nsub, w, mp = eo.shape
+        ev, eo = segment_entries(dell, seg, pad=True, split=True, classes=kc)
+        w, mp = eo.shape[1:3]
         slots = scatter_slots(seg, w)
         kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
                                producers)
-        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, nsub, mp)
+        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, mp)
         shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
         _opt_in(kernel, args, shared)
         if split > 1 and not SIM:

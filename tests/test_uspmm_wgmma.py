@@ -22,12 +22,12 @@ from sparsekit.formats import ELL
 from strategies import dense_arrays, ell_matrices
 from test_spmm import assert_fp32_accumulated
 
-# (bm, bn, kc, stages): a thread's segment of 4 (bm 16 and 32: 8 and 4 threads a row), 8 (bm 64) and
-# 8 columns in chunks of 8 (bm 128, one thread a row, two stages): offsets staged as core-matrix byte
-# offsets; 16 columns (bm 128, kc 16): column offsets, converted by the scatter.
+# (bm, bn, kc, stages), one warpgroup: a thread's segment (one column class of a band of 4 seg columns) of 4
+# columns (bm 16: 8 threads a row, two bands; bm 32: 4 threads a row), 8 (bm 32 kc 32; bm 16 kc 64, two
+# stages) and 16 (bm 32 kc 64: two offset pieces a slot row, every thread copies one).
 TUNABLES = [dict(bm=16, bn=64, kc=32, stages=3), dict(bm=32, bn=64, kc=16, stages=4),
-            dict(bm=64, bn=64, kc=16, stages=3), dict(bm=128, bn=64, kc=8, stages=2),
-            dict(bm=128, bn=64, kc=16, stages=3)]
+            dict(bm=32, bn=64, kc=32, stages=3), dict(bm=16, bn=64, kc=64, stages=2),
+            dict(bm=32, bn=64, kc=64, stages=3)]
 
 
 def check_against_reference(ell, b, tunables):
@@ -48,9 +48,9 @@ def test_matches_reference(data):
 
 # (M, K, N, K', setting): K' = 0; K' = K over three chunks with a partial last one and two row blocks;
 # two column blocks and a partial row block; one row past a 16-row boundary; N = 7 (B by plain loads);
-# segments of 16 columns over two chunks.
+# segments of 16 columns over two chunks, the second partial.
 EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24, 12, 5, 3), (9, 20, 7, 6, 0),
-              (30, 32, 8, 13, 4)]
+              (30, 100, 8, 13, 4)]
 
 
 # split K (a cluster of ``split`` blocks a tile on the GPU; here one block computes the parts in turn):
@@ -58,8 +58,8 @@ EDGE_CASES = [(5, 7, 4, 0, 1), (40, 40, 8, 40, 1), (20, 33, 68, 11, 2), (17, 24,
 # by plain loads) and a partial row block; 4 parts of a K shorter than one chunk; the routed split settings'
 # tile shape (64 x 128, a partial column block, a chunk a part; tests/gpu runs each routed setting at real sizes).
 SPLIT_CASES = [(16, 40, 8, 13, dict(bm=16, bn=64, kc=32, stages=3, split=2)),
-               (40, 70, 9, 30, dict(bm=64, bn=64, kc=16, stages=3, split=8)),
-               (17, 12, 12, 5, dict(bm=64, bn=64, kc=16, stages=4, split=4)),
+               (40, 70, 9, 30, dict(bm=64, bn=128, kc=16, stages=3, split=8)),
+               (17, 12, 12, 5, dict(bm=32, bn=64, kc=16, stages=4, split=4)),
                (20, 32, 68, 20, dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2))]
 
 
@@ -174,11 +174,11 @@ def test_rejects_dtype_mismatch(small):
 
 
 @pytest.mark.parametrize("tunables,match", [
-    (dict(bn=96), "bn"), (dict(bm=48), "bm"), (dict(bm=256, bn=64), "bm"), (dict(kc=12), "kc"),
-    (dict(bm=128, bn=64, kc=4), "kc"), (dict(stages=1), "stages"), (dict(warps=4), "unknown"),
+    (dict(bn=96), "bn"), (dict(bm=48), "bm"), (dict(bm=256, bn=64), "bm"), (dict(bm=64, bn=64), "bm"),
+    (dict(kc=12), "kc"), (dict(bm=32, bn=64, kc=4), "kc"), (dict(stages=1), "stages"), (dict(warps=4), "unknown"),
     (dict(split=3), "split"), (dict(bm=32, bn=64, split=8), "split"), (dict(producers=64), "producers"),
-    (dict(bm=64, bn=128, producers=128, split=2), "producers"),
-    (dict(bm=64, bn=128, producers=128, stages=3), "stages"),
+    (dict(bm=32, bn=128, producers=128, split=2), "producers"),
+    (dict(bm=32, bn=128, producers=128, stages=3), "stages"),
     (dict(bm=256, bn=64, kc=16, producers=128), "bm")])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, rng = small
