@@ -54,7 +54,8 @@ literal struct, returned to Numba as a ``UniTuple``.
     addresses come out of inline assembly, so the optimiser cannot fold the per-chunk offsets
     back into per-copy multiplications (it did: ``(k0 + r) * n`` for every copy). Under
     the simulator an address is ``i * itemsize`` (relative to the array it was taken from).
-``ld_shared(arr, addr)``, ``ld_shared2(arr, addr)``, ``st_shared(arr, addr, v)``, ``st_shared4(arr, addr, v0..v3)``
+``ld_shared(arr, addr)``, ``ld_shared2`` / ``ld_shared4(arr, addr)``, ``st_shared(arr, addr, v)``,
+``st_shared4(arr, addr, v0..v3)``
     ``ld.shared`` / ``st.shared`` (32-bit elements, one or a vector of 2 or 4; ``ld_shared`` of a uint8 array
     loads a byte into a uint32) at a shared byte address from :func:`shared_addr` plus offsets: a hot loop
     adds constants to an address taken once, where ``arr[i]`` recomputes a 64-bit generic address per
@@ -116,7 +117,7 @@ from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ld_shared", "ld_shared2", "st_shared",
+           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ld_shared", "ld_shared2", "ld_shared4", "st_shared",
            "st_shared4", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
@@ -295,6 +296,11 @@ if config.ENABLE_CUDASIM:
         """Simulator fallback: the two elements from byte offset ``addr``."""
         i = int(addr) // arr.dtype.itemsize
         return arr[i], arr[i + 1]
+
+    def ld_shared4(arr, addr):
+        """Simulator fallback: the four elements from byte offset ``addr``."""
+        i = int(addr) // arr.dtype.itemsize
+        return arr[i], arr[i + 1], arr[i + 2], arr[i + 3]
 
     def st_shared(arr, addr, v):
         """Simulator fallback: ``v`` to ``arr``'s element at byte offset ``addr``."""
@@ -537,22 +543,32 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def ld_shared2(typingctx, arr, addr):
-        """``ld.shared.v2.b32``: two elements of a 32-bit ``arr`` at an 8-byte aligned shared byte address."""
-        if not _shared_ok(arr, addr):
-            return None
-        sig = types.UniTuple(arr.dtype, 2)(arr, addr)
+    def _ld_shared_vector(n: int):
+        """The ``ld.shared.v{n}.b32`` intrinsic: ``n`` elements of a 32-bit ``arr`` at a ``4 n``-byte aligned
+        shared byte address, as a tuple."""
+        regs = ", ".join(f"${j}" for j in range(n))
 
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * 2), [_I32]),
-                               "ld.shared.v2.b32 {$0, $1}, [$2];", "=r,=r,r", side_effect=True)
-            res = builder.call(asm, [_u32(builder, args[1])])
-            elem = context.get_value_type(sig.return_type.dtype)
-            return context.make_tuple(builder, sig.return_type,
-                                      [builder.bitcast(builder.extract_value(res, j), elem) for j in range(2)])
+        def typer(typingctx, arr, addr):
+            if not _shared_ok(arr, addr):
+                return None
+            sig = types.UniTuple(arr.dtype, n)(arr, addr)
 
-        return sig, codegen
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_I32] * n), [_I32]),
+                                   f"ld.shared.v{n}.b32 {{{regs}}}, [${n}];", ",".join(["=r"] * n) + ",r",
+                                   side_effect=True)
+                res = builder.call(asm, [_u32(builder, args[1])])
+                elem = context.get_value_type(sig.return_type.dtype)
+                return context.make_tuple(builder, sig.return_type,
+                                          [builder.bitcast(builder.extract_value(res, j), elem) for j in range(n)])
+
+            return sig, codegen
+
+        typer.__name__ = f"ld_shared{n}"
+        return intrinsic(typer)
+
+    ld_shared2 = _ld_shared_vector(2)
+    ld_shared4 = _ld_shared_vector(4)
 
     @intrinsic
     def st_shared(typingctx, arr, addr, v):

@@ -225,13 +225,17 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
     ``classes`` (:mod:`gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
     classes instead of column ranges. Chunk ``ch`` (``kc`` columns) has ``tpr = kc / seg`` segments; chunk
     column ``x`` (4-column group ``g = x // 4``) lies in segment ``h = (g // seg) * 4 + x % 4`` at offset
-    ``g % seg``: a segment is one column of each of ``seg`` consecutive groups, every fourth column. The
-    arrays are ``(ceil(K/kc), w, Mp, tpr, 2)`` (``split``) and ``(ceil(K/kc), w, Mp, tpr)``: a chunk's slot holds
-    every row's ``tpr`` segments side by side, so a warp of 8 rows x 4 classes reads 32 neighbouring entries.
+    ``g % seg``: a segment is one column of each of ``seg`` consecutive groups, every fourth column. Needs
+    ``pad`` (``w`` even, at most 16). ``values`` is ``(ceil(K/kc), w/2, Mp, tpr, 2, 2)`` (``split``; else without
+    the last axis): a chunk's slots ``2i, 2i+1`` of every row's ``tpr`` segments side by side, so the thread of
+    item ``row * tpr + segment`` copies and reads 16 bytes of its own per slot pair; ``offsets`` is
+    ``(ceil(K/kc), Mp, tpr, 4)`` uint32: an item's ``w`` offsets as the bytes of one 16-byte piece (slot ``i`` in
+    byte ``i % 4`` of word ``i // 4``, little-endian; zeros after them).
     Built once per ``seg``, ``pad``, ``split`` and ``classes`` on the host, kept with ``dell``."""
     tpr = classes // seg if classes else 1
-    if classes and classes % (4 * seg):
-        raise ValueError(f"classes: the chunk width must be a multiple of 4 seg = {4 * seg}, got {classes}")
+    if classes and (classes % (4 * seg) or seg > 16 or not pad):
+        raise ValueError(f"classes: the chunk width must be a multiple of 4 seg = {4 * seg}, seg at most 16 and "
+                         f"pad set, got {classes}, {seg}, {pad}")
 
     def build():
         m, k = dell.shape
@@ -264,10 +268,13 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
         if split:                                                           # (padding: 0 splits into 0, 0)
             values = np.stack(tf32_split(values), axis=-1)
         if classes:                                                         # (chunk, h, slot, row) to
-            # (chunk, slot, row, h)
-            values = values.reshape(nsub // tpr, tpr, *values.shape[1:]).swapaxes(1, 2).swapaxes(2, 3)
-            offsets = offsets.reshape(nsub // tpr, tpr, w, mp).transpose(0, 2, 3, 1)
-            return np.ascontiguousarray(values), np.ascontiguousarray(offsets)
+            # (chunk, slot pair, row, h, slot of the pair) and (chunk, row, h, slot)
+            nch = nsub // tpr
+            values = values.reshape(nch, tpr, w // 2, 2, *values.shape[2:])
+            values = np.moveaxis(values, (1, 3), (3, 4))
+            packed = np.zeros((nch, mp, tpr, 16), dtype=np.uint8)
+            packed[..., :w] = offsets.reshape(nch, tpr, w, mp).transpose(0, 3, 1, 2)
+            return np.ascontiguousarray(values), packed.view(np.uint32)
         return (values.reshape(nsub, w, 2 * mp) if split else values), offsets
     key = (("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
            + ((("classes", classes),) if classes else ()))

@@ -23,7 +23,7 @@ One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wg
 (``tpr = threads / bm`` of them a row, at least 4): a row's ``kc`` columns are ``tpr / 4`` bands of ``4 seg``
 columns (``seg = kc / tpr``), and a thread owns one column class ``c % 4`` of one band: ``seg`` columns, every
 fourth. Its entries come from :func:`gpu.uspmm_tc.segment_entries` with ``classes`` (padded to ``w`` slots,
-values split on the host). Lane bits 0-2 pick the row, bits 3-4 the class, so the scatter's 4-byte stores of a
+values split on the host). Lane bits 0-1 pick the class, bits 2-4 the row, so the scatter's 4-byte stores of a
 warp (8 rows of a core matrix x 4 classes) hit 32 different banks, and its staged entries are 32 neighbours
 (session 15: 10-15% faster than segments of ``seg`` neighbouring columns, whose stores collided up to 4 ways).
 Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two fragment sets swap roles):
@@ -56,8 +56,9 @@ Warp specialised (``producers`` of 128 or 256, no split): the block gains one or
 warpgroups after them only load B's fragments, multiply and write C. They hand over through named barriers
 (``bar.sync`` / ``bar.arrive``, :mod:`gpu.sync_primitives`) instead of one block barrier a chunk: per A buffer a
 "full" barrier (producers arrive once the tile is built and fenced, consumers wait) and an "empty" one (consumers
-arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 3`` into it); a producers'
-barrier makes everyone's copies of a chunk visible to the scatter. Copies run ``stages - 3`` chunks ahead of the
+arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 3`` into it); a producer's
+scatter reads only the entries it copied itself, so it waits for its own copies only. Copies run ``stages - 3``
+chunks ahead of the
 scatter (``stages`` B stages, ``stages - 1`` entry stages). Under the simulator the named barriers are Python
 conditions on the block's threads.
 
@@ -79,13 +80,14 @@ import functools
 
 import numpy as np
 from numba import cuda, float32
-from numba.core.types import uint8
+from numba.core.types import uint32
 from numba.cuda import config as cuda_config
 
 from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
 from gpu.cluster import launch as cluster_launch
 from gpu.inline import inlined
-from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2, shared_addr,
+from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2,
+                     ld_shared4, shared_addr,
                      st_shared, st_shared4, to_tf32, to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
@@ -106,13 +108,13 @@ WG = 128                                               # threads of a warpgroup
 
 def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
-    ``stages`` entry stages (``slots`` slots of each of the ``bn / 64 * 128 / bm`` segments a row: a big
-    and a small value and an 8-bit offset for each of the ``bm`` rows). With ``split``, a partial tile
+    ``stages`` entry stages (for each of the ``2 bn`` threads that build A tiles: ``slots`` big and small values
+    and 16 bytes of 8-bit offsets). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
     after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
-    specialised), ``stages - 1`` entry stages of ``producers / bm`` segments a row."""
-    tpr = (producers or 2 * bn) // bm
-    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + (stages - (1 if producers else 0)) * tpr * slots * bm * 9
+    specialised), ``stages - 1`` entry stages of ``producers`` threads."""
+    workers = producers or 2 * bn
+    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + (stages - (1 if producers else 0)) * workers * (8 * slots + 16)
     if split == 1:
         return pipeline
     return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
@@ -146,15 +148,14 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     per_row = bn // 4                                 # 16-byte pieces of a B row
     rstep = workers // per_row                        # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
-    ev_buf = slots * workers * 8                      # bytes of one entry-value stage (a slot: every row's
-    eo_buf = slots * workers                          # tpr segments, big and small values; offsets)
+    ev_buf = slots * workers * 8                      # bytes of one entry-value stage (a slot pair: every item's
+    eo_buf = workers * 16                             # big and small values of two slots; an item's offsets)
     se = stages - 1 if producers else stages          # entry stages (warp specialised: B's ``stages`` - 1)
     lead = stages - 3                                 # warp specialised: chunks copied ahead of the scatter
     ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
     eo0 = ev0 + se * ev_buf                           # and the offsets
-    # entry copies: a stage is a chunk's ``slots`` slots of the block's rows, each slot ``bm * tpr`` entries in a
-    # row (segment_entries' classes layout), so thread t copies the stage's 16-byte pieces t, t + workers, ...
-    nvp, nop = cdiv(ev_buf // 16, workers), cdiv(eo_buf // 16, workers)   # value, offset pieces a thread a chunk
+    # entry copies (segment_entries' classes layout): the thread of item row * tpr + segment copies its own
+    # 16-byte pieces, one a slot pair of values, one of offsets, and its scatter reads only them
     ksteps = kc // 8
     nfrag = 4 * ksteps                                # B fragment values a thread per chunk
     pend = stages - 2
@@ -166,8 +167,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     part_bytes = 4 * bm * bn                          # one partial tile, word i * ncons + t: thread t's acc[i]
     red0 = shared_bytes(bm, bn, kc, stages, slots, 1, producers) if SIM else 0   # partial 0's bytes (simulator:
     red_step = part_bytes if SIM else 0               # part q's at red0 + q * part_bytes; GPU: each block's own)
-    produced, full0, empty0 = 1, 2, 5                 # named barriers (warp specialised): the producers'; an A
-    #                                                   buffer built (3); an A buffer's wgmma done (3)
+    workers_bar, full0, empty0 = 1, 2, 5              # named barriers: the workers' (the simulator's stand-in for
+    #                                                   the scatter's warp barrier); warp specialised: an A buffer
+    #                                                   built (3), an A buffer's wgmma done (3)
     jper = nacc // 4 // split                         # accumulator quads a K part writes to C
 
     @inlined
@@ -183,58 +185,57 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         return y if y < U(n) else y - U(n)
 
     @inlined
-    def slab_bases(t, row0, w, mp, sa, arr, isz, first):
-        """This thread's pieces of one entry array (``isz`` bytes an entry; stage 0 at shared byte ``first``):
-        piece ``i`` is stage piece ``t + i * workers``, slot ``(t + i * workers) // pps`` (``pps``: pieces a
-        slot), ``(t % pps) * 16`` bytes into it. Returns its shared byte address in stage 0, its global address in
-        chunk 0 (the array's start where its row lies past ``mp``: it then reads nothing), whether the row lies
-        within, and the global bytes of a chunk and of a step ``i``."""
-        pps = workers * isz // 16
-        within = t % U(pps)
-        ok = row0 + within * u16 // U(tpr * isz) < mp                 # (the piece's row)
-        src = ((t // U(pps)) * mp + row0) * U(tpr * isz) + within * U(16)
-        return (S32(sa + U(first) + t * u16), global_addr(arr, src // U(4 if isz == 8 else 1) if ok else u0), ok,
-                w * mp * U(tpr * isz), U(workers // pps) * mp * U(tpr * isz))
+    def entry_bases(item, row0, w, mp, sa, ev, eo):
+        """The staged entries of this thread's ``item`` (``row * tpr + segment`` of the block's rows): its values'
+        and offsets' stage-0 shared byte addresses (slot pair ``i`` of the values: ``+ 16 i workers``), their
+        chunk-0 global addresses (the arrays' start where the row lies past ``mp``: the copies then read nothing),
+        whether the row lies within, the global bytes of a chunk of values and of offsets, and of a slot pair."""
+        ok = row0 + item // U(tpr) < mp
+        g = row0 * U(tpr) + item                                         # its piece of a slot pair / of offsets
+        pair = mp * U(tpr * 16)
+        return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * u16), global_addr(ev, g * U(4) if ok else u0),
+                global_addr(eo, g * U(4) if ok else u0), ok, w // U(2) * pair, pair, pair)
 
     @inlined
-    def issue_entries(ch, st, eb, evgl, eogl, ev, eo, sh, sh8):
-        """Chunk ``ch``'s entries (``slots`` slots of the block's ``bm`` rows, ``tpr`` segments each) into entry
-        stage ``st`` by cp.async; pieces of rows past the arrays read nothing. ``eb``: :func:`slab_bases` of
-        the values and of the offsets, after the thread's number."""
-        t, vdst, vsrc, vok, vchunk, vstepb, odst, osrc, ook, ochunk, ostepb = eb
+    def issue_entries(ch, st, eb, evgl, eogl, ev, eo, sh, sh32):
+        """Chunk ``ch``'s entries of this thread's item (``slots`` of them) into entry stage ``st`` by cp.async
+        (nothing read past the arrays' rows). ``eb``: :func:`entry_bases`."""
+        vdst, odst, vsrc, osrc, ok, vchunk, ochunk, vpair = eb
         vs = vsrc + ch * vchunk
-        os_ = osrc + ch * ochunk
-        for i in range(nvp):
-            cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vstepb if vok else evgl,
-                           u16 if vok else u0)
-        for i in range(nop):
-            if (eo_buf // 16) % workers == 0 or t + U(i * workers) < U(eo_buf // 16):    # (a piece of the stage)
-                cp_async16_raw(sh8, odst + st * U(eo_buf) + U(i * 16 * workers), eo,
-                               os_ + U(i) * ostepb if ook else eogl, u16 if ook else u0)
+        for i in range(slots // 2):
+            cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vpair if ok else evgl,
+                           u16 if ok else u0)
+        cp_async16_raw(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, u16 if ok else u0)
 
     @inlined
-    def scatter(st, ab, evr, eor, rbz, rbs, sh, sh8):
+    def scatter(st, ab, evr, eor, rbz, rbs, sh, sh32):
         """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
         (all before any store), zero its share of its row's band in both tiles, a warp barrier (the band's
         other classes are zeroed by the lanes beside it), write the entries in slot order (padding, value 0 at
         offset 0, comes first, so it never overwrites an entry). ``evr``/``eor``: its values and offsets in
         stage 0; ``rbz``: the first 16 bytes it zeroes, ``rbs``: its class's word in its band's first core
-        matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks."""
+        matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks, each 8 lanes'
+        16-byte zeroes to 8 rows' banks."""
         offs = cuda.local.array(slots, np.uint32)
         big = cuda.local.array(slots, float32)
         small = cuda.local.array(slots, float32)
+        for i in range(slots // 2):
+            quad = ld_shared4(sh, evr + st * U(ev_buf) + U(i * 16 * workers))
+            big[2 * i], small[2 * i], big[2 * i + 1], small[2 * i + 1] = quad
+        if slots <= 8:
+            w01 = ld_shared2(sh32, eor + st * U(eo_buf))
+            words = (w01[0], w01[1], w01[1], w01[1])
+        else:
+            words = ld_shared4(sh32, eor + st * U(eo_buf))
         for i in range(slots):
-            pair = ld_shared2(sh, evr + st * U(ev_buf) + U(i * 8 * workers))
-            big[i] = pair[0]
-            small[i] = pair[1]
-            offs[i] = ld_shared(sh8, eor + st * U(eo_buf) + U(i * workers))
+            offs[i] = (words[i // 4] >> U(8 * (i % 4))) & U(255)
         zero = float32(0.0)
         base = rbz + ab * U(a_buf)
         for z in range(seg // 4):
             st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
             st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
         if SIM:                                                          # (no warp barrier there: the workers')
-            bar_sync(U(produced), U(workers))
+            bar_sync(U(workers_bar), U(workers))
         else:
             cuda.syncwarp()
         base = rbs + ab * U(a_buf)
@@ -297,19 +298,19 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
 
     @inlined
     def step(j, ja, jb, end, fb, evr, eor, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uk, un,
-             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b):
+             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
         ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
         mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < end:                                                 # 4. the next A tile (its buffer's
-            scatter(nb_, na, evr, eor, rbz, rbs, sh, sh8)                     # wgmma: chunk j-2, done)
+            scatter(nb_, na, evr, eor, rbz, rbs, sh, sh32)                     # wgmma: chunk j-2, done)
         fence_proxy_async()                                              # (before the copies: it waits for
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
         if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
             issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
         if j + U(stages) < end:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(j + U(stages), jb, eb, evgl, eogl, ev, eo, sh, sh32)
         cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
@@ -317,15 +318,16 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
 
     @inlined
     def produce(lo, hi, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
-                blim, sh, sh8, b):
+                blim, sh, sh32, b):
         """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
         chunk ``j``: wait until the consumers are done with chunk ``j - 3`` (its A buffer; B stages of chunks up
-        to ``j - 2``), copy chunk ``j + lead``, wait for its own copies of chunk ``j``, the producers' barrier
-        (everyone's), build chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full barrier."""
+        to ``j - 2``), copy chunk ``j + lead``, wait for its own copies of chunk ``j`` (the scatter reads only
+        those), build its share of chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full
+        barrier (the consumers wait for every producer's arrival: every B copy of chunk ``j`` landed)."""
         for s_ in range(lead):
             if lo + U(s_) < hi:
                 issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(lo + U(s_), U(s_), eb, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(lo + U(s_), U(s_), eb, evgl, eogl, ev, eo, sh, sh32)
             cp_async_commit()
         ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
         for j0 in range(lo, hi):
@@ -334,11 +336,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - 3's wgmma done
             if j + U(lead) < hi:
                 issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(j + U(lead), je, eb, evgl, eogl, ev, eo, sh, sh8)
+                issue_entries(j + U(lead), je, eb, evgl, eogl, ev, eo, sh, sh32)
             cp_async_commit()
             cp_async_wait(lead)                                          # this thread's copies of chunk j
-            bar_sync(U(produced), U(producers))                          # everyone's
-            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbz, rbs, sh, sh8)   # (entry stage of chunk j)
+            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
             fence_proxy_async()
             bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
             ja, jb, je = rot(ja, 3), rot(jb, stages), rot(je, se)
@@ -362,21 +363,22 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 0)
 
     @inlined
-    def worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev, eo, sh, sh8, b, blim):
+    def worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev, eo, sh, sh32, b, blim):
         """Thread ``pt``'s addresses for copying and scattering, taken once (``blim`` filled): the scatter's
-        segment (lane bits 0-2 and the warp: its row; lane bits 3-4: its column class; the warp: its band) as
-        the first 16 bytes it zeroes and its class's word in buffer 0, its staged values and offsets; its B pieces
-        (4 columns from ``gc``, rows from ``r0``; shared and global chunk-0 addresses, bytes of ``rstep`` rows) and
-        its entry pieces (:func:`slab_bases`)."""
-        arow = (pt & U(7)) + ((pt >> U(5)) % U(bm // 8)) * U(8)
-        cls = (pt >> U(3)) & U(3)
+        segment (lane bits 0-1: its column class, bits 2-4 and the warp: its row, the warp: its band) as its
+        class's word in buffer 0 and its staged values and offsets (:func:`entry_bases`; 32 neighbouring items a
+        warp); the 16-byte pieces it
+        zeroes (lane bits 0-2: a row of the warp's 8, bits 3-4: a quarter of the band); its B pieces (4 columns
+        from ``gc``, rows from ``r0``; shared and global chunk-0 addresses, bytes of ``rstep`` rows)."""
+        rows8 = ((pt >> U(5)) % U(bm // 8)) * U(8)                        # the warp's 8 rows
+        arow = rows8 + ((pt >> U(2)) & U(7))
+        cls = pt & U(3)
         band = pt // U(4 * bm)
         h = band * U(4) + cls                                            # its segment of the chunk
-        row = sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4)) * U(4)
-        rbz = S32(row + (band * U(seg) + cls * U(seg // 4)) * U(128))
-        rbs = S32(row + band * U(seg * 128) + cls * U(4))
-        evr = S32(sa + U(ev0) + (arow * U(tpr) + h) * U(8))
-        eor = S32(sa + U(eo0) + arow * U(tpr) + h)
+        zrow = rows8 + (pt & U(7))
+        rbz = S32(sa + ((zrow >> U(3)) * U(8 * kc) + (zrow & U(7)) * U(4)) * U(4)
+                  + (band * U(seg) + ((pt >> U(3)) & U(3)) * U(seg // 4)) * U(128))
+        rbs = S32(sa + ((arow >> U(3)) * U(8 * kc) + (arow & U(7)) * U(4)) * U(4) + band * U(seg * 128) + cls * U(4))
         pc = (pt % U(per_row)) * U(4)
         r0 = pt // U(per_row)
         gc = col0 + pc
@@ -385,8 +387,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
         bstep = U(rstep) * un * U(4)
         b_limits(uk, un, gc, r0, blim)
-        eb = (pt, *slab_bases(pt, row0, uw, ump, sa, ev, 8, ev0), *slab_bases(pt, row0, uw, ump, sa, eo, 1, eo0))
-        return rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb
+        eb = entry_bases(arow * U(tpr) + h, row0, uw, ump, sa, ev, eo)
+        return rbz, rbs, eb[0], eb[1], gc, r0, bsh0, bgl0, bgl, bstep, eb
 
     @inlined
     def consumer_setup(ct, sa):
@@ -446,11 +448,11 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         um, un, uk, uw, ump = U(m), U(n), U(k), U(w), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
-        sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)        #  offsets]
+        sh32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
         blim = cuda.local.array(nbp, np.uint32)
         rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, ump, sa, ev,
-                                                                              eo, sh, sh8, b, blim)
+                                                                              eo, sh, sh32, b, blim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         tq, nb, fb, d0 = consumer_setup(t, sa)
         acc = cuda.local.array(nacc, float32)
@@ -465,17 +467,16 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             for i in range(nacc):
                 acc[i] = float32(0.0)
             # prologue: entries of chunk lo (own group), then B chunks lo + s and entries lo + s + 1, s < stages - 1
-            issue_entries(lo, u0, eb, evgl, eogl, ev, eo, sh, sh8)
+            issue_entries(lo, u0, eb, evgl, eogl, ev, eo, sh, sh32)
             cp_async_commit()
             for s in range(stages - 1):
                 if lo + U(s) < hi:
                     issue_b(lo + U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
                 if lo + U(s + 1) < hi:
-                    issue_entries(lo + U(s + 1), U(s + 1), eb, evgl, eogl, ev, eo, sh, sh8)
+                    issue_entries(lo + U(s + 1), U(s + 1), eb, evgl, eogl, ev, eo, sh, sh32)
                 cp_async_commit()
-            cp_async_wait(pend_first)
-            cuda.syncthreads()                                           # (other threads' copies)
-            scatter(u0, u0, evr, eor, rbz, rbs, sh, sh8)
+            cp_async_wait(pend_first)                                    # (its own entries of chunk lo)
+            scatter(u0, u0, evr, eor, rbz, rbs, sh, sh32)
             cp_async_wait(pend)
             fence_proxy_async()
             cuda.syncthreads()
@@ -483,10 +484,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             for j0 in range(lo, hi, 2):
                 uj = U(j0)
                 ja, jb = step(uj, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb0, bfs0, ev, eo, eb, evgl,
-                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
+                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b)
                 if uj + u1 < hi:
                     ja, jb = step(uj + u1, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb1, bfs1, ev, eo, eb,
-                                  evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh8, b)
+                                  evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b)
             wgmma_wait(acc, nacc, 0)
             if split > 1:                                                # this part's partial tile into shared
                 cp_async_wait(0)                                         # memory, over the pipeline's buffers
@@ -504,13 +505,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         um, un, uk, uw, ump = U(m), U(n), U(k), U(w), U(mp)
         nch = (uk + U(kc - 1)) // U(kc)
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)
-        sh8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)
+        sh32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)
         sa = U(shared_addr(sh, u0))
         producer = t < U(producers)
         blim = cuda.local.array(nbp, np.uint32)
         pt = t if producer else u0
         rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev,
-                                                                              eo, sh, sh8, b, blim)
+                                                                              eo, sh, sh32, b, blim)
         evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         ct = t - U(producers) if not producer else u0                    # consumer thread (wgmma, C)
         tq, nb, fb, d0 = consumer_setup(ct, sa)
@@ -523,7 +524,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             acc[i] = float32(0.0)
         if producer:
             produce(u0, nch, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl,
-                    bstep, blim, sh, sh8, b)
+                    bstep, blim, sh, sh32, b)
         else:
             consume(u0, nch, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh)
             finish(acc, u0, ct, tq, nb, row0, col0, um, un, sa, sh, c)
@@ -612,7 +613,7 @@ def run(dell, bop, order: str, **tunables):
         nthreads = WG * (bn // 64) + producers
         seg = kc * bm // (producers or nthreads)
         ev, eo = segment_entries(dell, seg, pad=True, split=True, classes=kc)
-        w, mp = eo.shape[1:3]
+        w, mp = 2 * ev.shape[1], eo.shape[1]
         slots = scatter_slots(seg, w)
         kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
                                producers)

@@ -388,7 +388,11 @@ TC_SETTINGS = {np.dtype(np.float16): (dict(), TC_DEFAULT[np.dtype(np.float16)], 
 #: 80/90% 513.4/519.1 vs 572.0/650.0; at 95% (d = 0.05) it loses: 515.2 vs 399.5, 501.4 vs 386.5. (That run was
 #: the kernel's v3; v6, "v4-v6" of the same file: N = 16384 452.4, 4096^2 x 1024 90% 440.0, 2048^3 224.4.)
 WGMMA_LARGE = dict(bm=128, bn=256, kc=16, stages=4)
-WGMMA_MIN_DENSITY = 0.1
+#: The density ``K'/K`` from which every wgmma setting is routed: its work does not fall with the density (it
+#: multiplies dense A tiles), the CUDA-core kernels' does. Session 15 (column-class scatter, H100, 2026-11-24): 1024^3
+#: at 90% (d = 0.0996) :data:`WGMMA_WAVE` 34.4 us against the CUDA-core route's 40.8, 1024 x 1024 x 512 90% 33.6
+#: against 50.4; at 95% (d = 0.05) it loses: 34.4 against 27.4.
+WGMMA_MIN_DENSITY = 0.09
 #: The wgmma setting for float32 grids of fewer 128 x 256 tiles but at least ``WGMMA_MID_WAVES * sms`` tiles of
 #: 64 x 128 (two warpgroups of m64n64, about two blocks an SM), at a density where the tensor-core kernels are
 #: routed anyway (``TC_MIN_DENSITY``: their cost does not fall with it). Session 13, after the kernel's v6 ("Smaller
@@ -399,7 +403,7 @@ WGMMA_MIN_DENSITY = 0.1
 WGMMA_MID = dict(bm=64, bn=128, kc=16, stages=4)
 WGMMA_MID_WAVES = 1.5
 #: The wgmma setting for float32 grids of ``sms / 2`` to ``sms`` tiles of 64 x 128 (one wave or less), density at
-#: least ``TC_MIN_DENSITY``: warp specialised (two producer warpgroups copy and build the A tiles, two consumer
+#: least :data:`WGMMA_MIN_DENSITY`: warp specialised (two producer warpgroups copy and build the A tiles, two consumer
 #: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 5 stages,
 #: one block an SM. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
 #: against :data:`WGMMA_SPLIT` (the K split in two it replaced) and the routed choice of session 13, us: 1024^3 at
@@ -419,7 +423,7 @@ WGMMA_SPLIT = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
 #: (then the CUDA-core route), 512 x 2048 x 1024 49.8.
 WGMMA_HALF = dict(bm=64, bn=128, kc=32, stages=4, split=2)
 #: The wgmma setting for float32 grids of ``sms / 8`` to ``sms / 4`` tiles of 64 x 128 with ``N >= 256``, density at
-#: least ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``, ahead of :func:`small_n`: K split in four, chunks of 16,
+#: least :data:`WGMMA_MIN_DENSITY`, ``K >= WGMMA_SPLIT_MIN_K``, ahead of :func:`small_n`: K split in four, chunks of 16,
 #: two blocks an SM. Same run (05:07 UTC): 256 x 256 x 1024 12.8 us against 14.1 (``small_n``), 1024 x 1024 x 256
 #: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 9.0 against 7.3: not routed.
 WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
@@ -449,12 +453,12 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     Row-major ``B`` (and ``few_columns``): first :func:`small_n` (the warp-split kernel where it
     measured fastest: ``N`` of 64, 128 or 256 columns, and float32 ``N = 1024`` at small ``M`` or below
     :data:`TC_MIN_DENSITY`). Then, float32 with ``wgmma`` (a compute capability 9.0 GPU) and
-    ``tensor_cores``: the wgmma kernel, :data:`WGMMA_LARGE` where the grid has at least ``TC_FILL * sms``
-    tiles of 128 x 256 and the density is at least :data:`WGMMA_MIN_DENSITY`; else, at a density of at least
-    ``TC_MIN_DENSITY``, :data:`WGMMA_MID` where it has at least ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and
-    :data:`WGMMA_WAVE` (warp specialised) where it has ``sms / 2`` to ``sms`` of them and :data:`WGMMA_HALF` where
-    it has ``sms / 4`` to ``sms / 2`` and ``K >= WGMMA_SPLIT_MIN_K``. Before all of that (and before
-    :func:`small_n`), :data:`WGMMA_QUARTER` (K split in four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``.
+    ``tensor_cores``, at a density of at least :data:`WGMMA_MIN_DENSITY`: the wgmma kernel, :data:`WGMMA_LARGE`
+    where the grid has at least ``TC_FILL * sms`` tiles of 128 x 256, else :data:`WGMMA_MID` where it has at least
+    ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and :data:`WGMMA_HALF` where it has ``sms / 4`` to ``sms / 2`` and
+    ``K >= WGMMA_SPLIT_MIN_K``. Before all of that (and before :func:`small_n`), :data:`WGMMA_QUARTER` (K split in
+    four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``, and :data:`WGMMA_WAVE` (warp specialised) for
+    ``sms / 2`` to ``sms`` tiles.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
@@ -494,20 +498,21 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     col_tiles = -(-n // 128)
     tiles32 = -(-m // 32) * col_tiles
     tiles64 = -(-m // 64) * col_tiles
-    dense_enough = density >= TC_MIN_DENSITY[np.dtype(dtype)]      # for the tensor-core kernels (wgmma's too)
-    split_wgmma = wgmma and tensor_cores and not half and dense_enough and k >= WGMMA_SPLIT_MIN_K
+    dense_enough = density >= TC_MIN_DENSITY[np.dtype(dtype)]      # for the mma.sync tensor-core kernels
+    wgmma_ok = wgmma and tensor_cores and not half and density >= WGMMA_MIN_DENSITY
+    split_wgmma = wgmma_ok and k >= WGMMA_SPLIT_MIN_K
     if split_wgmma and sms / 8 < tiles64 <= sms / 4 and n >= 256:
         return dict(variant="wgmma", **WGMMA_QUARTER)
+    if wgmma_ok and sms / 2 < tiles64 <= sms:                      # (ahead of small_n's N = 1024 one-warp rule)
+        return dict(variant="wgmma", **WGMMA_WAVE)
     chosen = small_n(m, k, n, kprime, half) if few_columns else None
     if chosen is not None:
         return chosen
-    if wgmma and tensor_cores and not half:
-        if density >= WGMMA_MIN_DENSITY and -(-m // 128) * -(-n // 256) >= TC_FILL * sms:
+    if wgmma_ok:
+        if -(-m // 128) * -(-n // 256) >= TC_FILL * sms:
             return dict(variant="wgmma", **WGMMA_LARGE)
-        if dense_enough and tiles64 >= WGMMA_MID_WAVES * sms:
+        if tiles64 >= WGMMA_MID_WAVES * sms:
             return dict(variant="wgmma", **WGMMA_MID)
-        if dense_enough and sms / 2 < tiles64 <= sms:
-            return dict(variant="wgmma", **WGMMA_WAVE)
         if split_wgmma and sms / 4 < tiles64 <= sms / 2:
             return dict(variant="wgmma", **WGMMA_HALF)
     if tensor_cores and dense_enough:

@@ -134,9 +134,10 @@ def test_split_settings_fit_their_blocks_an_sm(setting):
     (2048, 512, 512, 0.6, "wave"), (1024, 1024, 512, 0.6, "half"), (512, 512, 1024, 0.3, "half"),
     (384, 384, 1024, 0.6, "half"), (256, 256, 1024, 0.6, "quarter"), (1024, 1024, 256, 0.6, "quarter"),
     (768, 768, 256, 0.6, "quarter"), (128, 128, 1024, 0.6, None), (1024, 1024, 128, 0.6, None),
-    (1024, 1024, 1024, 0.9, None), (4096, 4096, 1024, 0.95, None)])
+    (1024, 1024, 1024, 0.9, "wave"), (1024, 1024, 512, 0.9, "half"), (1024, 1024, 1024, 0.95, None),
+    (4096, 4096, 1024, 0.95, None)])
 def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, setting):
-    """Sessions 13-14's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER):
+    """Sessions 13-15's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER):
     routed where the wgmma kernel won, not where it lost; never without ``wgmma`` (no compute capability 9.0
     device) nor for float16."""
     kprime = int(round((1 - sparsity) * k))

@@ -22,7 +22,7 @@ from gpu import wgmma
 from sparsekit import offline
 
 SM90A = (9, 0, "a")
-ARGS = (types.Array(types.float32, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(types.float32, 1, "C"),
+ARGS = (types.Array(types.float32, 1, "C"), types.Array(types.uint32, 1, "C"), types.Array(types.float32, 1, "C"),
         types.Array(types.float32, 2, "C"), types.int64, types.int64, types.int64, types.int64, types.int64)
 
 
