@@ -47,8 +47,9 @@ literal struct, returned to Numba as a ``UniTuple``.
     non-finite ``x`` (the 3xTF32 split): any MMA that sees that ``small`` returns NaN, as with
     ``to_tf32`` for both parts.
 ``shared_addr(arr, i)``, ``global_addr(arr, i)``, ``cp_async16_raw(dst, daddr, src, saddr, nbytes)``
+(``cp_async8_raw``, ``cp_async4_raw``)
     byte addresses of ``arr[i]``, 32-bit in the shared window / 64-bit generic, and ``cp.async``
-    of 16 bytes between two such addresses (``dst``/``src`` name the arrays they point into; the
+    of 16 (8, 4: ``.ca``) bytes between two such addresses (``dst``/``src`` name the arrays they point into; the
     GPU code uses only the addresses). A kernel computes an address once and adds offsets per
     K chunk, where :func:`cp_async16` recomputes 64-bit element pointers for every copy; both
     addresses come out of inline assembly, so the optimiser cannot fold the per-chunk offsets
@@ -117,7 +118,8 @@ from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "prefetch_l2", "ld_shared", "ld_shared2", "ld_shared4", "st_shared",
+           "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
+           "ld_shared2", "ld_shared4", "st_shared",
            "st_shared4", "ldmatrix_x4_probe",
            "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
            "ldmatrix_expected"]
@@ -257,9 +259,9 @@ if config.ENABLE_CUDASIM:
             out.append(np.uint32(pair.view(np.uint32)[0]))
         return tuple(out)
 
-    def cp_async16(dst, di, src, si, nbytes):
-        """Simulator fallback of ``cp.async`` (16 bytes, zero-filled past ``nbytes``): copies at once."""
-        width = 16 // dst.dtype.itemsize
+    def cp_async16(dst, di, src, si, nbytes, size=16):
+        """Simulator fallback of ``cp.async`` (``size`` bytes, zero-filled past ``nbytes``): copies at once."""
+        width = size // dst.dtype.itemsize
         have = int(nbytes) // dst.dtype.itemsize
         for e in range(width):
             dst[di + e] = src[si + e] if e < have else 0
@@ -284,9 +286,17 @@ if config.ENABLE_CUDASIM:
         """Simulator fallback: the byte offset of ``arr[i]`` from ``arr[0]``."""
         return int(i) * arr.dtype.itemsize
 
-    def cp_async16_raw(dst, daddr, src, saddr, nbytes):
+    def cp_async16_raw(dst, daddr, src, saddr, nbytes, size=16):
         """Simulator fallback: :func:`cp_async16` at the elements the byte offsets name."""
-        cp_async16(dst, int(daddr) // dst.dtype.itemsize, src, int(saddr) // src.dtype.itemsize, nbytes)
+        cp_async16(dst, int(daddr) // dst.dtype.itemsize, src, int(saddr) // src.dtype.itemsize, nbytes, size)
+
+    def cp_async8_raw(dst, daddr, src, saddr, nbytes):
+        """Simulator fallback: 8 bytes."""
+        cp_async16_raw(dst, daddr, src, saddr, nbytes, 8)
+
+    def cp_async4_raw(dst, daddr, src, saddr, nbytes):
+        """Simulator fallback: 4 bytes."""
+        cp_async16_raw(dst, daddr, src, saddr, nbytes, 4)
 
     def ld_shared(arr, addr):
         """Simulator fallback: ``arr``'s element at byte offset ``addr``."""
@@ -409,11 +419,12 @@ else:
                             f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16 "
                             "{$0,$1,$2,$3}, [$4];", "=r,=r,=r,=r,r,~{memory}", side_effect=True)
 
-    def _cp_async16():
-        """``cp.async.cg.shared.global [shared u32], [generic u64 -> global], 16, nbytes``."""
+    def _cp_async16(size: int = 16):
+        """``cp.async.{cg,ca}.shared.global [shared u32], [generic u64 -> global], size, nbytes`` (16 bytes
+        bypass L1, ``.cg``; 4 and 8 bytes exist only as ``.ca``)."""
         return ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, ir.IntType(64), _I32]),
                             "{ .reg .u64 g; cvta.to.global.u64 g, $1; "
-                            "cp.async.cg.shared.global [$0], [g], 16, $2; }",
+                            f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global [$0], [g], {size}, $2; }}",
                             "r,l,r,~{memory}", side_effect=True)
 
     @intrinsic
@@ -503,19 +514,27 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def cp_async16_raw(typingctx, dst, daddr, src, saddr, nbytes):
-        """``cp.async.cg.shared.global [daddr], [saddr], 16, nbytes`` (``dst``, ``src``: for typing only)."""
-        if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
-                and all(isinstance(x, types.Integer) for x in (daddr, saddr, nbytes))):
-            return None
-        sig = types.void(dst, types.uint32, src, types.uint64, types.uint32)
+    def _cp_async_raw(size: int):
+        """The ``cp.async ... [daddr], [saddr], size, nbytes`` intrinsic on byte addresses (``dst``, ``src``: for
+        typing only)."""
+        def typer(typingctx, dst, daddr, src, saddr, nbytes):
+            if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+                    and all(isinstance(x, types.Integer) for x in (daddr, saddr, nbytes))):
+                return None
+            sig = types.void(dst, types.uint32, src, types.uint64, types.uint32)
 
-        def codegen(context, builder, sig, args):
-            builder.call(_cp_async16(), [args[1], args[3], args[4]])
-            return context.get_dummy_value()
+            def codegen(context, builder, sig, args):
+                builder.call(_cp_async16(size), [args[1], args[3], args[4]])
+                return context.get_dummy_value()
 
-        return sig, codegen
+            return sig, codegen
+
+        typer.__name__ = f"cp_async{size}_raw"
+        return intrinsic(typer)
+
+    cp_async16_raw = _cp_async_raw(16)
+    cp_async8_raw = _cp_async_raw(8)
+    cp_async4_raw = _cp_async_raw(4)
 
     def _u32(builder, value):
         """An integer argument as the 32-bit shared-window address it names."""

@@ -229,8 +229,8 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
     ``pad`` (``w`` even, at most 16). ``values`` is ``(ceil(K/kc), w/2, Mp, tpr, 2, 2)`` (``split``; else without
     the last axis): a chunk's slots ``2i, 2i+1`` of every row's ``tpr`` segments side by side, so the thread of
     item ``row * tpr + segment`` copies and reads 16 bytes of its own per slot pair; ``offsets`` is
-    ``(ceil(K/kc), Mp, tpr, 4)`` uint32: an item's ``w`` offsets as the bytes of one 16-byte piece (slot ``i`` in
-    byte ``i % 4`` of word ``i // 4``, little-endian; zeros after them).
+    ``(ceil(K/kc), Mp, tpr, ob / 4)`` uint32 (``ob``: :func:`offset_bytes` of ``w``): an item's ``w`` offsets as the
+    bytes of one piece (slot ``i`` in byte ``i % 4`` of word ``i // 4``, little-endian; zeros after them).
     Built once per ``seg``, ``pad``, ``split`` and ``classes`` on the host, kept with ``dell``."""
     tpr = classes // seg if classes else 1
     if classes and (classes % (4 * seg) or seg > 16 or not pad):
@@ -272,7 +272,7 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
             nch = nsub // tpr
             values = values.reshape(nch, tpr, w // 2, 2, *values.shape[2:])
             values = np.moveaxis(values, (1, 3), (3, 4))
-            packed = np.zeros((nch, mp, tpr, 16), dtype=np.uint8)
+            packed = np.zeros((nch, mp, tpr, offset_bytes(w)), dtype=np.uint8)
             packed[..., :w] = offsets.reshape(nch, tpr, w, mp).transpose(0, 3, 1, 2)
             return np.ascontiguousarray(values), packed.view(np.uint32)
         return (values.reshape(nsub, w, 2 * mp) if split else values), offsets
@@ -335,6 +335,12 @@ def shared_bytes(bm: int, bn: int, kc: int, half: bool, stages: int = 3, nthread
     item = 2 if half else 4
     return max((geo["a_all"] + stages * geo["b_buf"]) * item + stages * geo["e_buf"] * ((1 + presplit) * item + 1),
                4 * (kgroups - 1) * bm * bn)
+
+
+def offset_bytes(slots: int) -> int:
+    """Bytes of one item's staged offsets in :func:`segment_entries`' ``classes`` layout: ``slots`` bytes rounded up
+    to a size ``cp.async`` copies (4, 8 or 16)."""
+    return 4 if slots <= 4 else 8 if slots <= 8 else 16
 
 
 def scatter_slots(seg: int, w: int) -> int:

@@ -86,12 +86,11 @@ from numba.cuda import config as cuda_config
 from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
 from gpu.cluster import launch as cluster_launch
 from gpu.inline import inlined
-from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared2,
-                     ld_shared4, shared_addr,
-                     st_shared, st_shared4, to_tf32, to_tf32_finite)
+from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr,
+                     ld_shared, ld_shared2, ld_shared4, shared_addr, st_shared, st_shared4, to_tf32, to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
-from gpu.uspmm_tc import _DynamicShared, _opt_in, scatter_slots, segment_entries
+from gpu.uspmm_tc import _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, output, result
@@ -109,12 +108,13 @@ WG = 128                                               # threads of a warpgroup
 def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
     ``stages`` entry stages (for each of the ``2 bn`` threads that build A tiles: ``slots`` big and small values
-    and 16 bytes of 8-bit offsets). With ``split``, a partial tile
+    and :func:`gpu.uspmm_tc.offset_bytes` bytes of 8-bit offsets). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
     after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
     specialised), ``stages - 1`` entry stages of ``producers`` threads."""
     workers = producers or 2 * bn
-    pipeline = 4 * (6 * bm * kc + stages * kc * (bn + 8)) + (stages - (1 if producers else 0)) * workers * (8 * slots + 16)
+    pipeline = (4 * (6 * bm * kc + stages * kc * (bn + 8))
+                + (stages - (1 if producers else 0)) * workers * (8 * slots + offset_bytes(slots)))
     if split == 1:
         return pipeline
     return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
@@ -149,7 +149,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     rstep = workers // per_row                        # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
     ev_buf = slots * workers * 8                      # bytes of one entry-value stage (a slot pair: every item's
-    eo_buf = workers * 16                             # big and small values of two slots; an item's offsets)
+    ob = offset_bytes(slots)                          # big and small values of two slots; an item's offsets)
+    eo_buf = workers * ob
+    copy_offsets = {4: cp_async4_raw, 8: cp_async8_raw, 16: cp_async16_raw}[ob]
     se = stages - 1 if producers else stages          # entry stages (warp specialised: B's ``stages`` - 1)
     lead = stages - 3                                 # warp specialised: chunks copied ahead of the scatter
     ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
@@ -193,8 +195,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         ok = row0 + item // U(tpr) < mp
         g = row0 * U(tpr) + item                                         # its piece of a slot pair / of offsets
         pair = mp * U(tpr * 16)
-        return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * u16), global_addr(ev, g * U(4) if ok else u0),
-                global_addr(eo, g * U(4) if ok else u0), ok, w // U(2) * pair, pair, pair)
+        return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * U(ob)), global_addr(ev, g * U(4) if ok else u0),
+                global_addr(eo, g * U(ob // 4) if ok else u0), ok, w // U(2) * pair, mp * U(tpr * ob), pair)
 
     @inlined
     def issue_entries(ch, st, eb, evgl, eogl, ev, eo, sh, sh32):
@@ -205,7 +207,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for i in range(slots // 2):
             cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vpair if ok else evgl,
                            u16 if ok else u0)
-        cp_async16_raw(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, u16 if ok else u0)
+        copy_offsets(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, U(ob) if ok else u0)
 
     @inlined
     def scatter(st, ab, evr, eor, rbz, rbs, sh, sh32):
@@ -222,7 +224,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for i in range(slots // 2):
             quad = ld_shared4(sh, evr + st * U(ev_buf) + U(i * 16 * workers))
             big[2 * i], small[2 * i], big[2 * i + 1], small[2 * i + 1] = quad
-        if slots <= 8:
+        if ob == 4:
+            w0 = ld_shared(sh32, eor + st * U(eo_buf))
+            words = (w0, w0, w0, w0)
+        elif ob == 8:
             w01 = ld_shared2(sh32, eor + st * U(eo_buf))
             words = (w01[0], w01[1], w01[1], w01[1])
         else:
