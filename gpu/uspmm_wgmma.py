@@ -56,11 +56,10 @@ Warp specialised (``producers`` of 128 or 256, no split): the block gains one or
 warpgroups after them only load B's fragments, multiply and write C. They hand over through named barriers
 (``bar.sync`` / ``bar.arrive``, :mod:`gpu.sync_primitives`) instead of one block barrier a chunk: per A buffer a
 "full" barrier (producers arrive once the tile is built and fenced, consumers wait) and an "empty" one (consumers
-arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 3`` into it); a producer's
-scatter reads only the entries it copied itself, so it waits for its own copies only. Copies run ``stages - 3``
-chunks ahead of the
-scatter (``stages`` B stages, ``stages - 1`` entry stages). Under the simulator the named barriers are Python
-conditions on the block's threads.
+arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 4`` into it: four A buffers);
+a producer's scatter reads only the entries it copied itself, so it waits for its own copies only. Copies run
+``stages - 4`` chunks ahead of the scatter (``stages`` B stages, ``stages - 3`` entry stages). Under the simulator
+the named barriers are Python conditions on the block's threads.
 
 Shared-memory accesses in the loop go through byte addresses taken once per thread
 (:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
@@ -111,10 +110,10 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int 
     and :func:`gpu.uspmm_tc.offset_bytes` bytes of 8-bit offsets). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
     after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
-    specialised), ``stages - 1`` entry stages of ``producers`` threads."""
+    specialised), four A buffers and ``stages - 3`` entry stages of ``producers`` threads."""
     workers = producers or 2 * bn
-    pipeline = (4 * (6 * bm * kc + stages * kc * (bn + 8))
-                + (stages - (1 if producers else 0)) * workers * (8 * slots + offset_bytes(slots)))
+    pipeline = (4 * (2 * (4 if producers else 3) * bm * kc + stages * kc * (bn + 8))
+                + (stages - 3 if producers else stages) * workers * (8 * slots + offset_bytes(slots)))
     if split == 1:
         return pipeline
     return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
@@ -144,7 +143,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     a_buf = 2 * a_tile * 4                            # bytes of one A buffer (big, small)
     sbn = bn + 8
     b_buf = kc * sbn * 4                              # bytes of one B stage
-    a_all = 3 * a_buf                                 # A buffers: chunk j's, j+1's, j-1's (its wgmma may run)
+    nbuf = 4 if producers else 3                      # A buffers: chunk j's, j+1's, j-1's (its wgmma may run);
+    a_all = nbuf * a_buf                              # warp specialised, one more for the producers to run ahead
     per_row = bn // 4                                 # 16-byte pieces of a B row
     rstep = workers // per_row                        # B rows between a thread's pieces
     nbp = kc // rstep                                 # B pieces a thread copies per chunk
@@ -152,8 +152,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     ob = offset_bytes(slots)                          # big and small values of two slots; an item's offsets)
     eo_buf = workers * ob
     copy_offsets = {4: cp_async4_raw, 8: cp_async8_raw, 16: cp_async16_raw}[ob]
-    se = stages - 1 if producers else stages          # entry stages (warp specialised: B's ``stages`` - 1)
-    lead = stages - 3                                 # warp specialised: chunks copied ahead of the scatter
+    lead = stages - nbuf                              # warp specialised: chunks copied ahead of the scatter (B's
+    #                                                   stage of chunk j + lead - stages is free once the consumers
+    #                                                   are past chunk j - nbuf, and before that unused)
+    se = lead + 1 if producers else stages            # entry stages (warp specialised: the scatter frees its own)
     ev0 = a_all + stages * b_buf                      # where the entry values start (bytes)
     eo0 = ev0 + se * ev_buf                           # and the offsets
     # entry copies (segment_entries' classes layout): the thread of item row * tpr + segment copies its own
@@ -169,9 +171,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     part_bytes = 4 * bm * bn                          # one partial tile, word i * ncons + t: thread t's acc[i]
     red0 = shared_bytes(bm, bn, kc, stages, slots, 1, producers) if SIM else 0   # partial 0's bytes (simulator:
     red_step = part_bytes if SIM else 0               # part q's at red0 + q * part_bytes; GPU: each block's own)
-    workers_bar, full0, empty0 = 1, 2, 5              # named barriers: the workers' (the simulator's stand-in for
+    workers_bar, full0, empty0 = 1, 2, 2 + nbuf       # named barriers: the workers' (the simulator's stand-in for
     #                                                   the scatter's warp barrier); warp specialised: an A buffer
-    #                                                   built (3), an A buffer's wgmma done (3)
+    #                                                   built (nbuf), an A buffer's wgmma done (nbuf)
     jper = nacc // 4 // split                         # accumulator quads a K part writes to C
 
     @inlined
@@ -325,8 +327,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     def produce(lo, hi, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
                 blim, sh, sh32, b):
         """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
-        chunk ``j``: wait until the consumers are done with chunk ``j - 3`` (its A buffer; B stages of chunks up
-        to ``j - 2``), copy chunk ``j + lead``, wait for its own copies of chunk ``j`` (the scatter reads only
+        chunk ``j``: wait until the consumers are done with chunk ``j - nbuf`` (its A buffer; B stages of chunks
+        up to ``j - nbuf + 1``), copy chunk ``j + lead``, wait for its own copies of chunk ``j`` (the scatter reads only
         those), build its share of chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full
         barrier (the consumers wait for every producer's arrival: every B copy of chunk ``j`` landed)."""
         for s_ in range(lead):
@@ -337,8 +339,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
         for j0 in range(lo, hi):
             j = U(j0)
-            if j >= lo + U(3):
-                bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - 3's wgmma done
+            if j >= lo + U(nbuf):
+                bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - nbuf's wgmma done
             if j + U(lead) < hi:
                 issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
                 issue_entries(j + U(lead), je, eb, evgl, eogl, ev, eo, sh, sh32)
@@ -347,13 +349,13 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             scatter(rot_by(je, se - lead, se), ja, evr, eor, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
             fence_proxy_async()
             bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
-            ja, jb, je = rot(ja, 3), rot(jb, stages), rot(je, se)
+            ja, jb, je = rot(ja, nbuf), rot(jb, stages), rot(je, se)
 
     @inlined
     def consume(lo, hi, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh):
         """A consumer thread's chunks ``lo .. hi - 1`` (warp specialised): per chunk wait at its A buffer's
         full barrier, steps 1-3, and once the previous chunk's wgmma is done tell the producers (for the
-        chunks they wait for: up to ``hi - 4``); two fragment sets alternate, as in :func:`step`."""
+        chunks they wait for: up to ``hi - nbuf - 1``); two fragment sets alternate, as in :func:`step`."""
         ja, jb = u0, u0
         for j0 in range(lo, hi):
             j = U(j0)
@@ -362,9 +364,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 mma_chunk(ja, jb, fb, d0, acc, bfb0, bfs0, sh)
             else:
                 mma_chunk(ja, jb, fb, d0, acc, bfb1, bfs1, sh)
-            if (j > lo) & (j + U(2) < hi):                               # chunk j - 1 done
-                bar_arrive(U(empty0) + rot_by(ja, 2, 3), U(nthreads))
-            ja, jb = rot(ja, 3), rot(jb, stages)
+            if (j > lo) & (j + U(nbuf - 1) < hi):                        # chunk j - 1 done
+                bar_arrive(U(empty0) + rot_by(ja, nbuf - 1, nbuf), U(nthreads))
+            ja, jb = rot(ja, nbuf), rot(jb, stages)
         wgmma_wait(acc, nacc, 0)
 
     @inlined

@@ -404,13 +404,14 @@ WGMMA_MID = dict(bm=64, bn=128, kc=16, stages=4)
 WGMMA_MID_WAVES = 1.5
 #: The wgmma setting for float32 grids of ``sms / 2`` to ``sms`` tiles of 64 x 128 (one wave or less), density at
 #: least :data:`WGMMA_MIN_DENSITY`: warp specialised (two producer warpgroups copy and build the A tiles, two consumer
-#: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 5 stages,
-#: one block an SM. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
+#: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 6 stages
+#: (four A buffers, copies two chunks ahead), one block an SM. Session 15 (v12, H100): 1024^3 60% 33.9 us against
+#: 34.6 with 5 stages (one chunk ahead), 768^2 x 1024 26.5 / 27.0, 1024 x 2048 x 1024 62.1 / 63.1. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
 #: against :data:`WGMMA_SPLIT` (the K split in two it replaced) and the routed choice of session 13, us: 1024^3 at
 #: 30/60/85% 43.0/43.4/43.9 against 46.2/46.1/46.7 (session 13: 48.7/50.0/51.2), 768 x 768 x 1024 33.9 against
 #: 36.6, 640 x 640 x 1024 29.5 against 32.1, 2048 x 512 x 512 25.6 against 28.4, the Table 1 layer 1024 x 4096 x
 #: 1024 65% 153.2 against 156.9 (session 13: 187.5), 1024 x 2048 x 1024 80.1 against 83.2.
-WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=5, producers=256)
+WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=6, producers=256)
 #: Each tile's K range split in two (a cluster of two blocks summing their partial tiles through distributed shared
 #: memory), chunks of 16 columns, two blocks an SM: 1024^3 at 30/60/85% 47.9/47.8/48.0 us, 768 x 768 x 1024 38.1
 #: (05:03 UTC; session 13's routing 48.7/50.0/51.2 and 39.2). Not routed (:data:`WGMMA_WAVE` is faster at every one

@@ -5,8 +5,8 @@
   terms), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current one runs on) and
   ``fence.proxy.async.shared::cta`` before the chunk's barrier; the loop takes two chunks (two fragment
   sets), so the unrolled body holds twice that;
-* shared memory in the loop through byte addresses (``ld.shared.b32``, ``ld.shared.v2.b32``,
-  ``st.shared.v4.b32``), B and the entries by ``cp.async``;
+* shared memory in the loop through byte addresses (``ld.shared.b32``, ``ld.shared.v4.b32``,
+  ``st.shared.v4.b32``), B and the entries by ``cp.async`` (a thread's 4 offset bytes by ``cp.async.ca``);
 * the default setting's 16 warps stay within 128 registers (its launch bounds): one block an SM.
 """
 from __future__ import annotations
@@ -47,9 +47,10 @@ def test_kernel_issues_wgmma_asynchronously(bm, bn, kc, stages, slots, vec):
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 2
     assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1   # before the epilogue
     assert ptx.count("fence.proxy.async.shared::cta") >= 3      # prologue + each chunk
-    for op in ("ld.shared.b32", "ld.shared.v2.b32", "ld.shared.u8", "st.shared.v4.b32", "st.shared.b32",
-               "cp.async.cg.shared.global"):
+    for op in ("ld.shared.b32", "ld.shared.v4.b32", "st.shared.v4.b32", "st.shared.b32", "cp.async.cg.shared.global",
+               "cp.async.ca.shared.global"):
         assert op in ptx, op
+    assert re.search(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 4,", ptx)   # 4 slots: 4 offset bytes
     b_loads = len(re.findall(r"ld\.global(\.nc)?\.(f32|u32|b32)", ptx))   # B by plain loads (4 a piece)
     assert (b_loads > 0) != vec
 
@@ -94,15 +95,17 @@ def test_split_k_reduces_through_the_cluster(name):
 def test_warp_specialised_hands_over_through_named_barriers():
     """The routed one-wave setting (``sparsekit.tune.WGMMA_WAVE``): the consumers' loop holds the wgmmas of one
     chunk in each of its two fragment-set branches; producers and consumers meet at named barriers only
-    (``bar.sync`` at the producers' barrier, the full and the empty one; ``bar.arrive`` at the full and the empty
-    one), no cluster barrier; its 512 threads (two producer and two consumer warpgroups) within 128 registers (one
+    (``bar.sync`` at the full and the empty one; ``bar.arrive`` at the full and the empty one; no barrier among
+    the producers: each scatters only the entries it copied), a warp barrier between a warp's zeroes and its
+    scatter, no cluster barrier; its 512 threads (two producer and two consumer warpgroups) within 128 registers (one
     block an SM), no spills."""
     from sparsekit import tune
     d = dict(wg.DEFAULTS, **tune.WGMMA_WAVE)
     b = build_split(d["bm"], d["bn"], d["kc"], d["stages"], 8, d["min_blocks"], 1, d["producers"])
     ptx = b.ptx
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8", ptx)) == 2 * 3 * (d["kc"] // 8)
-    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 3 and len(re.findall(r"\bbar\.arrive\b", ptx)) == 2
+    assert len(re.findall(r"\bbar\.sync\b", ptx)) == 2 and len(re.findall(r"\bbar\.arrive\b", ptx)) == 2
+    assert "bar.warp.sync" in ptx
     assert "barrier.cluster" not in ptx and "fence.proxy.async.shared::cta" in ptx
     use = offline.usage(b.report)
     assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
