@@ -105,14 +105,14 @@ WG = 128                                               # threads of a warpgroup
 
 
 def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
-    """Three A buffers (big and small tiles each), ``stages`` B tiles (rows padded by 8 floats) and
+    """Three A buffers (big and small tiles each), ``stages`` B tiles and
     ``stages`` entry stages (for each of the ``2 bn`` threads that build A tiles: ``slots`` big and small values
     and :func:`gpu.uspmm_tc.offset_bytes` bytes of 8-bit offsets). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
     after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
     specialised), four A buffers and ``stages - 3`` entry stages of ``producers`` threads."""
     workers = producers or 2 * bn
-    pipeline = (4 * (2 * (4 if producers else 3) * bm * kc + stages * kc * (bn + 8))
+    pipeline = (4 * (2 * (4 if producers else 3) * bm * kc + stages * kc * bn)
                 + (stages - 3 if producers else stages) * workers * (8 * slots + offset_bytes(slots)))
     if split == 1:
         return pipeline
@@ -141,8 +141,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     nacc = bm // 2                                    # accumulators a thread
     a_tile = bm * kc                                  # floats of one A tile (big or small)
     a_buf = 2 * a_tile * 4                            # bytes of one A buffer (big, small)
-    sbn = bn + 8
-    b_buf = kc * sbn * 4                              # bytes of one B stage
+    sbn = bn                                          # B stage rows (16-byte chunk c of row r at c ^ 2 (r % 4):
+    b_buf = kc * sbn * 4                              # the fragment loads hit 32 banks, the copies whole lines)
     nbuf = 4 if producers else 3                      # A buffers: chunk j's, j+1's, j-1's (its wgmma may run);
     a_all = nbuf * a_buf                              # warp specialised, one more for the producers to run ahead
     per_row = bn // 4                                 # 16-byte pieces of a B row
@@ -287,7 +287,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         buffer ``ja``, committed; returns when the previous chunk's group is done."""
         for ks in range(ksteps):                                         # fragments of B^T, split
             for e in range(4):
-                x = ld_shared(sh, fb + jb * U(b_buf) + U(((ks * 8 + (e // 2) * 4) * sbn + (e % 2) * 8) * 4))
+                x = ld_shared(sh, fb[e % 2] + jb * U(b_buf) + U((ks * 8 + (e // 2) * 4) * sbn * 4))
                 hi = to_tf32_finite(x)
                 bfb[4 * ks + e] = hi
                 bfs[4 * ks + e] = to_tf32(x - hi)
@@ -389,7 +389,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         pc = (pt % U(per_row)) * U(4)
         r0 = pt // U(per_row)
         gc = col0 + pc
-        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + pc)
+        bsh0 = shared_addr(sh, U(a_all // 4) + r0 * U(sbn) + (((pc >> U(2)) ^ ((r0 & U(3)) << u1)) << U(2)))
         bgl = global_addr(b, u0)
         bgl0 = global_addr(b, r0 * un + gc) if vec and gc < un else bgl
         bstep = U(rstep) * un * U(4)
@@ -400,12 +400,15 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     @inlined
     def consumer_setup(ct, sa):
         """Consumer ``ct``'s lane coordinates (``tq``), fragment rows of B^T (``nb``: 16 a warp, 64 a
-        warpgroup), its fragment ``B[tq, nb]`` in stage 0 and A buffer 0's descriptor."""
+        warpgroup), its fragments ``B[tq, nb]`` and ``B[tq, nb + 8]`` in stage 0 (swizzled chunks; rows ``tq + 4 i``
+        share the swizzle) and A buffer 0's descriptor."""
         lane = ct % U(32)
         wq = (ct // U(32)) % U(4)                                        # warp within the warpgroup
         tq = lane % U(4)
         nb = ct // U(WG) * U(64) + wq * U(16) + lane // U(4)
-        fb = S32(sa + U(a_all) + (tq * U(sbn) + nb) * U(4))
+        row = sa + U(a_all) + tq * U(sbn * 4)
+        fb = (S32(row + ((((nb >> U(2)) ^ (tq << u1)) << U(2)) + (nb & U(3))) * U(4)),
+              S32(row + (((((nb >> U(2)) + U(2)) ^ (tq << u1)) << U(2)) + (nb & U(3))) * U(4)))
         return tq, nb, fb, smem_desc(sa, lbo, sbo)
 
     @inlined
@@ -553,7 +556,10 @@ def _check(bm, bn, kc, stages, split, producers):
                          f"that build the A tile (four column classes a row), got {bm}")
     if kc % 8 or (kc * bm // workers) % 4:
         raise ValueError(f"kc: must be a multiple of 8 with kc * bm / {workers} a multiple of 4, got {kc}")
-    if workers % (bn // 4) or kc % (workers // (bn // 4)):
+    if workers % bn:
+        raise ValueError(f"producers: at least bn = {bn} (a thread's B rows 4 apart, sharing their swizzle), "
+                         f"got {producers}")
+    if kc % (workers // (bn // 4)):
         raise ValueError(f"kc: the B copies need kc a multiple of {workers // (bn // 4)}, got {kc}")
     if stages < (4 if producers else 2):
         raise ValueError(f"stages: at least {4 if producers else 2}{' with producers' if producers else ''}, "

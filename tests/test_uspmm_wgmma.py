@@ -180,7 +180,7 @@ def test_rejects_dtype_mismatch(small):
     (dict(split=3), "split"), (dict(bm=32, bn=64, split=8), "split"), (dict(producers=64), "producers"),
     (dict(bm=32, bn=128, producers=128, split=2), "producers"),
     (dict(bm=32, bn=128, producers=128, stages=3), "stages"),
-    (dict(bm=256, bn=64, kc=16, producers=128), "bm")])
+    (dict(bm=256, bn=64, kc=16, producers=128), "bm"), (dict(bm=32, bn=256, producers=128), "producers")])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, rng = small
     with pytest.raises(ValueError, match=match):
