@@ -1,5 +1,5 @@
 """Numba CUDA kernels, one module per kernel, named as its reference."""
-from sparsekit.simulator import fast_shared_arrays, yield_while_polling
+from sparsekit.simulator import fast_block_manager, fast_shared_arrays
 
-yield_while_polling()   # under the CUDA simulator: let the simulated threads run while it polls them
+fast_block_manager()    # under the CUDA simulator: sleep until the simulated threads need the block manager
 fast_shared_arrays()    # ... and find a shared array's calling line without walking the stack

@@ -1,18 +1,19 @@
-"""The CUDA simulator, faster: its block manager lets the simulated threads run while it polls them.
+"""The CUDA simulator, faster: its block manager sleeps until the simulated threads need it.
 
 numba-cuda's simulator runs each thread of a block as a Python thread, and the main thread polls them
 in a loop (who waits at ``syncthreads``, who has an exception, who is still alive) without giving up the
 GIL, so it holds the interpreter for whole switch intervals (5 ms) while the threads that do the work
-wait for it. :func:`yield_while_polling` replaces the block manager's ``run`` with :func:`_run_block`:
-the same threads, barrier rule and error handling, plus ``time.sleep(0)`` (give up the GIL) once per
-polling pass. No result changes, only the order in which Python runs the threads. On the 2-core test
-machine (session 12): the tensor-core USpMM with a K split (37 x 40 x 17, 3 splits, float32) 18.2 s before,
-5.7-6.2 s after; three COO SpMMs (20 x 20 x 40, 256-thread blocks without barriers) 8.0 s either way.
-(Yielding once per thread polled instead made the COO case slower, 10.7 s: every yield can wait a switch
-interval for the GIL to come back.)
+wait for it. :func:`fast_block_manager` replaces the block manager's ``run`` with :func:`_run_block`: the
+same threads, barrier rule (released when every live thread waits at it) and error handling, but each
+thread tells a condition when it reaches the barrier or ends, and the main thread sleeps on it instead of
+polling. No result changes, only the order in which Python runs the threads. History on the 2-core test
+machine: session 12 let the poll loop yield the GIL once per pass (``time.sleep(0)``; the tensor-core USpMM
+with a K split, 37 x 40 x 17, 3 splits, float32: 18.2 s before, 5.7-6.2 s after); session 15 found that loop
+still took 3 of 16 s of a 256-thread wgmma case (a pass over every thread's flags and ``is_alive`` per
+yield), hence the condition.
 
-The replacement is installed only over the ``run`` it was written against (numba-cuda 0.30.4, by the
-hash of its source): another version keeps its own, slower but correct.
+The replacement is installed only over the ``run`` and the ``BlockThread`` it was written against
+(numba-cuda 0.30.4, by the hash of their sources): another version keeps its own, slower but correct.
 
 :func:`fast_shared_arrays` does the same for ``cuda.shared.array``: the simulator keys a block's shared
 arrays by the calling line, which it found with ``traceback.extract_stack`` (every frame of the stack, each
@@ -22,64 +23,103 @@ held the interpreter.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import sys
-import time
+import threading
+from types import SimpleNamespace
 
 import numpy as np
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.simulator.kernel.BlockManager.run``.
 REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4ba3541f"
+#: ... of its ``numba.cuda.simulator.kernel.BlockThread`` (whose ``syncthreads`` and ``run`` are extended).
+REVIEWED_BLOCK_THREAD_SHA256 = "31539332ab25b3d00cb2c83f4a2cb7c75acd90b4a17240c6c50333f2559d9a39"
 #: ... and of its ``numba.cuda.simulator.kernelapi.FakeCUDAShared.array``.
 REVIEWED_SHARED_ARRAY_SHA256 = "46c69699220dd500ba43cd23a5eedb48ea3f2ea602876838c887e592d4055d75"
 
 
-def _run_block(manager, grid_point, *args):
-    """Run one block of ``manager`` (a simulator ``BlockManager``): start a thread per thread index, then
-    poll, releasing the barrier when every live thread waits at it and raising the first exception seen
-    (after telling every thread to abort), until all threads have finished."""
+@functools.cache
+def _notifying_thread():
+    """numba-cuda's ``BlockThread`` (the reviewed one, :data:`REVIEWED_BLOCK_THREAD_SHA256`) that tells its block's
+    condition when it waits at the barrier and when it ends, so the block manager can sleep until then."""
     from numba.cuda.simulator.kernel import BlockThread
-    threads = []
-    for thread_idx in np.ndindex(*manager._block_dim):
-        thread = BlockThread(lambda: manager._f(*args), manager, grid_point, thread_idx, manager._debug)
+
+    class NotifyingThread(BlockThread):
+        def __init__(self, f, manager, block_idx, thread_idx, debug, block):
+            super().__init__(f, manager, block_idx, thread_idx, debug)
+            self.block = block
+
+        def syncthreads(self):                          # BlockThread.syncthreads, plus the count and the notify
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            with self.block.cond:
+                self.syncthreads_blocked = True
+                self.block.waiting += 1
+                if self.block.waiting == self.block.live:
+                    self.block.cond.notify()
+            self.syncthreads_event.wait()
+            self.syncthreads_event.clear()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+        def run(self):
+            try:
+                super().run()                           # (stores an exception in self.exception)
+            finally:
+                with self.block.cond:
+                    self.block.live -= 1
+                    self.block.failed |= self.exception is not None
+                    self.block.cond.notify()
+
+    return NotifyingThread
+
+
+def _run_block(manager, grid_point, *args):
+    """Run one block of ``manager`` (a simulator ``BlockManager``): start a thread per thread index, then sleep on
+    the block's condition until every live thread waits at the barrier (release it), a thread raised (tell every
+    thread to abort, raise the first exception) or all threads have finished."""
+    indices = list(np.ndindex(*manager._block_dim))
+    block = SimpleNamespace(cond=threading.Condition(), live=len(indices), waiting=0, failed=False)
+    thread_class = _notifying_thread()
+    threads = [thread_class(lambda: manager._f(*args), manager, grid_point, idx, manager._debug, block)
+               for idx in indices]
+    for thread in threads:
         thread.start()
-        threads.append(thread)
-    live = set(threads)
-    while live:
-        time.sleep(0)                                   # the one change: let the simulated threads run
-        waiting = set()
-        for thread in live:
-            if thread.syncthreads_blocked:
-                waiting.add(thread)
-            elif thread.exception:
-                for other in threads:
-                    other.abort = True
-                    other.syncthreads_blocked = False
-                    other.syncthreads_event.set()
-                raise thread.exception[0].with_traceback(thread.exception[1])
-        if waiting == live:                             # all at the barrier: release it
-            for thread in waiting:
-                thread.syncthreads_blocked = False
-                thread.syncthreads_event.set()
-        live = {thread for thread in live if thread.is_alive()}
-    for thread in threads:                              # exceptions set just before a thread finished
+    with block.cond:
+        while block.live and not block.failed:
+            block.cond.wait_for(lambda: block.failed or block.waiting == block.live)
+            if block.live and not block.failed and block.waiting == block.live:   # all at the barrier: release it
+                for thread in threads:
+                    if thread.syncthreads_blocked:
+                        thread.syncthreads_blocked = False
+                        thread.syncthreads_event.set()
+                block.waiting = 0
+    if block.failed:
+        for other in threads:
+            other.abort = True
+            other.syncthreads_blocked = False
+            other.syncthreads_event.set()
+    for thread in threads:
         if thread.exception:
             raise thread.exception[0].with_traceback(thread.exception[1])
 
 
-def yield_while_polling() -> bool:
-    """Under the CUDA simulator, install :func:`_run_block` as the block manager's ``run`` (idempotent).
-    Returns whether it is installed: False without the simulator, or where numba-cuda's ``run`` is not the
-    reviewed one (:data:`REVIEWED_RUN_SHA256`)."""
+def fast_block_manager() -> bool:
+    """Under the CUDA simulator, install :func:`_run_block` as the block manager's ``run`` (idempotent). Returns
+    whether it is installed: False without the simulator, or where numba-cuda's ``run`` or ``BlockThread`` is not
+    the reviewed one (:data:`REVIEWED_RUN_SHA256`, :data:`REVIEWED_BLOCK_THREAD_SHA256`)."""
     from numba import config
     if not config.ENABLE_CUDASIM:
         return False
     from numba.cuda.simulator import kernel
     if kernel.BlockManager.run is _run_block:
         return True
-    if hashlib.sha256(inspect.getsource(kernel.BlockManager.run).encode()).hexdigest() != REVIEWED_RUN_SHA256:
-        return False
+    for source, reviewed in ((inspect.getsource(kernel.BlockManager.run), REVIEWED_RUN_SHA256),
+                             (inspect.getsource(kernel.BlockThread), REVIEWED_BLOCK_THREAD_SHA256)):
+        if hashlib.sha256(source.encode()).hexdigest() != reviewed:
+            return False
     kernel.BlockManager.run = _run_block
     return True
 

@@ -17,8 +17,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 if SIMULATOR:   # the simulator's block manager yields the GIL while polling: 3x faster simulated kernels
-    from sparsekit.simulator import fast_shared_arrays, yield_while_polling
-    yield_while_polling()
+    from sparsekit.simulator import fast_block_manager, fast_shared_arrays
+    fast_block_manager()
     fast_shared_arrays()   # shared arrays keyed by the calling line without a walk of the stack
 
 

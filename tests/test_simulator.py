@@ -1,4 +1,4 @@
-"""``sparsekit.simulator``: the simulator's block manager yields the GIL while polling, its shared arrays are
+"""``sparsekit.simulator``: the simulator's block manager sleeps until its threads need it, its shared arrays are
 keyed by the calling line without a walk of the stack; kernels with barriers, shared arrays, several blocks and a
 thread that raises behave as before."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from sparsekit.simulator import fast_shared_arrays, yield_while_polling
+from sparsekit.simulator import fast_block_manager, fast_shared_arrays
 
 pytestmark = pytest.mark.simulator("the patch is the simulator's; on a GPU the kernels run for real")
 
@@ -45,10 +45,11 @@ def _require_installed(install, what: str, reviewed: str) -> None:
     assert install()
 
 
-def test_polling_yields_and_barriers_still_hold():
+def test_block_manager_sleeps_and_barriers_still_hold():
     from numba.cuda.simulator import kernel
     from sparsekit import simulator
-    _require_installed(yield_while_polling, "BlockManager.run", "REVIEWED_RUN_SHA256")
+    _require_installed(fast_block_manager, "BlockManager.run or BlockThread",
+                       "REVIEWED_RUN_SHA256, REVIEWED_BLOCK_THREAD_SHA256")
     assert kernel.BlockManager.run is simulator._run_block
     x = np.arange(3 * 64, dtype=np.float64)
     out = np.zeros(3)
