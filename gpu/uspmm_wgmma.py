@@ -193,18 +193,20 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         """The staged entries of this thread's ``item`` (``row * tpr + segment`` of the block's rows): its values'
         and offsets' stage-0 shared byte addresses (slot pair ``i`` of the values: ``+ 16 i workers``), their
         chunk-0 global addresses (the arrays' start where the row lies past ``mp``: the copies then read nothing),
-        whether the row lies within, the global bytes of a chunk of values and of offsets, and of a slot pair."""
+        whether the row lies within, the global bytes of a chunk of values and of offsets, and of a slot pair, and
+        the arrays' start addresses (what a copy that reads nothing names)."""
         ok = row0 + item // U(tpr) < mp
         g = row0 * U(tpr) + item                                         # its piece of a slot pair / of offsets
         pair = mp * U(tpr * 16)
         return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * U(ob)), global_addr(ev, g * U(4) if ok else u0),
-                global_addr(eo, g * U(ob // 4) if ok else u0), ok, w // U(2) * pair, mp * U(tpr * ob), pair)
+                global_addr(eo, g * U(ob // 4) if ok else u0), ok, w // U(2) * pair, mp * U(tpr * ob), pair,
+                global_addr(ev, u0), global_addr(eo, u0))
 
     @inlined
-    def issue_entries(ch, st, eb, evgl, eogl, ev, eo, sh, sh32):
+    def issue_entries(ch, st, eb, ev, eo, sh, sh32):
         """Chunk ``ch``'s entries of this thread's item (``slots`` of them) into entry stage ``st`` by cp.async
         (nothing read past the arrays' rows). ``eb``: :func:`entry_bases`."""
-        vdst, odst, vsrc, osrc, ok, vchunk, ochunk, vpair = eb
+        vdst, odst, vsrc, osrc, ok, vchunk, ochunk, vpair, evgl, eogl = eb
         vs = vsrc + ch * vchunk
         for i in range(slots // 2):
             cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vpair if ok else evgl,
@@ -212,17 +214,18 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         copy_offsets(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, U(ob) if ok else u0)
 
     @inlined
-    def scatter(st, ab, evr, eor, rbz, rbs, sh, sh32):
+    def scatter(st, ab, eb, rbz, rbs, sh, sh32):
         """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
         (all before any store), zero its share of its row's band in both tiles, a warp barrier (the band's
         other classes are zeroed by the lanes beside it), write the entries in slot order (padding, value 0 at
-        offset 0, comes first, so it never overwrites an entry). ``evr``/``eor``: its values and offsets in
+        offset 0, comes first, so it never overwrites an entry). ``eb[0]``/``eb[1]``: its values and offsets in
         stage 0; ``rbz``: the first 16 bytes it zeroes, ``rbs``: its class's word in its band's first core
         matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks, each 8 lanes'
         16-byte zeroes to 8 rows' banks."""
         offs = cuda.local.array(slots, np.uint32)
         big = cuda.local.array(slots, float32)
         small = cuda.local.array(slots, float32)
+        evr, eor = eb[0], eb[1]                                          # (entry_bases)
         for i in range(slots // 2):
             quad = ld_shared4(sh, evr + st * U(ev_buf) + U(i * 16 * workers))
             big[2 * i], small[2 * i], big[2 * i + 1], small[2 * i + 1] = quad
@@ -304,27 +307,27 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
 
     @inlined
-    def step(j, ja, jb, end, fb, evr, eor, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, evgl, eogl, uk, un,
+    def step(j, ja, jb, end, fb, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, uk, un,
              gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b):
         """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
         ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
         mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
         na, nb_ = rot(ja, 3), rot(jb, stages)
         if j + u1 < end:                                                 # 4. the next A tile (its buffer's
-            scatter(nb_, na, evr, eor, rbz, rbs, sh, sh32)                     # wgmma: chunk j-2, done)
+            scatter(nb_, na, eb, rbz, rbs, sh, sh32)                     # wgmma: chunk j-2, done)
         fence_proxy_async()                                              # (before the copies: it waits for
         jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
         if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
             issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
         if j + U(stages) < end:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, evgl, eogl, ev, eo, sh, sh32)
+            issue_entries(j + U(stages), jb, eb, ev, eo, sh, sh32)
         cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
         return na, nb_
 
     @inlined
-    def produce(lo, hi, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
+    def produce(lo, hi, rbz, rbs, ev, eo, eb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
                 blim, sh, sh32, b):
         """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
         chunk ``j``: wait until the consumers are done with chunk ``j - nbuf`` (its A buffer; B stages of chunks
@@ -334,7 +337,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for s_ in range(lead):
             if lo + U(s_) < hi:
                 issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(lo + U(s_), U(s_), eb, evgl, eogl, ev, eo, sh, sh32)
+                issue_entries(lo + U(s_), U(s_), eb, ev, eo, sh, sh32)
             cp_async_commit()
         ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
         for j0 in range(lo, hi):
@@ -343,10 +346,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - nbuf's wgmma done
             if j + U(lead) < hi:
                 issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(j + U(lead), je, eb, evgl, eogl, ev, eo, sh, sh32)
+                issue_entries(j + U(lead), je, eb, ev, eo, sh, sh32)
             cp_async_commit()
             cp_async_wait(lead)                                          # this thread's copies of chunk j
-            scatter(rot_by(je, se - lead, se), ja, evr, eor, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
+            scatter(rot_by(je, se - lead, se), ja, eb, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
             fence_proxy_async()
             bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
             ja, jb, je = rot(ja, nbuf), rot(jb, stages), rot(je, se)
@@ -373,10 +376,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     def worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev, eo, sh, sh32, b, blim):
         """Thread ``pt``'s addresses for copying and scattering, taken once (``blim`` filled): the scatter's
         segment (lane bits 0-1: its column class, bits 2-4 and the warp: its row, the warp: its band) as its
-        class's word in buffer 0 and its staged values and offsets (:func:`entry_bases`; 32 neighbouring items a
-        warp); the 16-byte pieces it
-        zeroes (lane bits 0-2: a row of the warp's 8, bits 3-4: a quarter of the band); its B pieces (4 columns
-        from ``gc``, rows from ``r0``; shared and global chunk-0 addresses, bytes of ``rstep`` rows)."""
+        class's word in buffer 0 (``rbs``) and its staged entries (``eb``, :func:`entry_bases`; 32 neighbouring
+        items a warp); the 16-byte pieces it zeroes (``rbz``; lane bits 0-2: a row of the warp's 8, bits 3-4: a
+        quarter of the band); its B pieces (4 columns from ``gc``, rows from ``r0``; shared and global chunk-0
+        addresses, bytes of ``rstep`` rows)."""
         rows8 = ((pt >> U(5)) % U(bm // 8)) * U(8)                        # the warp's 8 rows
         arow = rows8 + ((pt >> U(2)) & U(7))
         cls = pt & U(3)
@@ -395,7 +398,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bstep = U(rstep) * un * U(4)
         b_limits(uk, un, gc, r0, blim)
         eb = entry_bases(arow * U(tpr) + h, row0, uw, ump, sa, ev, eo)
-        return rbz, rbs, eb[0], eb[1], gc, r0, bsh0, bgl0, bgl, bstep, eb
+        return rbz, rbs, gc, r0, bsh0, bgl0, bgl, bstep, eb
 
     @inlined
     def consumer_setup(ct, sa):
@@ -461,9 +464,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         sh32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
         blim = cuda.local.array(nbp, np.uint32)
-        rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, ump, sa, ev,
+        rbz, rbs, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, ump, sa, ev,
                                                                               eo, sh, sh32, b, blim)
-        evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         tq, nb, fb, d0 = consumer_setup(t, sa)
         acc = cuda.local.array(nacc, float32)
         bfb0 = cuda.local.array(nfrag, float32)                          # two fragment sets: chunk j's
@@ -477,27 +479,27 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             for i in range(nacc):
                 acc[i] = float32(0.0)
             # prologue: entries of chunk lo (own group), then B chunks lo + s and entries lo + s + 1, s < stages - 1
-            issue_entries(lo, u0, eb, evgl, eogl, ev, eo, sh, sh32)
+            issue_entries(lo, u0, eb, ev, eo, sh, sh32)
             cp_async_commit()
             for s in range(stages - 1):
                 if lo + U(s) < hi:
                     issue_b(lo + U(s), U(s), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
                 if lo + U(s + 1) < hi:
-                    issue_entries(lo + U(s + 1), U(s + 1), eb, evgl, eogl, ev, eo, sh, sh32)
+                    issue_entries(lo + U(s + 1), U(s + 1), eb, ev, eo, sh, sh32)
                 cp_async_commit()
             cp_async_wait(pend_first)                                    # (its own entries of chunk lo)
-            scatter(u0, u0, evr, eor, rbz, rbs, sh, sh32)
+            scatter(u0, u0, eb, rbz, rbs, sh, sh32)
             cp_async_wait(pend)
             fence_proxy_async()
             cuda.syncthreads()
             ja, jb = u0, u0
             for j0 in range(lo, hi, 2):
                 uj = U(j0)
-                ja, jb = step(uj, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb0, bfs0, ev, eo, eb, evgl,
-                              eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b)
+                ja, jb = step(uj, ja, jb, hi, fb, rbz, rbs, d0, acc, bfb0, bfs0, ev, eo, eb, uk, un, gc, r0, bsh0,
+                              bgl0, bgl, bstep, blim, sh, sh32, b)
                 if uj + u1 < hi:
-                    ja, jb = step(uj + u1, ja, jb, hi, fb, evr, eor, rbz, rbs, d0, acc, bfb1, bfs1, ev, eo, eb,
-                                  evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b)
+                    ja, jb = step(uj + u1, ja, jb, hi, fb, rbz, rbs, d0, acc, bfb1, bfs1, ev, eo, eb, uk, un, gc, r0,
+                                  bsh0, bgl0, bgl, bstep, blim, sh, sh32, b)
             wgmma_wait(acc, nacc, 0)
             if split > 1:                                                # this part's partial tile into shared
                 cp_async_wait(0)                                         # memory, over the pipeline's buffers
@@ -520,9 +522,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         producer = t < U(producers)
         blim = cuda.local.array(nbp, np.uint32)
         pt = t if producer else u0
-        rbz, rbs, evr, eor, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev,
+        rbz, rbs, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev,
                                                                               eo, sh, sh32, b, blim)
-        evgl, eogl = global_addr(ev, u0), global_addr(eo, u0)
         ct = t - U(producers) if not producer else u0                    # consumer thread (wgmma, C)
         tq, nb, fb, d0 = consumer_setup(ct, sa)
         acc = cuda.local.array(nacc, float32)
@@ -533,7 +534,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         for i in range(nacc):
             acc[i] = float32(0.0)
         if producer:
-            produce(u0, nch, evr, eor, rbz, rbs, ev, eo, eb, evgl, eogl, uk, un, gc, r0, bsh0, bgl0, bgl,
+            produce(u0, nch, rbz, rbs, ev, eo, eb, uk, un, gc, r0, bsh0, bgl0, bgl,
                     bstep, blim, sh, sh32, b)
         else:
             consume(u0, nch, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh)
