@@ -20,6 +20,10 @@ from typing import NamedTuple
 from numba.cuda import compiler
 from numba.cuda.cudadrv import driver
 
+from sparsekit.numba_patches import fast_lowering
+
+fast_lowering()   # (kernels outside ``gpu``, whose import installs it too)
+
 
 class Build(NamedTuple):
     ptx: str      #: post-LTO PTX ("" when not asked for)

@@ -24,13 +24,13 @@ held the interpreter.
 from __future__ import annotations
 
 import functools
-import hashlib
-import inspect
 import sys
 import threading
 from types import SimpleNamespace
 
 import numpy as np
+
+from sparsekit.numba_patches import is_reviewed
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.simulator.kernel.BlockManager.run``.
 REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4ba3541f"
@@ -116,10 +116,9 @@ def fast_block_manager() -> bool:
     from numba.cuda.simulator import kernel
     if kernel.BlockManager.run is _run_block:
         return True
-    for source, reviewed in ((inspect.getsource(kernel.BlockManager.run), REVIEWED_RUN_SHA256),
-                             (inspect.getsource(kernel.BlockThread), REVIEWED_BLOCK_THREAD_SHA256)):
-        if hashlib.sha256(source.encode()).hexdigest() != reviewed:
-            return False
+    if not (is_reviewed(kernel.BlockManager.run, REVIEWED_RUN_SHA256)
+            and is_reviewed(kernel.BlockThread, REVIEWED_BLOCK_THREAD_SHA256)):
+        return False
     kernel.BlockManager.run = _run_block
     return True
 
@@ -155,8 +154,7 @@ def fast_shared_arrays() -> bool:
     from numba.cuda.simulator import kernelapi
     if kernelapi.FakeCUDAShared.array is _shared_array:
         return True
-    source = inspect.getsource(kernelapi.FakeCUDAShared.array)
-    if hashlib.sha256(source.encode()).hexdigest() != REVIEWED_SHARED_ARRAY_SHA256:
+    if not is_reviewed(kernelapi.FakeCUDAShared.array, REVIEWED_SHARED_ARRAY_SHA256):
         return False
     kernelapi.FakeCUDAShared.array = _shared_array
     return True

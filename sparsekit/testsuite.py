@@ -17,6 +17,11 @@ import sys
 from sparsekit.backend import gpu_present
 
 
+def _cores() -> int:
+    """The cores this process may run on (as pytest-xdist's ``-n auto`` counts them without psutil)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("sim", "compile"):
@@ -25,10 +30,16 @@ def main(argv: list[str] | None = None) -> int:
     part, extra = argv[0], argv[1:]
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    # One worker per core (CI has 2): compile checks are NVVM-bound and the
-    # simulator is Python-bound, so both scale with processes.
+    # One BLAS / OpenMP thread a worker: the workers already take every core (session 16, simulator part
+    # on the 2-core machine: 218 -> 211 s).
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "1")
+    # Compile checks: one worker per core (CI has 2), NVVM- and front-end-bound. Simulator: one more worker
+    # than cores, because a simulated block leaves its core idle between its Python threads' hand-overs
+    # (session 16, 2 cores: 2 workers 211 s with 17% of the cores idle, 3 workers 174 s).
+    workers = os.environ.get("SPARSEKIT_TEST_WORKERS")
     pytest = [sys.executable, "-m", "pytest", "-q"]
-    parallel = [*pytest, "-n", os.environ.get("SPARSEKIT_TEST_WORKERS", "auto")]
+    parallel = [*pytest, "-n", workers or "auto"]
     if part == "compile":
         env.pop("NUMBA_ENABLE_CUDASIM", None)
         # loadfile: each module runs on one worker, so its tests share their builds (one front end for sm_80
@@ -44,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if not gpu_present():
         env["NUMBA_ENABLE_CUDASIM"] = "1"
         print("[testsuite] no GPU: kernels run on the CUDA simulator", flush=True)
-        return subprocess.run([*parallel, *tests, "-m", "not compile", *extra], env=env).returncode
+        simulated = [*pytest, "-n", workers or str(_cores() + 1)]
+        return subprocess.run([*simulated, *tests, "-m", "not compile", *extra], env=env).returncode
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     print("[testsuite] GPU found: kernels run on the GPU, gpu tests enabled, timing tests last", flush=True)
     # Tests that time kernels would share the device with every other worker's launches (late spins,

@@ -16,7 +16,7 @@ settings.register_profile("dev", max_examples=100, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-if SIMULATOR:   # the simulator's block manager yields the GIL while polling: 3x faster simulated kernels
+if SIMULATOR:   # the simulator's block manager sleeps until its threads need it: faster simulated kernels
     from sparsekit.simulator import fast_block_manager, fast_shared_arrays
     fast_block_manager()
     fast_shared_arrays()   # shared arrays keyed by the calling line without a walk of the stack

@@ -32,7 +32,7 @@ MODULE_SECONDS = {"test_persistent_rnn_compile.py": 174, "test_uspmm_tc_compile.
                   "test_uspmm_compile.py": 113, "test_sparsify24_compile.py": 60, "test_spmm_compile.py": 25,
                   "test_uspmm_wgmma_compile.py": 31,
                   "test_persistent_rnn_shfl_compile.py": 15, "test_spmm_lessons_compile.py": 11,
-                  "test_offline.py": 5, "test_timing_compile.py": 0.3, "test_toolchain.py": 0.1}
+                  "test_offline.py": 5, "test_numba_patches.py": 2, "test_timing_compile.py": 0.3, "test_toolchain.py": 0.1}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,72 @@
+"""Reviewed replacements of numba-cuda internals that are slow for this project's kernels.
+
+Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
+of ``inspect.getsource``, :func:`is_reviewed`); another version keeps its own code, slower but correct. The
+simulator's (:mod:`sparsekit.simulator`) check their sources the same way.
+
+:func:`fast_lowering`: Numba's lowering of a function first finds its singly assigned variables, and for each
+candidate it scanned every assignment of the candidate's block again: quadratic in a block's length. The
+generated, unrolled kernels have blocks of thousands of statements (the 2:4 sparsifier's ``optimal`` kernel:
+13 s of its 16 s build, 3 s of them in that scan, on the 2-core test machine). :func:`_singly_assigned`
+counts each block's assignments once: the same variables, the same code (``tests/test_numba_patches.py``).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections import Counter, defaultdict
+
+#: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.lowering.Lower._find_singly_assigned_variable``.
+REVIEWED_SINGLY_ASSIGNED_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
+
+#: The functions replaced, by name (kept for the tests, which run them beside their replacements).
+replaced: dict = {}
+
+
+def is_reviewed(obj, sha256: str) -> bool:
+    """Whether ``obj``'s source is the reviewed one (its sha256 is ``sha256``)."""
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == sha256
+
+
+def _singly_assigned(self):
+    """``Lower._find_singly_assigned_variable`` (numba-cuda 0.30.4), linear: the variables assigned once, in one
+    block, and used only there (they need no ``alloca``), with each block's assignments counted once."""
+    from numba.cuda import lowering
+
+    singly = set()
+    if not self.func_ir.func_id.is_generator:
+        use_defs = lowering.compute_use_defs(self.func_ir.blocks)
+        alloca_vars = lowering.must_use_alloca(self.func_ir.blocks)
+        defined_in = defaultdict(set)
+        for block, names in use_defs.defmap.items():
+            for name in names:
+                defined_in[name].add(block)
+        used_across = set().union(*use_defs.usemap.values())     # (the use map keeps no block-local uses)
+        assignments = {}
+        for name, blocks in defined_in.items():
+            if name in alloca_vars or len(blocks) != 1 or name in used_across:
+                continue
+            [block] = blocks
+            if block not in assignments:
+                assignments[block] = Counter(stmt.target.name
+                                             for stmt in self.blocks[block].find_insts(lowering.ir.assign_types))
+            if assignments[block][name] == 1:
+                singly.add(name)
+    self._singly_assigned_vars = singly
+    self._blk_local_varmap = {}
+
+
+def fast_lowering() -> bool:
+    """Install :func:`_singly_assigned` as ``Lower._find_singly_assigned_variable`` (idempotent). Returns whether it
+    is installed: False where numba-cuda's is not the reviewed one (:data:`REVIEWED_SINGLY_ASSIGNED_SHA256`)."""
+    from numba import config
+    if config.ENABLE_CUDASIM:                           # (nothing is lowered)
+        return False
+    from numba.cuda import lowering
+    if lowering.Lower._find_singly_assigned_variable is _singly_assigned:
+        return True
+    if not is_reviewed(lowering.Lower._find_singly_assigned_variable, REVIEWED_SINGLY_ASSIGNED_SHA256):
+        return False
+    replaced["Lower._find_singly_assigned_variable"] = lowering.Lower._find_singly_assigned_variable
+    lowering.Lower._find_singly_assigned_variable = _singly_assigned
+    return True
