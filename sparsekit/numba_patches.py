@@ -1,14 +1,15 @@
 """Reviewed replacements of numba-cuda internals that are slow for this project's kernels.
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
-of ``inspect.getsource``, :func:`is_reviewed`); another version keeps its own code, slower but correct. The
-simulator's (:mod:`sparsekit.simulator`) check their sources the same way.
+of ``inspect.getsource``, :func:`install`); another version keeps its own code, slower but correct. The
+simulator's (:mod:`sparsekit.simulator`) are installed the same way.
 
 :func:`fast_lowering`: Numba's lowering of a function first finds its singly assigned variables, and for each
 candidate it scanned every assignment of the candidate's block again: quadratic in a block's length. The
 generated, unrolled kernels have blocks of thousands of statements (the 2:4 sparsifier's ``optimal`` kernel:
 13 s of its 16 s build, 3 s of them in that scan, on the 2-core test machine). :func:`_singly_assigned`
-counts each block's assignments once: the same variables, the same code (``tests/test_numba_patches.py``).
+counts each block's assignments once: the same variables, the same code
+(``tests/compile/test_numba_patches.py``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ replaced: dict = {}
 def is_reviewed(obj, sha256: str) -> bool:
     """Whether ``obj``'s source is the reviewed one (its sha256 is ``sha256``)."""
     return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == sha256
+
+
+def install(owner, name: str, replacement, *reviews) -> bool:
+    """Put ``replacement`` at ``owner.name`` (idempotent), the original kept in :data:`replaced` as
+    ``"Owner.name"``, where every ``(obj, sha256)`` of ``reviews`` is the reviewed source (:func:`is_reviewed`).
+    Returns whether it is installed."""
+    if getattr(owner, name) is replacement:
+        return True
+    if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
+        return False
+    replaced[f"{owner.__name__}.{name}"] = getattr(owner, name)
+    setattr(owner, name, replacement)
+    return True
 
 
 def _singly_assigned(self):
@@ -63,10 +77,5 @@ def fast_lowering() -> bool:
     if config.ENABLE_CUDASIM:                           # (nothing is lowered)
         return False
     from numba.cuda import lowering
-    if lowering.Lower._find_singly_assigned_variable is _singly_assigned:
-        return True
-    if not is_reviewed(lowering.Lower._find_singly_assigned_variable, REVIEWED_SINGLY_ASSIGNED_SHA256):
-        return False
-    replaced["Lower._find_singly_assigned_variable"] = lowering.Lower._find_singly_assigned_variable
-    lowering.Lower._find_singly_assigned_variable = _singly_assigned
-    return True
+    return install(lowering.Lower, "_find_singly_assigned_variable", _singly_assigned,
+                   (lowering.Lower._find_singly_assigned_variable, REVIEWED_SINGLY_ASSIGNED_SHA256))

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sparsekit.numba_patches import is_reviewed
+from sparsekit.numba_patches import install
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.simulator.kernel.BlockManager.run``.
 REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4ba3541f"
@@ -114,13 +114,8 @@ def fast_block_manager() -> bool:
     if not config.ENABLE_CUDASIM:
         return False
     from numba.cuda.simulator import kernel
-    if kernel.BlockManager.run is _run_block:
-        return True
-    if not (is_reviewed(kernel.BlockManager.run, REVIEWED_RUN_SHA256)
-            and is_reviewed(kernel.BlockThread, REVIEWED_BLOCK_THREAD_SHA256)):
-        return False
-    kernel.BlockManager.run = _run_block
-    return True
+    return install(kernel.BlockManager, "run", _run_block, (kernel.BlockManager.run, REVIEWED_RUN_SHA256),
+                   (kernel.BlockThread, REVIEWED_BLOCK_THREAD_SHA256))
 
 
 def _shared_array(shared, shape, dtype, alignment=None):
@@ -152,9 +147,5 @@ def fast_shared_arrays() -> bool:
     if not config.ENABLE_CUDASIM:
         return False
     from numba.cuda.simulator import kernelapi
-    if kernelapi.FakeCUDAShared.array is _shared_array:
-        return True
-    if not is_reviewed(kernelapi.FakeCUDAShared.array, REVIEWED_SHARED_ARRAY_SHA256):
-        return False
-    kernelapi.FakeCUDAShared.array = _shared_array
-    return True
+    return install(kernelapi.FakeCUDAShared, "array", _shared_array,
+                   (kernelapi.FakeCUDAShared.array, REVIEWED_SHARED_ARRAY_SHA256))
