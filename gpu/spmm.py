@@ -41,7 +41,7 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from gpu.vector_loads import aligned, load2, load4
-from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
 from sparsekit.checks import check_int
 from sparsekit.formats import COO, CSR, BlockedELL
@@ -310,7 +310,7 @@ def spmm_csr(csr, b, *, swizzle: bool = False, cols_per_lane: int = 1, warps_per
             rows_per_block = warps_per_block // warps_per_row
             grid = (cdiv(m, rows_per_block), cdiv(n, WARP_SIZE * vector * cols_per_lane))
             kernel = _csr_split_kernel(rows_per_block, warps_per_row, cols_per_lane, vector, unroll)
-            b_flat = bop.dev.reshape(dev.shape[1] * n)          # 1-D view for the vector loads
+            b_flat = flat_view(bop.dev)                         # 1-D view for the vector loads
             kernel[grid, WARP_SIZE * warps_per_block](*csr_arrays, b_flat, c, m, n)
     return result(c, like=bop)
 

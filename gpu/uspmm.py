@@ -85,7 +85,7 @@ from numba.core.types import float16
 from gpu.inline import inlined
 from gpu.mma import prefetch_l2
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
-from sparsekit.arrays import DeviceMatrix, cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.formats import ELL
 
@@ -1441,7 +1441,7 @@ def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(batch))
     vals, idxs = dell.row_major()
-    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, m, n, k, vec_ok),
+    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), flat_view(bdev), c, m, n, k, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
 
 
@@ -1467,7 +1467,7 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     kernel = _pipelined_kernel(cols_per_lane, rows_per_warp, nwarp, kc, unroll, bool(half), min_blocks)
     vals, idxs = dell.row_major()
     grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
-    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), bdev.reshape(k * n), c, part, ticket,
+    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), flat_view(bdev), c, part, ticket,
                                     m, n, k, vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
 
@@ -1491,7 +1491,7 @@ def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, un
     vals, idxs = dell.row_major()
     kprime = dell.host.kprime
     grid, part, ticket, nsplit = _split(dell, grid, n, splits, kprime)
-    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(dell.shape[1] * n), c, part, ticket, m, n, kprime,
+    _launch(kernel, grid, threads, (vals, idxs, flat_view(bdev), c, part, ticket, m, n, kprime,
                                     vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
 
@@ -1512,7 +1512,7 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _dense_tile_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), min_blocks)
     grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
-    _launch(kernel, grid, threads, (dell.dense_t(), bdev.reshape(k * n), c, part, ticket, m, n, k, vec_ok, nsplit),
+    _launch(kernel, grid, threads, (dell.dense_t(), flat_view(bdev), c, part, ticket, m, n, k, vec_ok, nsplit),
             "nwarp, rows_per_warp, cols_per_lane")
 
 
@@ -1538,7 +1538,7 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
                                 l2_prefetch)
     vals, idxs = dell.row_major()
     grid = (cdiv(m, rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))   # a block: R rows x NT columns
-    _launch(kernel, grid, threads, (vals, idxs, bdev.reshape(k * n), c, m, n, dell.host.kprime, vec_ok),
+    _launch(kernel, grid, threads, (vals, idxs, flat_view(bdev), c, m, n, dell.host.kprime, vec_ok),
             "nwarp, rows_per_warp, cols_per_lane")
 
 

@@ -169,7 +169,7 @@ from gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait,
                      to_tf32, to_tf32_finite)
 from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
 from gpu.vector_loads import aligned, load2, store4, store8
-from sparsekit.arrays import cdiv, output, result
+from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.checks import check_int
 from sparsekit.device import allow_dynamic_shared
 
@@ -1029,10 +1029,10 @@ def _opt_in(kernel, args, nbytes: int) -> None:
         return
     from numba import typeof
 
-    compiled = kernel.compile(tuple(typeof(a) for a in args))
-    key = (id(compiled), nbytes)
-    if key not in _OPTED_IN:
-        allow_dynamic_shared(compiled, nbytes)
+    signature = tuple(typeof(a) for a in args)
+    key = (id(kernel), signature, nbytes)              # (kernels are cached for the process: ids stay theirs)
+    if key not in _OPTED_IN:                           # (compile() takes Numba's compile lock even when cached)
+        allow_dynamic_shared(kernel.compile(signature), nbytes)
         _OPTED_IN.add(key)
 
 
@@ -1096,7 +1096,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
                             scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit)
-        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, part, ticket, m, n, k, w, nsub, mp,
+        args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:
             _opt_in(kernel, args, shared)

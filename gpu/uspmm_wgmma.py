@@ -92,7 +92,7 @@ from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
 from gpu.uspmm_tc import _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
-from sparsekit.arrays import cdiv, output, result
+from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.device import require_cluster
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "supported"]
@@ -631,7 +631,7 @@ def run(dell, bop, order: str, **tunables):
         slots = scatter_slots(seg, w)
         kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
                                producers)
-        args = (ev.reshape(ev.size), eo.reshape(eo.size), bdev.reshape(k * n), c, m, n, k, w, mp)
+        args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, m, n, k, w, mp)
         shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
         _opt_in(kernel, args, shared)
         if split > 1 and not SIM:

@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import cuda
 
-__all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix"]
+__all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view"]
 
 _ORDERS = ("C", "F", None)
 
@@ -410,6 +410,13 @@ def _prime(dev):
     else:
         vars(dev)["_numba_type_"] = t
     return dev
+
+
+def flat_view(dev):
+    """The 1-D view of a C-contiguous device array that a kernel indexes by element, with its Numba type
+    from :func:`_prime`'s cache (a launcher makes this view on every call; computing its type would cost
+    more than the rest of the view)."""
+    return _prime(dev.reshape(dev.size))
 
 
 def _c_strides(shape, itemsize):

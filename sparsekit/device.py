@@ -89,11 +89,20 @@ _ATTRIBUTES = {
 }
 
 
+# device id -> its DeviceInfo (a device's attributes do not change while the process runs; asking the driver
+# for them took about 100 us, paid by every ``config="auto"`` call).
+_INFO: dict = {}
+
+
 def info() -> DeviceInfo:
-    """Describe the active backend and device (the GPU's attributes come from the driver)."""
+    """Describe the active backend and device (the GPU's attributes come from the driver, once per device)."""
     if simulator_active():
         return DeviceInfo(backend="simulator", name="CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
     from numba import cuda
+    if _INFO:                                          # a device was described: the driver works (and asking
+        found = _INFO.get(cuda.get_current_device().id)  # it again, with NVVM's check, cost more than the rest)
+        if found is not None:
+            return found
     try:
         available = cuda.is_available()
     except Exception:  # no driver library at all
@@ -101,6 +110,15 @@ def info() -> DeviceInfo:
     if not available:
         return DeviceInfo(backend="none", name="no CUDA device")
     dev = cuda.get_current_device()
+    found = _INFO.get(dev.id)
+    if found is None:
+        found = _INFO[dev.id] = _describe(dev)
+    return found
+
+
+def _describe(dev) -> DeviceInfo:
+    """:func:`info` of a Numba device, from the driver."""
+    from numba import cuda
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     values = {}
     for key, attr in _ATTRIBUTES.items():

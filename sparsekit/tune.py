@@ -23,6 +23,7 @@ Opportunities"). This module is that work, done by exhaustive search:
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -257,21 +258,40 @@ def problem_key(device: str, m: int, k: int, n: int, kprime: int, dtype, index_d
 def cache_path() -> Path:
     """``$SPARSEKIT_TUNE_CACHE``, else ``~/.cache/sparsekit/uspmm.json``."""
     env = os.environ.get("SPARSEKIT_TUNE_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "sparsekit" / "uspmm.json"
+    return Path(env) if env else _home_cache(os.environ.get("HOME"))
+
+
+@functools.cache
+def _home_cache(home: str | None) -> Path:
+    """The default cache file for this ``$HOME`` (``Path.home()`` asks the password database where ``$HOME`` is
+    unset: about 100 us on the H100 machine, on every ``config="auto"`` call)."""
+    return Path.home() / ".cache" / "sparsekit" / "uspmm.json"
+
+
+# (path, mtime, size) of the cache file last read -> its contents: every ``config="auto"`` call looks its problem
+# up, and reading and parsing the file each time cost more than a launch. Not to be mutated (``_store`` copies).
+_LOADED: dict = {}
 
 
 def _load() -> dict:
     path = cache_path()
-    if not path.exists():
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return {}
-    with open(path) as f:
-        return json.load(f)
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _LOADED:
+        with open(path) as f:
+            data = json.load(f)
+        _LOADED.clear()
+        _LOADED[key] = data
+    return _LOADED[key]
 
 
 def _store(key: str, entry: dict) -> None:
     path = cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = _load()
+    data = dict(_load())
     data[key] = entry
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from numba import cuda
 
 from sparsekit import arrays
-from sparsekit.arrays import DeviceMatrix, Operand, cdiv, operand, output, result
+from sparsekit.arrays import DeviceMatrix, Operand, cdiv, flat_view, operand, output, result
 from sparsekit.checks import FLOAT_DTYPES
 from sparsekit.formats import COO, CSR
 from tests.strategies import dense_arrays, dtypes
@@ -239,6 +239,16 @@ def test_output_and_result():
         output((2,), np.float32, like=op, order=None)
     with pytest.raises(TypeError, match="^like: expected an Operand"):
         output((2,), np.float32, like=np.ones(2))
+
+
+def test_flat_view_is_the_arrays_elements_in_row_major_order():
+    host = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    dev = cuda.to_device(host)
+    flat = flat_view(dev)
+    assert flat.shape == (24,)
+    np.testing.assert_array_equal(flat.copy_to_host(), host.ravel())
+    flat[5] = -1.0                                      # a view: the array's own memory
+    assert dev.copy_to_host()[0, 1, 1] == -1.0
 
 
 def test_result_for_an_unknown_cai_type_is_the_device_array():

@@ -78,6 +78,9 @@ def test_info_matches_the_backend():
     assert d.describe().startswith(f"backend: {d.backend}\ndevice: {d.name}")
     if d.backend != "gpu":
         assert d.sm_count is None and d.cc is None
+    else:                                               # asked of the driver once per device
+        from numba import cuda
+        assert info() is d and d == device._describe(cuda.get_current_device())
 
 
 def test_theoretical_bandwidth():

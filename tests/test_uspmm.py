@@ -321,6 +321,37 @@ def test_tune_cache_round_trip_and_auto(tmp_path, monkeypatch, small):
         gu.uspmm(dell, b, config="fastest")
 
 
+def test_tune_cache_is_read_once_and_again_when_the_file_changes(tmp_path, monkeypatch, small):
+    """``config="auto"`` looks its problem up on every call: the file is parsed once, and again only when it
+    changed on disk (another process tuning, or ``sparsekit tune``)."""
+    import json
+    import os
+
+    from sparsekit import tune
+    path = tmp_path / "cache.json"
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
+    dell = gu.prepare(small[0])
+    key = tune.problem_key(tune._device_name(), 2, 3, 2, 2, np.float32, np.int32, "C")
+    first = dict(variant="listing1", nwarp=1, vsize=2, vecsize=2)
+    tune._store(key, dict(config=first, median_us=1.0))
+    parsed = []
+    real_load = json.load
+    monkeypatch.setattr(tune.json, "load", lambda f: parsed.append(1) or real_load(f))
+    for _ in range(3):
+        assert tune.lookup(dell, 2, "C") == first
+    assert len(parsed) == 1
+    second = dict(variant="listing1", nwarp=2, vsize=4, vecsize=1)
+    path.write_text(json.dumps({key: dict(config=second, median_us=0.5)}) + "\n" * 3)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert tune.lookup(dell, 2, "C") == second
+    assert len(parsed) == 2
+    looked_up = tune.lookup(dell, 2, "C")
+    looked_up["nwarp"] = 99                             # a caller's copy: the cached contents stay
+    assert tune.lookup(dell, 2, "C") == second
+    path.unlink()
+    assert tune.lookup(dell, 2, "C") is None
+
+
 @pytest.mark.parametrize("m,k,n,kprime,want", [
     # the float32 winners of the H100 tuning run of 2026-11-22 23:00 UTC (experiments/results/uspmm.md);
     # its two small-grid problems (128^3, 1024 x 1024 x 128) are in SPLIT_RUN below (that run had no splits)
@@ -585,6 +616,13 @@ def test_cli_refuses_to_time_without_gpu(argv, capsys):
     from sparsekit.cli import main
     assert main(argv) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+@pytest.mark.simulator("on a GPU it times: tests/gpu/test_uspmm_gpu.py::test_dispatch_benchmark_records_every_row")
+def test_dispatch_benchmark_refuses_without_gpu():
+    from experiments import bench_uspmm_dispatch
+    with pytest.raises(RuntimeError, match="bench_uspmm_dispatch: needs a CUDA GPU"):
+        bench_uspmm_dispatch.main(["--calls", "3"])
 
 
 @pytest.mark.parametrize("tunables", [dict(variant="dense_tile", nwarp=1, rows_per_warp=4, cols_per_lane=4, kc=2,

@@ -107,6 +107,22 @@ def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
 
 
 @pytest.mark.timing
+def test_dispatch_benchmark_records_every_row(tmp_path):
+    """``experiments/bench_uspmm_dispatch.py``: a host time for every problem, B kind and config, and both floors
+    (its refusal without a GPU: tests/test_uspmm.py)."""
+    import json
+
+    from experiments import bench_uspmm_dispatch as bench
+    assert bench.main(["--calls", "3", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "uspmm_dispatch.json").read_text())["rows"]
+    timed = [r for r in rows if "problem" in r]
+    kinds = 2 if bench._torch() else 1
+    assert len(timed) == len(bench.PROBLEMS) * kinds * 2 and all(r["host_us"] > 0 for r in timed)
+    assert {r["config"] for r in timed} == {"auto", "direct"}
+    assert len([r for r in rows if "floor" in r]) == 2
+
+
+@pytest.mark.timing
 def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
     """``sparsekit bench uspmm`` times every provider on a toy problem, each result correct (exit 0), and
     ``sparsekit tune`` caches a winner for the problem (their no-GPU refusal: tests/test_uspmm.py)."""
