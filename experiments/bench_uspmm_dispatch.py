@@ -8,9 +8,9 @@ For each problem (a routed ``config="auto"`` call, and the kernel's setting pass
 device array and, where PyTorch is installed, as a CUDA tensor: the median host time of a call
 (:func:`sparsekit.timing.dispatch_overhead`: the device synchronised every 32 calls, outside the timed calls),
 beside two floors measured the same way: Numba launching a kernel of the same argument kinds with its arguments
-made once, and
-``cuda.device_array`` of the output's size (a launcher allocates its output on every call; with PyTorch operands
-the result comes from PyTorch's caching allocator instead). One table, printed; ``DIR/uspmm_dispatch.json``
+made once, and ``cuda.device_array`` of the output's size; and what a launcher's output costs instead
+(:func:`sparsekit.arrays.output` from its pool, each output collected before the next; PyTorch operands' outputs
+come from PyTorch's caching allocator). One table, printed; ``DIR/uspmm_dispatch.json``
 with ``--out``. The device time of the same calls is ``experiments/bench_uspmm.py``'s business.
 """
 from __future__ import annotations
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
 
     from experiments.bench_uspmm import Problem
     from gpu.uspmm import uspmm
+    from sparsekit.arrays import operand, output
     from sparsekit.device import info
     from sparsekit.timing import dispatch_overhead, require_gpu
     from sparsekit.tune import resolve
@@ -71,6 +72,10 @@ def main(argv=None) -> int:
     alloc = dispatch_overhead(lambda: cuda.device_array((1024, 1024), np.float32), repeat=args.calls) * 1e6
     rows.append(dict(floor="cuda.device_array 1024 x 1024 float32", host_us=alloc))
     print(f"{'floor: cuda.device_array 4 MB':44s} {alloc:8.1f}")
+    like = operand(kinds[0][1], "b", dtypes=None)
+    pooled = dispatch_overhead(lambda: output((1024, 1024), np.float32, like=like), repeat=args.calls) * 1e6
+    rows.append(dict(floor="sparsekit.arrays.output 1024 x 1024 float32 (the pool)", host_us=pooled))
+    print(f"{'sparsekit.arrays.output 4 MB (the pool)':44s} {pooled:8.1f}")
     launch = _bare_launch_us(args.calls)
     rows.append(dict(floor="Numba launch, arguments made once (the wgmma kernel's kinds)", host_us=launch))
     print(f"{'floor: Numba launch, prepared arguments':44s} {launch:8.1f}")

@@ -251,6 +251,65 @@ def test_flat_view_is_the_arrays_elements_in_row_major_order():
     assert dev.copy_to_host()[0, 1, 1] == -1.0
 
 
+class _Block:
+    """A fake device block: counts the blocks alive, as device memory would be."""
+    alive = 0
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+        _Block.alive += 1
+
+    def __del__(self):
+        _Block.alive -= 1
+
+
+def test_block_pool_reuses_a_collected_outputs_block_of_the_same_size():
+    made = []
+    pool = arrays.BlockPool(lambda n: made.append(_Block(n)) or made[-1], keep_bytes=1000)
+    a, lease = pool.take(100)
+    assert made == [a] and pool.kept_bytes == 0
+    b, held = pool.take(100)                            # a is still leased: a new block
+    assert b is not a and len(made) == 2
+    del lease
+    assert pool.kept_bytes == 100
+    other, other_lease = pool.take(200)                 # another size: a new block, a stays kept
+    assert other is made[2] and pool.kept_bytes == 100
+    again, lease = pool.take(100)
+    assert again is a and len(made) == 3 and pool.kept_bytes == 0
+
+
+def test_block_pool_keeps_at_most_keep_bytes_and_lets_the_rest_go():
+    _Block.alive = 0
+    pool = arrays.BlockPool(_Block, keep_bytes=250)
+    leases = [pool.take(100)[1] for _ in range(3)]
+    assert _Block.alive == 3
+    del leases
+    assert pool.kept_bytes == 200 and _Block.alive == 2  # the third went past keep_bytes: freed
+    pool.clear()
+    assert pool.kept_bytes == 0 and _Block.alive == 0
+
+
+def test_block_pool_lets_kept_blocks_go_when_an_allocation_fails():
+    import weakref
+    budget = {"bytes": 300}
+
+    def allocate(nbytes):
+        if nbytes > budget["bytes"]:
+            raise MemoryError("out of device memory")
+        budget["bytes"] -= nbytes
+        block = _Block(nbytes)
+        weakref.finalize(block, budget.__setitem__, "bytes", budget["bytes"] + nbytes)
+        return block
+
+    pool = arrays.BlockPool(allocate, keep_bytes=1000)
+    block, lease = pool.take(200)
+    del block, lease                                    # kept: 200 of the 300 bytes held by the pool
+    block, lease = pool.take(250)                       # fails, lets the kept block go, succeeds
+    assert block.nbytes == 250 and pool.kept_bytes == 0
+    with pytest.raises(MemoryError):
+        pool.take(100)                                  # really out: the error reaches the caller
+
+
 def test_result_for_an_unknown_cai_type_is_the_device_array():
     d = cuda.to_device(np.ones(3, np.float32))
     assert result(d, like=Operand(d, "cai", _FakeCAI((3,), "<f4"))) is d

@@ -1,12 +1,14 @@
 """sparsekit.arrays on a real GPU: CuPy and PyTorch inputs without copies, and their kind back."""
 from __future__ import annotations
 
+import gc
 import importlib
 
 import numpy as np
 import pytest
 from numba import cuda
 
+from sparsekit import arrays
 from sparsekit.arrays import operand, output, result
 from sparsekit.checks import FLOAT_DTYPES
 from tests.test_arrays import _axpy, _launch_axpy
@@ -158,3 +160,26 @@ def test_cupy_zero_copy_and_cupy_out():
     np.testing.assert_array_equal(cupy.asnumpy(out), np.float32(A) * x + y)
     with pytest.raises(ValueError, match="^x: expected a C-contiguous"):
         operand(cx[:, ::2], "x", dtypes=FLOAT_DTYPES)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_outputs_reuse_a_collected_outputs_memory(order):
+    """A NumPy or Numba ``like``: ``output`` takes its memory from the context's pool; a block comes back only when
+    the output and every view of it are gone, and is then handed to the next output of the same size."""
+    like = operand(cuda.to_device(np.ones((64, 32), np.float32)), "x", dtypes=None)
+    first = output((64, 32), np.float32, like=like, order=order)
+    assert first.is_c_contiguous() if order == "C" else first.is_f_contiguous()
+    ptr, view = _ptr(first), first[8:, 4:]
+    del first
+    gc.collect()
+    second = output((64, 32), np.float32, like=like, order=order)
+    assert _ptr(second) != ptr                           # the view still holds the first block
+    del view
+    gc.collect()
+    third = output((64, 32), np.float32, like=like, order=order)
+    assert _ptr(third) == ptr
+    host = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    third.copy_to_device(np.asarray(host, order=order))
+    np.testing.assert_array_equal(third.copy_to_host(), host)
+    assert arrays.pool().kept_bytes <= arrays.POOL_KEEP_BYTES
+

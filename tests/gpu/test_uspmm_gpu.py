@@ -119,7 +119,7 @@ def test_dispatch_benchmark_records_every_row(tmp_path):
     kinds = 2 if bench._torch() else 1
     assert len(timed) == len(bench.PROBLEMS) * kinds * 2 and all(r["host_us"] > 0 for r in timed)
     assert {r["config"] for r in timed} == {"auto", "direct"}
-    assert len([r for r in rows if "floor" in r]) == 2
+    assert len([r for r in rows if "floor" in r]) == 3
 
 
 @pytest.mark.timing
