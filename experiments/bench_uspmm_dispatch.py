@@ -48,6 +48,7 @@ def main(argv=None) -> int:
 
     from experiments.bench_uspmm import Problem
     from gpu.uspmm import uspmm
+    from gpu.uspmm_wgmma import supported
     from sparsekit.arrays import operand, output
     from sparsekit.device import info
     from sparsekit.timing import dispatch_overhead, require_gpu
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     print(f"{'problem':28s} {'B':6s} {'config':8s} {'call':>8s}")
     for label, m, k, n, sparsity, dtype in PROBLEMS:
         p = Problem(m, k, n, sparsity, dtype)
-        chosen = resolve("auto", p.dell, n, "C", wgmma=_wgmma())
+        chosen = resolve("auto", p.dell, n, "C", wgmma=supported())
         kinds = [("numba", p.b)] + ([("torch", torch.from_numpy(p.b_host).cuda())] if torch else [])
         for kind, b in kinds:
             for config_name, call in (("auto", lambda: uspmm(p.dell, b, config="auto")),
@@ -85,11 +86,6 @@ def main(argv=None) -> int:
             json.dump(dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            calls=args.calls, rows=rows), f, indent=1)
     return 0
-
-
-def _wgmma() -> bool:
-    from gpu.uspmm_wgmma import supported
-    return supported()
 
 
 def _bare_launch_us(calls: int) -> float:

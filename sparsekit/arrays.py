@@ -475,12 +475,12 @@ def output(shape, dtype, *, like: Operand, order: str = "C"):
         raise ValueError(f"order: must be 'C' or 'F', got {order!r}")
     if not isinstance(like, Operand):
         raise TypeError(f"like: expected an Operand, got {type(like).__name__}")
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    dtype = _dtype_of(dtype)
     if like.kind == "cai":
         lib = type(like.source).__module__.partition(".")[0]
         alloc = _ALLOCATORS.get(lib)
         if alloc is not None:
-            shape = (shape,) if isinstance(shape, int) else tuple(shape)
-            dtype = _dtype_of(dtype)
             obj, ptr = alloc(sys.modules[lib], shape, dtype, order, like.source)
             if ptr:
                 return _view(ptr, shape, _strides(shape, dtype, order), dtype, obj)
@@ -566,10 +566,8 @@ def pool() -> BlockPool:
     return found[1]
 
 
-def _pooled(shape, dtype, order: str):
+def _pooled(shape: tuple, dtype: np.dtype, order: str):
     """An uninitialised device array from :func:`pool` (the simulator, and empty arrays: Numba's allocation)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    dtype = _dtype_of(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if not nbytes or not hasattr(cuda, "from_cuda_array_interface"):
         return _prime(cuda.device_array(shape, dtype, order=order))

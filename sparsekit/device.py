@@ -99,16 +99,13 @@ def info() -> DeviceInfo:
     if simulator_active():
         return DeviceInfo(backend="simulator", name="CUDA simulator (NUMBA_ENABLE_CUDASIM=1)")
     from numba import cuda
-    if _INFO:                                          # a device was described: the driver works (and asking
-        found = _INFO.get(cuda.get_current_device().id)  # it again, with NVVM's check, cost more than the rest)
-        if found is not None:
-            return found
-    try:
-        available = cuda.is_available()
-    except Exception:  # no driver library at all
-        available = False
-    if not available:
-        return DeviceInfo(backend="none", name="no CUDA device")
+    if not _INFO:                                      # (once a device is described the driver works: asking
+        try:                                           # again, with NVVM's check, cost more than the rest)
+            available = cuda.is_available()
+        except Exception:  # no driver library at all
+            available = False
+        if not available:
+            return DeviceInfo(backend="none", name="no CUDA device")
     dev = cuda.get_current_device()
     if dev.id not in _INFO:
         _INFO[dev.id] = _describe(dev)
