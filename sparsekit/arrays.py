@@ -363,8 +363,9 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
 _TEMPLATES: dict = {}
 
 
-def _view(ptr: int, shape: tuple, strides, dtype: np.dtype, owner):
-    """A Numba device array over ``ptr`` that keeps ``owner`` alive (zero copy).
+def _view(ptr: int, shape: tuple, strides, dtype: np.dtype, owner, ctx=None):
+    """A Numba device array over ``ptr`` that keeps ``owner`` alive (zero copy); ``ctx``: the current
+    context when the caller has it already (asking Numba for it again costs several microseconds).
 
     Equivalent to ``cuda.from_cuda_array_interface`` without a stream, at a
     fraction of its cost: building a ``DeviceNDArray`` computes its layout
@@ -391,8 +392,8 @@ def _view(ptr: int, shape: tuple, strides, dtype: np.dtype, owner):
         return dev
     dev = object.__new__(devicearray.DeviceNDArray)
     vars(dev).update(tmpl)
-    dev.gpu_data = driver.MemoryPointer(cuda.current_context(), driver.binding.CUdeviceptr(ptr),
-                                        size=tmpl["alloc_size"], owner=owner)
+    ctx = cuda.current_context() if ctx is None else ctx
+    dev.gpu_data = driver.MemoryPointer(ctx, driver.binding.CUdeviceptr(ptr), size=tmpl["alloc_size"], owner=owner)
     return dev
 
 
@@ -557,9 +558,10 @@ POOL_KEEP_BYTES = 1 << 30
 _POOLS: dict = {}
 
 
-def pool() -> BlockPool:
-    """The current context's :class:`BlockPool` (made on first use; GPU only)."""
-    ctx = cuda.current_context()
+def pool(ctx=None) -> BlockPool:
+    """The :class:`BlockPool` of ``ctx`` (default: the current context), made on first use; GPU only."""
+    if ctx is None:
+        ctx = cuda.current_context()
     found = _POOLS.get(id(ctx))
     if found is None or found[0] is not ctx:
         found = _POOLS[id(ctx)] = (ctx, BlockPool(ctx.memalloc, POOL_KEEP_BYTES))
@@ -571,8 +573,9 @@ def _pooled(shape: tuple, dtype: np.dtype, order: str):
     nbytes = math.prod(shape) * dtype.itemsize
     if not nbytes or not hasattr(cuda, "from_cuda_array_interface"):
         return _prime(cuda.device_array(shape, dtype, order=order))
-    block, lease = pool().take(nbytes)
-    return _view(block.device_pointer_value, shape, _strides(shape, dtype, order), dtype, lease)
+    ctx = cuda.current_context()
+    block, lease = pool(ctx).take(nbytes)
+    return _view(block.device_pointer_value, shape, _strides(shape, dtype, order), dtype, lease, ctx)
 
 
 def _dtype_of(dtype) -> np.dtype:
