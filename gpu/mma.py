@@ -116,7 +116,8 @@ from numba import cuda
 from numba.core.types import float16
 from numba.cuda import config
 
-__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "load_b32", "tf32_round", "tf32_split",
+__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "pack_bf16x2", "load_b32", "tf32_round",
+           "tf32_split", "bf16_bits", "bf16_pairs", "bf16x2_probe",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
            "ld_shared2", "ld_shared4", "st_shared",
@@ -153,6 +154,21 @@ def tf32_split(x):
         diff = a - big
     small = np.where(np.isnan(diff), np.uint32(0x7FFFE000).view(np.float32), tf32_round(diff))
     return big, small.astype(np.float32)
+
+
+def bf16_bits(x):
+    """NumPy model of ``cvt.rn.bf16.f32`` on float32 ``x``: the bf16 bits (as uint32), nearest, ties to even;
+    infinities pass, a NaN becomes ``0x7FFF`` (the canonical NaN)."""
+    a = np.asarray(x, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    out = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
+    return np.where(np.isnan(a), np.uint32(0x7FFF), out)
+
+
+def bf16_pairs(big, small):
+    """The bits of ``(bf16(big), bf16(small))`` packed in one 32-bit word (``big`` in the low half), as float32:
+    what :mod:`gpu.uspmm_wgmma`'s bf16-correction scatter stores for an entry (:func:`bf16_bits` of each)."""
+    return (bf16_bits(big) | (bf16_bits(small) << np.uint32(16))).astype(np.uint32).view(np.float32)
 
 
 def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:
@@ -241,6 +257,10 @@ if config.ENABLE_CUDASIM:
     def to_tf32(x):
         """Simulator fallback of ``cvt.rna.tf32.f32`` (bit-exact: :func:`tf32_round`)."""
         return tf32_round(np.float32(x))
+
+    def pack_bf16x2(lo, hi):
+        """Simulator fallback of ``cvt.rn.bf16x2.f32`` (bit-exact: :func:`bf16_bits`)."""
+        return np.uint32(bf16_bits(np.float32(lo)) | (bf16_bits(np.float32(hi)) << np.uint32(16)))
 
     def load_b32(arr, i):
         """Simulator fallback: the bits of ``arr[i]`` (low) and ``arr[i+1]`` (high) as one uint32."""
@@ -381,6 +401,20 @@ else:
         def codegen(context, builder, sig, args):
             asm = ir.InlineAsm(ir.FunctionType(_I32, [_F32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f")
             return builder.bitcast(builder.call(asm, [args[0]]), _F32)
+
+        return sig, codegen
+
+    @intrinsic
+    def pack_bf16x2(typingctx, lo, hi):
+        """``cvt.rn.bf16x2.f32``: ``lo`` and ``hi`` rounded to bf16 (nearest even), packed in a uint32 with ``lo``
+        in the low half (a bf16 MMA fragment register)."""
+        if not (isinstance(lo, types.Float) and isinstance(hi, types.Float)):
+            return None
+        sig = types.uint32(types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_F32, _F32]), "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")
+            return builder.call(asm, [args[1], args[0]])               # (the first source is the high half)
 
         return sig, codegen
 
@@ -721,6 +755,14 @@ def tf32_probe(x, out):
     i = cuda.grid(1)
     if i < x.size:
         out[i] = to_tf32(x[i])
+
+
+@cuda.jit
+def bf16x2_probe(lo, hi, out):
+    """``out[i] = pack_bf16x2(lo[i], hi[i])``."""
+    i = cuda.grid(1)
+    if i < lo.size:
+        out[i] = pack_bf16x2(lo[i], hi[i])
 
 
 #: ldmatrix reads 16-byte rows (the simulator takes no alignment argument).

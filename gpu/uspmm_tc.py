@@ -164,7 +164,7 @@ from numba.core.types import float16, uint8
 from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
-from gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
+from gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
                      ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, tf32_split,
                      to_tf32, to_tf32_finite)
 from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
@@ -195,6 +195,12 @@ DEFAULTS = {
 #: kernel computes as*bb + ab*bs + ab*bb exactly, missing as*bs + ab*br + ar*bb + (terms below 2**-33):
 #: at most 3 * 2**-22 * (1 + 2**-10) |a||b| = 12.01 u |a||b|, rounded up.
 SPLIT_ERROR_U = 13
+#: The same for :mod:`gpu.uspmm_wgmma`'s ``precision="tf32+bf16"``: ab*bb in TF32 and the two correction terms
+#: as bf16 products, bf16(bs) bf16(ab) + bf16(bb) bf16(as) (bs = b - bb unrounded; bf16 rounds to nearest,
+#: relative error <= 2**-8): each correction misses at most 2**-11 (1 + 2**-11) (2**-7 + 2**-16) |a||b|, and
+#: ar*bb + (as + ar)*bs stay out: 2**-17 (1 + 2**-11)(1 + 2**-9) + 2 * 2**-22 (1 + 2**-11) = 136.3 u |a||b|,
+#: rounded up.
+SPLIT_ERROR_BF16_U = 137
 #: Shared memory one block may use: the H100's opt-in maximum (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``,
 #: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
@@ -222,6 +228,8 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
     ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
     kernel splits it (:func:`gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
     twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
+    ``split="bf16"``: ``small`` replaced by the bits of ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`),
+    what :mod:`gpu.uspmm_wgmma`'s ``precision="tf32+bf16"`` stores for the bf16 correction products.
     ``classes`` (:mod:`gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
     classes instead of column ranges. Chunk ``ch`` (``kc`` columns) has ``tpr = kc / seg`` segments; chunk
     column ``x`` (4-column group ``g = x // 4``) lies in segment ``h = (g // seg) * 4 + x % 4`` at offset
@@ -266,7 +274,8 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
         values[q, pos, rows] = vals
         offsets[q, pos, rows] = off
         if split:                                                           # (padding: 0 splits into 0, 0)
-            values = np.stack(tf32_split(values), axis=-1)
+            big, small = tf32_split(values)
+            values = np.stack((big, bf16_pairs(big, small) if split == "bf16" else small), axis=-1)
         if classes:                                                         # (chunk, h, slot, row) to
             # (chunk, slot pair, row, h, slot of the pair) and (chunk, row, h, slot)
             nch = nsub // tpr
@@ -276,12 +285,12 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, clas
             packed[..., :w] = offsets.reshape(nch, tpr, w, mp).transpose(0, 3, 1, 2)
             return np.ascontiguousarray(values), packed.view(np.uint32)
         return (values.reshape(nsub, w, 2 * mp) if split else values), offsets
-    key = (("tc_segment_entries", seg) + (("padded",) if pad else ()) + (("split",) if split else ())
+    key = (("tc_segment_entries", seg) + (("padded",) if pad else ()) + ((("split", split),) if split else ())
            + ((("classes", classes),) if classes else ()))
     return dell.cached(key, build)
 
 
-def error_reduction(kprime: int, dtype) -> int:
+def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     """The ``reduction`` to pass to the float32-accumulation bound (``tests/test_spmm.py``,
     ``assert_fp32_accumulated``: ``reduction * u * (|A| @ |B|)``) for this kernel's result.
 
@@ -290,7 +299,9 @@ def error_reduction(kprime: int, dtype) -> int:
     the simulator's model (round to nearest); the tensor core truncates its float32 sums, which the
     GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
-    roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`).
+    roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`); with
+    ``precision="tf32+bf16"`` (:mod:`gpu.uspmm_wgmma`: two MMAs, bf16 corrections) the split's error is
+    :data:`SPLIT_ERROR_BF16_U`.
 
     The same with a K split (``splits > 1``). The bound counts the roundings a product goes through
     after it enters a sum (Higham's ``gamma_d`` with ``d`` at most ``reduction``). With ``nsplit``
@@ -305,7 +316,9 @@ def error_reduction(kprime: int, dtype) -> int:
     over its K steps, and the groups' fixed-order sum ``((acc_0 + acc_1) + ...)`` rounds at most once
     per other group holding an entry of the row (with a split too: the groups' sum is the block's partial).
     """
-    return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERROR_U
+    if np.dtype(dtype) == np.float16:
+        return kprime
+    return 3 * kprime + (SPLIT_ERROR_BF16_U if precision == "tf32+bf16" else SPLIT_ERROR_U)
 
 
 def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:

@@ -61,6 +61,20 @@ a producer's scatter reads only the entries it copied itself, so it waits for it
 ``stages - 4`` chunks ahead of the scatter (``stages`` B stages, ``stages - 3`` entry stages). Under the simulator
 the named barriers are Python conditions on the block's threads.
 
+Precision (tunable ``precision``): ``"3xtf32"``, the default, is the float32 contract above (three TF32 products
+a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one bf16
+``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is what
+limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``, session 18). The entries' small values
+become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`, on the host), stored by the
+unchanged scatter where the small TF32 value went: in a bf16 view of that tile, column ``c`` holds K positions
+``2c`` (big) and ``2c + 1`` (small), so the TF32 tile's descriptor serves the bf16 wgmma over the interleaved K.
+The consumers pack B's parts to match (``cvt.rn.bf16x2.f32`` of ``(small, big)``: the k16 fragment's pairs are
+exactly the columns of their TF32 fragment). Error: the bf16 roundings of the correction terms add about 2**-17
+of ``|a b|`` a product (:data:`gpu.uspmm_tc.SPLIT_ERROR_BF16_U`, 137 u against 13), so
+``error_reduction(K', float32, "tf32+bf16")`` is ``3 K' + 137``: looser than 3xTF32 for every K', still within a
+plain float32 dot product's worst case (``K' u``) once K' is above about 70. Opt-in only; ``config="auto"``
+keeps 3xTF32.
+
 Shared-memory accesses in the loop go through byte addresses taken once per thread
 (:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
 A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at ``(r // 8) * 8 kc
@@ -86,18 +100,21 @@ from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
 from gpu.cluster import launch as cluster_launch
 from gpu.inline import inlined
 from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr,
-                     ld_shared, ld_shared2, ld_shared4, shared_addr, st_shared, st_shared4, to_tf32, to_tf32_finite)
+                     ld_shared, ld_shared2, ld_shared4, pack_bf16x2, shared_addr, st_shared, st_shared4, to_tf32,
+                     to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
 from gpu.uspmm_tc import _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
-from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
+from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.device import require_cluster
 
-__all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "supported"]
+__all__ = ["uspmm", "run", "DEFAULTS", "PRECISIONS", "shared_bytes", "supported"]
 
-DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0)
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0, precision="3xtf32")
+#: ``precision``: "3xtf32" (the float32 contract of :mod:`gpu.uspmm_tc`) or "tf32+bf16" (module docstring)
+PRECISIONS = ("3xtf32", "tf32+bf16")
 SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
 S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)
@@ -121,7 +138,7 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int 
 
 @functools.cache
 def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
-                  split: int = 1, producers: int = 0):
+                  split: int = 1, producers: int = 0, bf16: bool = False):
     """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
 
     ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
@@ -129,7 +146,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
     blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
     summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
-    and build the A tiles while the other warpgroups only multiply (module docstring; no split K).
+    and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
+    ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring).
     Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad``, ``split`` and
     ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w`` (slots)
     and ``mp`` (rows of the entry arrays)."""
@@ -161,6 +179,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     # entry copies (segment_entries' classes layout): the thread of item row * tpr + segment copies its own
     # 16-byte pieces, one a slot pair of values, one of offsets, and its scatter reads only them
     ksteps = kc // 8
+    frag_small = np.uint32 if bf16 else float32       # B's small parts: TF32 values, or bf16 (small, big) pairs
     nfrag = 4 * ksteps                                # B fragment values a thread per chunk
     pend = stages - 2
     pend_first = stages - 1                           # the prologue: chunk 0's entries landed
@@ -293,15 +312,21 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 x = ld_shared(sh, fb[e % 2] + jb * U(b_buf) + U((ks * 8 + (e // 2) * 4) * sbn * 4))
                 hi = to_tf32_finite(x)
                 bfb[4 * ks + e] = hi
-                bfs[4 * ks + e] = to_tf32(x - hi)
+                if bf16:                                                 # bf16 (small, big): register e of the
+                    bfs[4 * ks + e] = pack_bf16x2(x - hi, hi)            # k16 fragment, K pairs 2c, 2c + 1
+                else:
+                    bfs[4 * ks + e] = to_tf32(x - hi)
         wgmma_fence()
         da = d0 + ja * U(a_buf >> 4)
         for ks in range(ksteps):
             dbig = da + U(ks * 16)                                       # (256 bytes: two core matrices)
             dsmall = dbig + U(a_tile * 4 >> 4)
             f = 4 * ks
-            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
-            wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
+            if bf16:                                                     # b_small a_big + b_big a_small in one
+                wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # bf16 k16, then
+            else:                                                        # b_big a_big
+                wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
+                wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
             wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
         wgmma_commit()
         wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
@@ -469,9 +494,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         tq, nb, fb, d0 = consumer_setup(t, sa)
         acc = cuda.local.array(nacc, float32)
         bfb0 = cuda.local.array(nfrag, float32)                          # two fragment sets: chunk j's
-        bfs0 = cuda.local.array(nfrag, float32)                          # registers stay the tensor core's
+        bfs0 = cuda.local.array(nfrag, frag_small)                       # registers stay the tensor core's
         bfb1 = cuda.local.array(nfrag, float32)                          # while chunk j+1 loads its own
-        bfs1 = cuda.local.array(nfrag, float32)
+        bfs1 = cuda.local.array(nfrag, frag_small)
         rank = U(cluster_rank()) if split > 1 else u0                    # (simulator: 0)
         for q in range(parts):
             part = rank + U(q)                                           # chunks lo .. hi - 1 of K
@@ -528,9 +553,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         tq, nb, fb, d0 = consumer_setup(ct, sa)
         acc = cuda.local.array(nacc, float32)
         bfb0 = cuda.local.array(nfrag, float32)
-        bfs0 = cuda.local.array(nfrag, float32)
+        bfs0 = cuda.local.array(nfrag, frag_small)
         bfb1 = cuda.local.array(nfrag, float32)
-        bfs1 = cuda.local.array(nfrag, float32)
+        bfs1 = cuda.local.array(nfrag, frag_small)
         for i in range(nacc):
             acc[i] = float32(0.0)
         if producer:
@@ -619,6 +644,9 @@ def run(dell, bop, order: str, **tunables):
     bm, bn, kc, stages, min_blocks, split, producers = (int(opts[x]) for x in ("bm", "bn", "kc", "stages",
                                                                                  "min_blocks", "split", "producers"))
     _check(bm, bn, kc, stages, split, producers)
+    if opts["precision"] not in PRECISIONS:
+        raise ValueError(f"precision: one of {PRECISIONS}, got {opts['precision']!r}")
+    bf16 = opts["precision"] == "tf32+bf16"
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]
@@ -626,11 +654,11 @@ def run(dell, bop, order: str, **tunables):
     if m and n:
         nthreads = WG * (bn // 64) + producers
         seg = kc * bm // (producers or nthreads)
-        ev, eo = segment_entries(dell, seg, pad=True, split=True, classes=kc)
+        ev, eo = segment_entries(dell, seg, pad=True, split="bf16" if bf16 else True, classes=kc)
         w, mp = 2 * ev.shape[1], eo.shape[1]
         slots = scatter_slots(seg, w)
         kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
-                               producers)
+                               producers, bf16)
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, m, n, k, w, mp)
         shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
         _opt_in(kernel, args, shared)

@@ -13,6 +13,12 @@ numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc
     ``wgmma.mma_async.sync.aligned.m64n{2 nacc}k8.f32.tf32.tf32``: ``acc[0:nacc] += A @ B`` (``acc`` a
     thread-local float32 array, ``nacc`` a compile-time integer; accumulator ``4j + e`` of lane
     ``4g + t`` in warp ``w`` is row ``16w + g + 8 (e >= 2)``, column ``8j + 2t + (e % 2)``).
+``wgmma_bf16(acc, nacc, a0, a1, a2, a3, desc, sh)``
+    ``wgmma.mma_async.sync.aligned.m64n{2 nacc}k16.f32.bf16.bf16``: the same with a 64 x 16 bf16 A (four uint32
+    registers of bf16 pairs, low half first: rows ``g`` / ``g + 8`` of the warp's 16 and columns ``2t, 2t+1``
+    for registers 0 / 1, ``2t+8, 2t+9`` for 2 / 3) and a 16 x ``n`` bf16 B, K-major (core matrices of 8 rows
+    x 8 bf16 columns: the same 16-byte rows as TF32's 4 columns, so a TF32 tile's descriptor names 8 bf16
+    columns per 4 TF32 ones).
 ``wgmma_wait(acc, nacc, pending)``
     ``wgmma.wait_group.sync.aligned pending``: until at most ``pending`` committed groups are in flight.
     It takes the accumulators as in-out operands, so the compiler moves no read of them before it.
@@ -42,8 +48,8 @@ from gpu.mma import shared_addr
 
 U64 = np.uint64
 
-__all__ = ["wgmma_tf32", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc", "wgmma_probe",
-           "probe_case", "PROBE_N"]
+__all__ = ["wgmma_tf32", "wgmma_bf16", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc",
+           "wgmma_probe", "probe_case", "PROBE_N"]
 
 if config.ENABLE_CUDASIM:
     import threading
@@ -54,31 +60,60 @@ if config.ENABLE_CUDASIM:
         d = int(desc)
         return (d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4
 
-    def wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh):
-        """Simulator fallback: the warpgroup's A fragments gathered (:func:`gpu.mma._warp_allgather` over
-        128 threads), B read from ``sh`` where ``desc`` points (byte offsets from ``sh[0]``), this thread's
-        accumulators updated with the exact sum of products (float64), rounded once to float32."""
-        gathered = _warp_allgather((float(a0), float(a1), float(a2), float(a3)), 128)
-        a = np.zeros((64, 8))
-        for th, frag in enumerate(gathered):
-            w, lane = th // 32, th % 32
-            g, t = lane // 4, lane % 4
-            for (r, c), v in zip(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), frag):
-                a[16 * w + r, c] = v
-        start, lbo, sbo = _desc_fields(desc)
-        n = 2 * int(nacc)
-        b = np.zeros((8, n))
-        for col in range(n):
-            for k in range(8):
-                b[k, col] = sh[(start + (col // 8) * sbo + (k // 4) * lbo + (col % 8) * 16 + (k % 4) * 4) // 4]
+    def _accumulate(acc, nacc, a, b):
+        """This thread's accumulators (the layout of the module docstring) plus the exact products of the
+        warpgroup's ``a`` (64 x k) and ``b`` (k x 2 nacc), rounded once to float32."""
         th = threading.current_thread().thread_id % 128
         w, lane = th // 32, th % 32
         g, t = lane // 4, lane % 4
-        for j in range(n // 8):
+        for j in range(2 * int(nacc) // 8):
             for e in range(4):
                 r = 16 * w + g + 8 * (e // 2)
                 col = 8 * j + 2 * t + e % 2
                 acc[4 * j + e] = np.float32(float(acc[4 * j + e]) + float(a[r] @ b[:, col]))
+
+    def _gather_a(regs, k: int, elements):
+        """The warpgroup's A (64 x ``k``) from every thread's four registers ``regs``; ``elements(register, g, t)``
+        gives a register's ``(row, column, value)`` triples (row in the warp's 16)."""
+        a = np.zeros((64, k))
+        for th, frag in enumerate(_warp_allgather(regs, 128)):
+            w, lane = th // 32, th % 32
+            for i, reg in enumerate(frag):
+                for r, c, v in elements(i, reg, lane // 4, lane % 4):
+                    a[16 * w + r, c] = v
+        return a
+
+    def wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh):
+        """Simulator fallback: the warpgroup's A fragments gathered (:func:`gpu.mma._warp_allgather` over
+        128 threads), B read from ``sh`` where ``desc`` points (byte offsets from ``sh[0]``), this thread's
+        accumulators updated with the exact sum of products (float64), rounded once to float32."""
+        a = _gather_a((float(a0), float(a1), float(a2), float(a3)), 8,
+                      lambda i, v, g, t: ((g + 8 * (i % 2), t + 4 * (i // 2), v),))
+        start, lbo, sbo = _desc_fields(desc)
+        b = np.zeros((8, 2 * int(nacc)))
+        for col in range(b.shape[1]):
+            for k in range(8):
+                b[k, col] = sh[(start + (col // 8) * sbo + (k // 4) * lbo + (col % 8) * 16 + (k % 4) * 4) // 4]
+        _accumulate(acc, nacc, a, b)
+
+    def _bf16_value(bits):
+        return float(np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32))
+
+    def wgmma_bf16(acc, nacc, a0, a1, a2, a3, desc, sh):
+        """Simulator fallback: as :func:`wgmma_tf32`, with bf16 pairs in ``a0..a3`` (low half first) and a bf16
+        B (16-bit halves of ``sh``'s words, where ``desc`` points)."""
+        def pair(i, word, g, t):
+            r, c = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
+            return (r, c, _bf16_value(word & 0xFFFF)), (r, c + 1, _bf16_value(word >> 16))
+        a = _gather_a((int(a0), int(a1), int(a2), int(a3)), 16, pair)
+        start, lbo, sbo = _desc_fields(desc)
+        b = np.zeros((16, 2 * int(nacc)))
+        for col in range(b.shape[1]):
+            for k in range(16):
+                byte = start + (col // 8) * sbo + (k // 8) * lbo + (col % 8) * 16 + (k % 8) * 2
+                word = int(np.float32(sh[byte // 4]).view(np.uint32))
+                b[k, col] = _bf16_value((word >> (8 * (byte % 4))) & 0xFFFF)
+        _accumulate(acc, nacc, a, b)
 
     def wgmma_wait(acc, nacc, pending):
         """Simulator fallback: the products are already in ``acc``."""
@@ -110,23 +145,20 @@ else:
                 and isinstance(nacc, types.IntegerLiteral) and nacc.literal_value % 4 == 0
                 and 4 <= nacc.literal_value <= 128)
 
-    @intrinsic
-    def wgmma_tf32(typingctx, acc, nacc, a0, a1, a2, a3, desc, sh):
-        """``acc[:nacc] += A @ B``: A (64 x 8 TF32) in registers ``a0..a3``, B (8 x 2 nacc) at ``desc`` in the
-        shared array ``sh`` (named for the simulator; the instruction reads only ``desc``)."""
-        if not (_acc_ok(acc, nacc) and all(isinstance(x, types.Float) for x in (a0, a1, a2, a3))
-                and isinstance(desc, types.Integer) and isinstance(sh, types.Array)):
-            return None
+    def _wgmma_signature(acc, nacc, reg_type, sh, kind: str, k: int):
+        """Signature and code of ``wgmma.mma_async`` m64n(2 nacc)k``k`` of ``kind`` with A from registers."""
         n = nacc.literal_value
-        sig = types.void(acc, nacc, types.float32, types.float32, types.float32, types.float32, types.uint64, sh)
+        sig = types.void(acc, nacc, reg_type, reg_type, reg_type, reg_type, types.uint64, sh)
+        trans_b = ", 0" if kind == "bf16" else ""                         # (16-bit types name B's layout)
 
         def codegen(context, builder, sig, args):
             ptrs = _acc_ptrs(builder, context, sig.args[0], args[0], n)
             olds = [builder.load(p) for p in ptrs]
-            regs = [builder.bitcast(v, _I32) for v in args[2:6]]
+            regs = [builder.bitcast(v, _I32) if reg_type == types.float32 else v for v in args[2:6]]
             d = ",".join(f"${i}" for i in range(n))
             a = ",".join(f"${n + i}" for i in range(4))
-            text = (f"wgmma.mma_async.sync.aligned.m64n{2 * n}k8.f32.tf32.tf32 {{{d}}}, {{{a}}}, ${n + 4}, 1, 1, 1;")
+            text = (f"wgmma.mma_async.sync.aligned.m64n{2 * n}k{k}.f32.{kind}.{kind} {{{d}}}, {{{a}}}, ${n + 4}, "
+                    f"1, 1, 1{trans_b};")
             cons = ",".join(["=f"] * n + ["r"] * 4 + ["l"] + [str(i) for i in range(n)])
             fnty = ir.FunctionType(ir.LiteralStructType([_F32] * n), [_I32] * 4 + [_I64] + [_F32] * n)
             res = builder.call(ir.InlineAsm(fnty, text, cons, side_effect=True), regs + [args[6]] + olds)
@@ -135,6 +167,24 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
+
+    @intrinsic
+    def wgmma_tf32(typingctx, acc, nacc, a0, a1, a2, a3, desc, sh):
+        """``acc[:nacc] += A @ B``: A (64 x 8 TF32) in registers ``a0..a3``, B (8 x 2 nacc) at ``desc`` in the
+        shared array ``sh`` (named for the simulator; the instruction reads only ``desc``)."""
+        if not (_acc_ok(acc, nacc) and all(isinstance(x, types.Float) for x in (a0, a1, a2, a3))
+                and isinstance(desc, types.Integer) and isinstance(sh, types.Array)):
+            return None
+        return _wgmma_signature(acc, nacc, types.float32, sh, "tf32", 8)
+
+    @intrinsic
+    def wgmma_bf16(typingctx, acc, nacc, a0, a1, a2, a3, desc, sh):
+        """``acc[:nacc] += A @ B``: A (64 x 16 bf16) in the uint32 registers ``a0..a3`` (bf16 pairs), B (16 x
+        2 nacc bf16, K-major) at ``desc`` in the shared array ``sh``."""
+        if not (_acc_ok(acc, nacc) and all(isinstance(x, types.Integer) for x in (a0, a1, a2, a3))
+                and isinstance(desc, types.Integer) and isinstance(sh, types.Array)):
+            return None
+        return _wgmma_signature(acc, nacc, types.uint32, sh, "bf16", 16)
 
     @intrinsic
     def wgmma_wait(typingctx, acc, nacc, pending):

@@ -63,6 +63,43 @@ def test_tf32_probe_matches_model():
     np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
 
 
+def bf16_nearest_even(x: np.float32) -> int:
+    """Independent model of cvt.rn.bf16.f32 for a finite float32: of the two bf16 values around ``x`` (its
+    high 16 bits, and one bf16 step further from zero), the nearer in exact arithmetic; a tie goes to the
+    even one (bit 0 clear); past the largest bf16 by half a step or more: infinity."""
+    bits = int(np.float32(x).view(np.uint32))
+    down, up = bits >> 16, (bits >> 16) + 1
+    lo, hi = (np.uint32(v << 16).view(np.float32) for v in (down, up))
+    ex = Fraction(float(x))
+    if not np.isfinite(hi):
+        return up if abs(ex - Fraction(float(lo))) >= Fraction(2) ** 119 else down
+    dl, dh = abs(ex - Fraction(float(lo))), abs(Fraction(float(hi)) - ex)
+    return up if dh < dl or (dh == dl and down & 1) else down
+
+
+@given(bits=st.integers(0, 2**32 - 1))
+def test_bf16_bits_is_nearest_even(bits):
+    x = np.uint32(bits).view(np.float32)
+    got = int(mma.bf16_bits(x))
+    if np.isnan(x):
+        assert got == 0x7FFF
+    elif np.isinf(x):
+        assert got == bits >> 16
+    else:
+        assert got == bf16_nearest_even(x)
+
+
+def test_bf16_pairs_and_probe_pack_low_half_first():
+    lo = np.array([1.0, 1.0 + 2.0 ** -8, -3.0, 2.0 ** -130], np.float32)    # a tie (to even), a subnormal
+    hi = np.array([2.0, 1.0 + 3 * 2.0 ** -8, np.inf, 0.0], np.float32)      # a tie up to even
+    want = mma.bf16_bits(lo) | (mma.bf16_bits(hi) << np.uint32(16))
+    assert [int(v) for v in want[:3]] == [0x40003F80, 0x3F823F80, 0x7F80C040]
+    np.testing.assert_array_equal(mma.bf16_pairs(lo, hi).view(np.uint32), want)
+    out = np.zeros(4, np.uint32)
+    mma.bf16x2_probe[1, 32](lo, hi, out)
+    np.testing.assert_array_equal(out, want)
+
+
 def _within_one_ulp(got, exact):
     """The fallbacks round the float64 sum once to float32; NumPy's float64 sum may be ordered
     differently, which can move a result across a float32 rounding boundary: 1 ulp at most."""

@@ -1,8 +1,8 @@
 """gpu/uspmm_wgmma.py equals reference/uspmm.py under the CUDA simulator (gpu/wgmma.py's fallbacks stand
 in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
 of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
-K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads); the wgmma probe against
-NumPy; the routing rule; bad input refused.
+K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), and with bf16 corrections
+(``precision="tf32+bf16"``, its own bound); the wgmma probe against NumPy; the routing rule; bad input refused.
 
 Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
 with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13. A block is 128 Python threads
@@ -34,7 +34,8 @@ def check_against_reference(ell, b, tunables):
     got = wg.uspmm(ell, b, **tunables)
     want = ru.uspmm(ell, b)
     assert isinstance(got, np.ndarray) and got.flags.c_contiguous
-    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=error_reduction(ell.kprime, np.float32))
+    reduction = error_reduction(ell.kprime, np.float32, tunables.get("precision", "3xtf32"))
+    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=reduction)
 
 
 @settings(max_examples=4)
@@ -87,6 +88,36 @@ WS_CASES = [(20, 100, 20, 13, dict(bm=32, bn=64, kc=16, stages=5, producers=128)
 @pytest.mark.parametrize("m,k,n,kprime,tunables", WS_CASES)
 def test_warp_specialised_matches_reference(m, k, n, kprime, tunables):
     test_split_k_matches_reference(m, k, n, kprime, tunables)
+
+
+# precision="tf32+bf16" (TF32 big x big, one bf16 wgmma for both corrections; the bound's split term is
+# SPLIT_ERROR_BF16_U): a block of one warpgroup, warp specialised with N = 9 (B by plain loads), K' = 0.
+BF16_CASES = [(20, 40, 8, 13, dict(bm=32, bn=64, kc=16, stages=3)),
+              (17, 24, 9, 5, dict(bm=32, bn=64, kc=16, stages=6, producers=128)),
+              (20, 40, 8, 0, dict(bm=32, bn=64, kc=16, stages=4, producers=128))]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,tunables", BF16_CASES)
+def test_bf16_corrections_match_reference(m, k, n, kprime, tunables):
+    test_split_k_matches_reference(m, k, n, kprime, dict(tunables, precision="tf32+bf16"))
+
+
+def test_bf16_entries_pair_the_split_values():
+    """``segment_entries(split="bf16")``: the same big values and offsets as the 3xTF32 entries, each small value
+    replaced by the bits of ``(bf16(big), bf16(small))``."""
+    from gpu.mma import bf16_pairs
+    from gpu.uspmm import prepare
+    from gpu.uspmm_tc import segment_entries
+    rng = np.random.default_rng(7)
+    mask = np.zeros((40, 64), dtype=bool)
+    for r in range(40):
+        mask[r, rng.choice(64, size=25, replace=False)] = True
+    dell = prepare(ELL.from_dense((rng.standard_normal((40, 64)) * 1e3).astype(np.float32), mask))
+    (v3, o3), (vb, ob) = (segment_entries(dell, 4, pad=True, split=split, classes=16) for split in (True, "bf16"))
+    v3, o3, vb, ob = (np.asarray(x.copy_to_host() if hasattr(x, "copy_to_host") else x) for x in (v3, o3, vb, ob))
+    np.testing.assert_array_equal(o3, ob)
+    np.testing.assert_array_equal(v3[..., 0], vb[..., 0])
+    np.testing.assert_array_equal(bf16_pairs(v3[..., 0], v3[..., 1]).view(np.uint32), vb[..., 1].view(np.uint32))
 
 
 @pytest.mark.parametrize("m,k,n,kprime,setting", EDGE_CASES)
@@ -180,8 +211,16 @@ def test_rejects_dtype_mismatch(small):
     (dict(split=3), "split"), (dict(bm=32, bn=64, split=8), "split"), (dict(producers=64), "producers"),
     (dict(bm=32, bn=128, producers=128, split=2), "producers"),
     (dict(bm=32, bn=128, producers=128, stages=3), "stages"),
-    (dict(bm=256, bn=64, kc=16, producers=128), "bm"), (dict(bm=32, bn=256, producers=128), "producers")])
+    (dict(bm=256, bn=64, kc=16, producers=128), "bm"), (dict(bm=32, bn=256, producers=128), "producers"),
+    (dict(precision="bf16"), "precision")])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, rng = small
     with pytest.raises(ValueError, match=match):
         wg.uspmm(ell, rng.uniform(size=(8, 8)).astype(np.float32), **tunables)
+
+
+@pytest.mark.simulator("on an H100 it times both precisions (experiments/results/uspmm_wgmma.md, session 18)")
+def test_precision_benchmark_refuses_without_wgmma():
+    from experiments import bench_uspmm_precision
+    with pytest.raises(SystemExit, match="needs a compute capability 9.0 GPU"):
+        bench_uspmm_precision.main([])

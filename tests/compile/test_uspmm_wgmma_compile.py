@@ -69,8 +69,9 @@ def test_probe_compiles_for_sm_90a():
 
 @functools.cache
 def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int, split: int,
-                producers: int = 0) -> offline.Build:
-    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split, producers), ARGS, SM90A)
+                producers: int = 0, bf16: bool = False) -> offline.Build:
+    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split, producers, bf16), ARGS,
+                         SM90A)
 
 
 @pytest.mark.parametrize("name", ["WGMMA_QUARTER"])
@@ -107,6 +108,24 @@ def test_warp_specialised_hands_over_through_named_barriers():
     assert len(re.findall(r"\bbar\.sync\b", ptx)) == 2 and len(re.findall(r"\bbar\.arrive\b", ptx)) == 2
     assert "bar.warp.sync" in ptx
     assert "barrier.cluster" not in ptx and "fence.proxy.async.shared::cta" in ptx
+    use = offline.usage(b.report)
+    assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
+    assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0
+
+
+def test_bf16_corrections_issue_one_tf32_and_one_bf16_wgmma_per_8_columns():
+    """``precision="tf32+bf16"`` at the one-wave setting: per 8 columns of a chunk one TF32 wgmma (big x big) and
+    one bf16 m64nNk16 wgmma (both corrections over K-interleaved pairs), B's pairs packed by ``cvt.rn.bf16x2.f32``
+    (one a fragment register: 4 a k8 step), the scatter unchanged (the same 32-bit stores); within the launch
+    bounds, no spills."""
+    from sparsekit import tune
+    d = dict(wg.DEFAULTS, **tune.WGMMA_WAVE)
+    b = build_split(d["bm"], d["bn"], d["kc"], d["stages"], 8, d["min_blocks"], 1, d["producers"], True)
+    ptx = b.ptx
+    for kind in (r"k8\.f32\.tf32\.tf32", r"k16\.f32\.bf16\.bf16"):  # (two chunks a loop turn)
+        assert len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{d['bm']}{kind}", ptx)) == 2 * d["kc"] // 8
+    assert ptx.count("cvt.rn.bf16x2.f32") == 2 * 4 * (d["kc"] // 8)
+    assert ptx.count("cvt.rna.tf32.f32") == 0                   # (the small parts are no longer TF32)
     use = offline.usage(b.report)
     assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
     assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0

@@ -24,6 +24,17 @@ def test_probe_matches_numpy():
     assert (np.abs(d - exact) <= 9 * 2.0 ** -23 * scale).all()
 
 
+def test_bf16_pack_matches_model():
+    """``cvt.rn.bf16x2.f32`` on the GPU against :func:`gpu.mma.bf16_bits` (the host's packing of A's pairs)."""
+    from gpu import mma
+    rng = np.random.default_rng(3)
+    lo = (rng.standard_normal(4096) * 2.0 ** rng.integers(-140, 120, 4096)).astype(np.float32)
+    hi = (rng.standard_normal(4096) * 2.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
+    out = np.zeros(4096, np.uint32)
+    mma.bf16x2_probe[16, 256](lo, hi, out)
+    np.testing.assert_array_equal(out, mma.bf16_bits(lo) | (mma.bf16_bits(hi) << np.uint32(16)))
+
+
 @pytest.mark.parametrize("shape,tunables", [
     ((1024, 1024, 4096, 0.6), {}),                                     # the default, one wave of tiles
     ((1000, 1000, 1000, 0.6), {}),                                     # partial row and column tiles
@@ -42,7 +53,13 @@ def test_probe_matches_numpy():
     # warp specialised: the routed one-wave setting, partial tiles and N % 4 != 0, one producer warpgroup
     ((1024, 1024, 1024, 0.6), dict(bm=64, bn=128, kc=32, stages=5, producers=256)),
     ((1000, 999, 777, 0.6), dict(bm=64, bn=128, kc=32, stages=5, producers=256)),
-    ((300, 520, 196, 0.7), dict(bm=32, bn=128, kc=16, stages=4, producers=128))])
+    ((300, 520, 196, 0.7), dict(bm=32, bn=128, kc=16, stages=4, producers=128)),
+    # precision="tf32+bf16" (bf16 corrections; its own bound): the one-wave setting, partial tiles with N % 4
+    # != 0, a split-K and the default setting
+    ((1024, 1024, 1024, 0.6), dict(bm=64, bn=128, kc=32, stages=6, producers=256, precision="tf32+bf16")),
+    ((1000, 999, 777, 0.6), dict(bm=64, bn=128, kc=32, stages=6, producers=256, precision="tf32+bf16")),
+    ((512, 512, 1024, 0.85), dict(bm=64, bn=128, kc=32, stages=4, split=2, precision="tf32+bf16")),
+    ((1024, 1024, 4096, 0.6), dict(precision="tf32+bf16"))])
 def test_real_sizes_bit_identical_within_bounds(shape, tunables):
     from experiments.bench_uspmm import Problem
     from gpu.uspmm_tc import error_reduction
@@ -54,7 +71,8 @@ def test_real_sizes_bit_identical_within_bounds(shape, tunables):
     exact, scale = p.exact()
     err = np.abs(first.astype(np.float64) - exact)
     slack = 2 * 2.0 ** -24 * np.abs(exact) + np.finfo(np.float32).smallest_subnormal
-    assert (err <= error_reduction(p.ell.kprime, np.float32) * 2.0 ** -24 * scale + slack).all()
+    reduction = error_reduction(p.ell.kprime, np.float32, tunables.get("precision", "3xtf32"))
+    assert (err <= reduction * 2.0 ** -24 * scale + slack).all()
 
 
 def test_auto_routes_large_float32_problems_to_wgmma():

@@ -1,0 +1,82 @@
+"""The wgmma kernel's two float32 precisions side by side on a compute capability 9.0 GPU: ``"3xtf32"`` (three TF32
+products a multiply-add, the default contract) and ``"tf32+bf16"`` (one TF32 product and one bf16 wgmma for both
+correction terms: a third less tensor-core work, a looser error bound; :mod:`gpu.uspmm_wgmma`).
+
+Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200::
+
+    python experiments/bench_uspmm_precision.py [--out DIR]
+
+For each problem (issue 5's float32 targets and a few more), the routed setting (``config="heuristic"``) is run
+in both precisions: median device time (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), %
+of the Sparsity Roofline's speed of light, the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the
+bound :func:`gpu.uspmm_tc.error_reduction` allows it), and whether two runs agree bit for bit. One table, printed;
+``DIR/uspmm_precision.json`` with ``--out``. The exit status is 1 when a result breaks its bound or a repeat differs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from datetime import datetime, timezone
+
+import numpy as np
+
+#: (M, K, N, sparsity): issue 5's float32 targets (1024^3 and N = 16384 at 60%) and neighbours
+PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.9), (768, 768, 1024, 0.6), (1024, 4096, 1024, 0.65),
+            (1024, 1024, 16384, 0.6), (4096, 4096, 1024, 0.9)]
+U = 2.0 ** -24
+
+
+def run_problem(shape) -> list[dict]:
+    from experiments.bench_uspmm import Problem, _to_host
+    from gpu.uspmm_tc import error_reduction
+    from gpu.uspmm_wgmma import PRECISIONS, uspmm
+    from sparsekit import tune
+    from sparsekit.timing import measure
+    p = Problem(*shape, "float32", seed=5)
+    cfg = {k: v for k, v in tune.resolve("heuristic", p.dell, shape[2], "C", wgmma=True).items() if k != "variant"}
+    exact, scale = p.exact()
+    out = []
+    for precision in PRECISIONS:
+        first = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
+        again = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
+        err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
+        err_u = float((err / (U * scale + 1e-300)).max())
+        bound_u = error_reduction(p.ell.kprime, np.float32, precision)
+        us = min(measure(lambda: uspmm(p.dell, p.b, precision=precision, **cfg), repeat=20, warmup=2).median_s
+                 for _ in range(2)) * 1e6
+        out.append(dict(m=shape[0], k=shape[1], n=shape[2], sparsity=shape[3], setting=cfg, precision=precision,
+                        median_us=us, pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
+                        within_bound=bool(err_u <= bound_u), repeat_identical=bool((first.view(np.uint32)
+                                                                                   == again.view(np.uint32)).all())))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="directory for uspmm_precision.json")
+    args = parser.parse_args(argv)
+    from gpu.uspmm_wgmma import supported
+    if not supported():
+        raise SystemExit("bench_uspmm_precision: needs a compute capability 9.0 GPU (the wgmma kernel)")
+    from sparsekit.device import info
+    rows = []
+    print(f"device: {info().name}")
+    print(f"{'problem':28s} {'precision':10s} {'us':>8s} {'% SoL':>6s} {'err (u)':>8s} {'bound':>6s} repeat")
+    for shape in PROBLEMS:
+        for r in run_problem(shape):
+            rows.append(r)
+            label = "x".join(map(str, shape[:3])) + f" {shape[3]:.0%}"
+            print(f"{label:28s} {r['precision']:10s} {r['median_us']:8.1f} {r['pct_sol']:6.1f} {r['err_u']:8.2f} "
+                  f"{r['bound_u']:6d} {r['repeat_identical']}", flush=True)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        record = dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                      command="python experiments/bench_uspmm_precision.py", rows=rows)
+        with open(os.path.join(args.out, "uspmm_precision.json"), "w") as f:
+            json.dump(record, f, indent=1)
+    return 0 if all(r["within_bound"] and r["repeat_identical"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
