@@ -60,6 +60,14 @@ if config.ENABLE_CUDASIM:
         d = int(desc)
         return (d & 0x3FFF) << 4, ((d >> 16) & 0x3FFF) << 4, ((d >> 32) & 0x3FFF) << 4
 
+    def _b_bytes(desc, nacc, k: int, size: int):
+        """Byte offsets from ``sh[0]`` of B's ``k x 2 nacc`` elements of ``size`` bytes, K-major core matrices of
+        8 rows x 16 bytes where ``desc`` points (``16 / size`` K columns a core matrix)."""
+        start, lbo, sbo = _desc_fields(desc)
+        per = 16 // size
+        kk, col = np.arange(k)[:, None], np.arange(2 * int(nacc))[None, :]
+        return start + (col // 8) * sbo + (kk // per) * lbo + (col % 8) * 16 + (kk % per) * size
+
     def _accumulate(acc, nacc, a, b):
         """This thread's accumulators (the layout of the module docstring) plus the exact products of the
         warpgroup's ``a`` (64 x k) and ``b`` (k x 2 nacc), rounded once to float32."""
@@ -89,11 +97,7 @@ if config.ENABLE_CUDASIM:
         accumulators updated with the exact sum of products (float64), rounded once to float32."""
         a = _gather_a((float(a0), float(a1), float(a2), float(a3)), 8,
                       lambda i, v, g, t: ((g + 8 * (i % 2), t + 4 * (i // 2), v),))
-        start, lbo, sbo = _desc_fields(desc)
-        b = np.zeros((8, 2 * int(nacc)))
-        for col in range(b.shape[1]):
-            for k in range(8):
-                b[k, col] = sh[(start + (col // 8) * sbo + (k // 4) * lbo + (col % 8) * 16 + (k % 4) * 4) // 4]
+        b = np.asarray(sh)[_b_bytes(desc, nacc, 8, 4) // 4].astype(np.float64)
         _accumulate(acc, nacc, a, b)
 
     def _bf16_value(bits):
@@ -106,13 +110,9 @@ if config.ENABLE_CUDASIM:
             r, c = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
             return (r, c, _bf16_value(word & 0xFFFF)), (r, c + 1, _bf16_value(word >> 16))
         a = _gather_a((int(a0), int(a1), int(a2), int(a3)), 16, pair)
-        start, lbo, sbo = _desc_fields(desc)
-        b = np.zeros((16, 2 * int(nacc)))
-        for col in range(b.shape[1]):
-            for k in range(16):
-                byte = start + (col // 8) * sbo + (k // 8) * lbo + (col % 8) * 16 + (k % 8) * 2
-                word = int(np.float32(sh[byte // 4]).view(np.uint32))
-                b[k, col] = _bf16_value((word >> (8 * (byte % 4))) & 0xFFFF)
+        byte = _b_bytes(desc, nacc, 16, 2)
+        halves = (np.asarray(sh).view(np.uint32)[byte // 4] >> (8 * (byte % 4)).astype(np.uint32)) & 0xFFFF
+        b = (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
         _accumulate(acc, nacc, a, b)
 
     def wgmma_wait(acc, nacc, pending):
