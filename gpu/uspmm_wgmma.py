@@ -305,8 +305,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
 
     @inlined
     def mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh):
-        """Steps 1-3 of a chunk: B's fragments from stage ``jb`` split into ``bfb``/``bfs``, the wgmmas on A
-        buffer ``ja``, committed; returns when the previous chunk's group is done."""
+        """Steps 1-3 of a chunk: B's fragments from stage ``jb`` split into ``bfb``/``bfs`` (``bf16``: ``bfs``
+        holds packed bf16 (small, big) pairs), the wgmmas on A buffer ``ja``, committed; returns when the previous
+        chunk's group is done."""
         for ks in range(ksteps):                                         # fragments of B^T, split
             for e in range(4):
                 x = ld_shared(sh, fb[e % 2] + jb * U(b_buf) + U((ks * 8 + (e // 2) * 4) * sbn * 4))
@@ -322,12 +323,12 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             dbig = da + U(ks * 16)                                       # (256 bytes: two core matrices)
             dsmall = dbig + U(a_tile * 4 >> 4)
             f = 4 * ks
-            if bf16:                                                     # b_small a_big + b_big a_small in one
-                wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # bf16 k16, then
-            else:                                                        # b_big a_big
+            if bf16:                                                     # both corrections in one bf16 k16:
+                wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # the small tile's
+            else:                                                        # (big, small) pairs; or 3xTF32's two
                 wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
                 wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
-            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)
+            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)   # b_big a_big
         wgmma_commit()
         wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
 
