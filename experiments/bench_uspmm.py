@@ -59,7 +59,8 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
     with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
     tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
-    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``)."""
+    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``),
+    "wgmma tf32+bf16" the same with its opt-in ``precision="tf32+bf16"`` (bf16 corrections, a looser bound)."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -76,6 +77,7 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     from gpu.uspmm_wgmma import supported
     if np.dtype(dtype) == np.float32 and supported():
         provs["wgmma"] = dict(variant="wgmma")                 # its default (a compute capability 9.0 GPU)
+        provs["wgmma tf32+bf16"] = dict(variant="wgmma", precision="tf32+bf16")   # the opt-in precision
     if quick:
         provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
     return provs
