@@ -117,7 +117,7 @@ from numba.core.types import float16
 from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "pack_bf16x2", "load_b32", "tf32_round",
-           "tf32_split", "bf16_bits", "bf16_pairs", "bf16x2_probe",
+           "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs", "bf16x2_probe",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
            "ld_shared2", "ld_shared4", "st_shared",
@@ -165,10 +165,16 @@ def bf16_bits(x):
     return np.where(np.isnan(a), np.uint32(0x7FFF), out)
 
 
+def bf16x2_bits(lo, hi):
+    """NumPy model of ``cvt.rn.bf16x2.f32``: :func:`bf16_bits` of ``lo`` and ``hi`` in one uint32, ``lo`` in the low
+    half."""
+    return (bf16_bits(lo) | (bf16_bits(hi) << np.uint32(16))).astype(np.uint32)
+
+
 def bf16_pairs(big, small):
-    """The bits of ``(bf16(big), bf16(small))`` packed in one 32-bit word (``big`` in the low half), as float32:
-    what :mod:`gpu.uspmm_wgmma`'s bf16-correction scatter stores for an entry (:func:`bf16_bits` of each)."""
-    return (bf16_bits(big) | (bf16_bits(small) << np.uint32(16))).astype(np.uint32).view(np.float32)
+    """:func:`bf16x2_bits` of ``(big, small)`` as float32: what :mod:`gpu.uspmm_wgmma`'s bf16-correction scatter
+    stores for an entry (its bits only move)."""
+    return bf16x2_bits(big, small).view(np.float32)
 
 
 def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:
@@ -259,8 +265,8 @@ if config.ENABLE_CUDASIM:
         return tf32_round(np.float32(x))
 
     def pack_bf16x2(lo, hi):
-        """Simulator fallback of ``cvt.rn.bf16x2.f32`` (bit-exact: :func:`bf16_bits`)."""
-        return np.uint32(bf16_bits(np.float32(lo)) | (bf16_bits(np.float32(hi)) << np.uint32(16)))
+        """Simulator fallback of ``cvt.rn.bf16x2.f32`` (bit-exact: :func:`bf16x2_bits`)."""
+        return np.uint32(bf16x2_bits(np.float32(lo), np.float32(hi)))
 
     def load_b32(arr, i):
         """Simulator fallback: the bits of ``arr[i]`` (low) and ``arr[i+1]`` (high) as one uint32."""

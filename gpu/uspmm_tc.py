@@ -201,6 +201,9 @@ SPLIT_ERROR_U = 13
 #: ar*bb + (as + ar)*bs stay out: 2**-17 (1 + 2**-11)(1 + 2**-9) + 2 * 2**-22 (1 + 2**-11) = 136.3 u |a||b|,
 #: rounded up.
 SPLIT_ERROR_BF16_U = 137
+#: The split's error of each float32 precision (``error_reduction``'s ``precision``; :mod:`gpu.uspmm_wgmma` offers
+#: both, this module's kernels the first).
+SPLIT_ERRORS_U = {"3xtf32": SPLIT_ERROR_U, "tf32+bf16": SPLIT_ERROR_BF16_U}
 #: Shared memory one block may use: the H100's opt-in maximum (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``,
 #: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
@@ -216,7 +219,7 @@ STATIC_LIMIT = SHARED_LIMIT
 U = np.uint64
 
 
-def segment_entries(dell, seg: int, pad: bool = False, split: bool = False, classes: int = 0):
+def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False, classes: int = 0):
     """``(values, offsets)`` on the device, each ``(ceil(K/seg), w, Mp)`` (``Mp``: ``M`` rounded up to
     16, so every 16-byte piece of a slot is aligned; rows past ``M`` empty): row ``r``'s entries with a
     column in segment ``q`` (columns ``[q*seg, (q+1)*seg)``) are ``values[q, w-cnt:, r]`` at columns
@@ -316,9 +319,9 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     over its K steps, and the groups' fixed-order sum ``((acc_0 + acc_1) + ...)`` rounds at most once
     per other group holding an entry of the row (with a split too: the groups' sum is the block's partial).
     """
-    if np.dtype(dtype) == np.float16:
-        return kprime
-    return 3 * kprime + (SPLIT_ERROR_BF16_U if precision == "tf32+bf16" else SPLIT_ERROR_U)
+    if precision not in SPLIT_ERRORS_U:
+        raise ValueError(f"precision: one of {tuple(SPLIT_ERRORS_U)}, got {precision!r}")
+    return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERRORS_U[precision]
 
 
 def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:

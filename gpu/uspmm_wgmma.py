@@ -104,7 +104,7 @@ from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_comm
                      to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
-from gpu.uspmm_tc import _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
+from gpu.uspmm_tc import SPLIT_ERRORS_U, _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, flat_view, output, result
@@ -114,7 +114,7 @@ __all__ = ["uspmm", "run", "DEFAULTS", "PRECISIONS", "shared_bytes", "supported"
 
 DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0, precision="3xtf32")
 #: ``precision``: "3xtf32" (the float32 contract of :mod:`gpu.uspmm_tc`) or "tf32+bf16" (module docstring)
-PRECISIONS = ("3xtf32", "tf32+bf16")
+PRECISIONS = tuple(SPLIT_ERRORS_U)
 SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
 S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)

@@ -81,8 +81,8 @@ if config.ENABLE_CUDASIM:
                 acc[4 * j + e] = np.float32(float(acc[4 * j + e]) + float(a[r] @ b[:, col]))
 
     def _gather_a(regs, k: int, elements):
-        """The warpgroup's A (64 x ``k``) from every thread's four registers ``regs``; ``elements(register, g, t)``
-        gives a register's ``(row, column, value)`` triples (row in the warp's 16)."""
+        """The warpgroup's A (64 x ``k``) from every thread's four registers ``regs``; ``elements(i, register, g,
+        t)`` gives register ``i``'s ``(row, column, value)`` triples (row in the warp's 16) in lane ``4g + t``."""
         a = np.zeros((64, k))
         for th, frag in enumerate(_warp_allgather(regs, 128)):
             w, lane = th // 32, th % 32
@@ -100,19 +100,20 @@ if config.ENABLE_CUDASIM:
         b = np.asarray(sh)[_b_bytes(desc, nacc, 8, 4) // 4].astype(np.float64)
         _accumulate(acc, nacc, a, b)
 
-    def _bf16_value(bits):
-        return float(np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32))
+    def _bf16_values(bits):
+        """bf16 bits (the low 16 of each uint32) as float64 values."""
+        return (np.asarray(bits, dtype=np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
     def wgmma_bf16(acc, nacc, a0, a1, a2, a3, desc, sh):
         """Simulator fallback: as :func:`wgmma_tf32`, with bf16 pairs in ``a0..a3`` (low half first) and a bf16
         B (16-bit halves of ``sh``'s words, where ``desc`` points)."""
         def pair(i, word, g, t):
             r, c = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
-            return (r, c, _bf16_value(word & 0xFFFF)), (r, c + 1, _bf16_value(word >> 16))
+            lo, hi = _bf16_values([word & 0xFFFF, word >> 16])
+            return (r, c, lo), (r, c + 1, hi)
         a = _gather_a((int(a0), int(a1), int(a2), int(a3)), 16, pair)
         byte = _b_bytes(desc, nacc, 16, 2)
-        halves = (np.asarray(sh).view(np.uint32)[byte // 4] >> (8 * (byte % 4)).astype(np.uint32)) & 0xFFFF
-        b = (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+        b = _bf16_values((np.asarray(sh).view(np.uint32)[byte // 4] >> (8 * (byte % 4)).astype(np.uint32)) & 0xFFFF)
         _accumulate(acc, nacc, a, b)
 
     def wgmma_wait(acc, nacc, pending):

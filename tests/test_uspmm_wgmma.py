@@ -219,6 +219,12 @@ def test_rejects_bad_tunables(small, tunables, match):
         wg.uspmm(ell, rng.uniform(size=(8, 8)).astype(np.float32), **tunables)
 
 
+def test_error_reduction_refuses_an_unknown_precision():
+    assert error_reduction(5, np.float32, "tf32+bf16") - error_reduction(5, np.float32) == 137 - 13
+    with pytest.raises(ValueError, match="precision"):
+        error_reduction(5, np.float32, "bf16")
+
+
 @pytest.mark.simulator("on an H100 it times both precisions (experiments/results/uspmm_wgmma.md, session 18)")
 def test_precision_benchmark_refuses_without_wgmma():
     from experiments import bench_uspmm_precision

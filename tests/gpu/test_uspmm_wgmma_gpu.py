@@ -32,7 +32,7 @@ def test_bf16_pack_matches_model():
     hi = (rng.standard_normal(4096) * 2.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
     out = np.zeros(4096, np.uint32)
     mma.bf16x2_probe[16, 256](lo, hi, out)
-    np.testing.assert_array_equal(out, mma.bf16_bits(lo) | (mma.bf16_bits(hi) << np.uint32(16)))
+    np.testing.assert_array_equal(out, mma.bf16x2_bits(lo, hi))
 
 
 @pytest.mark.parametrize("shape,tunables", [
