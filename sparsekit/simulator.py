@@ -10,7 +10,8 @@ polling. No result changes, only the order in which Python runs the threads. His
 machine: session 12 let the poll loop yield the GIL once per pass (``time.sleep(0)``; the tensor-core USpMM
 with a K split, 37 x 40 x 17, 3 splits, float32: 18.2 s before, 5.7-6.2 s after); session 15 found that loop
 still took 3 of 16 s of a 256-thread wgmma case (a pass over every thread's flags and ``is_alive`` per
-yield), hence the condition.
+yield), hence the condition. Session 19: the threads are pooled, started once and reused by every block and
+launch (a simulated thread that does little: 151 -> 46 us; the simulator part of the suite 238 -> 191 s).
 
 The replacement is installed only over the ``run`` and the ``BlockThread`` it was written against
 (numba-cuda 0.30.4, by the hash of their sources): another version keeps its own, slower but correct.
@@ -40,16 +41,63 @@ REVIEWED_BLOCK_THREAD_SHA256 = "31539332ab25b3d00cb2c83f4a2cb7c75acd90b4a17240c6
 REVIEWED_SHARED_ARRAY_SHA256 = "46c69699220dd500ba43cd23a5eedb48ea3f2ea602876838c887e592d4055d75"
 
 
-@functools.cache
-def _notifying_thread():
-    """numba-cuda's ``BlockThread`` (the reviewed one, :data:`REVIEWED_BLOCK_THREAD_SHA256`) that tells its block's
-    condition when it waits at the barrier and when it ends, so the block manager can sleep until then."""
-    from numba.cuda.simulator.kernel import BlockThread
+#: Started simulated threads that wait for their next block (:func:`_pooled_thread`), shared by every launch.
+_idle: list = []
+_idle_lock = threading.Lock()
 
-    class NotifyingThread(BlockThread):
-        def __init__(self, f, manager, block_idx, thread_idx, debug, block):
-            super().__init__(f, manager, block_idx, thread_idx, debug)
-            self.block = block
+
+def _give_back(threads) -> None:
+    with _idle_lock:
+        _idle.extend(threads)
+
+
+def _take_threads(count: int) -> list:
+    """``count`` idle pooled threads, new ones where too few are idle (they start at their first block)."""
+    with _idle_lock:
+        taken = _idle[len(_idle) - min(count, len(_idle)):]
+        del _idle[len(_idle) - len(taken):]
+    return taken + [_pooled_thread()() for _ in range(count - len(taken))]
+
+
+@functools.cache
+def _pooled_thread():
+    """numba-cuda's ``BlockThread`` (the reviewed one, :data:`REVIEWED_BLOCK_THREAD_SHA256`) made reusable: started
+    once, it runs one simulated thread after another (:meth:`assign` gives it the next), and tells its block's
+    condition when it waits at the barrier and when its thread ends, so the block manager can sleep until then.
+    Starting a Python thread costs about 130 us on the 2-core test machine, as much as a simulated thread that does
+    little; waking a started one costs a fraction of that."""
+    from numba.cuda.simulator.kernel import BlockThread, Dim3
+
+    class PooledThread(BlockThread):
+        def __init__(self):                             # (BlockThread.__init__'s per-thread fields: assign)
+            threading.Thread.__init__(self, daemon=True)
+            self.syncthreads_event = threading.Event()
+            self.job = threading.Event()
+
+        def assign(self, f, manager, block_idx, thread_idx, debug, block, position):
+            """Run ``f`` as thread ``thread_idx`` (the block's ``position``-th) of block ``block_idx``: the fields
+            BlockThread.__init__ sets, set anew, then wake (or start) the thread."""
+            if debug:
+                def target():
+                    np.seterr(divide="raise")
+                    f()
+            else:
+                target = f
+            self._target, self._args, self._kwargs = target, (), {}   # (what Thread.run calls, then deletes)
+            self.syncthreads_event.clear()
+            self.syncthreads_blocked = False
+            self._manager = manager
+            self.blockIdx = Dim3(*block_idx)
+            self.threadIdx = Dim3(*thread_idx)
+            self.exception = None
+            self.abort = False
+            self.debug = debug
+            dim = Dim3(*manager._block_dim)
+            self.thread_id = self.threadIdx.x + dim.x * (self.threadIdx.y + dim.y * self.threadIdx.z)
+            self.block, self.position = block, position
+            if not self.is_alive():
+                self.start()
+            self.job.set()
 
         def syncthreads(self):                          # BlockThread.syncthreads, plus the count and the notify
             if self.abort:
@@ -65,45 +113,57 @@ def _notifying_thread():
                 raise RuntimeError("abort flag set on syncthreads clear")
 
         def run(self):
-            try:
-                super().run()                           # (stores an exception in self.exception)
-            finally:
-                with self.block.cond:
-                    self.block.live -= 1
-                    self.block.failed |= self.exception is not None
-                    self.block.cond.notify()
+            while True:
+                self.job.wait()
+                self.job.clear()
+                block = self.block
+                try:
+                    BlockThread.run(self)               # (stores an exception in self.exception)
+                finally:
+                    with block.cond:                    # the block's record: the thread's exception, its end
+                        block.live -= 1
+                        if self.exception is not None:
+                            block.errors.append((self.position, self.exception))
+                        block.ended.append(self)
+                        block.cond.notify()
+                        abandoned = block.abandoned
+                    if abandoned:                       # its block raised before this thread ended
+                        _give_back([self])
 
-    return NotifyingThread
+    return PooledThread
 
 
 def _run_block(manager, grid_point, *args):
-    """Run one block of ``manager`` (a simulator ``BlockManager``): start a thread per thread index, then sleep on
-    the block's condition until every live thread waits at the barrier (release it), a thread raised (tell every
-    thread to abort, raise the first exception) or all threads have finished."""
+    """Run one block of ``manager`` (a simulator ``BlockManager``): give a pooled thread each thread index, then
+    sleep on the block's condition until every live thread waits at the barrier (release it), a thread raised (tell
+    every thread to abort, raise the first exception in thread order) or all threads have ended. A thread is idle
+    again once its block no longer needs it: when the block ends, or, after an exception, when the thread ends."""
     indices = list(np.ndindex(*manager._block_dim))
-    block = SimpleNamespace(cond=threading.Condition(), live=len(indices), waiting=0, failed=False)
-    thread_class = _notifying_thread()
-    threads = [thread_class(lambda: manager._f(*args), manager, grid_point, idx, manager._debug, block)
-               for idx in indices]
-    for thread in threads:
-        thread.start()
+    block = SimpleNamespace(cond=threading.Condition(), live=len(indices), waiting=0, errors=[], ended=[],
+                            abandoned=False)
+    threads = _take_threads(len(indices))
+    for position, (thread, idx) in enumerate(zip(threads, indices)):
+        thread.assign(lambda: manager._f(*args), manager, grid_point, idx, manager._debug, block, position)
     with block.cond:
-        while block.live and not block.failed:
-            block.cond.wait_for(lambda: block.failed or block.waiting == block.live)
-            if block.live and not block.failed and block.waiting == block.live:   # all at the barrier: release it
+        while block.live and not block.errors:
+            block.cond.wait_for(lambda: block.errors or block.waiting == block.live)
+            if block.live and not block.errors and block.waiting == block.live:   # all at the barrier: release it
                 for thread in threads:
                     if thread.syncthreads_blocked:
                         thread.syncthreads_blocked = False
                         thread.syncthreads_event.set()
                 block.waiting = 0
-    if block.failed:
-        for other in threads:
-            other.abort = True
-            other.syncthreads_blocked = False
-            other.syncthreads_event.set()
-    for thread in threads:
-        if thread.exception:
-            raise thread.exception[0].with_traceback(thread.exception[1])
+        errors = sorted(block.errors, key=lambda error: error[0])
+        if errors:
+            block.abandoned = True
+            for other in threads:
+                other.abort = True
+                other.syncthreads_blocked = False
+                other.syncthreads_event.set()
+        _give_back(block.ended)                     # (every thread, unless one raised)
+    if errors:
+        exception, traceback = errors[0][1]
+        raise exception.with_traceback(traceback)
 
 
 def fast_block_manager() -> bool:

@@ -1,7 +1,9 @@
-"""``sparsekit.simulator``: the simulator's block manager sleeps until its threads need it, its shared arrays are
-keyed by the calling line without a walk of the stack; kernels with barriers, shared arrays, several blocks and a
-thread that raises behave as before."""
+"""``sparsekit.simulator``: the simulator's block manager sleeps until its threads need it and reuses them across
+blocks and launches, its shared arrays are keyed by the calling line without a walk of the stack; kernels with
+barriers, shared arrays, several blocks and a thread that raises behave as before."""
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -60,6 +62,33 @@ def test_block_manager_sleeps_and_barriers_still_hold():
 def test_an_exception_in_one_thread_still_reaches_the_caller():
     with pytest.raises(ValueError, match="thread five"):
         _fails_in_one_thread[1, 16](np.zeros(16, dtype=np.int64))
+    x = np.arange(2 * 64, dtype=np.float64)              # the pooled threads serve the next launch as before
+    out = np.zeros(2)
+    _block_sums[2, 64](x, out)
+    np.testing.assert_array_equal(out, x.reshape(2, 64).sum(axis=1))
+
+
+@cuda.jit
+def _who_runs(idents, lanes):
+    """Records which Python thread ran each simulated thread (simulator only: a kernel here is Python) and its lane."""
+    flat = cuda.threadIdx.x + 8 * (cuda.threadIdx.y + 4 * cuda.threadIdx.z)
+    i = cuda.blockIdx.x * 64 + flat
+    idents[i] = threading.get_ident()
+    lanes[i] = cuda.laneid
+    cuda.syncthreads()
+
+
+def test_threads_are_pooled_across_blocks_and_launches():
+    """A block's simulated threads run on distinct Python threads, which later blocks and launches reuse; a 3-D
+    block's lane ids are those of its flattened thread index."""
+    for launch in range(2):
+        started_before = {thread.ident for thread in threading.enumerate()}
+        idents, lanes = np.zeros(3 * 64, dtype=np.int64), np.zeros(3 * 64, dtype=np.int64)
+        _who_runs[3, (8, 4, 2)](idents, lanes)
+        np.testing.assert_array_equal(lanes, np.tile(np.arange(64) % 32, 3))
+        assert all(len(set(block)) == 64 for block in idents.reshape(3, 64))
+        if launch:                                         # 64 idle threads after the first: none started
+            assert set(idents) <= started_before
 
 
 @cuda.jit
