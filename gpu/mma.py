@@ -91,10 +91,11 @@ register      m16n8k16 (f16: 2 elements per register)   m16n8k8 (tf32: 1 element
 
 Under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the names are Python functions
 that compute the same thing: each lane publishes its fragment registers, the warp's
-32 threads meet (the simulator has no ``shfl_sync``; :func:`_warp_allgather` is the
-all-gather that 32 shuffles would do, built on a 32-party barrier per warp), every lane
-rebuilds A and B from the gathered fragments and returns exactly its own four elements
-of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the products of float16
+32 threads meet (the simulator has no ``shfl_sync``; :func:`warp_collective` is a
+32-party barrier per warp with one computation for the group, :func:`_warp_allgather`
+the all-gather that 32 shuffles would do), one of them rebuilds A and B from the
+gathered fragments and multiplies them, and every lane returns exactly its own four
+elements of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the products of float16
 or TF32 values are exact) and rounds once to float32; the tensor core's own float32
 accumulation truncates and may differ in the last bits. ``ldmatrix_x4_trans`` gathers
 the warp's row addresses the same way; ``cp_async16`` copies at once (commit and wait
@@ -212,31 +213,41 @@ if config.ENABLE_CUDASIM:
     #: Seconds a lane waits for the rest of its warp before the simulator reports a divergent mma.
     _WARP_TIMEOUT = 300.0
 
-    def _warp_allgather(value, size=32):
-        """Every thread of the calling thread's group of ``size`` (its warp; 128: its warpgroup) passes
-        ``value``; each gets the ``size`` values in thread order. Two waits on the group's barrier: after
-        all have written, after all have read."""
+    def warp_collective(value, compute, size=32):
+        """Every thread of the calling thread's group of ``size`` (its warp; 128: its warpgroup) passes ``value``;
+        ``compute`` runs once for the group on the ``size`` values in thread order and every thread gets its result
+        (or its exception). Two waits on the group's barrier: after all have written (one thread computes), after
+        the result is in place (the next round's writes wait for every thread to have read it)."""
         th = threading.current_thread()
         mgr = th._manager
         key = (tuple(th.blockIdx), size, th.thread_id // size)
         with _LOCK:
             exchanges = mgr.__dict__.setdefault("_sparsekit_warp_exchange", {})
             if key not in exchanges:
-                exchanges[key] = (threading.Barrier(size, timeout=_WARP_TIMEOUT), [None] * size)
-            barrier, slots = exchanges[key]
+                exchanges[key] = (threading.Barrier(size, timeout=_WARP_TIMEOUT), [None] * size, [None])
+            barrier, slots, result = exchanges[key]
         slots[th.thread_id % size] = value
+        if barrier.wait() == 0:
+            try:
+                result[0] = (True, compute(tuple(slots)))
+            except Exception as error:   # (every thread raises it, none waits for the computing one)
+                result[0] = (False, error)
         barrier.wait()
-        gathered = list(slots)
-        barrier.wait()
-        return gathered
+        ok, out = result[0]
+        if not ok:
+            raise out
+        return out
+
+    def _warp_allgather(value, size=32):
+        """:func:`warp_collective` that gives every thread the ``size`` values in thread order."""
+        return warp_collective(value, tuple, size)
 
     def _halves(word):
         """The two float16 values (low, high) of a 32-bit word."""
         return np.array([word], dtype=np.uint32).view(np.float16).astype(np.float64)
 
-    def _mma(shape, a, b, c):
-        """This lane's D fragment of ``A @ B + C`` from the warp's gathered A/B fragments."""
-        gathered = _warp_allgather((a, b))
+    def _mma_product(shape, gathered):
+        """The warp's ``A @ B`` (float64, exact products) from every lane's A/B fragments."""
         kdim = 16 if shape == "m16n8k16" else 8
         big_a = np.zeros((16, kdim))
         big_b = np.zeros((kdim, 8))
@@ -247,8 +258,12 @@ if config.ENABLE_CUDASIM:
                 target = big_a if name[0] == "a" else big_b
                 for (r, col), v in zip(where[name], vals):
                     target[r, col] = v
+        return big_a @ big_b
+
+    def _mma(shape, a, b, c):
+        """This lane's D fragment of ``A @ B + C``, the product computed once for the warp."""
+        d = warp_collective((a, b), functools.partial(_mma_product, shape))
         lane = threading.current_thread().thread_id % 32
-        d = big_a @ big_b
         return tuple(np.float32(d[r, col] + np.float64(cv))
                      for (r, col), cv in zip(fragment_coords(shape, lane)["c"], c))
 

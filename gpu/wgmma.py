@@ -31,9 +31,9 @@ numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc
     core matrices, ``lbo`` bytes between core matrices adjacent along K, ``sbo`` along the rows.
 
 Under the CUDA simulator the names are Python functions: ``wgmma_tf32`` gathers the warpgroup's A
-fragments (:func:`gpu.mma._warp_allgather` over 128 threads), reads B where the descriptor points (byte
-offsets from the shared array's first element) and adds the exact sum of products (float64) to each
-accumulator, rounded once to float32; the others do nothing. :func:`wgmma_probe` is the tests' check of
+fragments, reads B where the descriptor points (byte offsets from the shared array's first element) and
+multiplies them once for the warpgroup (:func:`gpu.mma.warp_collective` over 128 threads); each thread adds
+the exact sums of products (float64) to its accumulators, rounded once to float32; the others do nothing. :func:`wgmma_probe` is the tests' check of
 the layouts above: ``tests/test_wgmma.py`` runs it on the simulator, ``tests/gpu/test_uspmm_wgmma_gpu.py``
 on the GPU.
 """
@@ -52,9 +52,10 @@ __all__ = ["wgmma_tf32", "wgmma_bf16", "wgmma_wait", "wgmma_fence", "wgmma_commi
            "wgmma_probe", "probe_case", "PROBE_N"]
 
 if config.ENABLE_CUDASIM:
+    import functools
     import threading
 
-    from gpu.mma import _warp_allgather
+    from gpu.mma import warp_collective
 
     def _desc_fields(desc):
         d = int(desc)
@@ -68,9 +69,28 @@ if config.ENABLE_CUDASIM:
         kk, col = np.arange(k)[:, None], np.arange(2 * int(nacc))[None, :]
         return start + (col // 8) * sbo + (kk // per) * lbo + (col % 8) * 16 + (kk % per) * size
 
-    def _accumulate(acc, nacc, a, b):
-        """This thread's accumulators (the layout of the module docstring) plus the exact products of the
-        warpgroup's ``a`` (64 x k) and ``b`` (k x 2 nacc), rounded once to float32."""
+    # Where each warpgroup thread's four A registers go in A (64 x k): thread th = 32 w + 4 g + t, register i holds
+    # row 16 w + g + 8 (i % 2), columns t + 4 (i // 2) (TF32), or 2 t + 8 (i // 2) and the next (a bf16 pair).
+    _TH, _REG = np.arange(128)[:, None], np.arange(4)[None, :]
+    _A_ROWS = 16 * (_TH // 32) + (_TH % 32) // 4 + 8 * (_REG % 2)
+    _A_COLS_TF32 = _TH % 4 + 4 * (_REG // 2)
+    _A_COLS_BF16 = 2 * (_TH % 4) + 8 * (_REG // 2)
+
+    def _warpgroup_product(k: int, a_values, a_cols, gathered, b_values):
+        """The warpgroup's ``A @ B`` (64 x 2 nacc, float64: exact products, summed once) from every thread's
+        ``(registers, desc, nacc)``: A from ``a_values(registers)`` placed at :data:`_A_ROWS` and ``a_cols``,
+        B from ``b_values(desc, nacc)`` (the descriptor and width are the warpgroup's: one instruction)."""
+        if len({(desc, nacc) for _, desc, nacc in gathered}) != 1:
+            raise RuntimeError("wgmma: the warpgroup's threads disagree on the descriptor or the accumulators")
+        a = np.zeros((64, k))
+        values = a_values(np.array([regs for regs, _, _ in gathered]))
+        a[_A_ROWS.reshape(_A_ROWS.shape + (1,) * (values.ndim - 2)), a_cols] = values
+        _, desc, nacc = gathered[0]
+        return a @ b_values(desc, nacc)
+
+    def _accumulate(acc, nacc, d):
+        """This thread's accumulators (the layout of the module docstring) plus its elements of the warpgroup's
+        product ``d``, rounded once to float32."""
         th = threading.current_thread().thread_id % 128
         w, lane = th // 32, th % 32
         g, t = lane // 4, lane % 4
@@ -78,27 +98,17 @@ if config.ENABLE_CUDASIM:
             for e in range(4):
                 r = 16 * w + g + 8 * (e // 2)
                 col = 8 * j + 2 * t + e % 2
-                acc[4 * j + e] = np.float32(float(acc[4 * j + e]) + float(a[r] @ b[:, col]))
-
-    def _gather_a(regs, k: int, elements):
-        """The warpgroup's A (64 x ``k``) from every thread's four registers ``regs``; ``elements(i, register, g,
-        t)`` gives register ``i``'s ``(row, column, value)`` triples (row in the warp's 16) in lane ``4g + t``."""
-        a = np.zeros((64, k))
-        for th, frag in enumerate(_warp_allgather(regs, 128)):
-            w, lane = th // 32, th % 32
-            for i, reg in enumerate(frag):
-                for r, c, v in elements(i, reg, lane // 4, lane % 4):
-                    a[16 * w + r, c] = v
-        return a
+                acc[4 * j + e] = np.float32(float(acc[4 * j + e]) + d[r, col])
 
     def wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh):
-        """Simulator fallback: the warpgroup's A fragments gathered (:func:`gpu.mma._warp_allgather` over
-        128 threads), B read from ``sh`` where ``desc`` points (byte offsets from ``sh[0]``), this thread's
-        accumulators updated with the exact sum of products (float64), rounded once to float32."""
-        a = _gather_a((float(a0), float(a1), float(a2), float(a3)), 8,
-                      lambda i, v, g, t: ((g + 8 * (i % 2), t + 4 * (i // 2), v),))
-        b = np.asarray(sh)[_b_bytes(desc, nacc, 8, 4) // 4].astype(np.float64)
-        _accumulate(acc, nacc, a, b)
+        """Simulator fallback: the warpgroup's A fragments and B (read from ``sh`` where ``desc`` points, byte
+        offsets from ``sh[0]``) multiplied once for the warpgroup (:func:`gpu.mma.warp_collective` over 128
+        threads), this thread's accumulators updated with the exact sums of products, rounded once to float32."""
+        def b_values(desc, nacc):
+            return np.asarray(sh)[_b_bytes(desc, nacc, 8, 4) // 4].astype(np.float64)
+        d = warp_collective(((float(a0), float(a1), float(a2), float(a3)), int(desc), int(nacc)),
+                            functools.partial(_warpgroup_product, 8, np.asarray, _A_COLS_TF32, b_values=b_values), 128)
+        _accumulate(acc, nacc, d)
 
     def _bf16_values(bits):
         """bf16 bits (the low 16 of each uint32) as float64 values."""
@@ -107,14 +117,18 @@ if config.ENABLE_CUDASIM:
     def wgmma_bf16(acc, nacc, a0, a1, a2, a3, desc, sh):
         """Simulator fallback: as :func:`wgmma_tf32`, with bf16 pairs in ``a0..a3`` (low half first) and a bf16
         B (16-bit halves of ``sh``'s words, where ``desc`` points)."""
-        def pair(i, word, g, t):
-            r, c = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
-            lo, hi = _bf16_values([word & 0xFFFF, word >> 16])
-            return (r, c, lo), (r, c + 1, hi)
-        a = _gather_a((int(a0), int(a1), int(a2), int(a3)), 16, pair)
-        byte = _b_bytes(desc, nacc, 16, 2)
-        b = _bf16_values((np.asarray(sh).view(np.uint32)[byte // 4] >> (8 * (byte % 4)).astype(np.uint32)) & 0xFFFF)
-        _accumulate(acc, nacc, a, b)
+        def pairs(words):                               # (128, 4) words -> (128, 4, 2) values, low half first
+            words = words.astype(np.uint32)
+            return _bf16_values(np.stack([words & 0xFFFF, words >> 16], axis=-1))
+
+        def b_values(desc, nacc):
+            byte = _b_bytes(desc, nacc, 16, 2)
+            return _bf16_values((np.asarray(sh).view(np.uint32)[byte // 4] >> (8 * (byte % 4)).astype(np.uint32))
+                                & 0xFFFF)
+        cols = _A_COLS_BF16[..., None] + np.arange(2)
+        d = warp_collective(((int(a0), int(a1), int(a2), int(a3)), int(desc), int(nacc)),
+                            functools.partial(_warpgroup_product, 16, pairs, cols, b_values=b_values), 128)
+        _accumulate(acc, nacc, d)
 
     def wgmma_wait(acc, nacc, pending):
         """Simulator fallback: the products are already in ``acc``."""

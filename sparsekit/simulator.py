@@ -77,10 +77,10 @@ def _pooled_thread():
         def assign(self, f, manager, block_idx, thread_idx, debug, block, position):
             """Run ``f`` as thread ``thread_idx`` (the block's ``position``-th) of block ``block_idx``: the fields
             BlockThread.__init__ sets, set anew, then wake (or start) the thread."""
-            if debug:
+            if debug:                                   # (numba-cuda's np.seterr, scoped: the thread runs on)
                 def target():
-                    np.seterr(divide="raise")
-                    f()
+                    with np.errstate(divide="raise"):
+                        f()
             else:
                 target = f
             self._target, self._args, self._kwargs = target, (), {}   # (what Thread.run calls, then deletes)
