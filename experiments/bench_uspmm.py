@@ -86,13 +86,20 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
 class Problem:
     """One USpMM problem on the device: the ELL weight, B, and float64 answers."""
 
-    def __init__(self, m, k, n, sparsity, dtype, *, seed=0, order="C"):
+    def __init__(self, m, k, n, sparsity, dtype, *, seed=0, order="C", tf32_a=False):
+        """``tf32_a``: A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are:
+        :func:`gpu.uspmm_tc.tf32_exact`)."""
+        import dataclasses
+
         from numba import cuda
 
+        from gpu.mma import tf32_round
         from gpu.uspmm import prepare
         from sparsekit.tune import make_ell
         self.m, self.k, self.n, self.sparsity, self.dtype, self.order = m, k, n, sparsity, np.dtype(dtype), order
         self.ell = make_ell(m, k, sparsity, dtype, seed=seed)
+        if tf32_a:
+            self.ell = dataclasses.replace(self.ell, values=np.asfortranarray(tf32_round(self.ell.values)))
         self.dell = prepare(self.ell)
         rng = np.random.default_rng(seed + 1)
         self.b_host = np.asarray(rng.standard_normal((k, n)).astype(dtype), order=order)

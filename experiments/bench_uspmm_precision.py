@@ -1,6 +1,8 @@
 """The wgmma kernel's two float32 precisions side by side on a compute capability 9.0 GPU: ``"3xtf32"`` (three TF32
 products a multiply-add, the default contract) and ``"tf32+bf16"`` (one TF32 product and one bf16 wgmma for both
-correction terms: a third less tensor-core work, a looser error bound; :mod:`gpu.uspmm_wgmma`).
+correction terms: a third less tensor-core work, a looser error bound; :mod:`gpu.uspmm_wgmma`); and ``"3xtf32"``
+on the same problem with A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are), where the
+kernel leaves the all-zero ``b_big a_small`` term out (:func:`gpu.uspmm_tc.tf32_exact`).
 
 Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200::
 
@@ -29,15 +31,17 @@ U = 2.0 ** -24
 
 def run_problem(shape) -> list[dict]:
     from experiments.bench_uspmm import Problem, _to_host
-    from gpu.uspmm_tc import error_reduction
+    from gpu.uspmm_tc import error_reduction, tf32_exact
     from gpu.uspmm_wgmma import PRECISIONS, uspmm
     from sparsekit import tune
     from sparsekit.timing import measure
-    p = Problem(*shape, "float32", seed=5)
+    problems = {tf32_a: Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True)}
+    p = problems[False]
     cfg = {k: v for k, v in tune.resolve("heuristic", p.dell, shape[2], "C", wgmma=True).items() if k != "variant"}
-    exact, scale = p.exact()
     out = []
-    for precision in PRECISIONS:
+    for precision, tf32_a in [(precision, False) for precision in PRECISIONS] + [("3xtf32", True)]:
+        p = problems[tf32_a]
+        exact, scale = p.exact()
         first = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
         again = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
         err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
@@ -46,8 +50,8 @@ def run_problem(shape) -> list[dict]:
         us = min(measure(lambda: uspmm(p.dell, p.b, precision=precision, **cfg), repeat=20, warmup=2).median_s
                  for _ in range(2)) * 1e6
         out.append(dict(m=shape[0], k=shape[1], n=shape[2], sparsity=shape[3], setting=cfg, precision=precision,
-                        median_us=us, pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
-                        within_bound=bool(err_u <= bound_u), repeat_identical=bool((first.view(np.uint32)
+                        tf32_a=tf32_a, two_products=bool(tf32_a and tf32_exact(p.dell)), median_us=us,
+                        pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u, within_bound=bool(err_u <= bound_u), repeat_identical=bool((first.view(np.uint32)
                                                                                    == again.view(np.uint32)).all())))
     return out
 
@@ -62,12 +66,13 @@ def main(argv=None) -> int:
     from sparsekit.device import info
     rows = []
     print(f"device: {info().name}")
-    print(f"{'problem':28s} {'precision':10s} {'us':>8s} {'% SoL':>6s} {'err (u)':>8s} {'bound':>6s} repeat")
+    print(f"{'problem':28s} {'precision':16s} {'us':>8s} {'% SoL':>6s} {'err (u)':>8s} {'bound':>6s} repeat")
     for shape in PROBLEMS:
         for r in run_problem(shape):
             rows.append(r)
             label = "x".join(map(str, shape[:3])) + f" {shape[3]:.0%}"
-            print(f"{label:28s} {r['precision']:10s} {r['median_us']:8.1f} {r['pct_sol']:6.1f} {r['err_u']:8.2f} "
+            name = r["precision"] + (", TF32 A" if r["tf32_a"] else "")
+            print(f"{label:28s} {name:16s} {r['median_us']:8.1f} {r['pct_sol']:6.1f} {r['err_u']:8.2f} "
                   f"{r['bound_u']:6d} {r['repeat_identical']}", flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

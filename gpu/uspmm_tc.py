@@ -293,6 +293,14 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
     return dell.cached(key, build)
 
 
+def tf32_exact(dell) -> bool:
+    """Whether every value of the float32 matrix ``dell`` is a TF32 number: its 3xTF32 small part
+    (:func:`gpu.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
+    ``b_big a_small`` product is zero and a kernel may leave that term out: the same sums, bit for bit (an
+    infinity or a NaN splits into a NaN small part: not exact). Checked once per matrix, on the host."""
+    return dell.cached(("tf32_exact",), lambda: not tf32_split(dell.host.values)[1].any(), device=False)
+
+
 def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     """The ``reduction`` to pass to the float32-accumulation bound (``tests/test_spmm.py``,
     ``assert_fp32_accumulated``: ``reduction * u * (|A| @ |B|)``) for this kernel's result.

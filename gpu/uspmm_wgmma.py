@@ -31,7 +31,9 @@ Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two f
 1. load this thread's B fragments of chunk ``j`` from its B stage and split them (``to_tf32_finite``,
    then ``cvt.rna`` of the rest), ``wgmma.fence``;
 2. issue 3 wgmma per 8 columns of K (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small
-   terms first, as :mod:`gpu.uspmm_tc`) and commit them as one group;
+   terms first, as :mod:`gpu.uspmm_tc`) and commit them as one group; 2 when A's values are TF32 numbers
+   (weights from float16 or bfloat16, or quantised: :func:`gpu.uspmm_tc.tf32_exact`, checked once per matrix),
+   whose ``a_small`` is all zero: the same sums, bit for bit, a third less tensor-core work;
 3. ``wgmma.wait_group 1``: chunk ``j-1``'s group is done (its A buffer and fragment registers free),
    chunk ``j``'s runs on;
 4. cp.async: B's chunk ``j + stages - 1`` and the entries of chunk ``j + stages``, one commit group;
@@ -104,7 +106,8 @@ from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_comm
                      to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
-from gpu.uspmm_tc import SPLIT_ERRORS_U, _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries
+from gpu.uspmm_tc import (SPLIT_ERRORS_U, _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries,
+                          tf32_exact)
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, flat_view, output, result
@@ -138,7 +141,7 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int 
 
 @functools.cache
 def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
-                  split: int = 1, producers: int = 0, bf16: bool = False):
+                  split: int = 1, producers: int = 0, bf16: bool = False, exact_a: bool = False):
     """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
 
     ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
@@ -147,8 +150,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
     summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
     and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
-    ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring).
-    Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad``, ``split`` and
+    ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring); ``exact_a`` (3xTF32
+    only): A's values are TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
+    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad``, ``split`` and
     ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w`` (slots)
     and ``mp`` (rows of the entry arrays)."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
@@ -326,7 +330,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             if bf16:                                                     # both corrections in one bf16 k16:
                 wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # the small tile's
             else:                                                        # (big, small) pairs; or 3xTF32's two
-                wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
+                if not exact_a:                                          # (a TF32-exact A: a_small is all 0)
+                    wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
                 wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
             wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)   # b_big a_big
         wgmma_commit()
@@ -659,7 +664,7 @@ def run(dell, bop, order: str, **tunables):
         w, mp = 2 * ev.shape[1], eo.shape[1]
         slots = scatter_slots(seg, w)
         kernel = _wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, n % 4 == 0 and aligned(bdev, 4), split,
-                               producers, bf16)
+                               producers, bf16, not bf16 and tf32_exact(dell))
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, m, n, k, w, mp)
         shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
         _opt_in(kernel, args, shared)

@@ -147,7 +147,7 @@ class DeviceMatrix:
 
     host: object
     arrays: dict
-    _cache: dict = field(default_factory=dict)   #: key -> derived device array(s), see :meth:`cached`
+    _cache: dict = field(default_factory=dict)   #: key -> derived device array(s) or facts, see :meth:`cached`
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -157,17 +157,19 @@ class DeviceMatrix:
     def dtype(self) -> np.dtype:
         return self.host.dtype
 
-    def cached(self, key, build):
+    def cached(self, key, build, *, device: bool = True):
         """``build()`` (a NumPy array, or a tuple of them) copied to the device on the first
-        call with ``key``; later calls with ``key`` return the same device array(s)."""
+        call with ``key``; later calls with ``key`` return the same device array(s). ``device=False``:
+        ``build()``'s result kept as it is (a fact about the matrix the launchers need on the host)."""
         try:
             return self._cache[key]
         except KeyError:
             pass
         made = build()
-        dev = tuple(cuda.to_device(x) for x in made) if isinstance(made, tuple) else cuda.to_device(made)
-        self._cache[key] = dev
-        return dev
+        if device:
+            made = tuple(cuda.to_device(x) for x in made) if isinstance(made, tuple) else cuda.to_device(made)
+        self._cache[key] = made
+        return made
 
     @classmethod
     def from_host(cls, x, fmt: type, names: tuple[str, ...], *, name: str, dtypes, dtype_rule: str):

@@ -255,6 +255,23 @@ def test_tf32_split_is_the_lean_kernels_split():
     assert (np.abs(big[fin].astype(np.float64) + small[fin] - x[fin]) <= 2.0 ** -22 * np.abs(x[fin])).all()
 
 
+def test_tf32_exact_finds_matrices_of_tf32_numbers():
+    """:func:`gpu.uspmm_tc.tf32_exact`: True for values from float16, from bfloat16 (the low 16 bits cleared) and
+    rounded to TF32, False once one value has a bit below TF32's 10-bit mantissa; kept with the prepared matrix."""
+    from gpu.uspmm import prepare
+    rng = np.random.default_rng(3)
+    dense = (rng.standard_normal((30, 48)) * 100).astype(np.float32)
+    mask = np.zeros(dense.shape, dtype=bool)
+    mask[:, ::3] = True
+    bf16 = (dense.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+    for values in (dense.astype(np.float16).astype(np.float32), bf16, tf32_round(dense)):
+        assert tc.tf32_exact(prepare(ELL.from_dense(values, mask)))
+    one_off = tf32_round(dense)
+    one_off[7, 9] = np.nextafter(one_off[7, 9], np.float32(np.inf))   # (column 9: kept)
+    dell = prepare(ELL.from_dense(one_off, mask))
+    assert not tc.tf32_exact(dell) and dell._cache[("tf32_exact",)] is False
+
+
 @pytest.mark.simulator("the model is the simulator's MMA: tests/gpu/test_uspmm_tc_gpu.py "
                        "test_k_groups_correct_and_bit_identical")
 @pytest.mark.parametrize("splits", [1, 2])

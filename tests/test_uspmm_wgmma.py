@@ -1,8 +1,8 @@
 """gpu/uspmm_wgmma.py equals reference/uspmm.py under the CUDA simulator (gpu/wgmma.py's fallbacks stand
 in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
 of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
-K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), and with bf16 corrections
-(``precision="tf32+bf16"``, its own bound); the wgmma probe against NumPy; the routing rule; bad input refused.
+K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), with bf16 corrections
+(``precision="tf32+bf16"``, its own bound) and with a TF32-exact A (two products, the bits of three); the wgmma probe against NumPy; the routing rule; bad input refused.
 
 Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
 with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13. A block is 128 Python threads
@@ -64,15 +64,20 @@ SPLIT_CASES = [(16, 40, 8, 13, dict(bm=16, bn=64, kc=32, stages=3, split=2)),
                (20, 32, 68, 20, dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2))]
 
 
-@pytest.mark.parametrize("m,k,n,kprime,tunables", SPLIT_CASES)
-def test_split_k_matches_reference(m, k, n, kprime, tunables):
+def random_case(m, k, n, kprime, a_dtype=np.float32):
+    """An ``m x k`` ELL with ``kprime`` random columns a row, values in [-2, 2] rounded to ``a_dtype`` (float16:
+    TF32 numbers), and a ``k x n`` B; the same draws for a shape whatever ``a_dtype``."""
     rng = np.random.default_rng(kprime * 100 + m + n)
     mask = np.zeros((m, k), dtype=bool)
     for r in range(m):
         mask[r, rng.choice(k, size=kprime, replace=False)] = True
-    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(np.float32), mask, index_dtype=np.int16)
-    b = rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
-    check_against_reference(ell, b, tunables)
+    values = rng.uniform(-2.0, 2.0, (m, k)).astype(a_dtype).astype(np.float32)
+    return ELL.from_dense(values, mask, index_dtype=np.int16), rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("m,k,n,kprime,tunables", SPLIT_CASES)
+def test_split_k_matches_reference(m, k, n, kprime, tunables):
+    check_against_reference(*random_case(m, k, n, kprime), tunables)
 
 
 # warp specialised (producer warpgroups build the A tiles, consumers multiply; named barriers): (M, K, N, K',
@@ -100,6 +105,23 @@ BF16_CASES = [(20, 40, 8, 13, dict(bm=32, bn=64, kc=16, stages=3)),
 @pytest.mark.parametrize("m,k,n,kprime,tunables", BF16_CASES)
 def test_bf16_corrections_match_reference(m, k, n, kprime, tunables):
     test_split_k_matches_reference(m, k, n, kprime, dict(tunables, precision="tf32+bf16"))
+
+
+# A's values TF32 numbers (float16 weights: gpu.uspmm_tc.tf32_exact): b_big a_small, all zeros, is left out; the
+# bits are those of the three products. A block of one warpgroup, and warp specialised with N = 9.
+EXACT_CASES = [(20, 40, 8, 13, dict(bm=32, bn=64, kc=16, stages=3)),
+               (17, 24, 9, 5, dict(bm=32, bn=64, kc=16, stages=6, producers=128))]
+
+
+@pytest.mark.parametrize("m,k,n,kprime,tunables", EXACT_CASES)
+def test_tf32_exact_a_gives_the_bits_of_three_products(m, k, n, kprime, tunables, monkeypatch):
+    from gpu.uspmm import prepare
+    ell, b = random_case(m, k, n, kprime, np.float16)
+    assert wg.tf32_exact(prepare(ell))
+    check_against_reference(ell, b, tunables)
+    got = wg.uspmm(ell, b, **tunables)
+    monkeypatch.setattr(wg, "tf32_exact", lambda dell: False)          # the kernel of three products
+    np.testing.assert_array_equal(wg.uspmm(ell, b, **tunables).view(np.uint32), got.view(np.uint32))
 
 
 def test_bf16_entries_pair_the_split_values():

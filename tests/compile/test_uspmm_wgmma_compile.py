@@ -2,7 +2,7 @@
 
 * ``.target sm_90a`` (numba-cuda compiles a cc 9.0 kernel for it; ``wgmma`` exists nowhere else);
 * per K chunk three ``wgmma.mma_async...m64n{bm}k8.f32.tf32.tf32`` for every 8 columns (the 3xTF32
-  terms), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current one runs on) and
+  terms; two for a TF32-exact A), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current one runs on) and
   ``fence.proxy.async.shared::cta`` before the chunk's barrier; the loop takes two chunks (two fragment
   sets), so the unrolled body holds twice that;
 * shared memory in the loop through byte addresses (``ld.shared.b32``, ``ld.shared.v4.b32``,
@@ -69,9 +69,9 @@ def test_probe_compiles_for_sm_90a():
 
 @functools.cache
 def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int, split: int,
-                producers: int = 0, bf16: bool = False) -> offline.Build:
-    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split, producers, bf16), ARGS,
-                         SM90A)
+                producers: int = 0, bf16: bool = False, exact_a: bool = False) -> offline.Build:
+    return offline.build(wg._wgmma_kernel(bm, bn, kc, stages, slots, min_blocks, True, split, producers, bf16,
+                                          exact_a), ARGS, SM90A)
 
 
 @pytest.mark.parametrize("name", ["WGMMA_QUARTER"])
@@ -126,6 +126,20 @@ def test_bf16_corrections_issue_one_tf32_and_one_bf16_wgmma_per_8_columns():
         assert len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{d['bm']}{kind}", ptx)) == 2 * d["kc"] // 8
     assert ptx.count("cvt.rn.bf16x2.f32") == 2 * 4 * (d["kc"] // 8)
     assert ptx.count("cvt.rna.tf32.f32") == 0                   # (the small parts are no longer TF32)
+    use = offline.usage(b.report)
+    assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
+    assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0
+
+
+def test_tf32_exact_a_issues_two_tf32_wgmma_per_8_columns():
+    """A TF32-exact A (``exact_a``) at the one-wave setting: per 8 columns of a chunk two TF32 wgmma (``b_small
+    a_big``, ``b_big a_big``; ``b_big a_small`` is all zeros and left out), none on the small A tile's descriptor;
+    within the launch bounds, no spills."""
+    from sparsekit import tune
+    d = dict(wg.DEFAULTS, **tune.WGMMA_WAVE)
+    b = build_split(d["bm"], d["bn"], d["kc"], d["stages"], 8, d["min_blocks"], 1, d["producers"], False, True)
+    assert len(re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{d['bm']}k8\.f32\.tf32\.tf32", b.ptx)) == \
+        2 * 2 * (d["kc"] // 8)                                  # two chunks a loop turn, 2 terms per 8 columns
     use = offline.usage(b.report)
     assert use.registers <= 65536 // (128 * d["bn"] // 64 + d["producers"])
     assert use.spill_store_bytes == 0 and use.spill_load_bytes == 0

@@ -1,6 +1,7 @@
 """gpu/wgmma.py and gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
 documented register and shared-memory layouts), the kernel at real sizes (split K in clusters, warp specialised
-too) against a float64 product with repeats bit-identical, and ``config="auto"`` routing the measured winners to it."""
+too) against a float64 product with repeats bit-identical, a TF32-exact A's two products against three, and
+``config="auto"`` routing the measured winners to it."""
 from __future__ import annotations
 
 import numpy as np
@@ -62,17 +63,39 @@ def test_bf16_pack_matches_model():
     ((1024, 1024, 4096, 0.6), dict(precision="tf32+bf16"))])
 def test_real_sizes_bit_identical_within_bounds(shape, tunables):
     from experiments.bench_uspmm import Problem
-    from gpu.uspmm_tc import error_reduction
     from gpu.uspmm_wgmma import uspmm
     p = Problem(*shape, "float32", seed=4)
     first = uspmm(p.dell, p.b, **tunables).copy_to_host()
     again = uspmm(p.dell, p.b, **tunables).copy_to_host()
     assert (first.view(np.uint8) == again.view(np.uint8)).all()
+    assert within_bound(p, first, tunables.get("precision", "3xtf32"))
+
+
+def within_bound(p, got, precision: str) -> bool:
+    """``got`` within :func:`gpu.uspmm_tc.error_reduction`'s bound for ``precision`` of problem ``p``'s product."""
+    from gpu.uspmm_tc import error_reduction
     exact, scale = p.exact()
-    err = np.abs(first.astype(np.float64) - exact)
+    err = np.abs(got.astype(np.float64) - exact)
     slack = 2 * 2.0 ** -24 * np.abs(exact) + np.finfo(np.float32).smallest_subnormal
-    reduction = error_reduction(p.ell.kprime, np.float32, tunables.get("precision", "3xtf32"))
-    assert (err <= reduction * 2.0 ** -24 * scale + slack).all()
+    return bool((err <= error_reduction(p.ell.kprime, np.float32, precision) * 2.0 ** -24 * scale + slack).all())
+
+
+@pytest.mark.parametrize("shape,tunables", [
+    ((1024, 1024, 1024, 0.6), dict(bm=64, bn=128, kc=32, stages=5, producers=256)),   # the one-wave setting
+    ((1000, 999, 777, 0.6), {}),                                       # the default, partial tiles, N % 4 != 0
+    ((512, 512, 1024, 0.85), dict(bm=64, bn=128, kc=32, stages=4, split=2))])
+def test_tf32_exact_a_gives_the_bits_of_three_products(shape, tunables, monkeypatch):
+    """A's values TF32 numbers: the kernel leaves ``b_big a_small`` (all zeros) out, and the tensor core's sums are
+    those of the three-product kernel, bit for bit, within the 3xTF32 bound."""
+    from experiments.bench_uspmm import Problem
+    from gpu import uspmm_wgmma as wg
+    p = Problem(*shape, "float32", seed=7, tf32_a=True)
+    assert wg.tf32_exact(p.dell)
+    two = wg.uspmm(p.dell, p.b, **tunables).copy_to_host()
+    monkeypatch.setattr(wg, "tf32_exact", lambda dell: False)
+    three = wg.uspmm(p.dell, p.b, **tunables).copy_to_host()
+    assert (two.view(np.uint8) == three.view(np.uint8)).all()
+    assert within_bound(p, two, "3xtf32")
 
 
 def test_auto_routes_large_float32_problems_to_wgmma():
