@@ -20,7 +20,8 @@ Precision:
 * float32: "3xTF32". TF32 keeps 10 mantissa bits, so each operand is split
   ``x = big + small`` with ``big = tf32(x)``, ``small = tf32(x - big)``
   (:func:`gpu.mma.to_tf32`), and ``C += a_small*b_big + a_big*b_small +
-  a_big*b_big`` (three MMAs, products exact in the tensor core, sums float32).
+  a_big*b_big`` (three MMAs, products exact in the tensor core, sums float32;
+  two when A's values are TF32 numbers, :func:`tf32_exact`: ``a_small`` is 0).
   ``A`` is split once, by the scatter, into a big and a small tile (each
   entry converted once, not once per warp that reads it: ``warps_n`` times);
   ``B`` fragments are split by each warp that reads them (``warps_m``).
@@ -376,8 +377,11 @@ def scatter_slots(seg: int, w: int) -> int:
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
                stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1, lean: bool = False, presplit: bool = False):
+               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
+
+    ``exact_a`` (float32): A's values are TF32 numbers (:func:`tf32_exact`), so the ``a_small b_big`` MMA, whose
+    products are all zero, is not issued: two MMAs a tile and K step instead of three, the same sums.
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
@@ -736,9 +740,10 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     # small terms first, then big x big (the largest last: less float32 rounding)
-                    d = mma_m16n8k8_tf32_f32(afs[mt, 0], afs[mt, 1], afs[mt, 2], afs[mt, 3],
-                                             bfr[nt, 0], bfr[nt, 1],
-                                             acc[mt, nt, 0], acc[mt, nt, 1], acc[mt, nt, 2], acc[mt, nt, 3])
+                    d = (acc[mt, nt, 0], acc[mt, nt, 1], acc[mt, nt, 2], acc[mt, nt, 3])
+                    if not exact_a:                                      # (a TF32-exact A: a_small is all 0)
+                        d = mma_m16n8k8_tf32_f32(afs[mt, 0], afs[mt, 1], afs[mt, 2], afs[mt, 3],
+                                                 bfr[nt, 0], bfr[nt, 1], d[0], d[1], d[2], d[3])
                     d = mma_m16n8k8_tf32_f32(afr[mt, 0], afr[mt, 1], afr[mt, 2], afr[mt, 3],
                                              bfs[nt, 0], bfs[nt, 1], d[0], d[1], d[2], d[3])
                     d = mma_m16n8k8_tf32_f32(afr[mt, 0], afr[mt, 1], afr[mt, 2], afr[mt, 3],
@@ -1119,7 +1124,8 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         nsub, w, mp = eo.shape
         grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit)
+                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit,
+                            not half and tf32_exact(dell))
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:

@@ -48,6 +48,14 @@ def sparsities(draw, *, low: float = 0.0, high: float = 0.95):
     return draw(st.floats(min_value=low, max_value=high, allow_nan=False, exclude_max=True))
 
 
+def uniform_mask(rng: np.random.Generator, m: int, k: int, kprime: int) -> np.ndarray:
+    """An ``m x k`` boolean mask keeping ``kprime`` columns of every row, drawn by ``rng`` (uniform sparsity)."""
+    mask = np.zeros((m, k), dtype=bool)
+    for r in range(m):
+        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    return mask
+
+
 @st.composite
 def sparse_dense(draw, shape, *, dtype=np.float32, pattern: str = "unstructured"):
     """A dense matrix with zeros placed by ``pattern``.
@@ -64,9 +72,7 @@ def sparse_dense(draw, shape, *, dtype=np.float32, pattern: str = "unstructured"
         keep = rng.random(shape) < density
     elif pattern == "uniform":
         kprime = draw(st.integers(0, k))
-        keep = np.zeros(shape, dtype=bool)
-        for r in range(m):
-            keep[r, rng.choice(k, size=kprime, replace=False)] = True
+        keep = uniform_mask(rng, m, k, kprime)
     else:
         raise ValueError(f"pattern: expected 'unstructured' or 'uniform', got {pattern!r}")
     return np.where(keep, a, np.zeros((), dtype=dtype)).astype(dtype)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpu import uspmm as gu
 from reference import uspmm as ru
 from sparsekit.formats import ELL
-from strategies import dense_arrays, ell_matrices
+from strategies import dense_arrays, ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
 
 KERNEL_DTYPES = (np.float32, np.float16)
@@ -152,9 +152,7 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
 def test_edge_shapes(shape, kprime, tunables):
     rng = np.random.default_rng(kprime * 100 + shape[0])
     m, k = shape
-    mask = np.zeros(shape, dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(0.5, 2.0, shape).astype(np.float32), mask, index_dtype=np.int16)
     b = rng.uniform(-2.0, 2.0, (k, 5)).astype(np.float32)
     check_against_reference(ell, b, tunables)

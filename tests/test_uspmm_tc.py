@@ -18,7 +18,7 @@ from gpu import uspmm_tc as tc
 from gpu.mma import tf32_round, tf32_split
 from reference import uspmm as ru
 from sparsekit.formats import ELL
-from strategies import ell_matrices
+from strategies import ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
 
 # Small tiles (32-96 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
@@ -66,12 +66,26 @@ EDGE_CASES = [(5, 7, 3, 0), (33, 7, 5, 7), (37, 24, 17, 13), (20, 33, 24, 33), (
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_edge_shapes(m, k, n, kprime, dtype):
     rng = np.random.default_rng(kprime * 100 + m)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int16)
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
     check_against_reference(ell, b, TUNABLES[dtype][0])
+
+
+@pytest.mark.parametrize("tunables", [TUNABLES[np.float32][0], TUNABLES[np.float32][5]])
+def test_float32_tf32_exact_a_gives_the_bits_of_three_products(tunables, monkeypatch):
+    """A's values TF32 numbers (from float16): the kernel leaves ``a_small b_big``, all zeros, out; the bits are
+    those of the three products (the first tiling, and lean with A presplit and three K groups)."""
+    from gpu.uspmm import prepare
+    rng = np.random.default_rng(9)
+    mask = uniform_mask(rng, 37, 24, 13)
+    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (37, 24)).astype(np.float16).astype(np.float32), mask)
+    b = rng.uniform(-2.0, 2.0, (24, 17)).astype(np.float32)
+    assert tc.tf32_exact(prepare(ell))
+    check_against_reference(ell, b, tunables)
+    got = tc.uspmm(ell, b, **tunables)
+    monkeypatch.setattr(tc, "tf32_exact", lambda dell: False)          # the kernel of three products
+    np.testing.assert_array_equal(tc.uspmm(ell, b, **tunables).view(np.uint32), got.view(np.uint32))
 
 
 @pytest.mark.parametrize("stages", [2, 4, 5])
@@ -81,9 +95,7 @@ def test_pipeline_depths_over_several_chunks(dtype, stages):
     (one block: M and N within the first tiling's tile)."""
     m, k, n, kprime = 29, 40, 15, 13
     rng = np.random.default_rng(stages)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
     check_against_reference(ell, b, dict(TUNABLES[dtype][0], stages=stages))
@@ -96,9 +108,7 @@ def test_dynamic_shared_path(dtype, monkeypatch):
     monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
     m, k, n, kprime = 29, 40, 15, 13
     rng = np.random.default_rng(7)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
     check_against_reference(ell, b, dict(TUNABLES[dtype][1], stages=3))
@@ -387,9 +397,7 @@ def split_problems(draw):
     kprime = draw(st.integers(0, k))
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(dtype), mask,
                          index_dtype=draw(st.sampled_from([np.int16, np.int32])))
     b = rng.uniform(-2.0, 2.0, (k, draw(st.integers(1, 17)))).astype(dtype)
@@ -413,9 +421,7 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
         monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
     m, k, n, kprime = 20, 40, 16, 11                                   # one output tile, K chunks of 16 or 8
     rng = np.random.default_rng(11)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(dtype), mask, index_dtype=np.int32)
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
     dell = prepare(ell)

@@ -19,7 +19,7 @@ from gpu.uspmm_tc import error_reduction
 from reference import uspmm as ru
 from sparsekit import tune
 from sparsekit.formats import ELL
-from strategies import dense_arrays, ell_matrices
+from strategies import dense_arrays, ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated
 
 # (bm, bn, kc, stages), one warpgroup: a thread's segment (one column class of a band of 4 seg columns) of 4
@@ -68,9 +68,7 @@ def random_case(m, k, n, kprime, a_dtype=np.float32):
     """An ``m x k`` ELL with ``kprime`` random columns a row, values in [-2, 2] rounded to ``a_dtype`` (float16:
     TF32 numbers), and a ``k x n`` B; the same draws for a shape whatever ``a_dtype``."""
     rng = np.random.default_rng(kprime * 100 + m + n)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     values = rng.uniform(-2.0, 2.0, (m, k)).astype(a_dtype).astype(np.float32)
     return ELL.from_dense(values, mask, index_dtype=np.int16), rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
 
@@ -145,9 +143,7 @@ def test_bf16_entries_pair_the_split_values():
 @pytest.mark.parametrize("m,k,n,kprime,setting", EDGE_CASES)
 def test_edge_shapes(m, k, n, kprime, setting):
     rng = np.random.default_rng(kprime * 100 + m)
-    mask = np.zeros((m, k), dtype=bool)
-    for r in range(m):
-        mask[r, rng.choice(k, size=kprime, replace=False)] = True
+    mask = uniform_mask(rng, m, k, kprime)
     ell = ELL.from_dense(rng.uniform(0.5, 2.0, (m, k)).astype(np.float32), mask, index_dtype=np.int16)
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(np.float32)
     check_against_reference(ell, b, TUNABLES[setting])

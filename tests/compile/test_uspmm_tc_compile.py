@@ -35,12 +35,13 @@ def kernel_args(dtype: str):
 
 @functools.cache
 def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: bool = False,
-          kgroups: int = 1, lean: bool = False) -> offline.Build:
+          kgroups: int = 1, lean: bool = False, exact_a: bool = False) -> offline.Build:
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds (``slots``: scattered per
     chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel;
-    ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it; ``lean``)."""
+    ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it; ``lean``;
+    ``exact_a``: a TF32-exact A, two MMAs instead of three)."""
     kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg) or kgroups > 1, slots,
-                           vec, ksplit, kgroups, lean)
+                           vec, ksplit, kgroups, lean, exact_a=exact_a)
     return offline.build(kernel, kernel_args(dtype), cc)
 
 
@@ -238,6 +239,21 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
     assert len(loop_body(ptx, ksplit, kgroups)) > 0
     if ksplit:                                                                 # a partial's loads, issued together
         assert offline.longest_branch_free_loads(ptx) == frag                          # (session 10: one at a time before)
+
+
+def test_tf32_exact_a_issues_two_mmas_where_three_were():
+    """``exact_a`` (a TF32-exact A) on the routed float32 one-wave setting, lean: in the K loop two MMAs a tile and
+    K step where the 3xTF32 kernel issues three (``a_small b_big`` left out); no spills."""
+    cfg, kgroups = (64, 128, 32, 1, 2, 4), 4
+    three = loop_body(build("float32", cfg, (9, 0), kgroups=kgroups, lean=True).ptx, kgroups=kgroups)
+    ptx, report = build("float32", cfg, (9, 0), kgroups=kgroups, lean=True, exact_a=True)
+    two = loop_body(ptx, kgroups=kgroups)
+
+    def mmas(body):
+        return sum(x.startswith("mma.sync.aligned.m16n8k8") for x in body)
+    assert 3 * mmas(two) == 2 * mmas(three) > 0
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
 
 
 def test_lean_kernel():
