@@ -199,3 +199,21 @@ def test_lean_is_bit_identical_to_plain(problem, which):
     plain = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
     assert (lean.view(np.uint8) == plain.view(np.uint8)).all()
 
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6)], ids=str)
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, monkeypatch):
+    """A's values TF32 numbers: the kernel leaves ``a_small b_big`` (all zeros) out, and the sums are those of the
+    three-MMA kernel bit for bit (so within its bounds; repeats bit-identical), on the lean settings (the default,
+    the routed one-wave and many-wave ones) and odd N."""
+    from experiments.bench_uspmm import Problem
+    from gpu import uspmm_tc as tc
+    p = Problem(*shape, "float32", seed=8, tf32_a=True)
+    assert tc.tf32_exact(p.dell)
+    cfg = dict(lean_configs("float32")[which], lean=True)
+    _bit_identical_within_bounds(p, **cfg)
+    two = tc.uspmm(p.dell, p.b, **cfg).copy_to_host()
+    monkeypatch.setattr(tc, "tf32_exact", lambda dell: False)
+    three = tc.uspmm(p.dell, p.b, **cfg).copy_to_host()
+    assert (two.view(np.uint8) == three.view(np.uint8)).all()
