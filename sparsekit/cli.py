@@ -87,6 +87,11 @@ def cmd_reproduce(args) -> int:
         return 2
     chosen = [registry[n] for n in args.only] if args.only else list(registry.values())
     quick = args.quick or backend == "simulator"
+    if quick:   # small problems launch few blocks on purpose: Numba's low-occupancy warning would only be noise
+        import warnings
+
+        from numba.core.errors import NumbaPerformanceWarning
+        warnings.filterwarnings("ignore", message=".*Grid size .* low occupancy", category=NumbaPerformanceWarning)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dev_name = device.info().name
