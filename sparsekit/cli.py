@@ -90,7 +90,7 @@ def cmd_reproduce(args) -> int:
     if quick:   # small problems launch few blocks on purpose: Numba's low-occupancy warning would only be noise
         import warnings
 
-        from numba.core.errors import NumbaPerformanceWarning
+        from numba.cuda.core.errors import NumbaPerformanceWarning   # (numba-cuda's own, not numba.core's)
         warnings.filterwarnings("ignore", message=".*Grid size .* low occupancy", category=NumbaPerformanceWarning)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
