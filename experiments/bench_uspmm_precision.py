@@ -51,8 +51,9 @@ def run_problem(shape) -> list[dict]:
                  for _ in range(2)) * 1e6
         out.append(dict(m=shape[0], k=shape[1], n=shape[2], sparsity=shape[3], setting=cfg, precision=precision,
                         tf32_a=tf32_a, two_products=bool(tf32_a and tf32_exact(p.dell)), median_us=us,
-                        pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u, within_bound=bool(err_u <= bound_u), repeat_identical=bool((first.view(np.uint32)
-                                                                                   == again.view(np.uint32)).all())))
+                        pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
+                        within_bound=bool(err_u <= bound_u),
+                        repeat_identical=bool((first.view(np.uint32) == again.view(np.uint32)).all())))
     return out
 
 

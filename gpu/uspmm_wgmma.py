@@ -152,9 +152,9 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
     ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring); ``exact_a`` (3xTF32
     only): A's values are TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
-    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with ``pad``, ``split`` and
-    ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``, ``n``, ``k``, ``w`` (slots)
-    and ``mp`` (rows of the entry arrays)."""
+    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with
+    ``pad``, ``split`` and ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``,
+    ``n``, ``k``, ``w`` (slots) and ``mp`` (rows of the entry arrays)."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
     nthreads = ncons + producers
     workers = producers or ncons                      # threads that copy and scatter

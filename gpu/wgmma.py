@@ -33,9 +33,9 @@ numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc
 Under the CUDA simulator the names are Python functions: ``wgmma_tf32`` gathers the warpgroup's A
 fragments, reads B where the descriptor points (byte offsets from the shared array's first element) and
 multiplies them once for the warpgroup (:func:`gpu.mma.warp_collective` over 128 threads); each thread adds
-the exact sums of products (float64) to its accumulators, rounded once to float32; the others do nothing. :func:`wgmma_probe` is the tests' check of
-the layouts above: ``tests/test_wgmma.py`` runs it on the simulator, ``tests/gpu/test_uspmm_wgmma_gpu.py``
-on the GPU.
+the exact sums of products (float64) to its accumulators, rounded once to float32; the others do nothing.
+:func:`wgmma_probe` is the tests' check of the layouts above: ``tests/test_uspmm_wgmma.py`` runs it on the simulator,
+``tests/gpu/test_uspmm_wgmma_gpu.py`` on the GPU.
 """
 from __future__ import annotations
 

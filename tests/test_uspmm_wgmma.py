@@ -2,7 +2,8 @@
 in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
 of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
 K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), with bf16 corrections
-(``precision="tf32+bf16"``, its own bound) and with a TF32-exact A (two products, the bits of three); the wgmma probe against NumPy; the routing rule; bad input refused.
+(``precision="tf32+bf16"``, its own bound) and with a TF32-exact A (two products, the bits of three); the wgmma
+probe against NumPy; the routing rule; bad input refused.
 
 Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
 with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13. A block is 128 Python threads

@@ -2,7 +2,8 @@
 
 * ``.target sm_90a`` (numba-cuda compiles a cc 9.0 kernel for it; ``wgmma`` exists nowhere else);
 * per K chunk three ``wgmma.mma_async...m64n{bm}k8.f32.tf32.tf32`` for every 8 columns (the 3xTF32
-  terms; two for a TF32-exact A), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current one runs on) and
+  terms; two for a TF32-exact A), one commit, ``wgmma.wait_group 1`` (the previous chunk's group; the current
+  one runs on) and
   ``fence.proxy.async.shared::cta`` before the chunk's barrier; the loop takes two chunks (two fragment
   sets), so the unrolled body holds twice that;
 * shared memory in the loop through byte addresses (``ld.shared.b32``, ``ld.shared.v4.b32``,
