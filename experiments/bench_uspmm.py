@@ -177,12 +177,13 @@ def _to_host(x):
 
 
 def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, repeat=30, seed=0,
-                  device="H100") -> list[dict]:
+                  device="H100", tf32_a=False) -> list[dict]:
     """One record per provider for the problem (see the module docstring). ``vendors``: True for
-    every baseline, "fast" for cuSPARSE CSR and dense cuBLAS only, False for none."""
+    every baseline, "fast" for cuSPARSE CSR and dense cuBLAS only, False for none; ``tf32_a``: A's values
+    rounded to TF32 numbers (:class:`Problem`)."""
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
-    p = Problem(m, k, n, sparsity, dtype, seed=seed)
+    p = Problem(m, k, n, sparsity, dtype, seed=seed, tf32_a=tf32_a)
     sol = p.sol_s(device)
     from gpu.uspmm import resolved
     launches, chosen = {}, {}

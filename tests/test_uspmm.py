@@ -616,6 +616,13 @@ def test_cli_refuses_to_time_without_gpu(argv, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
+def test_bench_refuses_tf32_weights_for_float16(capsys):
+    from sparsekit.cli import main
+    argv = ["bench", "uspmm", "--m", "8", "--k", "8", "--n", "8", "--sparsity", "0.5", "--dtype", "float16"]
+    assert main([*argv, "--tf32-weights"]) == 2
+    assert "--tf32-weights: float32 weights only" in capsys.readouterr().out
+
+
 @pytest.mark.simulator("on a GPU it times: tests/gpu/test_uspmm_gpu.py::test_dispatch_benchmark_records_every_row")
 def test_dispatch_benchmark_refuses_without_gpu():
     from experiments import bench_uspmm_dispatch

@@ -1,6 +1,6 @@
 """``sparsekit bench uspmm`` and ``sparsekit tune``: time and tune the USpMM kernels.
 
-    sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32
+    sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32 [--tf32-weights]
     sparsekit tune --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float16
 
 ``bench uspmm`` prints one row per provider (our variants, ``config="auto"``,
@@ -30,6 +30,9 @@ def add_bench(bench_subparsers) -> None:
                                     description=__doc__.split("\n\n")[0])
     _problem_args(p)
     p.add_argument("--repeat", type=int, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.add_argument("--tf32-weights", action="store_true",
+                   help="round A's values to TF32 numbers, as float16 or bfloat16 weights cast to float32 are: the "
+                        "tensor-core kernels then leave out one of their three products (float32 only)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -53,6 +56,9 @@ def _need_gpu(what: str) -> bool:
 
 
 def cmd_bench(args) -> int:
+    if args.tf32_weights and args.dtype != "float32":
+        print(f"--tf32-weights: float32 weights only (the float16 kernels have no TF32 split), got --dtype {args.dtype}")
+        return 2
     if not _need_gpu("sparsekit bench uspmm"):
         return 2
     from experiments.bench_uspmm import TABLE_KEYS, bench_problem, markdown
@@ -61,7 +67,8 @@ def cmd_bench(args) -> int:
     for name in ("m", "k", "n"):
         check_int(getattr(args, name), f"--{name}", minimum=1)
     check_sparsity(args.sparsity, "--sparsity")
-    recs = bench_problem(args.m, args.k, args.n, args.sparsity, args.dtype, repeat=args.repeat, seed=args.seed)
+    recs = bench_problem(args.m, args.k, args.n, args.sparsity, args.dtype, repeat=args.repeat, seed=args.seed,
+                         tf32_a=args.tf32_weights)
     print(f"device: {info().name}")
     print(markdown(recs, TABLE_KEYS))
     for r in recs:

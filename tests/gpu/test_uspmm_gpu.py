@@ -124,7 +124,8 @@ def test_dispatch_benchmark_records_every_row(tmp_path):
 
 @pytest.mark.timing
 def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
-    """``sparsekit bench uspmm`` times every provider on a toy problem, each result correct (exit 0), and
+    """``sparsekit bench uspmm`` times every provider on a toy problem, each result correct (exit 0; with
+    ``--tf32-weights`` too), and
     ``sparsekit tune`` caches a winner for the problem (their no-GPU refusal: tests/test_uspmm.py)."""
     from gpu.uspmm import prepare
     from sparsekit import tune
@@ -134,6 +135,8 @@ def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
     assert main(["bench", "uspmm", *argv]) == 0
     out = capsys.readouterr().out
     assert out.startswith("device: ") and "| auto |" in out and "pct_sol" in out
+    assert main(["bench", "uspmm", *argv, "--tf32-weights"]) == 0             # every result correct there too
+    assert "| auto |" in capsys.readouterr().out
     assert main(["tune", *argv]) == 0
     assert "cached in" in capsys.readouterr().out
     winner = tune.lookup(prepare(tune.make_ell(64, 64, 0.5, "float32", seed=0)), 64, "C")
