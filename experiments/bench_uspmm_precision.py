@@ -1,17 +1,20 @@
-"""The wgmma kernel's two float32 precisions side by side on a compute capability 9.0 GPU: ``"3xtf32"`` (three TF32
-products a multiply-add, the default contract) and ``"tf32+bf16"`` (one TF32 product and one bf16 wgmma for both
-correction terms: a third less tensor-core work, a looser error bound; :mod:`gpu.uspmm_wgmma`); and ``"3xtf32"``
-on the same problem with A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are), where the
-kernel leaves the all-zero ``b_big a_small`` term out (:func:`gpu.uspmm_tc.tf32_exact`).
+"""The tensor-core USpMM's float32 paths side by side on a compute capability 9.0 GPU: the wgmma kernel's two
+precisions, ``"3xtf32"`` (three TF32 products a multiply-add, the default contract) and ``"tf32+bf16"`` (one TF32
+product and one bf16 wgmma for both correction terms: a third less tensor-core work, a looser error bound;
+:mod:`gpu.uspmm_wgmma`); and ``"3xtf32"`` on the same problem with A's values rounded to TF32 numbers (as weights
+from float16 or bfloat16 are), where the kernels leave the all-zero ``b_big a_small`` term out
+(:func:`gpu.uspmm_tc.tf32_exact`).
 
 Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200::
 
     python experiments/bench_uspmm_precision.py [--out DIR]
 
 For each problem (issue 5's float32 targets and a few more), the routed setting (``config="heuristic"``) is run
-in both precisions: median device time (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), %
-of the Sparsity Roofline's speed of light, the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the
-bound :func:`gpu.uspmm_tc.error_reduction` allows it), and whether two runs agree bit for bit. One table, printed;
+in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`gpu.uspmm_tc`, float32 lean, the float32 path
+of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PROBLEMS`): median device time
+(:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), % of the Sparsity Roofline's speed of light,
+the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`gpu.uspmm_tc.error_reduction`
+allows it), and whether two runs agree bit for bit. One table, printed;
 ``DIR/uspmm_precision.json`` with ``--out``. The exit status is 1 when a result breaks its bound or a repeat differs.
 """
 from __future__ import annotations
@@ -29,32 +32,51 @@ PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.9), (768, 768, 1024, 0
 U = 2.0 ** -24
 
 
-def run_problem(shape) -> list[dict]:
-    from experiments.bench_uspmm import Problem, _to_host
+#: (problem, setting of :mod:`experiments.bench_uspmm_tc`) for the mma.sync kernel (float32 lean, the routed
+#: settings), general A against TF32 A
+TC_PROBLEMS = [((1024, 1024, 1024, 0.6), "LEAN_ONE_WAVE"), ((1024, 4096, 1024, 0.65), "LEAN_ONE_WAVE"),
+               ((1024, 1024, 16384, 0.6), "LEAN_LARGE")]
+
+
+def measure_row(p, launch, precision: str, **fields) -> dict:
+    """One record: ``launch()`` (a float32 USpMM of problem ``p``) twice (bit-identical?), its largest error in u
+    against the bound of ``precision``, its median device time and % of the speed of light."""
+    from experiments.bench_uspmm import _to_host
     from gpu.uspmm_tc import error_reduction, tf32_exact
+    from sparsekit.timing import measure
+    exact, scale = p.exact()
+    first, again = (np.array(_to_host(launch())) for _ in range(2))
+    err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
+    err_u = float((err / (U * scale + 1e-300)).max())
+    bound_u = error_reduction(p.ell.kprime, np.float32, precision)
+    us = min(measure(launch, repeat=20, warmup=2).median_s for _ in range(2)) * 1e6
+    return dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, precision=precision, tf32_a=tf32_exact(p.dell), **fields,
+                median_us=us, pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
+                within_bound=bool(err_u <= bound_u),
+                repeat_identical=bool((first.view(np.uint32) == again.view(np.uint32)).all()))
+
+
+def run_problem(shape) -> list[dict]:
+    """The wgmma kernel at the routed setting: both precisions, and 3xTF32 with A's values rounded to TF32."""
+    from experiments.bench_uspmm import Problem
     from gpu.uspmm_wgmma import PRECISIONS, uspmm
     from sparsekit import tune
-    from sparsekit.timing import measure
     problems = {tf32_a: Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True)}
-    p = problems[False]
-    cfg = {k: v for k, v in tune.resolve("heuristic", p.dell, shape[2], "C", wgmma=True).items() if k != "variant"}
-    out = []
-    for precision, tf32_a in [(precision, False) for precision in PRECISIONS] + [("3xtf32", True)]:
-        p = problems[tf32_a]
-        exact, scale = p.exact()
-        first = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
-        again = np.array(_to_host(uspmm(p.dell, p.b, precision=precision, **cfg)))
-        err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
-        err_u = float((err / (U * scale + 1e-300)).max())
-        bound_u = error_reduction(p.ell.kprime, np.float32, precision)
-        us = min(measure(lambda: uspmm(p.dell, p.b, precision=precision, **cfg), repeat=20, warmup=2).median_s
-                 for _ in range(2)) * 1e6
-        out.append(dict(m=shape[0], k=shape[1], n=shape[2], sparsity=shape[3], setting=cfg, precision=precision,
-                        tf32_a=tf32_a, two_products=bool(tf32_a and tf32_exact(p.dell)), median_us=us,
-                        pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
-                        within_bound=bool(err_u <= bound_u),
-                        repeat_identical=bool((first.view(np.uint32) == again.view(np.uint32)).all())))
-    return out
+    cfg = {k: v for k, v in tune.resolve("heuristic", problems[False].dell, shape[2], "C", wgmma=True).items()
+           if k != "variant"}
+    cases = [(precision, problems[False]) for precision in PRECISIONS] + [("3xtf32", problems[True])]
+    return [measure_row(p, lambda p=p, precision=precision: uspmm(p.dell, p.b, precision=precision, **cfg),
+                        precision, kernel="wgmma", setting=cfg) for precision, p in cases]
+
+
+def run_tc_problem(shape, setting: str) -> list[dict]:
+    """The mma.sync kernel (float32 lean) at ``setting``: general A, then A's values rounded to TF32."""
+    from experiments import bench_uspmm_tc
+    from experiments.bench_uspmm import Problem
+    from gpu.uspmm_tc import uspmm
+    cfg = dict(getattr(bench_uspmm_tc, setting), lean=True)
+    return [measure_row(p, lambda p=p: uspmm(p.dell, p.b, **cfg), "3xtf32", kernel="mma.sync", setting=setting)
+            for p in (Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True))]
 
 
 def main(argv=None) -> int:
@@ -67,14 +89,17 @@ def main(argv=None) -> int:
     from sparsekit.device import info
     rows = []
     print(f"device: {info().name}")
-    print(f"{'problem':28s} {'precision':16s} {'us':>8s} {'% SoL':>6s} {'err (u)':>8s} {'bound':>6s} repeat")
-    for shape in PROBLEMS:
-        for r in run_problem(shape):
+    print(f"{'problem':24s} {'kernel':9s} {'precision':16s} {'us':>8s} {'% SoL':>6s} {'err (u)':>8s} {'bound':>6s} "
+          "repeat")
+    runs = [lambda shape=shape: run_problem(shape) for shape in PROBLEMS]
+    runs += [lambda shape=shape, setting=setting: run_tc_problem(shape, setting) for shape, setting in TC_PROBLEMS]
+    for run in runs:
+        for r in run():
             rows.append(r)
-            label = "x".join(map(str, shape[:3])) + f" {shape[3]:.0%}"
+            label = f"{r['m']}x{r['k']}x{r['n']} {r['sparsity']:.0%}"
             name = r["precision"] + (", TF32 A" if r["tf32_a"] else "")
-            print(f"{label:28s} {name:16s} {r['median_us']:8.1f} {r['pct_sol']:6.1f} {r['err_u']:8.2f} "
-                  f"{r['bound_u']:6d} {r['repeat_identical']}", flush=True)
+            print(f"{label:24s} {r['kernel']:9s} {name:16s} {r['median_us']:8.1f} {r['pct_sol']:6.1f} "
+                  f"{r['err_u']:8.2f} {r['bound_u']:6d} {r['repeat_identical']}", flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         record = dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
