@@ -297,9 +297,15 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
 def tf32_exact(dell) -> bool:
     """Whether every value of the float32 matrix ``dell`` is a TF32 number: its 3xTF32 small part
     (:func:`gpu.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
-    ``b_big a_small`` product is zero and a kernel may leave that term out: the same sums, bit for bit (an
-    infinity or a NaN splits into a NaN small part: not exact). Checked once per matrix, on the host."""
-    return dell.cached(("tf32_exact",), lambda: not tf32_split(dell.host.values)[1].any(), device=False)
+    ``b_big a_small`` product is zero and a kernel may leave that term out: the same sums, bit for bit. Tested as
+    finite values whose 13 low float32 bits are clear (their split keeps them whole, small part 0; a few values near
+    the smallest normal also have a zero small part, rounded away, and count as not exact: that only costs the
+    skip); an infinity or a NaN splits into a NaN small part: not exact. Checked once per matrix, on the host (a pass
+    over the bits: 0.25 ms for 420,000 values, against 8 ms for the split itself)."""
+    def check():
+        values = np.asarray(dell.host.values, dtype=np.float32)
+        return not (values.view(np.uint32) & np.uint32(0x1FFF)).any() and bool(np.isfinite(values).all())
+    return dell.cached(("tf32_exact",), check, device=False)
 
 
 def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:

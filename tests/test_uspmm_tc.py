@@ -282,6 +282,22 @@ def test_tf32_exact_finds_matrices_of_tf32_numbers():
     assert not tc.tf32_exact(dell) and dell._cache[("tf32_exact",)] is False
 
 
+def test_tf32_numbers_are_those_with_13_low_bits_clear():
+    """What :func:`gpu.uspmm_tc.tf32_exact` tests: a finite float32 whose 13 low bits are clear has a zero 3xTF32
+    small part, and from 2**-100 up the converse holds too (below, a small part can round to zero: such values count
+    as not exact, which only costs the skip), over random bit patterns (half with those bits cleared) and edges."""
+    rng = np.random.default_rng(13)
+    bits = rng.integers(0, 2 ** 32, 8192, dtype=np.uint64).astype(np.uint32)
+    bits[::2] &= np.uint32(0xFFFFE000)
+    edges = np.array([0, 0x80000000, 0x00001000, 0x00002000, 0x7F7FE000, 0x7F7FF000, 0xFF7FE000, 0x3F800001], np.uint32)
+    x = np.concatenate([bits, edges]).view(np.float32)
+    x = x[np.isfinite(x)]
+    zero_small, clear = tf32_split(x)[1] == 0, (x.view(np.uint32) & np.uint32(0x1FFF)) == 0
+    assert zero_small[clear].all() and clear.sum() > 4000
+    normal = np.abs(x) >= 2.0 ** -100
+    np.testing.assert_array_equal(zero_small[normal], clear[normal])
+
+
 @pytest.mark.simulator("the model is the simulator's MMA: tests/gpu/test_uspmm_tc_gpu.py "
                        "test_k_groups_correct_and_bit_identical")
 @pytest.mark.parametrize("splits", [1, 2])
