@@ -47,6 +47,7 @@ _idle_lock = threading.Lock()
 
 
 def _give_back(threads) -> None:
+    """Put ``threads`` (pooled threads whose block no longer needs them) back among the idle ones."""
     with _idle_lock:
         _idle.extend(threads)
 
