@@ -729,16 +729,19 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 if lean:                                                 # (ash: this lane's ldmatrix row)
                     o = ash + (ab + U(mt * 16 * sa + ks * 8)) * U(4)
                     r = ldmatrix_x4(sh_a, o)
-                    q = ldmatrix_x4(sh_a, o + U(a_small * 4))
                     for x in range(4):
                         afr[mt, x] = r[x]
-                        afs[mt, x] = q[x]
+                    if not exact_a:                                      # (exact_a: the small tile is unread)
+                        q = ldmatrix_x4(sh_a, o + U(a_small * 4))
+                        for x in range(4):
+                            afs[mt, x] = q[x]
                 else:
                     o = arow0 + U(mt * 16 * sa + ks * 8)
                     for x in range(4):
                         ox = o + U((x % 2) * 8 * sa + (x // 2) * 4)
                         afr[mt, x] = sh_a[ox]
-                        afs[mt, x] = sh_a[ox + U(a_small)]
+                        if not exact_a:
+                            afs[mt, x] = sh_a[ox + U(a_small)]
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
                 o = brow0 + U(ks * 8 * sbn + nt * 8)
                 split(sh_b[o], bfr, bfs, nt, 0)

@@ -243,7 +243,8 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
 
 def test_tf32_exact_a_issues_two_mmas_where_three_were():
     """``exact_a`` (a TF32-exact A) on the routed float32 one-wave setting, lean: in the K loop two MMAs a tile and
-    K step where the 3xTF32 kernel issues three (``a_small b_big`` left out); no spills."""
+    K step where the 3xTF32 kernel issues three (``a_small b_big`` left out) and one ``ldmatrix`` a 16-row tile
+    where it issues two (the small tile is not read); no spills."""
     cfg, kgroups = (64, 128, 32, 1, 2, 4), 4
     three = loop_body(build("float32", cfg, (9, 0), kgroups=kgroups, lean=True).ptx, kgroups=kgroups)
     ptx, report = build("float32", cfg, (9, 0), kgroups=kgroups, lean=True, exact_a=True)
@@ -252,6 +253,10 @@ def test_tf32_exact_a_issues_two_mmas_where_three_were():
     def mmas(body):
         return sum(x.startswith("mma.sync.aligned.m16n8k8") for x in body)
     assert 3 * mmas(two) == 2 * mmas(three) > 0
+
+    def ldmatrix(body):
+        return sum(x.startswith("ldmatrix.sync.aligned.m8n8.x4.shared.b16") for x in body)
+    assert 2 * ldmatrix(two) == ldmatrix(three) > 0
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
 
