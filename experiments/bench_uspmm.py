@@ -59,8 +59,9 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
     with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
     tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
-    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``),
-    "wgmma tf32+bf16" the same with its opt-in ``precision="tf32+bf16"`` (bf16 corrections, a looser bound)."""
+    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``;
+    ``precision="auto"``: bf16 corrections where their bound is no looser than 3xTF32's, K' >= 124), "wgmma
+    3xtf32" the same with ``precision="3xtf32"`` pinned (three TF32 products whatever K')."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -77,7 +78,7 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     from gpu.uspmm_wgmma import supported
     if np.dtype(dtype) == np.float32 and supported():
         provs["wgmma"] = dict(variant="wgmma")                 # its default (a compute capability 9.0 GPU)
-        provs["wgmma tf32+bf16"] = dict(variant="wgmma", precision="tf32+bf16")   # the opt-in precision
+        provs["wgmma 3xtf32"] = dict(variant="wgmma", precision="3xtf32")         # the contract's own products
     if quick:
         provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
     return provs

@@ -14,8 +14,15 @@ in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`gpu.uspmm_
 of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PROBLEMS`): median device time
 (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), % of the Sparsity Roofline's speed of light,
 the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`gpu.uspmm_tc.error_reduction`
-allows it), and whether two runs agree bit for bit. One table, printed;
-``DIR/uspmm_precision.json`` with ``--out``. The exit status is 1 when a result breaks its bound or a repeat differs.
+allows it), and whether two runs agree bit for bit. With PyTorch, dense cuBLAS rows beside them for the
+owner's precision question (:data:`DENSE_PROBLEMS`): float32 with TF32 off (the accuracy a float32 user gets from
+the vendor), one TF32 product (TF32 on), and 3xTF32 on the dense A as three TF32 GEMMs (``a_big b_big``, then
+``a_big b_small`` and ``a_small b_big`` added in place, the same split as ours): the vendor's time for the
+tensor-core work our kernels do on a densified tile (zeros included), so the rows say how far our one-wave time
+is from what cuBLAS gets out of the tensor core for the same products. Their bound column is the plain float32
+dot product's worst case (dense ``K`` roundings); they do not count in the exit status. One table, printed;
+``DIR/uspmm_precision.json`` with ``--out``. The exit status is 1 when a result of ours breaks its bound or a
+repeat differs.
 """
 from __future__ import annotations
 
@@ -38,9 +45,14 @@ TC_PROBLEMS = [((1024, 1024, 1024, 0.6), "LEAN_ONE_WAVE"), ((1024, 4096, 1024, 0
                ((1024, 1024, 16384, 0.6), "LEAN_LARGE")]
 
 
-def measure_row(p, launch, precision: str, **fields) -> dict:
+#: issue 5's float32 targets, with the dense cuBLAS rows (:func:`run_dense`)
+DENSE_PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 16384, 0.6)]
+
+
+def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
     """One record: ``launch()`` (a float32 USpMM of problem ``p``) twice (bit-identical?), its largest error in u
-    against the bound of ``precision``, its median device time and % of the speed of light."""
+    against ``bound_u`` (default: our kernels' bound for ``precision``), its median device time and % of the speed
+    of light."""
     from experiments.bench_uspmm import _to_host
     from gpu.uspmm_tc import error_reduction, tf32_exact
     from sparsekit.timing import measure
@@ -48,7 +60,8 @@ def measure_row(p, launch, precision: str, **fields) -> dict:
     first, again = (np.array(_to_host(launch())) for _ in range(2))
     err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
     err_u = float((err / (U * scale + 1e-300)).max())
-    bound_u = error_reduction(p.ell.kprime, np.float32, precision)
+    if bound_u is None:
+        bound_u = error_reduction(p.ell.kprime, np.float32, precision)
     us = min(measure(launch, repeat=20, warmup=2).median_s for _ in range(2)) * 1e6
     return dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, precision=precision, tf32_a=tf32_exact(p.dell), **fields,
                 median_us=us, pct_sol=100 * p.sol_s() / (us * 1e-6), err_u=err_u, bound_u=bound_u,
@@ -79,6 +92,37 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
             for p in (Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True))]
 
 
+def run_dense(shape) -> list[dict]:
+    """Dense cuBLAS through PyTorch on problem ``shape``'s dense A (general float32 values): TF32 off, one TF32
+    product, and three TF32 products of the 3xTF32 split (:func:`gpu.mma.tf32_split`); empty without PyTorch."""
+    from experiments.bench_uspmm import Problem, _torch
+    from gpu.mma import tf32_split
+    torch = _torch()
+    if torch is None:
+        return []
+    p = Problem(*shape, "float32", seed=5)
+    cuda_tensor = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()     # noqa: E731
+    a, b = cuda_tensor(p.dense), cuda_tensor(p.b_host)
+    (a_big, a_small), (b_big, b_small) = ((cuda_tensor(part) for part in tf32_split(x)) for x in (p.dense, p.b_host))
+    matmul = torch.backends.cuda.matmul
+
+    def product(tf32: bool, *pairs):
+        """sum of x @ y over ``pairs`` with TF32 on or off, in place after the first (cuBLAS's beta = 1)."""
+        matmul.allow_tf32 = tf32
+        out = pairs[0][0] @ pairs[0][1]
+        for x, y in pairs[1:]:
+            out.addmm_(x, y)
+        matmul.allow_tf32 = False
+        return out
+
+    plain_u = p.k + 2        # a dense float32 dot product of K terms, and the bound's own slack
+    cases = [("fp32, TF32 off", [(a, b)], False), ("1xTF32", [(a, b)], True),
+             ("3xTF32 (3 GEMMs)", [(a_big, b_big), (a_big, b_small), (a_small, b_big)], True)]
+    return [measure_row(p, lambda pairs=pairs, tf32=tf32: product(tf32, *pairs), name, bound_u=plain_u,
+                        kernel="cuBLAS", setting="dense (torch)")
+            for name, pairs, tf32 in cases]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for uspmm_precision.json")
@@ -93,6 +137,7 @@ def main(argv=None) -> int:
           "repeat")
     runs = [lambda shape=shape: run_problem(shape) for shape in PROBLEMS]
     runs += [lambda shape=shape, setting=setting: run_tc_problem(shape, setting) for shape, setting in TC_PROBLEMS]
+    runs += [lambda shape=shape: run_dense(shape) for shape in DENSE_PROBLEMS]
     for run in runs:
         for r in run():
             rows.append(r)
@@ -106,7 +151,8 @@ def main(argv=None) -> int:
                       command="python experiments/bench_uspmm_precision.py", rows=rows)
         with open(os.path.join(args.out, "uspmm_precision.json"), "w") as f:
             json.dump(record, f, indent=1)
-    return 0 if all(r["within_bound"] and r["repeat_identical"] for r in rows) else 1
+    ours = [r for r in rows if r["kernel"] != "cuBLAS"]
+    return 0 if all(r["within_bound"] and r["repeat_identical"] for r in ours) else 1
 
 
 if __name__ == "__main__":

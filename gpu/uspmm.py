@@ -1616,7 +1616,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
     choose ``variant="tensor_core"`` (row-major ``b``): the call goes to :func:`gpu.uspmm_tc.uspmm` with
     the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
-    capability 9.0 GPU): :func:`gpu.uspmm_wgmma.uspmm` (its tunables, e.g. the opt-in ``precision="tf32+bf16"``).
+    capability 9.0 GPU): :func:`gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
+    or "tf32+bf16").
     """
     dell = prepare(ell)
     bop, order = _rhs(b, dell, "b")

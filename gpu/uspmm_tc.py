@@ -175,7 +175,7 @@ from sparsekit.checks import check_int
 from sparsekit.device import allow_dynamic_shared
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
-           "SHARED_OPTIN", "STATIC_LIMIT"]
+           "MMAS_PER_PRODUCT", "SHARED_OPTIN", "STATIC_LIMIT"]
 
 #: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
 #: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
@@ -205,6 +205,13 @@ SPLIT_ERROR_BF16_U = 137
 #: The split's error of each float32 precision (``error_reduction``'s ``precision``; :mod:`gpu.uspmm_wgmma` offers
 #: both, this module's kernels the first).
 SPLIT_ERRORS_U = {"3xtf32": SPLIT_ERROR_U, "tf32+bf16": SPLIT_ERROR_BF16_U}
+#: MMAs a multiply-add's products enter the accumulator through, an accumulator rounding each (``error_reduction``):
+#: 3xTF32 three TF32 MMAs an 8-column step; ``"tf32+bf16"`` two, one TF32 (big x big) and one bf16 k16 MMA that
+#: holds both correction terms of the same 8 columns. The H100's errors follow the count: on the six problems of
+#: ``experiments/results/uspmm_precision_session20.json`` ``"tf32+bf16"``'s largest error is 0.64-0.75 of
+#: 3xTF32's, as is 3xTF32's own with a TF32 A (two MMAs, 0.66-0.71): the tensor core truncates its sums, so
+#: their errors, one-sided, grow with the number of roundings.
+MMAS_PER_PRODUCT = {"3xtf32": 3, "tf32+bf16": 2}
 #: Shared memory one block may use: the H100's opt-in maximum (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``,
 #: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
@@ -318,17 +325,18 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
     roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`); with
-    ``precision="tf32+bf16"`` (:mod:`gpu.uspmm_wgmma`: two MMAs, bf16 corrections) the split's error is
-    :data:`SPLIT_ERROR_BF16_U`.
+    ``precision="tf32+bf16"`` (:mod:`gpu.uspmm_wgmma`: two MMAs, bf16 corrections,
+    :data:`MMAS_PER_PRODUCT`) ``2 * kprime + SPLIT_ERROR_BF16_U``: no looser than 3xTF32's from
+    ``kprime`` = 124 on (:func:`gpu.uspmm_wgmma.auto_precision`).
 
     The same with a K split (``splits > 1``). The bound counts the roundings a product goes through
     after it enters a sum (Higham's ``gamma_d`` with ``d`` at most ``reduction``). With ``nsplit``
     partials, a product among partial ``q``'s ``kq`` entries of its row goes through at most ``kq``
-    (float16; ``3 kq`` float32) roundings inside that partial's float32 accumulator, then through the
+    (float16; ``3 kq`` or ``2 kq`` float32) roundings inside that partial's float32 accumulator, then through the
     float32 additions ``((0 + p_0) + p_1) + ...`` of the split's fixed-order sum: adding a partial of
     no entries of that row (exactly 0) or adding to an exact 0 rounds nothing, so at most one rounding
     per other partial that holds an entry of the row, at most ``kprime - kq`` of them. In all at most
-    ``kprime`` (``3 kprime``), as without a split; ``C`` is rounded once to its dtype either way.
+    ``kprime`` (``3 kprime``, ``2 kprime``), as without a split; ``C`` is rounded once to its dtype either way.
 
     The same with K groups (``kgroups > 1``), by the same count: a group's accumulator is a partial
     over its K steps, and the groups' fixed-order sum ``((acc_0 + acc_1) + ...)`` rounds at most once
@@ -336,7 +344,9 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     """
     if precision not in SPLIT_ERRORS_U:
         raise ValueError(f"precision: one of {tuple(SPLIT_ERRORS_U)}, got {precision!r}")
-    return kprime if np.dtype(dtype) == np.float16 else 3 * kprime + SPLIT_ERRORS_U[precision]
+    if np.dtype(dtype) == np.float16:
+        return kprime
+    return MMAS_PER_PRODUCT[precision] * kprime + SPLIT_ERRORS_U[precision]
 
 
 def _geometry(bm: int, bn: int, kc: int, half: bool, nthreads: int) -> dict:

@@ -63,19 +63,22 @@ a producer's scatter reads only the entries it copied itself, so it waits for it
 ``stages - 4`` chunks ahead of the scatter (``stages`` B stages, ``stages - 3`` entry stages). Under the simulator
 the named barriers are Python conditions on the block's threads.
 
-Precision (tunable ``precision``): ``"3xtf32"``, the default, is the float32 contract above (three TF32 products
-a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one bf16
-``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is what
-limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``, session 18). The entries' small values
+Precision (tunable ``precision``): ``"auto"``, the default, keeps :mod:`gpu.uspmm_tc`'s float32 contract (an
+error within ``error_reduction(K', float32)`` = ``3 K' + 13`` float32 roundoffs of ``|A| @ |B|``) with the faster
+of two ways that meet it (:func:`auto_precision`). ``"3xtf32"`` is the contract's own computation above (three TF32
+products a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one
+bf16 ``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is
+what limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``, session 18). The entries' small values
 become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`, on the host), stored by the
 unchanged scatter where the small TF32 value went: in a bf16 view of that tile, column ``c`` holds K positions
 ``2c`` (big) and ``2c + 1`` (small), so the TF32 tile's descriptor serves the bf16 wgmma over the interleaved K.
 The consumers pack B's parts to match (``cvt.rn.bf16x2.f32`` of ``(small, big)``: the k16 fragment's pairs are
 exactly the columns of their TF32 fragment). Error: the bf16 roundings of the correction terms add about 2**-17
-of ``|a b|`` a product (:data:`gpu.uspmm_tc.SPLIT_ERROR_BF16_U`, 137 u against 13), so
-``error_reduction(K', float32, "tf32+bf16")`` is ``3 K' + 137``: looser than 3xTF32 for every K', still within a
-plain float32 dot product's worst case (``K' u``) once K' is above about 70. Opt-in only; ``config="auto"``
-keeps 3xTF32.
+of ``|a b|`` a product (:data:`gpu.uspmm_tc.SPLIT_ERROR_BF16_U`, 137 u against 13), and a product goes through
+two MMAs instead of three (:data:`gpu.uspmm_tc.MMAS_PER_PRODUCT`), so ``error_reduction(K', float32,
+"tf32+bf16")`` is ``2 K' + 137``: looser than 3xTF32's for K' below 124, tighter above. ``"auto"`` runs
+``"tf32+bf16"`` where its bound is no looser (K' >= 124) and A's values are not TF32 numbers (3xTF32 then
+issues two products too, with the smaller split error), else ``"3xtf32"``; naming either pins it.
 
 Shared-memory accesses in the loop go through byte addresses taken once per thread
 (:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
@@ -106,17 +109,18 @@ from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_comm
                      to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
 from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
-from gpu.uspmm_tc import (SPLIT_ERRORS_U, _DynamicShared, _opt_in, offset_bytes, scatter_slots, segment_entries,
-                          tf32_exact)
+from gpu.uspmm_tc import (SPLIT_ERRORS_U, _DynamicShared, _opt_in, error_reduction, offset_bytes, scatter_slots,
+                          segment_entries, tf32_exact)
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.device import require_cluster
 
-__all__ = ["uspmm", "run", "DEFAULTS", "PRECISIONS", "shared_bytes", "supported"]
+__all__ = ["uspmm", "run", "DEFAULTS", "PRECISIONS", "auto_precision", "shared_bytes", "supported"]
 
-DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0, precision="3xtf32")
-#: ``precision``: "3xtf32" (the float32 contract of :mod:`gpu.uspmm_tc`) or "tf32+bf16" (module docstring)
+DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0, precision="auto")
+#: ``precision``: "3xtf32" (the float32 contract of :mod:`gpu.uspmm_tc`) or "tf32+bf16" (module docstring); the
+#: default "auto" picks one of them per matrix (:func:`auto_precision`)
 PRECISIONS = tuple(SPLIT_ERRORS_U)
 SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
@@ -624,6 +628,19 @@ def uspmm(ell, b, **tunables):
     return result(run(dell, bop, order, **tunables), like=bop)
 
 
+def auto_precision(dell) -> str:
+    """The precision ``precision="auto"`` (the default) computes ``dell``'s products in: ``"tf32+bf16"`` where its
+    error bound is no looser than 3xTF32's (``error_reduction``: ``2 K' + 137`` against ``3 K' + 13``, from K' = 124
+    on) and A's values are not TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`: 3xTF32 then issues two products
+    too, with the smaller split error), else ``"3xtf32"``. Either way the result is within the float32 contract's
+    bound, ``error_reduction(K', float32)``. On the H100 at 1024^3 60% "tf32+bf16" takes 30.9 us against 33.7
+    (``experiments/results/uspmm_precision_session20.json``)."""
+    kprime = dell.host.kprime
+    if error_reduction(kprime, np.float32, "tf32+bf16") > error_reduction(kprime, np.float32, "3xtf32"):
+        return "3xtf32"
+    return "3xtf32" if tf32_exact(dell) else "tf32+bf16"
+
+
 def supported() -> bool:
     """Whether the current device runs wgmma (compute capability 9.0, compiled for sm_90a); the simulator
     runs the fallbacks of :mod:`gpu.wgmma` and says False, so that ``config="auto"`` keeps its choices there."""
@@ -650,9 +667,10 @@ def run(dell, bop, order: str, **tunables):
     bm, bn, kc, stages, min_blocks, split, producers = (int(opts[x]) for x in ("bm", "bn", "kc", "stages",
                                                                                  "min_blocks", "split", "producers"))
     _check(bm, bn, kc, stages, split, producers)
-    if opts["precision"] not in PRECISIONS:
-        raise ValueError(f"precision: one of {PRECISIONS}, got {opts['precision']!r}")
-    bf16 = opts["precision"] == "tf32+bf16"
+    if opts["precision"] not in PRECISIONS + ("auto",):
+        raise ValueError(f"precision: one of {PRECISIONS + ('auto',)}, got {opts['precision']!r}")
+    precision = auto_precision(dell) if opts["precision"] == "auto" else opts["precision"]
+    bf16 = precision == "tf32+bf16"
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
     k = dell.shape[1]

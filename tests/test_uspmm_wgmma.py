@@ -2,12 +2,12 @@
 in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
 of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
 K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), with bf16 corrections
-(``precision="tf32+bf16"``, its own bound) and with a TF32-exact A (two products, the bits of three); the wgmma
-probe against NumPy; the routing rule; bad input refused.
+(``precision="tf32+bf16"``, its own bound; the default ``"auto"`` takes them from K' = 124 on) and with a
+TF32-exact A (two products, the bits of three); the wgmma probe against NumPy; the routing rule; bad input refused.
 
 Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
-with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13. A block is 128 Python threads
-here (5-10 s a call on 2 cores): few examples, small shapes."""
+with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13 (2 K' + 137 with bf16 corrections).
+A block is 128 Python threads here (5-10 s a call on 2 cores): few examples, small shapes."""
 from __future__ import annotations
 
 import numpy as np
@@ -117,6 +117,7 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(m, k, n, kprime, tunables
     from gpu.uspmm import prepare
     ell, b = random_case(m, k, n, kprime, np.float16)
     assert wg.tf32_exact(prepare(ell))
+    tunables = dict(tunables, precision="3xtf32")
     check_against_reference(ell, b, tunables)
     got = wg.uspmm(ell, b, **tunables)
     monkeypatch.setattr(wg, "tf32_exact", lambda dell: False)          # the kernel of three products
@@ -239,9 +240,32 @@ def test_rejects_bad_tunables(small, tunables, match):
 
 
 def test_error_reduction_refuses_an_unknown_precision():
-    assert error_reduction(5, np.float32, "tf32+bf16") - error_reduction(5, np.float32) == 137 - 13
+    assert (error_reduction(5, np.float32), error_reduction(5, np.float32, "tf32+bf16")) == (3 * 5 + 13, 2 * 5 + 137)
     with pytest.raises(ValueError, match="precision"):
         error_reduction(5, np.float32, "bf16")
+
+
+@pytest.mark.parametrize("kprime", [0, 1, 123, 124, 125, 300])
+def test_auto_precision_never_loosens_the_float32_bound(kprime):
+    """``precision="auto"`` (the default): bf16 corrections exactly where their bound (``2 K' + 137``) is no looser
+    than 3xTF32's (``3 K' + 13``), i.e. from K' = 124 on, unless A's values are TF32 numbers (float16 weights:
+    3xTF32 then runs two products with the smaller split error)."""
+    from gpu.uspmm import prepare
+    general, tf32_numbers = (prepare(random_case(2, 300, 1, kprime, a_dtype)[0])
+                             for a_dtype in (np.float32, np.float16))
+    chosen = wg.auto_precision(general)
+    assert chosen == ("tf32+bf16" if kprime >= 124 else "3xtf32")
+    assert error_reduction(kprime, np.float32, chosen) <= error_reduction(kprime, np.float32, "3xtf32")
+    assert wg.auto_precision(tf32_numbers) == "3xtf32"
+
+
+def test_auto_precision_runs_the_bf16_corrections_from_k124():
+    """K' = 124: the default computes the bits of ``precision="tf32+bf16"``, within the 3xTF32 contract's bound."""
+    ell, b = random_case(16, 128, 8, 124)
+    tunables = dict(bm=16, bn=64, kc=32, stages=3)
+    check_against_reference(ell, b, tunables)
+    np.testing.assert_array_equal(wg.uspmm(ell, b, **tunables).view(np.uint32),
+                                  wg.uspmm(ell, b, precision="tf32+bf16", **tunables).view(np.uint32))
 
 
 @pytest.mark.simulator("on an H100 it times both precisions (experiments/results/uspmm_wgmma.md, session 18)")

@@ -1,7 +1,7 @@
 """gpu/wgmma.py and gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
 documented register and shared-memory layouts), the kernel at real sizes (split K in clusters, warp specialised
-too) against a float64 product with repeats bit-identical, a TF32-exact A's two products against three, and
-``config="auto"`` routing the measured winners to it."""
+too) against a float64 product with repeats bit-identical, a TF32-exact A's two products against three, the
+default ``precision="auto"``'s choice, and ``config="auto"`` routing the measured winners to it."""
 from __future__ import annotations
 
 import numpy as np
@@ -90,12 +90,29 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(shape, tunables, monkeypa
     from experiments.bench_uspmm import Problem
     from gpu import uspmm_wgmma as wg
     p = Problem(*shape, "float32", seed=7, tf32_a=True)
-    assert wg.tf32_exact(p.dell)
+    assert wg.tf32_exact(p.dell) and wg.auto_precision(p.dell) == "3xtf32"
+    tunables = dict(tunables, precision="3xtf32")
     two = wg.uspmm(p.dell, p.b, **tunables).copy_to_host()
     monkeypatch.setattr(wg, "tf32_exact", lambda dell: False)
     three = wg.uspmm(p.dell, p.b, **tunables).copy_to_host()
     assert (two.view(np.uint8) == three.view(np.uint8)).all()
     assert within_bound(p, two, "3xtf32")
+
+
+@pytest.mark.parametrize("shape,chosen", [((1024, 1024, 1024, 0.6), "tf32+bf16"), ((1024, 1024, 1024, 0.9), "3xtf32"),
+                                          ((1000, 999, 777, 0.8), "tf32+bf16")])
+def test_auto_precision_at_real_sizes(shape, chosen):
+    """The default ``precision="auto"`` at the routed one-wave setting: bf16 corrections where K' >= 124 (410 and
+    200 here; 102 at 90%: 3xTF32), the bits of the precision it names, within the 3xTF32 contract's bound."""
+    from experiments.bench_uspmm import Problem
+    from gpu import uspmm_wgmma as wg
+    from sparsekit import tune
+    p = Problem(*shape, "float32", seed=6)
+    assert wg.auto_precision(p.dell) == chosen
+    got = wg.uspmm(p.dell, p.b, **tune.WGMMA_WAVE).copy_to_host()
+    named = wg.uspmm(p.dell, p.b, precision=chosen, **tune.WGMMA_WAVE).copy_to_host()
+    assert (got.view(np.uint8) == named.view(np.uint8)).all()
+    assert within_bound(p, got, "3xtf32")
 
 
 def test_auto_routes_large_float32_problems_to_wgmma():
