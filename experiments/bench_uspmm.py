@@ -8,7 +8,7 @@ run it as a script on a GPU::
     python experiments/bench_uspmm.py --sweep [--out DIR]     # every tunable on the sweep problems
     python experiments/bench_uspmm.py --tune-table --table    # tune each table problem, then the table
     python experiments/bench_uspmm.py --explore               # pipelined settings on more problems
-    python experiments/bench_uspmm.py --sanitize [pipelined]  # each kernel once, tiny (compute-sanitizer)
+    python experiments/bench_uspmm.py --sanitize [pipelined|wgmma]  # each kernel once, tiny (compute-sanitizer)
     python experiments/bench_uspmm.py --split-explore float32,float16   # K-split settings on small grids
     python experiments/bench_uspmm.py --figures-auto float32,float16    # every figure point: auto vs vendors
     ... --wait-for F1,F2   # compile first, then wait for these files before timing anything
@@ -126,12 +126,15 @@ class Problem:
                 self._exact = (a @ b, np.abs(a) @ np.abs(b))
         return self._exact
 
-    def correct(self, got) -> bool:
-        """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``)."""
+    def correct(self, got, reduction=None) -> bool:
+        """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``) of ``reduction``
+        roundings (default K', a float32 dot product's; :func:`gpu.uspmm_tc.error_reduction` gives the tensor-core
+        kernels' own)."""
         exact, scale = self.exact()
         got = np.asarray(got, dtype=np.float64)
         u_out = np.finfo(self.dtype).eps / 2
-        bound = self.ell.kprime * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(self.dtype).smallest_subnormal
+        reduction = self.ell.kprime if reduction is None else reduction
+        bound = reduction * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(self.dtype).smallest_subnormal
         return bool((np.abs(got - exact) <= bound).all())
 
     def sol_s(self, device="H100") -> float:
@@ -311,7 +314,30 @@ def sanitize_case(only: str = "all") -> None:
         bell = BlockedELL.from_dense(w, np.kron(np.eye(2, 3, dtype=bool), np.ones((4, 4), bool)), block=4)
         got = gs.spmm_blocked_ell(bell, np.ones((12, 5), dtype))
         assert (got == 4).all()
+    if only == "all" or "wgmma" in only.split(","):
+        sanitize_wgmma()
     print("sanitize case: every kernel ran and matched")
+
+
+def sanitize_wgmma() -> None:
+    """The wgmma kernel (a compute capability 9.0 GPU; skipped elsewhere) at every setting
+    :func:`sparsekit.tune.heuristic` routes to, on partial tiles in both precisions its default ``"auto"`` picks: K' = 140 (bf16 corrections) with B
+    by cp.async, K' = 80 (3xTF32) with N % 4 != 0 (B by plain loads); each within the float32 contract's bound and
+    bit-identical on repeat."""
+    from gpu import uspmm_wgmma as wg
+    from gpu.uspmm_tc import error_reduction
+    from sparsekit import tune
+    if not wg.supported():
+        print("sanitize case: no compute capability 9.0 GPU, the wgmma kernel left out")
+        return
+    problems = {"tf32+bf16": Problem(130, 200, 196, 0.3, np.float32),
+                "3xtf32": Problem(130, 200, 99, 0.6, np.float32)}
+    for name in ("WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER"):
+        for precision, p in problems.items():
+            assert wg.auto_precision(p.dell) == precision
+            first, again = (wg.uspmm(p.dell, p.b, **getattr(tune, name)).copy_to_host() for _ in range(2))
+            assert p.correct(first, error_reduction(p.ell.kprime, np.float32)), (name, precision)
+            assert (first.view(np.uint32) == again.view(np.uint32)).all(), (name, precision)
 
 
 def sweep(problems, dtype, *, out=None, save=lambda: None) -> list[dict]:
@@ -525,7 +551,8 @@ def main(argv=None) -> int:
                     help="tune every --table problem first, for these comma-separated dtypes (default float32); "
                          "auto then uses the winners")
     ap.add_argument("--sanitize", nargs="?", const="all", help="each kernel once, tiny (for compute-sanitizer); "
-                    "--sanitize pipelined,direct,dense_tile: those variants only")
+                    "--sanitize pipelined,direct,dense_tile: those variants only; --sanitize wgmma: the wgmma kernel "
+                    "at its routed settings")
     ap.add_argument("--split-explore", metavar="DTYPES", help="K-split settings on SPLIT_PROBLEMS, for these "
                     "comma-separated dtypes")
     ap.add_argument("--split-problems", metavar="INDICES", help="--split-explore on these comma-separated indices "

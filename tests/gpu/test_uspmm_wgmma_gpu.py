@@ -74,10 +74,7 @@ def test_real_sizes_bit_identical_within_bounds(shape, tunables):
 def within_bound(p, got, precision: str) -> bool:
     """``got`` within :func:`gpu.uspmm_tc.error_reduction`'s bound for ``precision`` of problem ``p``'s product."""
     from gpu.uspmm_tc import error_reduction
-    exact, scale = p.exact()
-    err = np.abs(got.astype(np.float64) - exact)
-    slack = 2 * 2.0 ** -24 * np.abs(exact) + np.finfo(np.float32).smallest_subnormal
-    return bool((err <= error_reduction(p.ell.kprime, np.float32, precision) * 2.0 ** -24 * scale + slack).all())
+    return p.correct(got, error_reduction(p.ell.kprime, np.float32, precision))
 
 
 @pytest.mark.parametrize("shape,tunables", [
@@ -113,6 +110,13 @@ def test_auto_precision_at_real_sizes(shape, chosen):
     named = wg.uspmm(p.dell, p.b, precision=chosen, **tune.WGMMA_WAVE).copy_to_host()
     assert (got.view(np.uint8) == named.view(np.uint8)).all()
     assert within_bound(p, got, "3xtf32")
+
+
+def test_sanitizer_case_runs():
+    """``experiments/bench_uspmm.py --sanitize wgmma`` (what compute-sanitizer runs): every routed setting, both
+    precisions of ``"auto"``, partial tiles, within the contract's bound and repeat-identical."""
+    from experiments.bench_uspmm import sanitize_wgmma
+    sanitize_wgmma()
 
 
 def test_auto_routes_large_float32_problems_to_wgmma():
