@@ -38,7 +38,7 @@ __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_S
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
 __all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "WGMMA_SPLIT",
-            "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_SPLIT_MIN_K"]
+            "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_SPLIT_MIN_K", "WGMMA_EIGHTH", "WGMMA_EIGHTH_MIN_DENSITY"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
 LISTING1_SHAPES = ((1, 8), (2, 8), (1, 4), (2, 4), (4, 4), (1, 16), (4, 2))
@@ -449,6 +449,17 @@ WGMMA_HALF = dict(bm=64, bn=128, kc=32, stages=4, split=2)
 #: 27.4 against 28.2, 768 x 768 x 256 17.1 against 21.9; 128 x 128 x 1024 (16 tiles) 9.0 against 7.3: not routed.
 WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
 WGMMA_SPLIT_MIN_K = 256
+#: The wgmma setting for float32 with one column tile (``N <= 128``), ``0.7 sms / 8`` to ``sms / 4`` tiles of 64 x 128
+#: (12 to 33 on the H100's 132 SMs: the split grid 0.7 to 2 blocks an SM), ``K >= 768`` and a density of at least :data:`WGMMA_EIGHTH_MIN_DENSITY`, ahead of :func:`small_n`: K split in
+#: eight, chunks of 16, two blocks an SM. Session 20 (precision "auto", H100, 2026-11-24 23:17-23:20 UTC, records
+#: ``experiments/results/uspmm_wgmma_small_n_*_session20.json``), against the routed warp-split kernel, us:
+#: 1024 x 1024 x 128 at 50/60/65/70/75% 15.0/15.2/15.1/15.2/15.1 against 20.4/18.1/16.8/15.1/13.6; 768 x 768 x 128
+#: 60% 11.2 against 14.0, 1536^2 x 128 19.7 against 37.1, 2048^2 x 128 34.5 against 65.1, 1024 x 2048 x 128
+#: 21.9 against 40.5, 2048 x 1024 x 128 23.0 against 39.9, 1536 x 768 x 128 14.5 against 24.1, and at 70% every
+#: one of them within 1% or faster; it loses on 8 tiles or fewer (512^2 x 128 60% 9.5 against 8.9) and at the
+#: lower densities of 1024^2 x 128 (75%: 15.1 against 13.6).
+WGMMA_EIGHTH = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=8)
+WGMMA_EIGHTH_MIN_DENSITY = 0.29                        # (70% sparsity: K' = 230 of 768 is 0.2995)
 
 
 def tc_small_grid(k: int, tiles: int = 1, sms: int = 132) -> dict:
@@ -478,8 +489,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     where the grid has at least ``TC_FILL * sms`` tiles of 128 x 256, else :data:`WGMMA_MID` where it has at least
     ``WGMMA_MID_WAVES * sms`` tiles of 64 x 128 and :data:`WGMMA_HALF` where it has ``sms / 4`` to ``sms / 2`` and
     ``K >= WGMMA_SPLIT_MIN_K``. Before all of that (and before :func:`small_n`), :data:`WGMMA_QUARTER` (K split in
-    four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``, and :data:`WGMMA_WAVE` (warp specialised) for
-    ``sms / 2`` to ``sms`` tiles.
+    four) for ``sms / 8`` to ``sms / 4`` tiles, ``N >= 256``; :data:`WGMMA_EIGHTH` (K split in eight) for ``N <= 128``,
+    ``0.7 sms / 8`` to ``sms / 4`` tiles, ``K >= 768`` and a density of at least :data:`WGMMA_EIGHTH_MIN_DENSITY`; and
+    :data:`WGMMA_WAVE` (warp specialised) for ``sms / 2`` to ``sms`` tiles.
     Then (and ``tensor_cores``) the tensor-core kernel (:func:`tensor_core`) where
     :data:`TC_MIN_DENSITY` and the grid rules above it hold. It multiplies the densified tile, zeros
     included, at the same cost at every density, so very sparse problems stay on the CUDA cores.
@@ -524,6 +536,9 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     split_wgmma = wgmma_ok and k >= WGMMA_SPLIT_MIN_K
     if split_wgmma and sms / 8 < tiles64 <= sms / 4 and n >= 256:
         return dict(variant="wgmma", **WGMMA_QUARTER)
+    if (wgmma_ok and col_tiles == 1 and 0.7 * sms <= 8 * tiles64 <= 2 * sms and k >= 768
+            and density >= WGMMA_EIGHTH_MIN_DENSITY):
+        return dict(variant="wgmma", **WGMMA_EIGHTH)
     if wgmma_ok and sms / 2 < tiles64 <= sms:                      # (ahead of small_n's N = 1024 one-warp rule)
         return dict(variant="wgmma", **WGMMA_WAVE)
     chosen = small_n(m, k, n, kprime, half) if few_columns else None
@@ -595,7 +610,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
     float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`, :data:`WGMMA_SPLIT`,
-    :data:`WGMMA_HALF` and :data:`WGMMA_QUARTER`
+    :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
     (:mod:`gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
@@ -621,7 +636,8 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **cfg)
                                                               for cfg in (WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE,
-                                                                          WGMMA_SPLIT, WGMMA_HALF, WGMMA_QUARTER)]
+                                                                          WGMMA_SPLIT, WGMMA_HALF, WGMMA_QUARTER,
+                                                                          WGMMA_EIGHTH)]
                                                              if wgmma else [])
     else:
         candidates = list(configs)

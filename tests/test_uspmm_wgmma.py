@@ -167,7 +167,7 @@ def test_shared_bytes_of_the_default_fit_the_h100():
     assert wg.shared_bytes(d["bm"], d["bn"], d["kc"], d["stages"], seg) <= 232448   # the opt-in maximum
 
 
-@pytest.mark.parametrize("setting", ["WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER"])
+@pytest.mark.parametrize("setting", ["WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"])
 def test_split_settings_fit_their_blocks_an_sm(setting):
     """The routed split settings' pipeline and partial tile fit ``min_blocks`` blocks an SM (228 KB an SM, 1 KB
     of it per block reserved), at the slots of 60% sparsity (the most the launcher stages: a segment's columns)."""
@@ -184,17 +184,19 @@ def test_split_settings_fit_their_blocks_an_sm(setting):
     (1024, 1024, 1024, 0.85, "wave"), (768, 768, 1024, 0.6, "wave"), (1024, 4096, 1024, 0.65, "wave"),
     (2048, 512, 512, 0.6, "wave"), (1024, 1024, 512, 0.6, "half"), (512, 512, 1024, 0.3, "half"),
     (384, 384, 1024, 0.6, "half"), (256, 256, 1024, 0.6, "quarter"), (1024, 1024, 256, 0.6, "quarter"),
-    (768, 768, 256, 0.6, "quarter"), (128, 128, 1024, 0.6, None), (1024, 1024, 128, 0.6, None),
+    (768, 768, 256, 0.6, "quarter"), (128, 128, 1024, 0.6, None), (1024, 1024, 128, 0.6, "eighth"),
+    (768, 768, 128, 0.6, "eighth"), (2048, 2048, 128, 0.6, "eighth"), (1536, 768, 128, 0.7, "eighth"),
+    (1024, 1024, 128, 0.75, None), (512, 512, 128, 0.6, None), (512, 4608, 128, 0.81, None),
     (1024, 1024, 1024, 0.9, "wave"), (1024, 1024, 512, 0.9, "half"), (1024, 1024, 1024, 0.95, None),
     (4096, 4096, 1024, 0.95, None)])
 def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, setting):
-    """Sessions 13-15's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER):
-    routed where the wgmma kernel won, not where it lost; never without ``wgmma`` (no compute capability 9.0
-    device) nor for float16."""
+    """Sessions 13-15's and 20's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF,
+    WGMMA_QUARTER, WGMMA_EIGHTH): routed where the wgmma kernel won, not where it lost; never without ``wgmma`` (no
+    compute capability 9.0 device) nor for float16."""
     kprime = int(round((1 - sparsity) * k))
     got = tune.heuristic(m, k, n, kprime, np.float32, "C", wgmma=True)
     want = {"large": tune.WGMMA_LARGE, "mid": tune.WGMMA_MID, "wave": tune.WGMMA_WAVE, "half": tune.WGMMA_HALF,
-            "quarter": tune.WGMMA_QUARTER}.get(setting)
+            "quarter": tune.WGMMA_QUARTER, "eighth": tune.WGMMA_EIGHTH}.get(setting)
     assert (got == dict(variant="wgmma", **want)) if want else got["variant"] != "wgmma"
     assert tune.heuristic(m, k, n, kprime, np.float32, "C")["variant"] != "wgmma"
     assert tune.heuristic(m, k, n, kprime, np.float16, "C", wgmma=True)["variant"] != "wgmma"

@@ -132,7 +132,7 @@ def test_auto_routes_large_float32_problems_to_wgmma():
 
 
 @pytest.mark.parametrize("m,k,n,kind", [(1024, 1024, 1024, "producers"), (512, 512, 1024, "split"),
-                                        (256, 256, 1024, "split")])
+                                        (256, 256, 1024, "split"), (1000, 1024, 128, "split")])
 def test_auto_routes_small_grids(m, k, n, kind):
     """One wave of tiles or less: ``auto`` runs the warp-specialised setting (half a wave to one) or a split-K
     one (clusters; fewer tiles), bit for bit its result."""
