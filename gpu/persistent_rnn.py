@@ -235,7 +235,10 @@ def _spin_load(name: str, instruction: str, width: int):
     ``instruction``, side-effecting with a memory clobber like gpu/sync_primitives' loads, so a spin loop
     cannot hoist it."""
     if config.ENABLE_CUDASIM:
+        from gpu.sync_primitives import spin_yield
+
         def load(array, i):
+            spin_yield()                                 # (a spin's poll: the word's writer may run first)
             return array[i] if width == 1 else (array[i], array[i + 1], array[i + 2], array[i + 3])
         load.__name__ = name
         return load

@@ -33,8 +33,20 @@ __all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack1
 if config.ENABLE_CUDASIM:
     import numpy as np
 
+    import time
+
+    def spin_yield():
+        """Simulator only: let the block's other threads run (``time.sleep(0)`` yields the interpreter), as warps of
+        a GPU progress side by side. Spin loops poll through the loads below, which call it first: without it, a
+        poller could use up its ``spin_limit`` within one 5 ms switch interval of Python's threads, before the
+        thread that writes the polled word ran (a faster host made ``tests/test_persistent_rnn.py``'s relaunch
+        case fail one run in two)."""
+        time.sleep(0)
+
     def ld_volatile_u32(array, i):
-        """``array[i]`` of a 1-D uint32 array, loaded again on every call (simulator stand-in)."""
+        """``array[i]`` of a 1-D uint32 array, loaded again on every call (simulator stand-in; yields first,
+        :func:`spin_yield`)."""
+        spin_yield()
         return array[i]
 
     ld_relaxed_u32 = ld_volatile_u32
