@@ -51,9 +51,10 @@ if [[ $parts == *" tests "* ]]; then
 fi
 
 if [[ $parts == *" sanitize "* ]]; then
-    for case in "bench_foundation.py --sanitize" "bench_uspmm.py --sanitize" "bench_sparsify24.py --sanitize" \
-                "bench_persistent_rnn.py --sanitize" "bench_teaching.py sanitize"; do
+    for case in "bench_foundation.py --sanitize" "bench_uspmm.py --sanitize" "bench_uspmm.py --sanitize wgmma" \
+                "bench_sparsify24.py --sanitize" "bench_persistent_rnn.py --sanitize" "bench_teaching.py sanitize"; do
         name=${case%%.py*}
+        [[ $case == *" wgmma" ]] && name+=_wgmma     # (the wgmma kernel's case: a step of its own, ~45 s a tool)
         for tool in memcheck racecheck; do
             # shellcheck disable=SC2086  # the case's arguments split on purpose
             step "${tool}_${name#bench_}" "${SANITIZE_S:-120}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
