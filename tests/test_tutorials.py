@@ -35,3 +35,11 @@ def test_tensor_core_tutorial_quotes_measured_table():
     table = tut.quoted_timings()
     assert len(table) > 1
     assert all(any(h.startswith(c) for h in table[0]) for c in tut.QUOTED_COLUMNS)
+
+
+def test_tensor_core_tutorial_quotes_measured_errors():
+    """Tutorial 06's step 4 quotes the H100's float32 errors from experiments/results/uspmm_precision_session20.json:
+    the rows of its problem must be there, both wgmma precisions among them."""
+    tut = _load(next(p for p in TUTORIALS if p.name == "06_tensor_cores.py"))
+    rows = tut.quoted_errors()
+    assert {(r["kernel"], r["precision"]) for r in rows} >= {("wgmma", "3xtf32"), ("wgmma", "tf32+bf16")}

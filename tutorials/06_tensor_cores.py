@@ -13,7 +13,13 @@ What you will learn
    16x16 tile to skip, so ``gpu/uspmm_tc.py`` multiplies densified tiles,
    zeros included. It is checked against ``reference/uspmm.py``, the wasted
    multiply-adds are counted per sparsity, and the H100 timings are quoted
-   from ``experiments/results/uspmm_tc.md``.
+   from ``experiments/results/uspmm_tc.md``;
+4. float32 on tensor cores that only multiply TF32 (10-bit mantissas): split
+   each value into a TF32 big and small part (:func:`gpu.mma.tf32_split`) and
+   add three products; what the split loses, and why the error bound counts
+   the MMAs a product goes through (three for 3xTF32, two with bf16
+   corrections: :func:`gpu.uspmm_tc.error_reduction`), with the H100's
+   measured errors quoted from ``experiments/results/uspmm_precision_session20.json``.
 
 Without a GPU everything runs on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)
 at toy size, with small kernel tiles; nothing is timed.
@@ -33,6 +39,10 @@ RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "usp
 RESULTS_MARKER = "float16, median us (speedup over cuSPARSE CSR in brackets):"
 #: The columns of that table the tutorial prints (by the start of their header).
 QUOTED_COLUMNS = ("problem", "tc new default", "tc old default", "cuSPARSE", "dense cuBLAS")
+#: The H100 record of the float32 paths' errors (``experiments/bench_uspmm_precision.py``) quoted in step 4,
+#: and the problem whose rows it prints.
+PRECISION_RECORD = RESULTS.parent / "uspmm_precision_session20.json"
+PRECISION_PROBLEM = (1024, 1024, 1024, 0.6)
 #: Small tiles for the simulator (64 threads; the first float16 tiling of tests/test_uspmm_tc.py).
 SIM_TUNABLES = dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1)
 
@@ -72,6 +82,31 @@ def quoted_timings(path: Path = RESULTS) -> list[list[str]]:
             if not line.startswith("|---"):
                 rows.append([cell.strip() for cell in line.strip("|").split("|")])
     return rows
+
+
+def quoted_errors(path: Path = PRECISION_RECORD) -> list[dict]:
+    """The rows of ``path`` (a ``bench_uspmm_precision.py`` record) for :data:`PRECISION_PROBLEM`; [] if absent."""
+    import json
+    if not path.exists():
+        return []
+    return [r for r in json.loads(path.read_text())["rows"]
+            if (r["m"], r["k"], r["n"], r["sparsity"]) == PRECISION_PROBLEM]
+
+
+def split_demo(rng, kprime: int) -> dict:
+    """Step 4's NumPy part: a row of ``kprime`` float32 products computed from TF32 parts, every product and sum
+    exact (float64), so only the split's loss shows; errors in u = 2**-24 of ``sum |a b|``."""
+    from gpu.mma import tf32_split
+    a, b = (rng.standard_normal(kprime).astype(np.float32) for _ in range(2))
+    (ab, as_), (bb, bs) = tf32_split(a), tf32_split(b)
+    f64 = lambda x: x.astype(np.float64)                    # noqa: E731
+    exact, scale = float(f64(a) @ f64(b)), float(np.abs(f64(a)) @ np.abs(f64(b)))
+    one = float(f64(ab) @ f64(bb))                          # one TF32 product: what TF32 mode computes
+    three = float(f64(as_) @ f64(bb) + f64(ab) @ f64(bs) + f64(ab) @ f64(bb))   # 3xTF32, small terms first
+    u = 2.0 ** -24
+    return dict(tf32_u=abs(one - exact) / (u * scale), three_u=abs(three - exact) / (u * scale),
+                big_rel=float(np.max(np.abs(f64(a) - f64(ab)) / np.abs(f64(a)))),
+                rest_rel=float(np.max(np.abs(f64(a) - f64(ab) - f64(as_)) / np.abs(f64(a)))))
 
 
 def main(quick: bool = False) -> dict:
@@ -152,6 +187,40 @@ def main(quick: bool = False) -> dict:
     else:
         print("    (table not found in the results file)")
     out["quoted_rows"] = len(table)
+
+    # Step 4. float32 on TF32 tensor cores: three products of split values, and the roundings they go through.
+    kprime = 410                                            # K' of 1024 columns at 60%
+    demo = split_demo(rng, kprime)
+    assert demo["big_rel"] <= 2.0 ** -11 and demo["rest_rel"] <= 2.0 ** -22   # TF32: 11 significant bits
+    assert demo["three_u"] <= tc.SPLIT_ERROR_U < demo["tf32_u"]
+    print("\nStep 4: float32 from TF32 products (x = big + small, each a TF32 number: gpu.mma.tf32_split)")
+    print(f"  |x - big| <= {demo['big_rel']:.2g} |x|, |x - big - small| <= {demo['rest_rel']:.2g} |x| (2**-11, 2**-22)")
+    print(f"  a row of K' = {kprime} products, every product and sum exact, error in u = 2**-24 of sum |a b|:")
+    print(f"    one TF32 product (big x big):            {demo['tf32_u']:8.1f} u")
+    print(f"    3xTF32 (small x big + big x small + big x big): {demo['three_u']:.2f} u "
+          f"(the split's loss, at most {tc.SPLIT_ERROR_U} u)")
+    print("  On the tensor core each MMA also rounds the float32 accumulator once, so the bound counts the MMAs a")
+    print("  product goes through (gpu.uspmm_tc.error_reduction): 3xTF32 three, 'tf32+bf16' two (one TF32 MMA, and")
+    print("  one bf16 MMA holding both small terms, at twice the rate, but with bf16's rounding of them):")
+    crossover = next(kp for kp in range(1, 10 ** 4)
+                     if tc.error_reduction(kp, np.float32, "tf32+bf16") <= tc.error_reduction(kp, np.float32))
+    for kp in (16, crossover, kprime):
+        print(f"    K' = {kp:4d}: 3xtf32 {tc.error_reduction(kp, np.float32):5d} u, "
+              f"tf32+bf16 {tc.error_reduction(kp, np.float32, 'tf32+bf16'):5d} u")
+    print(f"  From K' = {crossover} on the faster 'tf32+bf16' has the tighter bound, so gpu.uspmm_wgmma's default")
+    print("  precision 'auto' takes it there and keeps 3xTF32 below.")
+    quoted = quoted_errors()
+    if quoted:
+        print(f"  Measured on the H100 at {'x'.join(map(str, PRECISION_PROBLEM[:3]))} "
+              f"{PRECISION_PROBLEM[3]:.0%} (quoted from {PRECISION_RECORD.relative_to(RESULTS.parents[2])}):")
+        for r in quoted:
+            name = f"{r['kernel']} {r['precision']}" + (", A's values TF32 numbers" if r["tf32_a"] else "")
+            print(f"    {name:40s} {r['median_us']:7.1f} us   largest error {r['err_u']:8.2f} u")
+        print("  The wgmma kernel's two-MMA paths err about two thirds as much as its three-MMA 3xTF32: the tensor")
+        print("  core truncates its sums, so the error grows with the number of roundings, as the bound counts them.")
+    else:
+        print("    (record not found)")
+    out.update(split=demo, crossover=crossover, quoted_errors=len(quoted))
     return out
 
 
