@@ -31,9 +31,9 @@ __all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack1
            "bar_arrive"]
 
 if config.ENABLE_CUDASIM:
-    import numpy as np
-
     import time
+
+    import numpy as np
 
     def spin_yield():
         """Simulator only: let the block's other threads run (``time.sleep(0)`` yields the interpreter), as warps of
