@@ -451,7 +451,8 @@ WGMMA_QUARTER = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=4)
 WGMMA_SPLIT_MIN_K = 256
 #: The wgmma setting for float32 with one column tile (``N <= 128``), ``0.7 sms / 8`` to ``sms / 4`` tiles of
 #: 64 x 128 (12 to 33 on the H100's 132 SMs: the split grid 0.7 to 2 blocks an SM), ``K >= 768`` and a density of at
-#: least :data:`WGMMA_EIGHTH_MIN_DENSITY`, ahead of :func:`small_n`: K split in eight, chunks of 16, two blocks an SM. Session 20 (precision "auto", H100, 2026-11-24 23:17-23:20 UTC, records
+#: least :data:`WGMMA_EIGHTH_MIN_DENSITY`, ahead of :func:`small_n`: K split in eight, chunks of 16, two blocks an SM.
+#: Session 20 (precision "auto", H100, 2026-11-24 23:17-23:20 UTC, records
 #: ``experiments/results/uspmm_wgmma_small_n_*_session20.json``), against the routed warp-split kernel, us:
 #: 1024 x 1024 x 128 at 50/60/65/70/75% 15.0/15.2/15.1/15.2/15.1 against 20.4/18.1/16.8/15.1/13.6; 768 x 768 x 128
 #: 60% 11.2 against 14.0, 1536^2 x 128 19.7 against 37.1, 2048^2 x 128 34.5 against 65.1, 1024 x 2048 x 128
