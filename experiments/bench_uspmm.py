@@ -323,9 +323,9 @@ def sanitize_case(only: str = "all") -> None:
 
 def sanitize_wgmma() -> None:
     """The wgmma kernel (a compute capability 9.0 GPU; skipped elsewhere) at every setting
-    :func:`sparsekit.tune.heuristic` routes to, on partial tiles in both precisions its default ``"auto"`` picks: K' = 140 (bf16 corrections) with B
-    by cp.async, K' = 80 (3xTF32) with N % 4 != 0 (B by plain loads); each within the float32 contract's bound and
-    bit-identical on repeat."""
+    :func:`sparsekit.tune.heuristic` routes to, on partial tiles in both precisions its default ``"auto"`` picks:
+    K' = 140 (bf16 corrections) with B by cp.async, K' = 80 (3xTF32) with N % 4 != 0 (B by plain loads); each within
+    the float32 contract's bound and bit-identical on repeat."""
     from gpu import uspmm_wgmma as wg
     from gpu.uspmm_tc import error_reduction
     from sparsekit import tune
