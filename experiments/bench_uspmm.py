@@ -197,7 +197,7 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
         b = p.b_f if layout == "F" else p.b
         launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
         if isinstance(cfg, str):                         # what "auto"/"heuristic" chose for this problem
-            chosen[name] = config_name(resolved(cfg, p.dell, n, layout))
+            chosen[name] = config_name(with_precision(resolved(cfg, p.dell, n, layout), p.dell))
     if vendors:
         launches.update(vendor_launches(p, coo=vendors != "fast"))
         if vendors != "fast":
@@ -224,10 +224,20 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     return records
 
 
+def with_precision(cfg: dict, dell) -> dict:
+    """``cfg`` with the precision a wgmma setting runs for ``dell`` named (its default ``"auto"`` resolved:
+    :func:`gpu.uspmm_wgmma.auto_precision`), so that records say whether bf16 corrections ran; others unchanged."""
+    if cfg.get("variant") != "wgmma" or cfg.get("precision", "auto") != "auto":
+        return cfg
+    from gpu.uspmm_wgmma import auto_precision
+    return dict(cfg, precision=auto_precision(dell))
+
+
 def config_name(cfg: dict) -> str:
-    """A short name of a tunables dict, e.g. ``dense_tile cpl4 rpw4 nw8 kc16 mb2 s4``."""
+    """A short name of a tunables dict, e.g. ``dense_tile cpl4 rpw4 nw8 kc16 mb2 s4`` or ``wgmma bm64 bn128 kc32
+    stages6 producers256 tf32+bf16``."""
     short = dict(cols_per_lane="cpl", rows_per_warp="rpw", nwarp="nw", kc="kc", unroll="u", min_blocks="mb",
-                 splits="s", vsize="vs", vecsize="vec", batch="batch")
+                 splits="s", vsize="vs", vecsize="vec", batch="batch", precision="")
     return " ".join([cfg.get("variant", "listing1")] + [f"{short.get(key, key)}{val}" for key, val in cfg.items()
                                                          if key != "variant"])
 

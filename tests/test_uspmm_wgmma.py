@@ -261,6 +261,17 @@ def test_auto_precision_never_loosens_the_float32_bound(kprime):
     assert wg.auto_precision(tf32_numbers) == "3xtf32"
 
 
+def test_benchmark_records_name_the_precision_auto_runs():
+    """``experiments/bench_uspmm.py``'s config names of a routed wgmma setting end in the precision its default
+    resolves to for the matrix (bf16 corrections or not); other variants' names are unchanged."""
+    from experiments.bench_uspmm import config_name, with_precision
+    from gpu.uspmm import prepare
+    for kprime, precision in ((124, "tf32+bf16"), (123, "3xtf32")):
+        dell = prepare(random_case(2, 300, 1, kprime)[0])
+        assert config_name(with_precision(dict(variant="wgmma", **tune.WGMMA_WAVE), dell)).endswith(" " + precision)
+    assert with_precision(dict(variant="warp_split", nwarp=4), dell) == dict(variant="warp_split", nwarp=4)
+
+
 def test_auto_precision_runs_the_bf16_corrections_from_k124():
     """K' = 124: the default computes the bits of ``precision="tf32+bf16"``, within the 3xTF32 contract's bound."""
     ell, b = random_case(16, 128, 8, 124)
