@@ -7,7 +7,8 @@
 our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
 installed): median and p10/p90 device time, TFLOP/s on the stored nonzeros, %
 of the roofline speed of light, speedup over cuSPARSE CSR, and whether the
-result matched a float64 product. ``tune`` times every configuration of
+result matched a float64 product; then the configuration ``auto`` and ``heuristic`` chose (for the wgmma
+kernel with the precision it ran). ``tune`` times every configuration of
 :func:`sparsekit.tune.space` (``--full``: the full grid) and caches the winner
 for ``config="auto"``.
 Both need a GPU (timings on the simulator would mean nothing).
@@ -72,6 +73,8 @@ def cmd_bench(args) -> int:
     print(f"device: {info().name}")
     print(markdown(recs, TABLE_KEYS))
     for r in recs:
+        if "config" in r:                                 # what "auto" / "heuristic" chose, precision included
+            print(f"{r['provider']} ran: {r['config']}")
         if "error" in r:
             print(f"{r['provider']}: {r['error']}")
     return 0 if all(r.get("correct", True) for r in recs) else 1

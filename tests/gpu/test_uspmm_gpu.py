@@ -134,7 +134,7 @@ def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
     argv = ["--m", "64", "--k", "64", "--n", "64", "--sparsity", "0.5", "--repeat", "3"]
     assert main(["bench", "uspmm", *argv]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("device: ") and "| auto |" in out and "pct_sol" in out
+    assert out.startswith("device: ") and "| auto |" in out and "pct_sol" in out and "\nauto ran: " in out
     assert main(["bench", "uspmm", *argv, "--tf32-weights"]) == 0             # every result correct there too
     assert "| auto |" in capsys.readouterr().out
     assert main(["tune", *argv]) == 0
