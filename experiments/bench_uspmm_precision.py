@@ -1,9 +1,9 @@
 """The tensor-core USpMM's float32 paths side by side on a compute capability 9.0 GPU: the wgmma kernel's two
-precisions, ``"3xtf32"`` (three TF32 products a multiply-add, the default contract) and ``"tf32+bf16"`` (one TF32
-product and one bf16 wgmma for both correction terms: a third less tensor-core work, a looser error bound;
-:mod:`gpu.uspmm_wgmma`); and ``"3xtf32"`` on the same problem with A's values rounded to TF32 numbers (as weights
-from float16 or bfloat16 are), where the kernels leave the all-zero ``b_big a_small`` term out
-(:func:`gpu.uspmm_tc.tf32_exact`).
+precisions, ``"3xtf32"`` (three TF32 products a multiply-add: the float32 contract's own computation) and
+``"tf32+bf16"`` (one TF32 product and one bf16 wgmma for both correction terms: a third less tensor-core work, a
+bound tighter than 3xTF32's from K' = 124 on, where the default ``"auto"`` runs it; :mod:`gpu.uspmm_wgmma`); and
+``"3xtf32"`` on the same problem with A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are),
+where the kernels leave the all-zero ``b_big a_small`` term out (:func:`gpu.uspmm_tc.tf32_exact`).
 
 Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200::
 
@@ -14,8 +14,8 @@ in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`gpu.uspmm_
 of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PROBLEMS`): median device time
 (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), % of the Sparsity Roofline's speed of light,
 the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`gpu.uspmm_tc.error_reduction`
-allows it), and whether two runs agree bit for bit. With PyTorch, dense cuBLAS rows beside them for the
-owner's precision question (:data:`DENSE_PROBLEMS`): float32 with TF32 off (the accuracy a float32 user gets from
+allows it), and whether two runs agree bit for bit. With PyTorch, dense cuBLAS rows beside them, for accuracy
+and tensor-core time to compare against (:data:`DENSE_PROBLEMS`): float32 with TF32 off (the accuracy a float32 user gets from
 the vendor), one TF32 product (TF32 on), and 3xTF32 on the dense A as three TF32 GEMMs (``a_big b_big``, then
 ``a_big b_small`` and ``a_small b_big`` added in place, the same split as ours): the vendor's time for the
 tensor-core work our kernels do on a densified tile (zeros included), so the rows say how far our one-wave time
