@@ -16,8 +16,9 @@ of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PRO
 the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`gpu.uspmm_tc.error_reduction`
 allows it), and whether two runs agree bit for bit. With PyTorch, dense cuBLAS rows beside them, for accuracy
 and tensor-core time to compare against (:data:`DENSE_PROBLEMS`): float32 with TF32 off (the accuracy a float32
-user gets from the vendor), one TF32 product (TF32 on), and 3xTF32 on the dense A as three TF32 GEMMs (``a_big b_big``, then
-``a_big b_small`` and ``a_small b_big`` added in place, the same split as ours): the vendor's time for the
+user gets from the vendor), one TF32 product (TF32 on), and 3xTF32 on the dense A as three TF32 GEMMs
+(``a_big b_big``, then ``a_big b_small`` and ``a_small b_big`` added in place, the same split as ours): the vendor's
+time for the
 tensor-core work our kernels do on a densified tile (zeros included), so the rows say how far our one-wave time
 is from what cuBLAS gets out of the tensor core for the same products. Their bound column is the plain float32
 dot product's worst case (dense ``K`` roundings); they do not count in the exit status. One table, printed;
