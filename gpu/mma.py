@@ -10,6 +10,9 @@ literal struct, returned to Numba as a ``UniTuple``.
     ``A`` 16x16 float16, ``B`` 16x8 float16, ``C``/``D`` 16x8 float32. ``a*``/``b*``
     are uint32 registers holding two halves each (``half2``: the lower 16 bits hold
     the element with the smaller column index of ``A`` / row index of ``B``).
+``mma_m16n8k16_bf16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
+    ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``: the same fragments with
+    bfloat16 halves (two bf16 bit patterns a uint32 word, the lower element in the low 16 bits).
 ``mma_m16n8k8_tf32_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
     ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``: ``A`` 16x8, ``B`` 8x8
     TF32 (float32 arguments whose low 13 mantissa bits are zero, as :func:`to_tf32`
@@ -117,7 +120,8 @@ from numba import cuda
 from numba.core.types import float16
 from numba.cuda import config
 
-__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k8_tf32_f32", "to_tf32", "pack_bf16x2", "load_b32", "tf32_round",
+__all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
+           "pack_bf16x2", "load_b32", "tf32_round",
            "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs", "bf16x2_probe",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
@@ -242,19 +246,25 @@ if config.ENABLE_CUDASIM:
         """:func:`warp_collective` that gives every thread the ``size`` values in thread order."""
         return warp_collective(value, tuple, size)
 
-    def _halves(word):
-        """The two float16 values (low, high) of a 32-bit word."""
+    def _halves(word, bf16=False):
+        """The two float16 (or, with ``bf16``, bfloat16) values (low, high) of a 32-bit word."""
+        if bf16:
+            bits = np.array([word], dtype=np.uint32).view(np.uint16).astype(np.uint32) << np.uint32(16)
+            return bits.view(np.float32).astype(np.float64)
         return np.array([word], dtype=np.uint32).view(np.float16).astype(np.float64)
 
     def _mma_product(shape, gathered):
-        """The warp's ``A @ B`` (float64, exact products) from every lane's A/B fragments."""
+        """The warp's ``A @ B`` (float64, exact products) from every lane's A/B fragments; ``shape``
+        "m16n8k16" (float16 halves), "m16n8k16.bf16" (bfloat16 halves) or "m16n8k8" (TF32)."""
+        bf16 = shape.endswith(".bf16")
+        shape = shape.removesuffix(".bf16")
         kdim = 16 if shape == "m16n8k16" else 8
         big_a = np.zeros((16, kdim))
         big_b = np.zeros((kdim, 8))
         for lane, (fa, fb) in enumerate(gathered):
             where = fragment_coords(shape, lane)
             for name, reg in zip(("a0", "a1", "a2", "a3", "b0", "b1"), fa + fb):
-                vals = _halves(reg) if shape == "m16n8k16" else [float(reg)]
+                vals = _halves(reg, bf16) if shape == "m16n8k16" else [float(reg)]
                 target = big_a if name[0] == "a" else big_b
                 for (r, col), v in zip(where[name], vals):
                     target[r, col] = v
@@ -265,11 +275,15 @@ if config.ENABLE_CUDASIM:
         d = warp_collective((a, b), functools.partial(_mma_product, shape))
         lane = threading.current_thread().thread_id % 32
         return tuple(np.float32(d[r, col] + np.float64(cv))
-                     for (r, col), cv in zip(fragment_coords(shape, lane)["c"], c))
+                     for (r, col), cv in zip(fragment_coords(shape.removesuffix(".bf16"), lane)["c"], c))
 
     def mma_m16n8k16_f16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """Simulator fallback of ``mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32``."""
         return _mma("m16n8k16", (int(a0), int(a1), int(a2), int(a3)), (int(b0), int(b1)), (c0, c1, c2, c3))
+
+    def mma_m16n8k16_bf16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """Simulator fallback of ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``."""
+        return _mma("m16n8k16.bf16", (int(a0), int(a1), int(a2), int(a3)), (int(b0), int(b1)), (c0, c1, c2, c3))
 
     def mma_m16n8k8_tf32_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """Simulator fallback of ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``."""
@@ -409,6 +423,8 @@ else:
 
     mma_m16n8k16_f16_f32 = _mma_intrinsic("mma_m16n8k16_f16_f32",
                                           "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", types.uint32)
+    mma_m16n8k16_bf16_f32 = _mma_intrinsic("mma_m16n8k16_bf16_f32",
+                                           "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", types.uint32)
     mma_m16n8k8_tf32_f32 = _mma_intrinsic("mma_m16n8k8_tf32_f32",
                                           "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", types.float32)
 
