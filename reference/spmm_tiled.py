@@ -1,0 +1,34 @@
+"""Reference SpMM of a :class:`~sparsekit.formats.TiledCSL` weight: ``C = A @ B`` in half precision.
+
+The executable specification of ``gpu/spmm_tiled.py``. ``A`` (``M x K``, float16 or bfloat16, any
+sparsity pattern) times a dense ``B`` (``K x N``, same dtype): products and sums in float32, as the
+tensor cores accumulate them, one rounding to the dtype at the end.
+
+>>> import numpy as np
+>>> from sparsekit.formats import TiledCSL
+>>> a = TiledCSL.from_dense(np.array([[1., 0., 2.], [0., 3., 0.]], dtype=np.float16), tile=(16, 16))
+>>> spmm_tiled(a, np.ones((3, 2), dtype=np.float16))
+array([[3., 3.],
+       [3., 3.]], dtype=float16)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from reference.spmm import check_rhs
+
+__all__ = ["spmm_tiled", "spmm_tiled_linear"]
+
+
+def spmm_tiled(a, b: np.ndarray) -> np.ndarray:
+    """``C = A @ b`` (``M x N``, C-contiguous, in ``b.dtype``) for a TiledCSL ``A`` and a dense ``b``."""
+    check_rhs(b, shape=a.shape, dtype=a.dtype)
+    c = a.to_dense().astype(np.float32) @ b.astype(np.float32)
+    return np.ascontiguousarray(c.astype(a.dtype))
+
+
+def spmm_tiled_linear(a, x: np.ndarray) -> np.ndarray:
+    """``Y = x @ A^T`` (``N x M``) for a TiledCSL weight ``A`` (``M x K``) and ``x`` (``N x K``): a linear layer."""
+    check_rhs(x.T, shape=a.shape, dtype=a.dtype, name="x")
+    y = x.astype(np.float32) @ a.to_dense().astype(np.float32).T
+    return np.ascontiguousarray(y.astype(a.dtype))
