@@ -17,6 +17,9 @@ literal struct, returned to Numba as a ``UniTuple``.
     ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``: ``A`` 16x8, ``B`` 8x8
     TF32 (float32 arguments whose low 13 mantissa bits are zero, as :func:`to_tf32`
     returns them; the instruction reads only the TF32 bits), ``C``/``D`` float32.
+``widen_f16(bits)`` / ``widen_bf16(bits)``
+    the float32 value of a float16 / bfloat16 bit pattern (the low 16 bits of an integer):
+    ``cvt.f32.f16``, and for bfloat16 the bits shifted into a float32's high half (exact).
 ``to_tf32(x)``
     ``cvt.rna.tf32.f32``: ``x`` rounded to TF32 (10 mantissa bits, nearest, ties away
     from zero), returned as the float32 with those bits. ``x - to_tf32(x)`` is exact in
@@ -121,7 +124,7 @@ from numba.core.types import float16
 from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
-           "pack_bf16x2", "load_b32", "tf32_round",
+           "pack_bf16x2", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
            "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs", "bf16x2_probe",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
@@ -289,6 +292,14 @@ if config.ENABLE_CUDASIM:
         """Simulator fallback of ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``."""
         return _mma("m16n8k8", (a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3))
 
+    def widen_f16(bits):
+        """Simulator fallback: the float32 value of the float16 bits ``bits & 0xFFFF``."""
+        return np.float32(np.array([int(bits) & 0xFFFF], dtype=np.uint16).view(np.float16)[0])
+
+    def widen_bf16(bits):
+        """Simulator fallback: the float32 value of the bfloat16 bits ``bits & 0xFFFF``."""
+        return np.array([(int(bits) & 0xFFFF) << 16], dtype=np.uint32).view(np.float32)[0]
+
     def to_tf32(x):
         """Simulator fallback of ``cvt.rna.tf32.f32`` (bit-exact: :func:`tf32_round`)."""
         return tf32_round(np.float32(x))
@@ -427,6 +438,33 @@ else:
                                            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", types.uint32)
     mma_m16n8k8_tf32_f32 = _mma_intrinsic("mma_m16n8k8_tf32_f32",
                                           "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", types.float32)
+
+    def _widen(bf16: bool):
+        """Build ``widen_f16`` / ``widen_bf16``: the float32 value of the low 16 bits of an integer."""
+
+        def typer(typingctx, bits):
+            if not isinstance(bits, types.Integer):
+                return None
+            sig = types.float32(bits)
+
+            def codegen(context, builder, sig, args):
+                word = args[0]
+                if word.type.width < 32:
+                    word = builder.zext(word, _I32)
+                elif word.type.width > 32:
+                    word = builder.trunc(word, _I32)
+                if bf16:                                      # bf16 is the high half of a float32
+                    return builder.bitcast(builder.shl(word, ir.Constant(_I32, 16)), _F32)
+                asm = ir.InlineAsm(ir.FunctionType(_F32, [_I32]),
+                                   "{ .reg .b16 h; cvt.u16.u32 h, $1; cvt.f32.f16 $0, h; }", "=f,r")
+                return builder.call(asm, [word])
+
+            return sig, codegen
+
+        typer.__name__ = "widen_bf16" if bf16 else "widen_f16"
+        return intrinsic(typer)
+
+    widen_f16, widen_bf16 = _widen(False), _widen(True)
 
     @intrinsic
     def to_tf32(typingctx, x):

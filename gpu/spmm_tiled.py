@@ -5,8 +5,10 @@ LLM decoding (``N`` from 1 to 64) the product is bound by reading the weight: th
 :class:`~sparsekit.formats.TiledCSL`'s 4-byte words once, at close to the memory's bandwidth, and does the
 arithmetic densely on tensor cores ("load as sparse, compute as dense", Flash-LLM, VLDB 2024):
 
-1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + 2``'s words and its ``TK x N`` slice of ``B``
-   into shared-memory stage ``(t + 2) % 3`` while tile ``t`` is multiplied: two tiles in flight a block.
+1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + S - 1``'s words and its slice of ``B`` into
+   shared-memory stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block.
+   Reading the weight at full bandwidth needs tens of kilobytes in flight per SM, so ``S`` grows as the
+   tiles thin out with sparsity (:func:`copy_stages`).
 2. **Scatter**: each word of tile ``t + 1`` writes its value at its local index of a zeroed ``TM x TK`` dense
    tile (padding words write 0 to a sink past the tile).
 3. **Multiply**: each warp owns 16 rows: ``ldmatrix`` (A fragment) and ``ldmatrix.trans`` (B fragments)
@@ -29,12 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda, float32, int32, uint16, uint32
+from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
-                     mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr)
+                     mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
+                     widen_f16)
 from gpu.uspmm import SMEM_ALIGN, _launch
-from gpu.uspmm_tc import _DynamicShared, _opt_in
+from gpu.uspmm_tc import SHARED_OPTIN, STATIC_LIMIT, _DynamicShared, _opt_in
+from gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledCSL
@@ -43,8 +48,10 @@ __all__ = ["spmm_tiled", "spmm_tiled_linear", "prepare", "DeviceTiled", "shared_
 
 #: The widest ``B`` this kernel takes (beyond it the product stops being bound by reading the weight).
 MAX_N = 64
-#: Dense-tile buffers (see step 4) and copy stages.
+#: Dense-tile buffers (see step 4).
 BUFFERS = 3
+#: Shared memory the copy stages of a block may take (three blocks an SM fit beside their dense tiles).
+STAGE_BUDGET = 48 * 1024
 
 
 def padded_n(n: int) -> int:
@@ -63,14 +70,21 @@ def _strides(tm: int, tk: int, npad: int, linear: bool) -> tuple[int, int, int, 
     return ldw, tm * ldw + 8, ldb, (max(npad, 16) if linear else tk) * ldb   # (an x4 ldmatrix reads 16 rows)
 
 
-def shared_bytes(tm: int, tk: int, npad: int, max_words: int, linear: bool) -> int:
-    """Dynamic shared memory of a block: three dense tiles, three B slices, three word stages."""
+def shared_bytes(tm: int, tk: int, npad: int, max_words: int, linear: bool, stages: int, max_tiles: int) -> int:
+    """Dynamic shared memory of a block: three dense tiles, ``stages`` B slices and word stages, then the
+    word offsets of the block's (at most ``max_tiles``) tiles."""
     _, wd, _, bt = _strides(tm, tk, npad, linear)
-    return 2 * BUFFERS * (wd + bt) + 4 * BUFFERS * max_words
+    return 2 * BUFFERS * wd + stages * (2 * bt + 4 * max_words) + 4 * (max_tiles + 1)
+
+
+def copy_stages(tm: int, tk: int, npad: int, max_words: int, linear: bool) -> int:
+    """Copy stages for a block: as many as :data:`STAGE_BUDGET` holds, from 3 to 16."""
+    _, _, _, bt = _strides(tm, tk, npad, linear)
+    return max(3, min(16, STAGE_BUDGET // (2 * bt + 4 * max_words)))
 
 
 @functools.cache
-def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool):
+def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool, stages: int):
     """The kernel for ``warps`` warps (``TM = 16 * warps`` rows), ``TK`` columns a tile, ``N`` padded to
     ``npad``. ``linear``: ``b`` is ``X`` (``N x K``) and the result ``Y = C^T`` (``N x M``), both row-major (a
     linear layer's ``Y = X W^T``); else ``b`` is ``K x N`` and ``C`` ``M x N``, row-major. ``vector_b``: the
@@ -78,58 +92,74 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
     tm, nthreads = 16 * warps, 32 * warps
     ldw, wd, ldb, bt = _strides(tm, tk, npad, linear)
     b_base = BUFFERS * wd                      # B stages follow the dense tiles (16-bit elements)
-    w_base = (b_base + BUFFERS * bt) // 2      # word stages follow B (32-bit elements, 16-byte aligned)
+    w_base = (b_base + stages * bt) // 2       # word stages follow B (32-bit elements, 16-byte aligned)
+    ahead = stages - 1                         # tile t + ahead is issued at step t
+    pending = stages - 3                       # copy groups still in flight once tile t + 1 has landed
+    pending0 = stages - 2                      # ... once tile 0 has (before the loop)
     ksteps, nblocks = tk // 16, npad // 8
     nacc = 4 * nblocks                         # float32 accumulators a thread: 4 per 16 x 8 block
     lshift = tk.bit_length() - 1               # local index -> (row, col): TK is a power of two
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
 
     @inlined
-    def issue(words, offsets, b, s16, s32, tile, t, k, kt, n, maxw, tid):
-        """Step 1: start copying tile ``t``'s words and B slice into stage ``t % 3``."""
-        stage = t % BUFFERS
-        w0 = offsets[tile]
-        nchunks = (offsets[tile + 1] - w0) // 4
-        for ch in range(tid, nchunks, nthreads):
+    def issue(words, b, s16, s32, o_base, t, k0, k, n, maxw, tid):
+        """Step 1: start copying tile ``t``'s words and B slice (columns ``k0 ..`` of A) into stage
+        ``t % stages``. (Strided loops are ``while`` loops: Numba's ``range`` with a run-time step
+        computes its trip count with a 64-bit division, most of a tile's instructions.)"""
+        stage = t % stages
+        w0 = s32[o_base + t]
+        nchunks = (s32[o_base + t + 1] - w0) // 4
+        ch = tid
+        while ch < nchunks:
             cp_async16(s32, w_base + stage * maxw + ch * 4, words, w0 + ch * 4, 16)
-        k0 = (tile % kt) * tk
+            ch += nthreads
         dst = b_base + stage * bt
         if linear and vector_b:                  # N rows of X, TK elements each
-            for ch in range(tid, n * (tk // 8), nthreads):
+            ch = tid
+            while ch < n * (tk // 8):
                 r = ch // (tk // 8)
                 col = (ch - r * (tk // 8)) * 8
                 live = k0 + col < k
                 cp_async16(s16, dst + r * ldb + col, b, r * k + k0 + col if live else 0, 16 if live else 0)
+                ch += nthreads
         elif linear:
-            for e in range(tid, n * tk, nthreads):
+            e = tid
+            while e < n * tk:
                 r = e // tk
                 col = e - r * tk
                 s16[dst + r * ldb + col] = b[r * k + k0 + col] if k0 + col < k else uint16(0)
+                e += nthreads
         elif vector_b:                           # TK rows of B, N elements each
-            per_row = n // 8
-            for ch in range(tid, tk * per_row, nthreads):
+            per_row = uint32(n // 8)
+            ch = uint32(tid)
+            while ch < tk * per_row:
                 r = ch // per_row
                 col = (ch - r * per_row) * 8
                 live = k0 + r < k
                 cp_async16(s16, dst + r * ldb + col, b, (k0 + r) * n + col if live else 0, 16 if live else 0)
+                ch += nthreads
         else:
-            for e in range(tid, tk * n, nthreads):
-                r = e // n
+            e = uint32(tid)
+            while e < tk * n:
+                r = e // uint32(n)
                 col = e - r * n
                 s16[dst + r * ldb + col] = b[(k0 + r) * n + col] if k0 + r < k else uint16(0)
+                e += nthreads
         cp_async_commit()
 
     @inlined
-    def scatter(offsets, s16, s32, tile, t, maxw, tid):
+    def scatter(s16, s32, o_base, t, maxw, tid):
         """Step 2: tile ``t``'s words into its zeroed dense buffer (padding words into the sink)."""
-        stage = t % BUFFERS
-        nw = offsets[tile + 1] - offsets[tile]
-        base = stage * wd
-        for i in range(tid, nw, nthreads):
+        stage = t % stages
+        nw = s32[o_base + t + 1] - s32[o_base + t]
+        base = (t % BUFFERS) * wd
+        i = tid
+        while i < nw:
             w = s32[w_base + stage * maxw + i]
             local = w >> 16
             r = local >> lshift
             s16[base + r * ldw + (local - (r << lshift))] = uint16(w & 0xFFFF)
+            i += nthreads
 
     @inlined
     def multiply(s16, s32, acc, t, warp, lane):
@@ -137,9 +167,9 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         a_row = (t % BUFFERS) * wd + (warp * 16 + lane % 16) * ldw + (lane // 16) * 8
         # matrix j = lane // 8 of the four: k-half j % 2 and n-block p + j // 2
         if linear:                               # [n][k] rows: plain ldmatrix gives B's "col" fragments
-            b_row = b_base + (t % BUFFERS) * bt + (lane % 8 + lane // 16 * 8) * ldb + (lane // 8) % 2 * 8
+            b_row = b_base + (t % stages) * bt + (lane % 8 + lane // 16 * 8) * ldb + (lane // 8) % 2 * 8
         else:                                    # [k][n] rows: transposed
-            b_row = b_base + (t % BUFFERS) * bt + (lane % 8 + (lane // 8) % 2 * 8) * ldb + (lane // 16) * 8
+            b_row = b_base + (t % stages) * bt + (lane % 8 + (lane // 8) % 2 * 8) * ldb + (lane // 16) * 8
         for ks in range(ksteps):
             a0, a1, a2, a3 = ldmatrix_x4(s32, shared_addr(s16, a_row + ks * 16))
             for p in range(0, nblocks, 2):
@@ -157,11 +187,13 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                         acc[q + i] = d[i]
 
     @inlined
-    def zero(s32, t, tid):
-        """Step 4: zero dense buffer ``t % 3`` (16 bytes a store where the buffer allows)."""
-        base = (t % BUFFERS) * wd // 2
-        for i in range(tid, wd // 2, nthreads):
-            s32[base + i] = uint32(0)
+    def zero(s32, first, count, tid):
+        """Zero ``count`` 32-bit words of shared memory from word ``first`` (a multiple of 4), 16 bytes a
+        store, in a loop of fixed trip count (``count`` is a compile-time constant)."""
+        for z in range((count // 4 + nthreads - 1) // nthreads):
+            i = (tid + z * nthreads) * 4
+            if i < count:
+                st_shared4(s32, shared_addr(s32, first + i), uint32(0), uint32(0), uint32(0), uint32(0))
 
     @inlined
     def store(c, row, col, m, n, x):
@@ -185,30 +217,36 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         t0 = split * kt // nsplit
         nt = (split + 1) * kt // nsplit - t0
         first = strip * kt + t0
-        for i in range(tid, w_base, nthreads):          # dense tiles and B pad columns start at zero
-            s32[i] = uint32(0)
+        zero(s32, 0, w_base, tid)                         # dense tiles and B pad columns start at zero
+        o_base = w_base + stages * maxw                    # the block's tile offsets, read once (a global
+        i = tid                                            # load in the loop would stall every step)
+        while i <= nt:
+            s32[o_base + i] = uint32(offsets[first + i])
+            i += nthreads
         cuda.syncthreads()
         acc = cuda.local.array(nacc, float32)
         for i in range(nacc):
             acc[i] = float32(0.0)
-        for t in range(2):                                 # prologue: tiles 0 and 1 in flight
+        for t in range(ahead):                             # prologue: tiles 0 .. S - 2 in flight
             if t < nt:
-                issue(words, offsets, b, s16, s32, first + t, t, k, kt, n, maxw, tid)
+                issue(words, b, s16, s32, o_base, t, (t0 + t) * tk, k, n, maxw, tid)
             else:
                 cp_async_commit()
-        cp_async_wait(1)
+        cp_async_wait(pending0)                            # tile 0 has landed
         cuda.syncthreads()
         if nt > 0:
-            scatter(offsets, s16, s32, first, 0, maxw, tid)
+            scatter(s16, s32, o_base, 0, maxw, tid)
         for t in range(nt):
-            cp_async_wait(0)                               # tile t + 1 has landed (this thread's part)
+            cp_async_wait(pending)                         # tile t + 1 has landed (this thread's part)
             cuda.syncthreads()                             # ... every thread's; tile t is scattered
-            if t + 2 < nt:
-                issue(words, offsets, b, s16, s32, first + t + 2, t + 2, k, kt, n, maxw, tid)
+            if t + ahead < nt:                             # (stage (t - 1) % S: free since the barrier)
+                issue(words, b, s16, s32, o_base, t + ahead, (t0 + t + ahead) * tk, k, n, maxw, tid)
+            else:
+                cp_async_commit()                          # an empty group keeps the wait counts
             if t + 1 < nt:
-                scatter(offsets, s16, s32, first + t + 1, t + 1, maxw, tid)
+                scatter(s16, s32, o_base, t + 1, maxw, tid)
             multiply(s16, s32, acc, t, warp, lane)
-            zero(s32, t + 2, tid)                          # = buffer of t - 1, multiplied before the barrier
+            zero(s32, (t + 2) % BUFFERS * (wd // 2), wd // 2, tid)   # step 4: the buffer of t - 1
         # Epilogue: C fragment element i of n-block p sits at row g (+8 for i >= 2), column 8p + 2q + i % 2.
         g, q = lane // 4, lane % 4
         row0 = strip * (16 * warps) + warp * 16 + g
@@ -237,6 +275,94 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 store(c, row0 + (i // 2) * 8, p * 8 + 2 * q + i % 2, m, n, total)
         if tid == 0:
             counters[strip] = 0
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Rows (``tile = (1, TK)``, ``TK >= K``): CUDA cores, one warp a row
+# ---------------------------------------------------------------------------
+
+#: Warps (rows) a block of the row kernel.
+ROW_WARPS = 4
+
+if cuda_config.ENABLE_CUDASIM:
+    from gpu.mma import warp_collective
+
+    def warp_sum(x):
+        """The sum of ``x`` over the calling thread's warp, for every lane (simulator: one thread adds)."""
+        return warp_collective(np.float32(x), lambda values: np.float32(np.sum(np.array(values, np.float64))))
+else:
+    @inlined
+    def warp_sum(x):
+        """The sum of ``x`` over the calling thread's warp, for every lane (butterfly of shuffles)."""
+        for off in (16, 8, 4, 2, 1):
+            x += cuda.shfl_xor_sync(0xFFFFFFFF, x, off)
+        return x
+
+
+@functools.cache
+def _row_kernel(n: int, bf16: bool, linear: bool):
+    """One warp a row of a ``tile = (1, TK)`` TiledCSL: each lane reads 4 words at a time (16 bytes, two
+    loads in flight), multiplies each value by its row of ``B`` (``N`` values, gathered from L1/L2) into ``N``
+    float32 accumulators; a warp sum gives the row of ``C``. The time a word is a few instructions, so at
+    ``N <= 16`` the kernel streams the words at the memory's pace; padding words (local index ``TK >= K``)
+    are skipped."""
+    widen = widen_bf16 if bf16 else widen_f16
+    wide_b = not linear and n % 8 == 0          # a row of B is whole 16-byte chunks: one load a chunk
+
+    @inlined
+    def add_word(acc, w, b, b32, k):
+        col = w >> 16
+        if col < k:
+            v = widen(w & 0xFFFF)
+            if wide_b:
+                for q in range(n // 8):
+                    h = load4(b32, col * (n // 2) + q * 4)
+                    for j in range(4):
+                        acc[8 * q + 2 * j] += v * widen(h[j])
+                        acc[8 * q + 2 * j + 1] += v * widen(h[j] >> 16)
+            elif linear:
+                for j in range(n):
+                    acc[j] += v * widen(b[j * k + col])
+            else:
+                for j in range(n):
+                    acc[j] += v * widen(b[col * n + j])
+
+    @cuda.jit
+    def kernel(words, offsets, b, b32, c, m, k):
+        lane = cuda.threadIdx.x % 32
+        row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
+        if row >= m:
+            return
+        acc = cuda.local.array(n, float32)
+        for j in range(n):
+            acc[j] = float32(0.0)
+        ch = offsets[row] // 4 + lane
+        stop = offsets[row + 1] // 4
+        while ch + 32 < stop:                         # two 16-byte loads in flight a lane
+            wa = load4(words, ch * 4)
+            wb = load4(words, (ch + 32) * 4)
+            for i in range(4):
+                add_word(acc, wa[i], b, b32, k)
+            for i in range(4):
+                add_word(acc, wb[i], b, b32, k)
+            ch += 64
+        if ch < stop:
+            wa = load4(words, ch * 4)
+            for i in range(4):
+                add_word(acc, wa[i], b, b32, k)
+        for j in range(n):
+            total = warp_sum(acc[j])
+            if lane == j:
+                if linear:
+                    at = j * m + row
+                else:
+                    at = row * n + j
+                if bf16:
+                    c[at] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
+                else:
+                    c[at] = total
 
     return kernel
 
@@ -277,8 +403,12 @@ def prepare(a: TiledCSL) -> DeviceTiled:
     if not isinstance(a, TiledCSL):
         raise TypeError(f"a: expected a TiledCSL, got {type(a).__name__}")
     tm, tk = a.tile
-    if tm % 16 or tm > 16 * 8 or tk % 16 or tk & (tk - 1):
-        raise ValueError(f"a.tile: TM must be 16, 32, ..., 128 and TK a power of two from 16, got {a.tile}")
+    if tm == 1:
+        if tk < a.shape[1]:
+            raise ValueError(f"a.tile: a row tile (1, TK) must span the columns, TK >= {a.shape[1]}, got {a.tile}")
+    elif tm % 16 or tm > 16 * 8 or tk % 16 or tk & (tk - 1):
+        raise ValueError(f"a.tile: TM must be 1 (rows) or 16, 32, ..., 128 and TK a power of two from 16, "
+                         f"got {a.tile}")
     if a.words.size >= 1 << 31:
         raise ValueError(f"a: {a.words.size} words exceed the kernel's 32-bit word offsets")
     steps = np.diff(a.offsets)
@@ -298,21 +428,22 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def spmm_tiled(a, b, *, splits=None):
+def spmm_tiled(a, b, *, splits=None, stages=None):
     """``C = A @ b`` for a TiledCSL (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
-    ``splits``: blocks a row of tiles (split K); default :func:`default_splits`."""
-    return _run(a, b, "b", False, splits)
+    ``splits``: blocks a row of tiles (split K), default :func:`default_splits`; ``stages``: copy stages,
+    default :func:`copy_stages`."""
+    return _run(a, b, "b", False, splits, stages)
 
 
-def spmm_tiled_linear(a, x, *, splits=None):
+def spmm_tiled_linear(a, x, *, splits=None, stages=None):
     """``Y = x @ A^T`` for a TiledCSL (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M, row-major)."""
-    return _run(a, x, "x", True, splits)
+    return _run(a, x, "x", True, splits, stages)
 
 
-def _run(a, b, name: str, linear: bool, splits):
+def _run(a, b, name: str, linear: bool, splits, stages):
     dev = a if isinstance(a, DeviceTiled) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -323,21 +454,32 @@ def _run(a, b, name: str, linear: bool, splits):
     if not 1 <= n <= MAX_N:
         raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {MAX_N} (wider products are not bound "
                          f"by reading the weight: use gpu.uspmm)")
+    c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
+    if m == 0:
+        return result(c, like=bop)
+    bits = _bits(flat_view(bop.dev))
+    cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
+    if dev.host.tile[0] == 1:
+        kernel = _row_kernel(n, dev.dtype.name == "bfloat16", linear)
+        args = (dev.words, dev.offsets, bits, bits.view(np.uint32) if bits.size % 2 == 0 else bits, cflat, m, k)
+        _launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"tile={dev.host.tile}")
+        return result(c, like=bop)
     splits = default_splits(dev) if splits is None else check_int(splits, "splits", minimum=1)
     splits = min(splits, dev.host.grid[1])
     tm, tk = dev.host.tile
     npad = padded_n(n)
-    c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
-    if m == 0:
-        return result(c, like=bop)
-    nbytes = shared_bytes(tm, tk, npad, dev.max_words, linear)
-    kernel = _kernel(tm // 16, tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0)
-    bflat = _bits(flat_view(bop.dev))
-    cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
+    stages = copy_stages(tm, tk, npad, dev.max_words, linear) if stages is None else check_int(stages, "stages",
+                                                                                                 minimum=3)
+    nbytes = shared_bytes(tm, tk, npad, dev.max_words, linear, stages, cdiv(dev.host.grid[1], splits))
+    kernel = _kernel(tm // 16, tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0, stages)
     nthreads = 32 * (tm // 16)
     ws = dev.scratch(splits * dev.host.grid[0] * (npad // 2) * nthreads)     # 4 * npad / 8 partials a thread
-    args = (dev.words, dev.offsets, bflat, cflat, ws, dev.counters, m, k, n, dev.max_words)
-    _opt_in(kernel, args, nbytes)
+    args = (dev.words, dev.offsets, bits, cflat, ws, dev.counters, m, k, n, dev.max_words)
+    if nbytes > SHARED_OPTIN:
+        raise ValueError(f"a.tile: {dev.host.tile} with {stages} copy stages needs {nbytes} bytes of shared memory "
+                         f"a block, more than the {SHARED_OPTIN} a block may have; choose a smaller tile")
+    if nbytes > STATIC_LIMIT:
+        _opt_in(kernel, args, SHARED_OPTIN - 1024)   # once per kernel (the static `last` flag is in the rest)
     _launch(_DynamicShared(kernel, nbytes), (dev.host.grid[0], splits), nthreads, args,
             f"tile={dev.host.tile}, splits={splits}")
     return result(c, like=bop)
