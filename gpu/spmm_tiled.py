@@ -130,8 +130,8 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 s16[dst + r * ldb + col] = b[r * k + k0 + col] if k0 + col < k else uint16(0)
                 e += nthreads
         elif vector_b:                           # TK rows of B, N elements each
-            per_row = uint32(n // 8)
-            ch = uint32(tid)
+            per_row = n // 8
+            ch = tid
             while ch < tk * per_row:
                 r = ch // per_row
                 col = (ch - r * per_row) * 8
@@ -139,9 +139,9 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 cp_async16(s16, dst + r * ldb + col, b, (k0 + r) * n + col if live else 0, 16 if live else 0)
                 ch += nthreads
         else:
-            e = uint32(tid)
+            e = tid
             while e < tk * n:
-                r = e // uint32(n)
+                r = e // n
                 col = e - r * n
                 s16[dst + r * ldb + col] = b[(k0 + r) * n + col] if k0 + r < k else uint16(0)
                 e += nthreads
@@ -283,8 +283,8 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
 # Rows (``tile = (1, TK)``, ``TK >= K``): CUDA cores, one warp a row
 # ---------------------------------------------------------------------------
 
-#: Warps (rows) a block of the row kernel.
-ROW_WARPS = 4
+#: Warps (rows) a block of the row kernel, and 16-byte loads a lane has in flight.
+ROW_WARPS, ROW_UNROLL = 4, 4
 
 if cuda_config.ENABLE_CUDASIM:
     from gpu.mma import warp_collective
@@ -302,14 +302,15 @@ else:
 
 
 @functools.cache
-def _row_kernel(n: int, bf16: bool, linear: bool):
-    """One warp a row of a ``tile = (1, TK)`` TiledCSL: each lane reads 4 words at a time (16 bytes, two
+def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
+    """One warp a row of a ``tile = (1, TK)`` TiledCSL: each lane reads 4 words at a time (16 bytes, ``unroll``
     loads in flight), multiplies each value by its row of ``B`` (``N`` values, gathered from L1/L2) into ``N``
     float32 accumulators; a warp sum gives the row of ``C``. The time a word is a few instructions, so at
     ``N <= 16`` the kernel streams the words at the memory's pace; padding words (local index ``TK >= K``)
     are skipped."""
     widen = widen_bf16 if bf16 else widen_f16
     wide_b = not linear and n % 8 == 0          # a row of B is whole 16-byte chunks: one load a chunk
+    nbuf = 4 * unroll
 
     @inlined
     def add_word(acc, w, b, b32, k):
@@ -318,10 +319,15 @@ def _row_kernel(n: int, bf16: bool, linear: bool):
             v = widen(w & 0xFFFF)
             if wide_b:
                 for q in range(n // 8):
-                    h = load4(b32, col * (n // 2) + q * 4)
-                    for j in range(4):
-                        acc[8 * q + 2 * j] += v * widen(h[j])
-                        acc[8 * q + 2 * j + 1] += v * widen(h[j] >> 16)
+                    h0, h1, h2, h3 = load4(b32, col * (n // 2) + q * 4)
+                    acc[8 * q] += v * widen(h0)
+                    acc[8 * q + 1] += v * widen(h0 >> 16)
+                    acc[8 * q + 2] += v * widen(h1)
+                    acc[8 * q + 3] += v * widen(h1 >> 16)
+                    acc[8 * q + 4] += v * widen(h2)
+                    acc[8 * q + 5] += v * widen(h2 >> 16)
+                    acc[8 * q + 6] += v * widen(h3)
+                    acc[8 * q + 7] += v * widen(h3 >> 16)
             elif linear:
                 for j in range(n):
                     acc[j] += v * widen(b[j * k + col])
@@ -340,18 +346,19 @@ def _row_kernel(n: int, bf16: bool, linear: bool):
             acc[j] = float32(0.0)
         ch = offsets[row] // 4 + lane
         stop = offsets[row + 1] // 4
-        while ch + 32 < stop:                         # two 16-byte loads in flight a lane
-            wa = load4(words, ch * 4)
-            wb = load4(words, (ch + 32) * 4)
-            for i in range(4):
-                add_word(acc, wa[i], b, b32, k)
-            for i in range(4):
-                add_word(acc, wb[i], b, b32, k)
-            ch += 64
-        if ch < stop:
-            wa = load4(words, ch * 4)
-            for i in range(4):
-                add_word(acc, wa[i], b, b32, k)
+        buf = cuda.local.array(nbuf, uint32)
+        while ch < stop:                              # `unroll` 16-byte loads in flight a lane, then their words
+            for u in range(unroll):
+                if ch + 32 * u < stop:
+                    w = load4(words, (ch + 32 * u) * 4)
+                    for i in range(4):
+                        buf[4 * u + i] = w[i]
+                else:
+                    for i in range(4):
+                        buf[4 * u + i] = uint32(0xFFFF0000)   # local index 0xFFFF >= K: skipped
+            for i in range(nbuf):
+                add_word(acc, buf[i], b, b32, k)
+            ch += 32 * unroll
         for j in range(n):
             total = warp_sum(acc[j])
             if lane == j:
@@ -428,22 +435,22 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def spmm_tiled(a, b, *, splits=None, stages=None):
+def spmm_tiled(a, b, *, splits=None, stages=None, unroll=None):
     """``C = A @ b`` for a TiledCSL (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
     ``splits``: blocks a row of tiles (split K), default :func:`default_splits`; ``stages``: copy stages,
     default :func:`copy_stages`."""
-    return _run(a, b, "b", False, splits, stages)
+    return _run(a, b, "b", False, splits, stages, unroll)
 
 
-def spmm_tiled_linear(a, x, *, splits=None, stages=None):
+def spmm_tiled_linear(a, x, *, splits=None, stages=None, unroll=None):
     """``Y = x @ A^T`` for a TiledCSL (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M, row-major)."""
-    return _run(a, x, "x", True, splits, stages)
+    return _run(a, x, "x", True, splits, stages, unroll)
 
 
-def _run(a, b, name: str, linear: bool, splits, stages):
+def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     dev = a if isinstance(a, DeviceTiled) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -460,7 +467,7 @@ def _run(a, b, name: str, linear: bool, splits, stages):
     bits = _bits(flat_view(bop.dev))
     cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
     if dev.host.tile[0] == 1:
-        kernel = _row_kernel(n, dev.dtype.name == "bfloat16", linear)
+        kernel = _row_kernel(n, dev.dtype.name == "bfloat16", linear, ROW_UNROLL if unroll is None else unroll)
         args = (dev.words, dev.offsets, bits, bits.view(np.uint32) if bits.size % 2 == 0 else bits, cflat, m, k)
         _launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"tile={dev.host.tile}")
         return result(c, like=bop)

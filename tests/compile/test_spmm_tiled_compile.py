@@ -1,0 +1,65 @@
+"""gpu/spmm_tiled.py compiles for sm_80 and sm_90 offline, and the post-LTO PTX shows what it relies on:
+
+* tiles: ``mma.sync`` m16n8k16 in the value dtype (f16 or bf16) with float32 accumulators, A fragments
+  and B fragments by ``ldmatrix`` (transposed for a row-major ``B``), words and B slices copied by
+  ``cp.async`` with a wait each step, one ``bar.sync`` a tile (plus the prologue's and the reduction's);
+* rows: words read 16 bytes at a time (``ld.global.v4``), the warp sum by five shuffles a column of ``C``;
+* neither through a stack: no ``.local``, no spill.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+from numba import types
+
+from gpu import spmm_tiled as st
+from sparsekit import offline
+
+CCS = [(8, 0), (9, 0)]
+U16, U32, I32 = (types.Array(t, 1, "C") for t in (types.uint16, types.uint32, types.int32))
+
+
+def out_type(bf16: bool):
+    return U16 if bf16 else types.Array(types.float16, 1, "C")
+
+
+@functools.cache
+def tiled(cc, warps, tk, npad, bf16, linear, vector_b, stages):
+    args = (U32, I32, U16, out_type(bf16), types.Array(types.float32, 1, "C"), I32) + (types.int64,) * 4
+    return offline.build(st._kernel(warps, tk, npad, bf16, linear, vector_b, stages), args, cc)
+
+
+@functools.cache
+def rows(cc, n, bf16, linear):
+    args = (U32, I32, U16, U32, out_type(bf16), types.int64, types.int64)
+    return offline.build(st._row_kernel(n, bf16, linear, st.ROW_UNROLL), args, cc)
+
+
+TILED = [(4, 64, 8, False, True, True, 4), (4, 64, 32, True, False, True, 3), (2, 128, 16, False, False, False, 6)]
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+@pytest.mark.parametrize("setting", TILED, ids=str)
+def test_tiled_kernel(cc, setting):
+    warps, tk, npad, bf16, linear, vector_b, stages = setting
+    ptx, report = tiled(cc, *setting)
+    assert f".target sm_{cc[0]}{cc[1]}" in ptx
+    assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16.bf16' if bf16 else 'f16.f16'}.f32" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+    assert ("ldmatrix.sync.aligned.m8n8.x4.trans" in ptx) == (not linear)
+    assert "cp.async.cg.shared.global" in ptx and f"cp.async.wait_group {stages - 3}" in ptx
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+@pytest.mark.parametrize("n, bf16, linear", [(1, False, True), (8, True, False), (16, False, False), (3, True, True)])
+def test_row_kernel(cc, n, bf16, linear):
+    ptx, report = rows(cc, n, bf16, linear)
+    assert "ld.global.v4.u32" in ptx or "ld.global.nc.v4.u32" in ptx
+    assert ptx.count("shfl.sync.bfly") == 5 * n
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report

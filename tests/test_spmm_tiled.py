@@ -1,0 +1,175 @@
+"""TiledCSL keeps its invariants, and gpu/spmm_tiled.py equals reference/spmm_tiled.py under the simulator.
+
+Both kernels: rows (``tile = (1, TK)``, CUDA cores) and tiles (``TM >= 16``, tensor cores, the MMA
+fallbacks of gpu/mma.py standing in), float16 and bfloat16, ``B`` row-major and the linear-layer form,
+``N`` from 1 to 17 (the B copy by 16-byte chunks and element by element), split K over 1 to 3 blocks, with
+empty tiles, padding words and edges that cut tiles.
+
+Tolerance: products of two 16-bit floats are exact in float32; the kernel and the reference add them in
+float32 in different orders (each within ``K * u32 * (|A| @ |B|)`` of the exact sum, Higham eq. 3.5), then
+each rounds once to the 16-bit dtype (half an ulp of ``|C|`` each) or underflows (the smallest subnormal).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu import spmm_tiled as gt
+from reference import spmm_tiled as rt
+from sparsekit.formats import CSR, TiledCSL
+from strategies import dense_arrays
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+HALVES = [np.dtype(np.float16), BF16]
+U32 = 2.0 ** -24
+
+
+def assert_close(got, want, a_dense, b):
+    """``got`` vs ``want`` (both ``a_dense @ b`` rounded once to the 16-bit dtype; ``b`` is ``K x N``)."""
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    info = ml_dtypes.finfo(want.dtype)
+    a64, b64 = a_dense.astype(np.float64), b.astype(np.float64)
+    exact = a64 @ b64
+    bound = (2 * a_dense.shape[1] * U32 * (np.abs(a64) @ np.abs(b64)) + float(info.eps) * np.abs(exact)
+             + float(info.smallest_subnormal))
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert (err <= bound).all(), f"max excess error {np.max(err - bound):.3g}"
+
+
+@st.composite
+def sparse_halves(draw, *, max_rows=40, max_cols=80):
+    """A float16 or bfloat16 dense matrix with a random pattern (empty rows and tiles likely)."""
+    dtype = draw(st.sampled_from(HALVES))
+    m, k = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    keep = rng.random((m, k)) < draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
+    values = draw(dense_arrays((m, k), dtype=np.float32)).astype(dtype)
+    return np.where(keep, values, np.zeros((), dtype)).astype(dtype)
+
+
+def row_tile(k: int) -> tuple[int, int]:
+    return 1, 1 << max(k - 1, 1).bit_length()
+
+
+TILES = [(16, 16), (16, 32), (32, 16), (2, 8), (1, 128)]
+
+
+@given(w=sparse_halves(), tile=st.sampled_from(TILES))
+def test_round_trip(w, tile):
+    a = TiledCSL.from_dense(w, tile=tile)
+    a.validate(full=True)
+    assert a.dtype == w.dtype and a.nnz == np.count_nonzero(w != 0)
+    assert (a.to_dense().view(np.uint16) == w.view(np.uint16)).all()
+    assert (a.mask() == (w != 0)).all()
+    assert (np.diff(a.offsets) % 4 == 0).all()
+    assert a.nbytes().total == 4 * a.words.size + a.offsets.nbytes
+    csr = CSR.from_dense(w.astype(np.float32)) if w.dtype == BF16 else CSR.from_dense(w)
+    if w.dtype == np.float16:
+        same = TiledCSL.from_csr(csr, tile=tile)
+        assert (same.words == a.words).all() and (same.offsets == a.offsets).all()
+
+
+def test_mask_keeps_explicit_zeros():
+    w = np.array([[0.0, 1.0], [2.0, 0.0]], dtype=np.float16)
+    mask = np.array([[True, True], [False, False]])
+    a = TiledCSL.from_dense(w, mask, tile=(16, 16))
+    assert a.nnz == 2 and (a.mask() == mask).all() and (a.to_dense() == np.where(mask, w, 0)).all()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: (a.words.copy(), a.offsets[:-1].copy()), "offsets: expected shape"),
+    (lambda a: (a.words[:-1].copy(), a.offsets.copy()), "offsets: should start at 0 and end"),
+    (lambda a: (a.words.astype(np.int64), a.offsets.copy()), "words: dtype"),
+])
+def test_bad_structure_refused(change, message):
+    a = TiledCSL.from_dense(np.eye(20, dtype=np.float16), tile=(16, 16))
+    words, offsets = change(a)
+    with pytest.raises((ValueError, TypeError), match=message):
+        TiledCSL(words, offsets, a.shape, a.tile, a.value_dtype)
+
+
+def test_full_validation_finds_bad_entries():
+    a = TiledCSL.from_dense(np.eye(20, dtype=np.float16), tile=(16, 16))
+    outside = a.words.copy()
+    outside[a.offsets[3]] = np.uint32((15 * 16 + 15) << 16) | np.uint32(0x3C00)   # row 31 of a 20-row matrix
+    with pytest.raises(ValueError, match="outside"):
+        TiledCSL(outside, a.offsets, a.shape, a.tile, a.value_dtype).validate(full=True)
+    unsorted = a.words.copy()
+    unsorted[[0, 1]] = unsorted[[1, 0]]
+    with pytest.raises(ValueError, match="ascend"):
+        TiledCSL(unsorted, a.offsets, a.shape, a.tile, a.value_dtype).validate(full=True)
+    nan = a.words.copy()
+    nan[0] = (nan[0] & np.uint32(0xFFFF0000)) | np.uint32(0x7E00)
+    with pytest.raises(ValueError, match="finite"):
+        TiledCSL(nan, a.offsets, a.shape, a.tile, a.value_dtype).validate(full=True)
+    with pytest.raises(ValueError, match="65536"):
+        TiledCSL.from_dense(np.eye(4, dtype=np.float16), tile=(256, 256))
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        TiledCSL.from_dense(np.eye(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="twice"):
+        TiledCSL.from_coords([0, 0], [1, 1], np.ones(2, np.float16), (2, 2))
+
+
+def run(a, b, linear, **tunables):
+    if linear:
+        return gt.spmm_tiled_linear(a, np.ascontiguousarray(b.T), **tunables), rt.spmm_tiled_linear(a, b.T)
+    return gt.spmm_tiled(a, b, **tunables), rt.spmm_tiled(a, b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), w=sparse_halves(max_rows=24, max_cols=72), linear=st.booleans(),
+       tile=st.sampled_from([(16, 16), (16, 32), (32, 16), None]))
+def test_matches_reference(data, w, linear, tile):
+    n = data.draw(st.sampled_from([1, 3, 8, 16, 17]) if tile is None else st.sampled_from([1, 5, 8, 16]))
+    b = data.draw(dense_arrays((w.shape[1], n), dtype=np.float32)).astype(w.dtype)
+    a = TiledCSL.from_dense(w, tile=row_tile(w.shape[1]) if tile is None else tile)
+    splits = data.draw(st.integers(1, 3))
+    got, want = run(a, b, linear, splits=splits)
+    if linear:
+        got, want = got.T, want.T
+    assert_close(got, want, w, b)
+
+
+@pytest.mark.parametrize("stages", [3, 5])
+def test_pipeline_over_many_tiles(stages):
+    """Eleven tiles a row of tiles: the copy ring wraps several times; the last tile is cut at K."""
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((20, 170)) * (rng.random((20, 170)) < 0.3)).astype(np.float16)
+    b = rng.standard_normal((170, 8)).astype(np.float16)
+    a = TiledCSL.from_dense(w, tile=(16, 16))
+    for linear in (False, True):
+        got, want = run(a, b, linear, stages=stages, splits=1)
+        assert_close(got.T if linear else got, want.T if linear else want, w, b)
+
+
+def test_prepared_weight_is_reused():
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((18, 40)) * (rng.random((18, 40)) < 0.5)).astype(BF16)
+    dev = gt.prepare(TiledCSL.from_dense(w, tile=row_tile(40)))
+    for n in (1, 4):
+        b = rng.standard_normal((40, n)).astype(BF16)
+        assert_close(gt.spmm_tiled(dev, b), rt.spmm_tiled(dev.host, b), w, b)
+
+
+def test_bad_operands_refused():
+    a = TiledCSL.from_dense(np.eye(16, dtype=np.float16), tile=(16, 16))
+    with pytest.raises(ValueError, match=r"b: expected shape \(16, N\)"):
+        gt.spmm_tiled(a, np.ones((15, 2), np.float16))
+    with pytest.raises(TypeError, match="b: dtype"):
+        gt.spmm_tiled(a, np.ones((16, 2), np.float32))
+    with pytest.raises(ValueError, match="N = 65"):
+        gt.spmm_tiled(a, np.ones((16, 65), np.float16))
+    with pytest.raises(ValueError, match=r"x: expected shape \(N, 16\)"):
+        gt.spmm_tiled_linear(a, np.ones((2, 15), np.float16))
+    with pytest.raises(ValueError, match="splits"):
+        gt.spmm_tiled(a, np.ones((16, 2), np.float16), splits=0)
+    with pytest.raises(ValueError, match="a.tile"):
+        gt.prepare(TiledCSL.from_dense(np.eye(16, dtype=np.float16), tile=(24, 16)))
+    with pytest.raises(ValueError, match="span the columns"):
+        gt.prepare(TiledCSL.from_dense(np.eye(16, dtype=np.float16), tile=(1, 8)))
+    with pytest.raises(TypeError, match="TiledCSL"):
+        gt.prepare(np.eye(4))
