@@ -1342,6 +1342,22 @@ class TiledCSL(_Format):
         rows, cols = np.nonzero(mask)
         return cls.from_coords(rows, cols, dense[rows, cols], dense.shape, tile=tile)
 
+    @staticmethod
+    def row_tile(cols: int) -> tuple[int, int]:
+        """The tile ``(1, TK)`` that holds a whole row of ``cols`` columns (``TK`` a power of two): the
+        layout of the row kernel of ``gpu/spmm_tiled.py``."""
+        return 1, 1 << max(int(cols) - 1, 1).bit_length()
+
+    @classmethod
+    def from_ell(cls, ell, *, tile=None) -> "TiledCSL":
+        """The entries of a float16/bfloat16 :class:`ELL` (default tile: :meth:`row_tile`)."""
+        if not isinstance(ell, ELL):
+            raise TypeError(f"ell: expected an ELL, got {type(ell).__name__}")
+        m, kp = ell.values.shape
+        tile = cls.row_tile(ell.shape[1]) if tile is None else tile
+        return cls.from_coords(np.repeat(np.arange(m), kp), ell.indices.ravel(), ell.values.ravel(), ell.shape,
+                               tile=tile)
+
     @classmethod
     def from_csr(cls, csr, *, tile=(64, 64)) -> "TiledCSL":
         """The entries of a :class:`CSR` (or any format with ``to_csr``) of float16/bfloat16 values."""

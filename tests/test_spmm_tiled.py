@@ -51,10 +51,6 @@ def sparse_halves(draw, *, max_rows=40, max_cols=80):
     return np.where(keep, values, np.zeros((), dtype)).astype(dtype)
 
 
-def row_tile(k: int) -> tuple[int, int]:
-    return 1, 1 << max(k - 1, 1).bit_length()
-
-
 TILES = [(16, 16), (16, 32), (32, 16), (2, 8), (1, 128)]
 
 
@@ -71,6 +67,14 @@ def test_round_trip(w, tile):
     if w.dtype == np.float16:
         same = TiledCSL.from_csr(csr, tile=tile)
         assert (same.words == a.words).all() and (same.offsets == a.offsets).all()
+
+
+def test_from_ell_is_the_row_layout():
+    from sparsekit.formats import ELL
+    w = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 4.0]], dtype=np.float16)
+    a = TiledCSL.from_ell(ELL.from_dense(w, index_dtype=np.int16))
+    assert a.tile == (1, 4) and (a.to_dense() == w).all()
+    assert [hex(int(x)) for x in a.words[:2]] == ["0x3c00", "0x24000"]     # 1.0 at column 0, 2.0 at column 2
 
 
 def test_mask_keeps_explicit_zeros():
@@ -126,7 +130,7 @@ def run(a, b, linear, **tunables):
 def test_matches_reference(data, w, linear, tile):
     n = data.draw(st.sampled_from([1, 3, 8, 16, 17]) if tile is None else st.sampled_from([1, 5, 8, 16]))
     b = data.draw(dense_arrays((w.shape[1], n), dtype=np.float32)).astype(w.dtype)
-    a = TiledCSL.from_dense(w, tile=row_tile(w.shape[1]) if tile is None else tile)
+    a = TiledCSL.from_dense(w, tile=TiledCSL.row_tile(w.shape[1]) if tile is None else tile)
     splits = data.draw(st.integers(1, 3))
     got, want = run(a, b, linear, splits=splits)
     if linear:
@@ -149,7 +153,7 @@ def test_pipeline_over_many_tiles(stages):
 def test_prepared_weight_is_reused():
     rng = np.random.default_rng(1)
     w = (rng.standard_normal((18, 40)) * (rng.random((18, 40)) < 0.5)).astype(BF16)
-    dev = gt.prepare(TiledCSL.from_dense(w, tile=row_tile(40)))
+    dev = gt.prepare(TiledCSL.from_dense(w, tile=TiledCSL.row_tile(40)))
     for n in (1, 4):
         b = rng.standard_normal((40, n)).astype(BF16)
         assert_close(gt.spmm_tiled(dev, b), rt.spmm_tiled(dev.host, b), w, b)

@@ -1,0 +1,69 @@
+"""``sparsekit bench uspmm-decode``: uniform-sparse half-precision SpMM at LLM decode shapes vs dense cuBLAS.
+
+    sparsekit bench uspmm-decode --quick
+    sparsekit bench uspmm-decode --dtype bfloat16 --out results/
+
+Times the row kernel of ``gpu/spmm_tiled.py`` on 4096x4096, 14336x4096 and 4096x14336 weights pruned
+uniformly to 50-90 %, N = 1 to 64, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR (PyTorch); prints
+the table and the crossover (largest N faster than dense), writes ``uspmm_decode.json`` and a plot to
+``--out``. Needs a GPU and PyTorch.
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def _sparsity(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
+    return v
+
+
+def add_bench(bench_subparsers) -> None:
+    p = bench_subparsers.add_parser("uspmm-decode", help="uniform-sparse fp16/bf16 SpMM at LLM decode shapes against "
+                                                         "dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE",
+                                    description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one shape, three sparsities, N in 1, 8, 16")
+    p.add_argument("--dtype", choices=["float16", "bfloat16", "both"], default="both",
+                   help="value dtype (default: %(default)s)")
+    p.add_argument("--sparsity", type=_sparsity, nargs="+", default=None,
+                   help="sparsities to run (default: 0.5 0.6 0.7 0.8 0.9; --quick 0.5 0.8 0.9)")
+    p.add_argument("--out", default="uspmm-decode-out", help="folder for the JSON record and the plot "
+                                                              "(default: %(default)s)")
+    p.set_defaults(func=cmd_bench_uspmm_decode)
+
+
+def cmd_bench_uspmm_decode(args) -> int:
+    from pathlib import Path
+
+    from sparsekit.backend import choose_backend
+
+    if choose_backend() != "gpu":
+        print("sparsekit bench uspmm-decode: needs a CUDA GPU (timings on the simulator would mean nothing)")
+        return 2
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("sparsekit bench uspmm-decode: needs PyTorch for the baselines (pip install -e '.[bench]')")
+        return 2
+    from experiments import bench_uspmm_decode as bench
+    from sparsekit.experiment import markdown_table
+
+    shapes, sps, ns = ((bench.QUICK_SHAPES, bench.QUICK_SPARSITIES, bench.QUICK_NS) if args.quick
+                       else (bench.SHAPES, bench.SPARSITIES, bench.NS))
+    sps = args.sparsity or sps
+    dtypes = bench.DTYPES if args.dtype == "both" else [args.dtype]
+    records, bandwidth = bench.sweep(shapes, sps, ns, dtypes)
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s\n")
+    print(markdown_table(records))
+    print("\nLargest N at which the sparse product beats dense:\n")
+    print(markdown_table(bench.crossover(records)))
+    command = (f"sparsekit bench uspmm-decode{' --quick' if args.quick else ''} --dtype {args.dtype}"
+               + (" --sparsity " + " ".join(map(str, args.sparsity)) if args.sparsity else ""))
+    bench.write_results(records, bandwidth, Path(args.out), command)
+    print(f"\nwrote {args.out}/uspmm_decode.json and uspmm_decode.png")
+    return 0 if all(r["correct"] for r in records) else 1
