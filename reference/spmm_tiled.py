@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.spmm import check_rhs
+from sparsekit.checks import check_array
 
 __all__ = ["spmm_tiled", "spmm_tiled_linear"]
 
 
 def spmm_tiled(a, b: np.ndarray) -> np.ndarray:
     """``C = A @ b`` (``M x N``, C-contiguous, in ``b.dtype``) for a TiledCSL ``A`` and a dense ``b``."""
-    check_rhs(b, shape=a.shape, dtype=a.dtype)
+    _check(b, a, "b", rows=0)
     c = a.to_dense().astype(np.float32) @ b.astype(np.float32)
     return np.ascontiguousarray(c.astype(a.dtype))
 
 
 def spmm_tiled_linear(a, x: np.ndarray) -> np.ndarray:
     """``Y = x @ A^T`` (``N x M``) for a TiledCSL weight ``A`` (``M x K``) and ``x`` (``N x K``): a linear layer."""
-    check_rhs(x.T, shape=a.shape, dtype=a.dtype, name="x")
+    _check(x, a, "x", rows=1)
     y = x.astype(np.float32) @ a.to_dense().astype(np.float32).T
     return np.ascontiguousarray(y.astype(a.dtype))
+
+
+def _check(b, a, name: str, rows: int) -> None:
+    """``b`` is 2-D, of ``a``'s dtype, with ``K`` along axis ``rows``."""
+    check_array(b, name, ndim=2, dtypes=(a.dtype,))
+    if b.shape[rows] != a.shape[1]:
+        want = f"({a.shape[1]}, N)" if rows == 0 else f"(N, {a.shape[1]})"
+        raise ValueError(f"{name}: expected shape {want} to multiply a {a.shape[0]}x{a.shape[1]} matrix, "
+                         f"got {b.shape}")

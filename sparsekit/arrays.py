@@ -29,6 +29,12 @@ Validation (dtype, rank, shape, contiguity) happens before any copy and never
 casts or reorders: a wrong dtype is a ``TypeError``, a wrong rank, shape or
 memory order a ``ValueError``, each naming the argument.
 
+bfloat16 (:data:`BFLOAT16`, ``ml_dtypes.bfloat16`` in NumPy, ``torch.bfloat16``) has no Numba type and
+PyTorch exports no bfloat16 through ``__cuda_array_interface__``: dtypes are checked as bfloat16, and the
+kernel gets the same memory as uint16 bit patterns (:func:`kernel_dtype`); :func:`output` allocates
+bfloat16 arrays the same way and :func:`result` gives NumPy bfloat16 arrays and ``torch.bfloat16`` tensors
+back.
+
 Streams: kernels are launched on Numba's default stream, the CUDA legacy
 default stream, which is ordered after all prior work on blocking streams.
 A ``__cuda_array_interface__`` that names the legacy default stream (``1``,
@@ -89,11 +95,21 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 from numba import cuda
 
 __all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
-           "POOL_KEEP_BYTES"]
+           "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype"]
+
+#: NumPy's bfloat16 (``ml_dtypes``): 8 exponent bits like float32, 7 mantissa bits.
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+_UINT16 = np.dtype(np.uint16)
+
+
+def kernel_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype a kernel sees for data of ``dtype``: uint16 bit patterns for bfloat16, else ``dtype``."""
+    return _UINT16 if dtype == BFLOAT16 else dtype
 
 _ORDERS = ("C", "F", None)
 
@@ -329,10 +345,11 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     """
     if type(x) is np.ndarray or isinstance(x, np.ndarray):
         _check(name, x.dtype, x.shape, x.strides, x.itemsize, dtypes, ndim, shape, order)
+        bits = x.view(_UINT16) if x.dtype == BFLOAT16 else x
         if order is None and not (x.flags.c_contiguous or x.flags.f_contiguous):
             # Any layout is allowed and the data is copied anyway: copy a gapped view packed.
-            return Operand(_prime(cuda.to_device(np.ascontiguousarray(x))), "numpy", x)
-        return Operand(_prime(cuda.to_device(x)), "numpy", x)
+            return Operand(_prime(cuda.to_device(np.ascontiguousarray(bits))), "numpy", x)
+        return Operand(_prime(cuda.to_device(bits)), "numpy", x)
     if getattr(x, "__cuda_ndarray__", False):  # Numba device array (or simulator array)
         _check(name, x.dtype, x.shape, x.strides, x.dtype.itemsize, dtypes, ndim, shape, order)
         return Operand(x, "numba", x)
@@ -340,7 +357,7 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
     if read is not None:
         ptr, dims, strides, dtype = read(x, name)
         _check(name, dtype, dims, strides, dtype.itemsize, dtypes, ndim, shape, order)
-        return Operand(_view(ptr, dims, strides, dtype, x), "cai", x)
+        return Operand(_view(ptr, dims, strides, kernel_dtype(dtype), x), "cai", x)
     desc = getattr(x, "__cuda_array_interface__", None)
     if desc is None:
         raise TypeError(f"{name}: expected a numpy.ndarray, a Numba device array or an object "
@@ -440,7 +457,8 @@ def _c_strides(shape, itemsize):
 def _torch_dtype(torch, dtype: np.dtype):
     tdt = _TORCH_DTYPES.get(dtype)
     if tdt is None:
-        tdt = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+        tdt = _TORCH_DTYPES[dtype] = (torch.bfloat16 if dtype == BFLOAT16
+                                      else torch.from_numpy(np.empty(0, dtype)).dtype)
     return tdt
 
 
@@ -486,8 +504,8 @@ def output(shape, dtype, *, like: Operand, order: str = "C"):
         if alloc is not None:
             obj, ptr = alloc(sys.modules[lib], shape, dtype, order, like.source)
             if ptr:
-                return _view(ptr, shape, _strides(shape, dtype, order), dtype, obj)
-    return _pooled(shape, dtype, order)
+                return _view(ptr, shape, _strides(shape, dtype, order), kernel_dtype(dtype), obj)
+    return _pooled(shape, kernel_dtype(dtype), order)
 
 
 def _strides(shape: tuple, dtype: np.dtype, order: str):
@@ -648,7 +666,7 @@ def _direct_reader(kind: type):
         torch = sys.modules["torch"]
         if not _NUMPY_OF_TORCH:
             for d in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-                      np.uint8, np.bool_, np.complex64, np.complex128):
+                      np.uint8, np.bool_, np.complex64, np.complex128, BFLOAT16):
                 _NUMPY_OF_TORCH[_torch_dtype(torch, np.dtype(d))] = np.dtype(d)
         reader = _torch_direct
     elif lib == "cupy" and kind is sys.modules["cupy"].ndarray:
@@ -672,7 +690,14 @@ def _owner_if_whole(dev, src, lib):
 def _same_dtype(owner, dev, lib):
     if lib == "cupy":
         return owner.dtype == dev.dtype
-    return _torch_dtype(sys.modules["torch"], dev.dtype) == owner.dtype
+    torch = sys.modules["torch"]
+    return _torch_dtype(torch, dev.dtype) == owner.dtype or (owner.dtype == torch.bfloat16 and dev.dtype == _UINT16)
+
+
+def _is_bfloat16(x) -> bool:
+    """Whether the NumPy array or tensor ``x`` holds bfloat16 (a kernel had its bits as uint16)."""
+    d = getattr(x, "dtype", None)
+    return d == BFLOAT16 if isinstance(d, np.dtype) else str(d) == "torch.bfloat16"
 
 
 def result(dev, *, like: Operand):
@@ -687,8 +712,10 @@ def result(dev, *, like: Operand):
     ``__cuda_array_interface__``).
     """
     kind = like.kind
+    bits_of_bf16 = dev.dtype == _UINT16 and _is_bfloat16(like.source)
     if kind == "numpy":
-        return dev.copy_to_host()
+        host = dev.copy_to_host()
+        return host.view(BFLOAT16) if bits_of_bf16 else host
     if kind == "numba":
         return dev
     src = like.source
@@ -699,5 +726,6 @@ def result(dev, *, like: Operand):
     if owner is not None:
         return owner
     if lib == "torch":
-        return sys.modules["torch"].as_tensor(dev, device=src.device)
+        t = sys.modules["torch"].as_tensor(dev, device=src.device)
+        return t.view(src.dtype) if bits_of_bf16 else t
     return sys.modules["cupy"].asarray(dev)
