@@ -361,7 +361,7 @@ def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
             ch += 32 * unroll
         for j in range(n):
             total = warp_sum(acc[j])
-            if lane == j:
+            if lane == j % 32:                         # every lane has the sum: lane j % 32 writes it
                 if linear:
                     at = j * m + row
                 else:

@@ -150,6 +150,17 @@ def test_pipeline_over_many_tiles(stages):
         assert_close(got.T if linear else got, want.T if linear else want, w, b)
 
 
+def test_rows_wider_than_a_warp():
+    """N = 40: the row kernel's lanes write columns j and j + 32 of C."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((5, 24)) * (rng.random((5, 24)) < 0.5)).astype(np.float16)
+    b = rng.standard_normal((24, 40)).astype(np.float16)
+    a = TiledCSL.from_dense(w, tile=TiledCSL.row_tile(24))
+    for linear in (False, True):
+        got, want = run(a, b, linear)
+        assert_close(got.T if linear else got, want.T if linear else want, w, b)
+
+
 def test_prepared_weight_is_reused():
     rng = np.random.default_rng(1)
     w = (rng.standard_normal((18, 40)) * (rng.random((18, 40)) < 0.5)).astype(BF16)
