@@ -8,7 +8,10 @@ Each format is a small frozen dataclass of NumPy arrays plus the logical
   (index ranges, sortedness, duplicates, finite values). Messages name the
   array, the rule and what was found, e.g.
   ``"indptr: length should be 5 (rows + 1), got 4"``. Validators never modify
-  what they check. Every constructor runs the cheap checks.
+  what they check. Every constructor runs the cheap checks; ``to_dense``,
+  ``mask``, ``to_scipy`` and ``to_csr`` run the full scan of the index data
+  first (a negative, out-of-range or repeated index is a ``ValueError``, never
+  a wrapped or overwritten entry).
 * ``from_dense(dense, mask=None, ...)``: ``mask`` (boolean, the shape of
   ``dense``) selects the stored entries; by default ``dense != 0``. An entry
   the mask keeps is stored even when it is zero (an *explicit zero*), and an
@@ -249,6 +252,15 @@ class _Format:
         """
         raise NotImplementedError
 
+    def _check_stored_indices(self) -> None:
+        """The full scan of the index data (ranges, order, no duplicates), without the values.
+
+        ``to_dense``, ``mask``, ``to_scipy`` and ``to_csr`` run it before they index with the
+        stored indices, so a bad index raises a ``ValueError`` naming the array, the rule and
+        the value instead of wrapping around (a negative index) or overwriting (a duplicate).
+        """
+        raise NotImplementedError
+
     def to_dense(self) -> np.ndarray:
         """The dense (rows, cols) matrix, C order, in the value dtype; unstored entries are 0."""
         raise NotImplementedError
@@ -384,12 +396,14 @@ class CSR(_Format):
             raise ValueError(f"indices: length should equal len(data) = {len(self.data)}, "
                              f"got {len(self.indices)}")
         _check_indptr(self.indptr, m, len(self.indices), "rows")
-        if not full:
-            return
+        if full:
+            self._check_stored_indices()
+            check_array(self.data, "data", finite=True)
+
+    def _check_stored_indices(self) -> None:
         _check_indptr_full(self.indptr)
-        check_indices(self.indices, "indices", k)
+        check_indices(self.indices, "indices", self.shape[1])
         _check_ascending_segments(self.indices, self._rows(), "indices", "row")
-        check_array(self.data, "data", finite=True)
 
     def _index_arrays(self):
         return (self.indptr, self.indices)
@@ -434,16 +448,19 @@ class CSR(_Format):
         return cls(indptr, cols.astype(idt), dense[rows, cols], dense.shape)
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         out[self._rows(), self.indices] = self.data
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         out[self._rows(), self.indices] = True
         return out
 
     def to_csr(self, *, index_dtype=None) -> "CSR":
+        self._check_stored_indices()
         if index_dtype is None or np.dtype(index_dtype) == self.indices.dtype:
             return self
         return super().to_csr(index_dtype=index_dtype)
@@ -462,6 +479,7 @@ class CSR(_Format):
         """A ``scipy.sparse.csr_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
         import scipy.sparse as sp
 
+        self._check_stored_indices()
         return sp.csr_array((_scipy_values(self.data, dtype), self.indices.copy(), self.indptr.copy()),
                             shape=self.shape)
 
@@ -508,8 +526,12 @@ class COO(_Format):
         for name, arr in (("row", self.row), ("col", self.col)):
             if len(arr) != len(self.data):
                 raise ValueError(f"{name}: length should equal len(data) = {len(self.data)}, got {len(arr)}")
-        if not full:
-            return
+        if full:
+            self._check_stored_indices()
+            check_array(self.data, "data", finite=True)
+
+    def _check_stored_indices(self) -> None:
+        m, k = self.shape
         check_indices(self.row, "row", m)
         check_indices(self.col, "col", k)
         lin = self.row.astype(np.int64) * k + self.col
@@ -519,7 +541,6 @@ class COO(_Format):
             raise ValueError(f"row, col: entries should be sorted row-major with no duplicates, entry {i} "
                              f"is ({self.row[i]}, {self.col[i]}) and entry {i + 1} is "
                              f"({self.row[i + 1]}, {self.col[i + 1]})")
-        check_array(self.data, "data", finite=True)
 
     def _index_arrays(self):
         return (self.row, self.col)
@@ -553,11 +574,13 @@ class COO(_Format):
         return cls(rows.astype(idt), cols.astype(idt), dense[rows, cols], dense.shape)
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         out[self.row, self.col] = self.data
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         out[self.row, self.col] = True
         return out
@@ -574,6 +597,7 @@ class COO(_Format):
         """A ``scipy.sparse.coo_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
         import scipy.sparse as sp
 
+        self._check_stored_indices()
         return sp.coo_array((_scipy_values(self.data, dtype), (self.row.copy(), self.col.copy())),
                             shape=self.shape)
 
@@ -658,11 +682,13 @@ class ELL(_Format):
                 raise ValueError(f"{name}: should be Fortran-ordered (column-major, the paper's "
                                  f"ell layout; use np.asfortranarray), got a non-F-contiguous array")
         _fits(self.indices, "indices", k, "columns")
-        if not full:
-            return
-        check_indices(self.indices, "indices", k)
+        if full:
+            self._check_stored_indices()
+            check_array(self.values, "values", finite=True)
+
+    def _check_stored_indices(self) -> None:
+        check_indices(self.indices, "indices", self.shape[1])
         _check_ascending_rows(self.indices, "indices", "row")
-        check_array(self.values, "values", finite=True)
 
     def _index_arrays(self):
         return (self.indices,)
@@ -710,16 +736,19 @@ class ELL(_Format):
         return cls(values, indices, (m, k))
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         out[np.arange(self.shape[0])[:, None], self.indices] = self.values
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         out[np.arange(self.shape[0])[:, None], self.indices] = True
         return out
 
     def to_csr(self, *, index_dtype=None) -> CSR:
+        self._check_stored_indices()
         idt = self.indices.dtype if index_dtype is None else _index_dtype(index_dtype, INDEX_DTYPES)
         m, kp = self.values.shape
         indptr = (np.arange(m + 1, dtype=_ptr_dtype(idt, m * kp)) * kp)
@@ -788,11 +817,13 @@ class BlockedELL(_Format):
             raise ValueError(f"indices: blocks per block row should be at most {k // b} "
                              f"(shape[1] / block), got {self.kb}")
         _fits(self.indices, "indices", k // b, "block columns")
-        if not full:
-            return
-        check_indices(self.indices, "indices", k // b)
+        if full:
+            self._check_stored_indices()
+            check_array(self.values, "values", finite=True)
+
+    def _check_stored_indices(self) -> None:
+        check_indices(self.indices, "indices", self.shape[1] // self.block)
         _check_ascending_rows(self.indices, "indices", "block row")
-        check_array(self.values, "values", finite=True)
 
     def _index_arrays(self):
         return (self.indices,)
@@ -848,11 +879,13 @@ class BlockedELL(_Format):
         return cls(values, cols.astype(idt).reshape(m // b, kb), (m, k), b)
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         _tiles(out, self.block, self.block)[np.arange(self.indices.shape[0])[:, None], self.indices] = self.values
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         _tiles(out, self.block, self.block)[np.arange(self.indices.shape[0])[:, None], self.indices] = True
         return out
@@ -915,8 +948,13 @@ class NM(_Format):
         width = k // m * n
         check_array(self.values, "values", ndim=2, shape=(rows, width))
         check_array(self.positions, "positions", ndim=2, dtypes=(np.uint8,), shape=(rows, width))
-        if not full:
-            return
+        if full:
+            self._check_stored_indices()
+            check_array(self.values, "values", finite=True)
+
+    def _check_stored_indices(self) -> None:
+        rows, k = self.shape
+        n, m = self.n, self.m
         if self.positions.size and int(self.positions.max()) >= m:
             raise ValueError(f"positions: must lie in [0, m) = [0, {m}), found {int(self.positions.max())}")
         grouped = self.positions.reshape(rows * (k // m), n)
@@ -926,7 +964,6 @@ class NM(_Format):
             r, g = divmod(gi, k // m)
             raise ValueError(f"positions: should be strictly increasing within each group (sorted, no "
                              f"duplicates), row {r} group {g} has {grouped[gi, c]} then {grouped[gi, c + 1]}")
-        check_array(self.values, "values", finite=True)
 
     def _index_arrays(self):
         return (self.positions,)
@@ -1001,11 +1038,13 @@ class NM(_Format):
         return cls(values, pos.astype(np.uint8).reshape(rows, groups * n), (rows, k), n, m)
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         out[np.arange(self.shape[0])[:, None], self._columns()] = self.values
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         out[np.arange(self.shape[0])[:, None], self._columns()] = True
         return out
@@ -1071,13 +1110,14 @@ class BSR(_Format):
         check_array(self.data, "data", ndim=3, shape=(len(self.indices), br, bc))
         _fits(self.indices, "indices", k // bc, "block columns")
         _check_indptr(self.indptr, m // br, len(self.indices), "block rows")
-        if not full:
-            return
+        if full:
+            self._check_stored_indices()
+            check_array(self.data, "data", finite=True)
+
+    def _check_stored_indices(self) -> None:
         _check_indptr_full(self.indptr)
-        check_indices(self.indices, "indices", k // bc)
-        brows = np.repeat(np.arange(m // br), np.diff(self.indptr))
-        _check_ascending_segments(self.indices, brows, "indices", "block row")
-        check_array(self.data, "data", finite=True)
+        check_indices(self.indices, "indices", self.shape[1] // self.blocksize[1])
+        _check_ascending_segments(self.indices, self._block_rows(), "indices", "block row")
 
     def _index_arrays(self):
         return (self.indptr, self.indices)
@@ -1128,11 +1168,13 @@ class BSR(_Format):
         return np.repeat(np.arange(self.shape[0] // self.blocksize[0]), np.diff(self.indptr))
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=self.dtype)
         _tiles(out, *self.blocksize)[self._block_rows(), self.indices] = self.data
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         out = np.zeros(self.shape, dtype=bool)
         _tiles(out, *self.blocksize)[self._block_rows(), self.indices] = True
         return out
@@ -1158,6 +1200,7 @@ class BSR(_Format):
         """A ``scipy.sparse.bsr_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""
         import scipy.sparse as sp
 
+        self._check_stored_indices()
         return sp.bsr_array((_scipy_values(self.data, dtype), self.indices.copy(), self.indptr.copy()),
                             shape=self.shape, blocksize=self.blocksize)
 

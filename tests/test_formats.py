@@ -536,6 +536,41 @@ def test_validate_rules(make, field, bad, full, message):
             type(x)(**kwargs)
 
 
+#: The full-scan corruptions of the index data (not of the values): every conversion that indexes with them refuses.
+INDEX_CORRUPTIONS = [c for c in CORRUPTIONS if c[3] and "finite" not in c[4]]
+
+
+@pytest.mark.parametrize("make, field, bad, full, message", INDEX_CORRUPTIONS,
+                         ids=[f"{c[0].__name__[1:]}-{c[1]}-{i}" for i, c in enumerate(INDEX_CORRUPTIONS)])
+def test_conversions_refuse_bad_stored_indices(make, field, bad, full, message):
+    """A negative, out-of-range, unsorted or repeated stored index never wraps, overwrites or reaches SciPy."""
+    x = make()
+    object.__setattr__(x, field, bad(getattr(x, field)) if callable(bad) else bad)
+    before = snapshot(x)
+    calls = [x.to_dense, x.mask, x.to_csr, lambda: x.to_csr(index_dtype=np.int64), lambda: convert(x, COO)]
+    if hasattr(x, "to_scipy"):
+        calls.append(lambda: x.to_scipy(dtype=np.float64))
+    for call in calls:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert_unchanged(x, before)
+
+
+@pytest.mark.parametrize("column", [-1, 3, 1000])
+def test_csr_column_outside_the_matrix_is_refused_before_scipy(column):
+    x = CSR(_i(0, 1), _i(column), np.array([5.0]), (1, 3))
+    with pytest.raises(ValueError, match=rf"indices: indices must lie in \[0, 3\), found {column}"):
+        x.to_scipy()
+    with pytest.raises(ValueError, match=rf"found {column}"):
+        x.to_dense()
+
+
+def test_duplicate_coo_entry_is_refused_not_overwritten():
+    x = COO(_i(0, 0), _i(1, 1), np.array([2.0, 3.0]), (1, 3))
+    with pytest.raises(ValueError, match=r"no duplicates, entry 0 is \(0, 1\) and entry 1 is \(0, 1\)"):
+        x.to_dense()
+
+
 def test_constructor_checks_shape_arguments():
     with pytest.raises(ValueError, match=r"shape: expected a tuple of two non-negative integers, got \(2, -1\)"):
         CSR(_i(0, 0, 0), _i(), np.zeros(0), (2, -1))
