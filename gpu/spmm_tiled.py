@@ -37,8 +37,7 @@ from gpu.inline import inlined
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
                      mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
                      widen_f16)
-from gpu.uspmm import SMEM_ALIGN, _launch
-from gpu.uspmm_tc import SHARED_OPTIN, STATIC_LIMIT, _DynamicShared, _opt_in
+from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, DynamicShared, launch, opt_in
 from gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_int
@@ -469,7 +468,7 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     if dev.host.tile[0] == 1:
         kernel = _row_kernel(n, dev.dtype.name == "bfloat16", linear, ROW_UNROLL if unroll is None else unroll)
         args = (dev.words, dev.offsets, bits, bits.view(np.uint32) if bits.size % 2 == 0 else bits, cflat, m, k)
-        _launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"tile={dev.host.tile}")
+        launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"tile={dev.host.tile}")
         return result(c, like=bop)
     splits = default_splits(dev) if splits is None else check_int(splits, "splits", minimum=1)
     splits = min(splits, dev.host.grid[1])
@@ -485,8 +484,8 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     if nbytes > SHARED_OPTIN:
         raise ValueError(f"a.tile: {dev.host.tile} with {stages} copy stages needs {nbytes} bytes of shared memory "
                          f"a block, more than the {SHARED_OPTIN} a block may have; choose a smaller tile")
-    if nbytes > STATIC_LIMIT:
-        _opt_in(kernel, args, SHARED_OPTIN - 1024)   # once per kernel (the static `last` flag is in the rest)
-    _launch(_DynamicShared(kernel, nbytes), (dev.host.grid[0], splits), nthreads, args,
+    if nbytes > SHARED_LIMIT:
+        opt_in(kernel, args, SHARED_OPTIN - 1024)   # once per kernel (the static `last` flag is in the rest)
+    launch(DynamicShared(kernel, nbytes), (dev.host.grid[0], splits), nthreads, args,
             f"tile={dev.host.tile}, splits={splits}")
     return result(c, like=bop)

@@ -83,22 +83,22 @@ from numba.cuda import config as cuda_config
 from numba.core.types import float16
 
 from gpu.inline import inlined
+from gpu.launch import SHARED_LIMIT, SMEM_ALIGN
+from gpu.launch import launch as _launch
 from gpu.mma import prefetch_l2
+from gpu.spmm_tiled import prepare as prepare_tiled
+from gpu.spmm_tiled import spmm_tiled
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
-from sparsekit.checks import check_divisible, check_int
-from sparsekit.formats import ELL
+from sparsekit.checks import BFLOAT16, check_divisible, check_int
+from sparsekit.formats import ELL, TiledCSL
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
 WARP_SIZE = 32
-#: Static shared memory per block that Numba can declare (NUMBA_NOTES.md).
-SHARED_LIMIT = 48 * 1024
 VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 _F32 = np.dtype(np.float32).itemsize
-#: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
-SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
 
 
 # ---------------------------------------------------------------------------
@@ -1328,6 +1328,11 @@ class DeviceELL(DeviceMatrix):
         return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
                                             np.ascontiguousarray(self.host.indices)))
 
+    def tiled_rows(self):
+        """The rows as a :class:`~sparsekit.formats.TiledCSL` prepared for :mod:`gpu.spmm_tiled`'s row
+        kernel (the decode path); built once."""
+        return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_ell(self.host)), device=False)
+
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
         kernel, which reads the block's rows of one ``k`` together); built once."""
@@ -1343,8 +1348,8 @@ class DeviceELL(DeviceMatrix):
 def prepare(ell) -> DeviceELL:
     """Check ``ell`` fully (index range, ascending rows, finite values) and copy it to the device."""
     return DeviceELL.from_host(ell, ELL, ("ellval", "ellidx"), name="ell", dtypes=_DTYPES,
-                               dtype_rule="values dtype must be float32 or float16 for the GPU kernels, "
-                                          "got {dtype}")
+                               dtype_rule="values dtype must be float32, float16 or bfloat16 for the GPU "
+                                          "kernels, got {dtype}")
 
 
 def _rhs(b, dell: DeviceELL, name: str):
@@ -1363,18 +1368,6 @@ def _rhs(b, dell: DeviceELL, name: str):
         raise ValueError(f"{name}: expected a C- or F-contiguous array (nothing is copied; use "
                          f"numpy.ascontiguousarray first), got a strided view of shape "
                          f"{tuple(np.shape(b))}") from None
-
-
-def _launch(kernel, grid, block, args, tunables: str) -> None:
-    """``kernel[grid, block](*args)``; a block too large for the register file is a ValueError."""
-    try:
-        kernel[grid, block](*args)
-    except Exception as err:
-        if "OUT_OF_RESOURCES" not in str(err):
-            raise
-        regs = max(kernel.get_regs_per_thread().values())
-        raise ValueError(f"{tunables}: a block of {block} threads at {regs} registers per thread does not fit "
-                         f"the register file; choose fewer warps or a smaller tile") from None
 
 
 def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
@@ -1624,6 +1617,11 @@ def uspmm(ell, b, *, config=None, **tunables):
     if config is not None:
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")
+    if variant == "decode":                        # the memory-bound path of small N (sparsekit.tune.DECODE)
+        return spmm_tiled(dell.tiled_rows(), b)
+    if dell.dtype == BFLOAT16:
+        raise ValueError(f"variant: bfloat16 runs on the decode kernel only (variant='decode', N <= 64), "
+                         f"got {variant!r}")
     if variant in ("tensor_core", "wgmma"):        # "auto" (sparsekit.tune.heuristic) or a tuned winner
         if variant == "tensor_core":
             from gpu.uspmm_tc import run as run_tensor

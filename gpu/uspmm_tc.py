@@ -168,7 +168,11 @@ from gpu.inline import inlined
 from gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
                      ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, tf32_split,
                      to_tf32, to_tf32_finite)
-from gpu.uspmm import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, _launch, _rhs, _split, _split_range, prepare, split_ticket
+from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
+from gpu.launch import DynamicShared as _DynamicShared
+from gpu.launch import launch as _launch
+from gpu.launch import opt_in as _opt_in
+from gpu.uspmm import WARP_SIZE, _rhs, _split, _split_range, prepare, split_ticket
 from gpu.vector_loads import aligned, load2, store4, store8
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.checks import check_int
@@ -216,7 +220,6 @@ MMAS_PER_PRODUCT = {"3xtf32": 3, "tf32+bf16": 2}
 #: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
 #: kernel before the launch (:func:`_opt_in`). A device with a smaller opt-in refuses those at launch.
-SHARED_OPTIN = 232448
 #: Shared memory of one H100 SM (228 KB; each resident block also takes 1 KB the system reserves): whether
 #: the presplit entry stages keep a setting's resident blocks (:func:`_presplit_fits`).
 SM_SHARED = 233472
@@ -1065,38 +1068,6 @@ def _presplit_fits(bm: int, bn: int, kc: int, stages: int, nthreads: int, kgroup
     vpr = 2 * bm // 4                                                   # pieces of one slot's pairs
     linear = _entry_linear(cdiv(kc * vpr, nthreads), vpr, nthreads, kc * bm // nthreads)
     return linear and need <= SHARED_OPTIN and min_blocks * (need + 1024) <= SM_SHARED
-
-
-_OPTED_IN: set = set()
-
-
-def _opt_in(kernel, args, nbytes: int) -> None:
-    """Let the compiled overload of ``kernel`` for ``args`` use ``nbytes`` of dynamic shared memory
-    (above 48 KB a launch fails without this; NUMBA_NOTES.md). Once per overload and size."""
-    if cuda_config.ENABLE_CUDASIM or nbytes <= SHARED_LIMIT:
-        return
-    from numba import typeof
-
-    signature = tuple(typeof(a) for a in args)
-    key = (id(kernel), signature, nbytes)              # (kernels are cached for the process: ids stay theirs)
-    if key not in _OPTED_IN:                           # (compile() takes Numba's compile lock even when cached)
-        allow_dynamic_shared(kernel.compile(signature), nbytes)
-        _OPTED_IN.add(key)
-
-
-class _DynamicShared:
-    """``kernel`` launched with ``nbytes`` of dynamic shared memory, for :func:`gpu.uspmm._launch`
-    (which indexes ``kernel[grid, block]`` and asks ``get_regs_per_thread`` on failure)."""
-
-    def __init__(self, kernel, nbytes: int):
-        self.kernel, self.nbytes = kernel, nbytes
-
-    def __getitem__(self, grid_block):
-        grid, block = grid_block
-        return self.kernel[grid, block, 0, self.nbytes]
-
-    def get_regs_per_thread(self):
-        return self.kernel.get_regs_per_thread()
 
 
 def uspmm(ell, b, *, config=None, **tunables):

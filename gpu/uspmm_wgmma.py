@@ -108,7 +108,9 @@ from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_comm
                      ld_shared, ld_shared2, ld_shared4, pack_bf16x2, shared_addr, st_shared, st_shared4, to_tf32,
                      to_tf32_finite)
 from gpu.sync_primitives import bar_arrive, bar_sync
-from gpu.uspmm import SMEM_ALIGN, _launch, _rhs, prepare
+from gpu.launch import SMEM_ALIGN
+from gpu.launch import launch as _launch
+from gpu.uspmm import _rhs, prepare
 from gpu.uspmm_tc import (SPLIT_ERRORS_U, _DynamicShared, _opt_in, error_reduction, offset_bytes, scatter_slots,
                           segment_entries, tf32_exact)
 from gpu.vector_loads import aligned

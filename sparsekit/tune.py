@@ -23,13 +23,19 @@ Opportunities"). This module is that work, done by exhaustive search:
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import itertools
 import json
 import os
+import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
+
+from sparsekit.checks import BFLOAT16
 
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
@@ -273,30 +279,86 @@ def _home_cache(home: str | None) -> Path:
 _LOADED: dict = {}
 
 
+def _valid_entry(entry) -> bool:
+    """An entry as :func:`tune` stores it: a dict whose ``config`` is a dict of tunables naming its ``variant``."""
+    config = entry.get("config") if isinstance(entry, dict) else None
+    return (isinstance(config, dict) and all(isinstance(name, str) for name in config)
+            and isinstance(config.get("variant"), str))
+
+
+def _read(path: Path) -> dict:
+    """The valid entries of the cache file at ``path`` ({} when it is absent). A file that is not a JSON object
+    counts as empty and entries that are not :func:`_valid_entry` are left out, each case with one warning."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        data = err
+    if not isinstance(data, dict):
+        found = f"unreadable ({data})" if isinstance(data, Exception) else f"a JSON {type(data).__name__}"
+        warnings.warn(f"tune cache {path}: expected a JSON object of tuned configurations, found {found}; "
+                      f"ignored (the heuristic is used until a tune stores a winner)", RuntimeWarning, stacklevel=3)
+        return {}
+    bad = [key for key, entry in data.items() if not _valid_entry(entry)]
+    if bad:
+        warnings.warn(f"tune cache {path}: {len(bad)} entr{'y' if len(bad) == 1 else 'ies'} without a config of "
+                      f"tunables naming its variant (first: {bad[0]!r}); ignored (the heuristic is used for them)",
+                      RuntimeWarning, stacklevel=3)
+    return {key: entry for key, entry in data.items() if key not in bad}
+
+
 def _load() -> dict:
+    """The cache's valid entries, read again only when the file changes (so a malformed one warns once)."""
     path = cache_path()
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except OSError:
         return {}
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key not in _LOADED:
-        with open(path) as f:
-            data = json.load(f)
+        data = _read(path)
         _LOADED.clear()
         _LOADED[key] = data
     return _LOADED[key]
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Hold an exclusive ``fcntl`` lock on the side file ``path.lock`` (not on ``path``, which a store replaces)."""
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _store(key: str, entry: dict) -> None:
+    """Add ``entry`` under ``key``: under the lock, read the file afresh, write it with the entry to a unique
+    temporary file and rename that over the cache (a reader sees the old file or the new one, never part of one).
+    A failure warns and leaves the cache as it was; the caller keeps its result."""
     path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = dict(_load())
-    data[key] = entry
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path):
+            data = _read(path)
+            data[key] = entry
+            fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+    except (OSError, TypeError, ValueError) as err:
+        warnings.warn(f"tune cache {path}: could not store {key!r} ({type(err).__name__}: {err}); the result is "
+                      f"returned but not cached", RuntimeWarning, stacklevel=2)
 
 
 def _device_name() -> str:
@@ -479,6 +541,19 @@ def tensor_core(**tunables) -> dict:
     return dict(variant="tensor_core", **tunables)
 
 
+#: The memory-bound decode path (:mod:`gpu.spmm_tiled`'s row kernel on the ELL's rows as TiledCSL): float16
+#: at ``N <= DECODE_MAX_N`` (faster there than every other USpMM kernel, and than dense cuBLAS from 70 % at
+#: N = 1 and from 80 % at N = 8: experiments/results/uspmm_decode.md), and every bfloat16 product (the one
+#: USpMM kernel that takes bfloat16; it takes N <= 64).
+DECODE = dict(variant="decode")
+DECODE_MAX_N = 16
+
+
+def half_decode(dtype, n: int) -> bool:
+    """Whether a float16 product of ``n`` columns takes the decode path (:data:`DECODE`)."""
+    return np.dtype(dtype) == np.float16 and n <= DECODE_MAX_N
+
+
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
               tensor_cores: bool = True, few_columns: bool = True, wgmma: bool = False) -> dict:
     """The configuration used when the cache has no entry.
@@ -525,6 +600,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     0.150``) the dense-tile kernel ran 92.1 us against cuSPARSE's 93.3, where the direct kernel's
     measured times on each side (105 us at 80%, 60.4 us at 90%) put it near 83 us (not measured).
     """
+    if np.dtype(dtype) == BFLOAT16 or (order == "C" and half_decode(dtype, n)):
+        return dict(DECODE)
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
     half = np.dtype(dtype) == np.float16

@@ -188,3 +188,29 @@ def test_bad_operands_refused():
         gt.prepare(TiledCSL.from_dense(np.eye(16, dtype=np.float16), tile=(1, 8)))
     with pytest.raises(TypeError, match="TiledCSL"):
         gt.prepare(np.eye(4))
+
+
+@pytest.mark.parametrize("dtype, n, decode", [(np.float16, 1, True), (np.float16, 16, True), (np.float16, 17, False),
+                                              (BF16, 1, True), (BF16, 48, True), (np.float32, 1, False)])
+def test_uspmm_auto_routes_small_n_to_the_decode_path(dtype, n, decode):
+    from sparsekit.tune import heuristic
+    assert (heuristic(512, 1024, n, 205, np.dtype(dtype), "C").get("variant") == "decode") == decode
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_uspmm_decode_variant_equals_the_reference(dtype):
+    """``gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL, the row kernel."""
+    from gpu.uspmm import uspmm
+    from reference.uspmm import uspmm as reference
+    from sparsekit.formats import ELL
+    from sparsekit.prune import uniform
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((20, 48)).astype(np.float32)
+    mask = uniform(w, 0.75)
+    ell = ELL.from_dense(np.where(mask, w, 0).astype(dtype), mask, index_dtype=np.int16)
+    b = rng.standard_normal((48, 5)).astype(dtype)
+    assert_close(uspmm(ell, b, variant="decode"), reference(ell, b), ell.to_dense(), b)
+    assert_close(uspmm(ell, b, config="auto"), reference(ell, b), ell.to_dense(), b)
+    if dtype == BF16:
+        with pytest.raises(ValueError, match="bfloat16 runs on the decode kernel only"):
+            uspmm(ell, b, variant="direct")

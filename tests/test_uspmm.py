@@ -205,7 +205,7 @@ def test_rejects_column_major_for_tiled(small, variant):
 def test_rejects_float64(small):
     ell, b = small
     e64 = ELL(ell.values.astype(np.float64, order="F"), ell.indices, ell.shape)
-    with pytest.raises(TypeError, match="ell: values dtype must be float32 or float16"):
+    with pytest.raises(TypeError, match="ell: values dtype must be float32, float16 or bfloat16"):
         gu.uspmm(e64, b.astype(np.float64))
 
 

@@ -1,0 +1,67 @@
+"""The launch contract of the kernels: one place that launches, opts in to large shared memory, and
+turns a block too large for the register file into a clear error.
+
+* :func:`launch` ``kernel[grid, block](*args)`` (``kernel`` a dispatcher or a :class:`DynamicShared`);
+  ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings.
+* :class:`DynamicShared`: a kernel launched with ``nbytes`` of dynamic shared memory.
+* :func:`opt_in`: above :data:`SHARED_LIMIT` a launch fails unless the compiled kernel's
+  ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (Numba has no option for it);
+  up to :data:`SHARED_OPTIN` on the H100 and H200.
+"""
+from __future__ import annotations
+
+from numba.cuda import config as cuda_config
+
+from sparsekit.device import allow_dynamic_shared
+
+__all__ = ["launch", "opt_in", "DynamicShared", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN"]
+
+#: Static shared memory per block that Numba can declare.
+SHARED_LIMIT = 48 * 1024
+#: Shared memory one block may use on the H100 and H200 (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``).
+SHARED_OPTIN = 232448
+#: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
+SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
+
+_OPTED_IN: set = set()
+
+
+def launch(kernel, grid, block, args, tunables: str) -> None:
+    """``kernel[grid, block](*args)``; a block too large for the register file is a ValueError."""
+    try:
+        kernel[grid, block](*args)
+    except Exception as err:
+        if "OUT_OF_RESOURCES" not in str(err):
+            raise
+        regs = max(kernel.get_regs_per_thread().values())
+        raise ValueError(f"{tunables}: a block of {block} threads at {regs} registers per thread does not fit "
+                         f"the register file; choose fewer warps or a smaller tile") from None
+
+
+def opt_in(kernel, args, nbytes: int) -> None:
+    """Let the compiled overload of ``kernel`` for ``args`` use ``nbytes`` of dynamic shared memory
+    (above :data:`SHARED_LIMIT` a launch fails without this). Once per overload and size."""
+    if cuda_config.ENABLE_CUDASIM or nbytes <= SHARED_LIMIT:
+        return
+    from numba import typeof
+
+    signature = tuple(typeof(a) for a in args)
+    key = (id(kernel), signature, nbytes)              # (kernels are cached for the process: ids stay theirs)
+    if key not in _OPTED_IN:                           # (compile() takes Numba's compile lock even when cached)
+        allow_dynamic_shared(kernel.compile(signature), nbytes)
+        _OPTED_IN.add(key)
+
+
+class DynamicShared:
+    """``kernel`` launched with ``nbytes`` of dynamic shared memory, for :func:`launch` (which indexes
+    ``kernel[grid, block]`` and asks ``get_regs_per_thread`` on failure)."""
+
+    def __init__(self, kernel, nbytes: int):
+        self.kernel, self.nbytes = kernel, nbytes
+
+    def __getitem__(self, grid_block):
+        grid, block = grid_block
+        return self.kernel[grid, block, 0, self.nbytes]
+
+    def get_regs_per_thread(self):
+        return self.kernel.get_regs_per_thread()
