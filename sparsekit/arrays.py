@@ -95,15 +95,14 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
 from numba import cuda
+
+from sparsekit.checks import BFLOAT16
 
 __all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
            "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype"]
 
-#: NumPy's bfloat16 (``ml_dtypes``): 8 exponent bits like float32, 7 mantissa bits.
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _UINT16 = np.dtype(np.uint16)
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numbers
 
+import ml_dtypes
 import numpy as np
 
-#: Floating dtypes accepted for weights and dense operands.
-FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+#: NumPy's bfloat16 (``ml_dtypes``): float32's exponent range, 8 significant bits.
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+#: Floating dtypes accepted for weights and dense operands (each kernel's launcher names its own subset).
+FLOAT_DTYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
 #: Integer dtypes accepted for sparse indices.
 INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 
