@@ -154,9 +154,11 @@ def plot(records, path: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(f"{r['m']}x{r['k']}", r["dtype"]) for r in records})
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), squeeze=False)
-    for ax, (shape, dname) in zip(axes[0], panels):
+    panels = sorted({(f"{r['m']}x{r['k']}", r["dtype"]) for r in records}, key=lambda p: (p[1], p[0]))
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
+    for ax, (shape, dname) in zip(axes.ravel(), panels):
         mine = [r for r in records if f"{r['m']}x{r['k']}" == shape and r["dtype"] == dname]
         for n in sorted({r["n"] for r in mine}):
             pts = sorted((r["sparsity"], r["speedup"]) for r in mine if r["n"] == n)
@@ -167,7 +169,8 @@ def plot(records, path: Path) -> str:
         ax.set_yscale("log")
         ax.set_title(f"{shape} {dname}", fontsize=9)
         ax.set_xlabel("sparsity")
-    axes[0][0].set_ylabel("speedup over dense cuBLAS")
+    for row in axes:
+        row[0].set_ylabel("speedup over dense cuBLAS")
     axes[0][-1].legend(fontsize=7)
     return save_figure(fig, path)
 
