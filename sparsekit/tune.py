@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sparsekit.checks import BFLOAT16
+
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "wide_warps", "small_n",
@@ -539,6 +541,19 @@ def tensor_core(**tunables) -> dict:
     return dict(variant="tensor_core", **tunables)
 
 
+#: The memory-bound decode path (:mod:`gpu.spmm_tiled`'s row kernel on the ELL's rows as TiledCSL): float16
+#: at ``N <= DECODE_MAX_N`` (faster there than every other USpMM kernel, and than dense cuBLAS from 70 % at
+#: N = 1 and from 80 % at N = 8: experiments/results/uspmm_decode.md), and every bfloat16 product (the one
+#: USpMM kernel that takes bfloat16; it takes N <= 64).
+DECODE = dict(variant="decode")
+DECODE_MAX_N = 16
+
+
+def half_decode(dtype, n: int) -> bool:
+    """Whether a float16 product of ``n`` columns takes the decode path (:data:`DECODE`)."""
+    return np.dtype(dtype) == np.float16 and n <= DECODE_MAX_N
+
+
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
               tensor_cores: bool = True, few_columns: bool = True, wgmma: bool = False) -> dict:
     """The configuration used when the cache has no entry.
@@ -585,6 +600,8 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     0.150``) the dense-tile kernel ran 92.1 us against cuSPARSE's 93.3, where the direct kernel's
     measured times on each side (105 us at 80%, 60.4 us at 90%) put it near 83 us (not measured).
     """
+    if np.dtype(dtype) == BFLOAT16 or (order == "C" and half_decode(dtype, n)):
+        return dict(DECODE)
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)
     half = np.dtype(dtype) == np.float16
