@@ -197,3 +197,22 @@ def test_gpu_bad_input():
         gs.spmm_csr(a, np.ones((3, 4), np.float32), vector=3)
     with pytest.raises(ValueError, match=r"warps_per_block: must be a multiple of warps_per_row \(8\), got 4"):
         gs.spmm_csr(a, np.ones((3, 4), np.float32), warps_per_row=8)
+
+
+def test_spmm_csr_default_is_the_staged_choice(monkeypatch):
+    """``spmm_csr(a, b)`` runs :func:`gpu.spmm.staged_tunables`' choice; any explicit tunable or
+    ``config=None`` the plain kernel with what was given."""
+    from gpu import spmm as gs
+    from sparsekit.formats import CSR
+    seen = []
+    real = gs._spmm_csr
+    monkeypatch.setattr(gs, "_spmm_csr", lambda dev, bop, **kw: seen.append(kw) or real(dev, bop, **kw))
+    a = CSR.from_dense(np.arange(1, 13, dtype=np.float32).reshape(3, 4))
+    b = np.ones((4, 8), np.float32)
+    want = a.to_dense() @ b
+    for call in (dict(), dict(config=None), dict(swizzle=True)):
+        np.testing.assert_allclose(gs.spmm_csr(a, b, **call), want)
+    staged = dict(gs.PLAIN, **gs.staged_tunables(a, 8))
+    assert seen == [staged, gs.PLAIN, dict(gs.PLAIN, swizzle=True)]
+    with pytest.raises(TypeError, match="unknown tunable"):
+        gs.spmm_csr(a, b, warps=2)
