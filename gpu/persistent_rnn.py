@@ -1414,7 +1414,7 @@ class PersistentRNN:
         if self.sync == "lamport" and self.scheme != "wide":
             raise ValueError(f"scheme: sync='lamport' copies h to shared memory as it arrives, batch-interleaved, "
                              f"and needs scheme='wide' (Table 1 adds it on top of wide loads), got {self.scheme!r}")
-        self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=2**31 - 1)
+        self.spin_limit = check_int(self.spin_limit, "spin_limit", minimum=1, maximum=1 << 22)  # ~4 s of 1 us polls
         self.chunk = check_int(self.chunk, "chunk", minimum=0)
         if self.reduce == "shfl" and lay.tpr > 32:
             raise ValueError(f"reduce: 'shfl' sums a row's threads within one warp and needs tpr <= 32, "

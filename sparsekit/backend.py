@@ -9,15 +9,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
+
+#: What the child process runs: exit status 0 when Numba finds a CUDA device.
+PROBE = "from numba import cuda; import sys; sys.exit(0 if cuda.is_available() else 1)"
+#: Seconds the probe may take (importing Numba and asking the driver takes a few); a hung driver is no GPU.
+PROBE_TIMEOUT_S = 60.0
 
 
-def gpu_present() -> bool:
-    """True when a CUDA driver and device answer (checked in a child process)."""
-    probe = "from numba import cuda; import sys; sys.exit(0 if cuda.is_available() else 1)"
+def gpu_present(timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """True when a CUDA driver and device answer (checked in a child process) within ``timeout`` seconds; a probe
+    that does not answer in time is killed, counts as no GPU and warns."""
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    return subprocess.run([sys.executable, "-c", probe], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    try:
+        return subprocess.run([sys.executable, "-c", PROBE], env=env, timeout=timeout,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    except subprocess.TimeoutExpired:
+        warnings.warn(f"gpu_present: the CUDA probe gave no answer within {timeout:g} s (a hung driver?); "
+                      f"using the CUDA simulator", RuntimeWarning, stacklevel=2)
+        return False
 
 
 def choose_backend() -> str:

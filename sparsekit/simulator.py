@@ -13,6 +13,10 @@ still took 3 of 16 s of a 256-thread wgmma case (a pass over every thread's flag
 yield), hence the condition. Session 19: the threads are pooled, started once and reused by every block and
 launch (a simulated thread that does little: 151 -> 46 us; the simulator part of the suite 238 -> 191 s).
 
+A simulated deadlock (threads that never all reach the barrier, a thread spinning on a flag that only a later
+block sets: the simulator runs blocks one at a time) raises :class:`SimulatorStall` once no thread of the block
+has reached the barrier or ended for :data:`WAIT_TIMEOUT_S`, instead of hanging the process.
+
 The replacement is installed only over the ``run`` and the ``BlockThread`` it was written against
 (numba-cuda 0.30.4, by the hash of their sources): another version keeps its own, slower but correct.
 
@@ -39,6 +43,31 @@ REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4
 REVIEWED_BLOCK_THREAD_SHA256 = "31539332ab25b3d00cb2c83f4a2cb7c75acd90b4a17240c6c50333f2559d9a39"
 #: ... and of its ``numba.cuda.simulator.kernelapi.FakeCUDAShared.array``.
 REVIEWED_SHARED_ARRAY_SHA256 = "46c69699220dd500ba43cd23a5eedb48ea3f2ea602876838c887e592d4055d75"
+
+
+#: Seconds a block may go without any of its threads reaching the barrier or ending before the wait gives up.
+WAIT_TIMEOUT_S = 300.0
+
+
+class SimulatorStall(RuntimeError):
+    """A simulated block made no progress for :data:`WAIT_TIMEOUT_S`: a deadlock or a spin that never ends."""
+
+
+def _wait_with_progress(wait, block, what: str, patience: float = 1.0) -> None:
+    """Call ``wait(timeout)`` (True once what it waits for happened) until it returns True; raise
+    :class:`SimulatorStall` when ``patience`` x :data:`WAIT_TIMEOUT_S` passes with no thread of ``block`` reaching
+    the barrier or ending (``block.events`` unchanged), so slow but progressing blocks are never cut short."""
+    timeout = patience * WAIT_TIMEOUT_S
+    while True:
+        seen = block.events
+        if wait(timeout):
+            return
+        if block.events == seen:
+            raise SimulatorStall(
+                f"simulator: {what} of block {block.index}: no thread reached the barrier or ended for "
+                f"{timeout:g} s ({block.live} of {block.size} threads not ended, {block.waiting} of them waiting at "
+                f"syncthreads); a deadlock, or a thread spinning on a flag another block sets (the simulator runs "
+                f"blocks one at a time)")
 
 
 #: Started simulated threads that wait for their next block (:func:`_pooled_thread`), shared by every launch.
@@ -106,9 +135,12 @@ def _pooled_thread():
             with self.block.cond:
                 self.syncthreads_blocked = True
                 self.block.waiting += 1
+                self.block.events += 1
                 if self.block.waiting == self.block.live:
                     self.block.cond.notify()
-            self.syncthreads_event.wait()
+            # (the block manager's wait stalls first and releases this one; 4 times its patience: a backstop)
+            _wait_with_progress(self.syncthreads_event.wait, self.block, f"syncthreads of thread {self.thread_id}",
+                                patience=4.0)
             self.syncthreads_event.clear()
             if self.abort:
                 raise RuntimeError("abort flag set on syncthreads clear")
@@ -123,6 +155,7 @@ def _pooled_thread():
                 finally:
                     with block.cond:                    # the block's record: the thread's exception, its end
                         block.live -= 1
+                        block.events += 1
                         if self.exception is not None:
                             block.errors.append((self.position, self.exception))
                         block.ended.append(self)
@@ -137,17 +170,24 @@ def _pooled_thread():
 def _run_block(manager, grid_point, *args):
     """Run one block of ``manager`` (a simulator ``BlockManager``): give a pooled thread each thread index, then
     sleep on the block's condition until every live thread waits at the barrier (release it), a thread raised (tell
-    every thread to abort, raise the first exception in thread order) or all threads have ended. A thread is idle
+    every thread to abort, raise the first exception in thread order) or all threads have ended; a block that
+    stalls (:func:`_wait_with_progress`) is aborted the same way and raises :class:`SimulatorStall`. A thread is idle
     again once its block no longer needs it: when the block ends, or, after an exception, when the thread ends."""
     indices = list(np.ndindex(*manager._block_dim))
     block = SimpleNamespace(cond=threading.Condition(), live=len(indices), waiting=0, errors=[], ended=[],
-                            abandoned=False)
+                            abandoned=False, events=0, index=tuple(grid_point), size=len(indices))
     threads = _take_threads(len(indices))
     for position, (thread, idx) in enumerate(zip(threads, indices)):
         thread.assign(lambda: manager._f(*args), manager, grid_point, idx, manager._debug, block, position)
+    stall = None
     with block.cond:
         while block.live and not block.errors:
-            block.cond.wait_for(lambda: block.errors or block.waiting == block.live)
+            try:
+                _wait_with_progress(lambda timeout: block.cond.wait_for(
+                    lambda: block.errors or block.waiting == block.live, timeout), block, "the block manager's wait")
+            except SimulatorStall as err:
+                stall = err
+                break
             if block.live and not block.errors and block.waiting == block.live:   # all at the barrier: release it
                 for thread in threads:
                     if thread.syncthreads_blocked:
@@ -155,13 +195,15 @@ def _run_block(manager, grid_point, *args):
                         thread.syncthreads_event.set()
                 block.waiting = 0
         errors = sorted(block.errors, key=lambda error: error[0])
-        if errors:
+        if errors or stall:
             block.abandoned = True
             for other in threads:
                 other.abort = True
                 other.syncthreads_blocked = False
                 other.syncthreads_event.set()
         _give_back(block.ended)                     # (every thread, unless one raised)
+    if stall:
+        raise stall
     if errors:
         exception, traceback = errors[0][1]
         raise exception.with_traceback(traceback)

@@ -144,3 +144,14 @@ def test_uniform_ell_refuses_rows_of_different_length():
     ragged[0, :3] = 0
     with pytest.raises(ValueError, match="row"):
         formats.ELL.from_dense(ragged)
+
+
+def test_persistent_rnn_spin_limit_is_capped_so_a_timeout_comes_in_seconds():
+    from gpu import persistent_rnn
+    from sparsekit.rnn_layout import balance
+
+    layout = balance((np.eye(8, dtype=np.float32) + 0.25) / 8, tpr=4)
+    assert persistent_rnn.PersistentRNN(layout, 4, rows_per_block=8, spin_limit=1 << 22).spin_limit == 1 << 22
+    for bad in (2**31 - 1, (1 << 22) + 1):
+        with pytest.raises(ValueError, match=f"spin_limit: must be <= 4194304, got {bad}"):
+            persistent_rnn.PersistentRNN(layout, 4, rows_per_block=8, spin_limit=bad)

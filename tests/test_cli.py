@@ -75,3 +75,16 @@ def test_reproduce_quick_writes_report_csv_and_figure(tmp_path, capsys):
     csvs = list((tmp_path / "formats").glob("*.csv"))
     assert csvs and all("correct" in p.read_text().splitlines()[0] for p in csvs if "bytes_by" in p.name)
     assert "False" not in (tmp_path / "formats" / "bytes_by_format_and_sparsity.csv").read_text()
+
+
+def test_gpu_probe_that_hangs_counts_as_no_gpu(monkeypatch):
+    """A hung driver must not hang every command: the probe is killed after its timeout."""
+    import time
+
+    from sparsekit import backend
+
+    monkeypatch.setattr(backend, "PROBE", "import time; time.sleep(60)")
+    start = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match="no answer within 0.5 s"):
+        assert backend.gpu_present(timeout=0.5) is False
+    assert time.perf_counter() - start < 10

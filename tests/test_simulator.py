@@ -112,3 +112,29 @@ def test_shared_arrays_are_keyed_by_line_and_shared_by_the_block():
     _two_shared_arrays[2, 32](out)
     t = np.arange(32)
     np.testing.assert_array_equal(out, np.tile(31 - t + 1000 * (100 + (t + 1) % 32), 2))
+
+
+@cuda.jit
+def _spins_until_flagged(flag, out):
+    """Thread 0 spins until ``flag[0]`` is set (a flag nothing in the launch sets); the others wait at the barrier."""
+    if cuda.threadIdx.x == 0:
+        while flag[0] == 0:
+            pass
+    cuda.syncthreads()
+    out[cuda.threadIdx.x] = 1
+
+
+def test_a_stalled_block_raises_instead_of_hanging(monkeypatch):
+    from sparsekit import simulator
+    _require_installed(fast_block_manager, "BlockManager.run or BlockThread",
+                       "REVIEWED_RUN_SHA256, REVIEWED_BLOCK_THREAD_SHA256")
+    monkeypatch.setattr(simulator, "WAIT_TIMEOUT_S", 0.5)
+    flag = cuda.to_device(np.zeros(1, dtype=np.int64))
+    with pytest.raises(simulator.SimulatorStall, match=r"block \(0, 0, 0\): no thread reached the barrier or ended "
+                                                       r"for 0.5 s \(8 of 8 threads not ended, 7 of them waiting"):
+        _spins_until_flagged[1, 8](flag, np.zeros(8, dtype=np.int64))
+    flag[0] = 1                                            # let the spinning thread end and rejoin the pool
+    x = np.arange(64, dtype=np.float64)                    # the pool serves the next launch as before
+    out = np.zeros(1)
+    _block_sums[1, 64](x, out)
+    np.testing.assert_array_equal(out, [x.sum()])
