@@ -22,6 +22,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sparsekit.backend import choose_backend
+from sparsekit.cli_types import out_folder, seed
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (``prog: error: message``, exit status 2);
+    sub-command parsers are of the same class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _versions() -> dict[str, str]:
@@ -93,7 +102,11 @@ def cmd_reproduce(args) -> int:
         from numba.cuda.core.errors import NumbaPerformanceWarning   # (numba-cuda's own, not numba.core's)
         warnings.filterwarnings("ignore", message=".*Grid size .* low occupancy", category=NumbaPerformanceWarning)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"--out: cannot make the folder {str(out)!r}: {err.strerror}", file=sys.stderr)
+        return 2
     dev_name = device.info().name
     print(f"[reproduce] backend={backend} ({dev_name}), {'quick' if quick else 'full'} mode, "
           f"{len(chosen)} experiment(s) -> {out}/REPORT.md", file=sys.stderr)
@@ -136,7 +149,7 @@ def cmd_reproduce(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparsekit", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="GPU kernels for sparse neural networks (Numba CUDA), each beside its NumPy reference.",
         epilog="examples:\n"
@@ -155,8 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (always on without a GPU, where the CUDA simulator runs)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments (see --list)")
-    p.add_argument("--out", default="reproduce-out", help="output folder (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for every experiment (default: %(default)s)")
+    p.add_argument("--out", type=out_folder, default="reproduce-out", help="output folder (default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed for every experiment (default: %(default)s)")
     p.add_argument("--list", action="store_true", help="list the registered experiments and exit")
     p.set_defaults(func=cmd_reproduce)
 
@@ -176,7 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command ``argv`` and return its exit status: 0 for ``--help``, 2 for a usage error (one line on
+    stderr, printed by the parser), else the command's."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:
+        return stop.code
     return args.func(args)
 
 

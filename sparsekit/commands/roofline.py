@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import sys
 
+from sparsekit.cli_types import fraction, positive
+
 
 def add_commands(subparsers) -> None:
     from sparsekit.models import MODELS
@@ -22,10 +24,10 @@ def add_commands(subparsers) -> None:
     p.add_argument("--pattern", default="2:4",
                    help="sparsity pattern: unstructured (csr), coo, uniform (ell), blockB (bsr), "
                         "blocked-uniform:B, N:M, dense (default: %(default)s)")
-    p.add_argument("--sparsity", type=float, default=None,
+    p.add_argument("--sparsity", type=fraction(closed=True), default=None,
                    help="fraction of zeros for non-N:M patterns, in [0, 1] (N:M fixes it)")
     p.add_argument("--device", default="H100", help="V100, A100, H100, H200 or measured (default: %(default)s)")
-    p.add_argument("--batch", type=int, default=1, help="batch size (default: %(default)s)")
+    p.add_argument("--batch", type=positive, default=1, help="batch size (default: %(default)s)")
     p.add_argument("--dtype", default="float16", choices=sorted(ITEMSIZE),
                    help="value dtype; float32 means CUDA cores, tf32 tensor cores (default: %(default)s)")
     p.add_argument("--attention", action="store_true",

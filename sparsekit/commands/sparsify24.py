@@ -12,14 +12,20 @@ weight of that shape (experiments/sparsify24.py ``kept_magnitude``).
 """
 from __future__ import annotations
 
+from reference.sparsify24 import ALIGN
+from sparsekit.cli_types import integer, positive, seed
+
+#: Rows and columns of the weight: positive multiples of the sparsifier's alignment.
+_SIDE = integer(minimum=ALIGN, multiple_of=ALIGN)
+
 
 def add_bench(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("sparsify24", help="2:4 tile sparsifier: ours vs PyTorch's, greedy vs optimal",
                                     description=__doc__.split("\n\n")[0])
-    p.add_argument("--m", type=int, default=4096, help="rows of the weight, a multiple of 32 (default: %(default)s)")
-    p.add_argument("--k", type=int, default=1024, help="columns, a multiple of 32 (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weight (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.add_argument("--m", type=_SIDE, default=4096, help="rows of the weight, a multiple of 32 (default: %(default)s)")
+    p.add_argument("--k", type=_SIDE, default=1024, help="columns, a multiple of 32 (default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random weight (default: %(default)s)")
+    p.add_argument("--repeat", type=positive, default=30, help="timed repeats per provider (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="compare every kernel with the reference first (GPU)")
     p.set_defaults(func=cmd_bench_sparsify24)
 
@@ -28,14 +34,9 @@ def cmd_bench_sparsify24(args) -> int:
     import numpy as np
 
     from experiments.sparsify24 import kept_magnitude
-    from reference.sparsify24 import ALIGN
-    from sparsekit.checks import check_divisible, check_int
     from sparsekit.experiment import markdown_table
 
-    m = check_int(args.m, "--m", minimum=ALIGN)
-    k = check_int(args.k, "--k", minimum=ALIGN)
-    check_divisible(m, ALIGN, "--m")
-    check_divisible(k, ALIGN, "--k")
+    m, k = args.m, args.k
     w = np.random.default_rng(args.seed).standard_normal((m, k)).astype(np.float16)
     print(f"share of sum |w| kept, random normal fp16 {m}x{k} (NumPy reference):")
     print(markdown_table(kept_magnitude(w)))

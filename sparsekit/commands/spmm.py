@@ -15,6 +15,10 @@ cuSPARSE/cuBLAS through PyTorch. Every row says whether the result is correct
 """
 from __future__ import annotations
 
+import sys
+
+from sparsekit.cli_types import integer, positive, seed, sparsity
+
 
 def add_bench(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("spmm", help="SpMM on a .smtx/.mtx matrix or a suite problem: CPU and GPU kernels "
@@ -22,13 +26,14 @@ def add_bench(bench_subparsers) -> None:
                                     description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--matrix", help="a .smtx (DLMC pattern) or .mtx (Matrix Market) file")
-    src.add_argument("--problem", type=int, help="a problem number 1-20 of the DL SpMM suite (course slides, Table 1)")
-    p.add_argument("--n", type=int, default=None,
+    src.add_argument("--problem", type=integer(minimum=1, maximum=20),
+                     help="a problem number 1-20 of the DL SpMM suite (course slides, Table 1)")
+    p.add_argument("--n", type=positive, default=None,
                    help="columns of B (default: 256 for --matrix, the suite's N for --problem)")
-    p.add_argument("--sparsity", type=float, default=0.9,
+    p.add_argument("--sparsity", type=sparsity, default=0.9,
                    help="fraction pruned by magnitude for --problem (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed for pattern values and B (default: %(default)s)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repeats per kernel (default: %(default)s)")
+    p.add_argument("--seed", type=seed, default=0, help="seed for pattern values and B (default: %(default)s)")
+    p.add_argument("--repeat", type=positive, default=5, help="timed repeats per kernel (default: %(default)s)")
     p.add_argument("--cpu-only", action="store_true", help="skip the GPU kernels even when a GPU is present")
     p.set_defaults(func=cmd_bench_spmm)
 
@@ -37,20 +42,16 @@ def _load(args):
     import numpy as np
 
     from experiments.bench_teaching import suite_matrix
-    from sparsekit.checks import check_int
     from sparsekit.io import read_matrix
     from sparsekit.models import SPMM_SUITE
 
     if args.matrix is not None:
         csr = read_matrix(args.matrix, dtype=np.float32, seed=args.seed)
-        n = check_int(256 if args.n is None else args.n, "--n", minimum=1)
+        n = 256 if args.n is None else args.n
         b = np.random.default_rng(args.seed).standard_normal((csr.shape[1], n)).astype(np.float32)
         return f"{args.matrix} {csr.shape[0]}x{csr.shape[1]} nnz={csr.nnz}", csr, b, csr.to_dense()
-    probs = {p.number: p for p in SPMM_SUITE}
-    if args.problem not in probs:
-        raise ValueError(f"--problem: must be one of 1..20, got {args.problem}")
-    p = probs[args.problem]
-    n = p.n if args.n is None else check_int(args.n, "--n", minimum=1)
+    p = {p.number: p for p in SPMM_SUITE}[args.problem]
+    n = p.n if args.n is None else args.n
     csr, b, a = suite_matrix(p.m, p.k, n, args.sparsity, seed=args.seed)
     return f"suite problem {p.number} ({p.use_case}) {p.m}x{p.k}, N={n}, sparsity {args.sparsity}", csr, b, a
 
@@ -65,7 +66,7 @@ def cmd_bench_spmm(args) -> int:
     try:
         what, csr, b, a = _load(args)
     except (ValueError, TypeError, OSError) as err:
-        print(f"sparsekit bench spmm: {err}")
+        print(f"sparsekit bench spmm: error: {err}", file=sys.stderr)
         return 2
     stats = row_stats(csr)
     print(f"{what}; rows: mean {stats['mean']:.1f} nnz, max {stats['max']}, cv {stats['cv']:.2f}, "

@@ -10,17 +10,7 @@ the table and the crossover (largest N faster than dense), writes ``uspmm_decode
 """
 from __future__ import annotations
 
-import argparse
-
-
-def _sparsity(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}")
-    return v
+from sparsekit.cli_types import sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -30,7 +20,7 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="one shape, three sparsities, N in 1, 8, 16")
     p.add_argument("--dtype", choices=["float16", "bfloat16", "both"], default="both",
                    help="value dtype (default: %(default)s)")
-    p.add_argument("--sparsity", type=_sparsity, nargs="+", default=None,
+    p.add_argument("--sparsity", type=sparsity, nargs="+", default=None,
                    help="sparsities to run (default: 0.5 0.6 0.7 0.8 0.9; --quick 0.5 0.8 0.9)")
     p.add_argument("--out", default="uspmm-decode-out", help="folder for the JSON record and the plot "
                                                               "(default: %(default)s)")
