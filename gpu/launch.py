@@ -14,8 +14,10 @@ from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "DynamicShared", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN"]
+__all__ = ["launch", "opt_in", "DynamicShared", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN", "WARP_SIZE"]
 
+#: Threads a warp.
+WARP_SIZE = 32
 #: Static shared memory per block that Numba can declare.
 SHARED_LIMIT = 48 * 1024
 #: Shared memory one block may use on the H100 and H200 (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``).

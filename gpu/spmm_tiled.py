@@ -21,8 +21,8 @@ arithmetic densely on tensor cores ("load as sparse, compute as dense", Flash-LL
 A block owns ``TM = 16 * warps`` rows and a contiguous range of the row's tiles (split K, ``splits``
 blocks a row of tiles, so a 4096-row weight still fills 132 SMs). Each writes its float32 partial sums
 to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset by that block)
-adds the partials in split order, so the result is the same on every run, and writes ``C`` rounded once
-to the dtype.
+adds the partials in split order (:func:`gpu.split_k.split_ticket`), so the result is the same on every run,
+and writes ``C`` rounded once to the dtype.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ld
                      mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
                      widen_f16)
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, DynamicShared, launch, opt_in
+from gpu.split_k import split_ticket
 from gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_int
@@ -257,14 +258,8 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         nstrips = cuda.gridDim.x
         for j in range(nacc):                       # partials, coalesced: [split][strip][j][thread]
             ws[((split * nstrips + strip) * nacc + j) * nthreads + tid] = acc[j]
-        cuda.threadfence()
-        cuda.syncthreads()
-        if tid == 0:
-            last[0] = 1 if cuda.atomic.add(counters, strip, 1) == nsplit - 1 else 0
-        cuda.syncthreads()
-        if last[0] == 0:
+        if not split_ticket(counters, nsplit, strip, last):  # the last block of the row of tiles goes on
             return
-        cuda.threadfence()
         for p in range(nblocks):
             for i in range(4):
                 j = 4 * p + i
@@ -272,8 +267,6 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 for s in range(nsplit):                    # split order: the same sum on every run
                     total += ws[((s * nstrips + strip) * nacc + j) * nthreads + tid]
                 store(c, row0 + (i // 2) * 8, p * 8 + 2 * q + i % 2, m, n, total)
-        if tid == 0:
-            counters[strip] = 0
 
     return kernel
 

@@ -82,22 +82,20 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
+from gpu.device_ell import DeviceELL, prepare, rhs
 from gpu.inline import inlined
-from gpu.launch import SHARED_LIMIT, SMEM_ALIGN
+from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE
 from gpu.launch import launch as _launch
 from gpu.mma import prefetch_l2
-from gpu.spmm_tiled import prepare as prepare_tiled
 from gpu.spmm_tiled import spmm_tiled
+from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
-from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
+from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
-from sparsekit.formats import ELL, TiledCSL
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
-WARP_SIZE = 32
 VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 _F32 = np.dtype(np.float32).itemsize
 
 
@@ -445,29 +443,6 @@ def _set_group():
 
 
 @inlined
-def split_ticket(ticket, nsplit, tile, sh_last):
-    """The hand-over of a K-split launch (the K range split over ``nsplit`` blocks, ``blockIdx.z`` =
-    split, all of one output tile number ``tile``), called by every thread of a block after it wrote
-    its partial sums to ``part[blockIdx.z]``: the block makes them visible GPU-wide
-    (``threadfence``) and takes a ticket (``atomic.add`` on ``ticket[tile]``). True in every thread
-    of the block that drew the last ticket, which resets the ticket to 0 for the next launch and then
-    sums the partials: each partial is read once, by that block, after its ticket, so no stale L1
-    line of it can exist. ``sh_last``: a 1-element shared array (any integer type)."""
-    cuda.threadfence()                                                   # partials visible before the ticket
-    cuda.syncthreads()
-    if cuda.threadIdx.x == 0:
-        last = cuda.atomic.add(ticket, tile, 1) == nsplit - 1
-        if last:
-            ticket[tile] = 0                                             # every block of the tile has drawn
-        sh_last[0] = 1 if last else 0
-    cuda.syncthreads()
-    if sh_last[0] == 1:
-        cuda.threadfence()
-        return True
-    return False
-
-
-@inlined
 def _tile_position(e, row0, col0, tile_cols, m, n):
     """Element ``e`` of a split tile (``tile_cols`` columns from ``(row0, col0)``): its position and that
     position clamped into ``M x N`` (an element past the tile or the matrix reads a valid partial, never stored)."""
@@ -545,19 +520,6 @@ def _c_tile_epilogue(rows_per_warp: int, cols_per_lane: int, vw: int):
             split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, rows, nt)
 
     return finish
-
-
-@inlined
-def _split_range(count, split, nsplit):
-    """``(lo, hi)``: the ``split``-th of ``nsplit`` near-equal parts of ``range(count)`` (none empty
-    when ``nsplit <= count``; the ``max`` calls only clamp to the valid ranges). Kernels index from
-    views starting at ``lo`` rather than with ``lo + i``: the compiler cannot prove ``lo + i >= 0``
-    and would add Python's negative-index wraparound to every load (the direct kernel ran 251.6 us
-    instead of 178.6 us at 1024^3 60% on the H100 that way)."""
-    count = max(count, 0)
-    nsplit = max(nsplit, 1)
-    split = max(split, 0)
-    return split * count // nsplit, (split + 1) * count // nsplit
 
 
 @functools.cache
@@ -721,7 +683,7 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
         interior = vec_ok and col0 + nt <= n                             # every B read of the tile is 16 bytes
         # This block's chunks q0 .. q1 - 1 (all of K without a split). Views starting there keep
         # every index below non-negative from 0 up, as without a split (no wraparound code).
-        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
+        q0, q1 = split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
         nchunks = q1 - q0
         kb = q0 * kc
         b_k = b[kb * n:]
@@ -857,7 +819,7 @@ def _direct_kernel(cols_per_lane: int, rows_per_warp: int, unroll: int, half: bo
         row0 = (cuda.grid(1) // WARP_SIZE) * rows_per_warp
         gcol = cuda.blockIdx.y * nt + lane * vw                         # this lane's first column
         interior = vec_ok and cuda.blockIdx.y * nt + nt <= n
-        s0, s1 = _split_range(kprime, cuda.blockIdx.z, nsplit)          # this block's K' slots
+        s0, s1 = split_range(kprime, cuda.blockIdx.z, nsplit)          # this block's K' slots
         sh_last = cuda.shared.array(1, np.int32)
         acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)
         racc = cuda.local.array(cols_per_lane, float32)
@@ -985,7 +947,7 @@ def _dense_tile_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc
         warp_rb0 = (t // WARP_SIZE) * rows_per_warp
         col0 = cuda.blockIdx.y * nt
         interior = vec_ok and col0 + nt <= n
-        q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks,
+        q0, q1 = split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)   # this block's K chunks,
         nchunks = q1 - q0                                                # through views from its first row
         kb = q0 * kc                                                     # (indices from 0: no wraparound)
         at_k = at[kb:, :]
@@ -1222,7 +1184,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
             prefetch_tile(b, n, col0, t)                                 # B's tile on its way to L2
         gcol = col0 + lane * vw                                          # this lane's first column
         interior = vec_ok and col0 + nt <= n                             # every read of B is a vector
-        s0, s1 = _split_range(kprime, warp, numwarps)                    # this warp's run of K' slots
+        s0, s1 = split_range(kprime, warp, numwarps)                    # this warp's run of K' slots
         cnt = s1 - s0
         sh_part = cuda.shared.array(part_size, float32, alignment=SMEM_ALIGN)
         racc = cuda.local.array(cols_per_lane, float32)
@@ -1295,81 +1257,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
 # Launchers
 # ---------------------------------------------------------------------------
 
-class DeviceELL(DeviceMatrix):
-    """An :class:`~sparsekit.formats.ELL` checked once and copied to the device.
-
-    ``arrays["ellval"]``/``arrays["ellidx"]`` are the paper's flat column-major
-    arrays (length ``M*K'``) on the device; :meth:`slot_ptr`, :meth:`row_major` and
-    :meth:`dense_t` add what the tiled, pipelined, direct and dense-tile kernels read, built on
-    first use and kept. Build it with :func:`prepare`; pass it to
-    :func:`uspmm` in place of the ELL to skip the copy and the full check on
-    every call (what a benchmark or a layer does).
-    """
-
-    def slot_ptr(self, kc: int):
-        """``M x (ceil(K/kc)+1)`` int32 on the device: row ``r``'s entries with a
-        column in chunk ``j`` (``[j*kc, (j+1)*kc)``) are slots
-        ``slot_ptr[r, j] .. slot_ptr[r, j+1]-1`` (computed once per ``kc``)."""
-        return self.cached(("slot_ptr", kc), lambda: self._slot_ptr(kc))
-
-    def _slot_ptr(self, kc: int) -> np.ndarray:
-        m, k = self.shape
-        nchunks = cdiv(k, kc)
-        chunk = self.host.indices.astype(np.int64) // kc                    # (M, K')
-        flat = (np.arange(m)[:, None] * nchunks + chunk).ravel()
-        counts = np.bincount(flat, minlength=m * nchunks).reshape(m, nchunks)
-        ptr = np.zeros((m, nchunks + 1), dtype=np.int32)
-        np.cumsum(counts, axis=1, out=ptr[:, 1:])
-        return ptr
-
-    def row_major(self):
-        """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
-        which reads a row's entries together); copied once."""
-        return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
-                                            np.ascontiguousarray(self.host.indices)))
-
-    def tiled_rows(self):
-        """The rows as a :class:`~sparsekit.formats.TiledCSL` prepared for :mod:`gpu.spmm_tiled`'s row
-        kernel (the decode path); built once."""
-        return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_ell(self.host)), device=False)
-
-    def dense_t(self):
-        """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
-        kernel, which reads the block's rows of one ``k`` together); built once."""
-        def build():
-            m, k = self.shape
-            at = np.zeros((k, m), dtype=np.float32)
-            rows = np.broadcast_to(np.arange(m)[:, None], self.host.indices.shape)
-            at[self.host.indices, rows] = self.host.values
-            return at
-        return self.cached("dense_t", build)
-
-
-def prepare(ell) -> DeviceELL:
-    """Check ``ell`` fully (index range, ascending rows, finite values) and copy it to the device."""
-    return DeviceELL.from_host(ell, ELL, ("ellval", "ellidx"), name="ell", dtypes=_DTYPES,
-                               dtype_rule="values dtype must be float32, float16 or bfloat16 for the GPU "
-                                          "kernels, got {dtype}")
-
-
-def _rhs(b, dell: DeviceELL, name: str):
-    """``b`` (K x N, A's dtype) as an Operand, plus its memory order ("C" or "F")."""
-    want = dict(dtypes=(dell.dtype,), ndim=2, shape=(dell.shape[1], None))
-    try:
-        return operand(b, name, order="C", **want), "C"
-    except ValueError as err:
-        if "contiguous" not in str(err):
-            raise
-    try:
-        return operand(b, name, order="F", **want), "F"
-    except ValueError as err:
-        if "contiguous" not in str(err):
-            raise
-        raise ValueError(f"{name}: expected a C- or F-contiguous array (nothing is copied; use "
-                         f"numpy.ascontiguousarray first), got a strided view of shape "
-                         f"{tuple(np.shape(b))}") from None
-
-
 def _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize):
     m, n = c.shape
     numwarps = vsize * nwarp
@@ -1396,24 +1283,6 @@ def _row_major_shape(variant, order, m, n, nwarp, rows_per_warp, cols_per_lane):
     if threads > 1024:
         raise ValueError(f"nwarp: a block of 32 * nwarp = {threads} threads exceeds 1024")
     return threads, (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
-
-
-def _split(dell, grid, n, splits, count):
-    """``(grid, part, ticket, nsplit)`` for a kernel whose K range (``count`` chunks or slots) is
-    split over ``nsplit = min(splits, count)`` blocks per output tile (at least 1): the grid gains
-    ``nsplit`` as its z size; ``part`` is the ``nsplit x M x N`` float32 partial buffer and
-    ``ticket`` one zeroed int32 counter per output tile, both made on first use and kept with
-    ``dell`` (each launch leaves the tickets zeroed and rewrites the partials it reads, so launches
-    sharing ``dell`` must be on one stream; the H100 run of 00:49 UTC allocated ``part`` per launch
-    and 10-20% of its repeats waited on the allocator). Without a split, 1-element stand-ins."""
-    nsplit = max(1, min(splits, count))
-    if nsplit == 1:
-        part, ticket = dell.cached("no_split", lambda: (np.zeros((1, 1, 1), np.float32), np.zeros(1, np.int32)))
-    else:
-        tiles, m = grid[0] * grid[1], dell.shape[0]
-        part = dell.cached(("split_part", nsplit, n), lambda: np.empty((nsplit, m, n), np.float32))
-        ticket = dell.cached(("split_tickets", tiles), lambda: np.zeros(tiles, np.int32))
-    return (grid[0], grid[1], nsplit), part, ticket, nsplit
 
 
 def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):
@@ -1459,7 +1328,7 @@ def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane,
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _pipelined_kernel(cols_per_lane, rows_per_warp, nwarp, kc, unroll, bool(half), min_blocks)
     vals, idxs = dell.row_major()
-    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
+    grid, part, ticket, nsplit = split_buffers(dell, grid, n, splits, cdiv(k, kc))
     _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), flat_view(bdev), c, part, ticket,
                                     m, n, k, vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
@@ -1483,7 +1352,7 @@ def _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, un
     kernel = _direct_kernel(cols_per_lane, rows_per_warp, unroll, bool(half))
     vals, idxs = dell.row_major()
     kprime = dell.host.kprime
-    grid, part, ticket, nsplit = _split(dell, grid, n, splits, kprime)
+    grid, part, ticket, nsplit = split_buffers(dell, grid, n, splits, kprime)
     _launch(kernel, grid, threads, (vals, idxs, flat_view(bdev), c, part, ticket, m, n, kprime,
                                     vec_ok, nsplit), "nwarp, rows_per_warp, cols_per_lane")
 
@@ -1504,12 +1373,12 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     bw = 16 // dell.dtype.itemsize
     vec_ok = n % bw == 0 and aligned(bdev, bw)
     kernel = _dense_tile_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), min_blocks)
-    grid, part, ticket, nsplit = _split(dell, grid, n, splits, cdiv(k, kc))
+    grid, part, ticket, nsplit = split_buffers(dell, grid, n, splits, cdiv(k, kc))
     _launch(kernel, grid, threads, (dell.dense_t(), flat_view(bdev), c, part, ticket, m, n, k, vec_ok, nsplit),
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
+def _launch_warpsplit_buffers(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
                        l2_prefetch):
     m, n = c.shape
     half = dell.dtype == np.float16
@@ -1572,7 +1441,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "warp_split":
-            _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
+            _launch_warpsplit_buffers(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
                                bool(l2_prefetch))
         else:
@@ -1613,7 +1482,7 @@ def uspmm(ell, b, *, config=None, **tunables):
     or "tf32+bf16").
     """
     dell = prepare(ell)
-    bop, order = _rhs(b, dell, "b")
+    bop, order = rhs(b, dell, "b")
     if config is not None:
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")

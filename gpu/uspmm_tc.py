@@ -47,7 +47,7 @@ that the smaller warp tiles had. Steps 1, 2, 4 and 5 are shared by all threads:
    consecutive rows). The entries come from :func:`segment_entries`, the ELL
    regrouped per segment of ``seg`` columns and padded to the fullest
    segment's count ``w`` (a derived array kept on the
-   :class:`~gpu.uspmm.DeviceELL`), stored ``[segment, slot, row]`` so that a
+   :class:`~gpu.device_ell.DeviceELL`), stored ``[segment, slot, row]`` so that a
    block's rows of one slot are contiguous. (a) ``cp.async`` copies a chunk's
    slots (values and 8-bit offsets, 16 bytes a copy, no registers) into an
    entry stage; (b) one chunk later each thread reads its staged slots into
@@ -143,7 +143,7 @@ K split (``splits``): a grid of few output tiles (1024 x 1024 x 128: 16 tiles of
 SMs; the ResNet-50 layers of issue 5's Table 1: 1 to 32) runs K serially in few blocks. With
 ``splits = s > 1`` the grid gains ``nsplit = min(s, K chunks)`` blocks per tile along z, each
 multiplying a run of K chunks into float32 partials (``nsplit x M x N``, kept on the
-:class:`~gpu.uspmm.DeviceELL` with a ticket per tile, :func:`gpu.uspmm._split`); the tile's last
+:class:`~gpu.device_ell.DeviceELL` with a ticket per tile, :func:`gpu.split_k.split_buffers`); the tile's last
 block sums them in a fixed order, each thread its own fragment elements (the ticket protocol of
 :func:`gpu.uspmm.split_sum`, with the loads of one partial issued together): repeats are
 bit-identical, the error bound is unchanged (:func:`error_reduction`). The split is a kernel of its
@@ -172,11 +172,12 @@ from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
 from gpu.launch import DynamicShared as _DynamicShared
 from gpu.launch import launch as _launch
 from gpu.launch import opt_in as _opt_in
-from gpu.uspmm import WARP_SIZE, _rhs, _split, _split_range, prepare, split_ticket
+from gpu.device_ell import prepare, rhs
+from gpu.launch import WARP_SIZE
+from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, store4, store8
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.checks import check_int
-from sparsekit.device import allow_dynamic_shared
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
            "MMAS_PER_PRODUCT", "SHARED_OPTIN", "STATIC_LIMIT"]
@@ -888,7 +889,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         um, un, uk, uw, unsub, ump = U(m), U(n), U(k), U(w), U(nsub), U(mp)
         uwmp = uw * ump
         if ksplit:                                                       # this block's run of K chunks,
-            q0, q1 = _split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
+            q0, q1 = split_range((k + kc - 1) // kc, cuda.blockIdx.z, nsplit)
             nchunks = q1 - q0                                            # chunk j of the loop is q0 + j:
             b = b[q0 * kc * n:]                                          # B, K and the entries from chunk
             uk = uk - U(q0 * kc)                                         # q0 on (views: the K loop's code
@@ -1081,7 +1082,7 @@ def uspmm(ell, b, *, config=None, **tunables):
     :data:`DEFAULTS` for the dtype (see the module docstring).
     """
     dell = prepare(ell)
-    bop, order = _rhs(b, dell, "b")
+    bop, order = rhs(b, dell, "b")
     return result(run(dell, bop, order, config=config, **tunables), like=bop)
 
 
@@ -1112,7 +1113,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         dynamic = shared > STATIC_LIMIT or kgroups > 1                  # (K groups sum through the dynamic buffer)
         ev, eo = segment_entries(dell, seg, pad=lean and not half, split=presplit)
         nsub, w, mp = eo.shape
-        grid, part, ticket, nsplit = _split(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
+        grid, part, ticket, nsplit = split_buffers(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
                             scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit,
                             not half and tf32_exact(dell))

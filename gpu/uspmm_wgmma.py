@@ -107,11 +107,11 @@ from gpu.inline import inlined
 from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr,
                      ld_shared, ld_shared2, ld_shared4, pack_bf16x2, shared_addr, st_shared, st_shared4, to_tf32,
                      to_tf32_finite)
-from gpu.sync_primitives import bar_arrive, bar_sync
-from gpu.launch import SMEM_ALIGN
+from gpu.device_ell import prepare, rhs
+from gpu.launch import SMEM_ALIGN, DynamicShared, opt_in
 from gpu.launch import launch as _launch
-from gpu.uspmm import _rhs, prepare
-from gpu.uspmm_tc import (SPLIT_ERRORS_U, _DynamicShared, _opt_in, error_reduction, offset_bytes, scatter_slots,
+from gpu.sync_primitives import bar_arrive, bar_sync
+from gpu.uspmm_tc import (SPLIT_ERRORS_U, error_reduction, offset_bytes, scatter_slots,
                           segment_entries, tf32_exact)
 from gpu.vector_loads import aligned
 from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
@@ -626,7 +626,7 @@ def _launch_clusters(kernel, args, grid, nthreads, shared, split):
 def uspmm(ell, b, **tunables):
     """``C = A @ b`` (float32) on warpgroup MMAs; see the module docstring."""
     dell = prepare(ell)
-    bop, order = _rhs(b, dell, "b")
+    bop, order = rhs(b, dell, "b")
     return result(run(dell, bop, order, **tunables), like=bop)
 
 
@@ -687,9 +687,9 @@ def run(dell, bop, order: str, **tunables):
                                producers, bf16, not bf16 and tf32_exact(dell))
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, m, n, k, w, mp)
         shared = shared_bytes(bm, bn, kc, stages, slots, split, producers)
-        _opt_in(kernel, args, shared)
+        opt_in(kernel, args, shared)
         if split > 1 and not SIM:
             _launch_clusters(kernel, args, (cdiv(m, bm) * split, cdiv(n, bn)), nthreads, shared, split)
         else:
-            _launch(_DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
+            _launch(DynamicShared(kernel, shared), (cdiv(m, bm), cdiv(n, bn)), nthreads, args, "bm, bn")
     return c

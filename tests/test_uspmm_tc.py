@@ -432,7 +432,8 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     """Two launches on one prepared matrix (cached partials and tickets) give the same bytes, the
     tickets are back to 0 after each, and more splits than K chunks fall back to one chunk a block.
     ``dynamic``: the split's flag lives in the dynamic buffer's entry-offset stage."""
-    from gpu.uspmm import _split, prepare
+    from gpu.split_k import split_buffers
+    from gpu.uspmm import prepare
     if dynamic:
         monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
     m, k, n, kprime = 20, 40, 16, 11                                   # one output tile, K chunks of 16 or 8
@@ -444,7 +445,7 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     tunables = dict(TUNABLES[dtype][0], stages=3, splits=9)
     chunks = -(-k // tunables["kc"])                                    # 3 (float16) or 5 (float32)
     first = tc.uspmm(dell, b, **tunables)
-    grid, _, ticket, nsplit = _split(dell, (1, 1), n, 9, chunks)        # the launch's (cached) tickets
+    grid, _, ticket, nsplit = split_buffers(dell, (1, 1), n, 9, chunks)        # the launch's (cached) tickets
     assert nsplit == chunks and grid == (1, 1, chunks)
     assert (ticket.copy_to_host() == 0).all()
     again = tc.uspmm(dell, b, **tunables)
