@@ -75,7 +75,8 @@ def _table(title, header, rows):
 
 def bandwidth_section(quick):
     from sparsekit.arrays import cdiv
-    from sparsekit.device import info, measured_bandwidth, peaks_for
+    from sparsekit.device import info, peaks_for
+    from sparsekit.timing import measured_bandwidth
     from sparsekit.timing import measure
 
     dev = info()

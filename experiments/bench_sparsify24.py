@@ -405,7 +405,7 @@ def main(argv=None) -> int:
     results: dict = {}
     ok = True
     t0 = time.time()
-    from sparsekit import device
+    from sparsekit import device, timing
     info = device.info()
     results["device"] = str(info)
     log(f"device: {info}")
@@ -435,7 +435,7 @@ def main(argv=None) -> int:
                 ok = False
             log(f"  ({time.time() - t0:.0f} s)")
     if args.time:
-        copy_bw = device.measured_bandwidth()
+        copy_bw = timing.measured_bandwidth()
         results["copy_bandwidth_GBps"] = copy_bw / 1e9
         log(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
         recs = []

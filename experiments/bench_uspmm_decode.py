@@ -67,8 +67,7 @@ def sweep(shapes, sparsities, ns, dtypes, *, repeat: int = 15, seed: int = 0, pr
     from numba import cuda
 
     from gpu import spmm_tiled
-    from sparsekit.device import measured_bandwidth
-    from sparsekit.timing import measure
+    from sparsekit.timing import measure, measured_bandwidth
 
     bandwidth = measured_bandwidth()
     dev = torch.device("cuda")

@@ -199,8 +199,8 @@ def run(ctx: Context) -> Section:
             "usually beats greedy but can lose to it in a tile (the `tiles_less_than_greedy` column).")
     if ctx.on_gpu:
         from experiments.bench_sparsify24 import OURS, QUICK, bench_shape
-        from sparsekit import device
-        bw = device.measured_bandwidth()
+        from sparsekit import timing
+        bw = timing.measured_bandwidth()
         # quick: the greedy kernel (seconds to compile); full: every mask, default blocks
         provs = {k: v for k, v in OURS.items()
                  if (k in QUICK if ctx.quick else "thread blocks" not in k)}

@@ -20,11 +20,10 @@ in TFLOP/s and GB/s.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
-__all__ = ["DeviceInfo", "Peak", "PEAKS", "info", "peaks_for", "measured_bandwidth",
-           "measured_peaks", "allow_dynamic_shared", "require_cluster"]
+__all__ = ["DeviceInfo", "Peak", "PEAKS", "info", "peaks_for", "allow_dynamic_shared", "require_cluster"]
 
 
 def simulator_active() -> bool:
@@ -273,50 +272,3 @@ def require_cluster(compiled, size: int) -> None:
                         (attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, 1),
                         (attrs.CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, 1)):
         driver.cuKernelSetAttribute(attr, value, handle, dev)
-
-
-def measured_bandwidth(nbytes: int | None = None, *, repeat: int = 20) -> float:
-    """Device memory bandwidth in bytes/s from a large device-to-device copy.
-
-    Copies ``nbytes`` (default: the larger of 1 GiB and 8x the L2 size) with
-    ``cuMemcpyDtoDAsync`` and counts ``2 * nbytes`` moved (read plus write)
-    over the median device time of :func:`sparsekit.timing.measure`.
-    Raises ``RuntimeError`` without a GPU.
-    """
-    from numba import cuda
-    from numba.cuda.cudadrv import driver
-
-    from sparsekit import timing
-    from sparsekit.checks import check_int
-
-    dev_info = timing.require_gpu("measured_bandwidth")
-    if nbytes is None:
-        nbytes = max(1 << 30, 8 * (dev_info.l2_bytes or 0))
-    nbytes = check_int(nbytes, "nbytes", minimum=1 << 20)
-    src = cuda.device_array(nbytes, dtype="u1")
-    dst = cuda.device_array(nbytes, dtype="u1")
-    driver.device_memset(src, 1, nbytes)  # never time on untouched memory
-    stream = cuda.default_stream()
-    m = timing.measure(lambda: driver.device_to_device(dst, src, nbytes, stream=stream),
-                       repeat=repeat, warmup=2, flush_l2=False)
-    return 2.0 * nbytes / m.median_s
-
-
-def measured_peaks(bandwidth: float | None = None) -> Peak:
-    """The table's peaks for this GPU with the measured copy bandwidth in place of the datasheet's.
-
-    ``bandwidth`` (bytes/s) skips the measurement when already known. A GPU not in
-    :data:`PEAKS` gets ``None`` for every FLOP rate. Raises ``RuntimeError`` without a GPU.
-    """
-    from sparsekit import timing
-
-    dev = timing.require_gpu("measured_peaks")
-    bw = measured_bandwidth() if bandwidth is None else float(bandwidth)
-    table = peaks_for(dev.name)
-    src = f"measured on {dev.name}: device-to-device copy, bytes read + written"
-    if table is None:
-        return Peak(name=dev.name, fp32=None, fp16=None, fp16_tensor=None, fp16_tensor_sparse=None,
-                    tf32_tensor=None, fp64=None, bandwidth=bw,
-                    source=MappingProxyType({"bandwidth": src}))
-    return replace(table, name=dev.name, bandwidth=bw,
-                   source=MappingProxyType({**table.source, "bandwidth": src}))

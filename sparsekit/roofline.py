@@ -173,16 +173,17 @@ class Roof:
 
 def roof(device="H100") -> Roof:
     """The :class:`Roof` of ``device``: a name in ``sparsekit.device.PEAKS`` (any case),
-    ``"measured"`` (this machine: :func:`sparsekit.device.measured_peaks`, i.e. the
+    ``"measured"`` (this machine: :func:`sparsekit.timing.measured_peaks`, i.e. the
     table's FLOP/s and the bandwidth of a large device copy; needs a GPU), a
     :class:`Roof`, or a :class:`sparsekit.device.Peak`."""
     if isinstance(device, Roof):
         return device
     from sparsekit import device as dev
+    from sparsekit import timing
 
     if isinstance(device, str):
         if device.lower() == "measured":   # this GPU: table FLOP/s, copy-measured bandwidth
-            base = _roof_from_peaks(dev.measured_peaks())
+            base = _roof_from_peaks(timing.measured_peaks())
             return replace(base, name=f"{base.name} (measured bandwidth)")
         table = {k.lower(): k for k in dev.PEAKS}
         if device.lower() not in table:

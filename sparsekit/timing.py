@@ -34,13 +34,16 @@ running the simulated kernel).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import numpy as np
 
 from sparsekit.checks import check_int
+from sparsekit.device import Peak, info, peaks_for
 
-__all__ = ["Measurement", "measure", "dispatch_overhead", "summarize", "require_gpu"]
+__all__ = ["Measurement", "measure", "dispatch_overhead", "summarize", "require_gpu", "measured_bandwidth",
+           "measured_peaks"]
 
 # Spin length: 2 x the host time of one batch + this margin (seconds), at most _SPIN_MAX.
 _SPIN_MARGIN = 50e-6
@@ -90,7 +93,6 @@ def summarize(samples) -> tuple[float, float, float]:
 
 def require_gpu(what: str):
     """Return :func:`sparsekit.device.info` for a real GPU, else raise ``RuntimeError`` naming ``what``."""
-    from sparsekit.device import info
 
     dev = info()
     if dev.backend != "gpu":
@@ -277,3 +279,45 @@ def dispatch_overhead(launch, *, repeat: int = 200, warmup: int = 10) -> float:
     if sync:
         sync()
     return summarize(times)[0]
+
+
+def measured_bandwidth(nbytes: int | None = None, *, repeat: int = 20) -> float:
+    """Device memory bandwidth in bytes/s from a large device-to-device copy.
+
+    Copies ``nbytes`` (default: the larger of 1 GiB and 8x the L2 size) with
+    ``cuMemcpyDtoDAsync`` and counts ``2 * nbytes`` moved (read plus write)
+    over the median device time of :func:`measure`.
+    Raises ``RuntimeError`` without a GPU.
+    """
+    from numba import cuda
+    from numba.cuda.cudadrv import driver
+
+    dev_info = require_gpu("measured_bandwidth")
+    if nbytes is None:
+        nbytes = max(1 << 30, 8 * (dev_info.l2_bytes or 0))
+    nbytes = check_int(nbytes, "nbytes", minimum=1 << 20)
+    src = cuda.device_array(nbytes, dtype="u1")
+    dst = cuda.device_array(nbytes, dtype="u1")
+    driver.device_memset(src, 1, nbytes)  # never time on untouched memory
+    stream = cuda.default_stream()
+    m = measure(lambda: driver.device_to_device(dst, src, nbytes, stream=stream),
+                       repeat=repeat, warmup=2, flush_l2=False)
+    return 2.0 * nbytes / m.median_s
+
+
+def measured_peaks(bandwidth: float | None = None) -> Peak:
+    """The table's peaks for this GPU with the measured copy bandwidth in place of the datasheet's.
+
+    ``bandwidth`` (bytes/s) skips the measurement when already known. A GPU not in
+    :data:`PEAKS` gets ``None`` for every FLOP rate. Raises ``RuntimeError`` without a GPU.
+    """
+    dev = require_gpu("measured_peaks")
+    bw = measured_bandwidth() if bandwidth is None else float(bandwidth)
+    table = peaks_for(dev.name)
+    src = f"measured on {dev.name}: device-to-device copy, bytes read + written"
+    if table is None:
+        return Peak(name=dev.name, fp32=None, fp16=None, fp16_tensor=None, fp16_tensor_sparse=None,
+                    tf32_tensor=None, fp64=None, bandwidth=bw,
+                    source=MappingProxyType({"bandwidth": src}))
+    return replace(table, name=dev.name, bandwidth=bw,
+                   source=MappingProxyType({**table.source, "bandwidth": src}))

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from sparsekit import device
+from sparsekit import device, timing
 from sparsekit.device import PEAKS, DeviceInfo, Peak, info, peaks_for
 
 
@@ -92,6 +92,6 @@ def test_theoretical_bandwidth():
 @pytest.mark.simulator("the no-GPU error; tests/gpu/test_timing_gpu.py measures the bandwidth and peaks")
 def test_measurements_need_a_gpu():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        device.measured_bandwidth()
+        timing.measured_bandwidth()
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        device.measured_peaks(bandwidth=1e12)
+        timing.measured_peaks(bandwidth=1e12)

@@ -47,11 +47,10 @@ def cmd_bench_sparsify24(args) -> int:
         print(f"no timings: {e}")
         return 0
     from experiments import bench_sparsify24 as bench
-    from sparsekit import device
     ok = True
     if args.check:
         ok = bench.check_reference({})
-    bw = device.measured_bandwidth()
+    bw = timing.measured_bandwidth()
     print(f"copy bandwidth {bw / 1e9:.0f} GB/s")
     print(markdown_table(bench.bench_shape(m, k, bench.OURS, copy_bw=bw, repeat=args.repeat)))
     return 0 if ok else 1

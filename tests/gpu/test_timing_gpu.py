@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparsekit.device import info, measured_bandwidth, measured_peaks, peaks_for
+from sparsekit.device import info, peaks_for
+from sparsekit.timing import measured_bandwidth, measured_peaks
 from sparsekit.timing import dispatch_overhead, kernels, measure
 
 pytestmark = pytest.mark.gpu
