@@ -157,7 +157,8 @@ def read_mtx(path, *, dtype=np.float32, seed: int = 0) -> CSR:
 
     Real values are converted to ``dtype`` (the file's precision is a file
     property, not the kernel's); complex or integer fields other than pattern
-    raise ``TypeError``. Values must be finite in the file and in ``dtype``
+    raise ``TypeError``. Entries repeated in the file are summed (SciPy's
+    reading of duplicates). Values must be finite in the file and in ``dtype``
     (a value float16 cannot hold is refused, not made Inf). Indices are int32,
     or int64 where the header's columns or entries need it. A header that
     declares more than :data:`MAX_ROWS` rows, more entries than cells or than
