@@ -1384,6 +1384,7 @@ class PersistentRNN:
         lay = self.layout
         if not isinstance(lay, RNNLayout):
             raise TypeError(f"layout: expected a sparsekit.rnn_layout.RNNLayout, got {type(lay).__name__}")
+        lay.validate()      # again: its arrays may have changed since it was built, and the kernel trusts them
         if lay.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
             raise TypeError(f"layout: values must be float32 or float16, got {lay.dtype}")
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),

@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sparsekit.checks import FLOAT_DTYPES, check_array, check_int
+from sparsekit.checks import FLOAT_DTYPES, check_array, check_indices, check_int
 
 __all__ = ["BANKS", "RNNLayout", "Split", "ConflictReport", "balance", "split", "bank_aware",
            "pack_indices16", "unpack_indices16", "thread_packed_indices", "wavefronts", "bank_conflicts"]
@@ -90,13 +90,25 @@ class RNNLayout:
     bank_aware: bool = False
 
     def __post_init__(self):
-        rows, cols = self.shape
-        check_array(self.values, "values", ndim=2, dtypes=FLOAT_DTYPES)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every rule a kernel relies on (a full scan: indices in range, finite values); called at
+        construction and by launchers before the arrays go to the device, as NumPy arrays can change in between.
+        Raises ``TypeError``/``ValueError`` naming the field; never modifies anything."""
+        if not (isinstance(self.shape, tuple) and len(self.shape) == 2):
+            raise ValueError(f"shape: expected a (rows, cols) tuple, got {self.shape!r}")
+        rows = check_int(self.shape[0], "shape[0]", minimum=0)
+        cols = check_int(self.shape[1], "shape[1]", minimum=0)
+        _check_tpr(self.tpr)
+        check_array(self.values, "values", ndim=2, dtypes=FLOAT_DTYPES, finite=True)
         check_array(self.indices, "indices", ndim=2, dtypes=(np.int16, np.int32), shape=self.values.shape)
         if self.values.shape[0] != rows:
             raise ValueError(f"values: should have {rows} rows (shape[0]), got {self.values.shape[0]}")
         if self.kpad % self.tpr:
             raise ValueError(f"values: kpad={self.kpad} should be a multiple of tpr={self.tpr}")
+        check_indices(self.indices, "indices", cols)
+        check_int(self.nnz, "nnz", minimum=0, maximum=self.values.size)
 
     @property
     def kpad(self) -> int:

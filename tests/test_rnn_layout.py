@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparsekit import prune
-from sparsekit.rnn_layout import (ConflictReport, balance, bank_aware, bank_conflicts, pack_indices16, split,
-                                  thread_packed_indices, unpack_indices16, wavefronts)
+from sparsekit.rnn_layout import (ConflictReport, RNNLayout, balance, bank_aware, bank_conflicts, pack_indices16,
+                                  split, thread_packed_indices, unpack_indices16, wavefronts)
 from tests import strategies as sks
 
 TPRS = st.sampled_from([1, 2, 4, 8, 16, 32])
@@ -59,6 +59,46 @@ def test_balance_errors():
         balance(np.eye(4, dtype=np.float32), np.eye(4))
     with pytest.raises(ValueError, match="u: must be finite"):
         balance(np.full((2, 2), np.nan, dtype=np.float32))
+
+
+@pytest.mark.parametrize("field, bad, exc, match", [
+    ("indices", -1, ValueError, r"indices: indices must lie in \[0, 4\), found -1"),
+    ("indices", 4, ValueError, r"indices: indices must lie in \[0, 4\), found 4"),
+    ("indices", 99, ValueError, r"indices: indices must lie in \[0, 4\), found 99"),
+    ("values", np.nan, ValueError, "values: must be finite"),
+    ("values", -np.inf, ValueError, "values: must be finite"),
+    ("nnz", -1, ValueError, "nnz: must be >= 0"),
+    ("nnz", 9, ValueError, "nnz: must be <= 8"),
+    ("nnz", 1.5, TypeError, "nnz: expected an integer"),
+    ("tpr", 3, ValueError, "tpr: must be a power of two"),
+    ("shape", (4,), ValueError, "shape: expected a"),
+    ("shape", (4, -1), ValueError, r"shape\[1\]: must be >= 0"),
+    ("indices_dtype", np.int64, TypeError, "indices: dtype"),
+])
+def test_layout_refuses_what_a_kernel_would_misread(field, bad, exc, match):
+    """A hand-built or edited layout is checked in full: a bad index would read outside h (shared memory on a GPU),
+    a NaN would spread through every state."""
+    good = balance(2 * np.eye(4, dtype=np.float32), tpr=2)          # kpad 2: 8 slots, nnz 4
+    values, indices, fields = good.values.copy(), good.indices.copy(), {}
+    if field == "indices":
+        indices[1, 1] = bad
+    elif field == "values":
+        values[2, 0] = bad
+    elif field == "indices_dtype":
+        indices = indices.astype(bad)
+    else:
+        fields[field] = bad
+    with pytest.raises(exc, match=match):
+        RNNLayout(values, indices, **{"shape": good.shape, "tpr": good.tpr, "nnz": good.nnz, **fields})
+
+
+def test_layout_edited_after_construction_is_refused_before_launch():
+    from gpu.persistent_rnn import PersistentRNN
+
+    lay = balance((np.eye(8, dtype=np.float32) + 0.25) / 8, tpr=4)
+    lay.indices[3, 0] = -1                         # the arrays stay writable; the launcher checks again
+    with pytest.raises(ValueError, match=r"indices: indices must lie in \[0, 8\), found -1"):
+        PersistentRNN(lay, 4, rows_per_block=8)
 
 
 # -- split --------------------------------------------------------------------
