@@ -138,3 +138,16 @@ def test_two_processes_storing_and_reading_never_tear_or_lose_entries(cache, tri
     data = json.loads(cache.read_text())
     assert len(data) == 2 * count                                 # no store lost another's entry
     assert all(tune._valid_entry(entry) for entry in data.values())
+
+
+@pytest.mark.gpu
+def test_tune_returns_its_winner_when_the_store_fails(tmp_path, monkeypatch):
+    """The search's result survives a cache that cannot be written (here its folder is a file)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(blocker / "uspmm.json"))
+    ell = tune.make_ell(256, 256, 0.75, np.float32)
+    configs = [tune.heuristic(256, 256, 32, ell.kprime, np.float32, "C")]
+    with pytest.warns(RuntimeWarning, match="could not store"):
+        winner, records = tune.tune(ell, 32, configs=configs, repeat=3)
+    assert winner == configs[0] and records[0]["correct"]
