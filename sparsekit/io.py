@@ -132,14 +132,17 @@ def write_smtx(path, csr) -> None:
         f.write(" ".join(map(str, np.asarray(csr.indices[:nnz]).tolist())) + "\n")
 
 
-def _check_mtx_header(path, rows: int, cols: int, entries: int, layout: str) -> None:
+def _check_mtx_header(path, rows: int, cols: int, entries: int, layout: str, symmetry: str) -> None:
     """Refuse a header no file of this size can honour, before anything is allocated for it."""
     if rows > MAX_ROWS:
         raise ValueError(f"{path}: header declares {rows} rows; at most {MAX_ROWS} are supported")
     if entries > rows * cols:
         raise ValueError(f"{path}: header declares {entries} entries in a {rows} x {cols} matrix "
                          f"(at most {rows * cols})")
-    least = entries * (4 if layout == "coordinate" else 2)     # "1 1\n" per entry, "0\n" per value
+    if layout == "coordinate":
+        least = 4 * entries                                     # "1 1\n" an entry
+    else:                                                       # "0\n" a value; a symmetric array stores a triangle
+        least = 2 * (entries if symmetry == "general" else rows * (rows - 1) // 2)
     size = os.path.getsize(path)
     if Path(path).suffix.lower() == ".mtx" and least > size:
         raise ValueError(f"{path}: header declares {entries} entries, at least {least} bytes of text; "
@@ -175,7 +178,7 @@ def read_mtx(path, *, dtype=np.float32, seed: int = 0) -> CSR:
         raise ValueError(f"{path}: not a readable Matrix Market header ({err})") from None
     if field not in ("real", "integer", "pattern"):
         raise TypeError(f"{path}: field must be real, integer or pattern, got {field}")
-    _check_mtx_header(path, rows, cols, entries, layout)
+    _check_mtx_header(path, rows, cols, entries, layout, symmetry)
     try:
         a = sp.csr_array(scipy.io.mmread(path))
     except (ValueError, OverflowError) as err:

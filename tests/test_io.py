@@ -155,3 +155,16 @@ def test_writers_take_a_valid_csr_only(tmp_path, write):
     with pytest.raises(ValueError, match=r"indices: indices must lie in \[0, 3\), found 3"):
         write(tmp_path / "a", bad)
     assert not (tmp_path / "a").exists()
+
+
+def test_read_mtx_symmetric_array_is_not_mistaken_for_a_short_file(tmp_path):
+    """A symmetric array stores one triangle: fewer values than its header's rows x cols."""
+    n = 40
+    tri = [str((i + j) % 10) for j in range(n) for i in range(j, n)]
+    path = tmp_path / "s.mtx"
+    path.write_text(f"%%MatrixMarket matrix array integer symmetric\n{n} {n}\n" + "\n".join(tri) + "\n")
+    assert path.stat().st_size < 2 * n * n
+    got = io.read_mtx(path, dtype=np.float64).to_dense()
+    i, j = np.indices((n, n))
+    want = ((np.maximum(i, j) + np.minimum(i, j)) % 10).astype(np.float64)
+    np.testing.assert_array_equal(got, want)
