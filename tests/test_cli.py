@@ -167,3 +167,12 @@ def test_bench_spmm_unreadable_matrix_is_one_line(tmp_path, capsys):
     assert cli.main(["bench", "spmm", "--matrix", str(bad), "--cpu-only"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "values must be finite" in err[0], err
+
+
+def test_cli_types_doctests():
+    import doctest
+
+    from sparsekit import cli_types
+
+    result = doctest.testmod(cli_types)
+    assert result.attempted > 0 and result.failed == 0

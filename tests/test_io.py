@@ -168,3 +168,10 @@ def test_read_mtx_symmetric_array_is_not_mistaken_for_a_short_file(tmp_path):
     i, j = np.indices((n, n))
     want = ((np.maximum(i, j) + np.minimum(i, j)) % 10).astype(np.float64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(io)
+    assert result.attempted > 0 and result.failed == 0
