@@ -1297,6 +1297,15 @@ class TiledCSL(_Format):
                              f"got {int(off[0])} and {int(off[-1])}")
         if not full:
             return
+        self._check_stored_indices()
+        vals = (self.words[self._stored()] & np.uint32(0xFFFF)).astype(np.uint16).view(self.value_dtype)
+        if vals.size and not np.isfinite(vals.astype(np.float32)).all():
+            raise ValueError("words: values must be finite")
+
+    def _check_stored_indices(self) -> None:
+        self.validate()             # the cheap checks too: an edited offsets array may no longer span the words
+        tm, tk = self.tile
+        off = self.offsets
         steps = np.diff(off)
         if (steps < 0).any() or (off % 4).any():
             t = int(np.flatnonzero((steps < 0) | (off[1:] % 4 != 0))[0])
@@ -1309,9 +1318,6 @@ class TiledCSL(_Format):
         key = tiles * (tm * tk + 1) + local
         if key.size and (np.diff(key) <= 0).any():
             raise ValueError("words: local indices should ascend within each tile, without repeats")
-        vals = (self.words[self._stored()] & np.uint32(0xFFFF)).astype(np.uint16).view(self.value_dtype)
-        if vals.size and not np.isfinite(vals.astype(np.float32)).all():
-            raise ValueError("words: values must be finite")
 
     def _stored(self) -> np.ndarray:
         """Boolean mask of the words that are entries (not padding)."""
@@ -1409,6 +1415,7 @@ class TiledCSL(_Format):
         return cls.from_coords(rows, c.indices, c.data, c.shape, tile=tile)
 
     def to_dense(self) -> np.ndarray:
+        self._check_stored_indices()
         rows, cols, _, _ = self._coords()
         out = np.zeros(self.shape, dtype=self.dtype)
         bits = (self.words[self._stored()] & np.uint32(0xFFFF)).astype(np.uint16)
@@ -1416,6 +1423,7 @@ class TiledCSL(_Format):
         return out
 
     def mask(self) -> np.ndarray:
+        self._check_stored_indices()
         rows, cols, _, _ = self._coords()
         out = np.zeros(self.shape, dtype=bool)
         out[rows, cols] = True
