@@ -277,7 +277,8 @@ def _format_cases() -> list[Case]:
             cases.append(_refuses(f"formats.{name}.validate", bad,
                                   lambda tmp, n=name, v=value: _with_value(n, v).validate(full=True),
                                   ValueError, "must be finite"))
-            cases.append(_gives(f"formats.{name}.to_dense", bad, lambda tmp, n=name, v=value: _with_value(n, v).to_dense(),
+            cases.append(_gives(f"formats.{name}.to_dense", bad,
+                                lambda tmp, n=name, v=value: _with_value(n, v).to_dense(),
                                 lambda got, v=value: got[0, 0] == v if v == v else np.isnan(got[0, 0])))
         # empty matrices are matrices: every reader gives the empty answer
         empty_dense = np.zeros((0, 8), dtype=np.float32)
@@ -309,7 +310,7 @@ def _convert_options(name: str) -> dict:
 
 
 def _constructor_cases() -> list[Case]:
-    """Each constructor: wrong dtype, wrong rank, not an array, wrong layout, an index dtype too narrow for the shape."""
+    """Each constructor: wrong dtype, rank or layout, not an array, an index dtype too narrow for the shape."""
     csr, coo, ell, bell, nm, bsr = (_good(n) for n in MAKE)
     rows = [
         ("CSR", "wrong_dtype", lambda: dataclasses.replace(csr, indices=csr.indices.astype(np.float32)),
@@ -330,7 +331,8 @@ def _constructor_cases() -> list[Case]:
          ValueError, ("row: int16 cannot index rows = 40000",)),
         ("ELL", "not_contiguous", lambda: dataclasses.replace(ell, values=np.ascontiguousarray(ell.values)),
          ValueError, ("values: should be Fortran-ordered",)),
-        ("ELL", "wrong_dtype", lambda: dataclasses.replace(ell, indices=np.asfortranarray(ell.indices.astype(np.int64))),
+        ("ELL", "wrong_dtype",
+         lambda: dataclasses.replace(ell, indices=np.asfortranarray(ell.indices.astype(np.int64))),
          TypeError, ("indices: dtype must be one of (int16, int32)",)),
         ("ELL", "index_dtype_overflow",
          lambda: dataclasses.replace(ell, indices=np.asfortranarray(ell.indices.astype(np.int16)), shape=(8, 40000)),
@@ -396,7 +398,8 @@ def _io_cases() -> list[Case]:
                      ValueError, "a.smtx: line 1 must be 'rows, cols, nnz'"),
             _refuses(f"io.{reader}", "empty_file", lambda tmp, r=read: r(_write(tmp, "a.smtx", "")), ValueError,
                      "line 1 must be"),
-            _refuses(f"io.{reader}", "negative_index", lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 1\n0 1 1\n-1\n")),
+            _refuses(f"io.{reader}", "negative_index",
+                     lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 1\n0 1 1\n-1\n")),
                      ValueError, "column indices must lie in [0, 3), found -1"),
             _refuses(f"io.{reader}", "index_out_of_range",
                      lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 1\n0 1 1\n3\n")), ValueError, "found 3"),
@@ -418,7 +421,8 @@ def _io_cases() -> list[Case]:
                      ValueError, "a.mtx: not a readable Matrix Market header"),
             _refuses(f"io.{reader}", "empty_file", lambda tmp, r=read: r(_write(tmp, "a.mtx", "")), ValueError,
                      "not a readable Matrix Market header"),
-            _refuses(f"io.{reader}", "truncated_file", lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 2\n1 1 1\n")),
+            _refuses(f"io.{reader}", "truncated_file",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 2\n1 1 1\n")),
                      ValueError, "not a readable Matrix Market file"),
             _refuses(f"io.{reader}", "absurd_header",
                      lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "1000000000000 3 1\n1 1 1\n")), ValueError,
@@ -430,7 +434,8 @@ def _io_cases() -> list[Case]:
             _refuses(f"io.{reader}", "dtype_overflow",
                      lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 2 1e6\n"), dtype=np.float16),
                      ValueError, "overflows float16"),
-            _refuses(f"io.{reader}", "negative_index", lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n0 1 1\n")),
+            _refuses(f"io.{reader}", "negative_index",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n0 1 1\n")),
                      ValueError, "not a readable Matrix Market file", "index out of bounds"),
             _refuses(f"io.{reader}", "index_out_of_range",
                      lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 4 1\n")), ValueError,
@@ -551,7 +556,8 @@ def _public_surface() -> set[str]:
             obj = getattr(module, name)
             names.add(f"{prefix}.{name}")
             if isinstance(obj, type) and hasattr(obj, "from_dense"):
-                names |= {f"{prefix}.{name}.{m}" for m in dir(obj) if not m.startswith("_") and callable(getattr(obj, m))}
+                names |= {f"{prefix}.{name}.{m}" for m in dir(obj)
+                          if not m.startswith("_") and callable(getattr(obj, m))}
     return names
 
 

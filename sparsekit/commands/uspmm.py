@@ -22,7 +22,8 @@ def _problem_args(p) -> None:
     p.add_argument("--m", type=positive, required=True, help="rows of the sparse A (out features)")
     p.add_argument("--k", type=positive, required=True, help="columns of A, rows of B (in features)")
     p.add_argument("--n", type=positive, required=True, help="columns of B (batch x sequence)")
-    p.add_argument("--sparsity", type=sparsity, required=True, help="fraction of zeros of A, uniform per row, in [0, 1)")
+    p.add_argument("--sparsity", type=sparsity, required=True,
+                   help="fraction of zeros of A, uniform per row, in [0, 1)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="dtype of A, B and C (accumulation is float32) (default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="random seed of A and B (default: %(default)s)")
