@@ -4,6 +4,7 @@ barriers, shared arrays, several blocks and a thread that raises behave as befor
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -130,10 +131,15 @@ def test_a_stalled_block_raises_instead_of_hanging(monkeypatch):
                        "REVIEWED_RUN_SHA256, REVIEWED_BLOCK_THREAD_SHA256")
     monkeypatch.setattr(simulator, "WAIT_TIMEOUT_S", 0.5)
     flag = cuda.to_device(np.zeros(1, dtype=np.int64))
+    idle = len(simulator._idle)
     with pytest.raises(simulator.SimulatorStall, match=r"block \(0, 0, 0\): no thread reached the barrier or ended "
                                                        r"for 0.5 s \(8 of 8 threads not ended, 7 of them waiting"):
         _spins_until_flagged[1, 8](flag, np.zeros(8, dtype=np.int64))
     flag[0] = 1                                            # let the spinning thread end and rejoin the pool
+    deadline = time.monotonic() + 10
+    while len(simulator._idle) < idle - min(idle, 8) + 8 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(simulator._idle) == idle - min(idle, 8) + 8   # all 8 threads idle again, the spinner included
     x = np.arange(64, dtype=np.float64)                    # the pool serves the next launch as before
     out = np.zeros(1)
     _block_sums[1, 64](x, out)
