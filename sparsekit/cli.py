@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import platform
 import sys
