@@ -910,7 +910,7 @@ H100 = {"sms": 132, "regs_per_sm": 65536, "smem_per_sm": 233472, "smem_per_block
 
 
 def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
-    """(registers, spill + stack bytes) of one kernel compiled for sm_90 without a GPU (NUMBA_NOTES.md's recipe)."""
+    """(registers, spill + stack bytes) of one kernel compiled for sm_90 without a GPU (docs/numba_notes.md's recipe)."""
     import numba.cuda.dispatcher as dispatcher
     from numba import types
 

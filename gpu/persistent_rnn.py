@@ -80,7 +80,7 @@ Sizes: ``rows_per_block * tpr`` threads per block (a multiple of 32),
 ``H * B * itemsize`` (rounded to 16 bytes; twice with ``double_buffer``) plus
 ``threads * B * 4`` bytes of partial sums. Above 48 KB (Numba's default
 limit) the launcher sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``
-on the compiled kernel (NUMBA_NOTES.md), up to the device's opt-in maximum
+on the compiled kernel (docs/numba_notes.md), up to the device's opt-in maximum
 (227 KB on the H100). ``index16=True`` keeps the column indices packed two
 per register (the paper's future work), unpacked by a ``bfe`` inside the
 loop.
@@ -1227,7 +1227,7 @@ def shared_limit() -> int:
     """Dynamic shared memory one block may use here: the device's opt-in maximum (H100: 232448 bytes).
 
     Launches above :data:`SHARED_LIMIT` set the kernel's
-    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` first (NUMBA_NOTES.md).
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` first (docs/numba_notes.md).
     The simulator has no such attribute: 48 KB there.
     """
     if config.ENABLE_CUDASIM:

@@ -1,12 +1,12 @@
 """Device primitives for persistent kernels: loads the compiler cannot hoist, and wide shared loads.
 
-NUMBA_NOTES.md ("Spinning on another block's write"): a plain load, ``cuda.ldcv``
+docs/numba_notes.md ("Spinning on another block's write"): a plain load, ``cuda.ldcv``
 and ``cuda.ldcg`` in a spin loop are hoisted out of it and the loop never
 ends. :func:`ld_volatile_u32` is inline PTX ``ld.volatile.global.u32`` marked
 side-effecting with a memory clobber, so every iteration loads again from the
 memory system (L2), which is what a reader of another block's plain stores needs.
 
-NUMBA_NOTES.md ("Vector loads"): no indexing pattern yields ``ld.shared.v4``;
+docs/numba_notes.md ("Vector loads"): no indexing pattern yields ``ld.shared.v4``;
 :func:`ld_x4_f32` bitcasts the element pointer to a 4-vector and loads it with
 the vector's alignment, giving ``ld.shared.v4.f32`` (float32) or one 8-byte
 load of four halves (float16, widened to float32 in registers).

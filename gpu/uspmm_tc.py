@@ -218,7 +218,7 @@ SPLIT_ERRORS_U = {"3xtf32": SPLIT_ERROR_U, "tf32+bf16": SPLIT_ERROR_BF16_U}
 #: their errors, one-sided, grow with the number of roundings.
 MMAS_PER_PRODUCT = {"3xtf32": 3, "tf32+bf16": 2}
 #: Shared memory one block may use: the H100's opt-in maximum (``MAX_SHARED_MEMORY_PER_BLOCK_OPTIN``,
-#: 232448 bytes; NUMBA_NOTES.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
+#: 232448 bytes; docs/numba_notes.md). Settings up to :data:`STATIC_LIMIT` use static shared arrays; larger
 #: ones one dynamic buffer, with ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` set on the compiled
 #: kernel before the launch (:func:`_opt_in`). A device with a smaller opt-in refuses those at launch.
 #: Shared memory of one H100 SM (228 KB; each resident block also takes 1 KB the system reserves): whether

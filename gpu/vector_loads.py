@@ -3,7 +3,7 @@
 ``loadW(arr, i)`` returns the tuple ``(arr[i], arr[i+1], ..., arr[i+W-1])`` of a
 1-D array read with ONE ``W``-wide load instruction (``ld.global.v2.f32``,
 ``ld.global.v4.f32``, ``ld.shared.v4.u32``, ...). Numba emits one scalar load
-per element for every indexing pattern (NUMBA_NOTES.md, "Vector loads"); these
+per element for every indexing pattern (docs/numba_notes.md, "Vector loads"); these
 intrinsics bitcast the element pointer to ``<W x T>*`` and load it with
 ``W * itemsize`` alignment, which is what CUDA's ``float2``/``float4``/``half2``
 types do in C++. ``storeW(arr, i, values)`` is the mirror: it writes the

@@ -242,7 +242,7 @@ def allow_dynamic_shared(compiled, nbytes: int) -> None:
     """Let a compiled kernel (a dispatcher's overload) launch with ``nbytes`` of dynamic shared memory.
 
     Above 48 KB per block a launch fails unless the kernel's
-    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (NUMBA_NOTES.md); the H100
+    ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (docs/numba_notes.md); the H100
     allows up to 232448 bytes."""
     from numba import cuda
     from numba.cuda.cudadrv.driver import binding, driver

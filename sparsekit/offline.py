@@ -1,6 +1,6 @@
 """What a Numba CUDA kernel compiles to, found without a GPU: post-LTO PTX and ptxas's resource report.
 
-The recipe of NUMBA_NOTES.md, in one place for the compile checks and the benchmarks: compile the
+The recipe of docs/numba_notes.md, in one place for the compile checks and the benchmarks: compile the
 kernel's Python function with link-time optimisation for a compute capability, ask nvJitLink for the PTX
 after LTO (the code that really runs, device functions and intrinsics inlined), then link a cubin with
 the linker made verbose so that ptxas's lines "Used N registers" and "S bytes spill stores, L bytes spill
@@ -61,7 +61,7 @@ def _library_for(kernel, argtypes, cc: tuple, launch_bounds):
 
 def lto_ptx(kernel, argtypes, cc=(9, 0), *, launch_bounds=None) -> str:
     """The post-LTO PTX of ``kernel`` (a ``cuda.jit`` dispatcher) for ``argtypes`` and ``cc``: the code that
-    runs, device functions and intrinsics inlined (NUMBA_NOTES.md: the plain PTX hides fp16 math in
+    runs, device functions and intrinsics inlined (docs/numba_notes.md: the plain PTX hides fp16 math in
     shims). ``launch_bounds`` defaults to the kernel's own (``@cuda.jit(launch_bounds=...)``)."""
     cc = tuple(cc)
     return _library_for(kernel, argtypes, cc, launch_bounds).get_lto_ptx(cc=cc)

@@ -17,8 +17,17 @@ def _load(path: Path):
 
 
 def test_there_are_tutorials():
-    assert [p.name for p in TUTORIALS][:4] == ["01_loop_orders.py", "02_tiling.py", "03_gpu_steps.py",
-                                               "04_load_balance.py"]
+    assert [p.name for p in TUTORIALS][:5] == ["00_quickstart.py", "01_loop_orders.py", "02_tiling.py",
+                                               "03_gpu_steps.py", "04_load_balance.py"]
+
+
+def test_readme_shows_the_quickstart_as_it_runs():
+    """The README's example is the quick start's code between its markers, line for line."""
+    import textwrap
+    root = Path(__file__).resolve().parents[1]
+    source = (root / "tutorials" / "00_quickstart.py").read_text()
+    snippet = textwrap.dedent(source.split("# quickstart-begin\n")[1].split("    # quickstart-end")[0])
+    assert f"```python\n{snippet}```" in (root / "README.md").read_text()
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)

@@ -1,6 +1,6 @@
 """Offline compile checks (no GPU, no driver).
 
-NUMBA_NOTES.md: a kernel that calls a device function or an ``@overload``
+docs/numba_notes.md: a kernel that calls a device function or an ``@overload``
 helper asks ``get_current_device().compute_capability`` while compiling, which
 fails without a driver. The ``offline_device`` fixture answers for it.
 """

@@ -1,6 +1,6 @@
 """``reduce="shfl"``: the warp-shuffle reduction of gpu/persistent_rnn.py, checked without a GPU.
 
-The simulator has no shuffles (NUMBA_NOTES.md), so there the kernels run the
+The simulator has no shuffles (docs/numba_notes.md), so there the kernels run the
 shared-memory reduction. Here the kernel's own device functions
 (``shfl_reduce`` and ``owned``, taken from the built kernel's closure, Python
 source as compiled) run for every lane of one row as Python threads, with
