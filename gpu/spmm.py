@@ -43,13 +43,15 @@ from numba import cuda, float32, int32
 from gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
-from sparsekit.checks import check_int
-from sparsekit.formats import COO, CSR, BlockedELL
+from gpu.spmm_tiled import prepare as prepare_tiled
+from gpu.spmm_tiled import spmm_tiled
+from sparsekit.checks import BFLOAT16, check_int
+from sparsekit.formats import COO, CSR, BlockedELL, TiledCSL
 
 __all__ = ["DeviceSparse", "prepare", "spmm_csr", "staged_tunables", "spmm_coo", "spmm_blocked_ell"]
 
 WARP_SIZE = 32
-_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 
 
 # ---------------------------------------------------------------------------
@@ -253,15 +255,24 @@ class DeviceSparse(DeviceMatrix):
         """CSR rows in their own order, on the device; computed once."""
         return self.cached("identity", lambda: np.arange(self.shape[0], dtype=np.int32))
 
+    def tiled_rows(self):
+        """The CSR's rows as a :class:`~sparsekit.formats.TiledCSL` prepared for the row kernel of
+        :mod:`gpu.spmm_tiled` (what bfloat16 runs on); built once."""
+        return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_csr(
+            self.host, tile=TiledCSL.row_tile(self.shape[1]))), device=False)
+
 
 _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), BlockedELL: ("values", "indices")}
 
 
 def prepare(a, cls) -> DeviceSparse:
-    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device."""
+    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device (bfloat16: CSR only)."""
+    if cls is not CSR and getattr(getattr(a, "host", a), "dtype", None) == BFLOAT16:
+        raise TypeError(f"a: {cls.__name__} kernels take float32 or float16; bfloat16 runs on CSR "
+                        f"(spmm_csr) or TiledCSL (gpu.spmm_tiled)")
     return DeviceSparse.from_host(a, cls, _FIELDS[cls], name="a", dtypes=_DTYPES,
-                                  dtype_rule="values dtype must be float32 or float16 for the GPU kernels, "
-                                             "got {dtype}")
+                                  dtype_rule="values dtype must be float32, float16 or bfloat16 (CSR) for the GPU "
+                                             "kernels, got {dtype}")
 
 
 def _rhs(b, dev: DeviceSparse):
@@ -294,6 +305,10 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     entries whose loads of ``B`` are issued together (1 to 16).
     """
     dev = prepare(csr, CSR)
+    if dev.dtype == BFLOAT16:                                     # the tile-local rows' kernel (N <= 64)
+        if tunables or config not in ("auto", None):
+            raise ValueError("spmm_csr: bfloat16 runs on gpu.spmm_tiled's row kernel, which takes no tunables")
+        return spmm_tiled(dev.tiled_rows(), b)
     unknown = set(tunables) - set(PLAIN)
     if unknown:
         raise TypeError(f"spmm_csr: unknown tunable(s) {sorted(unknown)}; known: {sorted(PLAIN)}")

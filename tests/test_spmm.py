@@ -189,7 +189,7 @@ def test_gpu_bad_input():
     bad = CSR(a.indptr, np.array([0, 1, 3], a.indices.dtype), a.data, a.shape)
     with pytest.raises(ValueError, match=r"indices"):
         gs.spmm_csr(bad, np.ones((3, 2), np.float32))
-    with pytest.raises(TypeError, match="float32 or float16"):
+    with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
         gs.spmm_coo(COO.from_dense(np.eye(3)), np.ones((3, 2)))
     with pytest.raises(ValueError, match=r"vector: the columns of b \(2\) must be divisible by vector \(4\)"):
         gs.spmm_csr(a, np.ones((3, 2), np.float32), vector=4)

@@ -230,3 +230,16 @@ def test_one_entry_point_for_every_format():
         assert_close(sparsekit.spmm(a, b), (dense @ b.astype(np.float32)).astype(np.float16), dense, b)
     with pytest.raises(TypeError, match="expected a sparse matrix"):
         sparsekit.spmm(np.eye(3), b)
+
+
+def test_bfloat16_csr_runs_on_the_row_kernel():
+    from gpu import spmm as gs
+    from sparsekit.formats import COO
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)).astype(BF16)
+    b = rng.standard_normal((30, 3)).astype(BF16)
+    got = gs.spmm_csr(CSR.from_dense(w), b)
+    assert got.dtype == BF16
+    assert_close(got, rt.spmm_tiled(TiledCSL.from_dense(w, tile=(16, 16)), b), w, b)
+    with pytest.raises(TypeError, match="COO kernels take float32 or float16"):
+        gs.spmm_coo(COO.from_dense(w), b)
