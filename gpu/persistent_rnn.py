@@ -193,7 +193,7 @@ from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.device import allow_dynamic_shared, require_cluster
-from sparsekit.rnn_layout import RNNLayout, split, thread_packed_indices
+from sparsekit.rnn_layout import RNNLayout, check_layout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
            "TRACE_PHASES", "MAX_PARTS", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
@@ -1382,9 +1382,7 @@ class PersistentRNN:
 
     def __post_init__(self):
         lay = self.layout
-        if not isinstance(lay, RNNLayout):
-            raise TypeError(f"layout: expected a sparsekit.rnn_layout.RNNLayout, got {type(lay).__name__}")
-        lay.validate()      # again: its arrays may have changed since it was built, and the kernel trusts them
+        check_layout(lay)      # again: its arrays may have changed since it was built, and the kernel trusts them
         if lay.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
             raise TypeError(f"layout: values must be float32 or float16, got {lay.dtype}")
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),

@@ -54,7 +54,7 @@ import numpy as np
 
 from sparsekit.checks import FLOAT_DTYPES, check_array, check_indices, check_int
 
-__all__ = ["BANKS", "RNNLayout", "Split", "ConflictReport", "balance", "split", "bank_aware",
+__all__ = ["BANKS", "RNNLayout", "check_layout", "Split", "ConflictReport", "balance", "split", "bank_aware",
            "pack_indices16", "unpack_indices16", "thread_packed_indices", "wavefronts", "bank_conflicts"]
 
 #: Shared-memory banks of 4 bytes each (every NVIDIA GPU since Kepler's 4-byte mode).
@@ -145,6 +145,14 @@ class RNNLayout:
         return (f"<RNNLayout shape={tuple(self.shape)} kpad={self.kpad} tpr={self.tpr} nnz={self.nnz} "
                 f"waste={100 * self.waste:.1f}% dtype={self.values.dtype} index={self.indices.dtype}"
                 f"{' bank-aware' if self.bank_aware else ''}>")
+
+
+def check_layout(layout) -> "RNNLayout":
+    """``layout`` is an :class:`RNNLayout` whose arrays still pass :meth:`RNNLayout.validate`."""
+    if not isinstance(layout, RNNLayout):
+        raise TypeError(f"layout: expected a sparsekit.rnn_layout.RNNLayout, got {type(layout).__name__}")
+    layout.validate()
+    return layout
 
 
 def balance(u: np.ndarray, mask: np.ndarray | None = None, *, tpr: int = 32,
@@ -244,6 +252,7 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
     Deviation from the listing: it tests ``Color(bank) > N``; with 0-based
     slots the bank is full at ``Color(bank) >= N``, which is what this does.
     """
+    check_layout(layout)
     banks = check_int(banks, "banks", minimum=1)
     width = check_int(width, "width", minimum=1, maximum=16)
     group = banks if width <= _WORD else (128 // width) * banks // _WARP   # lanes served per phase
@@ -339,6 +348,7 @@ def thread_packed_indices(layout: RNNLayout) -> np.ndarray:
     >>> [hex(w) for w in thread_packed_indices(lay)[0]]
     ['0x20000', '0x30001', '0x60004', '0x70005']
     """
+    check_layout(layout)
     rows, tpr, npt = layout.shape[0], layout.tpr, layout.npt
     per_thread = layout.indices.reshape(rows, npt, tpr)                  # [row, i, lane]
     if npt % 2:
@@ -399,6 +409,7 @@ def bank_conflicts(layout: RNNLayout, *, batch: int, scheme: str, rows_per_block
     pair (``ld.shared.v4`` for 4 float32, 8 bytes for 4 float16).
     ``itemsize``: bytes per activation (4 float32, 2 float16).
     """
+    check_layout(layout)
     batch = check_int(batch, "batch", minimum=1)
     itemsize = check_int(itemsize, "itemsize", minimum=2, maximum=4)
     if scheme not in ("naive", "wide"):
