@@ -100,6 +100,10 @@ PACK_TABLE = True
 ROW_THREADS_ALLOWED = (4, 8, 16, 32)
 _BLOCK_COLS = 64
 
+#: Most elements a weight may have, per bits of its dtype: the fp16 kernel computes element offsets in
+#: 32 bits (``_U(r * k + col0)``), and both kernels address metadata words (``m * k / 32`` of them) in 32 bits.
+MAX_ELEMENTS = {16: 2**32, 32: 2**37}
+
 #: Metadata nibble of every 4-bit row-group pattern, 4 bits each (3+ kept never occurs -> 0).
 _NIBBLES = sum(int(n) << (4 * p) for p, n in enumerate(NIBBLE) if n != 0xFF)
 
@@ -803,6 +807,10 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
     check_divisible(m, ALIGN, "w.shape[0]")
     check_divisible(k, ALIGN, "w.shape[1]")
     bits = 8 * dev.dtype.itemsize
+    if m * k > MAX_ELEMENTS[bits]:
+        raise ValueError(f"w: a {dev.dtype} weight may have at most {MAX_ELEMENTS[bits]} elements (the kernel's "
+                         f"offsets are 32-bit), got shape {tuple(dev.shape)} = {m * k} elements; sparsify it in "
+                         f"row blocks")
     if bits == 16 and not aligned(dev, 8):
         raise ValueError("w: float16 data must start on a 16-byte boundary (the kernel reads 8 values "
                          "per load), got an offset view")
