@@ -10,7 +10,7 @@ the table and the crossover (largest N faster than dense), writes ``uspmm_decode
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import sparsity
+from sparsekit.cli_types import out_folder, sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -22,7 +22,7 @@ def add_bench(bench_subparsers) -> None:
                    help="value dtype (default: %(default)s)")
     p.add_argument("--sparsity", type=sparsity, nargs="+", default=None,
                    help="sparsities to run (default: 0.5 0.6 0.7 0.8 0.9; --quick 0.5 0.8 0.9)")
-    p.add_argument("--out", default="uspmm-decode-out", help="folder for the JSON record and the plot "
+    p.add_argument("--out", type=out_folder, default="uspmm-decode-out", help="folder for the JSON record and the plot "
                                                               "(default: %(default)s)")
     p.set_defaults(func=cmd_bench_uspmm_decode)
 
