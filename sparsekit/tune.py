@@ -279,11 +279,43 @@ def _home_cache(home: str | None) -> Path:
 _LOADED: dict = {}
 
 
+@functools.cache
+def _known_tunables() -> dict:
+    """Tunable name -> the value types and (for strings) the values the launchers take: what :func:`space`
+    tries, the tensor-core kernels' defaults and precisions, the warp-split kernel's two switches and the
+    variants :func:`heuristic` routes to. An entry naming anything else was stored by another version of this
+    package (a renamed or removed tunable)."""
+    from gpu.uspmm import VARIANTS
+    from gpu.uspmm_tc import DEFAULTS as TC
+    from gpu.uspmm_wgmma import DEFAULTS as WGMMA
+    from gpu.uspmm_wgmma import PRECISIONS
+    configs = [cfg for dtype in TC_SETTINGS for order in "CF" for full in (False, True)
+               for cfg in space(dtype, order, full=full)]
+    configs += [*TC.values(), WGMMA, DECODE, dict(lookahead=False, l2_prefetch=False)]
+    configs += [dict(precision=p) for p in PRECISIONS]
+    known: dict = {"variant": ({str}, {*VARIANTS, "tensor_core", "wgmma", DECODE["variant"]})}
+    for cfg in configs:
+        for name, value in cfg.items():
+            types, strings = known.setdefault(name, (set(), set()))
+            types.add(type(value))
+            if isinstance(value, str):
+                strings.add(value)
+    return known
+
+
 def _valid_entry(entry) -> bool:
-    """An entry as :func:`tune` stores it: a dict whose ``config`` is a dict of tunables naming its ``variant``."""
+    """An entry as :func:`tune` stores it: a dict whose ``config`` is a dict of tunables naming its ``variant``,
+    each tunable one this version's launchers take, with a value of its type (integers not negative)."""
     config = entry.get("config") if isinstance(entry, dict) else None
-    return (isinstance(config, dict) and all(isinstance(name, str) for name in config)
-            and isinstance(config.get("variant"), str))
+    if not (isinstance(config, dict) and isinstance(config.get("variant"), str)):
+        return False
+    known = _known_tunables()
+    for name, value in config.items():
+        types, strings = known.get(name, ((), ()))
+        if type(value) not in types or (isinstance(value, str) and value not in strings) \
+                or (type(value) is int and value < 0):
+            return False
+    return True
 
 
 def _read(path: Path) -> dict:
@@ -304,7 +336,8 @@ def _read(path: Path) -> dict:
     bad = [key for key, entry in data.items() if not _valid_entry(entry)]
     if bad:
         warnings.warn(f"tune cache {path}: {len(bad)} entr{'y' if len(bad) == 1 else 'ies'} without a config of "
-                      f"tunables naming its variant (first: {bad[0]!r}); ignored (the heuristic is used for them)",
+                      f"tunables this version takes, naming its variant (first: {bad[0]!r}); ignored (the heuristic "
+                      f"is used for them)",
                       RuntimeWarning, stacklevel=3)
     return {key: entry for key, entry in data.items() if key not in bad}
 

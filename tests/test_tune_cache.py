@@ -67,9 +67,13 @@ def test_malformed_file_counts_as_empty_with_one_warning(cache, text):
 
 
 @pytest.mark.parametrize("entry", [{}, {"median_us": 3.0}, {"config": None}, {"config": [1, 2]},
-                                   {"config": {"nwarp": 4}}, {"config": {"variant": 3}}, "tiled", None],
+                                   {"config": {"nwarp": 4}}, {"config": {"variant": 3}}, "tiled", None,
+                                   {"config": dict(CONFIG, bogus=3)}, {"config": dict(CONFIG, variant="gone")},
+                                   {"config": dict(CONFIG, nwarp=-4)}, {"config": dict(CONFIG, nwarp="4")},
+                                   {"config": dict(CONFIG, batch=1.5)}],
                          ids=["empty", "no-config", "null-config", "list-config", "no-variant", "int-variant",
-                              "string", "null"])
+                              "string", "null", "stale-tunable", "stale-variant", "negative", "string-int",
+                              "float-value"])
 def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
     dell = _dell()
     good = _dell(m=32)
@@ -80,6 +84,21 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
         assert tune.lookup(good, 8, "C") == CONFIG                       # the good entry is still served
         assert tune.lookup(dell, 8, "C") is None
     assert len(caught) == 1
+
+
+@pytest.mark.parametrize("config", [CONFIG, dict(variant="warp_split", nwarp=8, rows_per_warp=1, cols_per_lane=4,
+                                                  unroll=4, lookahead=True, l2_prefetch=True),
+                                    dict(variant="wgmma", precision="tf32+bf16", bm=128, bn=256, kc=16, stages=4),
+                                    dict(variant="tensor_core", bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
+                                    dict(variant="decode")],
+                         ids=["tiled", "warp_split-options", "wgmma", "tensor_core", "decode"])
+def test_every_kind_of_tuned_winner_is_served(cache, config):
+    """What tune can store (the variants and their tunables, the switches space() does not vary) is no stale entry."""
+    dell = _dell()
+    tune._store(_key(dell, 8), dict(config=config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tune.lookup(dell, 8, "C") == config
 
 
 def test_failing_store_warns_and_keeps_the_cache(cache):
