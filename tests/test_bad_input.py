@@ -508,12 +508,13 @@ def _auto_with_cache(tmp: Path, text: str, monkeypatch):
     from gpu import uspmm
     from sparsekit import tune
 
-    path = _write(tmp, "uspmm.json", text)
+    w = (GOOD * prune.uniform(GOOD, 0.5)).astype(np.float32)
+    b = np.linspace(-1, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
+    key = tune.problem_key("test-gpu", 8, 8, 3, 4, np.float32, np.int32, "C")     # this very problem's entry
+    path = _write(tmp, "uspmm.json", text.replace("KEY", key))
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
     monkeypatch.setattr(tune, "_device_name", lambda: "test-gpu")
     monkeypatch.setattr(tune, "_LOADED", {})
-    w = (GOOD * prune.uniform(GOOD, 0.5)).astype(np.float32)
-    b = np.linspace(-1, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = uspmm.uspmm(formats.ELL.from_dense(w), b, config="auto")
@@ -523,7 +524,8 @@ def _auto_with_cache(tmp: Path, text: str, monkeypatch):
 
 def _cache_cases(tmp: Path, monkeypatch) -> list[Case]:
     texts = {"corrupt_cache": "{not json", "empty_cache": "", "foreign_cache": json.dumps([1, 2, 3]),
-             "stale_cache_entry": json.dumps({"entries": "x"})}
+             "entry_without_config": json.dumps({"KEY": {"median_us": 3.0}}),
+             "stale_cache_entry": json.dumps({"KEY": {"config": {"variant": "tiled", "renamed_tunable": 4}}})}
     return [Case("tune cache (uspmm config='auto')", bad,
                  lambda t=t: _auto_with_cache(tmp, t, monkeypatch)) for bad, t in texts.items()]
 
