@@ -20,11 +20,14 @@ module such as a torch layer or a decode kernel):
 1. a new module: add its name to ``GUARDED`` (or, if it has no entry point
    that takes user data, to ``UNGUARDED_MODULES`` with the reason);
 2. a launcher ``f(a, b)`` of a sparse matrix and a dense operand: one line in
-   ``LAUNCHERS`` (entry name, call, good matrix, good operand, the operand's
-   name, its contracted axis); the operand classes and the matrix classes
-   then apply to it by themselves;
-3. anything else: cases in ``OTHER_CASES`` (``Case(entry, class, call, exc,
-   text)``; ``exc=None`` with a ``call`` that asserts the correct result);
+   ``_launchers`` (entry name -> call, good matrix, good operand, the
+   operand's name, its contracted axis); the operand classes and the matrix
+   classes then apply to it by themselves (a bfloat16 path: one more line
+   with bfloat16 operands);
+3. anything else: cases from a builder (``_rnn_cases`` and its siblings, or a
+   new one added to ``_all_cases``): ``Case(entry, class, call, exc, text)``,
+   ``text`` the parts the message must hold, separated by ``|``; ``exc=None``
+   with a ``call`` that asserts the correct result itself;
 4. a helper that only takes sizes or names of the package itself: an entry in
    ``NOT_ENTRY_POINTS`` with the reason.
 
@@ -554,22 +557,22 @@ def _roofline_cases() -> list[Case]:
 
 # ---------------------------------------------------------------- the matrix test
 
+def _all_cases(tmp: Path, monkeypatch) -> list[Case]:
+    """Every case; ``tmp`` is where file and cache cases write (nothing is written until a case runs)."""
+    return (_weight_cases() + _index_cases() + _launcher_cases() + _sparsify24_cases() + _rnn_cases()
+            + _io_cases(tmp) + _cache_cases(tmp, monkeypatch) + _roofline_cases())
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory) -> dict[str, Case]:
-    tmp = tmp_path_factory.mktemp("bad")
     patch = pytest.MonkeyPatch()
-    found = (_weight_cases() + _index_cases() + _launcher_cases() + _sparsify24_cases() + _rnn_cases()
-             + _io_cases(tmp) + _cache_cases(tmp, patch) + _roofline_cases())
-    yield {c.id: c for c in found}
+    yield {c.id: c for c in _all_cases(tmp_path_factory.mktemp("bad"), patch)}
     patch.undo()
 
 
 def _case_ids() -> list[str]:
-    """Ids known at collection (the cases are built inside the test, so collection stays cheap)."""
-    tmp = Path("/nonexistent")
-    found = (_weight_cases() + _index_cases() + _launcher_cases() + _sparsify24_cases() + _rnn_cases()
-             + _io_cases(tmp) + _cache_cases(tmp, None) + _roofline_cases())
-    ids = [c.id for c in found]
+    """The ids, known at collection (the calls run inside the test)."""
+    ids = [c.id for c in _all_cases(Path("/nonexistent"), None)]
     assert len(ids) == len(set(ids)), "two cases share an id"
     return ids
 
@@ -797,8 +800,7 @@ def _public_callables(module_name: str) -> set[str]:
 
 
 def test_every_public_entry_point_is_in_the_matrix():
-    covered = {c.entry for c in (_weight_cases() + _index_cases() + _launcher_cases() + _sparsify24_cases()
-                                 + _rnn_cases() + _io_cases(Path("/nonexistent")) + _roofline_cases())}
+    covered = {c.entry for c in _all_cases(Path("/nonexistent"), None)}
     covered |= set(REACHED_THROUGH)
     # a format class counts when its conversions and from_dense are in the matrix
     format_classes = {n for n, c in vars(formats).items() if isinstance(c, type) and issubclass(c, formats._Format)
