@@ -22,13 +22,18 @@ module such as a torch layer or a decode kernel):
 2. a launcher ``f(a, b)`` of a sparse matrix and a dense operand: one line in
    ``_launchers`` (entry name -> call, good matrix, good operand, the
    operand's name, its contracted axis); the operand classes and the matrix
-   classes then apply to it by themselves (a bfloat16 path: one more line
-   with bfloat16 operands);
-3. anything else: cases from a builder (``_rnn_cases`` and its siblings, or a
+   classes then apply to it by themselves (a bfloat16 path of a covered
+   launcher: one more line with bfloat16 operands, named e.g.
+   ``"gpu.uspmm.uspmm[bfloat16]"``);
+3. a sparse format class: one line in ``FROM_DENSE`` (its weight classes),
+   one in ``BUILD`` and ``INDEX_NAME`` (its stored-index classes through every
+   conversion; a format whose indices are not a column-like array gets its
+   own edits, as ``TILED_EDITS`` does for ``TiledCSL``);
+4. anything else: cases from a builder (``_rnn_cases`` and its siblings, or a
    new one added to ``_all_cases``): ``Case(entry, class, call, exc, text)``,
    ``text`` the parts the message must hold, separated by ``|``; ``exc=None``
    with a ``call`` that asserts the correct result itself;
-4. a helper that only takes sizes or names of the package itself: an entry in
+5. a helper that only takes sizes or names of the package itself: an entry in
    ``NOT_ENTRY_POINTS`` with the reason.
 
 Sparsity outside [0, 1) is covered for every pruner by
