@@ -361,6 +361,16 @@ def _launcher_cases() -> list[Case]:
     return cases
 
 
+def _valid_input_cases() -> list[Case]:
+    """Valid calls that must not be refused: each USpMM variant with its own default tunables."""
+    call, ell, b, _, axis = _launchers()["gpu.uspmm.uspmm"]
+    return [Case("gpu.uspmm.uspmm", f"variant_{variant}_defaults",
+                 lambda v=variant: _check_product(lambda a, x: call(a, x, variant=v), ell, b, axis),
+                 xfail=("its defaults ask for more than the 48 KB of static shared memory at every size"
+                        if variant in ("pipelined", "dense_tile") else ""))
+            for variant in ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")]
+
+
 def _tiled_like(a, edit):
     t = copy.deepcopy(a)
     edit(t)
@@ -558,8 +568,8 @@ def _roofline_cases() -> list[Case]:
 
 def _all_cases(tmp: Path, monkeypatch) -> list[Case]:
     """Every case; ``tmp`` is where file and cache cases write (nothing is written until a case runs)."""
-    return (_weight_cases() + _index_cases() + _launcher_cases() + _sparsify24_cases() + _rnn_cases()
-            + _io_cases(tmp) + _cache_cases(tmp, monkeypatch) + _roofline_cases())
+    return (_weight_cases() + _index_cases() + _launcher_cases() + _valid_input_cases() + _sparsify24_cases()
+            + _rnn_cases() + _io_cases(tmp) + _cache_cases(tmp, monkeypatch) + _roofline_cases())
 
 
 @pytest.fixture(scope="module")
