@@ -189,16 +189,29 @@ def _scipy_values(data: np.ndarray, dtype) -> np.ndarray:
     return data.astype(dt)
 
 
+def _scipy_data(data: np.ndarray, dtype) -> np.ndarray:
+    """The stored values of a SciPy matrix in ``dtype`` (None: as stored), refusing NaN/Inf, also those a cast
+    to a narrower dtype would make (70000 is inf in float16)."""
+    with np.errstate(over="ignore"):
+        out = data if dtype is None else data.astype(dtype)
+    bad = ~np.isfinite(out.reshape(-1).astype(np.float64))
+    if bad.any():
+        found = float(data.reshape(-1)[np.flatnonzero(bad)[0]])
+        if np.isfinite(found):
+            raise ValueError(f"a: value {found!r} overflows {out.dtype} (largest {float(np.finfo(out.dtype).max)!r})")
+        raise ValueError(f"a: values must be finite, found {found!r} ({int(bad.sum())} NaN/Inf value(s))")
+    return out
+
+
 def _scipy_csr(a, dtype):
-    """A canonical (sorted, duplicate-free) CSR copy of the SciPy sparse ``a``."""
+    """A canonical (sorted, duplicate-free) CSR copy of the SciPy sparse ``a`` and its values in ``dtype``."""
     import scipy.sparse as sp
 
     if not sp.issparse(a):
         raise TypeError(f"a: expected a scipy.sparse array or matrix, got {type(a).__name__}")
     c = a.tocsr(copy=True)
     c.sum_duplicates()  # SciPy's meaning of duplicates is their sum; also sorts indices
-    data = c.data if dtype is None else c.data.astype(dtype)
-    return c, data
+    return c, _scipy_data(c.data, dtype)
 
 
 def _from_scipy_index(arr: np.ndarray, index_dtype) -> np.ndarray:
@@ -1193,8 +1206,8 @@ class BSR(_Format):
         check_divisible(a.shape[1], bc, "a.shape[1]")
         c = a.tobsr(blocksize=(br, bc), copy=True)
         c.sum_duplicates()
-        data = c.data if dtype is None else c.data.astype(dtype)
-        return cls(c.indptr, _from_scipy_index(c.indices, index_dtype), data, c.shape, (br, bc))
+        return cls(c.indptr, _from_scipy_index(c.indices, index_dtype), _scipy_data(c.data, dtype), c.shape,
+                   (br, bc))
 
     def to_scipy(self, *, dtype=None):
         """A ``scipy.sparse.bsr_array`` copy (SciPy has no float16: pass ``dtype=np.float32``)."""

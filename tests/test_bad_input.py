@@ -54,6 +54,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from numba.cuda import config
 
 from sparsekit import formats, io, prune, roofline, rnn_layout
@@ -245,6 +246,15 @@ def _index_cases() -> list[Case]:
     cases.append(Case("formats.ELL.from_dense", "int16_overflowing_shape",
                       lambda: formats.ELL.from_dense(np.ones((1, 40000), np.float32), index_dtype=np.int16),
                       ValueError, "index_dtype"))
+    for fmt in ("CSR", "COO", "BSR"):
+        from_scipy = getattr(formats, fmt).from_scipy
+        nan = sp.csr_matrix(np.array([[np.nan, 1.0]], np.float32))
+        big = sp.csr_matrix(np.array([[7e4, 1.0]], np.float32))
+        cases += [Case(f"formats.{fmt}.from_scipy", "nan", lambda f=from_scipy: f(nan), ValueError, "a: |finite"),
+                  Case(f"formats.{fmt}.from_scipy", "overflowing_cast",
+                       lambda f=from_scipy: f(big, dtype=np.float16), ValueError, "a: |overflows float16"),
+                  Case(f"formats.{fmt}.from_scipy", "not_scipy", lambda f=from_scipy: f(GOOD), TypeError,
+                       "a: expected a scipy.sparse")]
     cases.append(Case("formats.convert", "not_a_format", lambda: formats.convert(GOOD, formats.CSR), TypeError,
                       "x"))
     return cases

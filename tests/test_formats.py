@@ -585,6 +585,24 @@ def test_instances_are_frozen():
         x.values = x.values
 
 
+@pytest.mark.parametrize("cls", [CSR, COO, BSR])
+@pytest.mark.parametrize("values, dtype, message", [
+    ([np.nan, 1.0], None, r"a: values must be finite, found nan \(1 NaN/Inf value\(s\)\)"),
+    ([1.0, -np.inf], np.float32, "a: values must be finite, found -inf"),
+    ([7e4, 1.0], np.float16, r"a: value 70000.0 overflows float16 \(largest 65504.0\)"),
+])
+def test_from_scipy_refuses_values_that_are_not_finite_in_the_dtype(cls, values, dtype, message):
+    """As ``from_dense`` does: SciPy holds NaN/Inf, and a cast to float16 would make inf of 70000."""
+    a = sp.csr_matrix(np.array([values], dtype=np.float32 if dtype == np.float16 else np.float64))
+    with pytest.raises(ValueError, match=message):
+        cls.from_scipy(a, dtype=dtype)
+
+
+def test_from_scipy_keeps_the_largest_float16():
+    a = sp.csr_matrix(np.array([[65504.0, 0.0, -65504.0]], dtype=np.float32))
+    assert CSR.from_scipy(a, dtype=np.float16).data.tolist() == [65504.0, -65504.0]
+
+
 # --------------------------------------------------------------------------- doctests
 
 def test_doctests():
