@@ -54,6 +54,7 @@ import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from sparsekit.checks import check_array, check_divisible, check_indices, check_int
@@ -198,7 +199,8 @@ def _scipy_data(data: np.ndarray, dtype) -> np.ndarray:
     if bad.any():
         found = float(data.reshape(-1)[np.flatnonzero(bad)[0]])
         if np.isfinite(found):
-            raise ValueError(f"a: value {found!r} overflows {out.dtype} (largest {float(np.finfo(out.dtype).max)!r})")
+            largest = float(ml_dtypes.finfo(out.dtype).max)      # (ml_dtypes' finfo knows bfloat16 too)
+            raise ValueError(f"a: value {found!r} overflows {out.dtype} (largest {largest!r})")
         raise ValueError(f"a: values must be finite, found {found!r} ({int(bad.sum())} NaN/Inf value(s))")
     return out
 
