@@ -344,8 +344,7 @@ def sanitize_wgmma() -> None:
         return
     problems = {"tf32+bf16": Problem(130, 200, 196, 0.3, np.float32),
                 "3xtf32": Problem(130, 200, 99, 0.6, np.float32)}
-    for name in ("WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER",
-                 "WGMMA_EIGHTH"):
+    for name in ("WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"):
         for precision, p in problems.items():
             assert wg.auto_precision(p.dell) == precision
             first, again = (wg.uspmm(p.dell, p.b, **getattr(tune, name)).copy_to_host() for _ in range(2))

@@ -43,7 +43,7 @@ __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_S
            "TC_MIN_DENSITY", "TC_FILL", "TC_MIN_K", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "TC_SETTINGS", "tc_small_grid",
            "tensor_core", "pipelined", "direct", "dense_tile", "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve",
            "tune", "make_ell"]
-__all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE", "WGMMA_SPLIT",
+__all__ += ["WGMMA_LARGE", "WGMMA_MIN_DENSITY", "WGMMA_MID", "WGMMA_MID_WAVES", "WGMMA_WAVE",
             "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_SPLIT_MIN_K", "WGMMA_EIGHTH", "WGMMA_EIGHTH_MIN_DENSITY"]
 
 #: (NWarp, VSize) pairs searched for Listing 1; (1, 8) and (2, 8) are the paper's.
@@ -522,16 +522,11 @@ WGMMA_MID_WAVES = 1.5
 #: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 6 stages
 #: (four A buffers, copies two chunks ahead), one block an SM. Session 15 (v12, H100): 1024^3 60% 33.9 us against
 #: 34.6 with 5 stages (one chunk ahead), 768^2 x 1024 26.5 / 27.0, 1024 x 2048 x 1024 62.1 / 63.1. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
-#: against :data:`WGMMA_SPLIT` (the K split in two it replaced) and the routed choice of session 13, us: 1024^3 at
+#: against the K split in two over a cluster that it replaced and the routed choice of session 13, us: 1024^3 at
 #: 30/60/85% 43.0/43.4/43.9 against 46.2/46.1/46.7 (session 13: 48.7/50.0/51.2), 768 x 768 x 1024 33.9 against
 #: 36.6, 640 x 640 x 1024 29.5 against 32.1, 2048 x 512 x 512 25.6 against 28.4, the Table 1 layer 1024 x 4096 x
 #: 1024 65% 153.2 against 156.9 (session 13: 187.5), 1024 x 2048 x 1024 80.1 against 83.2.
 WGMMA_WAVE = dict(bm=64, bn=128, kc=32, stages=6, producers=256)
-#: Each tile's K range split in two (a cluster of two blocks summing their partial tiles through distributed shared
-#: memory), chunks of 16 columns, two blocks an SM: 1024^3 at 30/60/85% 47.9/47.8/48.0 us, 768 x 768 x 1024 38.1
-#: (05:03 UTC; session 13's routing 48.7/50.0/51.2 and 39.2). Not routed (:data:`WGMMA_WAVE` is faster at every one
-#: of those grids); tried by :func:`tune`.
-WGMMA_SPLIT = dict(bm=64, bn=128, kc=16, stages=4, min_blocks=2, split=2)
 #: The wgmma setting for float32 grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, density at least
 #: ``TC_MIN_DENSITY``, ``K >= WGMMA_SPLIT_MIN_K``: K split in two, chunks of 32 columns, one block an SM (one wave
 #: of blocks). Same runs (05:03, 05:07 UTC): 512 x 512 x 1024 at 30/60/85% 19.2/19.4/19.2 us against 27.5
@@ -720,7 +715,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`, :data:`WGMMA_SPLIT`,
+    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`,
     :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
     (:mod:`gpu.uspmm_wgmma`) are tried too.
 
@@ -747,7 +742,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         candidates = space(dell.dtype, order, full=full) + ([dict(variant="wgmma", **cfg)
                                                               for cfg in (WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE,
-                                                                          WGMMA_SPLIT, WGMMA_HALF, WGMMA_QUARTER,
+                                                                          WGMMA_HALF, WGMMA_QUARTER,
                                                                           WGMMA_EIGHTH)]
                                                              if wgmma else [])
     else:

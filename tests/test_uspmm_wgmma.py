@@ -167,7 +167,7 @@ def test_shared_bytes_of_the_default_fit_the_h100():
     assert wg.shared_bytes(d["bm"], d["bn"], d["kc"], d["stages"], seg) <= 232448   # the opt-in maximum
 
 
-@pytest.mark.parametrize("setting", ["WGMMA_SPLIT", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"])
+@pytest.mark.parametrize("setting", ["WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"])
 def test_split_settings_fit_their_blocks_an_sm(setting):
     """The routed split settings' pipeline and partial tile fit ``min_blocks`` blocks an SM (228 KB an SM, 1 KB
     of it per block reserved), at the slots of 60% sparsity (the most the launcher stages: a segment's columns)."""

@@ -78,7 +78,7 @@ def build_split(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: 
 @pytest.mark.parametrize("name", ["WGMMA_QUARTER"])
 def test_split_k_reduces_through_the_cluster(name):
     """A routed split setting (``WGMMA_QUARTER``: two blocks an SM, the tightest register budget; ``WGMMA_HALF``
-    and ``WGMMA_SPLIT`` run the same reduction code, at real sizes in tests/gpu): the same K loop (wgmma count), then every accumulator of every part read
+    and the other split settings run the same reduction code, at real sizes in tests/gpu): the same K loop (wgmma count), then every accumulator of every part read
     through distributed shared memory (``mapa`` + ``ld.shared::cluster``: bm / 2 accumulators a thread, of
     which a part reads its 1 / split share from each of the split blocks, i.e. bm / 2 loads), between two cluster
     barriers; registers within the launch bounds (``min_blocks`` blocks an SM), no spills."""
