@@ -1374,7 +1374,10 @@ class TiledCSL(_Format):
         tm, tk = _as_blocksize(tile, "tile")
         values = np.asarray(values)
         d = _half_dtype(values.dtype, "values")
+        check_array(values, "values", ndim=1, dtypes=None, finite=True)
         rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        for name, a in (("rows", rows), ("cols", cols)):
+            check_array(a, name, ndim=1, dtypes=None, shape=values.shape)
         if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= shape[0] or cols.max() >= shape[1]):
             raise ValueError(f"rows, cols: entries must lie inside the {shape} matrix")
         kt = -(-shape[1] // tk)
@@ -1410,7 +1413,7 @@ class TiledCSL(_Format):
     def row_tile(cols: int) -> tuple[int, int]:
         """The tile ``(1, TK)`` that holds a whole row of ``cols`` columns (``TK`` a power of two): the
         layout of the row kernel of ``gpu/spmm_tiled.py``."""
-        return 1, 1 << max(int(cols) - 1, 1).bit_length()
+        return 1, 1 << max(check_int(cols, "cols", minimum=0) - 1, 1).bit_length()
 
     @classmethod
     def from_ell(cls, ell, *, tile=None) -> "TiledCSL":
@@ -1425,6 +1428,8 @@ class TiledCSL(_Format):
     @classmethod
     def from_csr(cls, csr, *, tile=(64, 64)) -> "TiledCSL":
         """The entries of a :class:`CSR` (or any format with ``to_csr``) of float16/bfloat16 values."""
+        if not isinstance(csr, _Format):
+            raise TypeError(f"csr: expected a CSR (or another sparsekit format), got {type(csr).__name__}")
         c = csr if isinstance(csr, CSR) else csr.to_csr()
         rows = np.repeat(np.arange(c.shape[0]), np.diff(c.indptr))
         return cls.from_coords(rows, c.indices, c.data, c.shape, tile=tile)

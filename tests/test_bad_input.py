@@ -11,7 +11,8 @@ simulator at 16 x 16 (under a minute).
 
 Coverage guard (:func:`test_every_public_entry_point_is_in_the_matrix`): every
 public function of the modules in ``GUARDED`` (their ``__all__``, else their
-public functions) and every sparse format class must be named by a case
+public functions) and every public method of every sparse format class must
+be named by a case
 (``Case.entry``) or listed in ``NOT_ENTRY_POINTS`` with the reason; every
 module under ``gpu/`` and ``sparsekit/`` must be in ``GUARDED`` or in
 ``UNGUARDED_MODULES``. To add an entry point (a new launcher, dtype path or
@@ -25,10 +26,12 @@ module such as a torch layer or a decode kernel):
    classes then apply to it by themselves (a bfloat16 path of a covered
    launcher: one more line with bfloat16 operands, named e.g.
    ``"gpu.uspmm.uspmm[bfloat16]"``);
-3. a sparse format class: one line in ``FROM_DENSE`` (its weight classes),
-   one in ``BUILD`` and ``INDEX_NAME`` (its stored-index classes through every
-   conversion; a format whose indices are not a column-like array gets its
-   own edits, as ``TILED_EDITS`` does for ``TiledCSL``);
+3. a sparse format class (every public method of each is guarded): one line
+   in ``FROM_DENSE`` (its weight classes), in ``MAKE``, ``INDEX_FIELD`` and
+   ``INDEX_BADS`` (its stored-index classes through every reader, ``convert``
+   and ``from_csr``, NaN values, empty matrices) and its constructor's rows in
+   ``_constructor_cases``; a format whose indices are not one column-like
+   array gets its own edits, as ``TILED_EDITS`` does for ``TiledCSL``;
 4. anything else: cases from a builder (``_rnn_cases`` and its siblings, or a
    new one added to ``_all_cases``): ``Case(entry, class, call, exc, text)``,
    ``text`` the parts the message must hold, separated by ``|``; ``exc=None``
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import importlib
 import inspect
 import json
@@ -50,6 +54,7 @@ import pkgutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -57,7 +62,8 @@ import pytest
 import scipy.sparse as sp
 from numba.cuda import config
 
-from sparsekit import formats, io, prune, roofline, rnn_layout
+from sparsekit import formats, io, prune, rnn_layout, roofline, tune
+from sparsekit.checks import BFLOAT16
 from sparsekit.cli import build_parser, main
 from tests.spmm_close import assert_spmm_close
 
@@ -70,19 +76,33 @@ GOOD = np.arange(1, 65, dtype=np.float32).reshape(8, 8) * np.where(np.arange(64)
 
 @dataclass(frozen=True)
 class Case:
-    """One call of ``entry`` with input of class ``bad``: it raises ``exc`` whose message holds ``text``, or
-    (``exc`` None) returns having asserted its own result."""
+    """One call of ``entry`` with input of class ``bad``: it raises ``exc`` whose message holds every
+    ``|``-separated part of ``text``, or (``exc`` None) returns a value ``check`` accepts (no ``check``: the call
+    asserts its result itself). ``call`` takes the scratch folder when it has a parameter without default."""
 
     entry: str
     bad: str
-    call: Callable[[], object]
+    call: Callable
     exc: type | None = None
     text: str = ""
+    check: Callable | None = None
     xfail: str = ""             #: a known gap, named; strict, so fixing it makes the case fail until this goes
 
     @property
     def id(self) -> str:
         return f"{self.entry}-{self.bad}"
+
+    def run(self, tmp: Path):
+        needs_tmp = any(p.default is p.empty for p in inspect.signature(self.call).parameters.values())
+        return self.call(tmp) if needs_tmp else self.call()
+
+
+def _refuses(entry, bad, call, exc, *texts) -> Case:
+    return Case(entry, bad, call, exc, "|".join(texts))
+
+
+def _gives(entry, bad, call, check) -> Case:
+    return Case(entry, bad, call, check=check)
 
 
 def _nan(w):
@@ -157,21 +177,127 @@ def _weight_cases() -> list[Case]:
     return cases
 
 
-# ------------------------------------------------- stored indices of every format
+# ------------------------------------------------- formats, SciPy, files, pruners, the cache lookup
 
-SPARSE = GOOD * (np.arange(64).reshape(8, 8) % 2)        # half the entries, 4 a row
-BUILD = {
-    "CSR": lambda: formats.CSR.from_dense(SPARSE),
-    "COO": lambda: formats.COO.from_dense(SPARSE),
-    "ELL": lambda: formats.ELL.from_dense(SPARSE),
-    "BlockedELL": lambda: formats.BlockedELL.from_dense(SPARSE, block=2),
-    "NM": lambda: formats.NM.from_dense(_two_of_four(GOOD), n=2, m=4),
-    "BSR": lambda: formats.BSR.from_dense(SPARSE, blocksize=(2, 2)),
+#: A pattern every format stores: columns 0, 1, 4, 5 of every row (uniform, 2:4, whole 2 x 2 blocks).
+KEEP = np.broadcast_to(np.arange(8) % 4 < 2, (8, 8))
+DENSE = np.where(KEEP, GOOD, np.float32(0))
+MAKE = {
+    "CSR": lambda w, keep: formats.CSR.from_dense(w, keep),
+    "COO": lambda w, keep: formats.COO.from_dense(w, keep),
+    "ELL": lambda w, keep: formats.ELL.from_dense(w, keep),
+    "BlockedELL": lambda w, keep: formats.BlockedELL.from_dense(w, keep, block=2),
+    "NM": lambda w, keep: formats.NM.from_dense(w, keep, n=2, m=4),
+    "BSR": lambda w, keep: formats.BSR.from_dense(w, keep, blocksize=(2, 2)),
 }
-#: Array a message names for each format's column-like index array.
-INDEX_NAME = {"CSR": "indices", "COO": "col", "ELL": "indices", "BlockedELL": "indices", "NM": "positions",
-              "BSR": "indices"}
+#: Per format: the index field, then (bad class, position, new value or a function of the index array giving it,
+#: text the message must hold) for each corruption. Duplicates copy the row's first index over its second.
+INDEX_FIELD = {"CSR": "indices", "COO": "col", "ELL": "indices", "BlockedELL": "indices", "NM": "positions",
+               "BSR": "indices"}
+_FLAT_DUPLICATE = ("duplicate_index", 1, lambda idx: idx[0], "no duplicates")
+_ROW_DUPLICATE = ("duplicate_index", (0, 1), lambda idx: idx[0, 0], "no duplicates")
+INDEX_BADS = {
+    "CSR": [("negative_index", 0, -1, "found -1"), ("index_out_of_range", -1, 8, "found 8"), _FLAT_DUPLICATE],
+    "COO": [("negative_index", 0, -1, "found -1"), ("index_out_of_range", -1, 8, "found 8"), _FLAT_DUPLICATE],
+    "ELL": [("negative_index", (0, 0), -1, "found -1"), ("index_out_of_range", (7, 3), 8, "found 8"),
+            _ROW_DUPLICATE],
+    "BlockedELL": [("negative_index", (0, 0), -1, "found -1"), ("index_out_of_range", (3, 1), 4, "found 4"),
+                   _ROW_DUPLICATE],
+    "NM": [("index_out_of_range", (0, 1), 4, "found 4"), _ROW_DUPLICATE],   # uint8 positions: never negative
+    "BSR": [("negative_index", 0, -1, "found -1"), ("index_out_of_range", -1, 4, "found 4"), _FLAT_DUPLICATE],
+}
+#: Every public method that reads a built instance (``from_csr`` reads a CSR, so it is fed the corrupt CSR).
+READERS = {
+    "to_dense": lambda x: x.to_dense(),
+    "mask": lambda x: x.mask(),
+    "to_csr": lambda x: x.to_csr(),
+    "validate": lambda x: x.validate(full=True),
+}
 
+
+def _good(name: str):
+    return MAKE[name](DENSE, KEEP)
+
+
+def _with_index(name: str, position, value):
+    """The good instance of ``name`` with one stored index replaced (constructors run the cheap checks only)."""
+    x = _good(name)
+    field = INDEX_FIELD[name]
+    idx = getattr(x, field).copy(order="K")
+    idx[position] = value(idx) if callable(value) else value
+    return dataclasses.replace(x, **{field: idx})
+
+
+def _with_value(name: str, value):
+    x = _good(name)
+    field = x._values_field
+    vals = getattr(x, field).copy(order="K")
+    vals[(0,) * vals.ndim] = value                                  # the entry stored first: dense (0, 0)
+    return dataclasses.replace(x, **{field: vals})
+
+
+def _same_dense(expected):
+    return lambda got: np.array_equal(got, expected, equal_nan=True)
+
+
+def _format_cases() -> list[Case]:
+    cases = []
+    for name in MAKE:
+        cls = getattr(formats, name)
+        field = INDEX_FIELD[name]
+        readers = dict(READERS)
+        if hasattr(cls, "to_scipy"):
+            readers["to_scipy"] = lambda x: x.to_scipy(dtype=np.float64)
+        for bad, position, value, text in INDEX_BADS[name]:
+            for method, read in readers.items():
+                cases.append(_refuses(f"formats.{name}.{method}", bad,
+                                      lambda tmp, n=name, p=position, v=value, r=read: r(_with_index(n, p, v)),
+                                      ValueError, f"{field}: ", text))
+            cases.append(_gives(f"formats.{name}.nbytes", bad,             # counts arrays, reads no index: exact
+                                lambda tmp, n=name, p=position, v=value: _with_index(n, p, v).nbytes(),
+                                lambda got, n=name: got == _good(n).nbytes()))
+            cases.append(_refuses("formats.convert", f"{bad}:{name}",
+                                  lambda tmp, n=name, p=position, v=value: formats.convert(_with_index(n, p, v),
+                                                                                          formats.COO),
+                                  ValueError, f"{field}: ", text))
+        # NaN/Inf values: the full check refuses them; to_dense passes them to where they are stored
+        for bad, value in (("nan", np.nan), ("inf", np.inf)):
+            cases.append(_refuses(f"formats.{name}.validate", bad,
+                                  lambda tmp, n=name, v=value: _with_value(n, v).validate(full=True),
+                                  ValueError, "must be finite"))
+            cases.append(_gives(f"formats.{name}.to_dense", bad,
+                                lambda tmp, n=name, v=value: _with_value(n, v).to_dense(),
+                                lambda got, v=value: got[0, 0] == v if v == v else np.isnan(got[0, 0])))
+        # empty matrices are matrices: every reader gives the empty answer
+        empty_dense = np.zeros((0, 8), dtype=np.float32)
+        cases.append(_gives(f"formats.{name}.from_dense", "empty",
+                            lambda tmp, n=name: MAKE[n](empty_dense, None).to_dense(), _same_dense(empty_dense)))
+        cases.append(_gives(f"formats.{name}.mask", "empty", lambda tmp, n=name: MAKE[n](empty_dense, None).mask(),
+                            lambda got: got.shape == (0, 8) and got.dtype == bool))
+        cases.append(_gives(f"formats.{name}.to_csr", "empty", lambda tmp, n=name: MAKE[n](empty_dense, None).to_csr(),
+                            lambda got: got.nnz == 0 and got.shape == (0, 8)))
+        cases.append(_gives(f"formats.{name}.from_csr", "empty",
+                            lambda tmp, c=cls, n=name: c.from_csr(formats.CSR.from_dense(empty_dense),
+                                                                  **_convert_options(n)).to_dense(),
+                            _same_dense(empty_dense)))
+        bad_csr = _with_index("CSR", -1, 8)
+        cases.append(_refuses(f"formats.{name}.from_csr", "index_out_of_range",
+                              lambda tmp, c=cls, n=name: c.from_csr(bad_csr, **_convert_options(n)),
+                              ValueError, "indices: ", "found 8"))
+        cases.append(_refuses(f"formats.{name}.from_csr", "wrong_type", lambda tmp, c=cls: c.from_csr(DENSE),
+                              TypeError, "csr: expected a CSR"))
+        if hasattr(cls, "to_scipy"):
+            cases.append(_gives(f"formats.{name}.to_scipy", "empty",
+                                lambda tmp, n=name: MAKE[n](empty_dense, None).to_scipy().toarray(),
+                                _same_dense(empty_dense)))
+    return cases
+
+
+def _convert_options(name: str) -> dict:
+    return {"BlockedELL": dict(block=2), "NM": dict(n=2, m=4), "BSR": dict(blocksize=(2, 2))}.get(name, {})
+
+
+# ------------------------------------------------- stored indices beyond the format table below
 
 def _at(a: np.ndarray, j: int) -> tuple:
     """Position of the ``j``-th stored index of the first row (1-D: ``j``; 2-D: row 0, slot ``j``)."""
@@ -182,42 +308,24 @@ def _negative(a):
     a[_at(a, 0)] = -1
 
 
-def _past_the_end(a):
-    a[_at(a, 0)] = 100
-
-
-def _unsorted(a):
-    a[_at(a, 0)], a[_at(a, 1)] = a[_at(a, 1)], a[_at(a, 0)]
-
-
-def _duplicate(a):
-    a[_at(a, 1)] = a[_at(a, 0)]
-
-
-INDEX_CLASSES = {"negative_index": (_negative, "must lie in"), "index_past_the_end": (_past_the_end, "must lie in"),
-                 "unsorted_index": (_unsorted, "sorted"), "duplicate_index": (_duplicate, "sorted")}
-
-
-def _corrupted(fmt: str, corrupt):
-    """A valid matrix whose column-like index array was edited afterwards (arrays stay writable)."""
-    x = BUILD[fmt]()
-    corrupt(x._index_arrays()[-1])
-    return x
-
-
-def _conversions(x) -> list[str]:
-    return [name for name in ("to_dense", "mask", "to_csr", "to_scipy") if hasattr(x, name)]
+def _with_swapped_indices(name: str):
+    """The good instance of ``name`` with its first row's first two stored indices swapped (unsorted)."""
+    x = _good(name)
+    field = INDEX_FIELD[name]
+    idx = getattr(x, field).copy(order="K")
+    idx[_at(idx, 0)], idx[_at(idx, 1)] = idx[_at(idx, 1)], idx[_at(idx, 0)]
+    return dataclasses.replace(x, **{field: idx})
 
 
 def _tiled(edit=None):
-    t = formats.TiledCSL.from_dense((SPARSE / 8).astype(np.float16), tile=(4, 4))
+    t = formats.TiledCSL.from_dense((DENSE / 8).astype(np.float16), tile=(4, 4))
     if edit is not None:
         edit(t)
     return t
 
 
 TILED_EDITS = {   # class -> (edit, text): the words hold a local index in their high half
-    "index_past_the_end": (lambda t: t.words.__setitem__(0, np.uint32(t.sink + 1) << np.uint32(16)),
+    "index_out_of_range": (lambda t: t.words.__setitem__(0, np.uint32(t.sink + 1) << np.uint32(16)),
                            "words: local index 17 exceeds"),
     "duplicate_index": (lambda t: t.words.__setitem__(1, t.words[0]), "words: local indices should ascend"),
     "negative_index": (lambda t: t.offsets.__setitem__(1, -4), "offsets: should ascend"),
@@ -226,38 +334,282 @@ TILED_EDITS = {   # class -> (edit, text): the words hold a local index in their
 
 
 def _index_cases() -> list[Case]:
+    """Unsorted indices through every reader, TiledCSL's words and offsets, shapes past an index dtype, SciPy
+    values that are not finite in the dtype."""
     cases = []
-    for fmt in BUILD:
-        for bad, (corrupt, rule) in INDEX_CLASSES.items():
-            if bad == "negative_index" and BUILD[fmt]()._index_arrays()[-1].dtype.kind == "u":
-                continue        # (NM's uint8 positions cannot hold -1)
-            for conv in _conversions(BUILD[fmt]()):
-                cases.append(Case(f"formats.{fmt}.{conv}", bad,
-                                  lambda f=fmt, c=corrupt, v=conv: getattr(_corrupted(f, c), v)(),
-                                  ValueError, f"{INDEX_NAME[fmt]}|{rule}"))
+    for name in MAKE:
+        readers = dict(READERS)
+        if hasattr(getattr(formats, name), "to_scipy"):
+            readers["to_scipy"] = lambda x: x.to_scipy(dtype=np.float64)
+        for method, read in readers.items():
+            cases.append(Case(f"formats.{name}.{method}", "unsorted_index",
+                              lambda n=name, r=read: r(_with_swapped_indices(n)), ValueError,
+                              f"{INDEX_FIELD[name]}: |sorted"))
     for bad, (edit, text) in TILED_EDITS.items():
-        for conv in ("to_dense", "mask", "to_csr"):
-            cases.append(Case(f"formats.TiledCSL.{conv}", bad, lambda e=edit, v=conv: getattr(_tiled(e), v)(),
-                              ValueError, text))
-    # a shape past what the index dtype can address, and one past 32-bit indexing
+        for method in ("to_dense", "mask", "to_csr", "validate"):
+            cases.append(Case(f"formats.TiledCSL.{method}", bad,
+                              lambda e=edit, r=READERS[method]: r(_tiled(e)), ValueError, text))
+    half = np.ones(2, np.float16)
+    for bad, call, exc, text in [
+            ("nan", lambda: formats.TiledCSL.from_coords([0], [1], np.array([np.nan], np.float16), (4, 4)),
+             ValueError, "values: must be finite"),
+            ("wrong_shape", lambda: formats.TiledCSL.from_coords([0, 1], [1], half, (4, 4)), ValueError, "cols: "),
+            ("index_out_of_range", lambda: formats.TiledCSL.from_coords([0, 9], [0, 1], half, (4, 4)), ValueError,
+             "rows, cols: entries must lie inside"),
+            ("negative_index", lambda: formats.TiledCSL.from_coords([0, 0], [0, -1], half, (4, 4)), ValueError,
+             "rows, cols: entries must lie inside"),
+            ("duplicate_index", lambda: formats.TiledCSL.from_coords([0, 0], [1, 1], half, (4, 4)), ValueError,
+             "rows, cols: a position is given twice"),
+            ("float32", lambda: formats.TiledCSL.from_coords([0], [1], np.ones(1, np.float32), (4, 4)), TypeError,
+             "values: dtype")]:
+        cases.append(Case("formats.TiledCSL.from_coords", bad, call, exc, text))
+    cases += [Case("formats.TiledCSL.from_csr", "wrong_type", lambda: formats.TiledCSL.from_csr(DENSE), TypeError,
+                   "csr: expected"),
+              Case("formats.TiledCSL.from_ell", "wrong_type", lambda: formats.TiledCSL.from_ell(DENSE), TypeError,
+                   "ell: expected an ELL"),
+              Case("formats.TiledCSL.row_tile", "negative", lambda: formats.TiledCSL.row_tile(-3), ValueError,
+                   "cols: must be >= 0"),
+              _gives("formats.TiledCSL.nbytes", "duplicate_index",            # counts arrays, reads no index
+                     lambda: _tiled(TILED_EDITS["duplicate_index"][0]).nbytes(), lambda got: got == _tiled().nbytes())]
+    bf16_nan = GOOD.astype(BFLOAT16)
+    bf16_nan[1, 1] = np.nan
+    gap = "sparsekit.checks.check_array's finite test skips bfloat16 (its dtype kind is 'V', not 'f')"
+    cases += [Case(entry, "bfloat16_nan", lambda c=call: c(bf16_nan), ValueError, "finite", xfail=gap)
+              for entry, call in [("formats.CSR.from_dense", formats.CSR.from_dense),
+                                  ("prune.magnitude", lambda w: prune.magnitude(w, 0.5))]]
     cases.append(Case("formats.CSR", "int32_overflowing_shape",
                       lambda: formats.CSR(np.array([0, 1], np.int32), np.array([0], np.int32),
                                           np.ones(1, np.float32), (1, 2**31 + 5)), ValueError, "indices"))
     cases.append(Case("formats.ELL.from_dense", "int16_overflowing_shape",
                       lambda: formats.ELL.from_dense(np.ones((1, 40000), np.float32), index_dtype=np.int16),
                       ValueError, "index_dtype"))
-    for fmt in ("CSR", "COO", "BSR"):
-        from_scipy = getattr(formats, fmt).from_scipy
-        nan = sp.csr_matrix(np.array([[np.nan, 1.0]], np.float32))
-        big = sp.csr_matrix(np.array([[7e4, 1.0]], np.float32))
-        cases += [Case(f"formats.{fmt}.from_scipy", "nan", lambda f=from_scipy: f(nan), ValueError, "a: |finite"),
-                  Case(f"formats.{fmt}.from_scipy", "overflowing_cast",
-                       lambda f=from_scipy: f(big, dtype=np.float16), ValueError, "a: |overflows float16"),
-                  Case(f"formats.{fmt}.from_scipy", "not_scipy", lambda f=from_scipy: f(GOOD), TypeError,
-                       "a: expected a scipy.sparse")]
-    cases.append(Case("formats.convert", "not_a_format", lambda: formats.convert(GOOD, formats.CSR), TypeError,
-                      "x"))
+    nan = sp.csr_matrix(np.array([[np.nan, 1.0]], np.float32))
+    big = sp.csr_matrix(np.array([[7e4, 1.0]], np.float32))
+    for name in ("CSR", "COO", "BSR"):
+        from_scipy = getattr(formats, name).from_scipy
+        cases += [Case(f"formats.{name}.from_scipy", "nan", lambda f=from_scipy: f(nan), ValueError, "a: |finite"),
+                  Case(f"formats.{name}.from_scipy", "overflowing_cast",
+                       lambda f=from_scipy: f(big, dtype=np.float16), ValueError, "a: |overflows float16")]
     return cases
+
+
+def _constructor_cases() -> list[Case]:
+    """Each constructor: wrong dtype, rank or layout, not an array, an index dtype too narrow for the shape."""
+    csr, coo, ell, bell, nm, bsr = (_good(n) for n in MAKE)
+    rows = [
+        ("CSR", "wrong_dtype", lambda: dataclasses.replace(csr, indices=csr.indices.astype(np.float32)),
+         TypeError, ("indices: dtype must be",)),
+        ("CSR", "wrong_rank", lambda: dataclasses.replace(csr, data=csr.data.reshape(4, -1)), ValueError,
+         ("data: expected a 1-D array",)),
+        ("CSR", "not_array", lambda: dataclasses.replace(csr, indptr=csr.indptr.tolist()), TypeError,
+         ("indptr: expected a numpy.ndarray",)),
+        ("CSR", "index_dtype_overflow", lambda: dataclasses.replace(csr, indices=csr.indices.astype(np.int16),
+                                                                    shape=(8, 40000)),
+         ValueError, ("indices: int16 cannot index columns = 40000",)),
+        ("COO", "wrong_dtype", lambda: dataclasses.replace(coo, data=coo.data.astype(np.int32)), TypeError,
+         ("data: dtype must be",)),
+        ("COO", "wrong_shape", lambda: dataclasses.replace(coo, row=coo.row[:-1]), ValueError,
+         ("row: length should equal len(data)",)),
+        ("COO", "index_dtype_overflow", lambda: dataclasses.replace(coo, row=coo.row.astype(np.int16),
+                                                                    col=coo.col.astype(np.int16), shape=(40000, 8)),
+         ValueError, ("row: int16 cannot index rows = 40000",)),
+        ("ELL", "not_contiguous", lambda: dataclasses.replace(ell, values=np.ascontiguousarray(ell.values)),
+         ValueError, ("values: should be Fortran-ordered",)),
+        ("ELL", "wrong_dtype",
+         lambda: dataclasses.replace(ell, indices=np.asfortranarray(ell.indices.astype(np.int64))),
+         TypeError, ("indices: dtype must be one of (int16, int32)",)),
+        ("ELL", "index_dtype_overflow",
+         lambda: dataclasses.replace(ell, indices=np.asfortranarray(ell.indices.astype(np.int16)), shape=(8, 40000)),
+         ValueError, ("indices: int16 cannot index columns = 40000",)),
+        ("BlockedELL", "wrong_rank", lambda: dataclasses.replace(bell, values=bell.values[0]), ValueError,
+         ("values: expected a 4-D array",)),
+        ("BlockedELL", "wrong_dtype", lambda: dataclasses.replace(bell, block=2.0), TypeError,
+         ("block: expected an integer",)),
+        ("NM", "wrong_dtype", lambda: dataclasses.replace(nm, positions=nm.positions.astype(np.int32)), TypeError,
+         ("positions: dtype must be one of (uint8)",)),
+        ("NM", "wrong_shape", lambda: dataclasses.replace(nm, values=nm.values[:, :2]), ValueError,
+         ("values: expected shape",)),
+        ("BSR", "wrong_shape", lambda: dataclasses.replace(bsr, data=bsr.data[:, :1]), ValueError,
+         ("data: expected shape",)),
+        ("BSR", "wrong_dtype", lambda: dataclasses.replace(bsr, indptr=bsr.indptr.astype(np.float64)), TypeError,
+         ("indptr: dtype must be",)),
+    ]
+    return [_refuses(f"formats.{name}", bad, lambda tmp, make=make: make(), exc, *texts)
+            for name, bad, make, exc, texts in rows]
+
+
+def _scipy_cases() -> list[Case]:
+    cases = []
+    dup = sp.coo_array((np.array([1.0, 2.5]), (np.array([0, 0]), np.array([1, 1]))), shape=(2, 3))
+    for name in ("CSR", "COO", "BSR"):
+        cls = getattr(formats, name)
+        cases.append(_refuses(f"formats.{name}.from_scipy", "not_scipy", lambda tmp, c=cls: c.from_scipy(DENSE),
+                              TypeError, "a: expected a scipy.sparse"))
+        cases.append(_gives(f"formats.{name}.from_scipy", "duplicate_index",      # SciPy's meaning: the sum
+                            lambda tmp, c=cls: c.from_scipy(dup).to_dense(),
+                            _same_dense(np.array([[0, 3.5, 0], [0, 0, 0]]))))
+        cases.append(_gives(f"formats.{name}.from_scipy", "empty",
+                            lambda tmp, c=cls: c.from_scipy(sp.csr_array((0, 4))).to_dense(),
+                            _same_dense(np.zeros((0, 4)))))
+    cases += [
+        _refuses("formats.convert", "not_a_format", lambda tmp: formats.convert(DENSE, formats.CSR), TypeError,
+                 "x: expected a sparsekit format"),
+        _refuses("formats.convert", "not_a_format_class", lambda tmp: formats.convert(_good("CSR"), dict), TypeError,
+                 "cls: expected one of"),
+    ]
+    return cases
+
+
+MTX = "%%MatrixMarket matrix coordinate real general\n"
+
+
+def _io_cases() -> list[Case]:
+    bad_csr = _with_index("CSR", -1, 8)
+    duplicate_csr = _with_index("CSR", *_FLAT_DUPLICATE[1:3])
+    nan_csr = _with_value("CSR", np.nan)
+    empty_csr = formats.CSR.from_dense(np.zeros((3, 4), dtype=np.float32))
+    cases = []
+    for reader in ("read_smtx", "read_matrix"):
+        read = getattr(io, reader)
+        cases += [
+            _refuses(f"io.{reader}", "corrupt_file", lambda tmp, r=read: r(_write(tmp, "a.smtx", "\x00\x01garbage\n")),
+                     ValueError, "a.smtx: line 1 must be 'rows, cols, nnz'"),
+            _refuses(f"io.{reader}", "empty_file", lambda tmp, r=read: r(_write(tmp, "a.smtx", "")), ValueError,
+                     "line 1 must be"),
+            _refuses(f"io.{reader}", "negative_index",
+                     lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 1\n0 1 1\n-1\n")),
+                     ValueError, "column indices must lie in [0, 3), found -1"),
+            _refuses(f"io.{reader}", "index_out_of_range",
+                     lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 1\n0 1 1\n3\n")), ValueError, "found 3"),
+            _refuses(f"io.{reader}", "duplicate_index",
+                     lambda tmp, r=read: r(_write(tmp, "a.smtx", "1, 3, 2\n0 2\n1 1\n")), ValueError,
+                     "row 0 repeats a column index"),
+            _refuses(f"io.{reader}", "int64_overflow",
+                     lambda tmp, r=read: r(_write(tmp, "a.smtx", "1, 3, 1\n0 1\n12345678901234567890\n")), ValueError,
+                     "must be integers below 2**63"),
+            _refuses(f"io.{reader}", "wrong_dtype", lambda tmp, r=read: r(_write(tmp, "a.smtx", "1, 3, 0\n0 0\n\n"),
+                                                                          dtype=np.int32), TypeError, "dtype: must be"),
+            _gives(f"io.{reader}", "empty", lambda tmp, r=read: r(_write(tmp, "a.smtx", "2, 3, 0\n0 0 0\n\n")),
+                   lambda got: got.shape == (2, 3) and got.nnz == 0),
+        ]
+    for reader in ("read_mtx", "read_matrix"):
+        read = getattr(io, reader)
+        cases += [
+            _refuses(f"io.{reader}", "corrupt_file", lambda tmp, r=read: r(_write(tmp, "a.mtx", "garbage\n")),
+                     ValueError, "a.mtx: not a readable Matrix Market header"),
+            _refuses(f"io.{reader}", "empty_file", lambda tmp, r=read: r(_write(tmp, "a.mtx", "")), ValueError,
+                     "not a readable Matrix Market header"),
+            _refuses(f"io.{reader}", "truncated_file",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 2\n1 1 1\n")),
+                     ValueError, "not a readable Matrix Market file"),
+            _refuses(f"io.{reader}", "absurd_header",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "1000000000000 3 1\n1 1 1\n")), ValueError,
+                     "header declares 1000000000000 rows"),
+            _refuses(f"io.{reader}", "nan", lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 2 nan\n")),
+                     ValueError, "values must be finite"),
+            _refuses(f"io.{reader}", "inf", lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 2 inf\n")),
+                     ValueError, "values must be finite"),
+            _refuses(f"io.{reader}", "dtype_overflow",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 2 1e6\n"), dtype=np.float16),
+                     ValueError, "overflows float16"),
+            _refuses(f"io.{reader}", "negative_index",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n0 1 1\n")),
+                     ValueError, "not a readable Matrix Market file", "index out of bounds"),
+            _refuses(f"io.{reader}", "index_out_of_range",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 1\n1 4 1\n")), ValueError,
+                     "index out of bounds"),
+            _gives(f"io.{reader}", "duplicate_index",                       # Matrix Market duplicates: summed
+                   lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 2\n1 1 1.0\n1 1 2.5\n")).to_dense(),
+                   _same_dense(np.array([[3.5, 0, 0], [0, 0, 0]], dtype=np.float32))),
+            _refuses(f"io.{reader}", "wrong_dtype",
+                     lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 0\n"), dtype=np.int64), TypeError,
+                     "dtype: must be"),
+            _gives(f"io.{reader}", "empty", lambda tmp, r=read: r(_write(tmp, "a.mtx", MTX + "2 3 0\n")),
+                   lambda got: got.shape == (2, 3) and got.nnz == 0),
+        ]
+    seen = set()
+    for i, case in enumerate(cases):        # read_matrix takes both kinds: its .mtx cases are named so
+        cases[i] = dataclasses.replace(case, bad=f"{case.bad}:mtx") if case.id in seen else case
+        seen.add(case.id)
+    cases.append(_refuses("io.read_matrix", "wrong_suffix", lambda tmp: io.read_matrix(_write(tmp, "a.txt", "")),
+                          ValueError, "path: expected a .smtx or .mtx file"))
+    for writer in ("write_smtx", "write_mtx"):
+        write = getattr(io, writer)
+        cases += [
+            _refuses(f"io.{writer}", "not_a_csr", lambda tmp, w=write: w(tmp / "out", DENSE), TypeError,
+                     "csr: expected a sparsekit.formats.CSR", "got ndarray"),
+            _refuses(f"io.{writer}", "index_out_of_range", lambda tmp, w=write: w(tmp / "out", bad_csr), ValueError,
+                     "indices: ", "found 8"),
+            _refuses(f"io.{writer}", "negative_index",
+                     lambda tmp, w=write: w(tmp / "out", _with_index("CSR", 0, -1)), ValueError, "found -1"),
+            _refuses(f"io.{writer}", "duplicate_index",
+                     lambda tmp, w=write: w(tmp / "out", duplicate_csr), ValueError, "no duplicates"),
+            _refuses(f"io.{writer}", "nan", lambda tmp, w=write: w(tmp / "out", nan_csr), ValueError,
+                     "data: must be finite"),
+            _gives(f"io.{writer}", "empty",
+                   lambda tmp, w=write, suffix=writer.split("_")[1]: (w(tmp / f"e.{suffix}", empty_csr),
+                                                             io.read_matrix(tmp / f"e.{suffix}"))[1],
+                   lambda got: got.shape == (3, 4) and got.nnz == 0),
+        ]
+    cases += [
+        _refuses("io.seeded_values", "negative", lambda tmp: io.seeded_values(-1), ValueError, "nnz: must be >= 0"),
+        _refuses("io.seeded_values", "wrong_dtype", lambda tmp: io.seeded_values(2.5), TypeError,
+                 "nnz: expected an integer"),
+        _refuses("io.seeded_values", "wrong_value_dtype", lambda tmp: io.seeded_values(3, dtype=np.int32), TypeError,
+                 "dtype: must be"),
+        _refuses("io.seeded_values", "negative_seed", lambda tmp: io.seeded_values(3, seed=-1), ValueError,
+                 "seed: must be >= 0"),
+        _gives("io.seeded_values", "empty", lambda tmp: io.seeded_values(0), lambda got: got.shape == (0,)),
+    ]
+    return cases
+
+
+def _prune_cases() -> list[Case]:
+    cases = [_refuses(entry, "empty", lambda tmp, c=call: c(np.zeros((0, 8), dtype=np.float32)), ValueError,
+                      name, "must hold at least one element, got shape (0, 8)")
+             for entry, (call, name) in ((f"prune.{k}", v) for k, v in PRUNERS.items())]
+    sched = dict(initial_sparsity=0.0, final_sparsity=0.5, begin_step=0, end_step=4)
+    cases += [
+        _refuses("prune.gradual_schedule", "negative", lambda tmp: prune.gradual_schedule(-1, **sched), ValueError,
+                 "step: must be >= 0"),
+        _refuses("prune.gradual_schedule", "wrong_dtype", lambda tmp: prune.gradual_schedule(1.5, **sched), TypeError,
+                 "step: expected an integer"),
+        _refuses("prune.gradual_schedule", "nan",
+                 lambda tmp: prune.gradual_schedule(1, **dict(sched, initial_sparsity=float("nan"))), ValueError,
+                 "initial_sparsity: must lie in"),
+        _refuses("prune.halving_schedule", "negative", lambda tmp: prune.halving_schedule(-1), ValueError,
+                 "rounds: must be >= 1"),
+        _refuses("prune.halving_schedule", "wrong_dtype", lambda tmp: prune.halving_schedule("3"), TypeError,
+                 "rounds: expected an integer"),
+        _refuses("prune.halving_schedule", "nan", lambda tmp: prune.halving_schedule(3, float("nan")), ValueError,
+                 "start: must lie in"),
+    ]
+    return cases
+
+
+def _resolve_with_cache(tmp, text: str):
+    """``tune.resolve(config="auto")`` with the cache file holding ``text``: the heuristic, with one warning."""
+    path = tmp / "uspmm.json"
+    path.write_text(text)
+    dell = SimpleNamespace(shape=(64, 128), dtype=np.dtype(np.float32),
+                           host=SimpleNamespace(kprime=16, indices=np.zeros((64, 16), dtype=np.int32)))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
+        patch.setattr(tune, "_device_name", lambda: "test-gpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = tune.resolve("auto", dell, 8, "C")
+    return got, [str(w.message) for w in caught]
+
+
+def _resolve_cases() -> list[Case]:
+    heuristic = tune.heuristic(64, 128, 8, 16, np.float32, "C")
+    key = tune.problem_key("test-gpu", 64, 128, 8, 16, np.float32, np.int32, "C")
+    return [_gives("tune.resolve", f"corrupt_cache:{label}", lambda tmp, t=text: _resolve_with_cache(tmp, t),
+                   lambda got: got[0] == heuristic and len(got[1]) == 1 and "tune cache" in got[1][0])
+            for label, text in (("empty", ""), ("truncated", '{"a": '), ("foreign", '["not", "ours"]'),
+                                ("entry_without_config", json.dumps({key: {"median_us": 1.0}})),
+                                ("entry_without_variant", json.dumps({key: {"config": {"nwarp": 4}}})))]
 
 
 # ---------------------------------------------------------------- GPU launchers
@@ -495,36 +847,6 @@ def _write(tmp: Path, name: str, text: str) -> Path:
     return path
 
 
-def _io_cases(tmp: Path) -> list[Case]:
-    bad_csr = formats.CSR(np.array([0, 1, 1], np.int32), np.array([5], np.int32), np.ones(1, np.float32), (2, 3))
-    files = {   # class -> (reader, file name, text, message)
-        "empty_file": ("read_smtx", "e.smtx", "", "e.smtx"),
-        "corrupt_header": ("read_smtx", "h.smtx", "2 4 3\n0 2 3\n3 1 0\n", "line 1"),
-        "index_past_the_end": ("read_smtx", "i.smtx", "2, 4, 3\n0 2 3\n3 4 0\n", "must lie in [0, 4)"),
-        "duplicate_index": ("read_smtx", "d.smtx", "2, 4, 3\n0 2 3\n1 1 0\n", "repeats a column"),
-        "huge_count": ("read_smtx", "c.smtx", "12345678901234567890, 4, 0\n0\n\n", "rows"),
-        "mtx_nan": ("read_mtx", "n.mtx", "%%MatrixMarket matrix coordinate real general\n2 3 1\n2 3 nan\n",
-                    "finite"),
-        "mtx_no_banner": ("read_mtx", "g.mtx", "garbage\n", "g.mtx: not a readable"),
-        "mtx_huge_header": ("read_mtx", "b.mtx",
-                            "%%MatrixMarket matrix coordinate real general\n1000000000000 3 1\n1 1 1.0\n", "rows"),
-        "mtx_truncated": ("read_mtx", "t.mtx", "%%MatrixMarket matrix coordinate real general\n2 3 2\n1 1 1.0\n",
-                          "t.mtx"),
-        "unknown_suffix": ("read_matrix", "a.txt", "1, 1, 0\n0 0\n\n", ".smtx or .mtx"),
-    }
-    cases = [Case(f"io.{reader}", bad, lambda r=reader, n=name, t=text: getattr(io, r)(_write(tmp, n, t)),
-                  ValueError, msg) for bad, (reader, name, text, msg) in files.items()]
-    for writer in ("write_smtx", "write_mtx"):
-        cases += [Case(f"io.{writer}", "not_a_format", lambda w=writer: getattr(io, w)(tmp / "o", GOOD), TypeError,
-                       "csr: expected"),
-                  Case(f"io.{writer}", "index_past_the_end", lambda w=writer: getattr(io, w)(tmp / "o", bad_csr),
-                       ValueError, "indices: indices must lie in [0, 3)")]
-    cases.append(Case("io.seeded_values", "int_dtype", lambda: io.seeded_values(3, dtype=np.int32), TypeError,
-                      "dtype"))
-    cases.append(Case("io.seeded_values", "negative", lambda: io.seeded_values(-1), ValueError, "nnz"))
-    return cases
-
-
 def _auto_with_cache(tmp: Path, text: str, monkeypatch):
     """``uspmm(config="auto")`` with ``text`` at the cache path: the right product and one warning."""
     from gpu import uspmm
@@ -577,9 +899,10 @@ def _roofline_cases() -> list[Case]:
 # ---------------------------------------------------------------- the matrix test
 
 def _all_cases(tmp: Path, monkeypatch) -> list[Case]:
-    """Every case; ``tmp`` is where file and cache cases write (nothing is written until a case runs)."""
-    return (_weight_cases() + _index_cases() + _launcher_cases() + _valid_input_cases() + _sparsify24_cases()
-            + _rnn_cases() + _io_cases(tmp) + _cache_cases(tmp, monkeypatch) + _roofline_cases())
+    """Every case; ``tmp`` is where the cache cases write (nothing is written until a case runs)."""
+    return (_weight_cases() + _format_cases() + _index_cases() + _constructor_cases() + _scipy_cases()
+            + _io_cases() + _prune_cases() + _resolve_cases() + _launcher_cases() + _valid_input_cases()
+            + _sparsify24_cases() + _rnn_cases() + _cache_cases(tmp, monkeypatch) + _roofline_cases())
 
 
 @pytest.fixture(scope="module")
@@ -592,22 +915,24 @@ def cases(tmp_path_factory) -> dict[str, Case]:
 def _case_ids() -> list[str]:
     """The ids, known at collection (the calls run inside the test)."""
     ids = [c.id for c in _all_cases(Path("/nonexistent"), None)]
-    assert len(ids) == len(set(ids)), "two cases share an id"
+    shared = sorted({i for i in ids if ids.count(i) > 1})
+    assert not shared, f"cases sharing an id: {shared}"
     return ids
 
 
 @pytest.mark.parametrize("case_id", _case_ids())
-def test_bad_input_is_refused_by_name_or_answered_correctly(cases, case_id, request):
+def test_bad_input_is_refused_by_name_or_answered_correctly(cases, case_id, request, tmp_path):
     case = cases[case_id]
     if case.xfail:
         request.applymarker(pytest.mark.xfail(reason=case.xfail, strict=True))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", category=Warning)   # (the simulator's occupancy warnings)
         if case.exc is None:
-            case.call()
+            got = case.run(tmp_path)
+            assert case.check is None or case.check(got), got
             return
         with pytest.raises((TypeError, ValueError)) as info:
-            case.call()
+            case.run(tmp_path)
     assert isinstance(info.value, case.exc), f"{type(info.value).__name__}: {info.value}"
     message = str(info.value)
     assert all(part in message for part in case.text.split("|")), message
@@ -770,8 +1095,6 @@ UNGUARDED_MODULES = {
 #: Public names of guarded modules that are no entry point for user data, each with the reason.
 NOT_ENTRY_POINTS = {
     "formats.NBytes": "a result tuple",
-    "prune.gradual_schedule": "a schedule of sparsities, tests/test_prune.py",
-    "prune.halving_schedule": "a schedule of sparsities, tests/test_prune.py",
     "rnn_layout.Split": "a result record", "rnn_layout.ConflictReport": "a result record",
     "roofline.default_unit": "names of the cost model's own units",
     "gpu.uspmm.DeviceELL": "built by gpu.device_ell.prepare (covered)",
@@ -824,10 +1147,10 @@ def test_every_public_entry_point_is_in_the_matrix():
     # a format class counts when its conversions and from_dense are in the matrix
     format_classes = {n for n, c in vars(formats).items() if isinstance(c, type) and issubclass(c, formats._Format)
                       and c is not formats._Format}
-    for name in format_classes:
-        assert {f"formats.{name}.to_dense", f"formats.{name}.mask", f"formats.{name}.from_dense"} <= covered, name
     covered |= {f"formats.{name}" for name in format_classes}
-    public = set().union(*(_public_callables(m) for m in GUARDED))
+    methods = {f"formats.{name}.{m}" for name in format_classes for m in dir(getattr(formats, name))
+               if not m.startswith("_") and callable(getattr(getattr(formats, name), m))}
+    public = set().union(*(_public_callables(m) for m in GUARDED)) | methods
     missing = sorted(public - covered - set(NOT_ENTRY_POINTS))
     assert not missing, f"public entry points without a bad-input case (see this module's docstring): {missing}"
     stale = sorted(set(NOT_ENTRY_POINTS) - public)
