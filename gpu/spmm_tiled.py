@@ -401,6 +401,7 @@ def prepare(a: TiledCSL) -> DeviceTiled:
     """Copy ``a`` to the device once; the result is reused by every :func:`spmm_tiled` call."""
     if not isinstance(a, TiledCSL):
         raise TypeError(f"a: expected a TiledCSL, got {type(a).__name__}")
+    a.validate(full=True)                      # the kernels trust offsets and local indices: check them once
     tm, tk = a.tile
     if tm == 1:
         if tk < a.shape[1]:

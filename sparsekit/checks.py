@@ -45,7 +45,7 @@ def check_array(x, name: str, *, ndim=None, dtypes=FLOAT_DTYPES, shape=None,
         if len(shape) != x.ndim or any(s is not None and s != d for s, d in zip(shape, x.shape)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
             raise ValueError(f"{name}: expected shape {want}, got {x.shape}")
-    if finite and x.dtype.kind == "f" and x.size and not np.isfinite(x).all():
+    if finite and (x.dtype.kind == "f" or x.dtype == BFLOAT16) and x.size and not np.isfinite(x).all():
         bad = int(np.count_nonzero(~np.isfinite(x)))
         raise ValueError(f"{name}: must be finite, found {bad} NaN/Inf value(s)")
     return x
