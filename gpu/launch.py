@@ -26,12 +26,16 @@ SHARED_OPTIN = 232448
 SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
 
 _OPTED_IN: set = set()
+#: Callbacks ``(kernel, grid, block, args)`` told of every launch (:func:`sparsekit.launch.record`).
+OBSERVERS: list = []
 
 
 def launch(kernel, grid, block, args, tunables: str) -> None:
     """``kernel[grid, block](*args)``; a block too large for the register file is a ValueError."""
     try:
         kernel[grid, block](*args)
+        for observe in OBSERVERS:
+            observe(kernel, grid, block, args)
     except Exception as err:
         if "OUT_OF_RESOURCES" not in str(err):
             raise
