@@ -20,6 +20,19 @@ def _index_dtype(in_features: int) -> torch.dtype:
     return torch.int16 if in_features <= np.iinfo(np.int16).max else torch.int32
 
 
+def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> torch.Tensor:
+    """The ascending columns each row of ``w`` keeps (``out x K'``, int64, on ``w``'s device): the rule of
+    :func:`sparsekit.prune.uniform` (the K' largest ``|w|``, ties: lower column) computed with torch on
+    the weight's device, or :func:`sparsekit.prune.n_m` (2 of every 4)."""
+    if pattern == "2:4":
+        mask = torch.from_numpy(prune.n_m(w.float().cpu().numpy(), 2, 4)).to(w.device)
+        cols = torch.arange(w.shape[1], device=w.device).expand_as(w)
+        return cols[mask].view(w.shape[0], -1)
+    kept = int(prune.uniform(np.ones((1, w.shape[1])), sparsity).sum())   # K' for this width
+    order = torch.sort(w.abs().float(), dim=1, descending=True, stable=True).indices
+    return order[:, :kept].sort(dim=1).values
+
+
 class SparseLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` (``out x in``) stored as its kept entries only: ``values`` (a
     Parameter, ``out x K'``) and ``indices`` (a buffer of ascending columns, int16 when ``in <= 32767``).
@@ -48,13 +61,8 @@ class SparseLinear(nn.Module):
         if pattern not in PATTERNS:
             raise ValueError(f"pattern: must be one of {PATTERNS}, got {pattern!r}")
         w = linear.weight.detach()
-        scores = w.float().cpu().numpy()
-        mask = prune.uniform(scores, sparsity) if pattern == "uniform" else prune.n_m(scores, 2, 4)
-        mask = torch.from_numpy(np.asarray(mask, dtype=bool)).to(w.device)
-        kept = int(mask[0].sum()) if mask.shape[0] else 0
-        cols = torch.arange(w.shape[1], device=w.device).expand_as(w)
-        indices = cols[mask].view(w.shape[0], kept)             # row-major nonzero order: ascending
-        layer = cls(w.shape[1], w.shape[0], kept, bias=linear.bias is not None, dtype=w.dtype, device=w.device)
+        indices = _kept_columns(w, pattern, sparsity)
+        layer = cls(w.shape[1], w.shape[0], indices.shape[1], bias=linear.bias is not None, dtype=w.dtype, device=w.device)
         with torch.no_grad():
             layer.indices.copy_(indices.to(layer.indices.dtype))
             layer.values.copy_(w.gather(1, indices))

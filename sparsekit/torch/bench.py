@@ -1,0 +1,236 @@
+"""Measurements of sparsekit.torch: host overhead per op (``sparsekit bench dispatch``) and the decoder
+end to end (``sparsekit bench e2e``): decode and prefill tokens/s eager, compiled and in CUDA graphs
+against the dense model, output agreement with the dense model of the pruned weights, weight memory
+and one sparse fine-tuning step. Each returns a list of records (one dict a row)."""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+
+from sparsekit.torch.decoder import Decoder, linear_weight_bytes
+from sparsekit.torch.nn import SparseLinear, sparsify_
+
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "agreement", "fine_tune_step", "TOLERANCE"]
+
+#: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
+DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
+                     (1024, 1024, 1024, torch.float16, 0.8), (4096, 4096, 1, torch.bfloat16, 0.8),
+                     (14336, 4096, 1, torch.bfloat16, 0.8)]
+#: Largest |sparse - dense(pruned)| / max|dense(pruned)| accepted end to end: both round every layer's
+#: output to the 16-bit dtype, in different summation orders (float32 accumulation).
+TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
+_CALLS = 200
+
+
+def _graph_time(step, calls: int) -> float:
+    """Device seconds per ``step()`` replayed from a CUDA graph of ``calls`` steps (no host cost)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            step()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / calls
+
+
+def _wall_time(step, calls: int) -> float:
+    """Wall seconds per ``step()`` called back to back from the host, the queue drained at the end."""
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
+def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
+    """Device time, wall time and their difference per call, ours (the custom op) and ``torch.matmul``."""
+    out = []
+    for m, k, n, dtype, sparsity in problems:
+        torch.manual_seed(0)
+        dense = torch.nn.Linear(k, m, bias=False, device="cuda", dtype=dtype)
+        layer = SparseLinear.from_dense(dense, sparsity=sparsity)
+        x = torch.randn(n, k, device="cuda", dtype=dtype)
+        w = layer.to_dense().weight
+        op = torch.ops.sparsekit.uspmm_linear
+        for name, step in (("sparsekit", lambda: op(x, layer.values, layer.indices, layer.weight_id)),
+                           ("torch.matmul", lambda: torch.matmul(x, w.T))):
+            step()
+            device, wall = _graph_time(step, calls), _wall_time(step, calls)
+            out.append(dict(problem=f"{m}x{k} N={n}", dtype=str(dtype).removeprefix("torch."), sparsity=sparsity,
+                            product=name, device_us=round(device * 1e6, 2), wall_us=round(wall * 1e6, 2),
+                            overhead_us=round((wall - device) * 1e6, 2)))
+    return out
+
+
+def _models(cfg, dtype, sparsity, seed=0):
+    """The dense model and its sparsified copy, on the GPU."""
+    dense = Decoder(cfg, seed).to("cuda", dtype).eval()
+    if not sparsity:
+        return dense, dense
+    return dense, sparsify_(copy.deepcopy(dense), sparsity=sparsity)
+
+
+def _step_runner(model, mode: str, batch: int, tokens: int, start: int):
+    """A no-argument step running ``model`` on fixed inputs in ``mode`` (eager, compile, graph)."""
+    cfg = model.cfg
+    model.allocate_cache(batch, start + tokens)
+    x = torch.randn(batch, tokens, cfg.hidden, device="cuda", dtype=next(model.parameters()).dtype)
+    positions = torch.arange(start, start + tokens, device="cuda")
+    fn = torch.compile(model, fullgraph=True) if mode == "compile" else model
+
+    def step():
+        return fn(x, positions)
+
+    with torch.no_grad():
+        for _ in range(3):
+            step()
+    if mode != "graph":
+        return step
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def _tokens_per_s(step, batch: int, tokens: int, repeats: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.no_grad():
+        step()
+        start.record()
+        for _ in range(repeats):
+            step()
+        end.record()
+    end.synchronize()
+    return batch * tokens * repeats / (start.elapsed_time(end) * 1e-3)
+
+
+def agreement(dense: Decoder, sparse: Decoder, tokens: int = 16) -> float:
+    """max |sparse - dense(pruned)| / max |dense(pruned)| on a prefill then one decode step."""
+    pruned = _densified(sparse)
+    p = next(dense.parameters())
+    torch.manual_seed(1)
+    x = torch.randn(1, tokens, dense.cfg.hidden, device=p.device, dtype=p.dtype)
+    worst = 0.0
+    with torch.no_grad():
+        for model in (sparse, pruned):
+            model.allocate_cache(1, tokens + 1)
+        for xs, pos in ((x, torch.arange(tokens, device=p.device)), (x[:, -1:], torch.tensor([tokens], device=p.device))):
+            ys, yd = sparse(xs, pos).float(), pruned(xs, pos).float()
+            worst = max(worst, float((ys - yd).abs().max() / yd.abs().max()))
+    return worst
+
+
+def fine_tune_step(sparse: Decoder, lr: float = 1e-3, tokens: int = 8) -> dict:
+    """One SGD step on the kept weights (forward, backward, optimizer) against the dense model of the pruned
+    weights under the same step with its gradient masked: the largest relative difference of the updated
+    kept values (the sparse layers store nothing else, so the pattern holds by construction)."""
+    dense = _densified(sparse)
+    p = next(sparse.parameters())
+    torch.manual_seed(2)
+    x = torch.randn(2, tokens, sparse.cfg.hidden, device=p.device, dtype=p.dtype)
+    pos = torch.arange(tokens, device=p.device)
+    for model in (sparse, dense):
+        model.allocate_cache(2, tokens)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        model(x, pos).float().square().mean().backward()
+        if model is dense:
+            for (_, smod), (_, dmod) in zip(_linears(sparse), _linears(dense)):
+                dmod.weight.grad *= smod.to_dense().weight != 0
+        opt.step()
+    worst = 0.0
+    for (_, smod), (_, dmod) in zip(_linears(sparse), _linears(dense)):
+        want = dmod.weight.detach().gather(1, smod.indices.long()).float()
+        worst = max(worst, float((smod.values.detach().float() - want).abs().max() / want.abs().max()))
+    return dict(max_relative_difference=worst)
+
+
+def _densified(sparse: Decoder) -> Decoder:
+    """A copy of ``sparse`` with every SparseLinear replaced by its ``nn.Linear`` (pruned entries zero)."""
+    dense = copy.deepcopy(sparse)
+    for name, mod in list(dense.named_modules()):
+        if isinstance(mod, SparseLinear):
+            parent, _, attr = name.rpartition(".")
+            setattr(dense.get_submodule(parent), attr, mod.to_dense())
+    return dense
+
+
+def _linears(model):
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, (SparseLinear, torch.nn.Linear))]
+
+
+def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
+        repeats: int = 10, progress=lambda it, desc: it) -> list[dict]:
+    """Decode (``batches``) and prefill (``prefills``, batch 1) tokens/s in each mode, dense and sparse;
+    the sparse rows carry the speedup over dense, the weight memory ratio and the output agreement."""
+    out = []
+    for dtype in dtypes:
+        for sparsity in progress(sparsities, f"e2e {dtype}"):
+            dense, model = _models(cfg, dtype, sparsity)
+            err = agreement(dense, model) if sparsity else 0.0
+            memory = linear_weight_bytes(model) / linear_weight_bytes(dense)
+            for mode in modes:
+                for phase, batch, tokens, start in ([("decode", b, 1, decode_at) for b in batches]
+                                                    + [("prefill", 1, t, 0) for t in prefills]):
+                    rate = _tokens_per_s(_step_runner(model, mode, batch, tokens, start), batch, tokens, repeats)
+                    out.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity, mode=mode,
+                                    phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
+                                    weight_memory_vs_dense=round(memory, 3), max_relative_error=err))
+            del dense, model
+            torch.cuda.empty_cache()
+    base = {(r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]): r["tokens_per_s"]
+            for r in out if r["sparsity"] == 0}
+    for r in out:
+        key = (r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"])
+        r["speedup_vs_dense"] = round(r["tokens_per_s"] / base[key], 3) if key in base else None
+    return out
+
+
+def write(records: list[dict], out, name: str) -> list[str]:
+    """``name``.csv, ``name``.json and ``name``.png (a bar chart of the rows) in the folder ``out``."""
+    import json
+    from pathlib import Path
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sparsekit.experiment import save_figure, write_csv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(records, out / f"{name}.csv")
+    (out / f"{name}.json").write_text(json.dumps(records, indent=1))
+    if name == "dispatch":
+        labels = [f"{r['problem']} {r['dtype']}\n{r['product']}" for r in records]
+        fig, ax = plt.subplots(figsize=(max(6, len(records) * 0.9), 4))
+        ax.bar(labels, [r["device_us"] for r in records], label="device")
+        ax.bar(labels, [r["overhead_us"] for r in records], bottom=[r["device_us"] for r in records],
+               label="host overhead")
+        ax.set_ylabel("us per call")
+        ax.tick_params(axis="x", labelsize=6, rotation=90)
+    else:
+        rows = [r for r in records if r["sparsity"] and r["speedup_vs_dense"] is not None]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for key in sorted({(r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]) for r in rows}):
+            pts = sorted((r["sparsity"], r["speedup_vs_dense"]) for r in rows
+                         if (r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]) == key)
+            ax.plot(*zip(*pts), marker="o", label=f"{key[0]} {key[1]} {key[2]} b{key[3]} t{key[4]}")
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlabel("sparsity")
+        ax.set_ylabel("tokens/s over dense")
+        ax.legend(fontsize=5, ncol=2)
+    return [f"{name}.csv", f"{name}.json", save_figure(fig, out / f"{name}.png")]

@@ -1,0 +1,45 @@
+"""The sparse decoder on the CPU path: outputs equal the dense model of the pruned weights, the fine-tuning
+step equals dense masked SGD, weight memory shrinks with sparsity, torch.compile traces it with no graph
+break; the reproduce experiment is registered and the GPU benchmarks refuse to time the simulator."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
+
+from experiments.torch_decoder import SPARSITIES, check_tiny  # noqa: E402
+from sparsekit.experiment import discover  # noqa: E402
+from sparsekit.torch.decoder import TINY, Decoder  # noqa: E402
+
+
+def test_tiny_decoder_rows():
+    rows = check_tiny()
+    assert [r["sparsity"] for r in rows] == list(SPARSITIES)
+    assert all(r["correct"] and r["graph_breaks"] == 0 for r in rows)
+    assert all(r["fine_tune_max_relative_difference"] < 1e-6 for r in rows)
+    memory = [r["weight_memory_vs_dense"] for r in rows]
+    assert memory == sorted(memory, reverse=True) and memory[SPARSITIES.index(0.8)] <= 0.45
+
+
+def test_decode_step_continues_the_prefill():
+    model = Decoder(TINY).double()
+    x = torch.randn(2, 6, TINY.hidden, dtype=torch.float64)
+    model.allocate_cache(2, 6)
+    whole = model(x, torch.arange(6))
+    model.allocate_cache(2, 6)
+    model(x[:, :5], torch.arange(5))
+    last = model(x[:, 5:], torch.tensor([5]))
+    torch.testing.assert_close(last, whole[:, 5:])
+
+
+def test_experiment_registered():
+    assert "torch_decoder" in discover()
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("name", ["dispatch", "e2e"])
+def test_benchmarks_need_a_gpu(name, capsys):
+    from sparsekit.cli import main
+
+    assert main(["bench", name]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
