@@ -11,7 +11,7 @@ Both print a table and write CSV, JSON and a plot to ``--out``. Need a GPU and P
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import out_folder, sparsity
+from sparsekit.cli_types import integer, out_folder, sparsity
 
 _MODES = ["eager", "compile", "graph"]
 
@@ -28,9 +28,9 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--sparsity", type=sparsity, nargs="+", default=[0.5, 0.7, 0.8, 0.9],
                    help="sparsities besides dense (default: %(default)s)")
     p.add_argument("--mode", choices=_MODES, nargs="+", default=_MODES, help="execution modes (default: all)")
-    p.add_argument("--layers", type=int, default=8, help="decoder layers (default: %(default)s)")
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32], help="decode batches (default: %(default)s)")
-    p.add_argument("--prefill", type=int, nargs="+", default=[512, 2048], help="prefill lengths (default: %(default)s)")
+    p.add_argument("--layers", type=integer(minimum=1), default=8, help="decoder layers (default: %(default)s)")
+    p.add_argument("--batch", type=integer(minimum=1), nargs="+", default=[1, 8, 32], help="decode batches (default: %(default)s)")
+    p.add_argument("--prefill", type=integer(minimum=1), nargs="+", default=[512, 2048], help="prefill lengths (default: %(default)s)")
     p.add_argument("--out", type=out_folder, default="e2e-out", help="folder for CSV/JSON/plot (default: %(default)s)")
     p.set_defaults(func=cmd_e2e)
 
