@@ -87,7 +87,7 @@ from gpu.inline import inlined
 from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE
 from gpu.launch import launch as _launch
 from gpu.mma import prefetch_l2
-from gpu.spmm_tiled import spmm_tiled
+from gpu.spmm_tiled import spmm_tiled, spmm_tiled_linear
 from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -1487,7 +1487,9 @@ def uspmm(ell, b, *, config=None, **tunables):
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")
     if variant == "decode":                        # the memory-bound path of small N (sparsekit.tune.DECODE)
-        return spmm_tiled(dell.tiled_rows(), b)
+        if order == "C":
+            return spmm_tiled(dell.tiled_rows(), b)
+        return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T
     if dell.dtype == BFLOAT16:
         raise ValueError(f"variant: bfloat16 runs on the decode kernel only (variant='decode', N <= 64), "
                          f"got {variant!r}")

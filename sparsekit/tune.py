@@ -628,7 +628,7 @@ def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: in
     0.150``) the dense-tile kernel ran 92.1 us against cuSPARSE's 93.3, where the direct kernel's
     measured times on each side (105 us at 80%, 60.4 us at 90%) put it near 83 us (not measured).
     """
-    if np.dtype(dtype) == BFLOAT16 or (order == "C" and half_decode(dtype, n)):
+    if np.dtype(dtype) == BFLOAT16 or half_decode(dtype, n):
         return dict(DECODE)
     if order != "C":
         return dict(variant="listing1", nwarp=1, vsize=8, vecsize=1)

@@ -210,6 +210,10 @@ def test_uspmm_decode_variant_equals_the_reference(dtype):
     ell = ELL.from_dense(np.where(mask, w, 0).astype(dtype), mask, index_dtype=np.int16)
     b = rng.standard_normal((48, 5)).astype(dtype)
     assert_close(uspmm(ell, b, variant="decode"), reference(ell, b), ell.to_dense(), b)
+    bf = np.asfortranarray(b)                                       # column-major B: the linear form
+    got = uspmm(ell, bf, variant="decode")
+    assert got.flags.f_contiguous
+    assert_close(np.ascontiguousarray(got), reference(ell, b), ell.to_dense(), b)
     assert_close(uspmm(ell, b, config="auto"), reference(ell, b), ell.to_dense(), b)
     if dtype == BF16:
         with pytest.raises(ValueError, match="bfloat16 runs on the decode kernel only"):
