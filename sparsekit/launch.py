@@ -12,9 +12,10 @@ the library launches through :func:`gpu.launch.launch`, so one mechanism serves 
   on torch's current stream: no host sync, no allocation (the output comes from torch's caching
   allocator), so a replay can be captured by ``torch.cuda.graph``.
 
-A plan is verified when recorded: two replays into NaN-filled outputs must equal the product's
-own result bit for bit (work the product does outside :func:`gpu.launch.launch`, a memset say, would
-show there); otherwise :func:`record` returns None and callers keep the ordinary path.
+A plan is verified when recorded: replayed into NaN-filled outputs, on ``-x`` it must give exactly
+``-out`` and on ``x`` again ``out`` (work the product does outside :func:`gpu.launch.launch`, a memset
+or a copy of ``x``, would show there); otherwise :func:`record` returns None and callers keep the
+ordinary path.
 """
 from __future__ import annotations
 
@@ -132,11 +133,11 @@ def record(product, x, out_like):
                 ln.slots.setdefault("input" if v.value == xp else "output", []).append(i)
         launches.append(ln)
     plan = LaunchPlan(launches, keep=(seen, x, out))
-    bits = torch.int16 if out.element_size() == 2 else torch.int32
-    for _ in range(2):                                 # twice: scratch the kernels reset must be reset
-        check = out_like(x).fill_(float("nan"))
-        plan(xp, check.data_ptr(), torch.cuda.current_stream().cuda_stream)
+    negated = -x                                       # -x gives exactly -out: a product that read a copy
+    for source, want in ((negated, -out), (x, out)):   # of x made outside the launches would not
+        check = out_like(x).fill_(float("nan"))        # unwritten outputs stay NaN and differ
+        plan(source.data_ptr(), check.data_ptr(), torch.cuda.current_stream().cuda_stream)
         torch.cuda.current_stream().synchronize()
-        if not torch.equal(check.view(bits), out.view(bits)):
+        if not torch.equal(check, want):
             return out, None
     return out, plan

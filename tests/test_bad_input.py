@@ -1067,6 +1067,9 @@ UNGUARDED_MODULES = {
     "sparsekit.checks": "the checks themselves, reached through every entry point here",
     "sparsekit.arrays": "the operand helper every launcher validates through (tests/test_arrays.py)",
     "sparsekit.commands": "the CLI's commands, covered through the parser",
+    "sparsekit.launch": "replays launches recorded from a validated product (no operand of its own)",
+    "sparsekit.torch": "the optional torch layer; its refusals (pattern, dtype, kept, bare Linear) are in "
+                       "tests/test_torch_layer.py",
     "sparsekit.cli": "covered through the parser: test_every_numeric_flag_refuses_bad_values_in_one_line",
     "sparsekit.cli_types": "covered through the parser",
     "sparsekit.testsuite": "runs the suite",

@@ -136,3 +136,12 @@ def test_dense_weight_scatters_kept_values():
     values = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
     indices = torch.tensor([[0, 2], [1, 3]], dtype=torch.int16)
     assert torch.equal(dense_weight(values, indices, 4), torch.tensor([[1.0, 0, 2, 0], [0, 3, 0, 4]]))
+
+
+def test_bad_arguments_are_refused_by_name():
+    with pytest.raises(ValueError, match="dtype"):
+        SparseLinear(8, 4, 2, dtype=torch.int32)
+    with pytest.raises(ValueError, match="kept"):
+        SparseLinear(8, 4, 9)
+    with pytest.raises(ValueError, match="pattern"):
+        SparseLinear.from_dense(torch.nn.Linear(8, 4), pattern="4:8")
