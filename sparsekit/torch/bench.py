@@ -78,7 +78,7 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
 
 def _models(cfg, dtype, sparsity, seed=0):
     """The dense model and its sparsified copy, on the GPU."""
-    dense = Decoder(cfg, seed).to("cuda", dtype).eval()
+    dense = Decoder(cfg, seed, device="cuda", dtype=dtype).eval()
     if not sparsity:
         return dense, dense
     return dense, sparsify_(copy.deepcopy(dense), sparsity=sparsity)

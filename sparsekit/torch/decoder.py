@@ -75,13 +75,12 @@ class Block(nn.Module):
 class Decoder(nn.Module):
     """``forward(x, positions)``: ``x`` (batch, tokens, hidden) at cache ``positions`` (tokens,) int64."""
 
-    def __init__(self, cfg: DecoderConfig, seed: int = 0):
+    def __init__(self, cfg: DecoderConfig, seed: int = 0, device=None, dtype=None):
         super().__init__()
         self.cfg = cfg
-        generator = torch.random.fork_rng()
-        with generator:
-            torch.manual_seed(seed)
-            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        with torch.random.fork_rng(devices=[]), torch.device(device or "cpu"):
+            torch.manual_seed(seed)                        # (initialised where they live: 8 GB at full size)
+            self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers)).to(dtype)
         head_dim = cfg.hidden // cfg.heads
         inv = 1.0 / cfg.rope_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)

@@ -91,3 +91,35 @@ def test_gradients_equal_dense_autograd():
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(layer.values.grad, dense.weight.grad.gather(1, layer.indices.long()),
                                rtol=1e-4, atol=1e-3)
+
+
+def test_host_overhead_within_15us():
+    from sparsekit.torch.bench import dispatch
+
+    rows = dispatch([(4096, 4096, 16, torch.float16, 0.8), (4096, 4096, 1, torch.bfloat16, 0.8)], calls=100)
+    ours = [r for r in rows if r["product"] == "sparsekit"]
+    assert all(r["overhead_us"] <= 15.0 for r in ours), ours
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decoder_agrees_with_pruned_dense_and_graph_replay_equals_eager(dtype):
+    import copy
+
+    from sparsekit.torch.bench import TOLERANCE, agreement
+    from sparsekit.torch.decoder import Decoder, DecoderConfig
+
+    cfg = DecoderConfig(hidden=1024, ffn=2816, heads=8, layers=2)
+    dense = Decoder(cfg, device="cuda", dtype=dtype).eval()
+    sparse = sparsify_(copy.deepcopy(dense), sparsity=0.8)
+    assert agreement(dense, sparse) <= TOLERANCE[dtype]
+    sparse.allocate_cache(8, 32)
+    x = torch.randn(8, 1, cfg.hidden, device="cuda", dtype=dtype)
+    pos = torch.tensor([5], device="cuda")
+    with torch.no_grad():
+        eager = sparse(x, pos).clone()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static = sparse(x, pos)
+        graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static, eager)
