@@ -57,7 +57,8 @@ def _wall_time(step, calls: int) -> float:
 
 
 def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
-    """Device time, wall time and their difference per call, ours (the custom op) and ``torch.matmul``."""
+    """Device time, wall time and their difference per call (inference, no autograd): the layer (its eager
+    fast path), the custom op it registers, and ``torch.matmul`` on the dense pruned weight."""
     out = []
     for m, k, n, dtype, sparsity in problems:
         torch.manual_seed(0)
@@ -66,10 +67,12 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
         x = torch.randn(n, k, device="cuda", dtype=dtype)
         w = layer.to_dense().weight
         op = torch.ops.sparsekit.uspmm_linear
-        for name, step in (("sparsekit", lambda: op(x, layer.values, layer.indices, layer.weight_id)),
+        for name, step in (("SparseLinear", lambda: layer(x)),
+                           ("sparsekit::uspmm_linear", lambda: op(x, layer.values, layer.indices, layer.weight_id)),
                            ("torch.matmul", lambda: torch.matmul(x, w.T))):
-            step()
-            device, wall = _graph_time(step, calls), _wall_time(step, calls)
+            with torch.no_grad():
+                step()
+                device, wall = _graph_time(step, calls), _wall_time(step, calls)
             out.append(dict(problem=f"{m}x{k} N={n}", dtype=str(dtype).removeprefix("torch."), sparsity=sparsity,
                             product=name, device_us=round(device * 1e6, 2), wall_us=round(wall * 1e6, 2),
                             overhead_us=round((wall - device) * 1e6, 2)))

@@ -17,7 +17,7 @@ import itertools
 import numpy as np
 import torch
 
-__all__ = ["uspmm_linear", "PreparedWeight", "dense_weight", "register"]
+__all__ = ["uspmm_linear", "PreparedWeight", "prepared", "dense_weight", "register"]
 
 _WEIGHTS: dict = {}
 _IDS = itertools.count(1)
@@ -78,8 +78,13 @@ class PreparedWeight:
         if plan is None:
             return uspmm(dell, x.T, config="auto").T
         y = x.new_empty((n, m))
-        plan(x.data_ptr(), y.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream)
+        plan(x.data_ptr(), y.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
         return y
+
+
+def prepared(weight_id: int) -> PreparedWeight:
+    """The prepared weight of ``weight_id`` (for the eager fast path of :class:`SparseLinear`)."""
+    return _WEIGHTS[weight_id]
 
 
 def register(in_features: int) -> int:

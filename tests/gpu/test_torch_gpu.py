@@ -97,7 +97,7 @@ def test_host_overhead_within_15us():
     from sparsekit.torch.bench import dispatch
 
     rows = dispatch([(4096, 4096, 16, torch.float16, 0.8), (4096, 4096, 1, torch.bfloat16, 0.8)], calls=100)
-    ours = [r for r in rows if r["product"] == "sparsekit"]
+    ours = [r for r in rows if r["product"] == "SparseLinear"]
     assert all(r["overhead_us"] <= 15.0 for r in ours), ours
 
 
