@@ -145,3 +145,22 @@ def test_bad_arguments_are_refused_by_name():
         SparseLinear(8, 4, 9)
     with pytest.raises(ValueError, match="pattern"):
         SparseLinear.from_dense(torch.nn.Linear(8, 4), pattern="4:8")
+
+
+def test_a_copy_gets_its_own_prepared_weight():
+    import copy
+
+    layer = SparseLinear.from_dense(torch.nn.Linear(8, 4), sparsity=0.5)
+    twin = copy.deepcopy(layer)
+    assert twin.weight_id != layer.weight_id
+    x = torch.randn(3, 8)
+    assert torch.equal(twin(x), layer(x))
+
+
+def test_package_docstring_example_runs():
+    import doctest
+
+    import sparsekit.torch
+
+    result = doctest.testmod(sparsekit.torch)
+    assert result.attempted > 0 and result.failed == 0

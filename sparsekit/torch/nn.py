@@ -72,6 +72,11 @@ class SparseLinear(nn.Module):
                 layer.bias.copy_(linear.bias.detach())
         return layer
 
+    def __setstate__(self, state):
+        """A copy (``copy.deepcopy``, unpickling) gets its own prepared weight."""
+        super().__setstate__(state)
+        self.weight_id = register(self.in_features)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
