@@ -77,7 +77,7 @@ def cmd_e2e(args) -> int:
     dtypes = [torch.float16, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
     records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill))
     print(markdown_table(records))
-    step = fine_tune_step(sparsify_(Decoder(replace(cfg, layers=1)).to("cuda", torch.float32), sparsity=0.8))
+    step = fine_tune_step(sparsify_(Decoder(replace(cfg, layers=1), device="cuda"), sparsity=0.8))
     print(f"\nfine-tuning step (1 layer, float32, 80%): updated kept values vs dense masked SGD, "
           f"max relative difference {step['max_relative_difference']:.2e}")
     print(f"wrote {', '.join(write(records, args.out, 'e2e'))} to {args.out}")
