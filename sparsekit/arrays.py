@@ -145,6 +145,11 @@ class Operand:
                 f"dtype={self.dev.dtype} source={type(self.source).__name__}>")
 
 
+def _to_device(x: np.ndarray):
+    """``cuda.to_device(x)``, bfloat16 as its uint16 bits (Numba cannot copy a dtype it has no type for)."""
+    return cuda.to_device(x.view(_UINT16) if x.dtype == BFLOAT16 else x)
+
+
 @dataclass(frozen=True, eq=False)
 class DeviceMatrix:
     """A host sparse matrix checked once, with its arrays on the device.
@@ -182,7 +187,7 @@ class DeviceMatrix:
             pass
         made = build()
         if device:
-            made = tuple(cuda.to_device(x) for x in made) if isinstance(made, tuple) else cuda.to_device(made)
+            made = tuple(_to_device(x) for x in made) if isinstance(made, tuple) else _to_device(made)
         self._cache[key] = made
         return made
 
@@ -204,7 +209,7 @@ class DeviceMatrix:
         x.validate(full=True)
         if x.dtype not in dtypes:
             raise TypeError(f"{name}: " + dtype_rule.format(dtype=x.dtype))
-        return cls(x, {f: cuda.to_device(np.ascontiguousarray(getattr(x, f))) for f in names})
+        return cls(x, {f: _to_device(np.ascontiguousarray(getattr(x, f))) for f in names})
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.host!r}>"

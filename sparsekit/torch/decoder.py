@@ -82,7 +82,8 @@ class Decoder(nn.Module):
             torch.manual_seed(seed)                        # (initialised where they live: 8 GB at full size)
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers)).to(dtype)
         head_dim = cfg.hidden // cfg.heads
-        inv = 1.0 / cfg.rope_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        inv = 1.0 / cfg.rope_base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device or "cpu")
+                                      / head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def allocate_cache(self, batch: int, length: int) -> None:
