@@ -59,8 +59,8 @@ def split_buffers(dell, grid, n, splits, count):
     ``nsplit`` as its z size; ``part`` is the ``nsplit x M x N`` float32 partial buffer and
     ``ticket`` one zeroed int32 counter per output tile, both made on first use and kept with
     ``dell`` (each launch leaves the tickets zeroed and rewrites the partials it reads, so launches
-    sharing ``dell`` must be on one stream; the H100 run of 00:49 UTC allocated ``part`` per launch
-    and 10-20% of its repeats waited on the allocator). Without a split, 1-element stand-ins."""
+    sharing ``dell`` must be on one stream; allocating ``part`` per launch made 10-20% of an H100 run's
+    repeats wait on the allocator). Without a split, 1-element stand-ins."""
     nsplit = max(1, min(splits, count))
     if nsplit == 1:
         part, ticket = dell.cached("no_split", lambda: (np.zeros((1, 1, 1), np.float32), np.zeros(1, np.int32)))

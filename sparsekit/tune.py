@@ -522,7 +522,7 @@ WGMMA_MID_WAVES = 1.5
 #: warpgroups only multiply; named barriers instead of a block barrier per chunk), chunks of 32 columns, 6 stages
 #: (four A buffers, copies two chunks ahead), one block an SM. Session 15 (v12, H100): 1024^3 60% 33.9 us against
 #: 34.6 with 5 stages (one chunk ahead), 768^2 x 1024 26.5 / 27.0, 1024 x 2048 x 1024 62.1 / 63.1. Session 14 (experiments/results/uspmm_wgmma.md, "Warp specialised", H100, 2026-11-24 05:51 UTC),
-#: against the K split in two over a cluster that it replaced and the routed choice of session 13, us: 1024^3 at
+#: against the K split in two over a cluster that it replaced and the routing before it, us: 1024^3 at
 #: 30/60/85% 43.0/43.4/43.9 against 46.2/46.1/46.7 (session 13: 48.7/50.0/51.2), 768 x 768 x 1024 33.9 against
 #: 36.6, 640 x 640 x 1024 29.5 against 32.1, 2048 x 512 x 512 25.6 against 28.4, the Table 1 layer 1024 x 4096 x
 #: 1024 65% 153.2 against 156.9 (session 13: 187.5), 1024 x 2048 x 1024 80.1 against 83.2.
