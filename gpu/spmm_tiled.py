@@ -1,9 +1,19 @@
-"""Memory-bound half-precision SpMM on tensor cores: ``C = A @ B`` for a TiledCSL ``A`` and small ``N``.
+"""Memory-bound half-precision SpMM: ``C = A @ B`` (or a linear layer's ``Y = X A^T``) for a TiledCSL ``A``
+and small ``N``.
 
-Equals ``reference/spmm_tiled.py``'s :func:`~reference.spmm_tiled.spmm_tiled`. At the batch sizes of
-LLM decoding (``N`` from 1 to 64) the product is bound by reading the weight: the kernel streams
-:class:`~sparsekit.formats.TiledCSL`'s 4-byte words once, at close to the memory's bandwidth, and does the
-arithmetic densely on tensor cores ("load as sparse, compute as dense", Flash-LLM, VLDB 2024):
+Equals ``reference/spmm_tiled.py``. At the batch sizes of LLM decoding (``N`` from 1 to 64) the product is
+bound by reading the weight, :class:`~sparsekit.formats.TiledCSL`'s 4-byte words. Two kernels, chosen by
+the matrix's tile shape:
+
+**Rows** (``tile = (1, TK)``, :func:`_row_kernel`): one warp a row, each lane reading 16 bytes (4 words)
+at a time with several loads in flight, multiplying each value by its row of ``B`` (gathered from L1/L2)
+on CUDA cores into float32 accumulators, then a warp sum. The fastest at N <= 16 (measured against dense
+cuBLAS in ``experiments/results/uspmm_decode.md``); from N = 8 its arithmetic, not the bytes, sets the time.
+
+**Tiles** (``TM >= 16``, :func:`_kernel`): "load as sparse, compute as dense" (Flash-LLM, VLDB 2024), the
+arithmetic on tensor cores. Correct at every N up to 64, but on the H200 slower than the rows kernel and
+than dense cuBLAS: its time goes to per-tile instructions (zeroing, scattering, copies and their 64-bit
+address arithmetic, about 2,500 warp instructions a 64 x 64 tile), not to the weight's bytes:
 
 1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + S - 1``'s words and its slice of ``B`` into
    shared-memory stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block.
