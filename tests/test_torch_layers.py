@@ -155,3 +155,19 @@ def test_optimizer_step_keeps_pruned_positions_zero():
         new = layer.to_dense().weight
         assert bool((new[old == 0] == 0).all()) and not torch.equal(new, old)
         assert np.array_equal(layer.to_tiled().mask(), (old != 0).numpy())     # the pattern is unchanged
+
+
+@pytest.mark.simulator("the refusal without a GPU; on a GPU, tests/gpu/test_torch_layers_gpu.py runs the benchmark")
+def test_bench_dispatch_tiled_refuses_without_gpu(capsys):
+    from sparsekit.cli import main
+
+    assert main(["bench", "dispatch-tiled", "--calls", "5"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_bench_dispatch_table_lists_each_record():
+    from sparsekit.commands.dispatch import table
+
+    records = [dict(dtype="float16", n=1, product="TiledSparseLinear", device_us=10.0, wall_us=20.5, overhead_us=10.5)]
+    lines = table(records).splitlines()
+    assert lines[0].startswith("4096x4096") and "10.50" in lines[-1] and "TiledSparseLinear" in lines[-1]
