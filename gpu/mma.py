@@ -108,10 +108,8 @@ the warp's row addresses the same way; ``cp_async16`` copies at once (commit and
 do nothing; ``prefetch_l2`` does nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
 the tests as the NumPy model).
 
-The probe kernels at the end (one MMA, one ldmatrix, or one rounding per thread/warp)
-are the tests' check of the table above: ``tests/test_mma.py`` runs them on the
-simulator, ``tests/gpu/test_uspmm_tc_gpu.py`` on the GPU (passed on the H100,
-2026-11-23, ``experiments/results/uspmm_tc.md``).
+The probe kernels in ``tests/mma_probes.py`` (one MMA, one ldmatrix, or one rounding per
+thread/warp) are the tests' check of the table above, on the simulator and on the GPU.
 """
 from __future__ import annotations
 
@@ -119,18 +117,16 @@ import functools
 import threading
 
 import numpy as np
-from numba import cuda
-from numba.core.types import float16
 from numba.cuda import config
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
            "pack_bf16x2", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
-           "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs", "bf16x2_probe",
+           "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
            "ld_shared2", "ld_shared4", "st_shared",
-           "st_shared4", "ldmatrix_x4_probe",
-           "fragment_coords", "mma_probe_f16", "mma_probe_tf32", "tf32_probe", "ldmatrix_probe",
+           "st_shared4",
+           "fragment_coords",
            "ldmatrix_expected"]
 
 
@@ -186,7 +182,7 @@ def bf16_pairs(big, small):
 
 
 def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:
-    """What :func:`ldmatrix_probe` must return for a 16x16 float16 ``tile``: ``(32, 4)`` uint32, lane
+    """What the ldmatrix probe of ``tests/mma_probes.py`` must return for a 16x16 float16 ``tile``: ``(32, 4)`` uint32, lane
     ``l`` register ``j`` = ``(T_j[2t, g], T_j[2t+1, g])`` (low half first), ``T_j`` the 8x8 tile ``j``
     (rows ``8 * (j % 2)``, columns ``8 * (j // 2)``)."""
     out = np.zeros((32, 4), dtype=np.uint32)
@@ -769,106 +765,3 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
-
-
-# ---------------------------------------------------------------------------
-# Probe kernels: one MMA per warp (the tests' check of the fragment layout above, and its example)
-# ---------------------------------------------------------------------------
-
-@cuda.jit(device=True)
-def _store_accumulators(d, cr, x):
-    """A lane's four accumulators of a 16x8 fp32 C tile (flat, row stride 8) at ``cr`` = C[g, 2t]:
-    C[g, 2t], C[g, 2t+1], C[g+8, 2t], C[g+8, 2t+1]."""
-    d[cr] = x[0]
-    d[cr + 1] = x[1]
-    d[cr + 64] = x[2]
-    d[cr + 65] = x[3]
-
-
-@cuda.jit
-def mma_probe_f16(a, bt, c, d, nbatch):
-    """``d[w] = a[w] @ bt[w].T + c[w]`` for problem ``w`` = the global warp index, via
-    :func:`mma_m16n8k16_f16_f32`. Arrays are flat, C-ordered: ``a`` ``(nbatch, 16, 16)`` float16,
-    ``bt`` ``(nbatch, 8, 16)`` float16 (B transposed: a column of B is a row, so the pair of rows
-    ``2t, 2t+1`` of ``b0`` is one 32-bit word), ``c``/``d`` ``(nbatch, 16, 8)`` float32."""
-    w = cuda.grid(1) // 32
-    lane = cuda.threadIdx.x % 32
-    g = lane // 4
-    t = lane % 4
-    if w < nbatch:                                                       # (uniform across the warp)
-        ar = w * 256 + g * 16 + 2 * t                                    # A[g, 2t]
-        br = w * 128 + g * 16 + 2 * t                                    # B[2t, g] = bt[g, 2t]
-        cr = w * 128 + g * 8 + 2 * t                                     # C[g, 2t]
-        x = mma_m16n8k16_f16_f32(load_b32(a, ar), load_b32(a, ar + 128), load_b32(a, ar + 8),
-                                 load_b32(a, ar + 136), load_b32(bt, br), load_b32(bt, br + 8),
-                                 c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
-        _store_accumulators(d, cr, x)
-
-
-@cuda.jit
-def mma_probe_tf32(a, b, c, d, nbatch):
-    """``d[w] = tf32(a[w]) @ tf32(b[w]) + c[w]`` via :func:`to_tf32` and
-    :func:`mma_m16n8k8_tf32_f32`; flat C-ordered float32 arrays ``a`` ``(nbatch, 16, 8)``,
-    ``b`` ``(nbatch, 8, 8)``, ``c``/``d`` ``(nbatch, 16, 8)``."""
-    w = cuda.grid(1) // 32
-    lane = cuda.threadIdx.x % 32
-    g = lane // 4
-    t = lane % 4
-    if w < nbatch:
-        ar = w * 128 + g * 8 + t                                         # A[g, t]
-        br = w * 64 + t * 8 + g                                          # B[t, g]
-        cr = w * 128 + g * 8 + 2 * t
-        x = mma_m16n8k8_tf32_f32(to_tf32(a[ar]), to_tf32(a[ar + 64]), to_tf32(a[ar + 4]), to_tf32(a[ar + 68]),
-                                 to_tf32(b[br]), to_tf32(b[br + 32]),
-                                 c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
-        _store_accumulators(d, cr, x)
-
-
-@cuda.jit
-def tf32_probe(x, out):
-    """``out[i] = to_tf32(x[i])``."""
-    i = cuda.grid(1)
-    if i < x.size:
-        out[i] = to_tf32(x[i])
-
-
-@cuda.jit
-def bf16x2_probe(lo, hi, out):
-    """``out[i] = pack_bf16x2(lo[i], hi[i])``."""
-    i = cuda.grid(1)
-    if i < lo.size:
-        out[i] = pack_bf16x2(lo[i], hi[i])
-
-
-#: ldmatrix reads 16-byte rows (the simulator takes no alignment argument).
-_PROBE_ALIGN = None if config.ENABLE_CUDASIM else 16
-
-
-@cuda.jit
-def ldmatrix_probe(tile, out):
-    """One warp: a 16x16 float16 tile (row-major, flat) into shared memory, then
-    ``out[4*l + j] = ldmatrix_x4_trans(...)[j]`` for lane ``l`` giving row ``l % 16``, columns
-    ``8 * (l // 16)``: tiles 0, 1 = rows 0-7, 8-15 of columns 0-7; tiles 2, 3 = of columns 8-15."""
-    sh = cuda.shared.array(256, float16, alignment=_PROBE_ALIGN)
-    lane = cuda.threadIdx.x
-    for i in range(lane, 256, 32):
-        sh[i] = tile[i]
-    cuda.syncthreads()
-    r = ldmatrix_x4_trans(sh, (lane % 16) * 16 + (lane // 16) * 8)
-    for j in range(4):
-        out[4 * lane + j] = r[j]
-
-
-@cuda.jit
-def ldmatrix_x4_probe(tile, out):
-    """One warp: a 16x8 float32 tile (row-major, flat) into shared memory, then ``out[4*l + j] =
-    ldmatrix_x4(...)[j]`` for lane ``l`` giving row ``l % 8 + 8 * ((l // 8) % 2)``, words ``4 * (l // 16)``:
-    lane ``(g, t)`` must receive the m16n8k8 A fragment ``tile[g, t], tile[g+8, t], tile[g, t+4], tile[g+8, t+4]``."""
-    sh = cuda.shared.array(128, np.float32, alignment=_PROBE_ALIGN)
-    lane = cuda.threadIdx.x
-    for i in range(lane, 128, 32):
-        sh[i] = tile[i]
-    cuda.syncthreads()
-    r = ldmatrix_x4(sh, shared_addr(sh, (lane % 8 + 8 * ((lane // 8) % 2)) * 8 + 4 * (lane // 16)))
-    for j in range(4):
-        out[4 * lane + j] = r[j]

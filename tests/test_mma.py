@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import mma_probes
 from gpu import mma
 from strategies import dense_arrays
 
@@ -59,7 +60,7 @@ def test_tf32_round_ties_and_edges():
 def test_tf32_probe_matches_model():
     x = np.random.default_rng(0).standard_normal(100).astype(np.float32)
     out = np.zeros_like(x)
-    mma.tf32_probe[1, 128](x, out)
+    mma_probes.tf32_probe[1, 128](x, out)
     np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
 
 
@@ -96,7 +97,7 @@ def test_bf16_pairs_and_probe_pack_low_half_first():
     assert [int(v) for v in want[:3]] == [0x40003F80, 0x3F823F80, 0x7F80C040]
     np.testing.assert_array_equal(mma.bf16_pairs(lo, hi).view(np.uint32), want)
     out = np.zeros(4, np.uint32)
-    mma.bf16x2_probe[1, 32](lo, hi, out)
+    mma_probes.bf16x2_probe[1, 32](lo, hi, out)
     np.testing.assert_array_equal(out, want)
 
 
@@ -116,7 +117,7 @@ def test_mma_f16_fallback_matches_numpy(data, nbatch):
     c = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
     bt = np.ascontiguousarray(b.transpose(0, 2, 1))
     d = np.zeros_like(c)
-    mma.mma_probe_f16[1, 32 * nbatch](a.ravel(), bt.ravel(), c.ravel(), d.reshape(-1), nbatch)
+    mma_probes.mma_probe_f16[1, 32 * nbatch](a.ravel(), bt.ravel(), c.ravel(), d.reshape(-1), nbatch)
     _within_one_ulp(d, a.astype(np.float64) @ b.astype(np.float64) + c)
 
 
@@ -128,7 +129,7 @@ def test_mma_tf32_fallback_matches_numpy(data, nbatch):
     b = data.draw(dense_arrays((nbatch, 8, 8), dtype=np.float32))
     c = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
     d = np.zeros_like(c)
-    mma.mma_probe_tf32[1, 32 * nbatch](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nbatch)
+    mma_probes.mma_probe_tf32[1, 32 * nbatch](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nbatch)
     exact = mma.tf32_round(a).astype(np.float64) @ mma.tf32_round(b).astype(np.float64) + c
     _within_one_ulp(d, exact)
 
@@ -147,7 +148,7 @@ def test_fragment_coords_cover_each_tile_once():
 def test_ldmatrix_fallback_matches_model():
     tile = np.arange(256, dtype=np.float16).reshape(16, 16)
     out = np.zeros(128, dtype=np.uint32)
-    mma.ldmatrix_probe[1, 32](tile.ravel(), out)
+    mma_probes.ldmatrix_probe[1, 32](tile.ravel(), out)
     np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
 
 

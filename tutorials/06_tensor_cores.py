@@ -5,8 +5,8 @@ What you will learn
 1. the fragment layout of ``mma.sync.m16n8k16``: which elements of ``A``
    (16x16), ``B`` (16x8) and ``C`` (16x8) each of the warp's 32 lanes holds
    (the table of ``gpu/mma.py``, :func:`gpu.mma.fragment_coords`);
-2. one warp-level MMA through ``gpu/mma.py`` (its probe kernel
-   :func:`gpu.mma.mma_probe_f16`) against NumPy. Numba has no tensor-core API:
+2. one warp-level MMA through ``gpu/mma.py``'s intrinsic
+   :func:`gpu.mma.mma_m16n8k16_f16_f32` against NumPy. Numba has no tensor-core API:
    on a GPU the call is one inline-PTX ``mma.sync`` instruction; on the CUDA
    simulator the warp's lanes swap fragments and compute the same product;
 3. why sparse needs densifying: a uniform-sparse ``A`` leaves no all-zero
@@ -109,6 +109,34 @@ def split_demo(rng, kprime: int) -> dict:
                 rest_rel=float(np.max(np.abs(f64(a) - f64(ab) - f64(as_)) / np.abs(f64(a)))))
 
 
+def one_mma_kernel():
+    """A one-warp kernel ``d = a @ bt.T + c``: ``a`` 16x16 and ``bt`` 8x16 float16, ``c``/``d`` 16x8 float32,
+    all flat and row-major. Lane ``(g, t)`` = ``(lane // 4, lane % 4)`` loads its fragments as 32-bit words
+    (``A[g, 2t:2t+2]`` and so on, ``bt``'s rows being B's columns) and stores its four accumulators.
+    Numba is imported here, after the backend is chosen, into module globals: the simulator swaps a
+    kernel's global ``cuda``, not a closure's."""
+    global cuda, load_b32, mma_m16n8k16_f16_f32
+    from numba import cuda
+
+    from gpu.mma import load_b32, mma_m16n8k16_f16_f32
+
+    @cuda.jit
+    def one_mma(a, bt, c, d):
+        lane = cuda.threadIdx.x
+        g, t = lane // 4, lane % 4
+        ar = g * 16 + 2 * t                                 # A[g, 2t] and B[2t, g] = bt[g, 2t]
+        cr = g * 8 + 2 * t                                  # C[g, 2t]
+        x = mma_m16n8k16_f16_f32(load_b32(a, ar), load_b32(a, ar + 128), load_b32(a, ar + 8),
+                                 load_b32(a, ar + 136), load_b32(bt, ar), load_b32(bt, ar + 8),
+                                 c[cr], c[cr + 1], c[cr + 64], c[cr + 65])
+        d[cr] = x[0]
+        d[cr + 1] = x[1]
+        d[cr + 64] = x[2]
+        d[cr + 65] = x[3]
+
+    return one_mma
+
+
 def main(quick: bool = False) -> dict:
     from gpu import mma
     from gpu import uspmm_tc as tc
@@ -132,13 +160,13 @@ def main(quick: bool = False) -> dict:
     print("  each lane holds 8 halves of A (32 x 8 = 256 = 16 x 16), 4 of B and 4 floats of C (32 x 4 = 16 x 8)")
     out["layout"] = grids
 
-    # Step 2. One MMA per warp: D = A @ B + C, the probe kernel reading row-major tiles.
+    # Step 2. One MMA in one warp: D = A @ B + C, each lane loading its fragments from row-major tiles.
     a = rng.standard_normal((16, 16)).astype(np.float16)
     b = rng.standard_normal((16, 8)).astype(np.float16)
     c = rng.standard_normal((16, 8)).astype(np.float32)
     d = np.zeros_like(c)
     bt = np.ascontiguousarray(b.T)                          # B's columns as rows: b0, b1 are 32-bit words
-    mma.mma_probe_f16[1, 32](a.ravel(), bt.ravel(), c.ravel(), d.reshape(-1), 1)
+    one_mma_kernel()[1, 32](a.ravel(), bt.ravel(), c.ravel(), d.reshape(-1))
     exact = a.astype(np.float64) @ b.astype(np.float64) + c
     err = float(np.abs(d - exact).max())
     scale = float((np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(c)).max())

@@ -13,6 +13,7 @@ U23 = 2.0 ** -23
 def test_to_tf32_is_bit_exact():
     """cvt.rna.tf32.f32 against the NumPy model: random bit patterns (every exponent, subnormals
     included), exact ties, and the top of the range."""
+    import mma_probes
     from gpu import mma
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
@@ -21,7 +22,7 @@ def test_to_tf32_is_bit_exact():
     x = np.concatenate([bits, ties, top, top | np.uint32(0x80000000)]).view(np.float32)
     x = x[np.isfinite(x)]
     out = np.zeros_like(x)
-    mma.tf32_probe[(x.size + 255) // 256, 256](x, out)
+    mma_probes.tf32_probe[(x.size + 255) // 256, 256](x, out)
     np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
 
 
@@ -47,19 +48,20 @@ def _bit_identical_within_bounds(problem, **tunables):
 
 
 def test_mma_f16_matches_numpy():
-    from gpu import mma
+    import mma_probes
     rng = np.random.default_rng(1)
     nb = 64
     a = rng.standard_normal((nb, 16, 16)).astype(np.float16)
     b = rng.standard_normal((nb, 16, 8)).astype(np.float16)
     c = rng.standard_normal((nb, 16, 8)).astype(np.float32)
     d = np.zeros_like(c)
-    mma.mma_probe_f16[nb // 4, 128](a.ravel(), np.ascontiguousarray(b.transpose(0, 2, 1)).ravel(), c.ravel(),
+    mma_probes.mma_probe_f16[nb // 4, 128](a.ravel(), np.ascontiguousarray(b.transpose(0, 2, 1)).ravel(), c.ravel(),
                                      d.reshape(-1), nb)
     _tensor_core_bound(a.astype(np.float64), b.astype(np.float64), c, d, 16)
 
 
 def test_mma_tf32_matches_numpy():
+    import mma_probes
     from gpu import mma
     rng = np.random.default_rng(2)
     nb = 64
@@ -67,7 +69,7 @@ def test_mma_tf32_matches_numpy():
     b = rng.standard_normal((nb, 8, 8)).astype(np.float32)
     c = rng.standard_normal((nb, 16, 8)).astype(np.float32)
     d = np.zeros_like(c)
-    mma.mma_probe_tf32[nb // 4, 128](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nb)
+    mma_probes.mma_probe_tf32[nb // 4, 128](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nb)
     _tensor_core_bound(mma.tf32_round(a).astype(np.float64), mma.tf32_round(b).astype(np.float64), c, d, 8)
 
 
@@ -128,10 +130,11 @@ def test_torch_tensors_in_and_out():
 
 
 def test_ldmatrix_trans_matches_model():
+    import mma_probes
     from gpu import mma
     tile = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float16)
     out = np.zeros(128, dtype=np.uint32)
-    mma.ldmatrix_probe[1, 32](tile.ravel(), out)
+    mma_probes.ldmatrix_probe[1, 32](tile.ravel(), out)
     np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
 
 
@@ -164,10 +167,10 @@ def test_k_split_correct_and_bit_identical(dtype, shape, splits):
 def test_ldmatrix_x4_matches_fragment_layout():
     """``ldmatrix_x4`` (not transposed, 32-bit words): lane ``(g, t)`` receives the m16n8k8 A fragment
     ``T[g, t], T[g+8, t], T[g, t+4], T[g+8, t+4]`` of a 16 x 8 float32 tile, bit for bit."""
-    from gpu import mma
+    import mma_probes
     tile = np.random.default_rng(4).standard_normal((16, 8)).astype(np.float32)
     out = np.zeros(128, dtype=np.float32)
-    mma.ldmatrix_x4_probe[1, 32](tile.ravel(), out)
+    mma_probes.ldmatrix_x4_probe[1, 32](tile.ravel(), out)
     lanes = np.arange(32)
     g, t = lanes // 4, lanes % 4
     want = np.stack([tile[g, t], tile[g + 8, t], tile[g, t + 4], tile[g + 8, t + 4]], axis=1)

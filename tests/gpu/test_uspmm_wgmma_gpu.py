@@ -27,12 +27,13 @@ def test_probe_matches_numpy():
 
 def test_bf16_pack_matches_model():
     """``cvt.rn.bf16x2.f32`` on the GPU against :func:`gpu.mma.bf16_bits` (the host's packing of A's pairs)."""
+    import mma_probes
     from gpu import mma
     rng = np.random.default_rng(3)
     lo = (rng.standard_normal(4096) * 2.0 ** rng.integers(-140, 120, 4096)).astype(np.float32)
     hi = (rng.standard_normal(4096) * 2.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
     out = np.zeros(4096, np.uint32)
-    mma.bf16x2_probe[16, 256](lo, hi, out)
+    mma_probes.bf16x2_probe[16, 256](lo, hi, out)
     np.testing.assert_array_equal(out, mma.bf16x2_bits(lo, hi))
 
 
