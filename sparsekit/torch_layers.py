@@ -10,7 +10,8 @@ Any sparsity pattern (uniform or not), float16 or bfloat16. The product is the c
   the densified weight;
 * on the CPU, torch ops on the densified weight with float32 accumulation (the reference's arithmetic;
   float64 stays float64, for ``gradcheck``);
-* autograd: ``dX = dY @ W`` and the weight's gradient at the kept positions only,
+* autograd: ``dX = dY @ W`` (on CUDA for ``N <= 64`` the same kernel on ``W^T`` as row tiles, built once per
+  value update; else the densified weight) and the weight's gradient at the kept positions only,
   ``dvalues[e] = sum over tokens of dY[:, rows[e]] * X[:, cols[e]]``, so fine-tuning keeps the pattern.
 
 The trainable weight is ``values`` (the kept entries, in the TiledCSL's word order); the buffers ``words``,
@@ -83,6 +84,8 @@ class _PreparedWeight:
         self._version = None
         self._device = None
         self._plans: dict = {}
+        self._transposed_version = None
+        self._transposed = None
 
     def _tiled(self, values, words, offsets, layout):
         from gpu.spmm_tiled import prepare
@@ -97,6 +100,18 @@ class _PreparedWeight:
                          tile=(tm, tk), value_dtype=_numpy_dtype(values.dtype))
             self._device, self._plans, self._version = prepare(a), {}, version
         return self._device
+
+    def input_grad(self, grad, values, rows, cols, shape) -> torch.Tensor:
+        """``dY @ W`` on CUDA: ``W^T`` as a TiledCSL of row tiles, built once per ``values``, times ``dY``."""
+        from gpu.spmm_tiled import prepare, spmm_tiled_linear as kernel
+
+        version = (values._version, values.data_ptr())
+        if version != self._transposed_version:
+            m, k = shape
+            a = TiledCSL.from_coords(cols.cpu().numpy(), rows.cpu().numpy(), _to_numpy(values), (k, m),
+                                     tile=TiledCSL.row_tile(m))
+            self._transposed, self._transposed_version = prepare(a), version
+        return kernel(self._transposed, grad)
 
     def forward(self, x, values, words, offsets, layout) -> torch.Tensor:
         from gpu.spmm_tiled import spmm_tiled_linear as kernel
@@ -128,6 +143,11 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return host.view(torch.int16).numpy().view(_numpy_dtype(t.dtype))
 
 
+def _on_kernel(x: torch.Tensor, weight_id: int) -> bool:
+    """Whether ``gpu/spmm_tiled.py`` takes this product: a CUDA float16/bfloat16 ``x`` of at most 64 rows."""
+    return x.is_cuda and x.dtype in _DTYPES and x.shape[0] <= 64 and weight_id in _PREPARED
+
+
 @torch.library.custom_op("sparsekit::spmm_tiled_linear", mutates_args=())
 def spmm_tiled_linear(x: torch.Tensor, values: torch.Tensor, words: torch.Tensor, offsets: torch.Tensor,
                       rows: torch.Tensor, cols: torch.Tensor, layout: list[int], weight_id: int) -> torch.Tensor:
@@ -136,7 +156,7 @@ def spmm_tiled_linear(x: torch.Tensor, values: torch.Tensor, words: torch.Tensor
     if x.dtype != values.dtype:
         raise ValueError(f"x: dtype must be the weight's {values.dtype}, got {x.dtype}")
     shape = (layout[0], layout[1])
-    if x.is_cuda and x.shape[0] <= 64 and weight_id in _PREPARED:
+    if _on_kernel(x, weight_id):
         return _PREPARED[weight_id].forward(x.contiguous(), values, words, offsets, layout)
     acc = _accumulator(x.dtype)
     return (x.to(acc) @ _dense(values, rows, cols, shape).to(acc).T).to(x.dtype)
@@ -149,7 +169,7 @@ def _(x, values, words, offsets, rows, cols, layout, weight_id):
 
 def _setup(ctx, inputs, output):
     x, values, words, offsets, rows, cols, layout, weight_id = inputs
-    ctx.shape = (layout[0], layout[1])
+    ctx.shape, ctx.weight_id = (layout[0], layout[1]), weight_id
     ctx.save_for_backward(x, values, rows, cols)
 
 
@@ -157,7 +177,9 @@ def _backward(ctx, grad):
     x, values, rows, cols = ctx.saved_tensors
     grad_x = grad_values = None
     acc = _accumulator(grad.dtype)
-    if ctx.needs_input_grad[0]:
+    if ctx.needs_input_grad[0] and grad.dtype == values.dtype and _on_kernel(grad, ctx.weight_id):
+        grad_x = _PREPARED[ctx.weight_id].input_grad(grad.contiguous(), values, rows, cols, ctx.shape)
+    elif ctx.needs_input_grad[0]:
         grad_x = (grad.to(acc) @ _dense(values, rows, cols, ctx.shape).to(acc)).to(x.dtype)
     if ctx.needs_input_grad[1]:
         grad_values = (grad[:, rows].to(acc) * x[:, cols].to(acc)).sum(0).to(values.dtype)
