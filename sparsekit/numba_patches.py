@@ -1,8 +1,9 @@
 """Reviewed replacements of numba-cuda internals that are slow for this project's kernels.
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
-of ``inspect.getsource``, :func:`install`); another version keeps its own code, slower but correct. The
-simulator's (:mod:`sparsekit.simulator`) are installed the same way.
+of ``inspect.getsource``, :func:`install`); another version keeps its own code, slower but correct, and a
+:class:`ReviewMismatchWarning` says so once per replaced function. The simulator's (:mod:`sparsekit.simulator`)
+are installed the same way.
 
 :func:`fast_lowering`: Numba's lowering of a function first finds its singly assigned variables, and for each
 candidate it scanned every assignment of the candidate's block again: quadratic in a block's length. The
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import warnings
 from collections import Counter, defaultdict
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.lowering.Lower._find_singly_assigned_variable``.
@@ -22,6 +24,13 @@ REVIEWED_SINGLY_ASSIGNED_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf
 
 #: The functions replaced, by name (kept for the tests, which run them beside their replacements).
 replaced: dict = {}
+
+#: The functions left unreplaced because their source is not the reviewed one (each warned about once).
+_mismatched: set = set()
+
+
+class ReviewMismatchWarning(RuntimeWarning):
+    """A numba-cuda function's source is not the reviewed one, so its faster replacement is not installed."""
 
 
 def is_reviewed(obj, sha256: str) -> bool:
@@ -32,10 +41,15 @@ def is_reviewed(obj, sha256: str) -> bool:
 def install(owner, name: str, replacement, *reviews) -> bool:
     """Put ``replacement`` at ``owner.name`` (idempotent), the original kept in :data:`replaced` as
     ``"Owner.name"``, where every ``(obj, sha256)`` of ``reviews`` is the reviewed source (:func:`is_reviewed`).
-    Returns whether it is installed."""
+    Returns whether it is installed; where a source differs, warns once (:class:`ReviewMismatchWarning`)."""
     if getattr(owner, name) is replacement:
         return True
     if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
+        key = f"{owner.__name__}.{name}"
+        if key not in _mismatched:
+            _mismatched.add(key)
+            warnings.warn(f"{key} is not the reviewed numba-cuda source: its replacement is not installed and "
+                          f"Numba's own (slower, correct) code runs", ReviewMismatchWarning, stacklevel=2)
         return False
     replaced[f"{owner.__name__}.{name}"] = getattr(owner, name)
     setattr(owner, name, replacement)

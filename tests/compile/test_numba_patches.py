@@ -2,6 +2,8 @@
 reviewed original, in kernels with loops, branches, device functions and long generated blocks."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from numba import cuda, types
 
@@ -58,3 +60,21 @@ def test_same_singly_assigned_variables_as_the_original(monkeypatch, kernel, arg
     monkeypatch.setattr(lowering.Lower, "_find_singly_assigned_variable", both)
     offline.lto_ptx(kernel, args, (9, 0))
     assert compared and max(compared) > 0          # every lowered function (device functions too) compared
+
+
+def test_a_source_not_reviewed_keeps_the_original_and_warns_once():
+    """install() leaves a function whose source hash differs in place and warns about it once, not on every call."""
+    class Owner:
+        @staticmethod
+        def original():
+            return "original"
+
+    def replacement():
+        return "replacement"
+
+    with pytest.warns(numba_patches.ReviewMismatchWarning, match="Owner.original"):
+        assert not numba_patches.install(Owner, "original", replacement, (Owner.original, "0" * 64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not numba_patches.install(Owner, "original", replacement, (Owner.original, "0" * 64))
+    assert Owner.original() == "original"
