@@ -95,6 +95,20 @@ def test_sparsify_replaces_filtered_linears():
         sparsify_tiled_(torch.nn.Linear(4, 4).half(), sparsity=0.5)
     with pytest.raises(ValueError, match="dtype"):
         TiledSparseLinear.from_linear(torch.nn.Linear(4, 4), 0.5)
+    with pytest.raises(ValueError, match="pattern"):
+        TiledSparseLinear.from_linear(torch.nn.Linear(4, 4).half(), 0.5, pattern="2:4")
+    with pytest.raises(TypeError, match="TiledCSL"):
+        TiledSparseLinear.from_tiled(np.ones((4, 4), dtype=np.float16))
+    with pytest.raises(ValueError, match="dtype must be the weight's"):
+        model[0](torch.randn(2, 32, dtype=torch.bfloat16))
+
+
+def test_module_docstring_runs():
+    import doctest
+
+    import sparsekit.torch_layers
+
+    assert doctest.testmod(sparsekit.torch_layers).failed == 0
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
