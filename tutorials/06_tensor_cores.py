@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "uspmm_tc.md"
-#: The line of RESULTS just above the quoted table: session 4's float16 timings of the current kernel.
+#: The line of RESULTS just above the quoted table: the float16 timings of the current kernel.
 RESULTS_MARKER = "float16, median us (speedup over cuSPARSE CSR in brackets):"
 #: The columns of that table the tutorial prints (by the start of their header).
 QUOTED_COLUMNS = ("problem", "tc new default", "tc old default", "cuSPARSE", "dense cuBLAS")
@@ -203,7 +203,7 @@ def main(quick: bool = False) -> dict:
     out["uspmm_tc_error"] = err
 
     table = quoted_timings()
-    print(f"\n  Measured on the H100 (quoted from {RESULTS.relative_to(RESULTS.parents[2])}, session 4; "
+    print(f"\n  Measured on the H100 (quoted from {RESULTS.relative_to(RESULTS.parents[2])}; "
           "median device time in us, speedup over cuSPARSE in brackets):")
     if table:
         keep = [i for i, head in enumerate(table[0]) if head.startswith(QUOTED_COLUMNS)]
