@@ -39,6 +39,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda, typeof
 
+from sparsekit.numba_compat import kernel_function
+
 __all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster",
            "cluster_probe", "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
 
@@ -250,7 +252,7 @@ def launch(dispatcher, compiled, args, blocks, threads: int, shared: int, size: 
     if mode == "clusters":
         grid = (grid[0] // size,) + grid[1:]
     config = nd.LaunchConfig(grid=grid, cluster=size, block=threads, shmem_size=shared)
-    nd.launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *kernelargs)
+    nd.launch(stream, config, kernel_function(compiled).kernel, *kernelargs)
     for writeback in retr:
         writeback()
 
@@ -262,7 +264,7 @@ def max_active_clusters(compiled, size: int, blocks: int, threads: int, shared: 
     (:func:`sparsekit.device.require_cluster`)."""
     from numba.cuda.cudadrv.driver import binding, driver
 
-    fn = driver.cuKernelGetFunction(compiled._codelibrary.get_cufunc().handle)
+    fn = driver.cuKernelGetFunction(kernel_function(compiled).handle)
     cfg = binding.CUlaunchConfig()
     cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = blocks, 1, 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1

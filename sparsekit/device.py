@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
+from sparsekit.numba_compat import kernel_function
+
 __all__ = ["DeviceInfo", "Peak", "PEAKS", "info", "peaks_for", "allow_dynamic_shared", "require_cluster"]
 
 
@@ -248,7 +250,7 @@ def allow_dynamic_shared(compiled, nbytes: int) -> None:
     from numba.cuda.cudadrv.driver import binding, driver
 
     attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, nbytes, compiled._codelibrary.get_cufunc().handle,
+    driver.cuKernelSetAttribute(attr, nbytes, kernel_function(compiled).handle,
                                 cuda.get_current_device().id)
 
 
@@ -264,7 +266,7 @@ def require_cluster(compiled, size: int) -> None:
     from numba.cuda.cudadrv.driver import binding, driver
 
     attrs = binding.CUfunction_attribute
-    handle, dev = compiled._codelibrary.get_cufunc().handle, cuda.get_current_device().id
+    handle, dev = kernel_function(compiled).handle, cuda.get_current_device().id
     if size > 8:
         driver.cuKernelSetAttribute(attrs.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, handle, dev)
     # all three or none: a width with height and depth left 0 makes every launch fail (INVALID_CLUSTER_SIZE)
