@@ -11,26 +11,16 @@ torch = pytest.importorskip("torch", reason="sparsekit.torch_layers needs the op
 import torch.nn.functional as F  # noqa: E402
 
 from sparsekit.torch_layers import _PREPARED, TiledSparseLinear, sparsify_tiled_  # noqa: E402
+from tests.gpu.test_torch_gpu import _check  # noqa: E402  (within float32 accumulation, one rounding)
 
 pytestmark = pytest.mark.gpu
 DTYPES = (torch.float16, torch.bfloat16)
-EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 
 
 def _layer(dtype, sparsity=0.8, out_features=512, in_features=1024, seed=0):
     torch.manual_seed(seed)
     dense = torch.nn.Linear(in_features, out_features, device="cuda").to(dtype)
     return TiledSparseLinear.from_linear(dense, sparsity)
-
-
-def _check(got, layer, x):
-    """Within float32 accumulation of the exact product, rounded once to the dtype (F.linear's bound too)."""
-    w = layer.to_dense().weight.double()
-    exact = x.double() @ w.T + layer.bias.double()
-    bound = (2 * w.shape[1] * 2.0 ** -24 * (x.double().abs() @ w.abs().T)
-             + 2 * EPS[x.dtype] * exact.abs() + EPS[x.dtype] * layer.bias.double().abs())
-    err = (got.double() - exact).abs()
-    assert got.dtype == x.dtype and bool((err <= bound).all()), float((err - bound).max())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
