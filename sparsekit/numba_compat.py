@@ -2,13 +2,15 @@
 version.
 
 numba-cuda has no public way to get a compiled kernel's driver function (needed to set its shared-memory
-attribute, launch it with cluster dimensions, or replay it through the driver), so these helpers read private
-attributes that may move between releases. ``pyproject.toml`` bounds numba-cuda below the next minor version
+attribute, launch it with cluster dimensions, or replay it through the driver), to compile a kernel for a
+target other than the current device with link-time optimisation, or to ask ptxas for its verbose report, so
+these helpers use private functions and attributes that may move between releases. ``pyproject.toml`` bounds numba-cuda below the next minor version
 and a different minor version warns once (:class:`UnreviewedNumbaWarning`). The faster replacements of
 numba-cuda functions are :mod:`sparsekit.numba_patches` and :mod:`sparsekit.simulator`.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import warnings
@@ -40,3 +42,36 @@ def kernel_function(compiled):
     CUkernel, ``.kernel`` what ``cuLaunchKernelEx`` takes."""
     check_version()
     return compiled._codelibrary.get_cufunc()
+
+
+def lto_library(py_func, argtypes: tuple, launch_bounds, cc: tuple):
+    """The code library of kernel ``py_func`` for ``argtypes``, lowered for ``cc``, linked with link-time
+    optimisation (its ``get_lto_ptx``/``get_cubin``/``get_linkerinfo`` take a target capability)."""
+    from numba.cuda import compiler
+
+    check_version()
+    lib, _ = compiler._compile_pyfunc_with_fixup(py_func, argtypes, device=False, abi="numba", cc=cc, lto=True,
+                                                 launch_bounds=launch_bounds)
+    lib._lto = True
+    return lib
+
+
+@contextlib.contextmanager
+def verbose_linker():
+    """Within the block, the CUDA linker runs with ``verbose`` on, so a library's linker info holds ptxas's
+    report (registers, spills, stack)."""
+    from numba.cuda.cudadrv import driver
+
+    check_version()
+    original = driver._Linker._get_linker_options
+
+    def verbose(self, ptx):   # the linker passes ``ptx`` by keyword
+        options = original(self, ptx)
+        options.verbose = True
+        return options
+
+    driver._Linker._get_linker_options = verbose
+    try:
+        yield
+    finally:
+        driver._Linker._get_linker_options = original

@@ -17,9 +17,7 @@ import functools
 import re
 from typing import NamedTuple
 
-from numba.cuda import compiler
-from numba.cuda.cudadrv import driver
-
+from sparsekit.numba_compat import lto_library, verbose_linker
 from sparsekit.numba_patches import fast_lowering
 
 fast_lowering()   # (kernels outside ``gpu``, whose import installs it too)
@@ -47,10 +45,7 @@ SAME_LOWERING_FROM = (7, 5)
 def _library(kernel, argtypes: tuple, launch_bounds, lowering_cc: tuple):
     """The kernel's code library with link-time optimisation, through Numba's front end once per
     (kernel, argument types, launch bounds, lowering capability)."""
-    lib, _ = compiler._compile_pyfunc_with_fixup(kernel.py_func, argtypes, device=False, abi="numba",
-                                                 cc=lowering_cc, lto=True, launch_bounds=launch_bounds)
-    lib._lto = True
-    return lib
+    return lto_library(kernel.py_func, argtypes, launch_bounds, lowering_cc)
 
 
 def _library_for(kernel, argtypes, cc: tuple, launch_bounds):
@@ -76,19 +71,9 @@ def build(kernel, argtypes, cc=(9, 0), *, launch_bounds=None, want_ptx: bool = T
     cc = tuple(cc)
     text = lto_ptx(kernel, argtypes, cc, launch_bounds=launch_bounds) if want_ptx else ""
     lib = _library_for(kernel, argtypes, cc, launch_bounds)
-    original = driver._Linker._get_linker_options
-
-    def verbose(self, ptx):   # the linker passes ``ptx`` by keyword
-        options = original(self, ptx)
-        options.verbose = True
-        return options
-
-    driver._Linker._get_linker_options = verbose
-    try:
+    with verbose_linker():
         lib.get_cubin(cc=cc)          # cached per cc in the library, with the (verbose) log of its link
         report = lib.get_linkerinfo(cc)
-    finally:
-        driver._Linker._get_linker_options = original
     return Build(text, report)
 
 
