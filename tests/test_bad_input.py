@@ -1079,6 +1079,7 @@ UNGUARDED_MODULES = {
     "sparsekit.device": "device facts, no user data",
     "sparsekit.timing": "timing of launches built from validated operands",
     "sparsekit.numba_patches": "Numba fixes applied at import",
+    "sparsekit.numba_compat": "numba-cuda internals for compiled kernels, no user data",
     "sparsekit.simulator": "the CUDA simulator's scheduling",
     "sparsekit.tune": "the cache rows (tune cache) and the launchers' config='auto' cover it",
     "sparsekit.experiment": "experiment records and tables",
