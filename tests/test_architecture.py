@@ -20,7 +20,7 @@ PACKAGES = ("sparsekit", "gpu", "cpu", "reference", "experiments", "tutorials")
 #: sparsekit modules that sit above the kernels (everything else in sparsekit is the core).
 ABOVE_KERNELS = ("sparsekit.api", "sparsekit.tune", "sparsekit.sparse24_training", "sparsekit.specialize",
                  "sparsekit.cli", "sparsekit.cli_types", "sparsekit.commands", "sparsekit.experiment",
-                 "sparsekit.testsuite", "sparsekit.__main__", "sparsekit.torch_layers", "sparsekit.nn",
+                 "sparsekit.testsuite", "sparsekit.__main__", "sparsekit.torch.tiled", "sparsekit.nn",
                  "sparsekit.torch", "sparsekit.launch")
 LEVEL = {"core": 0, "kernels": 1, "library": 2, "top": 3}
 #: Upward imports still owed: (importer, imported).

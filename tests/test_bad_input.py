@@ -1070,7 +1070,7 @@ UNGUARDED_MODULES = {
     "sparsekit.launch": "replays launches recorded from a validated product (no operand of its own)",
     "sparsekit.torch": "the optional torch layer; its refusals (pattern, dtype, kept, bare Linear) are in "
                        "tests/test_torch_layer.py",
-    "sparsekit.torch_layers": "the optional torch layer of TiledCSL weights; its refusals (pattern, dtype, "
+    "sparsekit.torch.tiled": "the optional torch layer of TiledCSL weights; its refusals (pattern, dtype, "
                               "non-TiledCSL, bare Linear, x of another dtype) are in tests/test_torch_layers.py",
     "sparsekit.cli": "covered through the parser: test_every_numeric_flag_refuses_bad_values_in_one_line",
     "sparsekit.cli_types": "covered through the parser",

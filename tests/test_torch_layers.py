@@ -1,4 +1,4 @@
-"""sparsekit.torch_layers on the CPU path: TiledSparseLinear equals the reference product of its TiledCSL,
+"""sparsekit.torch.tiled on the CPU path: TiledSparseLinear equals the reference product of its TiledCSL,
 to_dense, state_dict restores the sparse weight exactly, sparsify_tiled_, the custom op under
 torch.compile(fullgraph=True), gradcheck in float64, and a fine-tuning step that keeps the pattern."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ import io
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="sparsekit.torch_layers needs the optional torch extra")
+torch = pytest.importorskip("torch", reason="sparsekit.torch.tiled needs the optional torch extra")
 
 from reference.spmm_tiled import spmm_tiled_linear as reference_linear  # noqa: E402
 from sparsekit import prune  # noqa: E402
 from sparsekit.formats import TiledCSL  # noqa: E402
-from sparsekit.torch_layers import TiledSparseLinear, sparsify_tiled_, spmm_tiled_linear  # noqa: E402
-from sparsekit.torch_layers import _to_numpy  # noqa: E402
+from sparsekit.torch.tiled import TiledSparseLinear, sparsify_tiled_, spmm_tiled_linear  # noqa: E402
+from sparsekit.torch.tiled import _to_numpy  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16)
 
@@ -106,9 +106,9 @@ def test_sparsify_replaces_filtered_linears():
 def test_module_docstring_runs():
     import doctest
 
-    import sparsekit.torch_layers
+    import sparsekit.torch.tiled
 
-    assert doctest.testmod(sparsekit.torch_layers).failed == 0
+    assert doctest.testmod(sparsekit.torch.tiled).failed == 0
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])

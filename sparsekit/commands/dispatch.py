@@ -3,7 +3,7 @@
     sparsekit bench dispatch-tiled [--calls 200] [--json FILE]
 
 Device time, wall time per call back to back from torch tensors, and their difference, for
-``sparsekit.torch_layers.TiledSparseLinear`` and dense ``F.linear`` (4096x4096, 80%, N = 1 and 16, float16
+``sparsekit.torch.tiled.TiledSparseLinear`` and dense ``F.linear`` (4096x4096, 80%, N = 1 and 16, float16
 and bfloat16). Device time is :func:`sparsekit.timing.measure`'s median (L2 flushed); wall time is the mean
 of calls made back to back from the host, the queue drained at the end; the difference is what the host adds
 to each call. Needs a GPU and PyTorch; about 30 s.
@@ -25,7 +25,7 @@ def run(calls: int = 200, repeat: int = 30) -> list[dict]:
 
     from sparsekit.timing import measure
     from sparsekit.torch.bench import _wall_time
-    from sparsekit.torch_layers import TiledSparseLinear
+    from sparsekit.torch.tiled import TiledSparseLinear
 
     records = []
     for dtype_name in DTYPES:

@@ -109,12 +109,19 @@ class SparseLinear(nn.Module):
 def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``model`` for which ``filter_fn(module, name)`` is true
     (all of them by default) with a :class:`SparseLinear` pruned to ``pattern`` at ``sparsity``."""
+    return replace_linears(model, lambda mod: SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity),
+                           filter_fn, "SparseLinear.from_dense")
+
+
+def replace_linears(model: nn.Module, make, filter_fn, single: str) -> nn.Module:
+    """Every ``nn.Linear`` of ``model`` that ``filter_fn(module, name)`` accepts (all by default) replaced, in
+    place, by ``make(module)``; a bare ``nn.Linear`` is refused (``single`` names what converts one)."""
     if type(model) is nn.Linear:
-        raise ValueError("model: a bare nn.Linear cannot be replaced in place; use SparseLinear.from_dense")
+        raise ValueError(f"model: a bare nn.Linear cannot be replaced in place; use {single}")
     targets = [(name, mod) for name, mod in model.named_modules()
                if type(mod) is nn.Linear and (filter_fn is None or filter_fn(mod, name))]
     for name, mod in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity))
+        setattr(parent, attr, make(mod))
     return model

@@ -1,4 +1,4 @@
-"""sparsekit.torch_layers on a real GPU: TiledSparseLinear equals F.linear with the masked weight (float16,
+"""sparsekit.torch.tiled on a real GPU: TiledSparseLinear equals F.linear with the masked weight (float16,
 bfloat16; decode N through the row kernel, wider N through the densified weight), its recorded launches
 replay bit-identically, inside a CUDA graph and under torch.compile(fullgraph=True); gradients equal dense
 autograd with the masked weight."""
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="sparsekit.torch_layers needs the optional torch extra")
+torch = pytest.importorskip("torch", reason="sparsekit.torch.tiled needs the optional torch extra")
 
 import torch.nn.functional as F  # noqa: E402
 
-from sparsekit.torch_layers import _PREPARED, TiledSparseLinear, sparsify_tiled_  # noqa: E402
+from sparsekit.torch.tiled import _PREPARED, TiledSparseLinear, sparsify_tiled_  # noqa: E402
 from tests.gpu.test_torch_gpu import _check  # noqa: E402  (within float32 accumulation, one rounding)
 
 pytestmark = pytest.mark.gpu

@@ -36,6 +36,7 @@ from torch import nn
 
 from sparsekit import prune
 from sparsekit.formats import TiledCSL
+from sparsekit.torch.nn import replace_linears
 
 __all__ = ["TiledSparseLinear", "sparsify_tiled_", "spmm_tiled_linear", "PATTERNS"]
 
@@ -315,12 +316,5 @@ def _register() -> int:
 def sparsify_tiled_(model: nn.Module, *, sparsity: float, pattern: str = "uniform", filter_fn=None) -> nn.Module:
     """Replace, in place, every float16/bfloat16 ``nn.Linear`` of ``model`` for which ``filter_fn(module, name)``
     is true (all by default) with a :class:`TiledSparseLinear` pruned to ``pattern`` at ``sparsity``."""
-    if type(model) is nn.Linear:
-        raise ValueError("model: a bare nn.Linear cannot be replaced in place; use TiledSparseLinear.from_linear")
-    targets = [(name, mod) for name, mod in model.named_modules()
-               if type(mod) is nn.Linear and (filter_fn is None or filter_fn(mod, name))]
-    for name, mod in targets:
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, TiledSparseLinear.from_linear(mod, sparsity, pattern))
-    return model
+    return replace_linears(model, lambda mod: TiledSparseLinear.from_linear(mod, sparsity, pattern), filter_fn,
+                           "TiledSparseLinear.from_linear")
