@@ -420,6 +420,9 @@ def compare(dense: SoL, sparse: SoL, dense_s: float, sparse_s: float) -> dict:
     ``predicted / measured == dense_fraction / sparse_fraction`` says who is further
     from its roof. Times in seconds.
     """
+    for name, sol in (("dense", dense), ("sparse", sparse)):
+        if not isinstance(sol, SoL):
+            raise TypeError(f"{name}: expected a SoL (speed_of_light or sol_of), got {type(sol).__name__}")
     fd, fs = dense.fraction(dense_s), sparse.fraction(sparse_s)
     return {"predicted_speedup": dense.seconds / sparse.seconds, "measured_speedup": dense_s / sparse_s,
             "dense_fraction_of_sol": fd, "sparse_fraction_of_sol": fs, "bound_dense": dense.bound,
@@ -466,6 +469,8 @@ def speed_of_light(fmt, m: int | None = None, k: int | None = None, n: int | Non
 
 def sol_of(c: Counts, *, device="H100", unit: str = "auto", convention: str = "2nnz") -> SoL:
     """Speed of light of already-computed :class:`Counts` on ``device``."""
+    if not isinstance(c, Counts):
+        raise TypeError(f"c: expected a Counts (the counts of a format), got {type(c).__name__}")
     if unit not in UNITS:
         raise ValueError(f"unit: expected one of {', '.join(UNITS)}, got {unit!r}")
     r = roof(device)

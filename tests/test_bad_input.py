@@ -884,10 +884,8 @@ def _roofline_cases() -> list[Case]:
         Case("roofline.model_sol", "unknown_pattern", lambda: r.model_sol([], "bogus"), ValueError, "kind: "),
         Case("roofline.parse_kind", "not_a_name", lambda: r.parse_kind(3), TypeError, "kind: "),
         Case("roofline.dtype_name", "unknown_dtype", lambda: r.dtype_name("int7"), ValueError, "dtype: "),
-        Case("roofline.sol_of", "not_counts", lambda: r.sol_of("x"), TypeError, "c: ",
-             xfail="sol_of does not check its Counts argument (AttributeError)"),
-        Case("roofline.compare", "not_sol", lambda: r.compare(1, 2, 3, 4), TypeError, "dense: ",
-             xfail="compare does not check its SoL arguments (AttributeError)"),
+        Case("roofline.sol_of", "not_counts", lambda: r.sol_of("x"), TypeError, "c: "),
+        Case("roofline.compare", "not_sol", lambda: r.compare(1, 2, 3, 4), TypeError, "dense: "),
     ]
 
 
