@@ -1378,7 +1378,7 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_warpsplit_buffers(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
+def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
                        l2_prefetch):
     m, n = c.shape
     half = dell.dtype == np.float16
@@ -1404,10 +1404,22 @@ def _launch_warpsplit_buffers(dell, bdev, order, c, nwarp, rows_per_warp, cols_p
             "nwarp, rows_per_warp, cols_per_lane")
 
 
+def default_kc(variant: str, rows_per_block: int, cols_per_lane: int) -> int:
+    """Rows of B a shared tile holds when the caller names none: 64, or for "pipelined" and "dense_tile" the
+    largest of 64, 32, 16 whose two buffers fit :data:`SHARED_LIMIT` (with their own other defaults, 64 asked
+    for 69,728 / 67,584 bytes)."""
+    need = {"pipelined": pipelined_shared_bytes, "dense_tile": dense_tile_shared_bytes}.get(variant)
+    if need is None:
+        return 64
+    return next((kc for kc in (64, 32, 16) if need(rows_per_block, cols_per_lane, kc) <= SHARED_LIMIT), 16)
+
+
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=64, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
+         rows_per_warp=4, cols_per_lane=4, kc=None, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
          l2_prefetch=False):
-    """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array."""
+    """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array. ``kc`` left out:
+    64, or for "pipelined" and "dense_tile" the largest of 64, 32, 16 whose block fits the 48 KB of shared
+    memory (:func:`default_kc`)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant: must be one of {VARIANTS}, got {variant!r}")
     nwarp = check_int(nwarp, "nwarp", minimum=1, maximum=32)
@@ -1417,7 +1429,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         raise ValueError("vecsize: must be 1, 2 or 4, got 3")
     rows_per_warp = check_int(rows_per_warp, "rows_per_warp", minimum=1, maximum=16)
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
-    kc = check_int(kc, "kc", minimum=1)
+    kc = default_kc(variant, nwarp * rows_per_warp, cols_per_lane) if kc is None else check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
     if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
@@ -1441,7 +1453,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
             _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "warp_split":
-            _launch_warpsplit_buffers(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
+            _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
                                bool(l2_prefetch))
         else:
