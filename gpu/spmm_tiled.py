@@ -7,7 +7,9 @@ the matrix's tile shape:
 
 **Rows** (``tile = (1, TK)``, :func:`_row_kernel`): one warp a row, each lane reading 16 bytes (4 words)
 at a time with several loads in flight, multiplying each value by its row of ``B`` (gathered from L1/L2)
-on CUDA cores into float32 accumulators, then a warp sum. The fastest at N <= 16 (measured against dense
+on CUDA cores into float32 accumulators, then a warp sum. The linear form's ``X`` (``N x K``) is first
+staged as ``B = X^T`` with rows padded to 8 halves (:func:`_stage_transposed`, a second launch), so a kept
+weight reads its ``N`` inputs in 16-byte loads instead of ``N`` scattered 2-byte ones. The fastest at N <= 16 (measured against dense
 cuBLAS in ``experiments/results/uspmm_decode.md``); from N = 8 its arithmetic, not the bytes, sets the time.
 
 **Tiles** (``TM >= 16``, :func:`_kernel`): "load as sparse, compute as dense" (Flash-LLM, VLDB 2024), the
@@ -37,7 +39,7 @@ and writes ``C`` rounded once to the dtype.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import cuda, float32, int32, uint16, uint32
@@ -304,14 +306,16 @@ else:
 
 
 @functools.cache
-def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
+def _row_kernel(n: int, bf16: bool, stride: int, linear: bool, unroll: int = 4):
     """One warp a row of a ``tile = (1, TK)`` TiledCSL: each lane reads 4 words at a time (16 bytes, ``unroll``
-    loads in flight), multiplies each value by its row of ``B`` (``N`` values, gathered from L1/L2) into ``N``
-    float32 accumulators; a warp sum gives the row of ``C``. The time a word is a few instructions, so at
-    ``N <= 16`` the kernel streams the words at the memory's pace; padding words (local index ``TK >= K``)
-    are skipped."""
+    loads in flight), multiplies each value by its row of ``B`` (row-major, ``stride >= N`` halves a row,
+    gathered from L1/L2) into float32 accumulators; a warp sum gives the row of ``C`` (``linear``: written as
+    ``Y = C^T``, ``N x M``). With ``stride`` a multiple of 8 a row of ``B`` is whole 16-byte loads. The time a
+    word is a few instructions, so at ``N <= 16`` the kernel streams the words at the memory's pace; padding
+    words (local index ``TK >= K``) are skipped."""
     widen = widen_bf16 if bf16 else widen_f16
-    wide_b = not linear and n % 8 == 0          # a row of B is whole 16-byte chunks: one load a chunk
+    wide_b = stride % 8 == 0                    # a row of B is whole 16-byte chunks: one load a chunk
+    width = stride if wide_b else n             # accumulators: the padded columns of a staged B are zeros
     nbuf = 4 * unroll
 
     @inlined
@@ -320,8 +324,8 @@ def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
         if col < k:
             v = widen(w & 0xFFFF)
             if wide_b:
-                for q in range(n // 8):
-                    h0, h1, h2, h3 = load4(b32, col * (n // 2) + q * 4)
+                for q in range(stride // 8):
+                    h0, h1, h2, h3 = load4(b32, col * (stride // 2) + q * 4)
                     acc[8 * q] += v * widen(h0)
                     acc[8 * q + 1] += v * widen(h0 >> 16)
                     acc[8 * q + 2] += v * widen(h1)
@@ -330,12 +334,9 @@ def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
                     acc[8 * q + 5] += v * widen(h2 >> 16)
                     acc[8 * q + 6] += v * widen(h3)
                     acc[8 * q + 7] += v * widen(h3 >> 16)
-            elif linear:
-                for j in range(n):
-                    acc[j] += v * widen(b[j * k + col])
             else:
                 for j in range(n):
-                    acc[j] += v * widen(b[col * n + j])
+                    acc[j] += v * widen(b[col * stride + j])
 
     @cuda.jit
     def kernel(words, offsets, b, b32, c, m, k):
@@ -343,8 +344,8 @@ def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
         row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
         if row >= m:
             return
-        acc = cuda.local.array(n, float32)
-        for j in range(n):
+        acc = cuda.local.array(width, float32)
+        for j in range(width):
             acc[j] = float32(0.0)
         ch = offsets[row] // 4 + lane
         stop = offsets[row + 1] // 4
@@ -376,13 +377,24 @@ def _row_kernel(n: int, bf16: bool, linear: bool, unroll: int = 4):
     return kernel
 
 
+@cuda.jit
+def _stage_transposed(x, xt, n, k, stride):
+    """``xt`` (``K x stride``, row-major) = ``x^T`` for ``x`` (``N x K``), the columns past ``N`` zero: the
+    linear form's ``X`` laid out as the row kernel's 16-byte-loadable ``B``. A thread an element of ``xt``."""
+    t = cuda.grid(1)
+    if t < k * stride:
+        row, j = t // stride, t % stride
+        xt[t] = x[j * k + row] if j < n else uint16(0)
+
+
 @dataclass(eq=False)
 class DeviceTiled:
     """A :class:`~sparsekit.formats.TiledCSL` on the device, ready for :func:`spmm_tiled`.
 
     ``words``/``offsets`` are device copies; ``max_words`` is the largest tile (the word stage size);
-    ``counters`` (zero between launches: the last block of a row of tiles resets its counter) and the
-    float32 workspace ``workspace`` serve the split-K reduction and grow with the widest ``N`` seen.
+    ``counters`` (zero between launches: the last block of a row of tiles resets its counter) and a float32
+    workspace (:meth:`scratch`) serve the split-K reduction; ``buffers`` holds that workspace and the staged
+    linear-form ``X`` (:meth:`staging`), one buffer a size.
     Launches sharing one DeviceTiled must be ordered (one stream)."""
 
     host: TiledCSL
@@ -390,7 +402,7 @@ class DeviceTiled:
     offsets: object
     max_words: int
     counters: object
-    workspace: object = None
+    buffers: dict = field(default_factory=dict)
 
     @property
     def shape(self):
@@ -402,9 +414,19 @@ class DeviceTiled:
 
     def scratch(self, floats: int):
         """The float32 workspace, at least ``floats`` long."""
-        if self.workspace is None or self.workspace.size < floats:
-            self.workspace = cuda.device_array(max(floats, 1), dtype=np.float32)
-        return self.workspace
+        return self._buffer(np.float32, floats)
+
+    def staging(self, halves: int):
+        """The 16-bit buffer a linear-form ``X`` is staged in (:func:`_stage_transposed`), ``halves`` long."""
+        return self._buffer(np.uint16, halves)
+
+    def _buffer(self, dtype, size: int):
+        """A device buffer of ``dtype`` and ``size`` elements, one a (dtype, size), kept for the DeviceTiled's
+        life: a recorded launch (:mod:`sparsekit.launch`) keeps its address, so it is never replaced."""
+        key = (np.dtype(dtype).name, max(int(size), 1))
+        if key not in self.buffers:
+            self.buffers[key] = cuda.device_array(key[1], dtype=dtype)
+        return self.buffers[key]
 
 
 def prepare(a: TiledCSL) -> DeviceTiled:
@@ -470,7 +492,12 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     bits = _bits(flat_view(bop.dev))
     cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
     if dev.host.tile[0] == 1:
-        kernel = _row_kernel(n, dev.dtype.name == "bfloat16", linear, ROW_UNROLL if unroll is None else unroll)
+        stride = 8 * cdiv(n, 8) if linear and n > 1 else n
+        if linear and n > 1:                    # X (N x K) staged as B = X^T, its rows 16-byte aligned
+            xt = dev.staging(k * stride)
+            launch(_stage_transposed, cdiv(k * stride, 256), 256, (bits, xt, n, k, stride), "stage x^T")
+            bits = xt
+        kernel = _row_kernel(n, dev.dtype.name == "bfloat16", stride, linear, ROW_UNROLL if unroll is None else unroll)
         args = (dev.words, dev.offsets, bits, bits.view(np.uint32) if bits.size % 2 == 0 else bits, cflat, m, k)
         launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"tile={dev.host.tile}")
         return result(c, like=bop)

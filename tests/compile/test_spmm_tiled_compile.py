@@ -31,9 +31,9 @@ def tiled(cc, warps, tk, npad, bf16, linear, vector_b, stages):
 
 
 @functools.cache
-def rows(cc, n, bf16, linear):
+def rows(cc, n, bf16, stride, linear):
     args = (U32, I32, U16, U32, out_type(bf16), types.int64, types.int64)
-    return offline.build(st._row_kernel(n, bf16, linear, st.ROW_UNROLL), args, cc)
+    return offline.build(st._row_kernel(n, bf16, stride, linear, st.ROW_UNROLL), args, cc)
 
 
 TILED = [(4, 64, 8, False, True, True, 4), (4, 64, 32, True, False, True, 3), (2, 128, 16, False, False, False, 6)]
@@ -55,10 +55,14 @@ def test_tiled_kernel(cc, setting):
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
-@pytest.mark.parametrize("n, bf16, linear", [(1, False, True), (8, True, False), (16, False, False), (3, True, True)])
-def test_row_kernel(cc, n, bf16, linear):
-    ptx, report = rows(cc, n, bf16, linear)
+@pytest.mark.parametrize("n, bf16, stride, linear", [(1, False, 1, True), (8, True, 8, False), (16, False, 16, False),
+                                                     (3, True, 8, True), (3, False, 3, False), (24, True, 24, True)])
+def test_row_kernel(cc, n, bf16, stride, linear):
+    """16-byte word loads; a row of B in 16-byte loads when its stride is a multiple of 8; registers only."""
+    ptx, report = rows(cc, n, bf16, stride, linear)
     assert "ld.global.v4.u32" in ptx or "ld.global.nc.v4.u32" in ptx
+    scalar_b = "ld.global.u16" in ptx or "ld.global.nc.u16" in ptx   # B's halves one by one
+    assert scalar_b == (stride % 8 != 0)
     assert ptx.count("shfl.sync.bfly") == 5 * n
     assert ".local" not in ptx
     use = offline.usage(report)
