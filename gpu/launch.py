@@ -4,17 +4,20 @@ turns a block too large for the register file into a clear error.
 * :func:`launch` ``kernel[grid, block](*args)`` (``kernel`` a dispatcher or a :class:`DynamicShared`);
   ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings.
 * :class:`DynamicShared`: a kernel launched with ``nbytes`` of dynamic shared memory.
+* :class:`Buffers`: scratch device buffers a recorded launch (:mod:`sparsekit.launch`) may keep the address of.
 * :func:`opt_in`: above :data:`SHARED_LIMIT` a launch fails unless the compiled kernel's
   ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (Numba has no option for it);
   up to :data:`SHARED_OPTIN` on the H100 and H200.
 """
 from __future__ import annotations
 
+import numpy as np
+from numba import cuda
 from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "DynamicShared", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN", "WARP_SIZE"]
+__all__ = ["launch", "opt_in", "DynamicShared", "Buffers", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN", "WARP_SIZE"]
 
 #: Threads a warp.
 WARP_SIZE = 32
@@ -71,3 +74,18 @@ class DynamicShared:
 
     def get_regs_per_thread(self):
         return self.kernel.get_regs_per_thread()
+
+
+class Buffers:
+    """Scratch device buffers, one a (dtype, size), kept as long as their owner: a recorded launch
+    (:mod:`sparsekit.launch`) replays with their addresses, so a buffer is never replaced or freed."""
+
+    def __init__(self):
+        self.held: dict = {}
+
+    def get(self, dtype, size: int):
+        """The buffer of ``size`` (at least 1) elements of ``dtype``, allocated on first use."""
+        key = (np.dtype(dtype).name, max(int(size), 1))
+        if key not in self.held:
+            self.held[key] = cuda.device_array(key[1], dtype=dtype)
+        return self.held[key]

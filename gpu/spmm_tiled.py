@@ -8,7 +8,7 @@ the matrix's tile shape:
 **Rows** (``tile = (1, TK)``, :func:`_row_kernel`): one warp a row, each lane reading 16 bytes (4 words)
 at a time with several loads in flight, multiplying each value by its row of ``B`` (gathered from L1/L2)
 on CUDA cores into float32 accumulators, then a warp sum. The linear form's ``X`` (``N x K``) is first
-staged as ``B = X^T`` with rows padded to 8 halves (:func:`_stage_transposed`, a second launch), so a kept
+staged as ``B = X^T`` with rows padded to 8 halves (:func:`stage_transposed`, a second launch), so a kept
 weight reads its ``N`` inputs in 16-byte loads instead of ``N`` scattered 2-byte ones. The fastest at N <= 16 (measured against dense
 cuBLAS in ``experiments/results/uspmm_decode.md``); from N = 8 its arithmetic, not the bytes, sets the time.
 
@@ -49,7 +49,7 @@ from gpu.inline import inlined
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
                      mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
                      widen_f16)
-from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, DynamicShared, launch, opt_in
+from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, launch, opt_in
 from gpu.split_k import split_ticket
 from gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -306,37 +306,70 @@ else:
 
 
 @functools.cache
+def row_accumulator(n: int, bf16: bool, stride: int):
+    """The inner step of the row kernels: ``add(acc, v, col, b, b32)`` adds the 16-bit value bits ``v`` times
+    row ``col`` of ``B`` (row-major, ``stride >= N`` halves a row; ``b32`` its uint32 view) to the float32
+    accumulators ``acc``. With ``stride`` a multiple of 8 a row of ``B`` is whole 16-byte loads (``acc`` then
+    holds ``stride`` columns, the padded ones zero); else ``N`` loads of a half."""
+    widen = widen_bf16 if bf16 else widen_f16
+    if stride % 8 == 0:
+        @inlined
+        def add(acc, v, col, b, b32):
+            x = widen(v)
+            for q in range(stride // 8):
+                h0, h1, h2, h3 = load4(b32, col * (stride // 2) + q * 4)
+                acc[8 * q] += x * widen(h0)
+                acc[8 * q + 1] += x * widen(h0 >> 16)
+                acc[8 * q + 2] += x * widen(h1)
+                acc[8 * q + 3] += x * widen(h1 >> 16)
+                acc[8 * q + 4] += x * widen(h2)
+                acc[8 * q + 5] += x * widen(h2 >> 16)
+                acc[8 * q + 6] += x * widen(h3)
+                acc[8 * q + 7] += x * widen(h3 >> 16)
+    else:
+        @inlined
+        def add(acc, v, col, b, b32):
+            x = widen(v)
+            for j in range(n):
+                acc[j] += x * widen(b[col * stride + j])
+    return add
+
+
+@functools.cache
+def row_store(n: int, bf16: bool, linear: bool):
+    """The last step of the row kernels: ``store(c, acc, row, m, lane)`` sums each of the ``N`` accumulators
+    over the warp and writes row ``row`` of ``C`` (``M x N``; ``linear``: column ``row`` of ``Y = C^T``,
+    ``N x M``), rounded once to the 16-bit dtype."""
+    @inlined
+    def store(c, acc, row, m, lane):
+        for j in range(n):
+            total = warp_sum(acc[j])
+            if lane == j % 32:                         # every lane has the sum: lane j % 32 writes it
+                if linear:
+                    at = j * m + row
+                else:
+                    at = row * n + j
+                if bf16:
+                    c[at] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
+                else:
+                    c[at] = total
+    return store
+
+
+def accumulators(n: int, stride: int) -> int:
+    """float32 accumulators a lane of a row kernel holds (:func:`row_accumulator`)."""
+    return stride if stride % 8 == 0 else n
+
+
+@functools.cache
 def _row_kernel(n: int, bf16: bool, stride: int, linear: bool, unroll: int = 4):
     """One warp a row of a ``tile = (1, TK)`` TiledCSL: each lane reads 4 words at a time (16 bytes, ``unroll``
-    loads in flight), multiplies each value by its row of ``B`` (row-major, ``stride >= N`` halves a row,
-    gathered from L1/L2) into float32 accumulators; a warp sum gives the row of ``C`` (``linear``: written as
-    ``Y = C^T``, ``N x M``). With ``stride`` a multiple of 8 a row of ``B`` is whole 16-byte loads. The time a
-    word is a few instructions, so at ``N <= 16`` the kernel streams the words at the memory's pace; padding
-    words (local index ``TK >= K``) are skipped."""
-    widen = widen_bf16 if bf16 else widen_f16
-    wide_b = stride % 8 == 0                    # a row of B is whole 16-byte chunks: one load a chunk
-    width = stride if wide_b else n             # accumulators: the padded columns of a staged B are zeros
+    loads in flight), multiplies each value by its row of ``B`` (:func:`row_accumulator`) into float32
+    accumulators; a warp sum gives the row of ``C`` (:func:`row_store`). The time a word is a few
+    instructions, so at ``N <= 16`` the kernel streams the words at the memory's pace; padding words (local
+    index ``TK >= K``) are skipped."""
+    add, store, width = row_accumulator(n, bf16, stride), row_store(n, bf16, linear), accumulators(n, stride)
     nbuf = 4 * unroll
-
-    @inlined
-    def add_word(acc, w, b, b32, k):
-        col = w >> 16
-        if col < k:
-            v = widen(w & 0xFFFF)
-            if wide_b:
-                for q in range(stride // 8):
-                    h0, h1, h2, h3 = load4(b32, col * (stride // 2) + q * 4)
-                    acc[8 * q] += v * widen(h0)
-                    acc[8 * q + 1] += v * widen(h0 >> 16)
-                    acc[8 * q + 2] += v * widen(h1)
-                    acc[8 * q + 3] += v * widen(h1 >> 16)
-                    acc[8 * q + 4] += v * widen(h2)
-                    acc[8 * q + 5] += v * widen(h2 >> 16)
-                    acc[8 * q + 6] += v * widen(h3)
-                    acc[8 * q + 7] += v * widen(h3 >> 16)
-            else:
-                for j in range(n):
-                    acc[j] += v * widen(b[col * stride + j])
 
     @cuda.jit
     def kernel(words, offsets, b, b32, c, m, k):
@@ -360,25 +393,17 @@ def _row_kernel(n: int, bf16: bool, stride: int, linear: bool, unroll: int = 4):
                     for i in range(4):
                         buf[4 * u + i] = uint32(0xFFFF0000)   # local index 0xFFFF >= K: skipped
             for i in range(nbuf):
-                add_word(acc, buf[i], b, b32, k)
+                col = buf[i] >> 16
+                if col < k:
+                    add(acc, buf[i] & 0xFFFF, col, b, b32)
             ch += 32 * unroll
-        for j in range(n):
-            total = warp_sum(acc[j])
-            if lane == j % 32:                         # every lane has the sum: lane j % 32 writes it
-                if linear:
-                    at = j * m + row
-                else:
-                    at = row * n + j
-                if bf16:
-                    c[at] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
-                else:
-                    c[at] = total
+        store(c, acc, row, m, lane)
 
     return kernel
 
 
 @cuda.jit
-def _stage_transposed(x, xt, n, k, stride):
+def stage_transposed(x, xt, n, k, stride):
     """``xt`` (``K x stride``, row-major) = ``x^T`` for ``x`` (``N x K``), the columns past ``N`` zero: the
     linear form's ``X`` laid out as the row kernel's 16-byte-loadable ``B``. A thread an element of ``xt``."""
     t = cuda.grid(1)
@@ -402,7 +427,7 @@ class DeviceTiled:
     offsets: object
     max_words: int
     counters: object
-    buffers: dict = field(default_factory=dict)
+    buffers: Buffers = field(default_factory=Buffers)
 
     @property
     def shape(self):
@@ -414,19 +439,11 @@ class DeviceTiled:
 
     def scratch(self, floats: int):
         """The float32 workspace, at least ``floats`` long."""
-        return self._buffer(np.float32, floats)
+        return self.buffers.get(np.float32, floats)
 
     def staging(self, halves: int):
-        """The 16-bit buffer a linear-form ``X`` is staged in (:func:`_stage_transposed`), ``halves`` long."""
-        return self._buffer(np.uint16, halves)
-
-    def _buffer(self, dtype, size: int):
-        """A device buffer of ``dtype`` and ``size`` elements, one a (dtype, size), kept for the DeviceTiled's
-        life: a recorded launch (:mod:`sparsekit.launch`) keeps its address, so it is never replaced."""
-        key = (np.dtype(dtype).name, max(int(size), 1))
-        if key not in self.buffers:
-            self.buffers[key] = cuda.device_array(key[1], dtype=dtype)
-        return self.buffers[key]
+        """The 16-bit buffer a linear-form ``X`` is staged in (:func:`stage_transposed`), ``halves`` long."""
+        return self.buffers.get(np.uint16, halves)
 
 
 def prepare(a: TiledCSL) -> DeviceTiled:
@@ -495,7 +512,7 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
         stride = 8 * cdiv(n, 8) if linear and n > 1 else n
         if linear and n > 1:                    # X (N x K) staged as B = X^T, its rows 16-byte aligned
             xt = dev.staging(k * stride)
-            launch(_stage_transposed, cdiv(k * stride, 256), 256, (bits, xt, n, k, stride), "stage x^T")
+            launch(stage_transposed, cdiv(k * stride, 256), 256, (bits, xt, n, k, stride), "stage x^T")
             bits = xt
         kernel = _row_kernel(n, dev.dtype.name == "bfloat16", stride, linear, ROW_UNROLL if unroll is None else unroll)
         args = (dev.words, dev.offsets, bits, bits.view(np.uint32) if bits.size % 2 == 0 else bits, cflat, m, k)

@@ -16,6 +16,8 @@ import numpy as np
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 #: Floating dtypes accepted for weights and dense operands (each kernel's launcher names its own subset).
 FLOAT_DTYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
+#: The 16-bit floating dtypes (half-precision kernels).
+HALF_DTYPES = FLOAT_DTYPES[:2]
 #: Integer dtypes accepted for sparse indices.
 INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.int32), np.dtype(np.int64))
 

@@ -1,0 +1,173 @@
+"""A linear layer ``Y = X W^T`` on padded ELL rows, for the batch sizes of LLM decoding, and the weight
+densified for wider ``X``.
+
+Equals ``reference/spmm_ell_rows.py``, which defines the storage: ``values`` and ``indices`` (``M x W``,
+row-major, ``W`` a multiple of 8), the column ``K`` marking padding. Four bytes a stored weight, the same
+bytes as :class:`~sparsekit.formats.TiledCSL`'s words, but as two arrays, so a PyTorch layer can train the
+values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the one copy that exists.
+
+* :func:`spmm_ell_rows_linear`: the row kernel of ``gpu/spmm_tiled.py`` on this storage. One warp a row;
+  each lane reads 8 values and their 8 columns at a time (two 16-byte loads, ``unroll`` pairs in flight),
+  multiplies each by its row of ``X^T`` (staged once a call, rows padded to 8 halves, read in 16-byte loads)
+  into float32 accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``.
+  Padding entries are skipped. Bound by reading the weight at ``N = 1``; from ``N = 8`` by the arithmetic
+  on CUDA cores (``experiments/results/uspmm_decode.md``).
+* :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row, then write its entries), so wide
+  products (prefill) run on dense tensor-core GEMM.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32
+
+from gpu.launch import Buffers, launch
+from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
+from gpu.vector_loads import load4
+from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
+from sparsekit.arrays import cdiv, flat_view, operand, output, result
+from sparsekit.checks import BFLOAT16, HALF_DTYPES
+
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "check_indices", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
+
+#: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
+#: kernel's ``ROW_UNROLL`` 16-byte loads.
+UNROLL = ROW_UNROLL // 2
+#: The widest ``X`` the row kernel takes (beyond about 16 rows dense GEMM on the densified weight is faster).
+MAX_N = 64
+_INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
+
+
+@functools.cache
+def _kernel(n: int, bf16: bool, stride: int, unroll: int):
+    add, store, width = row_accumulator(n, bf16, stride), row_store(n, bf16, True), accumulators(n, stride)
+    nbuf = 4 * unroll
+
+    @cuda.jit
+    def kernel(values, indices, b, b32, c, m, k, entries):
+        lane = cuda.threadIdx.x % 32
+        row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
+        if row >= m:
+            return
+        acc = cuda.local.array(width, float32)
+        for j in range(width):
+            acc[j] = float32(0.0)
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        chunk = lane                                  # 8 entries (4 uint32 of each array) a chunk
+        stop = entries // 8
+        base = row * (entries // 2)
+        while chunk < stop:
+            for u in range(unroll):                   # `unroll` chunks in flight a lane, then their entries
+                at = chunk + 32 * u
+                if at < stop:
+                    v = load4(values, base + at * 4)
+                    i = load4(indices, base + at * 4)
+                    for q in range(4):
+                        vbuf[4 * u + q] = v[q]
+                        ibuf[4 * u + q] = i[q]
+                else:
+                    for q in range(4):
+                        vbuf[4 * u + q] = uint32(0)
+                        ibuf[4 * u + q] = uint32(0xFFFFFFFF)   # columns 65535 >= K: skipped
+            for h in range(2 * nbuf):                 # entry h: the low (even h) or high half of word h // 2
+                col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
+                if col < k:
+                    add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, b, b32)
+            chunk += 32 * unroll
+        store(c, acc, row, m, lane)
+
+    return kernel
+
+
+@cuda.jit
+def _densify(values, indices, w, m, k, entries):
+    """Row ``r`` of ``w`` (``M x K``, 16-bit bits) from its padded ELL row: one warp a row."""
+    lane = cuda.threadIdx.x % 32
+    row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
+    if row < m:
+        for col in range(lane, k, 32):
+            w[row * k + col] = uint16(0)
+    cuda.syncthreads()                                # the zeros before the entries (an entry may be any lane's)
+    if row < m:
+        for j in range(lane, entries, 32):
+            col = indices[row * entries + j]
+            if col < k:
+                w[row * k + col] = values[row * entries + j]
+
+
+def _value_dtype(vop) -> np.dtype:
+    """The values' dtype (a bfloat16 operand reaches the kernel as its uint16 bits)."""
+    return BFLOAT16 if vop.dev.dtype == np.uint16 else np.dtype(vop.dev.dtype)
+
+
+def _bits(dev):
+    return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
+
+
+def _rows(values, indices, k):
+    """The checked operands: values (16-bit), indices (int16/uint16 bits), their flat 16-bit views."""
+    check_rows(values, indices, k)
+    vop = operand(values, "values", dtypes=HALF_DTYPES, ndim=2, order="C")
+    iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
+    return vop, _bits(flat_view(vop.dev)), _bits(flat_view(iop.dev))
+
+
+def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None):
+    """``Y = x @ W^T`` (``N x M``, row-major) for padded ELL rows ``values``/``indices`` of a ``M x k`` weight
+    and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``buffers`` keeps the staged ``x^T``
+    (pass the same one to every call whose launches are recorded)."""
+    vop, vbits, ibits = _rows(values, indices, k)
+    m, entries = vop.dev.shape
+    dtype = _value_dtype(vop)
+    xop = operand(x, "x", dtypes=(dtype,), ndim=2, order="C")
+    n, cols = xop.dev.shape
+    if cols != k:
+        raise ValueError(f"x: expected shape (N, {k}) to multiply a {m}x{k} weight, got {xop.dev.shape}")
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"x: N = {n}; this kernel takes 1 to {MAX_N} (wider products: densify_ell_rows and "
+                         f"dense GEMM)")
+    y = output((n, m), dtype, like=xop)
+    if m == 0:
+        return result(y, like=xop)
+    xbits = _bits(flat_view(xop.dev))
+    stride = 8 * cdiv(n, 8) if n > 1 else 1
+    if n > 1:                                           # x (N x K) staged as B = x^T, rows 16-byte aligned
+        xt = (buffers or Buffers()).get(np.uint16, k * stride)
+        launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
+        xbits = xt
+    bf16 = dtype.name == "bfloat16"
+    kernel = _kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
+    yflat = flat_view(y) if not bf16 else _bits(flat_view(y))
+    b32 = xbits.view(np.uint32) if xbits.size % 2 == 0 else xbits
+    args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, b32, yflat, m, k, entries)
+    launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"N={n}")
+    return result(y, like=xop)
+
+
+def densify_ell_rows(values, indices, k: int, *, out=None):
+    """``W`` (``M x k``, row-major, the values' dtype) from padded ELL rows; into ``out`` when given (a
+    C-contiguous ``M x k`` array of that dtype, e.g. a torch tensor), else a new array of ``values``' kind."""
+    vop, vbits, ibits = _rows(values, indices, k)
+    m, entries = vop.dev.shape
+    dtype = _value_dtype(vop)
+    if out is None:
+        w = output((m, k), dtype, like=vop)
+        like = vop
+    else:
+        like = operand(out, "out", dtypes=(dtype,), shape=(m, k), order="C")
+        w = like.dev
+    if m and k:
+        launch(_densify, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, (vbits, ibits, _bits(flat_view(w)), m, k, entries),
+               "densify")
+    return result(w, like=like)
+
+
+def check_indices(indices, k: int) -> None:
+    """Every column of ``indices`` (host or device) is below ``k`` or ``k`` (padding); the kernels trust it."""
+    host = indices.cpu().numpy() if hasattr(indices, "cpu") else np.asarray(
+        indices.copy_to_host() if hasattr(indices, "copy_to_host") else indices)
+    if host.size and int((host.astype(np.int64) & 0xFFFF).max()) > k:
+        raise ValueError(f"indices: columns must be below {k} (or {k}, padding)")
+

@@ -1,0 +1,32 @@
+"""gpu/spmm_ell_rows.py compiles for sm_80 and sm_90 offline: values and columns read 16 bytes at a time,
+``x^T``'s rows too once staged (``N >= 2``), the warp sum by five shuffles a column, no stack."""
+from __future__ import annotations
+
+import pytest
+from numba import types
+
+from gpu import spmm_ell_rows as ser
+from sparsekit import offline
+
+CCS = [(8, 0), (9, 0)]
+U16, U32 = (types.Array(t, 1, "C") for t in (types.uint16, types.uint32))
+F16 = types.Array(types.float16, 1, "C")
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+@pytest.mark.parametrize("n, bf16, stride", [(1, False, 1), (1, True, 1), (8, True, 8), (16, False, 16), (3, False, 8)])
+def test_linear_kernel(cc, n, bf16, stride):
+    args = (U32, U32, U16, U32, U16 if bf16 else F16) + (types.int64,) * 3
+    ptx, report = offline.build(ser._kernel(n, bf16, stride, ser.UNROLL), args, cc)
+    assert ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32") >= 2 * ser.UNROLL
+    assert ("ld.global.u16" in ptx or "ld.global.nc.u16" in ptx) == (stride % 8 != 0)
+    assert ptx.count("shfl.sync.bfly") == 5 * n
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+def test_densify_kernel(cc):
+    ptx, report = offline.build(ser._densify, (U16, U16, U16) + (types.int64,) * 3, cc)
+    assert "bar.sync" in ptx and ".local" not in ptx

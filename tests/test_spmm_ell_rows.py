@@ -1,0 +1,73 @@
+"""gpu/spmm_ell_rows.py equals reference/spmm_ell_rows.py under the simulator: the linear product for
+``N`` from 1 to 20 (``x`` staged as ``x^T`` from ``N = 2``), float16 and bfloat16, rows of unequal length and
+empty rows, torch-style int16 indices; the densified weight exactly; operands refused by name.
+
+Tolerance as in tests/test_spmm_tiled.py: float32 sums in different orders, one rounding each."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu import spmm_ell_rows as g
+from reference import spmm_ell_rows as r
+from tests.test_spmm_tiled import assert_close, sparse_halves
+
+
+@settings(max_examples=25, deadline=None)
+@given(w=sparse_halves(max_rows=20, max_cols=72), n=st.integers(1, 20), extra=st.sampled_from([0, 8]),
+       signed=st.booleans(), data=st.data())
+def test_linear_matches_reference(w, n, extra, signed, data):
+    values, indices = r.ell_rows_from_dense(w)
+    if extra:                                            # more padding than the longest row needs
+        values, indices = r.ell_rows_from_dense(w, values.shape[1] + extra)
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    x = np.random.default_rng(seed).standard_normal((n, w.shape[1])).astype(w.dtype)
+    got = g.spmm_ell_rows_linear(values, indices.view(np.int16) if signed else indices, w.shape[1], x)
+    want = r.spmm_ell_rows_linear(values, indices, w.shape[1], x)
+    assert_close(np.asarray(got).T, want.T, w, x.T)
+
+
+@settings(max_examples=25, deadline=None)
+@given(w=sparse_halves(max_rows=20, max_cols=72))
+def test_densify_is_exact(w):
+    values, indices = r.ell_rows_from_dense(w)
+    got = g.densify_ell_rows(values, indices, w.shape[1])
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), (w + np.zeros((), w.dtype)).view(np.uint16))
+    out = np.full(w.shape, np.nan, w.dtype)
+    np.testing.assert_array_equal(np.asarray(g.densify_ell_rows(values, indices, w.shape[1], out=out)), got)
+
+
+def test_reference_round_trip_and_padding():
+    w = np.array([[0, 1.5, 0, -2], [0, 0, 0, 0], [3, 0, 0, 0]], dtype=np.float16)
+    values, indices = r.ell_rows_from_dense(w)
+    assert values.shape == (3, 8) and indices[1].tolist() == [4] * 8        # the empty row: padding only
+    np.testing.assert_array_equal(r.densify_ell_rows(values, indices, 4), w)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        r.ell_rows_from_dense(w, 12)
+
+
+def test_bad_operands_are_named():
+    w = np.eye(8, dtype=np.float16)
+    values, indices = r.ell_rows_from_dense(w)
+    x = np.ones((2, 8), np.float16)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        g.spmm_ell_rows_linear(values[:, :4], indices[:, :4], 8, x)
+    with pytest.raises(ValueError, match="one shape"):
+        g.spmm_ell_rows_linear(values, indices[:4], 8, x)
+    with pytest.raises(TypeError, match="x: dtype"):
+        g.spmm_ell_rows_linear(values, indices, 8, x.astype(np.float32))
+    with pytest.raises(ValueError, match=r"x: expected shape \(N, 8\)"):
+        g.spmm_ell_rows_linear(values, indices, 8, np.ones((2, 7), np.float16))
+    with pytest.raises(ValueError, match="takes 1 to 64"):
+        g.spmm_ell_rows_linear(values, indices, 8, np.ones((65, 8), np.float16))
+    with pytest.raises(ValueError, match="k: columns"):
+        g.densify_ell_rows(values, indices, -1)
+    with pytest.raises(TypeError, match="indices: dtype"):
+        g.densify_ell_rows(values, indices.astype(np.int32), 8)
+    bad = indices.copy()
+    bad[0, 0] = 9
+    with pytest.raises(ValueError, match="below 8"):
+        g.check_indices(bad, 8)
+    g.check_indices(indices, 8)
