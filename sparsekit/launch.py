@@ -95,7 +95,7 @@ class LaunchPlan:
         from cuda.bindings import driver
 
         self.launches = launches
-        self._keep = keep                          # the recording's buffers (scratch the kernels reuse)
+        self._keep = keep                          # the recording's other device arrays, kept alive
         self._launch = driver.cuLaunchKernel
 
     def __call__(self, input_ptr: int, output_ptr: int, stream: int) -> None:
@@ -132,7 +132,9 @@ def record(product, x, out_like):
             if isinstance(v, ctypes.c_int64) and v.value in (xp, op):
                 ln.slots.setdefault("input" if v.value == xp else "output", []).append(i)
         launches.append(ln)
-    plan = LaunchPlan(launches, keep=(seen, x, out))
+    keep = [a for _, _, _, args in seen for a in args                  # scratch the launches point at, not
+            if getattr(a, "__cuda_array_interface__", {"data": (xp,)})["data"][0] not in (xp, op)]  # x or out
+    plan = LaunchPlan(launches, keep=keep)
     negated = -x                                       # -x gives exactly -out: a product that read a copy
     for source, want in ((negated, -out), (x, out)):   # of x made outside the launches would not
         check = out_like(x).fill_(float("nan"))        # unwritten outputs stay NaN and differ

@@ -18,7 +18,17 @@ def test_tiny_decoder_rows():
     assert all(r["correct"] and r["graph_breaks"] == 0 for r in rows)
     assert all(r["fine_tune_max_relative_difference"] < 1e-6 for r in rows)
     memory = [r["weight_memory_vs_dense"] for r in rows]
-    assert memory == sorted(memory, reverse=True) and memory[SPARSITIES.index(0.8)] <= 0.45
+    assert memory == sorted(memory, reverse=True)
+
+
+def test_weight_memory_at_llama_width():
+    """4 bytes a kept weight against 2 dense, rows padded to a multiple of 8: at 80 % on a 4096-wide layer
+    0.4 of the dense bytes (the tiny decoder's rows of 13 kept pad to 16, so its ratio is higher)."""
+    from sparsekit.torch import SparseLinear
+
+    dense = torch.nn.Linear(4096, 256, bias=False).to(torch.bfloat16)
+    layer = SparseLinear.from_dense(dense, sparsity=0.8)
+    assert layer.weight_bytes() / (4096 * 256 * 2) <= 0.45
 
 
 def test_decode_step_continues_the_prefill():

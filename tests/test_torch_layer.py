@@ -1,5 +1,7 @@
-"""sparsekit.torch on the CPU path: SparseLinear equals the dense layer with the pruned weight, the
-custom op's fake kernel and autograd, gradcheck, sparsify_, state_dict, torch.compile(fullgraph=True)."""
+"""sparsekit.torch on the CPU path: SparseLinear equals the dense layer with the pruned weight (uniform,
+2:4, unstructured, rows of its own), the custom op's fake kernel and autograd (padding gets no gradient),
+gradcheck, sparsify_, state_dict (also of another width), torch.compile(fullgraph=True), the reference of
+the padded ELL rows the GPU kernel reads."""
 from __future__ import annotations
 
 import io
@@ -28,6 +30,8 @@ def test_layer_equals_dense_with_pruned_weight(dtype, sparsity):
     dense = torch.nn.Linear(40, 24).to(dtype)
     layer = SparseLinear.from_dense(dense, sparsity=sparsity)
     assert layer.values.dtype == dtype and layer.indices.dtype == torch.int16
+    kept = int(prune.uniform(np.ones((1, 40)), sparsity).sum())
+    assert layer.values.shape == (24, -(-kept // 8) * 8)                   # padded to a multiple of 8
     want_w = _pruned(dense, sparsity)
     assert torch.equal(layer.to_dense().weight, want_w)
     x = torch.randn(2, 5, 40).to(dtype)
@@ -44,14 +48,40 @@ def test_two_four_pattern_keeps_two_of_every_four():
     w = layer.to_dense().weight
     assert ((w != 0).view(8, 4, 4).sum(-1) <= 2).all()
     assert layer.values.shape == (8, 8)
+    mask = torch.from_numpy(np.asarray(prune.n_m(dense.weight.detach().numpy(), 2, 4), dtype=bool))
+    assert torch.equal(w, dense.weight.detach() * mask)
+
+
+def test_unstructured_pattern_keeps_the_layers_largest():
+    torch.manual_seed(6)
+    dense = torch.nn.Linear(30, 12)
+    layer = SparseLinear.from_dense(dense, pattern="unstructured", sparsity=0.8)
+    w, full = layer.to_dense().weight, dense.weight.detach()
+    kept = w != 0
+    assert int(kept.sum()) == round(360 * 0.2)
+    assert full.abs()[kept].min() >= full.abs()[~kept].max()           # every kept |w| above every dropped
+    assert torch.equal(w[kept], full[kept])
+    x = torch.randn(3, 30)
+    torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, w, dense.bias))
+
+
+def test_from_rows_takes_any_pattern_and_checks_columns():
+    values = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    columns = torch.tensor([[0, 3, 5], [2, 5, 5]])                        # 5 = in_features: unused
+    layer = SparseLinear.from_rows(values, columns, 5, bias=None)
+    assert torch.equal(layer.to_dense().weight, torch.tensor([[1.0, 0, 0, 2, 0], [0, 0, 3, 0, 0]]))
+    with pytest.raises(ValueError, match="columns: must be in 0..4"):
+        SparseLinear.from_rows(values, columns + 1, 5)
+    with pytest.raises(ValueError, match="shape"):
+        SparseLinear.from_rows(values, columns[:, :2], 5)
 
 
 def test_gradcheck_float64():
     torch.manual_seed(1)
     layer = SparseLinear.from_dense(torch.nn.Linear(12, 7).double(), sparsity=0.6)
     x = torch.randn(5, 12, dtype=torch.float64, requires_grad=True)
-    op = torch.ops.sparsekit.uspmm_linear
-    assert torch.autograd.gradcheck(lambda a, v: op(a, v, layer.indices, layer.weight_id),
+    op = torch.ops.sparsekit.sparse_linear
+    assert torch.autograd.gradcheck(lambda a, v: op(a, v, layer.indices, 12, layer.weight_id),
                                     (x, layer.values.detach().clone().requires_grad_()))
 
 
@@ -64,16 +94,20 @@ def test_gradients_equal_dense_autograd_at_kept_positions():
     layer(x).square().sum().backward()
     dense(x2).square().sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
-    torch.testing.assert_close(layer.values.grad, dense.weight.grad.gather(1, layer.indices.long()))
+    stored = layer.indices.long() < 20                                      # the rest is padding
+    want = torch.nn.functional.pad(dense.weight.grad, (0, 1)).gather(1, layer.indices.long())
+    torch.testing.assert_close(layer.values.grad, want)
+    assert stored.sum() == 10 * 6 and (layer.values.grad[~stored] == 0).all()
     torch.testing.assert_close(layer.bias.grad, dense.bias.grad)
 
 
 def test_fake_kernel_gives_shape_and_dtype():
     layer = SparseLinear.from_dense(torch.nn.Linear(8, 3), sparsity=0.5)
-    torch.library.opcheck(torch.ops.sparsekit.uspmm_linear.default,
-                          (torch.randn(4, 8), layer.values.detach(), layer.indices, layer.weight_id))
+    torch.library.opcheck(torch.ops.sparsekit.sparse_linear.default,
+                          (torch.randn(4, 8), layer.values.detach(), layer.indices, 8, layer.weight_id))
     with torch._subclasses.fake_tensor.FakeTensorMode():
-        y = torch.ops.sparsekit.uspmm_linear(torch.empty(4, 8), torch.empty(3, 4), torch.empty(3, 4, dtype=torch.int16), 0)
+        y = torch.ops.sparsekit.sparse_linear(torch.empty(4, 8), torch.empty(3, 8), torch.empty(3, 8, dtype=torch.int16),
+                                              8, 0)
     assert y.shape == (4, 3)
 
 
@@ -91,7 +125,7 @@ def test_sparsify_replaces_filtered_linears_in_place():
     sparsify_(model, sparsity=0.75, filter_fn=lambda mod, name: name != "head")
     assert isinstance(model.up, SparseLinear) and isinstance(model.down, SparseLinear)
     assert type(model.head) is torch.nn.Linear
-    assert model.up.values.shape == (32, 4)
+    assert model.up.values.shape == (32, 8)                                # 4 kept, padded to 8
     with pytest.raises(ValueError, match="bare nn.Linear"):
         sparsify_(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="pattern"):
@@ -109,6 +143,9 @@ def test_state_dict_round_trip():
     x = torch.randn(3, 16)
     assert torch.equal(model(x), fresh(x))
     assert set(model.state_dict()) >= {"up.values", "up.indices", "up.bias"}
+    other = sparsify_(_Block(), sparsity=0.9)                               # another width loads too
+    other.load_state_dict(model.state_dict())
+    assert torch.equal(other(x), model(x))
 
 
 def test_compile_fullgraph_has_no_graph_break():
@@ -132,17 +169,31 @@ def test_fine_tuning_step_keeps_the_pattern():
     assert not (after & ~before).any()
 
 
-def test_dense_weight_scatters_kept_values():
-    values = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    indices = torch.tensor([[0, 2], [1, 3]], dtype=torch.int16)
-    assert torch.equal(dense_weight(values, indices, 4), torch.tensor([[1.0, 0, 2, 0], [0, 3, 0, 4]]))
+def test_dense_weight_equals_the_padded_rows_reference():
+    from reference.spmm_ell_rows import densify_ell_rows, ell_rows_from_dense
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((9, 40)) * (rng.random((9, 40)) < 0.3)).astype(np.float16)
+    values, indices = ell_rows_from_dense(w)
+    got = dense_weight(torch.from_numpy(values), torch.from_numpy(indices.view(np.int16)), 40)
+    assert np.array_equal(got.numpy(), densify_ell_rows(values, indices, 40))
+    assert np.array_equal(got.numpy(), w)
+    wide = np.zeros((2, 40000), np.float16)                                # columns past 32767: int16 read unsigned
+    wide[0, 39999], wide[1, 5] = 1, 2
+    values, indices = ell_rows_from_dense(wide)
+    assert np.array_equal(dense_weight(torch.from_numpy(values), torch.from_numpy(indices.view(np.int16)),
+                                       40000).numpy(), wide)
 
 
 def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="dtype"):
         SparseLinear(8, 4, 2, dtype=torch.int32)
-    with pytest.raises(ValueError, match="kept"):
+    with pytest.raises(ValueError, match="width"):
         SparseLinear(8, 4, 9)
+    with pytest.raises(ValueError, match="in_features"):
+        SparseLinear(70000, 4, 8)
+    with pytest.raises(ValueError, match="sparsity"):
+        SparseLinear.from_dense(torch.nn.Linear(8, 4), sparsity=1.0)
     with pytest.raises(ValueError, match="pattern"):
         SparseLinear.from_dense(torch.nn.Linear(8, 4), pattern="4:8")
 

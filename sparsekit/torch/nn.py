@@ -1,4 +1,4 @@
-"""``SparseLinear`` and ``sparsify_``: uniform-sparse ``nn.Linear`` replacements for PyTorch models."""
+"""``SparseLinear`` and ``sparsify_``: sparse ``nn.Linear`` replacements for PyTorch models."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,86 +6,134 @@ import torch
 from torch import nn
 
 from sparsekit import prune
-from sparsekit.torch.ops import dense_weight, prepared, register, uspmm_linear
+from sparsekit.torch.ops import dense_weight, forward, register, sparse_linear
 
-__all__ = ["SparseLinear", "sparsify_", "PATTERNS"]
+__all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 
-#: Sparsity patterns a weight may be pruned to; both are stored as ELL rows (2:4 keeps K/2 a row).
-PATTERNS = ("uniform", "2:4")
-#: float64 runs on the CPU path only (gradcheck); the GPU kernels take the other three.
+#: Sparsity patterns :meth:`SparseLinear.from_dense` prunes to: every row keeps its largest ``|w|``, the
+#: same count a row ("uniform"); 2 of every 4 ("2:4"); the layer's largest ``|w|``, any count a row
+#: ("unstructured", rows padded to the longest).
+PATTERNS = ("uniform", "2:4", "unstructured")
+#: float64 runs on the CPU only (gradcheck); CUDA kernels take float16 and bfloat16.
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: Entries a row is padded to a multiple of (:data:`reference.spmm_ell_rows.ROW_MULTIPLE`).
+_ROW_MULTIPLE = 8
+#: Columns are stored in 16 bits, the padding mark ``in_features`` too.
+_MAX_IN = (1 << 16) - 1
 
 
-def _index_dtype(in_features: int) -> torch.dtype:
-    return torch.int16 if in_features <= np.iinfo(np.int16).max else torch.int32
-
-
-def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> torch.Tensor:
-    """The ascending columns each row of ``w`` keeps (``out x K'``, int64, on ``w``'s device): the rule of
-    :func:`sparsekit.prune.uniform` (the K' largest ``|w|``, ties: lower column) computed with torch on
-    the weight's device, or :func:`sparsekit.prune.n_m` (2 of every 4)."""
+def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(columns, counts)``: the ascending columns each row of ``w`` keeps, padded on the right with
+    ``in_features`` (``out x width``, int64, on ``w``'s device), and each row's count. Uniform:
+    :func:`sparsekit.prune.uniform`'s rule (the ``K'`` largest ``|w|``, ties to the lower column) with torch
+    on the weight's device; 2:4: :func:`sparsekit.prune.n_m`; unstructured: the layer's largest ``|w|``."""
+    m, k = w.shape
+    cols = torch.arange(k, device=w.device).expand(m, k)
+    if pattern == "uniform":
+        kept = int(prune.uniform(np.ones((1, k)), sparsity).sum())          # K' for this width
+        order = torch.sort(w.abs().float(), dim=1, descending=True, stable=True).indices
+        chosen = order[:, :kept].sort(dim=1).values
+        return chosen, torch.full((m,), kept, device=w.device)
     if pattern == "2:4":
         mask = torch.from_numpy(prune.n_m(w.float().cpu().numpy(), 2, 4)).to(w.device)
-        cols = torch.arange(w.shape[1], device=w.device).expand_as(w)
-        return cols[mask].view(w.shape[0], -1)
-    kept = int(prune.uniform(np.ones((1, w.shape[1])), sparsity).sum())   # K' for this width
-    order = torch.sort(w.abs().float(), dim=1, descending=True, stable=True).indices
-    return order[:, :kept].sort(dim=1).values
+    else:
+        keep = max(1, round(m * k * (1 - sparsity)))
+        threshold = w.abs().float().flatten().kthvalue(m * k - keep + 1).values
+        mask = w.abs().float() >= threshold
+    counts = mask.sum(dim=1)
+    keyed = torch.where(mask, cols, k)                                       # dropped columns sort last as K
+    return keyed.sort(dim=1).values[:, :int(counts.max()) if m else 0], counts
 
 
 class SparseLinear(nn.Module):
-    """``y = x W^T + b`` with ``W`` (``out x in``) stored as its kept entries only: ``values`` (a
-    Parameter, ``out x K'``) and ``indices`` (a buffer of ascending columns, int16 when ``in <= 32767``).
+    """``y = x W^T + b`` with ``W`` (``out x in``) stored as its kept entries only, as padded ELL rows
+    (``reference/spmm_ell_rows.py``): ``values`` (the trainable Parameter, ``out x width``) and ``indices``
+    (a buffer, int16 bits of each entry's column; ``in_features`` marks padding), ``width`` the longest row
+    rounded up to a multiple of 8. 4 bytes a kept weight in float16/bfloat16; nothing else is stored.
 
-    Gradients reach the kept values only, so fine-tuning keeps the pattern. float16, bfloat16, float32.
-    On CUDA without autograd and outside torch.compile, ``forward`` skips the custom op's dispatch (a few
-    microseconds of host time) and calls the prepared weight directly.
+    Any pattern (uniform, 2:4, unstructured, or your own: :meth:`from_rows`). Gradients reach the kept
+    entries only, so fine-tuning keeps the pattern. float16 and bfloat16 run the sparse kernel on CUDA at
+    decode widths (``N <= 16`` rows of ``x``) and dense GEMM on the weight densified for the call beyond;
+    float32 the latter on CUDA; float64 the CPU (gradcheck). On CUDA without autograd and outside
+    ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time).
     """
 
-    def __init__(self, in_features: int, out_features: int, kept: int, *, bias: bool = True,
+    def __init__(self, in_features: int, out_features: int, width: int, *, bias: bool = True,
                  dtype: torch.dtype = torch.float32, device=None):
         super().__init__()
         if dtype not in _DTYPES:
             raise ValueError(f"dtype: must be one of {_DTYPES}, got {dtype}")
-        if not 0 < kept <= in_features:
-            raise ValueError(f"kept: entries a row must be in 1..{in_features}, got {kept}")
+        if not 0 < in_features <= _MAX_IN:
+            raise ValueError(f"in_features: must be in 1..{_MAX_IN} (columns are stored in 16 bits), got {in_features}")
+        if not 0 < width or width % _ROW_MULTIPLE:
+            raise ValueError(f"width: entries a row must be a positive multiple of {_ROW_MULTIPLE}, got {width}")
         self.in_features, self.out_features = in_features, out_features
-        self.values = nn.Parameter(torch.zeros((out_features, kept), dtype=dtype, device=device))
-        cols = torch.arange(kept, dtype=_index_dtype(in_features), device=device)
-        self.register_buffer("indices", cols.expand(out_features, kept).contiguous())
+        self.values = nn.Parameter(torch.zeros((out_features, width), dtype=dtype, device=device))
+        pad = torch.tensor(in_features, dtype=torch.int32).to(torch.int16)     # (wraps above 32767: read unsigned)
+        self.register_buffer("indices", pad.expand(out_features, width).to(device).contiguous())
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device)) if bias else None
-        self.weight_id = register(in_features)
+        self.weight_id = register(self)
 
     @classmethod
     def from_dense(cls, linear: nn.Linear, *, pattern: str = "uniform", sparsity: float = 0.5) -> "SparseLinear":
-        """Prune ``linear.weight`` (``pattern``: every row keeps its largest ``|w|``, the same count a
-        row, or 2 of every 4) and keep its bias, dtype and device."""
+        """``linear`` pruned to ``pattern`` at ``sparsity`` (ignored for 2:4), on its device, with its bias
+        and dtype."""
         if pattern not in PATTERNS:
             raise ValueError(f"pattern: must be one of {PATTERNS}, got {pattern!r}")
+        if not isinstance(sparsity, (float, int)) or not 0 <= sparsity < 1:
+            raise ValueError(f"sparsity: must be in [0, 1), got {sparsity!r}")
         w = linear.weight.detach()
-        indices = _kept_columns(w, pattern, sparsity)
-        layer = cls(w.shape[1], w.shape[0], indices.shape[1], bias=linear.bias is not None, dtype=w.dtype, device=w.device)
-        with torch.no_grad():
-            layer.indices.copy_(indices.to(layer.indices.dtype))
-            layer.values.copy_(w.gather(1, indices))
-            if linear.bias is not None:
-                layer.bias.copy_(linear.bias.detach())
-        return layer
+        cols, counts = _kept_columns(w, pattern, sparsity)
+        return cls.from_rows(w.gather(1, cols.clamp(max=w.shape[1] - 1)) * (cols < w.shape[1]), cols,
+                             w.shape[1], linear.bias)
 
-    def __setstate__(self, state):
-        """A copy (``copy.deepcopy``, unpickling) gets its own prepared weight."""
-        super().__setstate__(state)
-        self.weight_id = register(self.in_features)
+    @classmethod
+    def from_rows(cls, values: torch.Tensor, columns: torch.Tensor, in_features: int,
+                  bias: torch.Tensor | None = None) -> "SparseLinear":
+        """A layer whose row ``r`` holds ``values[r, j]`` at column ``columns[r, j]`` (``out x n``, columns
+        ascending a row, ``in_features`` for an unused entry), on ``values``' device and dtype."""
+        m, n = values.shape
+        if columns.shape != values.shape:
+            raise ValueError(f"columns: must have values' shape {tuple(values.shape)}, got {tuple(columns.shape)}")
+        bad = (columns < 0) | (columns > in_features)
+        if bool(bad.any()):
+            raise ValueError(f"columns: must be in 0..{in_features - 1} ({in_features}: unused)")
+        width = _ROW_MULTIPLE * max(1, -(-n // _ROW_MULTIPLE))
+        layer = cls(in_features, m, width, bias=bias is not None, dtype=values.dtype, device=values.device)
+        with torch.no_grad():
+            layer.values[:, :n] = torch.where(columns < in_features, values, 0)
+            layer.indices[:, :n] = columns.to(torch.int32).to(torch.int16)
+            if bias is not None:
+                layer.bias.copy_(bias.detach())
+        return layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if x2.is_cuda and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            y = prepared(self.weight_id).forward(x2.contiguous(), self.values, self.indices)  # no op dispatch
+            if x2.dtype != self.values.dtype:
+                raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
+            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id)   # no op dispatch
         else:
-            y = uspmm_linear(x2, self.values, self.indices, self.weight_id)
+            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id)
         y = y.reshape(*lead, self.out_features)
         return y if self.bias is None else y + self.bias
+
+    def __setstate__(self, state):
+        """A copy (``copy.deepcopy``, unpickling) gets its own launch plans."""
+        super().__setstate__(state)
+        self.weight_id = register(self)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        """A sparse weight of another width (another pattern or sparsity) loads too: its tensors replace
+        this layer's."""
+        values, indices = state_dict.get(prefix + "values"), state_dict.get(prefix + "indices")
+        if values is not None and indices is not None and values.shape != self.values.shape:
+            self.values = nn.Parameter(torch.empty_like(values, device=self.values.device))
+            self.indices = torch.empty_like(indices, device=self.indices.device)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
     def to_dense(self) -> nn.Linear:
         """The equivalent ``nn.Linear`` (pruned entries zero)."""
@@ -103,7 +151,7 @@ class SparseLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"kept={self.values.shape[1]}, bias={self.bias is not None}")
+                f"width={self.values.shape[1]}, bias={self.bias is not None}")
 
 
 def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None) -> nn.Module:

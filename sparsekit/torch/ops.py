@@ -1,125 +1,175 @@
-"""The sparse products as ``torch.library`` custom ops, with fake (meta) kernels and autograd.
+"""The sparse linear product as a ``torch.library`` custom op, with a fake (meta) kernel and autograd.
 
-``sparsekit::uspmm_linear(x, values, indices, weight_id)`` is ``y = x @ W^T`` for a uniform-sparse
-weight ``W`` (``M x K``) held as ELL rows: ``values`` and ``indices`` (``M x K'``, ascending columns).
-On CUDA it runs the library's USpMM (:func:`gpu.uspmm.uspmm` with ``config="auto"``) on the weight
-prepared once (:class:`PreparedWeight`, found by ``weight_id``), replaying recorded launches
-(:mod:`sparsekit.launch`) on torch's current stream; on the CPU it runs torch ops (the densified
-weight), the reference path of the tests and of ``gradcheck``.
+``sparsekit::sparse_linear(x, values, indices, in_features, weight_id)`` is ``y = x @ W^T`` for a weight
+``W`` (``M x K``) held as padded ELL rows (``reference/spmm_ell_rows.py``): ``values`` and ``indices``
+(``M x W``, ``W`` a multiple of 8; column ``K`` marks padding; columns are read as unsigned 16-bit).
 
-Autograd: ``dX = dY @ W`` and ``dW`` only at the kept positions, ``dvalues[m, j] = (dY^T x)[m, idx[m, j]]``
-(a sampled product, gathered from ``dY^T x``), so training keeps the sparsity pattern.
+* CUDA, float16/bfloat16, ``N <= KERNEL_MAX_N``: :func:`gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by
+  reading the weight's 4 bytes a kept entry; its launches are recorded once per (weight, ``N``) and replayed
+  with ``cuLaunchKernel`` on torch's current stream (:mod:`sparsekit.launch`): no host sync, no allocation
+  outside torch's allocator, so a CUDA graph can capture it.
+* CUDA, wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`gpu.spmm_ell_rows.densify_ell_rows`,
+  recorded the same way, or torch's scatter for float32) and dense GEMM (cuBLAS); nothing dense is kept.
+* CPU: torch ops on the densified weight with float32 accumulation (float64 stays float64: ``gradcheck``).
+
+Autograd: ``dX = dY @ W`` (the densified weight) and the gradient of the kept entries only,
+``dvalues[m, j] = (dY^T x)[m, indices[m, j]]`` (zero at padding), so training keeps the pattern.
 """
 from __future__ import annotations
 
 import itertools
+import weakref
 
-import numpy as np
 import torch
 
-__all__ = ["uspmm_linear", "PreparedWeight", "prepared", "dense_weight", "register"]
+__all__ = ["sparse_linear", "dense_weight", "register", "prepared", "KERNEL_MAX_N", "KERNEL_DTYPES"]
+
+#: The widest ``x`` the row kernel multiplies; wider goes to dense GEMM on the densified weight. At
+#: ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity from
+#: 50 %; at ``N = 32`` it takes 2.5-10x dense cuBLAS (``experiments/results/uspmm_decode.md``).
+KERNEL_MAX_N = 16
+#: dtypes the CUDA kernels take.
+KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 _WEIGHTS: dict = {}
 _IDS = itertools.count(1)
 
 
+def _columns(indices: torch.Tensor) -> torch.Tensor:
+    """The columns of ``indices`` as int64 (stored as int16: read unsigned)."""
+    return indices.long() & 0xFFFF
+
+
 def dense_weight(values: torch.Tensor, indices: torch.Tensor, in_features: int) -> torch.Tensor:
-    """``W`` (``M x K``) from its ELL rows, zeros elsewhere."""
-    out = values.new_zeros((values.shape[0], in_features))
-    return out.scatter(1, indices.long(), values)
+    """``W`` (``M x K``) from padded ELL rows with torch ops, zeros where nothing is stored."""
+    out = values.new_zeros((values.shape[0], in_features + 1))        # column K: padding lands there
+    return out.scatter(1, _columns(indices), values)[:, :in_features]
 
 
-def _numpy_values(values: torch.Tensor) -> np.ndarray:
-    """``values`` on the host as a NumPy array of the same dtype (bfloat16 as ``ml_dtypes.bfloat16``)."""
-    from sparsekit.arrays import BFLOAT16
+class Prepared:
+    """One layer's launch plans (per ``N``, dtype, device and the addresses of its tensors) and the scratch
+    buffers they point at; dropped with its layer."""
 
-    host = values.detach().cpu()
-    if host.dtype == torch.bfloat16:
-        return host.view(torch.int16).numpy().view(BFLOAT16)
-    return host.numpy()
+    def __init__(self):
+        from gpu.launch import Buffers
 
+        self.plans: dict = {}
+        self.buffers = Buffers()
 
-class PreparedWeight:
-    """The device form of one sparse weight: the :class:`gpu.device_ell.DeviceELL` and, per
-    (N, dtype, device), the recorded launch plan of the product; rebuilt when the values change."""
-
-    def __init__(self, in_features: int):
-        self.in_features = in_features
-        self._version = None
-        self._dell = None
-        self._plans: dict = {}
-
-    def device_ell(self, values: torch.Tensor, indices: torch.Tensor):
-        from gpu.device_ell import prepare
-        from sparsekit.formats import ELL
-
-        version = (values._version, indices._version, values.data_ptr(), indices.data_ptr())
-        if version != self._version:
-            ell = ELL(values=np.asfortranarray(_numpy_values(values)),
-                      indices=np.asfortranarray(indices.detach().cpu().numpy()),
-                      shape=(values.shape[0], self.in_features))
-            self._dell, self._plans, self._version = prepare(ell), {}, version
-        return self._dell
-
-    def forward(self, x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-        """``x @ W^T`` on CUDA (``x`` ``N x K``, C-contiguous): ``uspmm(W, x^T)`` with ``x^T`` read
-        column-major, so ``C = Y^T`` comes back column-major, i.e. ``Y`` row-major, with no copy."""
-        from gpu.uspmm import uspmm
+    def _plan(self, key, product, x, out_like):
+        """``(out, None)`` for a recording call, else ``(None, plan)`` (``plan`` None: no replay possible)."""
         from sparsekit.launch import record
 
-        dell = self.device_ell(values, indices)
+        if key not in self.plans:
+            out, self.plans[key] = record(product, x, out_like)
+            return out, None
+        return None, self.plans[key]
+
+    def product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` on CUDA (``x`` ``N x K`` C-contiguous, ``N <= KERNEL_MAX_N``, a kernel dtype)."""
+        from gpu.spmm_ell_rows import spmm_ell_rows_linear
+
         n, m = x.shape[0], values.shape[0]
-        key = (n, x.dtype, x.device)
-        if key not in self._plans:
-            out, self._plans[key] = record(lambda t: uspmm(dell, t.T, config="auto"), x,
-                                           lambda t: t.new_empty((n, m)).T)
-            return out.T
-        plan = self._plans[key]
+        v, idx = values.detach(), indices
+
+        def run(t):
+            return spmm_ell_rows_linear(v, idx, in_features, t, buffers=self.buffers)
+
+        key = ("product", n, x.dtype, x.device, v.data_ptr(), idx.data_ptr())
+        out, plan = self._plan(key, run, x, lambda t: t.new_empty((n, m)))
+        if out is not None:
+            return out
         if plan is None:
-            return uspmm(dell, x.T, config="auto").T
+            return run(x)
         y = x.new_empty((n, m))
         plan(x.data_ptr(), y.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
         return y
 
+    def dense(self, values, indices, in_features: int) -> torch.Tensor:
+        """``W`` densified on CUDA for one call (float16/bfloat16: the densify kernel, recorded with the
+        values as its input)."""
+        from gpu.spmm_ell_rows import densify_ell_rows
 
-def prepared(weight_id: int) -> PreparedWeight:
-    """The prepared weight of ``weight_id`` (for the eager fast path of :class:`SparseLinear`)."""
-    return _WEIGHTS[weight_id]
+        v, idx, m = values.detach(), indices, values.shape[0]
+        if v.dtype not in KERNEL_DTYPES:
+            return dense_weight(v, idx, in_features)
+
+        def run(t):
+            return densify_ell_rows(t, idx, in_features)
+
+        key = ("dense", v.dtype, v.device, v.data_ptr(), idx.data_ptr())
+        out, plan = self._plan(key, run, v, lambda t: t.new_empty((m, in_features)))
+        if out is not None:
+            return out
+        if plan is None:
+            return run(v)
+        w = v.new_empty((m, in_features))
+        plan(v.data_ptr(), w.data_ptr(), torch._C._cuda_getCurrentRawStream(v.get_device()))
+        return w
 
 
-def register(in_features: int) -> int:
-    """A new weight id for :func:`uspmm_linear` (one per layer)."""
+def register(owner) -> int:
+    """A new weight id for :func:`sparse_linear`, its :class:`Prepared` dropped when ``owner`` is."""
     wid = next(_IDS)
-    _WEIGHTS[wid] = PreparedWeight(in_features)
+    _WEIGHTS[wid] = Prepared()
+    weakref.finalize(owner, _WEIGHTS.pop, wid, None)
     return wid
 
 
-@torch.library.custom_op("sparsekit::uspmm_linear", mutates_args=())
-def uspmm_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, weight_id: int) -> torch.Tensor:
-    """``x @ W^T`` for ``x`` (``N x K``) and the uniform-sparse ``W`` in ``values``/``indices``."""
+def prepared(weight_id: int) -> Prepared:
+    """The :class:`Prepared` of ``weight_id``."""
+    return _WEIGHTS[weight_id]
+
+
+def _on_kernel(x: torch.Tensor, values: torch.Tensor) -> bool:
+    return x.dtype in KERNEL_DTYPES and x.shape[0] <= KERNEL_MAX_N
+
+
+def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
+            weight_id: int) -> torch.Tensor:
+    """``x @ W^T`` on ``x``'s device (the op's body; also the eager fast path of the layer)."""
     if x.is_cuda:
-        return _WEIGHTS[weight_id].forward(x.contiguous(), values, indices)
-    return x @ dense_weight(values, indices, x.shape[1]).T
+        prep = _WEIGHTS[weight_id]
+        if _on_kernel(x, values):
+            return prep.product(x.contiguous(), values, indices, in_features)
+        return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return (x.to(acc) @ dense_weight(values, indices, in_features).to(acc).T).to(x.dtype)
 
 
-@uspmm_linear.register_fake
-def _(x, values, indices, weight_id):
+@torch.library.custom_op("sparsekit::sparse_linear", mutates_args=())
+def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
+                  weight_id: int) -> torch.Tensor:
+    """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``."""
+    if x.dtype != values.dtype:
+        raise ValueError(f"x: dtype must be the weight's {values.dtype}, got {x.dtype}")
+    return forward(x, values, indices, in_features, weight_id)
+
+
+@sparse_linear.register_fake
+def _(x, values, indices, in_features, weight_id):
     return x.new_empty((x.shape[0], values.shape[0]))
 
 
 def _setup(ctx, inputs, output):
-    x, values, indices, weight_id = inputs
+    x, values, indices, in_features, weight_id = inputs
+    ctx.in_features, ctx.weight_id = in_features, weight_id
     ctx.save_for_backward(x, values, indices)
 
 
 def _backward(ctx, grad):
     x, values, indices = ctx.saved_tensors
     grad_x = grad_values = None
+    acc = torch.float64 if grad.dtype == torch.float64 else torch.float32
     if ctx.needs_input_grad[0]:
-        grad_x = grad @ dense_weight(values, indices, x.shape[1])
+        w = (_WEIGHTS[ctx.weight_id].dense(values, indices, ctx.in_features) if grad.is_cuda
+             else dense_weight(values, indices, ctx.in_features))
+        grad_x = (grad.to(acc) @ w.to(acc)).to(x.dtype)
     if ctx.needs_input_grad[1]:
-        grad_values = (grad.T @ x).gather(1, indices.long())
-    return grad_x, grad_values, None, None
+        outer = grad.to(acc).T @ x.to(acc)                                 # (M x K) dY^T x
+        outer = torch.nn.functional.pad(outer, (0, 1))                     # column K (padding): zero
+        grad_values = outer.gather(1, _columns(indices)).to(values.dtype)
+    return grad_x, grad_values, None, None, None
 
 
-uspmm_linear.register_autograd(_backward, setup_context=_setup)
+sparse_linear.register_autograd(_backward, setup_context=_setup)

@@ -1,6 +1,8 @@
 """sparsekit.torch on a real GPU: SparseLinear equals the dense layer with the pruned weight (float16,
-bfloat16, float32; decode and larger N), the recorded launches replay bit-identically on torch's current
-stream, inside a CUDA graph and under torch.compile(fullgraph=True); gradients equal dense autograd."""
+bfloat16, float32; the sparse kernel at decode widths, the densified weight beyond; uniform, 2:4 and
+unstructured), the recorded launches replay bit-identically on torch's current stream, inside a CUDA graph
+and under torch.compile(fullgraph=True); gradients equal dense autograd; nothing but the sparse weight is
+kept on the device."""
 from __future__ import annotations
 
 import pytest
@@ -8,16 +10,16 @@ import pytest
 torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
 
 from sparsekit.torch import SparseLinear, sparsify_  # noqa: E402
-from sparsekit.torch.ops import _WEIGHTS  # noqa: E402
+from sparsekit.torch.ops import KERNEL_MAX_N, _WEIGHTS  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
 
 
-def _layer(dtype, sparsity=0.8, out_features=512, in_features=1024, seed=0):
+def _layer(dtype, sparsity=0.8, out_features=512, in_features=1024, seed=0, pattern="uniform"):
     torch.manual_seed(seed)
     dense = torch.nn.Linear(in_features, out_features, device="cuda").to(dtype)
-    return SparseLinear.from_dense(dense, sparsity=sparsity)
+    return SparseLinear.from_dense(dense, sparsity=sparsity, pattern=pattern)
 
 
 def _check(got, layer, x):
@@ -31,9 +33,10 @@ def _check(got, layer, x):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [1, 8, 64])
-def test_layer_equals_pruned_dense(dtype, n):
-    layer = _layer(dtype)
+@pytest.mark.parametrize("n", [1, 3, 8, 16, 17, 64])
+@pytest.mark.parametrize("pattern", ["uniform", "2:4", "unstructured"])
+def test_layer_equals_pruned_dense(dtype, n, pattern):
+    layer = _layer(dtype, pattern=pattern)
     for seed in (1, 2):                                   # the first call records, the second replays
         torch.manual_seed(seed)
         x = torch.randn(n, 1024, device="cuda", dtype=dtype)
@@ -41,22 +44,44 @@ def test_layer_equals_pruned_dense(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype):
-    from gpu.uspmm import uspmm
+@pytest.mark.parametrize("n", [1, 8, 64])
+def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n):
+    from gpu.spmm_ell_rows import densify_ell_rows, spmm_ell_rows_linear
 
     layer = _layer(dtype, seed=3)
-    x = torch.randn(8, 1024, device="cuda", dtype=dtype)
+    x = torch.randn(n, 1024, device="cuda", dtype=dtype)
     layer(x)
-    prepared = _WEIGHTS[layer.weight_id]
-    assert prepared._plans[(8, dtype, x.device)] is not None
-    x2 = torch.randn(8, 1024, device="cuda", dtype=dtype)
+    plans = _WEIGHTS[layer.weight_id].plans
+    assert plans and all(plan is not None for plan in plans.values())
+    x2 = torch.randn(n, 1024, device="cuda", dtype=dtype)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        y = torch.ops.sparsekit.uspmm_linear(x2, layer.values, layer.indices, layer.weight_id)
+        y = torch.ops.sparsekit.sparse_linear(x2, layer.values, layer.indices, 1024, layer.weight_id)
     torch.cuda.current_stream().wait_stream(side)
-    want = uspmm(prepared.device_ell(layer.values, layer.indices), x2.T, config="auto").T
+    values = layer.values.detach()
+    if n <= KERNEL_MAX_N:
+        want = spmm_ell_rows_linear(values, layer.indices, 1024, x2)
+    else:
+        want = torch.nn.functional.linear(x2, densify_ell_rows(values, layer.indices, 1024))
     assert torch.equal(y, want)
+
+
+def test_only_the_sparse_weight_stays_on_the_device():
+    """After decode and prefill calls, the memory a layer holds is its values, indices, bias and the staged
+    x^T (a few KB): nothing dense, no second copy of the weight."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    layer = _layer(torch.bfloat16, sparsity=0.8, out_features=4096, in_features=4096, seed=6)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - before
+    with torch.no_grad():
+        for n in (1, 8, 64):
+            layer(torch.randn(n, 4096, device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() - before <= held * 1.01
+    dense_bytes = 4096 * 4096 * 2
+    assert layer.weight_bytes() <= 0.41 * dense_bytes                 # 4 bytes a kept weight, 20 % kept
 
 
 def test_cuda_graph_capture_and_replay():
@@ -73,32 +98,29 @@ def test_cuda_graph_capture_and_replay():
     assert torch.equal(static_y, layer(fresh))
 
 
-def test_compile_fullgraph_matches_eager():
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 512), torch.nn.SiLU(), torch.nn.Linear(512, 256))
+@pytest.mark.parametrize("n", [4, 32])
+def test_compile_fullgraph_matches_eager(n):
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 512, bias=False), torch.nn.Linear(512, 256, bias=False))
     model = sparsify_(model.to("cuda", torch.bfloat16), sparsity=0.7)
-    x = torch.randn(4, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(n, 1024, device="cuda", dtype=torch.bfloat16)
+    torch._dynamo.reset()
     compiled = torch.compile(model, fullgraph=True)
-    torch.testing.assert_close(compiled(x), model(x), rtol=0, atol=0)
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))          # the same kernels on the same inputs
 
 
-def test_gradients_equal_dense_autograd():
-    layer = _layer(torch.float32, sparsity=0.7, seed=5)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients_equal_dense_autograd(dtype):
+    layer = _layer(dtype, sparsity=0.7, seed=5)
     dense = layer.to_dense()
-    x = torch.randn(16, 1024, device="cuda", requires_grad=True)
+    x = torch.randn(16, 1024, device="cuda", dtype=dtype, requires_grad=True)
     x2 = x.detach().clone().requires_grad_()
-    layer(x).square().sum().backward()
-    dense(x2).square().sum().backward()
-    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-3)
-    torch.testing.assert_close(layer.values.grad, dense.weight.grad.gather(1, layer.indices.long()),
-                               rtol=1e-4, atol=1e-3)
-
-
-def test_host_overhead_within_15us():
-    from sparsekit.torch.bench import dispatch
-
-    rows = dispatch([(4096, 4096, 16, torch.float16, 0.8), (4096, 4096, 1, torch.bfloat16, 0.8)], calls=100)
-    ours = [r for r in rows if r["product"] == "SparseLinear"]
-    assert all(r["overhead_us"] <= 15.0 for r in ours), ours
+    layer(x).float().square().sum().backward()
+    dense(x2).float().square().sum().backward()
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-1)
+    torch.testing.assert_close(x.grad.float(), x2.grad.float(), **tol)
+    want = torch.nn.functional.pad(dense.weight.grad, (0, 1)).gather(1, layer.indices.long() & 0xFFFF)
+    torch.testing.assert_close(layer.values.grad.float(), want.float(), **tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
