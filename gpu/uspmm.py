@@ -56,9 +56,9 @@ ran 33.6 us (cuSPARSE 40.7 us; unsplit 71.2 us), the 8-row pipelined kernel
 with 4 splits 10.7 us at 128^3. The warp-split kernel beat all of these and
 cuSPARSE on every ResNet-50 layer shape of the Table 1 analog (N = 128, 81%):
 e.g. 512 x 1024 float32 9.8 us (heuristic's split direct kernel 30.6,
-cuSPARSE 20.9; "Session 5, small-N kernel" in ``experiments/results/uspmm.md``).
-:mod:`sparsekit.tune` searches them (``config="auto"``) and its heuristic
-follows these measurements.
+cuSPARSE 20.9; "small-N kernel" in ``experiments/results/uspmm.md``).
+:mod:`sparsekit.tune` searches them and :mod:`sparsekit.router` routes
+``config="auto"`` by these measurements.
 
 Layouts. ``b`` is ``K x N`` in C **or** F order (nothing else: other strides
 are refused, nothing is copied); ``C`` comes back in the same order. The F
@@ -92,6 +92,8 @@ from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
+from sparsekit.device import info
+from sparsekit.tune_cache import resolve, stores
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
@@ -464,8 +466,8 @@ def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols
     A thread sums 2 elements (``blockDim.x`` apart) at a time, their loads unconditional (clamped
     positions, :func:`_tile_position`) and side by side: one element at a time behind its bounds test,
     a thread had the loads of one element in flight (as the tensor-core split sum had,
-    ``gpu.uspmm_tc``'s ``add_fragments``). H100, session 11 ("Session 11: the CUDA-core split sum, two
-    elements a thread" of experiments/results/uspmm.md): 1-32% less time with every split setting timed;
+    ``gpu.uspmm_tc``'s ``add_fragments``). H100 ("the CUDA-core split sum, two elements a thread" in
+    experiments/results/uspmm.md): 1-32% less time with every split setting timed;
     4 elements were faster still for the dense-tile and pipelined kernels but took the direct kernel,
     which has no launch bounds, from 56 to 64 registers (sm_90) and lost to 2 with 8 and 16 splits.
     """
@@ -1075,13 +1077,13 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
       their entries, so the dependent reads of B can hit L2 instead of starting a second DRAM round
       trip (a launch on a cold L2 with few steps a warp, e.g. 128^3).
 
-    Measured (H100, float32, "Session 6, CUDA-core latency" in ``experiments/results/uspmm.md``):
-    in its calls 2 and 3 neither option made the fastest setting of any problem timed faster by more
+    Measured (H100, float32, "CUDA-core latency" in ``experiments/results/uspmm.md``): neither
+    option made the fastest setting of any problem timed faster by more
     than 2.2% (128^3 at 5-95%, 1024^3 at 90-95%, N = 128 to 1024 at 60%); against the same setting
     without it an option moved the time by -13% to +11%. At 128^3 the kernel runs 5.0-6.0 us where a probe doing only the
     two dependent reads and the shared-memory sum (no multiply-add) runs 4.46 us and an empty kernel
-    3.14 us. What did pay: fewer warps a block where the grid has many blocks (1024^3 90%, one call:
-    8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp 41.0 in the next call).
+    3.14 us. What did pay: fewer warps a block where the grid has many blocks (1024^3 90%, one run:
+    8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp 41.0 in a later run).
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
@@ -1486,8 +1488,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     are in flight) and ``l2_prefetch`` (B's column tile prefetched into L2
     at the start), both False by default (:func:`_warp_split_kernel`); all
     but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
-    autotuner's cached choice or ``"heuristic"`` for its rule
-    (:func:`sparsekit.tune.resolve`), instead of keyword tunables. Those may
+    autotuner's cached choice or ``"heuristic"`` for the router's rule
+    (:func:`resolved`), instead of keyword tunables. Those may
     choose ``variant="tensor_core"`` (row-major ``b``): the call goes to :func:`gpu.uspmm_tc.uspmm` with
     the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
     capability 9.0 GPU): :func:`gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
@@ -1498,14 +1500,14 @@ def uspmm(ell, b, *, config=None, **tunables):
     if config is not None:
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")
-    if variant == "decode":                        # the memory-bound path of small N (sparsekit.tune.DECODE)
+    if variant == "decode":                        # the memory-bound path of small N (sparsekit.router.DECODE)
         if order == "C":
             return spmm_tiled(dell.tiled_rows(), b)
         return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T
     if dell.dtype == BFLOAT16:
         raise ValueError(f"variant: bfloat16 runs on the decode kernel only (variant='decode', N <= 64), "
                          f"got {variant!r}")
-    if variant in ("tensor_core", "wgmma"):        # "auto" (sparsekit.tune.heuristic) or a tuned winner
+    if variant in ("tensor_core", "wgmma"):        # routed (sparsekit.router) or a tuned winner
         if variant == "tensor_core":
             from gpu.uspmm_tc import run as run_tensor
         else:
@@ -1517,10 +1519,17 @@ def uspmm(ell, b, *, config=None, **tunables):
 
 def resolved(config, dell, n: int, order: str) -> dict:
     """The tunables ``config`` ("auto", "heuristic" or a dict) names for ``dell`` times a ``K x n`` B in
-    ``order`` on this device (:func:`sparsekit.tune.resolve`; the wgmma kernel only on a GPU that runs it)."""
-    from gpu.uspmm_wgmma import supported
-    from sparsekit.tune import resolve
-    return resolve(config, dell, n, order, wgmma=supported())
+    ``order`` on this device (:func:`sparsekit.tune_cache.resolve`: the tuned winner or the router's
+    choice; the wgmma kernel only on a GPU that runs it). A name is resolved once per weight, ``n``,
+    order and device, and again after this process stores a tuned winner (a store by another process
+    is seen by weights prepared after it)."""
+    if not (isinstance(config, str) and config in ("auto", "heuristic")):
+        return resolve(config, dell, n, order)          # a dict passes through; anything else is refused
+
+    def build():
+        from gpu.uspmm_wgmma import supported
+        return resolve(config, dell, n, order, wgmma=supported())
+    return dict(dell.cached(("config", config, n, order, info().name, stores()), build, device=False))
 
 
 def uspmm_linear(ell, x, **tunables):

@@ -31,10 +31,9 @@ UPWARD = {
     ("sparsekit.commands.uspmm_decode", "experiments.bench_uspmm_decode"),
     ("sparsekit.experiment", "experiments"),     # the registry of `reproduce` discovers the experiments package
     ("sparsekit", "sparsekit.api"),              # the lazy attribute ``sparsekit.spmm`` (loaded on first use)
-    ("gpu.uspmm", "sparsekit.tune"),             # config="auto": the router sits above the kernels it routes
 }
 #: Circles still owed (sorted module names).
-CIRCLES = {("gpu.uspmm", "sparsekit.tune"), ("experiments.bench_uspmm", "experiments.uspmm_figures")}
+CIRCLES = {("experiments.bench_uspmm", "experiments.uspmm_figures")}
 
 
 def modules() -> dict[str, Path]:

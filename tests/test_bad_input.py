@@ -61,7 +61,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sparsekit import formats, io, prune, rnn_layout, roofline, tune
+from sparsekit import formats, io, prune, rnn_layout, roofline, tune, tune_cache
 from sparsekit.checks import BFLOAT16
 from sparsekit.cli import build_parser, main
 from tests.spmm_close import assert_spmm_close
@@ -593,7 +593,7 @@ def _resolve_with_cache(tmp, text: str):
                            host=SimpleNamespace(kprime=16, indices=np.zeros((64, 16), dtype=np.int32)))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
-        patch.setattr(tune, "_device_name", lambda: "test-gpu")
+        patch.setattr(tune_cache, "_device_name", lambda: "test-gpu")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             got = tune.resolve("auto", dell, 8, "C")
@@ -843,15 +843,15 @@ def _write(tmp: Path, name: str, text: str) -> Path:
 def _auto_with_cache(tmp: Path, text: str, monkeypatch):
     """``uspmm(config="auto")`` with ``text`` at the cache path: the right product and one warning."""
     from gpu import uspmm
-    from sparsekit import tune
+    from sparsekit import tune, tune_cache
 
     w = (GOOD * prune.uniform(GOOD, 0.5)).astype(np.float32)
     b = np.linspace(-1, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
     key = tune.problem_key("test-gpu", 8, 8, 3, 4, np.float32, np.int32, "C")     # this very problem's entry
     path = _write(tmp, "uspmm.json", text.replace("KEY", key))
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
-    monkeypatch.setattr(tune, "_device_name", lambda: "test-gpu")
-    monkeypatch.setattr(tune, "_LOADED", {})
+    monkeypatch.setattr(tune_cache, "_device_name", lambda: "test-gpu")
+    monkeypatch.setattr(tune_cache, "_LOADED", {})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = uspmm.uspmm(formats.ELL.from_dense(w), b, config="auto")
@@ -1054,6 +1054,8 @@ UNGUARDED_MODULES = {
     "gpu.cluster": "device functions and the cluster launch used by the persistent RNN",
     "gpu.inline": "inline PTX helpers (device functions)",
     "gpu.launch": "the launch contract used by the launchers (sizes from validated operands)",
+    "gpu.spmm_ell_rows": "takes plain arrays (values, indices, K) that sparsekit.torch.SparseLinear builds; its "
+                         "refusals of bad operands are in tests/test_spmm_ell_rows.py",
     "gpu.mma": "tensor-core device functions and their probes",
     "gpu.wgmma": "wgmma device functions and their probes",
     "gpu.sync_primitives": "device functions",
@@ -1064,10 +1066,8 @@ UNGUARDED_MODULES = {
     "sparsekit.arrays": "the operand helper every launcher validates through (tests/test_arrays.py)",
     "sparsekit.commands": "the CLI's commands, covered through the parser",
     "sparsekit.launch": "replays launches recorded from a validated product (no operand of its own)",
-    "sparsekit.torch": "the optional torch layer; its refusals (pattern, dtype, kept, bare Linear) are in "
-                       "tests/test_torch_layer.py",
-    "sparsekit.torch.tiled": "the optional torch layer of TiledCSL weights; its refusals (pattern, dtype, "
-                              "non-TiledCSL, bare Linear, x of another dtype) are in tests/test_torch_layers.py",
+    "sparsekit.torch": "the optional torch layer; its refusals (pattern, dtype, width, sparsity, columns, "
+                       "bare Linear) are in tests/test_torch_layer.py",
     "sparsekit.cli": "covered through the parser: test_every_numeric_flag_refuses_bad_values_in_one_line",
     "sparsekit.cli_types": "covered through the parser",
     "sparsekit.testsuite": "runs the suite",
@@ -1078,6 +1078,8 @@ UNGUARDED_MODULES = {
     "sparsekit.numba_compat": "numba-cuda internals for compiled kernels, no user data",
     "sparsekit.simulator": "the CUDA simulator's scheduling",
     "sparsekit.tune": "the cache rows (tune cache) and the launchers' config='auto' cover it",
+    "sparsekit.tune_cache": "the cache rows (tune cache) and the launchers' config='auto' cover it",
+    "sparsekit.router": "rules over problem sizes, no user data (tests/test_tune_routes.py)",
     "sparsekit.experiment": "experiment records and tables",
     "sparsekit.models": "layer shape tables",
     "sparsekit.offline": "offline compile helpers",

@@ -12,20 +12,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sparsekit import tune
+from sparsekit import tune, tune_cache
 
 CONFIG = dict(variant="tiled", nwarp=4, rows_per_warp=4, cols_per_lane=4)
 
 
 def _dell(m: int = 64, k: int = 128, kprime: int = 16):
-    """What :func:`tune.lookup` reads of a :class:`gpu.uspmm.DeviceELL`, without a device."""
+    """What :func:`tune_cache.lookup` reads of a :class:`gpu.uspmm.DeviceELL`, without a device."""
     host = SimpleNamespace(kprime=kprime, indices=np.zeros((m, kprime), dtype=np.int32))
     return SimpleNamespace(shape=(m, k), dtype=np.dtype(np.float32), host=host)
 
 
 def _key(dell, n: int, order: str = "C") -> str:
     m, k = dell.shape
-    return tune.problem_key("test-gpu", m, k, n, dell.host.kprime, dell.dtype, dell.host.indices.dtype, order)
+    return tune_cache.problem_key("test-gpu", m, k, n, dell.host.kprime, dell.dtype, dell.host.indices.dtype, order)
 
 
 @pytest.fixture
@@ -33,8 +33,8 @@ def cache(tmp_path, monkeypatch):
     """A private cache file and device name (lookups need no GPU)."""
     path = tmp_path / "cache" / "uspmm.json"
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
-    monkeypatch.setattr(tune, "_device_name", lambda: "test-gpu")
-    tune._LOADED.clear()
+    monkeypatch.setattr(tune_cache, "_device_name", lambda: "test-gpu")
+    tune_cache._LOADED.clear()
     return path
 
 
@@ -42,10 +42,10 @@ def test_store_then_lookup_round_trips(cache):
     dell = _dell()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert tune.lookup(dell, 8, "C") is None                      # no file yet: no warning
-        tune._store(_key(dell, 8), dict(config=CONFIG, median_us=1.5))
-        assert tune.lookup(dell, 8, "C") == CONFIG
-        assert tune.lookup(dell, 9, "C") is None
+        assert tune_cache.lookup(dell, 8, "C") is None                      # no file yet: no warning
+        tune_cache._store(_key(dell, 8), dict(config=CONFIG, median_us=1.5))
+        assert tune_cache.lookup(dell, 8, "C") == CONFIG
+        assert tune_cache.lookup(dell, 9, "C") is None
     assert json.loads(cache.read_text())[_key(dell, 8)]["median_us"] == 1.5
     assert [p.name for p in cache.parent.iterdir() if p.suffix == ".tmp"] == []   # no temporary file left
 
@@ -57,13 +57,13 @@ def test_malformed_file_counts_as_empty_with_one_warning(cache, text):
     cache.write_text(text, encoding="latin-1")
     dell = _dell()
     with pytest.warns(RuntimeWarning, match="expected a JSON object of tuned configurations") as caught:
-        assert tune.lookup(dell, 8, "C") is None
-        assert tune.resolve("auto", dell, 8, "C") == tune.resolve("heuristic", dell, 8, "C")
-        assert tune.lookup(dell, 8, "C") is None
+        assert tune_cache.lookup(dell, 8, "C") is None
+        assert tune_cache.resolve("auto", dell, 8, "C") == tune_cache.resolve("heuristic", dell, 8, "C")
+        assert tune_cache.lookup(dell, 8, "C") is None
     assert len(caught) == 1
     with pytest.warns(RuntimeWarning, match="expected a JSON object"):    # the store replaces the bad file
-        tune._store(_key(dell, 8), dict(config=CONFIG))
-    assert tune.lookup(dell, 8, "C") == CONFIG
+        tune_cache._store(_key(dell, 8), dict(config=CONFIG))
+    assert tune_cache.lookup(dell, 8, "C") == CONFIG
 
 
 @pytest.mark.parametrize("entry", [{}, {"median_us": 3.0}, {"config": None}, {"config": [1, 2]},
@@ -80,9 +80,9 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
     cache.parent.mkdir(parents=True)
     cache.write_text(json.dumps({_key(dell, 8): entry, _key(good, 8): dict(config=CONFIG)}))
     with pytest.warns(RuntimeWarning, match="1 entry without a config") as caught:
-        assert tune.lookup(dell, 8, "C") is None
-        assert tune.lookup(good, 8, "C") == CONFIG                       # the good entry is still served
-        assert tune.lookup(dell, 8, "C") is None
+        assert tune_cache.lookup(dell, 8, "C") is None
+        assert tune_cache.lookup(good, 8, "C") == CONFIG                       # the good entry is still served
+        assert tune_cache.lookup(dell, 8, "C") is None
     assert len(caught) == 1
 
 
@@ -95,18 +95,18 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
 def test_every_kind_of_tuned_winner_is_served(cache, config):
     """What tune can store (the variants and their tunables, the switches space() does not vary) is no stale entry."""
     dell = _dell()
-    tune._store(_key(dell, 8), dict(config=config))
+    tune_cache._store(_key(dell, 8), dict(config=config))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert tune.lookup(dell, 8, "C") == config
+        assert tune_cache.lookup(dell, 8, "C") == config
 
 
 def test_failing_store_warns_and_keeps_the_cache(cache):
     dell = _dell()
-    tune._store(_key(dell, 8), dict(config=CONFIG))
+    tune_cache._store(_key(dell, 8), dict(config=CONFIG))
     before = cache.read_text()
     with pytest.warns(RuntimeWarning, match="could not store .*TypeError.*returned but not cached"):
-        tune._store(_key(dell, 9), dict(config=CONFIG, median_us=object()))   # not JSON: fails mid-write
+        tune_cache._store(_key(dell, 9), dict(config=CONFIG, median_us=object()))   # not JSON: fails mid-write
     assert cache.read_text() == before
     assert [p.name for p in cache.parent.iterdir() if p.suffix == ".tmp"] == []
 
@@ -116,21 +116,21 @@ def test_store_into_an_unwritable_place_warns(tmp_path, monkeypatch):
     blocker.write_text("")
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(blocker / "uspmm.json"))   # its folder is a file
     with pytest.warns(RuntimeWarning, match="could not store"):
-        tune._store("k", dict(config=CONFIG))
+        tune_cache._store("k", dict(config=CONFIG))
 
 
 def _store_and_read(path: str, worker: int, count: int, failures) -> None:
     """Store ``count`` entries of this worker, after each reading every entry it stored so far and checking the
     file parses; any warning or mismatch is reported through ``failures``."""
     os.environ["SPARSEKIT_TUNE_CACHE"] = path
-    tune._device_name = lambda: "test-gpu"
+    tune_cache._device_name = lambda: "test-gpu"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             for i in range(count):
-                tune._store(_key(_dell(m=worker * 1000 + i + 1), 8), dict(config=dict(CONFIG, nwarp=i + 1)))
+                tune_cache._store(_key(_dell(m=worker * 1000 + i + 1), 8), dict(config=dict(CONFIG, nwarp=i + 1)))
                 for j in range(i + 1):
-                    got = tune.lookup(_dell(m=worker * 1000 + j + 1), 8, "C")
+                    got = tune_cache.lookup(_dell(m=worker * 1000 + j + 1), 8, "C")
                     if got != dict(CONFIG, nwarp=j + 1):
                         failures.put(f"worker {worker}: entry {j} read back as {got}")
                         return
@@ -156,7 +156,7 @@ def test_two_processes_storing_and_reading_never_tear_or_lose_entries(cache, tri
     assert problems == []
     data = json.loads(cache.read_text())
     assert len(data) == 2 * count                                 # no store lost another's entry
-    assert all(tune._valid_entry(entry) for entry in data.values())
+    assert all(tune_cache._valid_entry(entry) for entry in data.values())
 
 
 @pytest.mark.gpu

@@ -110,3 +110,90 @@ def test_dict_configs_pass_through_and_unknown_names_are_refused():
 if __name__ == "__main__":
     TABLE.write_text(write(record()))
     print(f"recorded {len(list(cases()))} cases to {TABLE}")
+
+
+# --- the router's data -------------------------------------------------------------------------------------------
+
+def test_every_rule_names_a_record_that_exists():
+    from sparsekit.router import RULES
+    results = Path(__file__).resolve().parents[1] / "experiments" / "results"
+    for rule in RULES:
+        record = rule.measured.split()[0].rstrip(":")
+        assert (results / record).is_file(), f"{rule.measured!r}: no experiments/results/{record}"
+
+
+def test_the_last_rule_holds_everywhere():
+    """Every problem gets a configuration: the table ends in a rule without a condition."""
+    from sparsekit.router import RULES, Problem
+    assert RULES[-1].when(Problem(1, 1, 1, 0, np.dtype(np.float32), "C"))
+
+
+def test_config_names_every_tunable_of_the_launchers():
+    """:class:`sparsekit.router.Config`'s fields are the keywords the launchers take, its variants theirs and the
+    wgmma kernel's precisions (a tuned winner naming anything else is a stale cache entry)."""
+    import dataclasses
+    import inspect
+
+    from gpu import uspmm, uspmm_tc, uspmm_wgmma
+    from sparsekit.router import PRECISIONS, VARIANTS, Config
+    run = inspect.signature(uspmm._run).parameters
+    cuda_core = {name for name, p in run.items() if p.kind is p.KEYWORD_ONLY}
+    tensor = {name for dtype in uspmm_tc.DEFAULTS for name in uspmm_tc.DEFAULTS[dtype]} | set(uspmm_wgmma.DEFAULTS)
+    assert {f.name for f in dataclasses.fields(Config)} == cuda_core | tensor
+    assert set(VARIANTS) == set(uspmm.VARIANTS) | {"tensor_core", "wgmma", "decode"}
+    assert set(PRECISIONS) == set(uspmm_wgmma.PRECISIONS) | {uspmm_wgmma.DEFAULTS["precision"]}
+
+
+def test_tunables_and_keywords():
+    from sparsekit.router import WGMMA_WAVE, Config
+    assert WGMMA_WAVE.tunables() == dict(variant="wgmma", bm=64, bn=128, kc=32, stages=6, producers=256)
+    assert WGMMA_WAVE.keywords() == dict(bm=64, bn=128, kc=32, stages=6, producers=256)
+    assert Config.valid(WGMMA_WAVE.tunables())
+    for bad in (dict(variant="gone"), dict(variant="direct", nwarp=-1), dict(variant="direct", nwarp="4"),
+                dict(variant="direct", bogus=1), dict(variant="wgmma", precision="fp64"), ["direct"], None):
+        assert not Config.valid(bad), bad
+
+
+def test_the_tuners_names_are_the_routed_settings():
+    """:mod:`sparsekit.tune` names the routed settings as their launchers' keywords and the warp-split makers'
+    arguments: the same settings as the router's."""
+    from sparsekit import router
+    for name in ("WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"):
+        assert dict(variant="wgmma", **getattr(tune, name)) == getattr(router, name).tunables()
+    for name in ("S1", "S2", "S1C2", "W16", "W4", "W1"):
+        assert tune.warp_split(*getattr(tune, "WARP_SPLIT_" + name)) == getattr(router, "WARP_SPLIT_" + name).tunables()
+    for dtype, cfg in router.TC_LARGE.items():
+        assert tune.tensor_core(**tune.TC_LARGE[dtype]) == cfg.tunables()
+    assert tune.tensor_core(**tune.TC_HALF_WAVE[np.dtype(np.float32)]) == router.TC_HALF_WAVE.tunables()
+
+
+# --- resolved once per weight, N, order and device ----------------------------------------------------------------
+
+def test_auto_is_resolved_once_per_weight_n_and_order(tmp_path, monkeypatch):
+    """``uspmm(..., config="auto")`` resolves a weight's configuration on its first call for an ``n`` and order
+    and reuses it; a winner this process stores is picked up on the next call."""
+    import gpu.uspmm as gu
+    from sparsekit import tune_cache
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))
+    calls = []
+    real = gu.resolve
+    monkeypatch.setattr(gu, "resolve", lambda *args, **kw: calls.append(args[2:4]) or real(*args, **kw))
+    ell = tune.make_ell(64, 48, 0.5, np.float32)
+    dell = gu.prepare(ell)
+    b = np.random.default_rng(0).standard_normal((48, 5)).astype(np.float32)
+    first = gu.uspmm(dell, b, config="auto")
+    for _ in range(3):
+        np.testing.assert_array_equal(gu.uspmm(dell, b, config="auto"), first)
+    assert calls == [(5, "C")]
+    gu.uspmm(dell, np.asfortranarray(b), config="auto")
+    gu.uspmm(dell, np.ascontiguousarray(b[:, :4]), config="auto")
+    gu.uspmm(dell, b, config="heuristic")
+    assert calls == [(5, "C"), (5, "F"), (4, "C"), (5, "C")]
+    winner = dict(variant="listing1", nwarp=2, vsize=4, vecsize=1)
+    key = tune_cache.problem_key(tune_cache._device_name(), 64, 48, 5, ell.kprime, np.float32, ell.indices.dtype, "C")
+    tune_cache._store(key, dict(config=winner, median_us=1.0))
+    assert gu.resolved("auto", dell, 5, "C") == winner
+    assert len(calls) == 5
+    got = gu.resolved("auto", dell, 5, "C")
+    got["nwarp"] = 99                                    # the caller's copy: the kept resolution stays
+    assert gu.resolved("auto", dell, 5, "C") == winner and len(calls) == 5

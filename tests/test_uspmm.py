@@ -334,7 +334,7 @@ def test_tune_cache_is_read_once_and_again_when_the_file_changes(tmp_path, monke
     tune._store(key, dict(config=first, median_us=1.0))
     parsed = []
     real_load = json.load
-    monkeypatch.setattr(tune.json, "load", lambda f: parsed.append(1) or real_load(f))
+    monkeypatch.setattr(json, "load", lambda f: parsed.append(1) or real_load(f))
     for _ in range(3):
         assert tune.lookup(dell, 2, "C") == first
     assert len(parsed) == 1
