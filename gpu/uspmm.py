@@ -92,7 +92,6 @@ from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
-from sparsekit.device import info
 from sparsekit.tune_cache import resolve, stores
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
@@ -1520,16 +1519,16 @@ def uspmm(ell, b, *, config=None, **tunables):
 def resolved(config, dell, n: int, order: str) -> dict:
     """The tunables ``config`` ("auto", "heuristic" or a dict) names for ``dell`` times a ``K x n`` B in
     ``order`` on this device (:func:`sparsekit.tune_cache.resolve`: the tuned winner or the router's
-    choice; the wgmma kernel only on a GPU that runs it). A name is resolved once per weight, ``n``,
-    order and device, and again after this process stores a tuned winner (a store by another process
-    is seen by weights prepared after it)."""
+    choice; the wgmma kernel only on a GPU that runs it). A name is resolved once per weight, ``n`` and
+    order (a prepared weight lives on one device), and again after this process stores a tuned winner
+    (a store by another process is seen by weights prepared after it)."""
     if not (isinstance(config, str) and config in ("auto", "heuristic")):
         return resolve(config, dell, n, order)          # a dict passes through; anything else is refused
 
     def build():
         from gpu.uspmm_wgmma import supported
         return resolve(config, dell, n, order, wgmma=supported())
-    return dict(dell.cached(("config", config, n, order, info().name, stores()), build, device=False))
+    return dict(dell.cached(("config", config, n, order, stores()), build, device=False))
 
 
 def uspmm_linear(ell, x, **tunables):
