@@ -241,6 +241,11 @@ DENSE_TILE_32 = replace(DENSE_TILE_64, rows_per_warp=4)
 PIPELINED_8 = Config("pipelined", cols_per_lane=4, rows_per_warp=1, nwarp=8, kc=32, unroll=4, min_blocks=2)
 
 
+def _unsplit(splits: int) -> int | None:
+    """``splits`` as a tunable: unset when the K range is not split."""
+    return None if splits == 1 else splits
+
+
 def _direct_split(p: Problem) -> Config:
     """The direct kernel on 8 x 128 tiles, K' split up to 16 ways: about 1024 / tiles, 12 slots a split or more."""
     return replace(DIRECT, splits=_unsplit(min(16, _pow2_at_most(1024 / p.tiles(8)), _pow2_at_most(p.kprime / 12))))
@@ -256,10 +261,6 @@ def _pipelined_split(p: Problem) -> Config:
     """The pipelined kernel on 8-row blocks, K split up to 8 ways: about 256 blocks."""
     return replace(PIPELINED_8, splits=_unsplit(min(8, _pow2_at_most(256 / p.tiles(8)),
                                                     _pow2_at_most(_cdiv(p.k, 32)))))
-
-
-def _unsplit(splits: int) -> int | None:
-    return None if splits == 1 else splits
 
 
 # --- the table ------------------------------------------------------------------------------------------------------
@@ -329,7 +330,8 @@ RULES = (
     Rule(lambda p: (p.tensor_dense and p.many_waves and not p.half
                     and p.tiles(64, 256) >= TC_FILL * p.sms), TC_LARGE[F32],
          "uspmm_tc.md: 1024 x 1024 x 2048 102.0 us against 110.4"),
-    Rule(lambda p: p.tensor_dense and p.many_waves, TC_DEFAULT, "uspmm_tc.md"),
+    Rule(lambda p: p.tensor_dense and p.many_waves, TC_DEFAULT,
+         "uspmm_tc.md: float16 1024^3 60% 29.9 us against 107.7"),
     Rule(lambda p: p.tensor_dense and p.half and p.k >= TC_MIN_K, lambda p: tc_small_grid(p.k, p.tiles(32), p.sms),
          "uspmm_tc.md (K split)"),
     Rule(lambda p: p.tensor_dense and not p.half and p.k >= TC_MIN_K and p.in_waves(1 / 4, 1 / 2), TC_HALF_WAVE,
@@ -338,18 +340,18 @@ RULES = (
     Rule(lambda p: p.tiles(32) >= 0.75 * p.sms and p.half and p.density < 0.25, DIRECT_HALF,
          "uspmm.md (float16 tuning run)"),
     Rule(lambda p: p.tiles(32) >= 0.75 * p.sms and not p.half and p.density < 0.18, DIRECT,
-         "uspmm.md (float32 tuning run; 1024^3 85% from the figure sweep)"),
+         "uspmm.md (float32 tuning run): 1024^3 95% 35.9 us"),
     Rule(lambda p: p.tiles(32) >= 0.75 * p.sms and p.tiles(64) >= (2 if p.half else 0.75) * p.sms, DENSE_TILE_64,
-         "uspmm.md (tuning runs)"),
+         "uspmm.md (tuning runs): 1024^3 60% 89.5 us"),
     Rule(lambda p: p.tiles(32) >= 0.75 * p.sms, DENSE_TILE_32, "uspmm.md (tuning runs)"),
     # ... and smaller grids, the K range split over blocks
     Rule(lambda p: p.density < 0.1, _direct_split, "uspmm.md (K-split exploration)"),
     Rule(lambda p: ((p.k >= 512 and p.density >= 0.3 and p.tiles(8) >= 96)
                     or (p.k >= 1024 and p.density < 0.3 and p.tiles(8) >= 256)), _dense_tile_split,
-         "uspmm.md (K-split exploration)"),
+         "uspmm.md (K-split exploration): 1024^2 x 128 60% 33.6 us, unsplit 71.2"),
     Rule(lambda p: p.k >= 1024 and p.density < 0.3 and p.tiles(8) >= 64, _direct_split,
          "uspmm.md (K-split exploration)"),
-    Rule(lambda p: True, _pipelined_split, "uspmm.md (K-split exploration)"),
+    Rule(lambda p: True, _pipelined_split, "uspmm.md (K-split exploration): 128^3 10.7 us with 4 splits"),
 )
 
 

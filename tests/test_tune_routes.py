@@ -122,6 +122,16 @@ def test_every_rule_names_a_record_that_exists():
         assert (results / record).is_file(), f"{rule.measured!r}: no experiments/results/{record}"
 
 
+def test_every_rule_decides_some_case_of_the_grid():
+    """No rule is shadowed by those above it (on this grid): each is the first to hold somewhere."""
+    from sparsekit.router import RULES, Problem
+    first = set()
+    for dtype, n, order, m, k, kprime, wgmma, tc, few in cases():
+        p = Problem(m, k, n, kprime, dtype, order, tensor_cores=tc, few_columns=few, wgmma=wgmma)
+        first.add(next(i for i, rule in enumerate(RULES) if rule.when(p)))
+    assert first == set(range(len(RULES)))
+
+
 def test_the_last_rule_holds_everywhere():
     """Every problem gets a configuration: the table ends in a rule without a condition."""
     from sparsekit.router import RULES, Problem
