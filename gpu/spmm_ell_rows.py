@@ -10,8 +10,11 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   each lane reads 8 values and their 8 columns at a time (two 16-byte loads, ``unroll`` pairs in flight),
   multiplies each by its row of ``X^T`` (staged once a call, rows padded to 8 halves, read in 16-byte loads)
   into float32 accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``.
-  Padding entries are skipped. Bound by reading the weight at ``N = 1``; from ``N = 8`` by the arithmetic
-  on CUDA cores (``experiments/results/uspmm_decode.md``).
+  Padding entries are skipped. At ``N = 1`` (:func:`_vector_kernel`) ``x`` is first copied to shared
+  memory by each block, a few blocks an SM looping over the rows: gathering ``x[col]`` from L1 costs a
+  wavefront per distinct 128-byte line a warp touches (about 28 of 32 for random columns), which bounded
+  the row kernel at about a third of the memory's bandwidth; from shared memory a gather costs its bank
+  conflicts (about 3). From ``N = 8`` the arithmetic on CUDA cores sets the time.
 * :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row, then write its entries), so wide
   products (prefill) run on dense tensor-core GEMM.
 """
@@ -22,8 +25,10 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
-from gpu.launch import Buffers, launch
-from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
+from gpu.launch import SHARED_LIMIT, Buffers, DynamicShared, launch, opt_in
+from gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
+                            warp_sum)
+from gpu.mma import pack_bf16x2, widen_bf16, widen_f16
 from gpu.vector_loads import load4
 from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -37,6 +42,8 @@ UNROLL = ROW_UNROLL // 2
 #: The widest ``X`` the row kernel takes (beyond about 16 rows dense GEMM on the densified weight is faster).
 MAX_N = 64
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
+#: Warps a block of the ``N = 1`` kernel, and its blocks an SM (each block copies ``x`` once).
+VECTOR_WARPS, VECTOR_BLOCKS_PER_SM = 16, 2
 
 
 @functools.cache
@@ -81,6 +88,60 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
     return kernel
 
 
+@functools.cache
+def _vector_kernel(bf16: bool, unroll: int):
+    """``y = W x`` for one ``x`` (``N = 1``): the block copies ``x`` (``K`` halves) to shared memory, then each
+    warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`,
+    gathering ``x[col]`` from shared memory."""
+    widen = widen_bf16 if bf16 else widen_f16
+    nbuf = 4 * unroll
+
+    @cuda.jit
+    def kernel(values, indices, x, y, m, k, entries):
+        xs = cuda.shared.array(0, uint16)
+        tid = cuda.threadIdx.x
+        for i in range(tid, k, cuda.blockDim.x):
+            xs[i] = x[i]
+        cuda.syncthreads()
+        lane = tid % 32
+        warps = cuda.blockDim.x // 32
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        stop = entries // 8
+        row = cuda.blockIdx.x * warps + tid // 32
+        while row < m:
+            acc = float32(0.0)
+            base = row * (entries // 2)
+            chunk = lane
+            while chunk < stop:
+                for u in range(unroll):
+                    at = chunk + 32 * u
+                    if at < stop:
+                        v = load4(values, base + at * 4)
+                        i = load4(indices, base + at * 4)
+                        for q in range(4):
+                            vbuf[4 * u + q] = v[q]
+                            ibuf[4 * u + q] = i[q]
+                    else:
+                        for q in range(4):
+                            vbuf[4 * u + q] = uint32(0)
+                            ibuf[4 * u + q] = uint32(0xFFFFFFFF)   # columns 65535 >= K: skipped
+                for h in range(2 * nbuf):
+                    col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
+                    if col < k:
+                        acc += widen((vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF) * widen(xs[col])
+                chunk += 32 * unroll
+            total = warp_sum(acc)
+            if lane == 0:
+                if bf16:
+                    y[row] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
+                else:
+                    y[row] = total
+            row += cuda.gridDim.x * warps
+
+    return kernel
+
+
 @cuda.jit
 def _densify(values, indices, w, m, k, entries):
     """Row ``r`` of ``w`` (``M x K``, 16-bit bits) from its padded ELL row: one warp a row."""
@@ -95,6 +156,13 @@ def _densify(values, indices, w, m, k, entries):
             col = indices[row * entries + j]
             if col < k:
                 w[row * k + col] = values[row * entries + j]
+
+
+@functools.cache
+def _sm_count() -> int:
+    from sparsekit.device import info
+
+    return info().sm_count or 1
 
 
 def _value_dtype(vop) -> np.dtype:
@@ -132,14 +200,22 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     if m == 0:
         return result(y, like=xop)
     xbits = _bits(flat_view(xop.dev))
-    stride = 8 * cdiv(n, 8) if n > 1 else 1
-    if n > 1:                                           # x (N x K) staged as B = x^T, rows 16-byte aligned
-        xt = (buffers or Buffers()).get(np.uint16, k * stride)
-        launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
-        xbits = xt
     bf16 = dtype.name == "bfloat16"
-    kernel = _kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
     yflat = flat_view(y) if not bf16 else _bits(flat_view(y))
+    if n == 1:
+        kernel = _vector_kernel(bf16, UNROLL if unroll is None else unroll)
+        args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, yflat, m, k, entries)
+        nbytes = 2 * max(k, 1)
+        if nbytes > SHARED_LIMIT:
+            opt_in(kernel, args, nbytes)
+        launch(DynamicShared(kernel, nbytes), min(cdiv(m, VECTOR_WARPS), VECTOR_BLOCKS_PER_SM * _sm_count()),
+               32 * VECTOR_WARPS, args, "N=1")
+        return result(y, like=xop)
+    stride = 8 * cdiv(n, 8)
+    xt = (buffers or Buffers()).get(np.uint16, k * stride)  # x (N x K) staged as B = x^T, rows 16-byte aligned
+    launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
+    xbits = xt
+    kernel = _kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
     b32 = xbits.view(np.uint32) if xbits.size % 2 == 0 else xbits
     args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, b32, yflat, m, k, entries)
     launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"N={n}")

@@ -88,24 +88,36 @@ def _packed(kernel, grid, block, args) -> Launch:
     return Launch(function, _dims(grid), _dims(block), int(shared), values, params)
 
 
+def _driver_launch():
+    """libcuda's ``cuLaunchKernel`` through ctypes (about a microsecond a call; the cuda.bindings wrapper
+    costs a few), or None where the library cannot be loaded."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    fn = lib.cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    return fn
+
+
 class LaunchPlan:
     """Recorded launches of one product at one shape; call with the input and output data pointers."""
 
-    def __init__(self, launches: list[Launch], keep: tuple):
-        from cuda.bindings import driver
-
+    def __init__(self, launches: list[Launch], keep: list):
         self.launches = launches
         self._keep = keep                          # the recording's other device arrays, kept alive
-        self._launch = driver.cuLaunchKernel
+        self._launch = _driver_launch()
+        self._calls = [(int(ln.function), *ln.grid, *ln.block, ln.shared, ctypes.addressof(ln.params))
+                       for ln in launches]
 
     def __call__(self, input_ptr: int, output_ptr: int, stream: int) -> None:
-        for ln in self.launches:
+        for ln, (fn, gx, gy, gz, bx, by, bz, shared, params) in zip(self.launches, self._calls):
             ln.put("input", input_ptr)
             ln.put("output", output_ptr)
-            (err,) = self._launch(ln.function, *ln.grid, *ln.block, ln.shared, stream,
-                                  ctypes.addressof(ln.params), 0)
-            if int(err):
-                raise RuntimeError(f"cuLaunchKernel failed: {err!r}")
+            err = self._launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, None)
+            if err:
+                raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")
 
 
 def record(product, x, out_like):

@@ -33,6 +33,7 @@ KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 _WEIGHTS: dict = {}
 _IDS = itertools.count(1)
+_UNRECORDED = object()
 
 
 def _columns(indices: torch.Tensor) -> torch.Tensor:
@@ -56,56 +57,41 @@ class Prepared:
         self.plans: dict = {}
         self.buffers = Buffers()
 
-    def _plan(self, key, product, x, out_like):
-        """``(out, None)`` for a recording call, else ``(None, plan)`` (``plan`` None: no replay possible)."""
-        from sparsekit.launch import record
+    def _run(self, key, product, x, out_like) -> torch.Tensor:
+        """``product(x)``: recorded on the first call with ``key``, replayed after (when it could be)."""
+        plan = self.plans.get(key, _UNRECORDED)
+        if plan is _UNRECORDED:
+            from sparsekit.launch import record
 
-        if key not in self.plans:
             out, self.plans[key] = record(product, x, out_like)
-            return out, None
-        return None, self.plans[key]
-
-    def product(self, x, values, indices, in_features: int) -> torch.Tensor:
-        """``x @ W^T`` on CUDA (``x`` ``N x K`` C-contiguous, ``N <= KERNEL_MAX_N``, a kernel dtype)."""
-        from gpu.spmm_ell_rows import spmm_ell_rows_linear
-
-        n, m = x.shape[0], values.shape[0]
-        v, idx = values.detach(), indices
-
-        def run(t):
-            return spmm_ell_rows_linear(v, idx, in_features, t, buffers=self.buffers)
-
-        key = ("product", n, x.dtype, x.device, v.data_ptr(), idx.data_ptr())
-        out, plan = self._plan(key, run, x, lambda t: t.new_empty((n, m)))
-        if out is not None:
             return out
         if plan is None:
-            return run(x)
-        y = x.new_empty((n, m))
-        plan(x.data_ptr(), y.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
-        return y
+            return product(x)
+        out = out_like(x)
+        plan(x.data_ptr(), out.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
+        return out
+
+    def product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` on CUDA (``x`` ``N x K`` C-contiguous, no grad, ``N <= KERNEL_MAX_N``, a kernel dtype)."""
+        from gpu.spmm_ell_rows import spmm_ell_rows_linear
+
+        m = values.shape[0]
+        key = (x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
+        return self._run(key, lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t,
+                                                             buffers=self.buffers),
+                         x, lambda t: t.new_empty((t.shape[0], m)))
 
     def dense(self, values, indices, in_features: int) -> torch.Tensor:
         """``W`` densified on CUDA for one call (float16/bfloat16: the densify kernel, recorded with the
         values as its input)."""
         from gpu.spmm_ell_rows import densify_ell_rows
 
-        v, idx, m = values.detach(), indices, values.shape[0]
+        v = values.detach()
         if v.dtype not in KERNEL_DTYPES:
-            return dense_weight(v, idx, in_features)
-
-        def run(t):
-            return densify_ell_rows(t, idx, in_features)
-
-        key = ("dense", v.dtype, v.device, v.data_ptr(), idx.data_ptr())
-        out, plan = self._plan(key, run, v, lambda t: t.new_empty((m, in_features)))
-        if out is not None:
-            return out
-        if plan is None:
-            return run(v)
-        w = v.new_empty((m, in_features))
-        plan(v.data_ptr(), w.data_ptr(), torch._C._cuda_getCurrentRawStream(v.get_device()))
-        return w
+            return dense_weight(v, indices, in_features)
+        key = ("dense", v.dtype, v.get_device(), v.data_ptr(), indices.data_ptr())
+        return self._run(key, lambda t: densify_ell_rows(t, indices, in_features), v,
+                         lambda t: t.new_empty((t.shape[0], in_features)))
 
 
 def register(owner) -> int:
@@ -131,7 +117,7 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
         if _on_kernel(x, values):
-            return prep.product(x.contiguous(), values, indices, in_features)
+            return prep.product(x.detach().contiguous(), values, indices, in_features)
         return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     return (x.to(acc) @ dense_weight(values, indices, in_features).to(acc).T).to(x.dtype)

@@ -30,3 +30,16 @@ def test_linear_kernel(cc, n, bf16, stride):
 def test_densify_kernel(cc):
     ptx, report = offline.build(ser._densify, (U16, U16, U16) + (types.int64,) * 3, cc)
     assert "bar.sync" in ptx and ".local" not in ptx
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_vector_kernel(cc, bf16):
+    """N = 1: x gathered from shared memory (ld.shared.u16), values and columns in 16-byte loads."""
+    args = (U32, U32, U16, U16 if bf16 else F16) + (types.int64,) * 3
+    ptx, report = offline.build(ser._vector_kernel(bf16, ser.UNROLL), args, cc)
+    assert "ld.shared.u16" in ptx and "bar.sync" in ptx
+    assert ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32") >= 2 * ser.UNROLL
+    assert ".local" not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
