@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from sparsekit.cli_types import integer, out_folder, sparsity
 
-_MODES = ["eager", "compile", "graph"]
+_MODES = ["eager", "compile", "graph", "compile-graph"]
 
 
 def add_bench(bench_subparsers) -> None:
@@ -29,8 +29,8 @@ def add_bench(bench_subparsers) -> None:
                    help="sparsities besides dense (default: %(default)s)")
     p.add_argument("--mode", choices=_MODES, nargs="+", default=_MODES, help="execution modes (default: all)")
     p.add_argument("--layers", type=integer(minimum=1), default=8, help="decoder layers (default: %(default)s)")
-    p.add_argument("--batch", type=integer(minimum=1), nargs="+", default=[1, 8, 32], help="decode batches (default: %(default)s)")
-    p.add_argument("--prefill", type=integer(minimum=1), nargs="+", default=[512, 2048], help="prefill lengths (default: %(default)s)")
+    p.add_argument("--batch", type=integer(minimum=1), nargs="*", default=[1, 8, 32], help="decode batches (default: %(default)s)")
+    p.add_argument("--prefill", type=integer(minimum=1), nargs="*", default=[512, 2048], help="prefill lengths (default: %(default)s)")
     p.add_argument("--out", type=out_folder, default="e2e-out", help="folder for CSV/JSON/plot (default: %(default)s)")
     p.set_defaults(func=cmd_e2e)
 
