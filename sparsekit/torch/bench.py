@@ -226,7 +226,7 @@ def write(records: list[dict], out, name: str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(records, out / f"{name}.csv")
     (out / f"{name}.json").write_text(json.dumps(records, indent=1))
-    if name == "dispatch":
+    if records and "overhead_us" in records[0]:                 # the dispatch records
         labels = [f"{r['problem']} {r['dtype']}\n{r['product']}" for r in records]
         fig, ax = plt.subplots(figsize=(max(6, len(records) * 0.9), 4))
         ax.bar(labels, [r["device_us"] for r in records], label="device")
