@@ -31,8 +31,29 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--layers", type=integer(minimum=1), default=8, help="decoder layers (default: %(default)s)")
     p.add_argument("--batch", type=integer(minimum=1), nargs="*", default=[1, 8, 32], help="decode batches (default: %(default)s)")
     p.add_argument("--prefill", type=integer(minimum=1), nargs="*", default=[512, 2048], help="prefill lengths (default: %(default)s)")
+    p.add_argument("--tp", type=integer(minimum=1, maximum=8), default=1,
+                   help="tensor-parallel ranks (run under torchrun --nproc-per-node TP; default: %(default)s)")
     p.add_argument("--out", type=out_folder, default="e2e-out", help="folder for CSV/JSON/plot (default: %(default)s)")
     p.set_defaults(func=cmd_e2e)
+
+
+def _join_group(tp: int) -> bool:
+    """Join the NCCL group torchrun set up (one rank a GPU); False with a message outside torchrun."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) != tp:
+        print(f"sparsekit bench e2e: --tp {tp} runs under torchrun --nproc-per-node {tp} "
+              f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})")
+        return False
+    if torch.cuda.device_count() < tp:
+        print(f"sparsekit bench e2e: --tp {tp} needs {tp} GPUs, this machine has {torch.cuda.device_count()}")
+        return False
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl")
+    return True
 
 
 def _ready(name: str) -> bool:
@@ -75,7 +96,15 @@ def cmd_e2e(args) -> int:
 
     cfg = replace(LLAMA_8_LAYERS, layers=args.layers)
     dtypes = [torch.float16, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
-    records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill))
+    if args.tp > 1 and not _join_group(args.tp):
+        return 2
+    records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill),
+                  tp=args.tp)
+    if args.tp > 1:
+        rank = torch.distributed.get_rank()
+        torch.distributed.destroy_process_group()
+        if rank:
+            return 0
     print(markdown_table(records))
     step = fine_tune_step(sparsify_(Decoder(replace(cfg, layers=1), device="cuda"), sparsity=0.8))
     print(f"\nfine-tuning step (1 layer, float32, 80%): updated kept values vs dense masked SGD, "

@@ -12,7 +12,7 @@ import torch
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
-__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "agreement", "fine_tune_step", "TOLERANCE"]
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
 
 #: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
 DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
@@ -184,23 +184,53 @@ def _linears(model):
     return [(n, m) for n, m in model.named_modules() if isinstance(m, (SparseLinear, torch.nn.Linear))]
 
 
+def sharded_agreement(model: Decoder, rank: int, world: int, tokens: int = 16):
+    """``(sharded, difference)``: ``model`` sharded for ``rank`` of ``world`` (:func:`sparsekit.torch.parallel.
+    tensor_parallel_`, on a copy) and max |sharded - unsharded| / max |unsharded| on a prefill then one
+    decode step (every rank sees the whole output)."""
+    from sparsekit.torch.parallel import tensor_parallel_
+
+    sharded = tensor_parallel_(copy.deepcopy(model), rank, world)
+    p = next(model.parameters())
+    torch.manual_seed(1)
+    x = torch.randn(1, tokens, model.cfg.hidden, device=p.device, dtype=p.dtype)
+    worst = 0.0
+    with torch.no_grad():
+        for m in (model, sharded):
+            m.allocate_cache(1, tokens + 1)
+        for xs, pos in ((x, torch.arange(tokens, device=p.device)), (x[:, -1:], torch.tensor([tokens], device=p.device))):
+            ys, yd = sharded(xs, pos).float(), model(xs, pos).float()
+            worst = max(worst, float((ys - yd).abs().max() / yd.abs().max()))
+    return sharded, worst
+
+
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
-        repeats: int = 10, progress=lambda it, desc: it) -> list[dict]:
+        repeats: int = 10, progress=lambda it, desc: it, tp: int = 1) -> list[dict]:
     """Decode (``batches``) and prefill (``prefills``, batch 1) tokens/s in each mode, dense and sparse;
-    the sparse rows carry the speedup over dense, the weight memory ratio and the output agreement."""
+    the sparse rows carry the speedup over dense, the weight memory ratio and the output agreement.
+    ``tp > 1``: each model sharded over the ``torch.distributed`` group (this process is one rank; every
+    rank runs the same steps), the rows also carry the sharded model's difference from the unsharded one."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if tp > 1 else 0
     out = []
     for dtype in dtypes:
         for sparsity in progress(sparsities, f"e2e {dtype}"):
             dense, model = _models(cfg, dtype, sparsity)
             err = agreement(dense, model) if sparsity else 0.0
             memory = linear_weight_bytes(model) / linear_weight_bytes(dense)
+            tp_err = 0.0
+            if tp > 1:
+                model, tp_err = sharded_agreement(model, rank, tp)
+                dense = model if not sparsity else None
             for mode in modes:
                 for phase, batch, tokens, start in ([("decode", b, 1, decode_at) for b in batches]
                                                     + [("prefill", 1, t, 0) for t in prefills]):
                     rate = _tokens_per_s(_step_runner(model, mode, batch, tokens, start), batch, tokens, repeats)
                     out.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity, mode=mode,
                                     phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
-                                    weight_memory_vs_dense=round(memory, 3), max_relative_error=err))
+                                    weight_memory_vs_dense=round(memory, 3), max_relative_error=err, tp=tp,
+                                    tp_relative_difference=tp_err))
             del dense, model
             torch.cuda.empty_cache()
     base = {(r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]): r["tokens_per_s"]

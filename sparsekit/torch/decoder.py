@@ -67,7 +67,7 @@ class Block(nn.Module):
         self.k_cache.index_copy_(2, positions, k)
         self.v_cache.index_copy_(2, positions, v)
         att = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask)
-        x = x + self.o(att.transpose(1, 2).reshape(b, t, h))
+        x = x + self.o(att.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))   # (this rank's heads)
         m = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(m)) * self.up(m))
 
@@ -89,8 +89,8 @@ class Decoder(nn.Module):
     def allocate_cache(self, batch: int, length: int) -> None:
         """A fresh zeroed KV cache of ``length`` positions for ``batch`` sequences in every block."""
         p = next(self.parameters())
-        shape = (batch, self.cfg.heads, length, self.cfg.hidden // self.cfg.heads)
         for blk in self.blocks:
+            shape = (batch, blk.heads, length, blk.head_dim)              # (this rank's heads when sharded)
             blk.k_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
             blk.v_cache = torch.zeros(shape, dtype=p.dtype, device=p.device)
 

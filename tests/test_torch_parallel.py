@@ -1,0 +1,86 @@
+"""Tensor parallelism of sparse layers on the CPU: column shards reassemble the layer, row shards' partial
+products sum to its product, and a sparse decoder sharded over 2 gloo processes gives each rank the
+unsharded model's output."""
+from __future__ import annotations
+
+import copy
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
+
+from sparsekit.torch import SparseLinear, sparsify_  # noqa: E402
+from sparsekit.torch.decoder import Decoder, DecoderConfig  # noqa: E402
+from sparsekit.torch.parallel import RowParallel, shard_columns, shard_rows, tensor_parallel_  # noqa: E402
+
+CFG = DecoderConfig(hidden=64, ffn=160, heads=4, layers=2)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("pattern", ["uniform", "unstructured"])
+def test_shards_reassemble_the_layer(world, pattern):
+    torch.manual_seed(0)
+    layer = SparseLinear.from_dense(torch.nn.Linear(64, 32), pattern=pattern, sparsity=0.7)
+    x = torch.randn(5, 64)
+    columns = [shard_columns(layer, r, world) for r in range(world)]
+    assert torch.equal(torch.cat([c.to_dense().weight for c in columns]), layer.to_dense().weight)
+    torch.testing.assert_close(torch.cat([c(x) for c in columns], dim=1), layer(x))
+    rows = [shard_rows(layer, r, world) for r in range(world)]
+    cols = layer.indices.long() & 0xFFFF
+    for r, s in enumerate(rows):                                            # padded to the shard's longest row
+        longest = int(((cols >= r * 64 // world) & (cols < (r + 1) * 64 // world)).sum(1).max())
+        assert s.values.shape[1] == max(8, -(-longest // 8) * 8)
+    assert torch.equal(torch.cat([s.to_dense().weight for s in rows], dim=1), layer.to_dense().weight)
+    part = 64 // world
+    partial = sum(s(x[:, r * part:(r + 1) * part]) for r, s in enumerate(rows))
+    torch.testing.assert_close(partial + layer.bias, layer(x), rtol=1e-5, atol=1e-5)
+
+
+def test_dense_layers_shard_too_and_bad_splits_are_refused():
+    dense = torch.nn.Linear(8, 6)
+    assert torch.equal(shard_columns(dense, 1, 2).weight, dense.weight[3:])
+    assert torch.equal(shard_rows(dense, 1, 2).weight, dense.weight[:, 4:]) and shard_rows(dense, 1, 2).bias is None
+    with pytest.raises(ValueError, match="does not split evenly"):
+        shard_columns(dense, 0, 4)
+    with pytest.raises(ValueError, match="rank: must be in 0..1"):
+        shard_rows(dense, 2, 2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, results: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        torch.manual_seed(1)
+        whole = sparsify_(Decoder(CFG, seed=3), sparsity=0.7)
+        shard = tensor_parallel_(copy.deepcopy(whole), rank, world)
+        x = torch.randn(2, 6, CFG.hidden)
+        out = []
+        for model in (whole, shard):
+            model.allocate_cache(2, 7)
+            with torch.no_grad():
+                prefill = model(x, torch.arange(6))
+                step = model(x[:, -1:], torch.tensor([6]))
+            out.append(torch.cat([prefill, step], dim=1))
+        pads = [m.padding for m in shard.modules() if isinstance(m, RowParallel)]
+        torch.save(dict(diff=float((out[0] - out[1]).abs().max()), scale=float(out[0].abs().max()), pads=pads),
+                   f"{results}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_decoder_over_two_gloo_ranks_equals_unsharded(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        assert got["diff"] <= 1e-5 * got["scale"], got                    # float32: sums in another order
+        assert len(got["pads"]) == 2 * CFG.layers and all(p >= 0 for p in got["pads"])
