@@ -61,10 +61,6 @@ class Launch:
     params: object                                # void*[n]: their addresses (kernelParams)
     slots: dict = field(default_factory=dict)     # "input"/"output" -> indices into values
 
-    def put(self, role: str, ptr: int) -> None:
-        for i in self.slots.get(role, ()):
-            self.values[i].value = ptr
-
 
 def _packed(kernel, grid, block, args) -> Launch:
     """The driver-level form of ``kernel[grid, block](*args)`` (a dispatcher or a DynamicShared)."""
@@ -110,11 +106,15 @@ class LaunchPlan:
         self._launch = _driver_launch()
         self._calls = [(int(ln.function), *ln.grid, *ln.block, ln.shared, ctypes.addressof(ln.params))
                        for ln in launches]
+        self._inputs = [ln.values[i] for ln in launches for i in ln.slots.get("input", ())]
+        self._outputs = [ln.values[i] for ln in launches for i in ln.slots.get("output", ())]
 
     def __call__(self, input_ptr: int, output_ptr: int, stream: int) -> None:
-        for ln, (fn, gx, gy, gz, bx, by, bz, shared, params) in zip(self.launches, self._calls):
-            ln.put("input", input_ptr)
-            ln.put("output", output_ptr)
+        for slot in self._inputs:
+            slot.value = input_ptr
+        for slot in self._outputs:
+            slot.value = output_ptr
+        for fn, gx, gy, gz, bx, by, bz, shared, params in self._calls:
             err = self._launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, None)
             if err:
                 raise RuntimeError(f"cuLaunchKernel failed: CUresult {err}")

@@ -57,41 +57,46 @@ class Prepared:
         self.plans: dict = {}
         self.buffers = Buffers()
 
-    def _run(self, key, product, x, out_like) -> torch.Tensor:
-        """``product(x)``: recorded on the first call with ``key``, replayed after (when it could be)."""
+    def _run(self, key, product, x, out_shape) -> torch.Tensor:
+        """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
+        (when it could be). ``product`` builds the callable only when it is needed."""
         plan = self.plans.get(key, _UNRECORDED)
+        if plan is None:
+            return product()(x)
         if plan is _UNRECORDED:
             from sparsekit.launch import record
 
-            out, self.plans[key] = record(product, x, out_like)
+            out, self.plans[key] = record(product(), x, lambda t: t.new_empty(out_shape))
             return out
-        if plan is None:
-            return product(x)
-        out = out_like(x)
+        out = x.new_empty(out_shape)
         plan(x.data_ptr(), out.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
         return out
 
     def product(self, x, values, indices, in_features: int) -> torch.Tensor:
         """``x @ W^T`` on CUDA (``x`` ``N x K`` C-contiguous, no grad, ``N <= KERNEL_MAX_N``, a kernel dtype)."""
-        from gpu.spmm_ell_rows import spmm_ell_rows_linear
-
-        m = values.shape[0]
         key = (x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
-        return self._run(key, lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t,
-                                                             buffers=self.buffers),
-                         x, lambda t: t.new_empty((t.shape[0], m)))
+
+        def product():
+            from gpu.spmm_ell_rows import spmm_ell_rows_linear
+
+            return lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t, buffers=self.buffers)
+
+        return self._run(key, product, x, (x.shape[0], values.shape[0]))
 
     def dense(self, values, indices, in_features: int) -> torch.Tensor:
         """``W`` densified on CUDA for one call (float16/bfloat16: the densify kernel, recorded with the
         values as its input)."""
-        from gpu.spmm_ell_rows import densify_ell_rows
-
         v = values.detach()
         if v.dtype not in KERNEL_DTYPES:
             return dense_weight(v, indices, in_features)
         key = ("dense", v.dtype, v.get_device(), v.data_ptr(), indices.data_ptr())
-        return self._run(key, lambda t: densify_ell_rows(t, indices, in_features), v,
-                         lambda t: t.new_empty((t.shape[0], in_features)))
+
+        def product():
+            from gpu.spmm_ell_rows import densify_ell_rows
+
+            return lambda t: densify_ell_rows(t, indices, in_features)
+
+        return self._run(key, product, v, (v.shape[0], in_features))
 
 
 def register(owner) -> int:
