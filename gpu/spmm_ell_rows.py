@@ -15,8 +15,8 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   wavefront per distinct 128-byte line a warp touches (about 28 of 32 for random columns), which bounded
   the row kernel at about a third of the memory's bandwidth; from shared memory a gather costs its bank
   conflicts (about 3). From ``N = 8`` the arithmetic on CUDA cores sets the time.
-* :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row, then write its entries), so wide
-  products (prefill) run on dense tensor-core GEMM.
+* :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row in 16-byte stores, then write its
+  entries), so wide products (prefill) run on dense tensor-core GEMM.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from gpu.launch import SHARED_LIMIT, Buffers, DynamicShared, launch, opt_in
 from gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
                             warp_sum)
 from gpu.mma import pack_bf16x2, widen_bf16, widen_f16
-from gpu.vector_loads import load4
+from gpu.vector_loads import load4, store4
 from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
@@ -142,20 +142,31 @@ def _vector_kernel(bf16: bool, unroll: int):
     return kernel
 
 
-@cuda.jit
-def _densify(values, indices, w, m, k, entries):
-    """Row ``r`` of ``w`` (``M x K``, 16-bit bits) from its padded ELL row: one warp a row."""
-    lane = cuda.threadIdx.x % 32
-    row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
-    if row < m:
-        for col in range(lane, k, 32):
-            w[row * k + col] = uint16(0)
-    cuda.syncthreads()                                # the zeros before the entries (an entry may be any lane's)
-    if row < m:
-        for j in range(lane, entries, 32):
-            col = indices[row * entries + j]
-            if col < k:
-                w[row * k + col] = values[row * entries + j]
+@functools.cache
+def _densify(wide: bool):
+    """Row ``r`` of ``w`` (``M x K``, 16-bit bits) from its padded ELL row, one warp a row: zero the row
+    (``wide``: 16-byte stores through ``w32``, ``w``'s uint32 view, when ``K % 8 == 0``), then write its
+    entries."""
+    @cuda.jit
+    def kernel(values, indices, w, w32, m, k, entries):
+        lane = cuda.threadIdx.x % 32
+        row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
+        if row < m:
+            if wide:
+                zero = uint32(0)
+                for chunk in range(lane, k // 8, 32):
+                    store4(w32, row * (k // 2) + chunk * 4, (zero, zero, zero, zero))
+            else:
+                for col in range(lane, k, 32):
+                    w[row * k + col] = uint16(0)
+        cuda.syncthreads()                            # the zeros before the entries (an entry may be any lane's)
+        if row < m:
+            for j in range(lane, entries, 32):
+                col = indices[row * entries + j]
+                if col < k:
+                    w[row * k + col] = values[row * entries + j]
+
+    return kernel
 
 
 @functools.cache
@@ -235,8 +246,10 @@ def densify_ell_rows(values, indices, k: int, *, out=None):
         like = operand(out, "out", dtypes=(dtype,), shape=(m, k), order="C")
         w = like.dev
     if m and k:
-        launch(_densify, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, (vbits, ibits, _bits(flat_view(w)), m, k, entries),
-               "densify")
+        wbits = _bits(flat_view(w))
+        wide = k % 8 == 0
+        launch(_densify(wide), cdiv(m, ROW_WARPS), 32 * ROW_WARPS,
+               (vbits, ibits, wbits, wbits.view(np.uint32) if wide else wbits, m, k, entries), "densify")
     return result(w, like=like)
 
 

@@ -71,3 +71,13 @@ def test_bad_operands_are_named():
     with pytest.raises(ValueError, match="below 8"):
         g.check_indices(bad, 8)
     g.check_indices(indices, 8)
+
+
+@pytest.mark.parametrize("k", [64, 67])
+def test_densify_both_zeroing_widths(k):
+    """K % 8 == 0 zeroes rows in 16-byte stores, other K half by half: both exact over NaN-filled output."""
+    rng = np.random.default_rng(k)
+    w = np.where(rng.random((9, k)) < 0.3, rng.standard_normal((9, k)), 0).astype(np.float16)
+    values, indices = r.ell_rows_from_dense(w)
+    out = np.full(w.shape, np.nan, np.float16)
+    np.testing.assert_array_equal(np.asarray(g.densify_ell_rows(values, indices, k, out=out)), w)

@@ -27,9 +27,12 @@ def test_linear_kernel(cc, n, bf16, stride):
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
-def test_densify_kernel(cc):
-    ptx, report = offline.build(ser._densify, (U16, U16, U16) + (types.int64,) * 3, cc)
+@pytest.mark.parametrize("wide", [False, True])
+def test_densify_kernel(cc, wide):
+    """The zeros in 16-byte stores when K % 8 == 0; one barrier before the entries."""
+    ptx, report = offline.build(ser._densify(wide), (U16, U16, U16, U32 if wide else U16) + (types.int64,) * 3, cc)
     assert "bar.sync" in ptx and ".local" not in ptx
+    assert ("st.global.v4.u32" in ptx) == wide
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
