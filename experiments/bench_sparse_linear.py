@@ -1,6 +1,6 @@
 """Device time of one ``SparseLinear`` call against ``F.linear`` at decode widths, bfloat16, on a GPU::
 
-    python experiments/bench_sparse_linear.py [--pattern uniform|unstructured|2:4]
+    python experiments/bench_sparse_linear.py [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
 
 Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 (the sparse kernel)
 and 64 (dense GEMM on the weight densified for the call). Each product runs 50
@@ -51,7 +51,7 @@ def _cusparse(layers, x) -> str:
         return "-"
 
 
-def main(pattern: str = "uniform") -> None:
+def main(pattern: str = "uniform", widths=WIDTHS) -> None:
     import torch
     import torch.nn.functional as F
 
@@ -61,7 +61,7 @@ def main(pattern: str = "uniform") -> None:
     print(f"{pattern}: shape sparsity N: ours_us dense_us speedup weight_TB/s cusparse_us")
     for m, k in SHAPES:
         dense = [torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATION)]
-        for n in WIDTHS:
+        for n in widths:
             x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
             with torch.no_grad():
                 td = graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
@@ -77,4 +77,6 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pattern", choices=("uniform", "unstructured", "2:4"), default="uniform")
-    main(parser.parse_args().pattern)
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="rows of x (N)")
+    args = parser.parse_args()
+    main(args.pattern, args.widths)
