@@ -8,13 +8,14 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
 
 * :func:`spmm_ell_rows_linear`: the row kernel of ``gpu/spmm_tiled.py`` on this storage. One warp a row;
   each lane reads 8 values and their 8 columns at a time (two 16-byte loads, ``unroll`` pairs in flight),
-  multiplies each by its row of ``X^T`` (staged once a call, rows padded to 8 halves, read in 16-byte loads)
-  into float32 accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``.
-  Padding entries are skipped. At ``N = 1`` (:func:`_vector_kernel`) ``x`` is first copied to shared
-  memory by each block, a few blocks an SM looping over the rows: gathering ``x[col]`` from L1 costs a
-  wavefront per distinct 128-byte line a warp touches (about 28 of 32 for random columns), which bounded
-  the row kernel at about a third of the memory's bandwidth; from shared memory a gather costs its bank
-  conflicts (about 3). From ``N = 8`` the arithmetic on CUDA cores sets the time.
+  multiplies each by its row of ``X^T`` (rows padded to 8 halves, read in 16-byte loads) into float32
+  accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``. Padding
+  entries are skipped. Where ``X^T`` fits a block's shared memory (``K x 8 ceil(N / 8)`` halves: N <= 24
+  at K = 4096, N <= 8 at K = 14336) each block writes it there and a few blocks an SM loop over the rows
+  (:func:`_shared_kernel`); else ``X^T`` is staged in global memory and read through L1 (:func:`_kernel`).
+  The difference is the gather: a warp's 32 entries touch about 28 distinct 128-byte lines of ``X^T``,
+  one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth at N = 1 and
+  made N = 8 cost as much per entry again; from shared memory a gather costs its bank conflicts.
 * :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row in 16-byte stores, then write its
   entries), so wide products (prefill) run on dense tensor-core GEMM.
 """
@@ -25,10 +26,8 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
-from gpu.launch import SHARED_LIMIT, Buffers, DynamicShared, launch, opt_in
-from gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
-                            warp_sum)
-from gpu.mma import pack_bf16x2, widen_bf16, widen_f16
+from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
+from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
 from gpu.vector_loads import load4, store4
 from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -42,8 +41,10 @@ UNROLL = ROW_UNROLL // 2
 #: The widest ``X`` the row kernel takes (beyond about 16 rows dense GEMM on the densified weight is faster).
 MAX_N = 64
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
-#: Warps a block of the ``N = 1`` kernel, and its blocks an SM (each block copies ``x`` once).
-VECTOR_WARPS, VECTOR_BLOCKS_PER_SM = 16, 2
+#: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once).
+SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 2
+#: Shared memory an SM has for blocks (H100, H200: 228 KB).
+SHARED_PER_SM = 228 * 1024
 
 
 @functools.cache
@@ -89,28 +90,33 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
 
 
 @functools.cache
-def _vector_kernel(bf16: bool, unroll: int):
-    """``y = W x`` for one ``x`` (``N = 1``): the block copies ``x`` (``K`` halves) to shared memory, then each
-    warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`,
-    gathering ``x[col]`` from shared memory."""
-    widen = widen_bf16 if bf16 else widen_f16
+def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int):
+    """``Y = x W^T`` with ``x^T`` in shared memory: the block writes ``x^T`` (``K x stride`` halves, the columns
+    past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
+    warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
+    ``x^T`` from shared memory (:func:`gpu.spmm_tiled.row_accumulator` on the shared arrays)."""
+    add, store, width = row_accumulator(n, bf16, stride), row_store(n, bf16, True), accumulators(n, stride)
     nbuf = 4 * unroll
 
     @cuda.jit
     def kernel(values, indices, x, y, m, k, entries):
         xs = cuda.shared.array(0, uint16)
+        xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
         tid = cuda.threadIdx.x
-        for i in range(tid, k, cuda.blockDim.x):
-            xs[i] = x[i]
+        for t in range(tid, k * stride, cuda.blockDim.x):
+            col, j = t // stride, t % stride
+            xs[t] = x[j * k + col] if j < n else uint16(0)
         cuda.syncthreads()
         lane = tid % 32
         warps = cuda.blockDim.x // 32
+        acc = cuda.local.array(width, float32)
         vbuf = cuda.local.array(nbuf, uint32)
         ibuf = cuda.local.array(nbuf, uint32)
         stop = entries // 8
         row = cuda.blockIdx.x * warps + tid // 32
         while row < m:
-            acc = float32(0.0)
+            for j in range(width):
+                acc[j] = float32(0.0)
             base = row * (entries // 2)
             chunk = lane
             while chunk < stop:
@@ -129,14 +135,9 @@ def _vector_kernel(bf16: bool, unroll: int):
                 for h in range(2 * nbuf):
                     col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
                     if col < k:
-                        acc += widen((vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF) * widen(xs[col])
+                        add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, xs, xs32)
                 chunk += 32 * unroll
-            total = warp_sum(acc)
-            if lane == 0:
-                if bf16:
-                    y[row] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
-                else:
-                    y[row] = total
+            store(y, acc, row, m, lane)
             row += cuda.gridDim.x * warps
 
     return kernel
@@ -193,10 +194,13 @@ def _rows(values, indices, k):
     return vop, _bits(flat_view(vop.dev)), _bits(flat_view(iop.dev))
 
 
-def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None):
+def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None,
+                         x_in_shared: bool | None = None):
     """``Y = x @ W^T`` (``N x M``, row-major) for padded ELL rows ``values``/``indices`` of a ``M x k`` weight
-    and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``buffers`` keeps the staged ``x^T``
-    (pass the same one to every call whose launches are recorded)."""
+    and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: when
+    ``x^T``, ``k x 8 ceil(N / 8)`` halves, fits a block's shared memory): :func:`_shared_kernel`, else
+    :func:`_kernel` on ``x^T`` staged in global memory, which ``buffers`` keeps (pass the same one to every
+    call whose launches are recorded)."""
     vop, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
@@ -213,16 +217,20 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     xbits = _bits(flat_view(xop.dev))
     bf16 = dtype.name == "bfloat16"
     yflat = flat_view(y) if not bf16 else _bits(flat_view(y))
-    if n == 1:
-        kernel = _vector_kernel(bf16, UNROLL if unroll is None else unroll)
+    stride = 8 * cdiv(n, 8) if n > 1 else 1
+    nbytes = 2 * k * stride
+    if x_in_shared is None:
+        x_in_shared = nbytes <= SHARED_OPTIN - 1024
+    if x_in_shared:
+        kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
         args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, yflat, m, k, entries)
-        nbytes = 2 * max(k, 1)
+        nbytes = max(nbytes, 16)
         if nbytes > SHARED_LIMIT:
             opt_in(kernel, args, nbytes)
-        launch(DynamicShared(kernel, nbytes), min(cdiv(m, VECTOR_WARPS), VECTOR_BLOCKS_PER_SM * _sm_count()),
-               32 * VECTOR_WARPS, args, "N=1")
+        blocks = max(1, min(SHARED_BLOCKS_PER_SM, SHARED_PER_SM // (nbytes + 1024))) * _sm_count()
+        launch(DynamicShared(kernel, nbytes), min(cdiv(m, SHARED_WARPS), blocks), 32 * SHARED_WARPS, args,
+               f"N={n}, x^T in shared memory")
         return result(y, like=xop)
-    stride = 8 * cdiv(n, 8)
     xt = (buffers or Buffers()).get(np.uint16, k * stride)  # x (N x K) staged as B = x^T, rows 16-byte aligned
     launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
     xbits = xt

@@ -1,5 +1,5 @@
 """gpu/spmm_ell_rows.py equals reference/spmm_ell_rows.py under the simulator: the linear product for
-``N`` from 1 to 20 (``x`` staged as ``x^T`` from ``N = 2``), float16 and bfloat16, rows of unequal length and
+``N`` from 1 to 20 by both kernels (``x^T`` in shared memory, or staged in global memory), float16 and bfloat16, rows of unequal length and
 empty rows, torch-style int16 indices; the densified weight exactly; operands refused by name.
 
 Tolerance as in tests/test_spmm_tiled.py: float32 sums in different orders, one rounding each."""
@@ -17,14 +17,15 @@ from tests.test_spmm_tiled import assert_close, sparse_halves
 
 @settings(max_examples=25, deadline=None)
 @given(w=sparse_halves(max_rows=20, max_cols=72), n=st.integers(1, 20), extra=st.sampled_from([0, 8]),
-       signed=st.booleans(), data=st.data())
-def test_linear_matches_reference(w, n, extra, signed, data):
+       signed=st.booleans(), shared=st.booleans(), data=st.data())
+def test_linear_matches_reference(w, n, extra, signed, shared, data):
     values, indices = r.ell_rows_from_dense(w)
     if extra:                                            # more padding than the longest row needs
         values, indices = r.ell_rows_from_dense(w, values.shape[1] + extra)
     seed = data.draw(st.integers(0, 2**32 - 1))
     x = np.random.default_rng(seed).standard_normal((n, w.shape[1])).astype(w.dtype)
-    got = g.spmm_ell_rows_linear(values, indices.view(np.int16) if signed else indices, w.shape[1], x)
+    got = g.spmm_ell_rows_linear(values, indices.view(np.int16) if signed else indices, w.shape[1], x,
+                                 x_in_shared=shared)                  # both kernels: x^T in shared memory or L1
     want = r.spmm_ell_rows_linear(values, indices, w.shape[1], x)
     assert_close(np.asarray(got).T, want.T, w, x.T)
 

@@ -36,12 +36,14 @@ def test_densify_kernel(cc, wide):
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
-@pytest.mark.parametrize("bf16", [False, True])
-def test_vector_kernel(cc, bf16):
-    """N = 1: x gathered from shared memory (ld.shared.u16), values and columns in 16-byte loads."""
+@pytest.mark.parametrize("n, bf16, stride", [(1, False, 1), (1, True, 1), (8, True, 8), (16, False, 16), (3, True, 8)])
+def test_shared_kernel(cc, n, bf16, stride):
+    """x^T read from shared memory (16-byte ld.shared.v4 rows from N = 2, halves at N = 1), values and columns
+    in 16-byte global loads, no stack."""
     args = (U32, U32, U16, U16 if bf16 else F16) + (types.int64,) * 3
-    ptx, report = offline.build(ser._vector_kernel(bf16, ser.UNROLL), args, cc)
-    assert "ld.shared.u16" in ptx and "bar.sync" in ptx
+    ptx, report = offline.build(ser._shared_kernel(n, bf16, stride, ser.UNROLL), args, cc)
+    assert ("ld.shared.v4.u32" in ptx) == (stride % 8 == 0) and ("ld.shared.u16" in ptx) == (stride == 1)
+    assert "bar.sync" in ptx and ptx.count("shfl.sync.bfly") == 5 * n
     assert ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32") >= 2 * ser.UNROLL
     assert ".local" not in ptx
     use = offline.usage(report)
