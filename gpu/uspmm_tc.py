@@ -17,6 +17,11 @@ Precision:
 
 * float16: float16 products are exact, accumulated in float32 by the tensor
   core, rounded once to float16.
+* bfloat16: float16's path with the bf16 MMA (``mma...m16n8k16...bf16.bf16.f32``): the same
+  tiles, shared memory and defaults, the values moved as their uint16 bits (the kernel never
+  sees the ``ml_dtypes`` dtype: :func:`sparsekit.arrays.kernel_dtype`); products exact in
+  float32, accumulated in float32, rounded once to bfloat16 to nearest even
+  (:func:`gpu.mma.pack_bf16x2`) when ``C`` is stored.
 * float32: "3xTF32". TF32 keeps 10 mantissa bits, so each operand is split
   ``x = big + small`` with ``big = tf32(x)``, ``small = tf32(x - big)``
   (:func:`gpu.mma.to_tf32`), and ``C += a_small*b_big + a_big*b_small +
@@ -150,7 +155,7 @@ bit-identical, the error bound is unchanged (:func:`error_reduction`). The split
 own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
 
 Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
-float16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
+float16 and bfloat16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
 (resident blocks per SM the registers are capped for), ``splits`` (K split, above),
 ``kgroups`` (K groups, step 6; ``kc`` a multiple of ``kgroups`` MMA K steps; 1: the kernel
 without them, its code unchanged), ``lean`` (above; False: the kernel without it). :data:`DEFAULTS` per dtype.
@@ -161,13 +166,13 @@ import functools
 
 import numpy as np
 from numba import cuda, float32
-from numba.core.types import float16, uint8
+from numba.core.types import float16, uint8, uint16
 from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
 from gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
-                     ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32, shared_addr, tf32_split,
-                     to_tf32, to_tf32_finite)
+                     ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32,
+                     pack_bf16x2, shared_addr, tf32_split, to_tf32, to_tf32_finite)
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
 from gpu.launch import DynamicShared as _DynamicShared
 from gpu.launch import launch as _launch
@@ -177,7 +182,7 @@ from gpu.launch import WARP_SIZE
 from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, store4, store8
 from sparsekit.arrays import cdiv, flat_view, output, result
-from sparsekit.checks import check_int
+from sparsekit.checks import BFLOAT16, check_int
 
 __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error_reduction", "SPLIT_ERROR_U",
            "MMAS_PER_PRODUCT", "SHARED_OPTIN", "STATIC_LIMIT"]
@@ -190,12 +195,16 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: still fit): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
 #: 64x64 kc 16 3-stage default (both with the unsigned indexing); with two blocks an SM (``min_blocks=2``,
 #: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
+#: bfloat16: float16's (the same kernel with the bf16 MMA: the same tiles, shared memory and instructions).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
                                  kgroups=1, lean=False),
     np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1,
                                  kgroups=1, lean=False),
 }
+DEFAULTS[BFLOAT16] = dict(DEFAULTS[np.dtype(np.float16)])
+#: The 16-bit value dtypes: one MMA of 16 x 8 x 16 a tile and K step, the A tile stored as it is (no split).
+HALVES = (np.dtype(np.float16), BFLOAT16)
 #: Error of one 3xTF32 product in float32 unit roundoffs u = 2**-24 times |a||b|: with a = ab + as + ar
 #: (ab = tf32(a), |as| <= 2**-11 |a|, as's own TF32 rounding |ar| <= 2**-22 |a|) and b likewise, the
 #: kernel computes as*bb + ab*bs + ab*bb exactly, missing as*bs + ab*br + ar*bb + (terms below 2**-33):
@@ -323,8 +332,9 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     """The ``reduction`` to pass to the float32-accumulation bound (``tests/test_spmm.py``,
     ``assert_fp32_accumulated``: ``reduction * u * (|A| @ |B|)``) for this kernel's result.
 
-    float16: ``kprime``, as for the CUDA-core kernels: products are exact and each MMA rounds
-    its sum once, so at most one rounding per stored entry (MMAs over zeros add exactly). This is
+    float16 and bfloat16: ``kprime``, as for the CUDA-core kernels: products are exact (8 or 11 significant
+    bits a factor) and each MMA rounds its sum once, so at most one rounding per stored entry (MMAs over zeros
+    add exactly). This is
     the simulator's model (round to nearest); the tensor core truncates its float32 sums, which the
     GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
@@ -348,7 +358,7 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     """
     if precision not in SPLIT_ERRORS_U:
         raise ValueError(f"precision: one of {tuple(SPLIT_ERRORS_U)}, got {precision!r}")
-    if np.dtype(dtype) == np.float16:
+    if np.dtype(dtype) in HALVES:
         return kprime
     return MMAS_PER_PRODUCT[precision] * kprime + SPLIT_ERRORS_U[precision]
 
@@ -397,8 +407,13 @@ def scatter_slots(seg: int, w: int) -> int:
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
                stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False):
+               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False,
+               bf16: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
+
+    ``bf16`` (with ``half``): bfloat16 values as uint16 bits in every array but the float32 partials, the bf16
+    MMA in place of the float16 one, and ``C`` rounded to nearest even by :func:`gpu.mma.pack_bf16x2`; the rest is
+    the float16 kernel.
 
     ``exact_a`` (float32): A's values are TF32 numbers (:func:`tf32_exact`), so the ``a_small b_big`` MMA, whose
     products are all zero, is not issued: two MMAs a tile and K step instead of three, the same sums.
@@ -444,7 +459,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     wtm, wtn = bm // warps_m, bn // warps_n           # a warp's sub-tile of C
     mtiles, ntiles = wtm // 16, wtn // 8              # its 16x8 MMA tiles
     frag_row = 2 * ntiles                              # a fragment row of this lane: 2 ntiles elements
-    tile_type = float16 if half else float32
+    tile_type = uint16 if bf16 else float16 if half else float32
+    mma16 = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
     item = 2 if half else 4
     vw = 16 // item                                   # elements per 16-byte copy
     geo = _geometry(bm, bn, kc, half, nthreads)
@@ -686,8 +702,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     @inlined
     def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, wk0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
-        """Step 3 (float16): the warp's MMAs over one A tile and B stage, 16 columns of K at a time
-        (its group's K steps: columns ``wk0 + 16 * kgroups * i``, ``wk0 = 16 * group``);
+        """Step 3 (float16; bfloat16 through ``mma16``, the bf16 MMA): the warp's MMAs over one A tile and
+        B stage, 16 columns of K at a time (its group's K steps: columns ``wk0 + 16 * kgroups * i``,
+        ``wk0 = 16 * group``);
         A fragments by 32-bit shared reads, B fragments (two n-tiles at once) by ldmatrix.trans. After
         each K step's MMAs, that step's share of the next A tile's stores (step 1b, :func:`write_slots`
         into the segment at ``nbase``): the shared-memory stores overlap the tensor-core work."""
@@ -711,9 +728,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 bfr[nt + 1, 1] = r[3]
             for mt in range(mtiles):
                 for nt in range(ntiles):
-                    d = mma_m16n8k16_f16_f32(afr[mt, 0], afr[mt, 1], afr[mt, 2], afr[mt, 3],
-                                             bfr[nt, 0], bfr[nt, 1],
-                                             acc[mt, nt, 0], acc[mt, nt, 1], acc[mt, nt, 2], acc[mt, nt, 3])
+                    d = mma16(afr[mt, 0], afr[mt, 1], afr[mt, 2], afr[mt, 3], bfr[nt, 0], bfr[nt, 1],
+                              acc[mt, nt, 0], acc[mt, nt, 1], acc[mt, nt, 2], acc[mt, nt, 3])
                     acc[mt, nt, 0] = d[0]
                     acc[mt, nt, 1] = d[1]
                     acc[mt, nt, 2] = d[2]
@@ -777,21 +793,37 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 3] = d[3]
             write_front(i, nbase, sink, wl, offs, vals, sh_a)
 
-    @inlined
-    def store_fragments(out, frag, r0, c0, um, un):
-        """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
-        lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
-        ``c0 + 8 nt + {0, 1}`` (2tq and 2tq+1), rounded to ``out``'s dtype."""
-        for mt in range(mtiles):
-            for nt in range(ntiles):
-                col = c0 + U(nt * 8)
-                for hh in range(2):
-                    rr = r0 + U(mt * 16 + 8 * hh)
-                    if rr < um:
-                        if col < un:
-                            out[rr, col] = frag[mt, nt, 2 * hh]
-                        if col + U(1) < un:
-                            out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
+    def fragment_store(to_bf16: bool):
+        """The store of a warp's fragments into a 2-D array: ``to_bf16`` for a bfloat16 ``C`` (uint16 bits),
+        else for an array of a dtype the float32 sums are cast to (float32 partials, a float16 or float32 ``C``)."""
+
+        @inlined
+        def store(out, frag, r0, c0, um, un):
+            """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
+            lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
+            ``c0 + 8 nt + {0, 1}`` (2tq and 2tq+1), rounded to ``out``'s dtype (``to_bf16``: both columns
+            rounded to bfloat16, nearest even, by one ``cvt.rn.bf16x2.f32``, stored as two 16-bit halves)."""
+            for mt in range(mtiles):
+                for nt in range(ntiles):
+                    col = c0 + U(nt * 8)
+                    for hh in range(2):
+                        rr = r0 + U(mt * 16 + 8 * hh)
+                        if rr < um:
+                            if to_bf16:
+                                pair = pack_bf16x2(frag[mt, nt, 2 * hh], frag[mt, nt, 2 * hh + 1])
+                                if col < un:
+                                    out[rr, col] = uint16(pair & np.uint32(0xFFFF))
+                                if col + U(1) < un:
+                                    out[rr, col + U(1)] = uint16(pair >> np.uint32(16))
+                            else:
+                                if col < un:
+                                    out[rr, col] = frag[mt, nt, 2 * hh]
+                                if col + U(1) < un:
+                                    out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
+        return store
+
+    store_fragments = fragment_store(False)            # float32 partials (and a float16 or float32 C)
+    store_c = fragment_store(bf16)                     # C
 
     @inlined
     def add_fragments(frag, parts, q, r0, c0, um, un, row):
@@ -844,7 +876,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             row = cuda.local.array(frag_row, float32)
             for q in range(nsplit):
                 add_fragments(acc, part, U(q), r0, c0, um, un, row)
-            store_fragments(c, acc, r0, c0, um, un)
+            store_c(c, acc, r0, c0, um, un)
 
     @inlined
     def reduce_groups(acc, grp, tl, red):
@@ -1005,7 +1037,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         if ksplit:
             finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo, lead)
         elif lead:
-            store_fragments(c, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un)
+            store_c(c, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un)
 
     if cuda_config.ENABLE_CUDASIM:                                       # (the simulator has no launch bounds)
         return kernel
@@ -1030,12 +1062,12 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if nthreads > 1024:
         raise ValueError(f"warps_m, warps_n, kgroups: a block of 32 * {warps_m} * {warps_n} * {kgroups} = {nthreads} "
                          f"threads exceeds 1024")
-    nwide = 16 if half else 8                         # float16 reads B fragments of two n-tiles at once
+    nwide = 16 if half else 8                         # 16-bit B fragments are read two n-tiles at once
     if bm % (16 * warps_m) or bn % (nwide * warps_n):
         raise ValueError(f"bm, bn: each warp's sub-tile (bm/warps_m x bn/warps_n = {bm}/{warps_m} x {bn}/{warps_n}) "
                          f"must be whole 16 x {nwide} tiles")
     if kc % kstep:
-        raise ValueError(f"kc: must be a multiple of the MMA's K ({kstep} for {'float16' if half else 'float32'}), "
+        raise ValueError(f"kc: must be a multiple of the MMA's K ({kstep} for {'float16 and bfloat16' if half else 'float32'}), "
                          f"got {kc}")
     if kc % (kstep * kgroups):
         raise ValueError(f"kc, kgroups: the {kgroups} K groups share each chunk's MMA K steps ({kstep} columns each) "
@@ -1074,7 +1106,7 @@ def _presplit_fits(bm: int, bn: int, kc: int, stages: int, nthreads: int, kgroup
 def uspmm(ell, b, *, config=None, **tunables):
     """``C = A @ b`` on tensor cores for a uniform-sparse ``A`` (``ELL`` or
     :class:`gpu.uspmm.DeviceELL`, ``M x K``) and a dense C-ordered ``b`` (``K x N``,
-    ``A``'s dtype: float32 or float16).
+    ``A``'s dtype: float32, float16 or bfloat16).
 
     Returns ``C`` (``M x N``, C-ordered, float32 accumulation rounded to ``b``'s
     dtype) in ``b``'s array kind (NumPy, Numba, CuPy, PyTorch). ``config`` is a
@@ -1093,7 +1125,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
     if order != "C":
         raise ValueError("b: the tensor-core kernel needs a C-ordered (row-major) b; "
                          "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
-    half = dell.dtype == np.float16
+    half = dell.dtype in HALVES
     opts = dict(DEFAULTS[dell.dtype], **(config or {}), **tunables)
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
@@ -1116,7 +1148,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         grid, part, ticket, nsplit = split_buffers(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
                             scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit,
-                            not half and tf32_exact(dell))
+                            not half and tf32_exact(dell), dell.dtype == BFLOAT16)
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)
         if dynamic:
