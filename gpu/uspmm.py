@@ -1503,9 +1503,9 @@ def uspmm(ell, b, *, config=None, **tunables):
         if order == "C":
             return spmm_tiled(dell.tiled_rows(), b)
         return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T
-    if dell.dtype == BFLOAT16:
-        raise ValueError(f"variant: bfloat16 runs on the decode kernel only (variant='decode', N <= 64), "
-                         f"got {variant!r}")
+    if dell.dtype == BFLOAT16 and variant != "tensor_core":
+        raise ValueError(f"variant: bfloat16 runs on the decode kernel only for N <= 64 (variant='decode') and on "
+                         f"the tensor-core kernel at any N (variant='tensor_core'), got {variant!r}")
     if variant in ("tensor_core", "wgmma"):        # routed (sparsekit.router) or a tuned winner
         if variant == "tensor_core":
             from gpu.uspmm_tc import run as run_tensor

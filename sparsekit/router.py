@@ -24,6 +24,7 @@ from sparsekit.checks import BFLOAT16
 __all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS", "PRECISIONS", "DECODE",
            "LISTING1", "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4",
            "WARP_SPLIT_W1", "wide_warps", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "tc_small_grid",
+           "DECODE_BF16_MAX_N", "bf16_tensor_core",
            "WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"]
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -169,9 +170,13 @@ class Problem:
 
 # --- the routed settings and thresholds, each with the record it was measured in ---------------------------------
 
-#: bfloat16, and float16 up to DECODE_MAX_N columns: experiments/results/uspmm_decode.md.
+#: float16 up to DECODE_MAX_N columns, bfloat16 up to DECODE_BF16_MAX_N (and with a column-major B or
+#: ``tensor_cores=False``: no other kernel takes it there): experiments/results/uspmm_decode.md.
 DECODE = Config("decode")
 DECODE_MAX_N = 16
+#: The widest N of the decode kernel (``gpu.spmm_tiled.MAX_N``); wider bfloat16 products with a row-major B run on
+#: the tensor cores (:func:`bf16_tensor_core`).
+DECODE_BF16_MAX_N = 64
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
 
@@ -284,8 +289,31 @@ def _few(p: Problem, half: bool, *ns: int) -> bool:
     return p.few_columns and p.half == half and p.n in ns
 
 
+def _bf16_wide(p: Problem) -> bool:
+    """bfloat16 past the decode kernel's N with a row-major B, tensor cores allowed: :func:`bf16_tensor_core`."""
+    return p.dtype == BFLOAT16 and p.n > DECODE_BF16_MAX_N and p.order == "C" and p.tensor_cores
+
+
+def bf16_tensor_core(p: Problem) -> Config:
+    """The tensor-core setting float16 gets for ``p``'s shape, N and density. bfloat16 runs ``gpu.uspmm_tc``'s
+    float16 kernel with the bf16 MMA (the same tiles, shared memory and instructions), so float16's measurements
+    choose its setting: the first rule of :data:`RULES` holding of the float16 problem whose setting is a
+    tensor-core one (the CUDA-core rules are passed over: none of those kernels takes bfloat16). Where none holds
+    (float16 keeps to the CUDA cores there: a density under ``TC_MIN_DENSITY``, or at most a wave of tiles and K
+    under ``TC_MIN_K``), float16's tensor-core setting for the grid without those thresholds: the defaults over
+    many waves, else the small-grid setting (:func:`tc_small_grid`)."""
+    half = replace(p, dtype=F16)
+    for rule in RULES:
+        if rule.when(half):
+            config = rule.config(half)
+            if config.variant == "tensor_core":
+                return config
+    return TC_DEFAULT if half.many_waves else tc_small_grid(p.k, p.tiles(32), p.sms)
+
+
 RULES = (
     # every dtype and order
+    Rule(_bf16_wide, bf16_tensor_core, "uspmm_tc.md: float16's tensor-core rules below (the same kernel, bf16 MMA)"),
     Rule(lambda p: p.dtype == BFLOAT16 or (p.half and p.n <= DECODE_MAX_N), DECODE, "uspmm_decode.md"),
     Rule(lambda p: p.order != "C", LISTING1, "uspmm.md: the one kernel of a column-major B"),
     # row-major B; float32 on the wgmma kernel ahead of the warp-split kernel

@@ -132,6 +132,43 @@ def test_every_rule_decides_some_case_of_the_grid():
     assert first == set(range(len(RULES)))
 
 
+def test_bfloat16_past_the_decode_kernel_takes_float16s_tensor_core_setting():
+    """bfloat16 (no CUDA-core kernel takes it) stays on the decode kernel up to its widest N, with a column-major B
+    and with ``tensor_cores=False``; wider with a row-major B it runs on the tensor cores, at float16's setting for
+    the same problem wherever float16 runs on them (the same kernel with the bf16 MMA)."""
+    from gpu.spmm_tiled import MAX_N
+    from sparsekit.router import DECODE_BF16_MAX_N
+    assert DECODE_BF16_MAX_N == MAX_N
+    half = np.dtype(np.float16)
+    same = 0
+    for dtype, n, order, m, k, kprime, wgmma, tc, few in cases():
+        if dtype != BFLOAT16:
+            continue
+        got = routed(dtype, n, order, m, k, kprime, wgmma, tc, few)
+        if n <= DECODE_BF16_MAX_N or order != "C" or not tc:
+            assert got == dict(variant="decode"), (n, order, m, k, kprime, tc)
+            continue
+        assert got["variant"] == "tensor_core", (n, m, k, kprime, few)
+        float16 = routed(half, n, order, m, k, kprime, wgmma, tc, few)
+        if float16["variant"] == "tensor_core":
+            assert got == float16, (n, m, k, kprime, few)
+            same += 1
+    assert same > 1000
+
+
+def test_bfloat16_where_float16_keeps_to_the_cuda_cores():
+    """Where float16 takes no tensor-core setting (a density under the tensor-core threshold, or a grid of at most
+    a wave with a small K), bfloat16 gets float16's tensor-core setting for the grid: the defaults over many waves,
+    the small-grid setting below."""
+    from sparsekit.router import TC_DEFAULT, TC_MIN_DENSITY, tc_small_grid
+    kprime = 100
+    assert kprime / 4096 < TC_MIN_DENSITY[np.dtype(np.float16)]
+    assert tune.heuristic(4096, 4096, 4096, kprime, np.float16, "C")["variant"] != "tensor_core"
+    assert tune.heuristic(4096, 4096, 4096, kprime, BFLOAT16, "C") == TC_DEFAULT.tunables()
+    assert tune.heuristic(128, 128, 128, 40, np.float16, "C")["variant"] != "tensor_core"
+    assert tune.heuristic(128, 128, 128, 40, BFLOAT16, "C") == tc_small_grid(128, 4).tunables()
+
+
 def test_the_last_rule_holds_everywhere():
     """Every problem gets a configuration: the table ends in a rule without a condition."""
     from sparsekit.router import RULES, Problem

@@ -1,14 +1,17 @@
 """gpu/uspmm_tc.py equals reference/uspmm.py under the CUDA simulator (the MMA fallbacks of
-gpu/mma.py stand in for the tensor cores): every dtype, index dtype and tunable shape, sizes that
+gpu/mma.py stand in for the tensor cores): every dtype (float16, bfloat16, float32), index dtype and tunable shape, sizes that
 are not multiples of the block tile, several K chunks, K' = 0 and K' = K, K splits of 1 to 4 blocks
 (more than the K chunks included); bad input is refused.
 
 Tolerance: the float32-accumulation bound of the existing tests (``assert_fp32_accumulated`` of
 tests/test_spmm.py), with the reduction length this kernel's arithmetic needs
 (:func:`gpu.uspmm_tc.error_reduction`: K' for float16 as for the CUDA-core kernels; 3 K' + 13
-for float32, where the 3xTF32 split costs up to ~12 float32 roundoffs per product)."""
+for float32, where the 3xTF32 split costs up to ~12 float32 roundoffs per product). bfloat16: the
+16-bit tolerance of tests/test_spmm_tiled.py (``assert_close``, the same MMA's path): float32
+accumulation of exact products, each result rounded once to bfloat16."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -20,6 +23,15 @@ from reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
+from test_spmm_tiled import assert_close
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+#: Every dtype the kernel takes: float16, bfloat16 (float16's path with the bf16 MMA) and float32.
+DTYPES = [np.float16, BF16, np.float32]
+
+
+def dtype_id(dtype) -> str:
+    return np.dtype(dtype).name
 
 # Small tiles (32-96 threads) for the simulator: a thread's A segment of 4, 8 or 32 columns (4 and
 # 8 take the 16-byte zeroing path for float32, 4 the scalar one for float16); 1 or 2 MMA tiles a warp;
@@ -40,16 +52,26 @@ TUNABLES = {
                  dict(bm=32, bn=16, kc=8, warps_m=2, warps_n=1, lean=True),
                  dict(bm=16, bn=8, kc=24, warps_m=1, warps_n=1, kgroups=3, lean=True)],
 }
+TUNABLES[BF16] = TUNABLES[np.float16]                           # (the same kernel, tiles and checks)
+
+
+def assert_within_bound(got, want, ell, b):
+    """``got`` against the reference's ``want``: the float32-accumulation bound with the kernel's reduction length
+    (:func:`gpu.uspmm_tc.error_reduction`), for bfloat16 the 16-bit one of ``assert_close``."""
+    if ell.dtype == BF16:
+        assert_close(got, want, ell.to_dense(), b)
+    else:
+        assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=tc.error_reduction(ell.kprime, ell.dtype))
 
 
 def check_against_reference(ell, b, tunables):
     got = tc.uspmm(ell, b, **tunables)
     want = ru.uspmm(ell, b)
-    assert isinstance(got, np.ndarray) and got.flags.c_contiguous
-    assert_fp32_accumulated(got, want, ell.to_dense(), b, reduction=tc.error_reduction(ell.kprime, ell.dtype))
+    assert isinstance(got, np.ndarray) and got.flags.c_contiguous and got.dtype == ell.dtype
+    assert_within_bound(got, want, ell, b)
 
 
-@given(data=st.data(), dtype=st.sampled_from([np.float16, np.float32]))
+@given(data=st.data(), dtype=st.sampled_from(DTYPES))
 def test_matches_reference(data, dtype):
     ell = data.draw(ell_matrices(dtype=dtype, max_size=20))
     b = data.draw(rhs_for(ell, max_n=9))
@@ -63,7 +85,7 @@ EDGE_CASES = [(5, 7, 3, 0), (33, 7, 5, 7), (37, 24, 17, 13), (20, 33, 24, 33), (
 
 
 @pytest.mark.parametrize("m,k,n,kprime", EDGE_CASES)
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_edge_shapes(m, k, n, kprime, dtype):
     rng = np.random.default_rng(kprime * 100 + m)
     mask = uniform_mask(rng, m, k, kprime)
@@ -89,9 +111,9 @@ def test_float32_tf32_exact_a_gives_the_bits_of_three_products(tunables, monkeyp
 
 
 @pytest.mark.parametrize("stages", [2, 4, 5])
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_pipeline_depths_over_several_chunks(dtype, stages):
-    """More K chunks (5 for float32, 3 for float16) than or as many as stages: every stage reused
+    """More K chunks (5 for float32, 3 for float16 and bfloat16) than or as many as stages: every stage reused
     (one block: M and N within the first tiling's tile)."""
     m, k, n, kprime = 29, 40, 15, 13
     rng = np.random.default_rng(stages)
@@ -101,7 +123,7 @@ def test_pipeline_depths_over_several_chunks(dtype, stages):
     check_against_reference(ell, b, dict(TUNABLES[dtype][0], stages=stages))
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_dynamic_shared_path(dtype, monkeypatch):
     """Settings above the static limit carve one dynamic buffer (on the GPU: above 48 KB, after the
     opt-in); here the limit is lowered so small tiles take that path: same result, every stage reused."""
@@ -324,11 +346,13 @@ def test_float32_k_groups_sum_in_group_order(splits):
 
 
 def test_default_tunables_fit_the_launcher():
+    assert set(tc.DEFAULTS) == {np.dtype(np.float16), BF16, np.dtype(np.float32)}
+    assert tc.DEFAULTS[BF16] == tc.DEFAULTS[np.dtype(np.float16)]                     # (the same kernel)
     for dtype, cfg in tc.DEFAULTS.items():
-        assert tc._check_tunables(dtype == np.float16, **cfg)
-        shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype == np.float16, cfg["stages"],
+        assert tc._check_tunables(dtype in tc.HALVES, **cfg)
+        shared = tc.shared_bytes(cfg["bm"], cfg["bn"], cfg["kc"], dtype in tc.HALVES, cfg["stages"],
                                  32 * cfg["warps_m"] * cfg["warps_n"])
-        assert tc.STATIC_LIMIT < shared <= tc.SHARED_OPTIN                              # both dynamic
+        assert tc.STATIC_LIMIT < shared <= tc.SHARED_OPTIN                              # all dynamic
 
 
 def test_float32_default_fits_two_blocks_an_sm():
@@ -376,6 +400,9 @@ def test_rejects_dtype_mismatch(small):
     ell, b = small
     with pytest.raises((TypeError, ValueError), match="b"):
         tc.uspmm(ell, b.astype(np.float16))
+    half = ELL.from_dense(ell.to_dense().astype(BF16))
+    with pytest.raises(TypeError, match="b: dtype"):                   # bfloat16 A, float16 B: never reinterpreted
+        tc.uspmm(half, b.astype(np.float16))
 
 
 @pytest.mark.parametrize("tunables,match", [
@@ -405,10 +432,10 @@ def test_rejects_bad_tunables(small, tunables, match):
 
 @st.composite
 def split_problems(draw):
-    """A uniform ELL over several K chunks of the small tilings (K up to 48: 3 float16 chunks of 16,
-    6 float32 chunks of 8), one or two row blocks, a B and a split count from 1 to 4 (may exceed the
+    """A uniform ELL over several K chunks of the small tilings (K up to 48: 3 float16 or bfloat16 chunks
+    of 16, 6 float32 chunks of 8), one or two row blocks, a B and a split count from 1 to 4 (may exceed the
     chunk count: the launcher then uses one block per chunk)."""
-    dtype = draw(st.sampled_from([np.float16, np.float32]))
+    dtype = draw(st.sampled_from(DTYPES))
     m, k = draw(st.integers(1, 40)), draw(st.integers(1, 48))
     kprime = draw(st.integers(0, k))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -427,7 +454,7 @@ def test_k_split_matches_reference(problem):
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     """Two launches on one prepared matrix (cached partials and tickets) give the same bytes, the
     tickets are back to 0 after each, and more splits than K chunks fall back to one chunk a block.
@@ -443,7 +470,7 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     b = rng.uniform(-2.0, 2.0, (k, n)).astype(dtype)
     dell = prepare(ell)
     tunables = dict(TUNABLES[dtype][0], stages=3, splits=9)
-    chunks = -(-k // tunables["kc"])                                    # 3 (float16) or 5 (float32)
+    chunks = -(-k // tunables["kc"])                                    # 3 (16-bit) or 5 (float32)
     first = tc.uspmm(dell, b, **tunables)
     grid, _, ticket, nsplit = split_buffers(dell, (1, 1), n, 9, chunks)        # the launch's (cached) tickets
     assert nsplit == chunks and grid == (1, 1, chunks)
@@ -451,7 +478,7 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     again = tc.uspmm(dell, b, **tunables)
     assert (first.view(np.uint8) == again.view(np.uint8)).all()
     assert (ticket.copy_to_host() == 0).all()
-    assert_fp32_accumulated(first, ru.uspmm(ell, b), ell.to_dense(), b, reduction=tc.error_reduction(kprime, dtype))
+    assert_within_bound(first, ru.uspmm(ell, b), ell, b)
 
 
 def test_k_split_bound_is_tight_enough_to_catch_a_lost_partial():
@@ -463,3 +490,43 @@ def test_k_split_bound_is_tight_enough_to_catch_a_lost_partial():
     lost = ru.uspmm(ELL.from_dense(ell.to_dense()[:, :40]), b[:40])
     with pytest.raises(AssertionError):
         assert_fp32_accumulated(lost, ru.uspmm(ell, b), ell.to_dense(), b, reduction=tc.error_reduction(k, np.float32))
+
+
+# --- bfloat16 through gpu.uspmm.uspmm: config="auto" past the decode kernel's N, the variants that take it ---------
+
+def bf16_problem(m: int, k: int, n: int, kprime: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (m, k)).astype(BF16), uniform_mask(rng, m, k, kprime),
+                         index_dtype=np.int16)
+    return ell, rng.uniform(-2.0, 2.0, (k, n)).astype(BF16)
+
+
+def test_bfloat16_auto_past_the_decode_kernel_runs_on_tensor_cores(tmp_path, monkeypatch):
+    """``config="auto"`` with a bfloat16 ``N = 128`` (past the decode kernel's 64) runs the tensor-core kernel at
+    the router's setting (float16's for the problem): the result is that launch's, bit for bit, within the bound
+    of the reference, and bfloat16."""
+    from gpu import uspmm as gu
+    from sparsekit.tune import heuristic
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))     # (no tuned winner)
+    ell, b = bf16_problem(20, 48, 128, 13)
+    cfg = heuristic(20, 48, 128, 13, BF16, "C")
+    assert cfg["variant"] == "tensor_core"
+    got = gu.uspmm(ell, b, config="auto")
+    assert got.dtype == BF16 and got.shape == (20, 128)
+    assert_within_bound(got, ru.uspmm(ell, b), ell, b)
+    by_hand = tc.uspmm(ell, b, **{key: v for key, v in cfg.items() if key != "variant"})
+    np.testing.assert_array_equal(got.view(np.uint16), by_hand.view(np.uint16))
+
+
+def test_bfloat16_variants():
+    """bfloat16 takes ``variant="tensor_core"`` at any N (here 9, where "auto" would pick the decode kernel: the
+    same product within the bound) and "decode" (the router's choice there); the CUDA-core variants refuse it naming both."""
+    from gpu import uspmm as gu
+    ell, b = bf16_problem(20, 40, 9, 11, seed=1)
+    want = ru.uspmm(ell, b)
+    assert_within_bound(gu.uspmm(ell, b, variant="tensor_core", **TUNABLES[BF16][0]), want, ell, b)
+    assert_within_bound(gu.uspmm(ell, b, config="heuristic"), want, ell, b)
+    for variant in ("listing1", "direct", "dense_tile", "warp_split"):
+        with pytest.raises(ValueError, match=r"variant: bfloat16 runs on the decode kernel only for N <= 64 "
+                                             r"\(variant='decode'\) and on the tensor-core kernel at any N"):
+            gu.uspmm(ell, b, variant=variant)
