@@ -10,12 +10,13 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   each lane reads 8 values and their 8 columns at a time (two 16-byte loads, ``unroll`` pairs in flight),
   multiplies each by its row of ``X^T`` (rows padded to 8 halves, read in 16-byte loads) into float32
   accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``. Padding
-  entries are skipped. Where ``X^T`` fits a block's shared memory (``K x 8 ceil(N / 8)`` halves: N <= 24
-  at K = 4096, N <= 8 at K = 14336) each block writes it there and a few blocks an SM loop over the rows
-  (:func:`_shared_kernel`); else ``X^T`` is staged in global memory and read through L1 (:func:`_kernel`).
-  The difference is the gather: a warp's 32 entries touch about 28 distinct 128-byte lines of ``X^T``,
-  one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth at N = 1 and
-  made N = 8 cost as much per entry again; from shared memory a gather costs its bank conflicts.
+  entries are skipped. At ``N = 1`` each block copies ``x`` to shared memory and a few blocks an SM loop
+  over the rows (:func:`_shared_kernel`): a warp's 32 entries touch about 28 distinct 128-byte lines of
+  ``x``, one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth; from
+  shared memory a gather costs its bank conflicts (4096^2 at 80 %: 11.3 -> 7.1 us on the H200). From
+  ``N = 2``, ``X^T`` is staged in global memory (rows padded to 8 halves) and read through L1
+  (:func:`_kernel`): copying ``X^T`` into every block's shared memory cost more than it saved (N = 8 at
+  80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB block an SM).
 * :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row in 16-byte stores, then write its
   entries), so wide products (prefill) run on dense tensor-core GEMM.
 """
@@ -197,10 +198,9 @@ def _rows(values, indices, k):
 def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None,
                          x_in_shared: bool | None = None):
     """``Y = x @ W^T`` (``N x M``, row-major) for padded ELL rows ``values``/``indices`` of a ``M x k`` weight
-    and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: when
-    ``x^T``, ``k x 8 ceil(N / 8)`` halves, fits a block's shared memory): :func:`_shared_kernel`, else
-    :func:`_kernel` on ``x^T`` staged in global memory, which ``buffers`` keeps (pass the same one to every
-    call whose launches are recorded)."""
+    and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: at
+    ``N = 1``): :func:`_shared_kernel`, else :func:`_kernel` on ``x^T`` staged in global memory, which
+    ``buffers`` keeps (pass the same one to every call whose launches are recorded)."""
     vop, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
@@ -220,8 +220,10 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     stride = 8 * cdiv(n, 8) if n > 1 else 1
     nbytes = 2 * k * stride
     if x_in_shared is None:
-        x_in_shared = nbytes <= SHARED_OPTIN - 1024
+        x_in_shared = n == 1
     if x_in_shared:
+        if nbytes > SHARED_OPTIN - 1024:
+            raise ValueError(f"x_in_shared: x^T ({nbytes} bytes) does not fit a block's shared memory")
         kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
         args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, yflat, m, k, entries)
         nbytes = max(nbytes, 16)
