@@ -1,7 +1,7 @@
 """The import structure: layers import downward only, and no modules import each other in a circle.
 
 Layers, bottom up: the core (``sparsekit``'s formats, pruning, arrays, device facts, timing, I/O, ...);
-the kernels (``reference``, ``gpu``, ``cpu``); the library above them (``sparsekit.api``, the USpMM router
+the kernels (``reference``, ``gpu``, ``cpu``); the library above them (``sparsekit.api``, the USpMM search
 ``sparsekit.tune``, the CLI and its commands, ...); experiments and tutorials on top. The graph is read
 from the source (every ``import`` statement, those inside functions too), so a deferred import counts.
 
@@ -20,7 +20,7 @@ PACKAGES = ("sparsekit", "gpu", "cpu", "reference", "experiments", "tutorials")
 #: sparsekit modules that sit above the kernels (everything else in sparsekit is the core).
 ABOVE_KERNELS = ("sparsekit.api", "sparsekit.tune", "sparsekit.sparse24_training", "sparsekit.specialize",
                  "sparsekit.cli", "sparsekit.cli_types", "sparsekit.commands", "sparsekit.experiment",
-                 "sparsekit.testsuite", "sparsekit.__main__", "sparsekit.torch.tiled", "sparsekit.nn",
+                 "sparsekit.testsuite", "sparsekit.__main__", "sparsekit.nn",
                  "sparsekit.torch", "sparsekit.launch")
 LEVEL = {"core": 0, "kernels": 1, "library": 2, "top": 3}
 #: Upward imports still owed: (importer, imported).
