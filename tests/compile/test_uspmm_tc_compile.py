@@ -1,6 +1,7 @@
 """The tensor-core USpMM compiles for sm_80 and sm_90 offline, and the PTX shows what it relies on:
 
-* ``mma.sync`` (m16n8k16 f16 with f32 accumulation; m16n8k8 TF32 and ``cvt.rna.tf32.f32`` for
+* ``mma.sync`` (m16n8k16 f16 with f32 accumulation; bfloat16 the m16n8k16 bf16 one, with
+  ``C`` rounded by ``cvt.rn.bf16x2.f32``; m16n8k8 TF32 and ``cvt.rna.tf32.f32`` for
   float32), none of it through a stack: no ``.local`` in the post-LTO PTX, 0 bytes of spill in
   ptxas's report (the accumulators and fragments stay in registers);
 * B tiles and staged entries copied by ``cp.async`` (16 bytes, no registers) with a commit and a
@@ -21,13 +22,19 @@ from numba import types
 
 from gpu import uspmm_tc as tc
 from sparsekit import offline
+from sparsekit.checks import BFLOAT16
 
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = {"float16": types.float16, "float32": types.float32}
+#: The 16-bit dtypes; the element type a kernel's arrays have (bfloat16: its uint16 bits, as the launcher passes it).
+HALVES = ("float16", "bfloat16")
+KERNEL_TYPES = dict(VALUE_TYPES, bfloat16=types.uint16)
+MMA16 = {"float16": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+         "bfloat16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"}
 
 
 def kernel_args(dtype: str):
-    vt = VALUE_TYPES[dtype]
+    vt = KERNEL_TYPES[dtype]
     return (types.Array(vt, 1, "C"), types.Array(types.uint8, 1, "C"), types.Array(vt, 1, "C"), types.Array(vt, 2, "C"),
             types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C"),
             types.int64, types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
@@ -40,8 +47,8 @@ def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: 
     chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel;
     ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it; ``lean``;
     ``exact_a``: a TF32-exact A, two MMAs instead of three)."""
-    kernel = tc._tc_kernel(*cfg[:5], dtype == "float16", 1, stages_of(cfg), dynamic(dtype, cfg) or kgroups > 1, slots,
-                           vec, ksplit, kgroups, lean, exact_a=exact_a)
+    kernel = tc._tc_kernel(*cfg[:5], dtype in HALVES, 1, stages_of(cfg), dynamic(dtype, cfg) or kgroups > 1, slots,
+                           vec, ksplit, kgroups, lean, exact_a=exact_a, bf16=dtype == "bfloat16")
     return offline.build(kernel, kernel_args(dtype), cc)
 
 
@@ -51,26 +58,26 @@ def stages_of(cfg: tuple) -> int:
 
 def dynamic(dtype: str, cfg: tuple) -> bool:
     """Whether the launcher takes the dynamic-shared-memory path for this setting (past 48 KB)."""
-    return tc.shared_bytes(*cfg[:3], dtype == "float16", stages_of(cfg), 32 * cfg[3] * cfg[4]) > tc.STATIC_LIMIT
+    return tc.shared_bytes(*cfg[:3], dtype in HALVES, stages_of(cfg), 32 * cfg[3] * cfg[4]) > tc.STATIC_LIMIT
 
 
 def default_cfg(dtype: str) -> tuple:
-    d = tc.DEFAULTS[__import__("numpy").dtype(dtype)]
+    d = tc.DEFAULTS[BFLOAT16 if dtype == "bfloat16" else __import__("numpy").dtype(dtype)]
     return d["bm"], d["bn"], d["kc"], d["warps_m"], d["warps_n"], d["stages"]
 
 
-# every cc x dtype with the default tiling; at sm_90 a float32 tiling of 4 x 2 warps (several warps per row
+# every cc x dtype (bfloat16 included) with the default tiling; at sm_90 a float32 tiling of 4 x 2 warps (several warps per row
 # segment) and two float16 ones past 48 KB (dynamic shared memory: 8 warps kc 32, 16 warps). The kernel reads
 # the ELL through segment_entries, the same arrays whatever the ELL's index dtype. (Four more tilings were
 # compiled here until session 6; the K-split, K-group and lean tests below build the routed settings.)
-BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in VALUE_TYPES]
+BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in KERNEL_TYPES]
           + [((9, 0), "float32", (128, 64, 8, 4, 2)),
              ((9, 0), "float16", (64, 128, 32, 2, 4, 4)), ((9, 0), "float16", (128, 128, 32, 4, 4, 4))])
 
 
 @pytest.mark.parametrize("cc,dtype,cfg", BUILDS, ids=str)
 def test_compiles_to_mma_in_registers(cc, dtype, cfg):
-    assert tc._check_tunables(dtype == "float16", *cfg[:5], 1, *cfg[5:])    # a setting the launcher accepts
+    assert tc._check_tunables(dtype in HALVES, *cfg[:5], 1, *cfg[5:])       # a setting the launcher accepts
     stages = stages_of(cfg)
     ptx, report = build(dtype, cfg, cc)
     if dynamic(dtype, cfg):                                                  # one extern buffer, no static
@@ -78,10 +85,11 @@ def test_compiles_to_mma_in_registers(cc, dtype, cfg):
     else:
         assert ".extern .shared" not in ptx
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
-    if dtype == "float16":
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
-        assert re.search(r"ld\.shared\.u32\s", ptx)                          # half2 fragment words
+    if dtype in HALVES:
+        assert MMA16[dtype] in ptx
+        assert re.search(r"ld\.shared\.u32\s", ptx)                          # half2 (bf16x2) fragment words
         assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+        assert ("cvt.rn.bf16x2.f32" in ptx) == (dtype == "bfloat16")         # C rounded to nearest even
     else:
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
         assert "cvt.rna.tf32.f32" in ptx                                     # the 3xTF32 split
@@ -287,3 +295,29 @@ def test_lean_kernel():
     assert 2 * count(lean, "cvt.rna.tf32.f32") == count(plain, "cvt.rna.tf32.f32")
     assert len(lean) < 0.95 * len(plain)
 
+
+@pytest.mark.parametrize("ksplit", [False, True])
+def test_bfloat16_is_the_float16_kernel_with_the_bf16_mma(ksplit):
+    """bfloat16 (sm_90, the default tiling; alone and with a K split, whose last block stores ``C``): the K loop
+    issues float16's MMAs (of the bf16 type), shared loads and stores, ldmatrix, copies and barriers, one for one,
+    in no more instructions (A and B move as 16-bit bits either way; float16 builds its zero by ``cvt.rn.f16.f64``,
+    two instructions bfloat16 does without); ``C`` is rounded by ``cvt.rn.bf16x2.f32``, one a pair of columns (no
+    float16 conversion left); no ``.local``, no spills."""
+    cfg = default_cfg("bfloat16")
+    assert cfg == default_cfg("float16")
+    ptx, report = build("bfloat16", cfg, (9, 0), ksplit=ksplit)
+    half_ptx = build("float16", cfg, (9, 0), ksplit=ksplit).ptx
+    assert ".local" not in ptx and MMA16["float16"] not in ptx
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+    loop, half_loop = loop_body(ptx, ksplit), loop_body(half_ptx, ksplit)
+
+    def count(body, prefix):
+        return sum(x.startswith(prefix) for x in body)
+    assert count(loop, MMA16["bfloat16"]) == count(half_loop, MMA16["float16"]) > 0
+    for prefix in ("ld.shared", "st.shared", "ldmatrix", "cp.async", "bar.sync", "ld.global"):
+        assert count(loop, prefix) == count(half_loop, prefix), prefix
+    assert len(loop) <= len(half_loop)
+    assert "cvt.rn.f16.f32" not in ptx and "cvt.rn.f16.f32" in half_ptx
+    pairs = (cfg[0] // cfg[3] // 16) * (cfg[1] // cfg[4] // 8) * 2        # a thread's C fragment rows
+    assert ptx.count("cvt.rn.bf16x2.f32") == pairs
