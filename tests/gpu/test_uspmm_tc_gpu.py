@@ -1,13 +1,15 @@
 """gpu/mma.py and gpu/uspmm_tc.py on a real GPU: the inline-PTX instructions against NumPy, and
-the tensor-core USpMM at real sizes against a float64 product, repeats bit-identical."""
+the tensor-core USpMM at real sizes against a float64 product (float16, bfloat16, float32), repeats bit-identical."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 pytestmark = pytest.mark.gpu
 
 U23 = 2.0 ** -23
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def test_to_tf32_is_bit_exact():
@@ -216,3 +218,59 @@ def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, mon
     monkeypatch.setattr(tc, "tf32_exact", lambda dell: False)
     three = tc.uspmm(p.dell, p.b, **cfg).copy_to_host()
     assert (two.view(np.uint8) == three.view(np.uint8)).all()
+
+
+@pytest.fixture(scope="module")
+def bf16_weight():
+    """A 4096 x 4096 bfloat16 weight pruned to 80% uniform sparsity: the ELL, prepared once, and its float64 dense."""
+    from gpu.uspmm import prepare
+    from sparsekit.tune import make_ell
+    ell = make_ell(4096, 4096, 0.8, BF16, seed=3)
+    return ell, prepare(ell), ell.to_dense().astype(np.float64)
+
+
+@pytest.mark.parametrize("n", [128, 512])
+def test_bfloat16_correct_and_bit_identical(bf16_weight, n, tmp_path, monkeypatch):
+    """bfloat16 past the decode kernel's N on a 4096 x 4096 80% weight, at the defaults and at the routed setting:
+    against the float64 product within float32 accumulation (:func:`gpu.uspmm_tc.error_reduction`'s K' roundings,
+    unit 2**-23: the tensor core truncates its sums) plus one rounding to bfloat16 (2**-8 of the float32 sum, nearest
+    even); two runs bit-identical; ``config="auto"`` (no tuned winner) is the routed launch, bit for bit."""
+    from gpu import uspmm_tc as tc
+    from gpu.uspmm import uspmm
+    from sparsekit.tune import heuristic
+    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))
+    ell, dell, dense = bf16_weight
+    b = np.random.default_rng(n).standard_normal((4096, n)).astype(BF16)
+    b64 = b.astype(np.float64)
+    exact = dense @ b64
+    acc = tc.error_reduction(ell.kprime, BF16) * U23 * (np.abs(dense) @ np.abs(b64))
+    bound = acc + 2.0 ** -8 * (np.abs(exact) + acc) + float(ml_dtypes.finfo(BF16).smallest_subnormal)
+    cfg = heuristic(4096, 4096, n, ell.kprime, BF16, "C")
+    assert cfg["variant"] == "tensor_core"
+    routed = {key: v for key, v in cfg.items() if key != "variant"}
+    for tunables in (dict(), routed):
+        first = tc.uspmm(dell, b, **tunables)
+        again = tc.uspmm(dell, b, **tunables)
+        assert first.dtype == BF16 and first.shape == (4096, n)
+        assert (first.view(np.uint16) == again.view(np.uint16)).all()
+        err = np.abs(first.astype(np.float64) - exact)
+        assert (err <= bound).all(), (tunables, float(np.max(err - bound)))
+        print(f"bfloat16 N = {n} {tunables or 'defaults'}: max error {err.max():.3g}, "
+              f"max error / bound {float(np.max(err / bound)):.3f}")
+    auto = uspmm(dell, b, config="auto")
+    assert (auto.view(np.uint16) == tc.uspmm(dell, b, **routed).view(np.uint16)).all()
+
+
+def test_bfloat16_torch_tensors_in_and_out():
+    """A ``torch.bfloat16`` B (viewed as its bits, no copy) gives a ``torch.bfloat16`` C on the device: the NumPy
+    call's bits."""
+    torch = pytest.importorskip("torch", reason="PyTorch is an optional extra")
+    from gpu.uspmm import prepare
+    from gpu.uspmm_tc import uspmm
+    from sparsekit.tune import make_ell
+    dell = prepare(make_ell(256, 320, 0.7, BF16, seed=4))
+    b = np.random.default_rng(4).standard_normal((320, 192)).astype(BF16)
+    c = uspmm(dell, torch.from_numpy(b.view(np.uint16)).view(torch.bfloat16).cuda())
+    assert isinstance(c, torch.Tensor) and c.is_cuda and c.dtype == torch.bfloat16 and c.shape == (256, 192)
+    want = uspmm(dell, b)
+    assert (c.cpu().view(torch.int16).numpy().view(np.uint16) == want.view(np.uint16)).all()
