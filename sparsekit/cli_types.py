@@ -4,9 +4,11 @@ Each parses one flag's text and raises ``argparse.ArgumentTypeError`` with the
 rule and the value, which argparse prefixes with the flag's name, e.g.
 ``sparsekit bench spmm: error: argument --repeat: must be an integer >= 1, got '0'``
 (exit status 2). A value that passes is in range for the command's handler, so a
-user's mistake never reaches NumPy or a kernel as a traceback.
+user's mistake never reaches NumPy or a kernel as a traceback. Sizes and repeats
+have upper bounds too: a huge value would otherwise end in ``MemoryError`` or a
+run that never finishes.
 
->>> positive("3"), seed("0"), sparsity("0.5")
+>>> side("3"), seed("0"), sparsity("0.5")
 (3, 0, 0.5)
 >>> sparsity("nan")
 Traceback (most recent call last):
@@ -20,19 +22,31 @@ from pathlib import Path
 
 
 def integer(*, minimum: int | None = None, maximum: int | None = None, multiple_of: int | None = None):
-    """A ``type=`` function for an integer in ``[minimum, maximum]`` that ``multiple_of`` divides."""
-    rule = " and ".join(part for part in (
-        f">= {minimum}" if minimum is not None else "", f"<= {maximum}" if maximum is not None else "",
-        f"a multiple of {multiple_of}" if multiple_of is not None else "") if part)
+    """A ``type=`` function for an integer in ``[minimum, maximum]`` that ``multiple_of`` divides.
+
+    The message states the minimum and the multiple always and the maximum where the value is not an integer
+    or passes it (a user who typed 0 needs the lower bound, not the upper one).
+
+    >>> integer(minimum=1, maximum=8)("9")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be an integer >= 1 and <= 8, got '9'
+    """
+    def rule(with_maximum: bool) -> str:
+        return " and ".join(part for part in (
+            f">= {minimum}" if minimum is not None else "",
+            f"<= {maximum}" if maximum is not None and with_maximum else "",
+            f"a multiple of {multiple_of}" if multiple_of is not None else "") if part)
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or (minimum is not None and value < minimum) or (maximum is not None and value > maximum) \
-                or (multiple_of is not None and value % multiple_of):
-            raise argparse.ArgumentTypeError(f"must be an integer{' ' + rule if rule else ''}, got {text!r}")
+        too_large = value is None or (maximum is not None and value > maximum)
+        if too_large or (minimum is not None and value < minimum) or (multiple_of is not None and value % multiple_of):
+            stated = rule(too_large)
+            raise argparse.ArgumentTypeError(f"must be an integer{' ' + stated if stated else ''}, got {text!r}")
         return value
 
     parse.__name__ = "integer"
@@ -56,8 +70,16 @@ def fraction(*, closed: bool = False):
     return parse
 
 
-#: A count that must be at least 1 (sizes, repeats, batch).
-positive = integer(minimum=1)
+#: The largest matrix side a command takes (rows, columns, features, batch x sequence): 2**20, above every
+#: layer of the models the commands mimic (a vocabulary projection has about 2**17 rows). Each side is bounded
+#: alone: a 2**20 x 2**14 float32 matrix (64 GiB) already takes half of a 141 GB GPU, and two large sides
+#: together can still pass what fits; the kernels' launchers refuse a product past their 32-bit index limits.
+MAX_SIDE = 2**20
+#: A matrix side: an integer in [1, MAX_SIDE].
+side = integer(minimum=1, maximum=MAX_SIDE)
+#: Timed repeats per kernel: medians settle within tens; 1000 repeats of a 10 ms product over a dozen
+#: providers already take two minutes.
+repeat = integer(minimum=1, maximum=1000)
 #: A random seed (NumPy's generators take non-negative integers).
 seed = integer(minimum=0)
 #: A sparsity: the fraction of zeros, in [0, 1).

@@ -1032,6 +1032,23 @@ def test_every_numeric_flag_refuses_bad_values_in_one_line(words, flag, capsys, 
         assert err.count("\n") == 1 and flag in err and "Traceback" not in err, err
 
 
+#: Integer flags that are no size, count or repeat: any non-negative seed is valid.
+UNBOUNDED_INTEGER_FLAGS = {"--seed"}
+SIZE_FLAGS = [(words, action.option_strings[0]) for words, _, action, _ in _typed_flags()
+              if action.type.__name__ == "integer" and action.option_strings[0] not in UNBOUNDED_INTEGER_FLAGS]
+
+
+@pytest.mark.parametrize("words, flag", SIZE_FLAGS, ids=[" ".join(w) + " " + f for w, f in SIZE_FLAGS])
+def test_every_size_flag_refuses_a_huge_value_by_name(words, flag, capsys):
+    """A size, count or repeat past what the command can run on one GPU is a usage error naming the flag and
+    its upper bound, not a ``MemoryError`` or a run that never ends."""
+    words_, sub, action, _ = next(t for t in _typed_flags() if t[0] == words and t[2].option_strings[0] == flag)
+    for huge in (str(2**31), "1" + "0" * 30):
+        assert main(_argv(words_, sub, action, huge)) == 2, (flag, huge)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"argument {flag}: " in err and "<= " in err and repr(huge) in err, err
+
+
 def test_every_typed_flag_uses_a_shared_type():
     """Plain ``int``/``float`` types let -1 or NaN through to NumPy; ``--out`` must refuse an existing file."""
     for words, sub, action, cli_types in _typed_flags():

@@ -13,10 +13,11 @@ weight of that shape (experiments/sparsify24.py ``kept_magnitude``).
 from __future__ import annotations
 
 from reference.sparsify24 import ALIGN
-from sparsekit.cli_types import integer, positive, seed
+from sparsekit.cli_types import MAX_SIDE, integer, repeat, seed
 
-#: Rows and columns of the weight: positive multiples of the sparsifier's alignment.
-_SIDE = integer(minimum=ALIGN, multiple_of=ALIGN)
+#: Rows and columns of the weight: multiples of the sparsifier's alignment up to the shared MAX_SIDE (the
+#: host draws the weight in float64 first: 2**20 x 2**12 is 32 GiB there).
+_SIDE = integer(minimum=ALIGN, maximum=MAX_SIDE, multiple_of=ALIGN)
 
 
 def add_bench(bench_subparsers) -> None:
@@ -25,7 +26,7 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--m", type=_SIDE, default=4096, help="rows of the weight, a multiple of 32 (default: %(default)s)")
     p.add_argument("--k", type=_SIDE, default=1024, help="columns, a multiple of 32 (default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the random weight (default: %(default)s)")
-    p.add_argument("--repeat", type=positive, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.add_argument("--repeat", type=repeat, default=30, help="timed repeats per provider (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="compare every kernel with the reference first (GPU)")
     p.set_defaults(func=cmd_bench_sparsify24)
 

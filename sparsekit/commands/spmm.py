@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from sparsekit.cli_types import integer, positive, seed, sparsity
+from sparsekit.cli_types import integer, repeat, seed, side, sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -28,12 +28,12 @@ def add_bench(bench_subparsers) -> None:
     src.add_argument("--matrix", help="a .smtx (DLMC pattern) or .mtx (Matrix Market) file")
     src.add_argument("--problem", type=integer(minimum=1, maximum=20),
                      help="a problem number 1-20 of the DL SpMM suite (course slides, Table 1)")
-    p.add_argument("--n", type=positive, default=None,
+    p.add_argument("--n", type=side, default=None,
                    help="columns of B (default: 256 for --matrix, the suite's N for --problem)")
     p.add_argument("--sparsity", type=sparsity, default=0.9,
                    help="fraction pruned by magnitude for --problem (default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="seed for pattern values and B (default: %(default)s)")
-    p.add_argument("--repeat", type=positive, default=5, help="timed repeats per kernel (default: %(default)s)")
+    p.add_argument("--repeat", type=repeat, default=5, help="timed repeats per kernel (default: %(default)s)")
     p.add_argument("--cpu-only", action="store_true", help="skip the GPU kernels even when a GPU is present")
     p.set_defaults(func=cmd_bench_spmm)
 

@@ -15,13 +15,13 @@ Both need a GPU (timings on the simulator would mean nothing).
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import positive, seed, sparsity
+from sparsekit.cli_types import repeat, seed, side, sparsity
 
 
 def _problem_args(p) -> None:
-    p.add_argument("--m", type=positive, required=True, help="rows of the sparse A (out features)")
-    p.add_argument("--k", type=positive, required=True, help="columns of A, rows of B (in features)")
-    p.add_argument("--n", type=positive, required=True, help="columns of B (batch x sequence)")
+    p.add_argument("--m", type=side, required=True, help="rows of the sparse A (out features)")
+    p.add_argument("--k", type=side, required=True, help="columns of A, rows of B (in features)")
+    p.add_argument("--n", type=side, required=True, help="columns of B (batch x sequence)")
     p.add_argument("--sparsity", type=sparsity, required=True,
                    help="fraction of zeros of A, uniform per row, in [0, 1)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
@@ -33,7 +33,7 @@ def add_bench(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("uspmm", help="USpMM variants vs cuSPARSE, cuBLAS and the roofline",
                                     description=__doc__.split("\n\n")[0])
     _problem_args(p)
-    p.add_argument("--repeat", type=positive, default=30, help="timed repeats per provider (default: %(default)s)")
+    p.add_argument("--repeat", type=repeat, default=30, help="timed repeats per provider (default: %(default)s)")
     p.add_argument("--tf32-weights", action="store_true",
                    help="round A's values to TF32 numbers, as float16 or bfloat16 weights cast to float32 are: the "
                         "tensor-core kernels then leave out one of their three products (float32 only)")
@@ -46,7 +46,7 @@ def add_commands(subparsers) -> None:
     _problem_args(p)
     p.add_argument("--order", choices=("C", "F"), default="C",
                    help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
-    p.add_argument("--repeat", type=positive, default=20, help="timed repeats per configuration (default: %(default)s)")
+    p.add_argument("--repeat", type=repeat, default=20, help="timed repeats per configuration (default: %(default)s)")
     p.add_argument("--full", action="store_true", help="search the full grid of tunables, not the default dozen")
     p.set_defaults(func=cmd_tune)
 
