@@ -12,7 +12,7 @@ from sparsekit.formats import ELL, TiledCSL
 
 __all__ = ["DeviceELL", "prepare", "rhs", "DTYPES"]
 
-#: Value dtypes of the USpMM kernels (bfloat16: the decode path only).
+#: Value dtypes of the USpMM kernels (bfloat16: the decode and tensor-core kernels).
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 
 

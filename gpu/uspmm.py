@@ -4,8 +4,8 @@ Equals :func:`reference.uspmm.uspmm` (and :func:`reference.uspmm.uspmm_linear`
 for :func:`uspmm_linear`) within the tolerance of fp32 accumulation. Source:
 "Uniform Sparsity in Deep Neural Networks", Section 3, Listing 1, Section 4.3.
 
-Variants (``variant=``; every one takes float32 or float16 ``A``/``B`` and
-accumulates in float32):
+Variants (``variant=``; every one takes float32 or float16 ``A``/``B``, ``decode``
+and ``tensor_core`` bfloat16 too, and accumulates in float32):
 
 ``"listing1"`` (``vecsize=1``): USpMM
     Listing 1 line for line. Blocks of ``32 x NumWarps`` threads with
@@ -84,9 +84,10 @@ from numba.core.types import float16
 
 from gpu.device_ell import DeviceELL, prepare, rhs
 from gpu.inline import inlined
-from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE
+from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
 from gpu.launch import launch as _launch
 from gpu.mma import prefetch_l2
+from gpu.spmm_tiled import MAX_N as MAX_DECODE_N
 from gpu.spmm_tiled import spmm_tiled, spmm_tiled_linear
 from gpu.split_k import split_buffers, split_range, split_ticket
 from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
@@ -1391,10 +1392,6 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
     if shared > SHARED_LIMIT:
         raise ValueError(f"nwarp, rows_per_warp, cols_per_lane: the warps' partial tiles need {shared} bytes of "
                          f"shared memory (nwarp * rows_per_warp * 32 * cols_per_lane * 4), more than {SHARED_LIMIT}")
-    k = dell.shape[1]
-    if k * n >= 2 ** 31:
-        raise ValueError(f"b: variant 'warp_split' keeps offsets into b in 32 bits, so K * N must be below 2**31, "
-                         f"got {k} * {n} = {k * n}")
     vw = min(cols_per_lane, 8 if half else 4)
     vec_ok = n % vw == 0 and aligned(bdev, vw)
     kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks, lookahead,
@@ -1441,6 +1438,9 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
         if flag and variant != "warp_split":
             raise ValueError(f"{name}: only variant 'warp_split' has this option, got variant {variant!r}")
     m, n = dell.shape[0], bdev.shape[1]
+    if variant == "warp_split":
+        check_int32(dell.shape[1] * n, "b", "elements (K * N) with variant 'warp_split'",
+                    "it keeps offsets into b in 32 bits")
     c = output((m, n), dell.dtype, like=like, order=order)
     if m and n:
         if variant == "listing1":
@@ -1464,7 +1464,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
 
 def uspmm(ell, b, *, config=None, **tunables):
     """``C = A @ b`` for a uniform-sparse ``A`` (``ELL`` or :class:`DeviceELL`, ``M x K``)
-    and a dense ``b`` (``K x N``, C or F order, ``A``'s dtype: float32 or float16).
+    and a dense ``b`` (``K x N``, C or F order, ``A``'s dtype: float32, float16 or bfloat16).
 
     Returns ``C`` (``M x N``, float32 accumulation rounded to ``b``'s dtype) in
     ``b``'s memory order and array kind (NumPy, Numba, CuPy, PyTorch).
@@ -1500,6 +1500,10 @@ def uspmm(ell, b, *, config=None, **tunables):
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")
     if variant == "decode":                        # the memory-bound path of small N (sparsekit.router.DECODE)
+        if bop.dev.shape[1] > MAX_DECODE_N:
+            raise ValueError(f"b: N = {bop.dev.shape[1]} with the decode kernel (N <= {MAX_DECODE_N}); a "
+                             f"{dell.dtype} product of more columns runs on the tensor-core kernel, which takes "
+                             f"a row-major (C-ordered) b")
         if order == "C":
             return spmm_tiled(dell.tiled_rows(), b)
         return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T

@@ -530,3 +530,16 @@ def test_bfloat16_variants():
         with pytest.raises(ValueError, match=r"variant: bfloat16 runs on the decode kernel only for N <= 64 "
                                              r"\(variant='decode'\) and on the tensor-core kernel at any N"):
             gu.uspmm(ell, b, variant=variant)
+
+
+def test_bfloat16_past_the_decode_width_with_a_column_major_b_is_refused_by_name():
+    """No kernel takes bfloat16 with a column-major B of more than 64 columns: the error says which B does."""
+    from gpu.uspmm import uspmm
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.formats import ELL
+
+    w = np.eye(16, dtype=np.float32)
+    ell = ELL.from_dense(w.astype(BFLOAT16))
+    b = np.asfortranarray(np.ones((16, 65), dtype=BFLOAT16))
+    with pytest.raises(ValueError, match="row-major"):
+        uspmm(ell, b, config="auto")
