@@ -8,6 +8,8 @@ turns a block too large for the register file into a clear error.
 * :func:`opt_in`: above :data:`SHARED_LIMIT` a launch fails unless the compiled kernel's
   ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (Numba has no option for it);
   up to :data:`SHARED_OPTIN` on the H100 and H200.
+* :func:`check_int32`: a size a kernel keeps in 32 bits (for speed) refused past :data:`INT32_MAX` by the
+  launcher, before anything is allocated or launched (docs/limits.md lists them).
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "DynamicShared", "Buffers", "SHARED_LIMIT", "SHARED_OPTIN", "SMEM_ALIGN", "WARP_SIZE"]
+__all__ = ["launch", "opt_in", "check_int32", "DynamicShared", "Buffers", "SHARED_LIMIT", "SHARED_OPTIN",
+           "SMEM_ALIGN", "WARP_SIZE", "INT32_MAX"]
 
 #: Threads a warp.
 WARP_SIZE = 32
@@ -27,6 +30,9 @@ SHARED_LIMIT = 48 * 1024
 SHARED_OPTIN = 232448
 #: Byte alignment of the shared arrays read with vector loads (the simulator takes no alignment).
 SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
+
+#: The largest count or index a kernel's signed 32-bit arithmetic (or an int32 array) holds.
+INT32_MAX = 2**31 - 1
 
 _OPTED_IN: set = set()
 #: Callbacks ``(kernel, grid, block, args)`` told of every launch (:func:`sparsekit.launch.record`).
@@ -45,6 +51,13 @@ def launch(kernel, grid, block, args, tunables: str) -> None:
         regs = max(kernel.get_regs_per_thread().values())
         raise ValueError(f"{tunables}: a block of {block} threads at {regs} registers per thread does not fit "
                          f"the register file; choose fewer warps or a smaller tile") from None
+
+
+def check_int32(count: int, name: str, what: str, why: str) -> None:
+    """Refuse ``count`` ``what`` past :data:`INT32_MAX`: a ValueError naming ``name``, the limit, the count and
+    ``why`` (where the kernel keeps them in 32 bits). Call it before allocating: it reads sizes only."""
+    if count > INT32_MAX:
+        raise ValueError(f"{name}: at most 2**31 - 1 = {INT32_MAX} {what}, got {count} ({why})")
 
 
 def opt_in(kernel, args, nbytes: int) -> None:

@@ -40,6 +40,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32
 
+from gpu.launch import check_int32
 from gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
@@ -266,10 +267,15 @@ _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), Bloc
 
 
 def prepare(a, cls) -> DeviceSparse:
-    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device (bfloat16: CSR only)."""
-    if cls is not CSR and getattr(getattr(a, "host", a), "dtype", None) == BFLOAT16:
+    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device (bfloat16: CSR only).
+    A CSR has at most 2**31 - 1 rows: the kernels' launch orders (:meth:`DeviceSparse.identity`,
+    :meth:`DeviceSparse.swizzle`) are int32 row numbers."""
+    host = getattr(a, "host", a)
+    if cls is not CSR and getattr(host, "dtype", None) == BFLOAT16:
         raise TypeError(f"a: {cls.__name__} kernels take float32 or float16; bfloat16 runs on CSR "
                         f"(spmm_csr) or TiledCSL (gpu.spmm_tiled)")
+    if cls is CSR and isinstance(host, CSR):
+        check_int32(host.shape[0], "a.shape[0]", "rows", "the CSR kernels' launch orders are int32 row numbers")
     return DeviceSparse.from_host(a, cls, _FIELDS[cls], name="a", dtypes=_DTYPES,
                                   dtype_rule="values dtype must be float32, float16 or bfloat16 (CSR) for the GPU "
                                              "kernels, got {dtype}")

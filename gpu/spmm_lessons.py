@@ -79,6 +79,7 @@ import functools
 import numpy as np
 from numba import cuda, float32
 
+from gpu.launch import check_int32
 from gpu.spmm import DeviceSparse
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.balance import split_m
@@ -309,6 +310,7 @@ def tile_csc(csr, tile_m: int = TILE_M):
     (ascending). ``tile_ptr`` is ``(ceil(M/tile_m), K+1)`` int32.
     """
     tm = check_int(tile_m, "tile_m", minimum=1)
+    check_int32(csr.nnz, "csr.nnz", "stored entries", "smem_tiled's tile pointers are int32")
     m, k = csr.shape
     lengths = np.diff(csr.indptr).astype(np.int64)
     rows = np.repeat(np.arange(m, dtype=np.int64), lengths)
@@ -351,7 +353,11 @@ _CSR_FIELDS = ("indptr", "indices", "data")
 
 
 def prepare(csr) -> DeviceCSR:
-    """Check ``csr`` fully and copy it to the device (pass the result to every lesson kernel)."""
+    """Check ``csr`` fully and copy it to the device (pass the result to every lesson kernel). At most
+    2**31 - 1 rows: the launch orders and block starts the lessons take are int32 row numbers."""
+    if isinstance(csr, CSR):
+        check_int32(csr.shape[0], "csr.shape[0]", "rows", "the lessons' launch orders and block starts are "
+                                                          "int32 row numbers")
     return DeviceCSR.from_host(csr, CSR, _CSR_FIELDS, name="csr", dtypes=(_F32,),
                                dtype_rule="the lesson kernels compute in float32, got values of dtype {dtype}")
 

@@ -49,7 +49,7 @@ from gpu.inline import inlined
 from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
                      mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
                      widen_f16)
-from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, launch, opt_in
+from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
 from gpu.split_k import split_ticket
 from gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -450,6 +450,7 @@ def prepare(a: TiledCSL) -> DeviceTiled:
     """Copy ``a`` to the device once; the result is reused by every :func:`spmm_tiled` call."""
     if not isinstance(a, TiledCSL):
         raise TypeError(f"a: expected a TiledCSL, got {type(a).__name__}")
+    check_int32(a.words.size, "a.words", "words", "the kernels' tile offsets are 32-bit word offsets")
     a.validate(full=True)                      # the kernels trust offsets and local indices: check them once
     tm, tk = a.tile
     if tm == 1:
@@ -458,8 +459,6 @@ def prepare(a: TiledCSL) -> DeviceTiled:
     elif tm % 16 or tm > 16 * 8 or tk % 16 or tk & (tk - 1):
         raise ValueError(f"a.tile: TM must be 1 (rows) or 16, 32, ..., 128 and TK a power of two from 16, "
                          f"got {a.tile}")
-    if a.words.size >= 1 << 31:
-        raise ValueError(f"a: {a.words.size} words exceed the kernel's 32-bit word offsets")
     steps = np.diff(a.offsets)
     return DeviceTiled(a, cuda.to_device(a.words), cuda.to_device(a.offsets.astype(np.int32)),
                        int(steps.max()) if steps.size else 0,
