@@ -15,6 +15,7 @@ import pytest
 
 from gpu.launch import INT32_MAX, check_int32
 from sparsekit import formats
+from tests.test_bad_input import _HugeDeviceArray
 
 HUGE = INT32_MAX + 1
 
@@ -31,17 +32,6 @@ def _with(fmt, **fields):
     for name, value in fields.items():
         object.__setattr__(out, name, value)
     return out
-
-
-class _HugeDeviceArray:
-    """A Numba-device-array look-alike of any C-ordered shape that owns no memory."""
-
-    __cuda_ndarray__ = True
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
-        self.strides = (shape[1] * self.dtype.itemsize, self.dtype.itemsize)
-        self.size = shape[0] * shape[1]
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,6 @@ K, N = 2**20 - 1, 2**11              # K * N = 2**31 - 2**11 <= INT32_MAX
 ROWS, KPRIME = 64, 8
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
 def _ell(rng) -> formats.ELL:
     """ROWS rows of KPRIME entries; half the rows hold the last columns of B (the largest offsets)."""
     cols = np.stack([rng.choice(K, KPRIME, replace=False) if r % 2 else K - 1 - rng.choice(64, KPRIME, replace=False)
@@ -33,9 +25,7 @@ def _ell(rng) -> formats.ELL:
 
 
 def test_largest_b_is_right_where_the_offsets_are_largest():
-    torch = _torch()
-    if torch is None:
-        pytest.skip("needs PyTorch with CUDA (to fill 8 GiB on the device)")
+    torch = pytest.importorskip("torch", reason="fills 8 GiB on the device")
     from gpu import uspmm
 
     assert K * N <= INT32_MAX < K * (N + 1)
@@ -43,7 +33,7 @@ def test_largest_b_is_right_where_the_offsets_are_largest():
     b = torch.randn(K, N, device="cuda", dtype=torch.float32, generator=torch.Generator("cuda").manual_seed(0))
     got = uspmm.uspmm(ell, b, variant="warp_split").cpu().numpy()
     used = np.unique(ell.indices)
-    rows_of_b = b[torch.as_tensor(used, device="cuda")].cpu().numpy().astype(np.float64)
+    rows_of_b = b[torch.as_tensor(used.astype(np.int64), device="cuda")].cpu().numpy().astype(np.float64)
     at = np.searchsorted(used, ell.indices)                                  # (ROWS, KPRIME) rows of rows_of_b
     terms = ell.values.astype(np.float64)[:, :, None] * rows_of_b[at]        # (ROWS, KPRIME, N)
     want = terms.sum(axis=1)
@@ -55,9 +45,7 @@ def test_largest_b_is_right_where_the_offsets_are_largest():
 
 
 def test_one_column_more_is_refused_before_allocating():
-    torch = _torch()
-    if torch is None:
-        pytest.skip("needs PyTorch with CUDA")
+    torch = pytest.importorskip("torch")
     from gpu import uspmm
 
     b = torch.empty(K, N + 1, device="cuda", dtype=torch.float32)
