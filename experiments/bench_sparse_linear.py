@@ -19,24 +19,9 @@ ROTATION = 4
 
 def graph_time(step, calls: int = 50) -> float:
     """Microseconds a ``step()`` replayed ``calls`` times from one CUDA graph."""
-    import torch
+    from sparsekit.torch.bench import graph_time as seconds
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            step()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls
+    return seconds(step, calls) * 1e6
 
 
 def _cusparse(layers, x) -> str:

@@ -27,6 +27,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
+from gpu.inline import inlined
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
 from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
 from gpu.vector_loads import load4, store4
@@ -49,26 +50,19 @@ SHARED_PER_SM = 228 * 1024
 
 
 @functools.cache
-def _kernel(n: int, bf16: bool, stride: int, unroll: int):
-    add, store, width = row_accumulator(n, bf16, stride), row_store(n, bf16, True), accumulators(n, stride)
+def _row_entries(n: int, bf16: bool, stride: int, unroll: int):
+    """The inner loop of both linear kernels: ``run(acc, values, indices, base, lane, stop, k, b, b32, vbuf,
+    ibuf)`` adds a row's entries (its words from ``base``, ``stop`` chunks of 8) times their rows of ``B``
+    into ``acc``. Each lane takes chunks ``lane, lane + 32, ...``, ``unroll`` in flight (two 16-byte loads a
+    chunk into ``vbuf``/``ibuf``), then their 16 entries; padding entries (column >= K) are skipped."""
+    add = row_accumulator(n, bf16, stride)
     nbuf = 4 * unroll
 
-    @cuda.jit
-    def kernel(values, indices, b, b32, c, m, k, entries):
-        lane = cuda.threadIdx.x % 32
-        row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
-        if row >= m:
-            return
-        acc = cuda.local.array(width, float32)
-        for j in range(width):
-            acc[j] = float32(0.0)
-        vbuf = cuda.local.array(nbuf, uint32)
-        ibuf = cuda.local.array(nbuf, uint32)
-        chunk = lane                                  # 8 entries (4 uint32 of each array) a chunk
-        stop = entries // 8
-        base = row * (entries // 2)
+    @inlined
+    def run(acc, values, indices, base, lane, stop, k, b, b32, vbuf, ibuf):
+        chunk = lane
         while chunk < stop:
-            for u in range(unroll):                   # `unroll` chunks in flight a lane, then their entries
+            for u in range(unroll):
                 at = chunk + 32 * u
                 if at < stop:
                     v = load4(values, base + at * 4)
@@ -85,6 +79,28 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
                 if col < k:
                     add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, b, b32)
             chunk += 32 * unroll
+
+    return run
+
+
+@functools.cache
+def _kernel(n: int, bf16: bool, stride: int, unroll: int):
+    """``Y = x W^T`` with ``x^T`` staged in global memory (``b``, ``K x stride``), one warp a row."""
+    row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
+    width, nbuf = accumulators(n, stride), 4 * unroll
+
+    @cuda.jit
+    def kernel(values, indices, b, b32, c, m, k, entries):
+        lane = cuda.threadIdx.x % 32
+        row = cuda.blockIdx.x * ROW_WARPS + cuda.threadIdx.x // 32
+        if row >= m:
+            return
+        acc = cuda.local.array(width, float32)
+        for j in range(width):
+            acc[j] = float32(0.0)
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        row_entries(acc, values, indices, row * (entries // 2), lane, entries // 8, k, b, b32, vbuf, ibuf)
         store(c, acc, row, m, lane)
 
     return kernel
@@ -96,8 +112,8 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int):
     past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
     warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
     ``x^T`` from shared memory (:func:`gpu.spmm_tiled.row_accumulator` on the shared arrays)."""
-    add, store, width = row_accumulator(n, bf16, stride), row_store(n, bf16, True), accumulators(n, stride)
-    nbuf = 4 * unroll
+    row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
+    width, nbuf = accumulators(n, stride), 4 * unroll
 
     @cuda.jit
     def kernel(values, indices, x, y, m, k, entries):
@@ -118,26 +134,7 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int):
         while row < m:
             for j in range(width):
                 acc[j] = float32(0.0)
-            base = row * (entries // 2)
-            chunk = lane
-            while chunk < stop:
-                for u in range(unroll):
-                    at = chunk + 32 * u
-                    if at < stop:
-                        v = load4(values, base + at * 4)
-                        i = load4(indices, base + at * 4)
-                        for q in range(4):
-                            vbuf[4 * u + q] = v[q]
-                            ibuf[4 * u + q] = i[q]
-                    else:
-                        for q in range(4):
-                            vbuf[4 * u + q] = uint32(0)
-                            ibuf[4 * u + q] = uint32(0xFFFFFFFF)   # columns 65535 >= K: skipped
-                for h in range(2 * nbuf):
-                    col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
-                    if col < k:
-                        add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, xs, xs32)
-                chunk += 32 * unroll
+            row_entries(acc, values, indices, row * (entries // 2), lane, stop, k, xs, xs32, vbuf, ibuf)
             store(y, acc, row, m, lane)
             row += cuda.gridDim.x * warps
 

@@ -12,7 +12,7 @@ import torch
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
-__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
 
 #: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
 DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
@@ -24,7 +24,7 @@ TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
 _CALLS = 200
 
 
-def _graph_time(step, calls: int) -> float:
+def graph_time(step, calls: int) -> float:
     """Device seconds per ``step()`` replayed from a CUDA graph of ``calls`` steps (no host cost)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -72,7 +72,7 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
                            ("torch.matmul", lambda: torch.matmul(x, w.T))):
             with torch.no_grad():
                 step()
-                device, wall = _graph_time(step, calls), _wall_time(step, calls)
+                device, wall = graph_time(step, calls), _wall_time(step, calls)
             out.append(dict(problem=f"{m}x{k} N={n}", dtype=str(dtype).removeprefix("torch."), sparsity=sparsity,
                             product=name, device_us=round(device * 1e6, 2), wall_us=round(wall * 1e6, 2),
                             overhead_us=round((wall - device) * 1e6, 2)))
@@ -126,20 +126,24 @@ def _tokens_per_s(step, batch: int, tokens: int, repeats: int) -> float:
     return batch * tokens * repeats / (start.elapsed_time(end) * 1e-3)
 
 
-def agreement(dense: Decoder, sparse: Decoder, tokens: int = 16) -> float:
-    """max |sparse - dense(pruned)| / max |dense(pruned)| on a prefill then one decode step."""
-    pruned = _densified(sparse)
-    p = next(dense.parameters())
+def _difference(model: Decoder, reference: Decoder, tokens: int = 16) -> float:
+    """max |model - reference| / max |reference| on a prefill of ``tokens`` then one decode step."""
+    p = next(reference.parameters())
     torch.manual_seed(1)
-    x = torch.randn(1, tokens, dense.cfg.hidden, device=p.device, dtype=p.dtype)
+    x = torch.randn(1, tokens, reference.cfg.hidden, device=p.device, dtype=p.dtype)
     worst = 0.0
     with torch.no_grad():
-        for model in (sparse, pruned):
-            model.allocate_cache(1, tokens + 1)
+        for m in (model, reference):
+            m.allocate_cache(1, tokens + 1)
         for xs, pos in ((x, torch.arange(tokens, device=p.device)), (x[:, -1:], torch.tensor([tokens], device=p.device))):
-            ys, yd = sparse(xs, pos).float(), pruned(xs, pos).float()
+            ys, yd = model(xs, pos).float(), reference(xs, pos).float()
             worst = max(worst, float((ys - yd).abs().max() / yd.abs().max()))
     return worst
+
+
+def agreement(dense: Decoder, sparse: Decoder, tokens: int = 16) -> float:
+    """max |sparse - dense(pruned)| / max |dense(pruned)| on a prefill then one decode step."""
+    return _difference(sparse, _densified(sparse), tokens)
 
 
 def fine_tune_step(sparse: Decoder, lr: float = 1e-3, tokens: int = 8) -> dict:
@@ -191,17 +195,7 @@ def sharded_agreement(model: Decoder, rank: int, world: int, tokens: int = 16):
     from sparsekit.torch.parallel import tensor_parallel_
 
     sharded = tensor_parallel_(copy.deepcopy(model), rank, world)
-    p = next(model.parameters())
-    torch.manual_seed(1)
-    x = torch.randn(1, tokens, model.cfg.hidden, device=p.device, dtype=p.dtype)
-    worst = 0.0
-    with torch.no_grad():
-        for m in (model, sharded):
-            m.allocate_cache(1, tokens + 1)
-        for xs, pos in ((x, torch.arange(tokens, device=p.device)), (x[:, -1:], torch.tensor([tokens], device=p.device))):
-            ys, yd = sharded(xs, pos).float(), model(xs, pos).float()
-            worst = max(worst, float((ys - yd).abs().max() / yd.abs().max()))
-    return sharded, worst
+    return sharded, _difference(sharded, model, tokens)
 
 
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
