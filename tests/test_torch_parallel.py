@@ -53,22 +53,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, results: str) -> None:
+def sharded_run(rank: int, world: int, port: int, results: str, cfg=CFG, device: str = "cpu",
+                dtype: str = "float32") -> None:
+    """One gloo rank: a sparse decoder and its shard for this rank, a prefill and a decode step each; saves
+    ``{diff, scale, pads}`` (their largest difference, the output's scale, the row shards' padding)."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     try:
-        torch.manual_seed(1)
-        whole = sparsify_(Decoder(CFG, seed=3), sparsity=0.7)
+        whole = sparsify_(Decoder(cfg, seed=3, device=device, dtype=getattr(torch, dtype)), sparsity=0.7)
         shard = tensor_parallel_(copy.deepcopy(whole), rank, world)
-        x = torch.randn(2, 6, CFG.hidden)
+        torch.manual_seed(1)
+        x = torch.randn(2, 6, cfg.hidden, device=device, dtype=getattr(torch, dtype))
         out = []
         for model in (whole, shard):
             model.allocate_cache(2, 7)
             with torch.no_grad():
-                prefill = model(x, torch.arange(6))
-                step = model(x[:, -1:], torch.tensor([6]))
-            out.append(torch.cat([prefill, step], dim=1))
+                prefill = model(x, torch.arange(6, device=device))
+                step = model(x[:, -1:], torch.tensor([6], device=device))
+            out.append(torch.cat([prefill, step], dim=1).float())
         pads = [m.padding for m in shard.modules() if isinstance(m, RowParallel)]
         torch.save(dict(diff=float((out[0] - out[1]).abs().max()), scale=float(out[0].abs().max()), pads=pads),
                    f"{results}/rank{rank}.pt")
@@ -79,7 +82,7 @@ def _worker(rank: int, world: int, port: int, results: str) -> None:
 def test_decoder_over_two_gloo_ranks_equals_unsharded(tmp_path):
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(sharded_run, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     for rank in range(2):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert got["diff"] <= 1e-5 * got["scale"], got                    # float32: sums in another order
