@@ -35,7 +35,7 @@ from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "check_indices", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -258,12 +258,3 @@ def densify_ell_rows(values, indices, k: int, *, out=None):
         launch(_densify(wide), cdiv(m, ROW_WARPS), 32 * ROW_WARPS,
                (vbits, ibits, wbits, wbits.view(np.uint32) if wide else wbits, m, k, entries), "densify")
     return result(w, like=like)
-
-
-def check_indices(indices, k: int) -> None:
-    """Every column of ``indices`` (host or device) is below ``k`` or ``k`` (padding); the kernels trust it."""
-    host = indices.cpu().numpy() if hasattr(indices, "cpu") else np.asarray(
-        indices.copy_to_host() if hasattr(indices, "copy_to_host") else indices)
-    if host.size and int((host.astype(np.int64) & 0xFFFF).max()) > k:
-        raise ValueError(f"indices: columns must be below {k} (or {k}, padding)")
-

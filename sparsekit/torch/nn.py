@@ -5,6 +5,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
 from sparsekit.torch.ops import dense_weight, forward, register, sparse_linear
 
@@ -16,10 +17,6 @@ __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 PATTERNS = ("uniform", "2:4", "unstructured")
 #: float64 runs on the CPU only (gradcheck); CUDA kernels take float16 and bfloat16.
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-#: Entries a row is padded to a multiple of (:data:`reference.spmm_ell_rows.ROW_MULTIPLE`).
-_ROW_MULTIPLE = 8
-#: Columns are stored in 16 bits, the padding mark ``in_features`` too.
-_MAX_IN = (1 << 16) - 1
 
 
 def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,10 +60,10 @@ class SparseLinear(nn.Module):
         super().__init__()
         if dtype not in _DTYPES:
             raise ValueError(f"dtype: must be one of {_DTYPES}, got {dtype}")
-        if not 0 < in_features <= _MAX_IN:
-            raise ValueError(f"in_features: must be in 1..{_MAX_IN} (columns are stored in 16 bits), got {in_features}")
-        if not 0 < width or width % _ROW_MULTIPLE:
-            raise ValueError(f"width: entries a row must be a positive multiple of {_ROW_MULTIPLE}, got {width}")
+        if not 0 < in_features <= MAX_COLUMNS:
+            raise ValueError(f"in_features: must be in 1..{MAX_COLUMNS} (columns are stored in 16 bits), got {in_features}")
+        if not 0 < width or width % ROW_MULTIPLE:
+            raise ValueError(f"width: entries a row must be a positive multiple of {ROW_MULTIPLE}, got {width}")
         self.in_features, self.out_features = in_features, out_features
         self.values = nn.Parameter(torch.zeros((out_features, width), dtype=dtype, device=device))
         pad = torch.tensor(in_features, dtype=torch.int32).to(torch.int16)     # (wraps above 32767: read unsigned)
@@ -98,7 +95,7 @@ class SparseLinear(nn.Module):
         bad = (columns < 0) | (columns > in_features)
         if bool(bad.any()):
             raise ValueError(f"columns: must be in 0..{in_features - 1} ({in_features}: unused)")
-        width = _ROW_MULTIPLE * max(1, -(-n // _ROW_MULTIPLE))
+        width = ROW_MULTIPLE * max(1, -(-n // ROW_MULTIPLE))
         layer = cls(in_features, m, width, bias=bias is not None, dtype=values.dtype, device=values.device)
         with torch.no_grad():
             layer.values[:, :n] = torch.where(columns < in_features, values, 0)
