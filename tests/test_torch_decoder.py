@@ -53,3 +53,11 @@ def test_benchmarks_need_a_gpu(name, capsys):
 
     assert main(["bench", name]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_tensor_parallel_bench_outside_torchrun_says_how_to_run(monkeypatch, capsys):
+    from sparsekit.commands.torch_bench import _join_group
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not _join_group(2)
+    assert "torchrun --nproc-per-node 2" in capsys.readouterr().out

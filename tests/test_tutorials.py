@@ -30,8 +30,14 @@ def test_readme_shows_the_quickstart_as_it_runs():
     assert f"```python\n{snippet}```" in (root / "README.md").read_text()
 
 
+#: Tutorials that need an optional extra, by file name.
+NEEDS = {"07_pytorch_layer.py": "torch"}
+
+
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_runs_quick(path, capsys):
+    if path.name in NEEDS:
+        pytest.importorskip(NEEDS[path.name], reason=f"{path.name} needs the optional {NEEDS[path.name]} extra")
     result = _load(path).main(quick=True)
     assert result
     assert capsys.readouterr().out.strip()
