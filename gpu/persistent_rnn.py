@@ -97,11 +97,10 @@ block waits for another) it still takes 1.56 us/step: the waiting costs
 barrier, wide loads: 16 scalar loads and stores of h per thread after the
 barrier made the wide kernels slower than the naive one (4.30 against 3.60
 us/step); ``vector=True`` (4 of each) gives 2.45 (bank-aware 2.35)
-(``experiments/results/persistent_rnn.md``, session 3).
+(``experiments/results/persistent_rnn.md``).
 
-Two Lamport options of session 4 (both correct, tested and sanitizer-clean
-on the H100, both slower there; ``experiments/results/persistent_rnn.md``,
-"Session 4"):
+Two Lamport options (both correct, tested and sanitizer-clean on the H100,
+both slower there; ``experiments/results/persistent_rnn.md``):
 
 * ``ring=True``: the exchange is a ring of ``RING_SLOTS`` (4) slots, armed
   to -0.0 once when the buffers are made; the kernel writes ``h_in`` (``h0``,
@@ -135,9 +134,8 @@ on the H100, both slower there; ``experiments/results/persistent_rnn.md``,
   the cluster and its barrier take 1.08 us against 0.26 us for the local
   copy and block barrier: 2.34 against 1.60 us/step.
 
-Four Lamport options of session 4's second helper (correct and sanitizer-clean on
-the H100; none reaches the 1.5 us/step target; ``experiments/results/persistent_rnn.md``,
-"Session 4, second helper"):
+Four more Lamport options (correct and sanitizer-clean on the H100; none reaches
+the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
 
 * ``fold_h0=True``: the kernel writes h0 into slot 0 (a run is the preset and
   the kernel): the fixed cost per launch falls from 9.1-9.7 to 7.3-7.5 us,
@@ -153,9 +151,9 @@ the H100; none reaches the 1.5 us/step target; ``experiments/results/persistent_
 * ``stagger=True``: the blocks start their loads at different chunks of h:
   1.74 us/step at 1792 (1.48 at 1152, as without).
 
-Session 5 (``experiments/results/persistent_rnn.md``, "Session 5, helper"):
-the load stage's time was mostly the code of ``poll="batch"``: ptxas computes
-each load's address behind that word's pending check (~18 instructions per
+The issue-first poll (``experiments/results/persistent_rnn.md``): the load
+stage's time was mostly the code of ``poll="batch"``: ptxas computes each
+load's address behind that word's pending check (~18 instructions per
 load, ~290 before a thread's 16th load leaves, in the SASS).
 
 * ``poll="issue"``: all of a thread's loads of h are issued at once from one
@@ -1340,9 +1338,8 @@ class PersistentRNN:
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
-    The session-4 options (ring, cluster, parts, cp_async, stagger, fold_h0) were each slower than
-    the default at layer 1792 except fold_h0 (``persistent_rnn.md``, "Session 4"); they stay as
-    measured alternatives. Session 5's ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and
+    The options ring, cluster, parts, cp_async and stagger were each slower than the default at layer
+    1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and
     ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792 against 1.60); ``copies`` and
     ``pack`` were slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
     whole clusters; the extra blocks only pass h on).

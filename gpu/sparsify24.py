@@ -53,7 +53,7 @@ training post (../shared/papers/semi-structured-24-training.txt, sections 2-4):
   ``row_threads`` threads = ``8 * row_threads`` rows x 64 columns (tunable,
   default 16), whole 32x32 metadata blocks.
 
-Measured on the H100 (experiments/results/sparsify24.md, 2026-11-23 01:00 UTC,
+Measured on the H100 (experiments/results/sparsify24.md, 2026-11-23,
 median of 30, L2 flushed): fp16 greedy with index ties 14.8 / 39.0 / 133.1 us
 at 4096x1024 / 4096^2 / 8192^2, 41 / 62.5 / 73 % of the copy bandwidth for the
 4.375 bytes per element it must move, 0.63 / 0.53 / 0.50x the time of

@@ -93,26 +93,26 @@ that the smaller warp tiles had. Steps 1, 2, 4 and 5 are shared by all threads:
 
 Index arithmetic is unsigned (:data:`U`): Numba wraps a negative signed index
 around the array's length, 64-bit compare/select sequences on every access
-(``experiments/results/uspmm_tc.md``, session 4: the K loop went from 888 to
+(``experiments/results/uspmm_tc.md``: the K loop went from 888 to
 about 500 PTX instructions per thread with these changes).
 
-Measured on the H100 (``experiments/results/uspmm_tc.md``): run 3 (float16,
-before session 4) found the time per block nearly independent of the number of
-blocks, the density and the pipeline depth, and growing with the K columns;
-session 4's unsigned indexing and register-staged scatter took the float16
+Measured on the H100 (``experiments/results/uspmm_tc.md``): before the unsigned
+indexing, the time per block was nearly independent of the number of blocks, the
+density and the pipeline depth, and grew with the K columns; the unsigned
+indexing and the register-staged scatter took the float16
 default from 56.2 to 35.4 us at 1024^3 60% (more warps per block did not help:
-the cost per K chunk follows the instructions issued per SM). The K split (session 4, K split):
+the cost per K chunk follows the instructions issued per SM). The K split:
 float16 512 x 4608 x 128 81% from 90.6 to 45.9 us with 4 splits, 30.6 with 4 splits of 32 x 128 tiles
 two blocks an SM (cuSPARSE CSR 55.1); float32 512 x 4608 x 128 from 294.5 to 80.4 us (8 splits).
-float32 with A split at the scatter ("Session 4, float32 split at the scatter"; results bit-identical
+float32 with A split at the scatter (results bit-identical
 to splitting every fragment): 70.9 against 71.3 us at 1024^3 60% (flat from 60% to 90% sparsity; dense
 fp32 cuBLAS 62.8), 870.9 against 898.7 at 1024 x 1024 x 16384, 862.2 against 888.5 at 4096^2 x 1024 90%.
-K groups ("Session 5, K groups"): float32 1024^3 60-85% with 64 x 128 tiles, kc 32, four groups of two
+K groups: float32 1024^3 60-85% with 64 x 128 tiles, kc 32, four groups of two
 warps of 64 x 64, 4 stages: 60.3-61.1 us against the default's 70.0-70.4 (dense fp32 cuBLAS 61.5-62.4, same
 run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wave (N = 16384: 909.7 against
 861.7) and no gain for float16 (within 2%), so ``DEFAULTS`` keep ``kgroups=1``.
 
-Lean (``lean=True``; session 6, ``experiments/results/uspmm_tc.md`` "Session 6, float32 lean"): the same
+Lean (``lean=True``; ``experiments/results/uspmm_tc.md``, float32 lean): the same
 arithmetic, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
 as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
 (:func:`gpu.mma.shared_addr`, :func:`gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
@@ -127,10 +127,10 @@ scattered A entries) by :func:`gpu.mma.to_tf32_finite` (2 integer operations aga
 equal for finite values and infinities; for a NaN the big part may differ, but the small part
 ``to_tf32(x - big)`` is NaN either way, so every MMA that reads it returns NaN as before. SASS per K
 chunk (sm_90, offline): the float32 one-wave setting (64 x 128 kc 32 w1x2 kg4) 743 -> 538 instructions
-(238 -> 218 registers), ``TC_LARGE`` (64 x 256 kc 16 w1x4, 8 slots) 816 -> 546 (226 -> 217). H100
-(call 2 of the session): one-wave 1024^3 60% 62.3 -> 55.7 us (dense fp32 cuBLAS 62.3), 90% 60.3 ->
+(238 -> 218 registers), ``TC_LARGE`` (64 x 256 kc 16 w1x4, 8 slots) 816 -> 546 (226 -> 217). H100:
+one-wave 1024^3 60% 62.3 -> 55.7 us (dense fp32 cuBLAS 62.3), 90% 60.3 ->
 55.3, 768 x 768 x 1024 48.8 -> 44.0; 64 x 256 at N = 16384 668.9 -> 598.6 (cuBLAS 681.5), at N = 2048
-108.3 -> 102.0. (4) Session 7 ("Session 7, float32 scatter (static, not timed)"), float32: the entry
+108.3 -> 102.0. (4) float32 (static instruction counts, not timed): the entry
 arrays are padded to the slots the kernel scatters (:func:`segment_entries` with ``pad``), so a chunk's
 slots are all entries or padding (or, after the last chunk, all stale): one test a chunk replaces the
 sink selects and 64-bit compares of every slot. (5) Where the larger entry stages keep the setting's
@@ -145,7 +145,7 @@ compiles to the post-LTO PTX of the kernel before it.
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
 
 K split (``splits``): a grid of few output tiles (1024 x 1024 x 128: 16 tiles of 64 x 128 on 132
-SMs; the ResNet-50 layers of issue 5's Table 1: 1 to 32) runs K serially in few blocks. With
+SMs; the ResNet-50 layers of the paper's Table 1: 1 to 32) runs K serially in few blocks. With
 ``splits = s > 1`` the grid gains ``nsplit = min(s, K chunks)`` blocks per tile along z, each
 multiplying a run of K chunks into float32 partials (``nsplit x M x N``, kept on the
 :class:`~gpu.device_ell.DeviceELL` with a ticket per tile, :func:`gpu.split_k.split_buffers`); the tile's last
@@ -189,12 +189,12 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 
 #: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
 #: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
-#: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; session 4, after the unsigned indexing
+#: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; after the unsigned indexing
 #: and the register-staged scatter: 35.4 us, with 16 warps or 2x8 warps no faster). float32: 64x128,
 #: kc 16, 4 stages (67 KB, dynamic; 76 KB since the scatter splits A into two tiles, two blocks an SM
-#: still fit): session 4, 90.9 us at 1024^3 60% against 96.9 for the earlier
+#: still fit): 90.9 us at 1024^3 60% against 96.9 for the earlier
 #: 64x64 kc 16 3-stage default (both with the unsigned indexing); with two blocks an SM (``min_blocks=2``,
-#: "Session 4, K split") 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
+#: K split) 70.7 us against 72.0, and 897.0 against 1068.2 at 1024 x 1024 x 16384.
 #: bfloat16: float16's (the same kernel with the bf16 MMA: the same tiles, shared memory and instructions).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
@@ -222,7 +222,7 @@ SPLIT_ERRORS_U = {"3xtf32": SPLIT_ERROR_U, "tf32+bf16": SPLIT_ERROR_BF16_U}
 #: MMAs a multiply-add's products enter the accumulator through, an accumulator rounding each (``error_reduction``):
 #: 3xTF32 three TF32 MMAs an 8-column step; ``"tf32+bf16"`` two, one TF32 (big x big) and one bf16 k16 MMA that
 #: holds both correction terms of the same 8 columns. The H100's errors follow the count: on the six problems of
-#: ``experiments/results/uspmm_precision_session20.json`` ``"tf32+bf16"``'s largest error is 0.64-0.75 of
+#: ``experiments/results/uspmm_precision.json`` ``"tf32+bf16"``'s largest error is 0.64-0.75 of
 #: 3xTF32's, as is 3xTF32's own with a TF32 A (two MMAs, 0.66-0.71): the tensor core truncates its sums, so
 #: their errors, one-sided, grow with the number of roundings.
 MMAS_PER_PRODUCT = {"3xtf32": 3, "tf32+bf16": 2}
@@ -830,7 +830,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         """``frag += parts[q]`` at this lane's fragment positions of the float32 partials ``parts`` (``um x
         un`` valid, the positions of :func:`store_fragments`). Every load is unconditional, from the position
         clamped into the valid ``um x un`` (a position outside it adds a value that is never stored): loads
-        behind per-element bounds branches each waited for the one before (H100 ncu, session 10: the one-wave
+        behind per-element bounds branches each waited for the one before (H100 Nsight Compute: the one-wave
         float32 setting's split sum, 128 serial L2 round trips per partial, made a 2-split launch slower than
         the unsplit one). A fragment row's loads go to ``row`` (``2 ntiles`` floats) before its adds: with each
         add beside its load, float16 :data:`sparsekit.tune.TC_LARGE`'s split build spilled (72 bytes, sm_90)."""

@@ -8,8 +8,8 @@ plain loads: a kernel of its own), ``C`` in ``b``'s array kind, the 3xTF32 split
 simulator :mod:`gpu.wgmma`'s fallbacks run it.
 
 Why: :mod:`gpu.uspmm_tc` issues ``mma.sync`` (a warp's 16x8x8, its registers held until it returns); on
-the H100 its float32 kernel keeps the tensor pipe 58% busy at best and reaches 24-36% of issue 5's speed
-of light. ``wgmma`` multiplies 64 x n x 8 for a whole warpgroup asynchronously, one operand read from
+the H100 its float32 kernel keeps the tensor pipe 58% busy at best and reaches 24-36% of the
+Roofline's speed of light. ``wgmma`` multiplies 64 x n x 8 for a whole warpgroup asynchronously, one operand read from
 shared memory, so the threads build the next A tile while the tensor core multiplies the current one.
 
 The product runs transposed, ``C^T = B^T A^T``: wgmma's register operand is ``B^T`` (each warpgroup 64
@@ -25,12 +25,12 @@ columns (``seg = kc / tpr``), and a thread owns one column class ``c % 4`` of on
 fourth. Its entries come from :func:`gpu.uspmm_tc.segment_entries` with ``classes`` (padded to ``w`` slots,
 values split on the host). Lane bits 0-1 pick the class, bits 2-4 the row, so the scatter's 4-byte stores of a
 warp (8 rows of a core matrix x 4 classes) hit 32 different banks, and its staged entries are 32 neighbours
-(session 15: 10-15% faster than segments of ``seg`` neighbouring columns, whose stores collided up to 4 ways).
+(10-15% faster than segments of ``seg`` neighbouring columns, whose stores collided up to 4 ways).
 Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two fragment sets swap roles):
 
 1. load this thread's B fragments of chunk ``j`` from its B stage and split them (``to_tf32_finite``,
    then ``cvt.rna`` of the rest), ``wgmma.fence``;
-2. issue 3 wgmma per 8 columns of K (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small
+2. issue three wgmma per 8 columns of K (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small
    terms first, as :mod:`gpu.uspmm_tc`) and commit them as one group; 2 when A's values are TF32 numbers
    (weights from float16 or bfloat16, or quantised: :func:`gpu.uspmm_tc.tf32_exact`, checked once per matrix),
    whose ``a_small`` is all zero: the same sums, bit for bit, a third less tensor-core work;
@@ -68,7 +68,7 @@ error within ``error_reduction(K', float32)`` = ``3 K' + 13`` float32 roundoffs 
 of two ways that meet it (:func:`auto_precision`). ``"3xtf32"`` is the contract's own computation above (three TF32
 products a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one
 bf16 ``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is
-what limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``, session 18). The entries' small values
+what limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``). The entries' small values
 become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`, on the host), stored by the
 unchanged scatter where the small TF32 value went: in a bf16 view of that tile, column ``c`` holds K positions
 ``2c`` (big) and ``2c + 1`` (small), so the TF32 tile's descriptor serves the bf16 wgmma over the interleaved K.
@@ -86,7 +86,7 @@ A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)
 + (c // 4) * 32 + (r % 8) * 4 + c % 4``, so a wgmma's descriptor has ``lbo = 128`` bytes (the next 4
 columns) and ``sbo = 32 kc`` (the next 8 rows); no swizzle.
 
-Measured on the H100 (``experiments/results/uspmm_wgmma.md``, session 13): :data:`DEFAULTS` (128 x 256,
+Measured on the H100 (``experiments/results/uspmm_wgmma.md``): :data:`DEFAULTS` (128 x 256,
 kc 16, 4 stages: 16 warps, one block an SM) at 1024 x 1024 x 16384 60% 452-456 us (45% of the speed of light;
 :mod:`gpu.uspmm_tc`'s best 573), 4096^2 x 1024 90% 440 us (its CUDA-core route 643), 2048^3 60% 224 us (295);
 64 x 128 kc 16 at 1024 x 1024 x 2048 81 us (99); 64 x 128 kc 32 at one wave of tiles (1024^3 60%) 50.5-51.9 us
@@ -636,7 +636,7 @@ def auto_precision(dell) -> str:
     on) and A's values are not TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`: 3xTF32 then issues two products
     too, with the smaller split error), else ``"3xtf32"``. Either way the result is within the float32 contract's
     bound, ``error_reduction(K', float32)``. On the H100 at 1024^3 60% "tf32+bf16" takes 30.9 us against 33.7
-    (``experiments/results/uspmm_precision_session20.json``)."""
+    (``experiments/results/uspmm_precision.json``)."""
     kprime = dell.host.kprime
     if error_reduction(kprime, np.float32, "tf32+bf16") > error_reduction(kprime, np.float32, "3xtf32"):
         return "3xtf32"

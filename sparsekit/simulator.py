@@ -6,12 +6,12 @@ GIL, so it holds the interpreter for whole switch intervals (5 ms) while the thr
 wait for it. :func:`fast_block_manager` replaces the block manager's ``run`` with :func:`_run_block`: the
 same threads, barrier rule (released when every live thread waits at it) and error handling, but each
 thread tells a condition when it reaches the barrier or ends, and the main thread sleeps on it instead of
-polling. No result changes, only the order in which Python runs the threads. History on the 2-core test
-machine: session 12 let the poll loop yield the GIL once per pass (``time.sleep(0)``; the tensor-core USpMM
-with a K split, 37 x 40 x 17, 3 splits, float32: 18.2 s before, 5.7-6.2 s after); session 15 found that loop
-still took 3 of 16 s of a 256-thread wgmma case (a pass over every thread's flags and ``is_alive`` per
-yield), hence the condition. Session 19: the threads are pooled, started once and reused by every block and
-launch (a simulated thread that does little: 151 -> 46 us; the simulator part of the suite 238 -> 191 s).
+polling. No result changes, only the order in which Python runs the threads. Measured on the 2-core test
+machine: a poll loop that yields the GIL once per pass (``time.sleep(0)``) took the tensor-core USpMM with a
+K split (37 x 40 x 17, 3 splits, float32) from 18.2 s to 5.7-6.2 s, but still spent 3 of 16 s of a
+256-thread wgmma case (a pass over every thread's flags and ``is_alive`` per yield), hence the condition.
+The threads are pooled, started once and reused by every block and launch (a simulated thread that does
+little: 151 -> 46 us; the simulator part of the suite 238 -> 191 s).
 
 A simulated deadlock (threads that never all reach the barrier, a thread spinning on a flag that only a later
 block sets: the simulator runs blocks one at a time) raises :class:`SimulatorStall` once no thread of the block
@@ -23,7 +23,7 @@ The replacement is installed only over the ``run`` and the ``BlockThread`` it wa
 :func:`fast_shared_arrays` does the same for ``cuda.shared.array``: the simulator keys a block's shared
 arrays by the calling line, which it found with ``traceback.extract_stack`` (every frame of the stack, each
 with its source line looked up) on every call of every thread; one frame lookup gives the same key. In the
-pipelined USpMM's simulator test (session 13) the stack walks were half of the time the simulated threads
+pipelined USpMM's simulator test the stack walks were half of the time the simulated threads
 held the interpreter.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""2:4 sparse training step in PyTorch with our sparsifier (issue 6, item 8; needs torch with CUDA).
+"""2:4 sparse training step in PyTorch with our sparsifier (needs torch with CUDA).
 
 The semi-structured training post (../shared/papers/semi-structured-24-training.txt)
 re-sparsifies a linear layer's weight ``W`` (out x in) to a transposable 2:4

@@ -30,13 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     part, extra = argv[0], argv[1:]
     env = dict(os.environ)
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
-    # One BLAS / OpenMP thread a worker: the workers already take every core (session 16, simulator part
-    # on the 2-core machine: 218 -> 211 s).
+    # One BLAS / OpenMP thread a worker: the workers already take every core (simulator part on the
+    # 2-core machine: 218 -> 211 s).
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(var, "1")
     # Compile checks: one worker per core (CI has 2), NVVM- and front-end-bound. Simulator: one more worker
     # than cores, because a simulated block leaves its core idle between its Python threads' hand-overs
-    # (session 16, 2 cores: 2 workers 211 s with 17% of the cores idle, 3 workers 174 s).
+    # (2 cores: 2 workers 211 s with 17% of the cores idle, 3 workers 174 s).
     workers = os.environ.get("SPARSEKIT_TEST_WORKERS")
     pytest = [sys.executable, "-m", "pytest", "-q"]
     parallel = [*pytest, "-n", workers or "auto"]
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         # loadfile: each module runs on one worker, so its tests share their builds (one front end for sm_80
         # and sm_90, the modules' cached builds); handed out in collection order, longest module first
         # (tests/compile/conftest.py). Per test, a build shared by tests on both workers ran twice: 585
-        # worker-seconds against 525 in one process (session 13). (loadgroup's xdist_group marks had no
+        # worker-seconds against 525 in one process. (loadgroup's xdist_group marks had no
         # effect with pytest 9.2: xdist 3.8 renames the test ids through an attribute pytest no longer reads.)
         return subprocess.run([*parallel, "tests/compile", "-m", "compile", "--dist", "loadfile",
                                "--no-loadscope-reorder", *extra], env=env).returncode

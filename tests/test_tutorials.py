@@ -53,7 +53,7 @@ def test_tensor_core_tutorial_quotes_measured_table():
 
 
 def test_tensor_core_tutorial_quotes_measured_errors():
-    """Tutorial 06's step 4 quotes the H100's float32 errors from experiments/results/uspmm_precision_session20.json:
+    """Tutorial 06's step 4 quotes the H100's float32 errors from experiments/results/uspmm_precision.json:
     the rows of its problem must be there, both wgmma precisions among them."""
     tut = _load(next(p for p in TUTORIALS if p.name == "06_tensor_cores.py"))
     rows = tut.quoted_errors()

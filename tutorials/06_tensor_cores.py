@@ -19,7 +19,7 @@ What you will learn
    add three products; what the split loses, and why the error bound counts
    the MMAs a product goes through (three for 3xTF32, two with bf16
    corrections: :func:`gpu.uspmm_tc.error_reduction`), with the H100's
-   measured errors quoted from ``experiments/results/uspmm_precision_session20.json``.
+   measured errors quoted from ``experiments/results/uspmm_precision.json``.
 
 Without a GPU everything runs on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)
 at toy size, with small kernel tiles; nothing is timed.
@@ -41,7 +41,7 @@ RESULTS_MARKER = "float16, median us (speedup over cuSPARSE CSR in brackets):"
 QUOTED_COLUMNS = ("problem", "tc new default", "tc old default", "cuSPARSE", "dense cuBLAS")
 #: The H100 record of the float32 paths' errors (``experiments/bench_uspmm_precision.py``) quoted in step 4,
 #: and the problem whose rows it prints.
-PRECISION_RECORD = RESULTS.parent / "uspmm_precision_session20.json"
+PRECISION_RECORD = RESULTS.parent / "uspmm_precision.json"
 PRECISION_PROBLEM = (1024, 1024, 1024, 0.6)
 #: Small tiles for the simulator (64 threads; the first float16 tiling of tests/test_uspmm_tc.py).
 SIM_TUNABLES = dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1)
