@@ -69,7 +69,7 @@ def _one_microsecond(launch):
 @pytest.mark.simulator("the GPU benchmark's plumbing with a stand-in timer; on a GPU, "
                        "experiments/bench_teaching.py gpu times it")
 def test_gpu_benchmark_plumbing_on_the_simulator():
-    # 8 rows (20 until session 13: 17 s, two thirds of it step 7's block per row); 36 columns of B: a partial tile
+    # 8 rows (20 took 17 s, two thirds of it step 7's block per row); 36 columns of B: a partial tile
     # (each lesson's kernel is checked against the reference over drawn shapes in tests/test_spmm_lessons.py)
     csr, b, a = bt.suite_matrix(8, 24, 36, 0.8)
     recs = bt.bench_gpu_problem(csr, b, a, tune=False, timer=_one_microsecond)

@@ -81,7 +81,7 @@ def test_table1_configs_match_reference(config, problem):
 def test_simulated_cluster_loads_all_of_h(cluster):
     """The simulator's cluster is one block (``cluster_rank()`` 0, cluster stores kept in the block), so that block
     loads every word of h: with 9 units x 4 batch (36 words) and a 32-thread block, a share of ``1 / cluster``
-    left words 32..35 unloaded (found by hypothesis in session 13; ``CL`` is 1 under the simulator since)."""
+    left words 32..35 unloaded (found by hypothesis; ``CL`` is 1 under the simulator since)."""
     rng = np.random.default_rng(13)
     hidden, steps = 9, 1
     u = _scaled(np.where(rng.random((hidden, hidden)) < 0.5, rng.uniform(-1, 1, (hidden, hidden)), 0.0), np.float32)
@@ -322,7 +322,7 @@ def test_index16_refuses_more_than_65536_columns():
         gpu_rnn.PersistentRNN(lay, 4, index16=True, rows_per_block=32)
 
 
-# -- session 4: the Lamport ring and clusters (the simulator: one block, a cluster of one) ----------------
+# -- the Lamport ring and clusters (the simulator: one block, a cluster of one) ----------------
 
 @pytest.mark.parametrize("kw", [{}, {"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 2, "vector": True},
                                 {"fold_h0": True}, {"fold_h0": True, "parts": 2}])
@@ -416,7 +416,7 @@ def test_ring_and_cluster_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=1)
 
 
-# -- session 4, second helper: operating on h's column parts as they arrive; h0 written by the kernel ---------
+# -- operating on h's column parts as they arrive; h0 written by the kernel ---------
 
 @st.composite
 def parts_options(draw):
@@ -532,11 +532,11 @@ def test_parts_and_fold_h0_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)
 
 
-# -- session 5: copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+# -- copies of the exchange, one packed store per row, the 16-byte preset ----------------------
 
 @st.composite
 def copies_options(draw):
-    """Options of session 5 (``copies``, ``pack``, ``preset``, ``poll="issue"``) with those they combine with."""
+    """The options ``copies``, ``pack``, ``preset`` and ``poll="issue"`` with those they combine with."""
     poll = draw(st.sampled_from(gpu_rnn.POLLS))
     rounds = poll != "issue"                           # stagger and pipeline only with the polls by rounds
     return {"copies": draw(st.integers(1, 4)), "pack": draw(st.booleans()),

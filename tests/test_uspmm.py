@@ -351,7 +351,7 @@ def test_tune_cache_is_read_once_and_again_when_the_file_changes(tmp_path, monke
 
 
 @pytest.mark.parametrize("m,k,n,kprime,want", [
-    # the float32 winners of the H100 tuning run of 2026-11-22 23:00 UTC (experiments/results/uspmm.md);
+    # the float32 winners of the H100 tuning run of 2026-11-22 (experiments/results/uspmm.md);
     # its two small-grid problems (128^3, 1024 x 1024 x 128) are in SPLIT_RUN below (that run had no splits)
     (1024, 1024, 1024, 410, ("dense_tile", 4, 8, 8, 16, 2)),
     (1024, 1024, 16384, 410, ("dense_tile", 4, 8, 8, 16, 2)),
@@ -359,7 +359,7 @@ def test_tune_cache_is_read_once_and_again_when_the_file_changes(tmp_path, monke
     (512, 512, 1024, 205, ("dense_tile", 4, 4, 8, 16, 2)),
     (1024, 1024, 1024, 51, ("direct", 4, 2, 4, 4)),
     (4096, 4096, 1024, 410, ("direct", 4, 2, 4, 4)),
-    # 85%: not tuned; the direct kernel's times at 80% (105 us) and 90% (60.4 us, sweep of 01:02 UTC)
+    # 85%: not tuned; the direct kernel's times at 80% (105 us) and 90% (60.4 us)
     # put it below the dense-tile kernel's 92.1 us measured there
     (1024, 1024, 1024, 154, ("direct", 4, 2, 4, 4)),
 ])
@@ -374,7 +374,7 @@ def test_heuristic_picks_the_tuned_winners(m, k, n, kprime, want):
 
 
 @pytest.mark.parametrize("m,k,n,kprime,want,note", [
-    # the float16 winners of `bench_uspmm.py --tune-table float16` on the H100, 2026-11-23 00:49 UTC
+    # the float16 winners of `bench_uspmm.py --tune-table float16` on the H100, 2026-11-23
     (1024, 1024, 1024, 410, ("dense_tile", 4, 4, 8, 16, 2), "110.1 us"),
     (1024, 1024, 16384, 410, ("dense_tile", 4, 8, 8, 16, 2), "1136 us"),
     (1024, 1024, 1024, 51, ("direct", 8, 2, 4, 4), "37.1 us"),
@@ -393,7 +393,7 @@ def test_heuristic_picks_the_float16_tuned_winners(m, k, n, kprime, want, note):
         getattr(tune, variant)(*shape)
 
 
-# `bench_uspmm.py --split-explore` on the H100, 2026-11-23 00:49 UTC: small output grids (N = 128 at
+# `bench_uspmm.py --split-explore` on the H100, 2026-11-23: small output grids (N = 128 at
 # M <= 2048, 128^3; Fig. 5, Fig. 6 and the ResNet-50 layers of Table 1) with the K range split.
 # Rows: problem, the heuristic's choice (variant, shape..., splits), its time, the fastest measured.
 SPLIT_RUN = [
@@ -447,8 +447,7 @@ def test_heuristic_splits_small_grids_as_measured(m, k, n, kprime, dtype, want, 
     assert picked_us <= 1.2 * best_us
 
 
-# "Session 4" (call 2) and "Session 4, K split" in experiments/results/uspmm_tc.md (H100, 2026-11-23 03:04
-# and 03:29 UTC): whether the tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core
+# The tensor-core and K-split measurements of experiments/results/uspmm_tc.md (H100, 2026-11-23): whether the tensor-core kernel beat the CUDA-core heuristic's choice (us: tensor-core
 # setting / CUDA-core). "large": sparsekit.tune.TC_LARGE of the dtype, "one_wave": TC_ONE_WAVE, "default": TC_DEFAULT,
 # "small": sparsekit.tune.tc_small_grid(K) (32 x 128 tiles, two blocks an SM, K split).
 TC_ROUTING = [
@@ -466,28 +465,28 @@ TC_ROUTING = [
     (2048, 512, 128, 97, np.float16, "small", "13.0 / 16.3"),
     (1000, 2048, 128, 389, np.float16, "small", "23.7 / 40.4"),
     (128, 1152, 128, 219, np.float16, "small", "17.6 / 18.6"),
-    # "Session 5, grids of about one wave" (05:07 UTC): one wave of tiles, tensor-core default / CUDA-core auto
+    # grids of about one wave: one wave of tiles, tensor-core default / CUDA-core auto
     (768, 768, 1024, 307, np.float16, "default", "24.2 / 81.4"),
-    (768, 768, 1024, 307, np.float32, "one_wave", "54.7 / 81.6; session 5, K groups: one-wave setting 47.8"),
+    (768, 768, 1024, 307, np.float32, "one_wave", "54.7 / 81.6; K groups: one-wave setting 47.8"),
     (1024, 1024, 512, 410, np.float16, "small", "21.1 unsplit / 25.9 two splits (128 tiles of 32 x 128)"),
-    (1024, 1024, 1024, 410, np.float32, "one_wave", "70.7 / 91.5; session 5, K groups: 60.8 (cuBLAS 62.4)"),
-    (1024, 1024, 1024, 205, np.float32, "one_wave", "71.1 / 91.6; session 5, K groups: 60.3 (cuBLAS 61.5)"),
-    (1024, 1024, 16384, 410, np.float32, "large", "897.0 / 1120.8; session 5: 64 x 256 w1x4 669.4 / default 863.5"),
-    (1024, 1024, 4096, 410, np.float32, "large", "184.4 / default 230.0 (Session 5, grids of many waves)"),
-    (1024, 1024, 2048, 410, np.float32, "large", "lean 102.0 / one-wave lean 107.4 / default lean 110.4 (Session 6, "
+    (1024, 1024, 1024, 410, np.float32, "one_wave", "70.7 / 91.5; K groups: 60.8 (cuBLAS 62.4)"),
+    (1024, 1024, 1024, 205, np.float32, "one_wave", "71.1 / 91.6; K groups: 60.3 (cuBLAS 61.5)"),
+    (1024, 1024, 16384, 410, np.float32, "large", "897.0 / 1120.8; 64 x 256 w1x4 669.4 / default 863.5"),
+    (1024, 1024, 4096, 410, np.float32, "large", "184.4 / default 230.0 (grids of many waves)"),
+    (1024, 1024, 2048, 410, np.float32, "large", "lean 102.0 / one-wave lean 107.4 / default lean 110.4 ("
                                                  "float32 lean; 128 tiles of 64 x 256)"),
-    (4096, 4096, 1024, 1638, np.float32, "large", "664.2 / default 862.4 (Session 5, grids of many waves)"),
-    (1024, 1024, 1024, 154, np.float32, "one_wave", "71.1 / 83.2 (04:11 UTC); session 5, K groups: 60.3 (cuBLAS 62.1)"),
+    (4096, 4096, 1024, 1638, np.float32, "large", "664.2 / default 862.4 (grids of many waves)"),
+    (1024, 1024, 1024, 154, np.float32, "one_wave", "71.1 / 83.2; K groups: 60.3 (cuBLAS 62.1)"),
     (1024, 1024, 1024, 102, np.float32, None, "71.4 / 60.1"),
     (1024, 1024, 1024, 51, np.float32, None, "71.3 / 35.9"),
     (4096, 4096, 1024, 410, np.float32, None, "885.9 (64 x 256) / 635.0"),
     (1024, 1024, 128, 410, np.float32, None, "42.5 (best split) / 33.7"),
     (512, 4608, 128, 876, np.float32, None, "80.4 (best split) / 54.9"),
-    # "Sixth session, run 2" of experiments/results/lead_gpu_run.md (08:07 UTC): float32 60%, the defaults
-    # with two splits / the CUDA-core choice; "Session 10" of experiments/results/uspmm_tc.md: the one-wave
-    # setting with two splits (routed since) / the defaults with two splits
-    (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128); s10 27.8 / 30.6"),
-    (1024, 1024, 512, 410, np.float32, "half_wave", "51.1 / dense tile 70.9 (64 tiles); s10 39.8 / 47.6"),
+    # experiments/results/lead_gpu_run.md: float32 60%, the defaults with two splits / the CUDA-core choice;
+    # then ("later") experiments/results/uspmm_tc.md: the one-wave setting with two splits (routed since) / the
+    # defaults with two splits
+    (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128); later 27.8 / 30.6"),
+    (1024, 1024, 512, 410, np.float32, "half_wave", "51.1 / dense tile 70.9 (64 tiles); later 39.8 / 47.6"),
     (256, 256, 1024, 102, np.float32, None, "two splits 24.4, unsplit 21.9 / pipelined 19.6 (32 tiles)"),
     (128, 128, 1024, 51, np.float32, None, "unsplit 13.8 / pipelined 14.2 (16 tiles: within noise)"),
 ]
@@ -507,7 +506,7 @@ def test_heuristic_routes_to_tensor_cores_where_measured_faster(m, k, n, kprime,
     assert tune.heuristic(m, k, n, kprime, dtype, "C", tensor_cores=False)["variant"] != "tensor_core"
 
 
-# "Session 5, small-N kernel" in experiments/results/uspmm.md (H100, 2026-11-23 05:26 and 05:36 UTC):
+# The small-N kernel in experiments/results/uspmm.md (H100, 2026-11-23):
 # problem, dtype, the heuristic's choice ("S1", "S2": sparsekit.tune.WARP_SPLIT_S1/S2, "S1c2": S1 with 2
 # columns a lane; None: not the warp-split kernel), us of that choice / of the previous heuristic's choice.
 SMALL_N_RUN = [
@@ -516,9 +515,9 @@ SMALL_N_RUN = [
     (512, 4608, 128, 876, np.float32, "S1", "28.4 / 57.2"),
     (1000, 2048, 128, 389, np.float32, "S1", "24.6 / 43.6"),
     (1024, 512, 128, 97, np.float32, "S1", "10.5 / 22.4"),
-    (1024, 1024, 128, 410, np.float32, "W4", "S1 22.7 / 33.7 (Fig. 5); session 6: 4 warps 18.2 / S1 22.5"),
+    (1024, 1024, 128, 410, np.float32, "W4", "S1 22.7 / 33.7 (Fig. 5); 4 warps 18.2 / S1 22.5"),
     (128, 128, 128, 6, np.float32, "S1", "6.3 / 11.2"),
-    (1024, 2048, 256, 389, np.float32, "S1", "46.5 / 67.3 (session 6's few warps: not measured at K > 1024)"),
+    (1024, 2048, 256, 389, np.float32, "S1", "46.5 / 67.3 (few warps: not measured at K > 1024)"),
     (2048, 512, 128, 97, np.float32, "S2", "15.3 / 30.7"),
     (2048, 1024, 128, 195, np.float32, "S2", "23.7 / 42.8"),
     (1536, 1536, 128, 614, np.float32, "S2", "37.1 / 54.2 (M K = 2.4M)"),
@@ -534,15 +533,15 @@ SMALL_N_RUN = [
     (1024, 1024, 128, 410, np.float16, None, "tensor cores 18.3 / warp split 20.3"),
     (2048, 512, 128, 97, np.float16, None, "tensor cores 13.4 / warp split 14.4"),
     (512, 1024, 64, 195, np.float16, None, "tensor cores 16.2 / warp split 21.2"),
-    # "Session 6, CUDA-core latency" (H100, calls 2-3 of 07:52 and 07:59 UTC), float32: that choice / the
-    # earlier one, same call ("W16", "W4", "W1": sparsekit.tune.WARP_SPLIT_W16/W4/W1; "wide4", "wide2": wide_warps,
+    # the CUDA-core latency runs of experiments/results/uspmm.md (H100), float32: that choice / the
+    # earlier one, same run ("W16", "W4", "W1": sparsekit.tune.WARP_SPLIT_W16/W4/W1; "wide4", "wide2": wide_warps,
 # 8 columns a lane with 4 or 2 warps)
     (128, 128, 128, 122, np.float32, "W16", "6.0 / S1 6.4 (5%)"),
     (128, 128, 128, 109, np.float32, "W16", "6.0 / S1 6.3 (15%)"),
     (128, 128, 128, 102, np.float32, "S1", "S1 6.0 / 16 warps 6.0 (20%)"),
-    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps with l2_prefetch 5.9 (60%, call 3)"),
-    (768, 768, 128, 307, np.float32, "W4", "13.7 (call 2) / S1 17.2"),
-    (1024, 512, 128, 97, np.float32, "S1", "S1 10.5 (session 5); 4 warps not measured at K' < 256"),
+    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps with l2_prefetch 5.9 (60%)"),
+    (768, 768, 128, 307, np.float32, "W4", "13.7 / S1 17.2"),
+    (1024, 512, 128, 97, np.float32, "S1", "S1 10.5; 4 warps not measured at K' < 256"),
     (1024, 1024, 1024, 102, np.float32, "W1", "41.0 / direct 60.3 (cuSPARSE 68.4)"),
     (1024, 1024, 1024, 51, np.float32, "W1", "27.6 / direct 35.8 (cuSPARSE 46.7)"),
     (128, 128, 1024, 51, np.float32, "wide4", "7.6 / pipelined 14.1"),

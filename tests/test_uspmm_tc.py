@@ -157,7 +157,7 @@ def test_large_settings_pass_the_checks():
 def test_half_wave_bench_times_the_routed_settings():
     """``--half-wave`` compares what ``config="auto"`` routes to on half-wave float32 grids (the one-wave setting,
     ``TC_ONE_WAVE``, with two splits) with that setting at 1 and 4 splits and the defaults with two splits
-    (routed before session 10), on grids of that kind."""
+    (the routed setting for a while), on grids of that kind."""
     from experiments.bench_uspmm_tc import HALF_WAVE_CONFIGS, HALF_WAVE_PROBLEMS
     from sparsekit.tune import TC_HALF_WAVE, TC_ONE_WAVE, heuristic
     f32 = np.dtype(np.float32)
@@ -226,7 +226,7 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarr
 def test_float32_is_bit_identical_to_the_3xtf32_model(data):
     """The float32 kernel (A split once by the scatter, B per fragment) gives bit for bit the model's
     result: the same ``big``/``small`` values enter the same MMAs in the same order as when every
-    warp split its A fragments itself (the kernel before session 4's float32 split at the scatter).
+    warp split its A fragments itself (the kernel before the float32 split moved to the scatter).
     With K groups, the model's group accumulators and their sum in group order."""
     ell = data.draw(ell_matrices(dtype=np.float32, max_size=20))
     b = data.draw(rhs_for(ell, max_n=9))

@@ -281,7 +281,7 @@ def test_auto_precision_runs_the_bf16_corrections_from_k124():
                                   wg.uspmm(ell, b, precision="tf32+bf16", **tunables).view(np.uint32))
 
 
-@pytest.mark.simulator("on an H100 it times both precisions (experiments/results/uspmm_wgmma.md, session 18)")
+@pytest.mark.simulator("on an H100 it times both precisions (experiments/results/uspmm_wgmma.md)")
 def test_precision_benchmark_refuses_without_wgmma():
     from experiments import bench_uspmm_precision
     with pytest.raises(SystemExit, match="needs a compute capability 9.0 GPU"):

@@ -24,7 +24,7 @@ def offline_device(monkeypatch):
     yield
 
 
-#: Seconds each module took on the 2-core test machine without xdist (session 13). ``sparsekit.testsuite
+#: Seconds each module took on the 2-core test machine without xdist. ``sparsekit.testsuite
 #: compile`` runs every module on one worker (``--dist loadfile``: a module's tests share their builds, the
 #: sm_80 and sm_90 cases one front end) and hands the modules out in collection order, so the longest go
 #: first and the short ones fill in at the end. A module not listed (new) goes first: it may be long.

@@ -69,7 +69,7 @@ def default_cfg(dtype: str) -> tuple:
 # every cc x dtype (bfloat16 included) with the default tiling; at sm_90 a float32 tiling of 4 x 2 warps (several warps per row
 # segment) and two float16 ones past 48 KB (dynamic shared memory: 8 warps kc 32, 16 warps). The kernel reads
 # the ELL through segment_entries, the same arrays whatever the ELL's index dtype. (Four more tilings were
-# compiled here until session 6; the K-split, K-group and lean tests below build the routed settings.)
+# compiled here before; the K-split, K-group and lean tests below build the routed settings.)
 BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in KERNEL_TYPES]
           + [((9, 0), "float32", (128, 64, 8, 4, 2)),
              ((9, 0), "float16", (64, 128, 32, 2, 4, 4)), ((9, 0), "float16", (128, 128, 32, 4, 4, 4))])
@@ -156,7 +156,7 @@ def test_scatter_is_pipelined_with_the_mmas():
 
 
 #: PTX instructions of one K chunk of the unsplit defaults (sm_90, static count of :func:`loop_body`)
-#: when the K split was added (session 4, K split; float32: 427 then, 415 with A split at the scatter):
+#: when the K split was added (float32: 427 then, 415 with A split at the scatter):
 #: the split must not add code to the unsplit loop.
 UNSPLIT_LOOP = {"float16": 495, "float32": 415}
 
@@ -211,9 +211,9 @@ def test_float32_splits_a_once_at_the_scatter(slots):
 
 
 #: K-group settings (sm_90, launch bounds of one block an SM): float32 64 x 128 kc 32 with 8 warps of 64 x 64
-#: in four groups (one K step a group per chunk; the fastest at 1024^3 in "Session 5, K groups" of
-#: experiments/results/uspmm_tc.md, 238 registers), the same with a K split (its split sum spilled until
-#: session 9: 255 registers, 348 bytes of spill stores) and, with a K split, 2 x 2 warps of 32 x 64 in two
+#: in four groups (one K step a group per chunk; the fastest at 1024^3 among the K groups of
+#: experiments/results/uspmm_tc.md, 238 registers), the same with a K split (its split sum once spilled:
+#: 255 registers, 348 bytes of spill stores) and, with a K split, 2 x 2 warps of 32 x 64 in two
 #: groups; float16 64 x 128 kc 64 with 8 warps of 64 x 32 in two groups.
 KGROUP_BUILDS = [("float32", (64, 128, 32, 1, 2, 4), 4, False), ("float32", (64, 128, 32, 1, 2, 4), 4, True),
                  ("float32", (64, 128, 32, 2, 2, 3), 2, True), ("float16", (64, 128, 64, 1, 4, 4), 2, False)]
@@ -246,7 +246,7 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
     assert not [x for x in after if x.startswith("fma")]
     assert len(loop_body(ptx, ksplit, kgroups)) > 0
     if ksplit:                                                                 # a partial's loads, issued together
-        assert offline.longest_branch_free_loads(ptx) == frag                          # (session 10: one at a time before)
+        assert offline.longest_branch_free_loads(ptx) == frag                          # (they were one at a time before)
 
 
 def test_tf32_exact_a_issues_two_mmas_where_three_were():

@@ -233,7 +233,7 @@ def test_launch_bounds_fit_a_layer_that_did_not():
     assert plan.resources["registers"] <= 65536 // plan.split.threads_per_block
 
 
-# -- session 4: the Lamport ring (exchange re-armed in the kernel) and thread-block clusters --------------
+# -- the Lamport ring (exchange re-armed in the kernel) and thread-block clusters --------------
 
 RING_CLUSTER = [
     {"load": "relaxed", "ring": True},
@@ -318,7 +318,7 @@ def test_non_coresident_clusters_refused():
         plan(bp, h0, 2)
 
 
-# -- session 4, second helper: h's column parts operated on as they arrive; h0 written by the kernel ---------
+# -- h's column parts operated on as they arrive; h0 written by the kernel ---------
 
 _CPA = {"cp_async": True, "vector": True}
 PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
@@ -348,7 +348,7 @@ def test_options_planted_stall_relaunches_and_finishes(kw):
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
-# -- session 5: copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+# -- copies of the exchange, one packed store per row, the 16-byte preset ----------------------
 
 COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
           {"pack": True}, {"pack": True, "copies": 4, "fold_h0": True, "preset": "vector"},
@@ -360,12 +360,12 @@ COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"c
           {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
 
 
-# (the session-4 options' problems at seed hidden + 5, session 5's at hidden + 7, as each was first run)
+# (the ring/cluster/parts options' problems at seed hidden + 5, the copies/pack/preset ones' at hidden + 7)
 @pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in PARTS] + [(kw, 7) for kw in COPIES],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else None)
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
 def test_options_match_reference_and_repeat(kw, seed, hidden, dtype, tpr):
-    """Session 4's parts and fold_h0, session 5's copies, packed stores, preset and poll="issue": several layer
+    """parts and fold_h0, copies, packed stores, preset and poll="issue": several layer
     sizes and blocks per part (130 / 4: parts that split a block's rows); an h0 holding -0.0; repeated calls
     bitwise identical."""
     steps = 40

@@ -1,4 +1,4 @@
-"""2:4 sparse training step (issue 6, item 8) on a GPU: cuSPARSELt GEMMs on our transposable masks.
+"""2:4 sparse training step on a GPU: cuSPARSELt GEMMs on our transposable masks.
 
 Skipped without PyTorch, CUDA or cuSPARSELt (the reason is the skip message).
 """

@@ -29,7 +29,7 @@ CONFIGS = [
     dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
     dict(variant="warp_split", nwarp=3, rows_per_warp=3, cols_per_lane=8, unroll=2),
     dict(variant="warp_split", nwarp=8, rows_per_warp=1, cols_per_lane=4, unroll=4, min_blocks=4),
-    # the next step's entries loaded ahead, B's tile prefetched into L2 (session 6)
+    # the next step's entries loaded ahead, B's tile prefetched into L2
     dict(variant="warp_split", nwarp=8, rows_per_warp=1, cols_per_lane=4, unroll=4, lookahead=True, l2_prefetch=True),
 ]
 

@@ -150,7 +150,7 @@ def test_k_groups_correct_and_bit_identical(problem, which, splits):
     _bit_identical_within_bounds(problem, splits=splits, **KGROUPS[problem.dtype.name][which])
 
 
-#: K-split problems: 1024 x 1024 x 128 60% (16 tiles of 64 x 128) and a ResNet-50 layer of issue 5's
+#: K-split problems: 1024 x 1024 x 128 60% (16 tiles of 64 x 128) and a ResNet-50 layer of the paper's
 #: Table 1 (512 x 4608, N = 128, 81%: 4 tiles, 72 float16 chunks) where the split matters.
 SPLIT_PROBLEMS = [(1024, 1024, 128, 0.6), (512, 4608, 128, 0.81), (1000, 2048, 128, 0.81)]
 
