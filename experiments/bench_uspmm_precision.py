@@ -9,7 +9,7 @@ Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200:
 
     python experiments/bench_uspmm_precision.py [--out DIR]
 
-For each problem (issue 5's float32 targets and a few more), the routed setting (``config="heuristic"``) is run
+For each problem (the float32 targets and a few more), the routed setting (``config="heuristic"``) is run
 in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`gpu.uspmm_tc`, float32 lean, the float32 path
 of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PROBLEMS`): median device time
 (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), % of the Sparsity Roofline's speed of light,
@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-#: (M, K, N, sparsity): issue 5's float32 targets (1024^3 and N = 16384 at 60%) and neighbours
+#: (M, K, N, sparsity): the float32 targets (1024^3 and N = 16384 at 60%) and neighbours
 PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.9), (768, 768, 1024, 0.6), (1024, 4096, 1024, 0.65),
             (1024, 1024, 16384, 0.6), (4096, 4096, 1024, 0.9)]
 U = 2.0 ** -24
@@ -46,7 +46,7 @@ TC_PROBLEMS = [((1024, 1024, 1024, 0.6), "LEAN_ONE_WAVE"), ((1024, 4096, 1024, 0
                ((1024, 1024, 16384, 0.6), "LEAN_LARGE")]
 
 
-#: issue 5's float32 targets, with the dense cuBLAS rows (:func:`run_dense`)
+#: the float32 targets, with the dense cuBLAS rows (:func:`run_dense`)
 DENSE_PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 16384, 0.6)]
 
 

@@ -17,7 +17,7 @@ Run on a GPU::
 of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
 ``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
 
-Problems: issue 5's table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
+Problems: the USpMM targets' table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
 its default tunables ("tc") and, with ``--configs all``, the other settings of
 :data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (the autotuner's cached choice, or its heuristic without a
 tuning cache: for float16 the tensor-core kernel where it routes there), "auto cuda-core" (the
@@ -25,7 +25,7 @@ heuristic's CUDA-core choice, ``tensor_cores=False``); cuSPARSE CSR and dense cu
 through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`: TF32 off for float32).
 
 Each record: median/p10/p90 device time (:func:`sparsekit.timing.measure`, L2 flushed),
-TFLOP/s on the stored nonzeros (2 nnz N), ``pct_sol`` = issue 5's roofline speed of light
+TFLOP/s on the stored nonzeros (2 nnz N), ``pct_sol`` = the Roofline's speed of light
 (``Problem.sol_s``: the ELL problem on the H100's CUDA-core peak, 67 TFLOP/s float32, 133.8
 float16, and 3.35 TB/s) over the time, ``pct_tc_peak`` = the tensor-core work the kernel issues
 (the densified product, 2 M K N FLOPs, three times for 3xTF32) over the time, as a share of the
@@ -81,7 +81,7 @@ TC_CONFIGS = {
                 "tc 64x128 k16 w2x4 s4 b2": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2)},
 }
 #: K-split table (``--splits``): small output grids, N = 128. 1024 x 1024 x 128 60% (16 tiles of 64 x 128)
-#: and the ResNet-50 layer shapes of issue 5's Table 1 at 81% uniform sparsity (M x K).
+#: and the ResNet-50 layer shapes of the paper's Table 1 at 81% uniform sparsity (M x K).
 SPLIT_PROBLEMS = [(1024, 1024, 128, 0.60)] + [(m, k, 128, 0.81) for m, k in
                                               [(512, 4608), (512, 1024), (512, 2048), (256, 2304), (2048, 512),
                                                (1000, 2048), (128, 1152)]]
@@ -453,7 +453,7 @@ KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "
 def main(argv=None) -> int:
     from experiments.bench_uspmm import exit_status, markdown
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--table", action="store_true", help="issue 5's problems, every provider")
+    ap.add_argument("--table", action="store_true", help="the USpMM targets' problems, every provider")
     ap.add_argument("--configs", choices=["default", "all"], default="default",
                     help="tensor-core settings: the default per dtype, or also TC_CONFIGS")
     ap.add_argument("--problems", help="indices into TABLE_PROBLEMS, comma-separated (default: all)")
