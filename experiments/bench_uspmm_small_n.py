@@ -68,8 +68,8 @@ BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536,
 #: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): the recommended S1 and S2, nw16 rpw1 u4, and S1
 #: with 2 columns a lane (a 64-column tile for N = 64; float32 only) and with 8 (256 columns).
 BOUNDS_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 2), (8, 1, 4, 1, 8)]
-#: ``--latency`` (session 6): float32 points of Figs. 5-7 where ``auto`` was within 2x of cuSPARSE CSR in the
-#: session-5 sweep (results/uspmm_figures_session5.json): 128^3 (launch- and latency-bound), 1024^3 at 90% and
+#: ``--latency``: float32 points of Figs. 5-7 where ``auto`` was within 2x of cuSPARSE CSR in an earlier figure
+#: sweep (H100, 2026-11-23; results/uspmm.md): 128^3 (launch- and latency-bound), 1024^3 at 90% and
 #: 95% (the direct kernel), N = 1024 at small M, and N = 128..512 at M = K = 768, 1024.
 LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
                     + [(1024, 1024, 1024, 0.9), (1024, 1024, 1024, 0.95), (128, 128, 1024, 0.6),
