@@ -23,17 +23,17 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            on chip per density, Lamport and grid barrier): ours against the
            graph-captured GEMM loop, cuDNN and cuSPARSE, with the speedup over
            the next-best; points in parallel processes.
-``ablate`` Table 1's rows with this session's options, the candidates for the
+``ablate`` Table 1's rows with the ablation options, the candidates for the
            1.5 us/step target at 1792, and the no-wait ablation.
 ``rest``   the sweep points that no run recorded in
            ``experiments/results/persistent_rnn_h100.json`` measured.
 ``followup`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
-``session4`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
+``ring`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
 ``parts``  Table 1's rows and the Lamport kernel operating on h's column parts as they arrive
            (``parts``) and writing h0 itself (``fold_h0``), at 1792 and 1152, traced, and the steps points.
-``session5`` Table 1's rows, ``fold_h0`` and session 5's options (copies of the exchange, one packed
+``exchange`` Table 1's rows, ``fold_h0`` and the exchange options (copies of the exchange, one packed
            store per row, the 16-byte preset, weak L2 loads) at 1792 and 1152, traced, without waiting, and
            the steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
@@ -84,15 +84,15 @@ CONFIGS = {
     "bank_aware": ("wide", "barrier", True),
     "lamport": ("wide", "lamport", True),
 }
-#: Options of the Table 1 rows in the timing table: the inline grid barrier and ld.relaxed.gpu (session 2, run 2 of
+#: Options of the Table 1 rows in the timing table: the inline grid barrier and ld.relaxed.gpu (the second H100 run of
 #: experiments/results/persistent_rnn.md: faster than cooperative groups' grid sync and ld.volatile for all); the
-#: wide-load barrier rows also move h in 16-byte groups (session 3, run 2: 4.30 -> 2.45 us/step at 1792; Lamport
+#: wide-load barrier rows also move h in 16-byte groups (sweep run 2: 4.30 -> 2.45 us/step at 1792; Lamport
 #: keeps scalar loads, 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152
-#: and 1792 in the follow-up run (results/persistent_rnn.md, "Session 3, follow-up run 3"); Lamport (session 5,
+#: and 1792 in the follow-up run (results/persistent_rnn.md, follow-up run 3); Lamport (exchange
 #: run 2): h0 written by the kernel, the 16-byte preset, all loads of h issued at once after a 300-cycle spin
-#: (1.391 / 1.370 us/step at 1792 / 1152 against 1.603 / 1.488 with ``LAMPORT_SESSION4``; results/persistent_rnn.md,
-#: "Session 5, helper")
-LAMPORT_SESSION4 = {"load": "relaxed"}
+#: (1.391 / 1.370 us/step at 1792 / 1152 against 1.603 / 1.488 with ``LAMPORT_RING``; results/persistent_rnn.md,
+#: the exchange runs)
+LAMPORT_RING = {"load": "relaxed"}
 TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed", "bound_registers": False},
                   "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True, "bound_registers": False},
                   "bank_aware": {"grid_sync": "atomic", "load": "relaxed", "vector": True},
@@ -201,7 +201,7 @@ def check(out=None, sizes=((256, "float32"), (1152, "float32"), (1152, "float16"
     return records, extra
 
 
-#: every kernel variant the sanitizers see (float16; float32: Table 1's four): Table 1's four, this session's options
+#: every kernel variant the sanitizers see (float16; float32: Table 1's four): Table 1's four, the ablation options
 SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("naive", {"grid_sync": "atomic", "load": "relaxed"}),
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "index16": True, "chunk": 2}),
@@ -525,9 +525,9 @@ def _point_key(p: dict) -> tuple:
 
 
 def recorded_sweep(path=RECORDED) -> list[dict]:
-    """Every sweep record of the recorded runs of session 3 (``session3.runN.sweep``), oldest run first."""
+    """Every sweep record of the recorded sweep runs (``sweeps.runN.sweep``), oldest run first."""
     with open(path) as f:
-        runs = json.load(f)["session3"]
+        runs = json.load(f)["sweeps"]
     return [r for name in sorted(runs) for r in runs[name].get("sweep", [])]
 
 
@@ -545,7 +545,7 @@ def rest(out=None, jobs=8):
     return records
 
 
-#: Session 3 follow-up: launch bounds and 16-byte loads of h for Table 1's rows at 1152 and 1792 (fp16, 10%,
+#: Follow-up: launch bounds and 16-byte loads of h for Table 1's rows at 1152 and 1792 (fp16, 10%,
 #: batch 4, 256 steps, tpr 16): (label, config, options); every row with ``bound_registers`` True and False.
 _B = {"grid_sync": "atomic", "load": "relaxed"}
 _L = {"load": "relaxed"}
@@ -567,7 +567,7 @@ _BOUNDS_COLUMNS = ["hidden", "variant", "tpr", "us_per_step", "p10", "p90", "blo
 
 
 def followup(out=None, jobs=8):
-    """Session 3's follow-up run in one process pool: the sweep points no recorded run measured
+    """The follow-up run in one process pool: the sweep points no recorded run measured
     (``missing_sweep_tasks``) and the launch-bounds / 16-byte-load grid (``bounds_tasks``). Longest first (a
     problem's set-up grows with hidden^2: 15360 units take ~30 s of pruning on the CPU), the grid after the
     sweep points."""
@@ -616,7 +616,7 @@ def bounds_summary(records, sizes=(1152, 1792)) -> list[dict]:
 
 def merge_followup(path, run, date, commit, recorded=RECORDED):
     """Store a ``followup`` part's output (``persistent_rnn_followup.json``, or ``persistent_rnn_followup_raw.json``
-    of a run cut off before the end) in the recorded results as ``session3.<run>`` (sweep points, launch-bounds
+    of a run cut off before the end) in the recorded results as ``sweeps.<run>`` (sweep points, launch-bounds
     grid and its summary), where experiments/persistent_rnn.py plots the sweep points with the earlier runs' ones."""
     with open(path) as f:
         res = json.load(f)
@@ -624,7 +624,7 @@ def merge_followup(path, run, date, commit, recorded=RECORDED):
         res = _followup_result(res)
     with open(recorded) as f:
         data = json.load(f)
-    data["session3"][run] = {"date": date, "commit": commit, **res}
+    data["sweeps"][run] = {"date": date, "commit": commit, **res}
     with open(recorded, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")
@@ -643,7 +643,7 @@ def preflight():
 
 
 #: the second GPU run's Table 1 rows: (label, config, options); "paper" rows are as the paper built them
-#: (cooperative-groups grid barrier, ld.volatile), the others this session's fixes
+#: (cooperative-groups grid barrier, ld.volatile), the others with the fixes
 FINAL_VARIANTS = [
     ("naive (cg, volatile)", "naive", {}),
     ("naive (atomic, relaxed)", "naive", {"grid_sync": "atomic", "load": "relaxed"}),
@@ -690,17 +690,17 @@ def final(out=None):
     return records
 
 
-# -- session 4: the ring and thread-block clusters ---------------------------------------------------------
+# -- the Lamport ring and thread-block clusters --------------------------------------------------
 
 _R = {"load": "relaxed"}
-#: Table 1's options of sessions 4 and 5's first calls (the Lamport row then: ``LAMPORT_SESSION4``)
-_TABLE1_S4 = {**TABLE1_OPTIONS, "lamport": LAMPORT_SESSION4}
-#: Session 4's candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, "Session 4"): the ring
+#: Table 1's options of the ring runs and the first exchange run (the Lamport row then: ``LAMPORT_RING``)
+_TABLE1_S4 = {**TABLE1_OPTIONS, "lamport": LAMPORT_RING}
+#: The candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, the Lamport ring): the ring
 #: (exchange re-armed in the kernel: no preset and no h0 launch per run) and thread-block clusters (a block loads
 #: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster). Run 1 timed
-#: every one of them (the cluster launches failed there); run 2 (``SESSION4_RUN2``) times Table 1's rows and the
+#: every one of them (the cluster launches failed there); run 2 (``RING_RUN2``) times Table 1's rows and the
 #: cluster variants in the same call.
-SESSION4_VARIANTS = [
+RING_VARIANTS = [
     ("lamport", _R),
     ("lamport ring", {**_R, "ring": True}),
     ("lamport cluster2", {**_R, "cluster": 2}),
@@ -715,7 +715,7 @@ SESSION4_VARIANTS = [
 ]
 #: run 2: (label, Table 1 configuration, options): Table 1's four rows as the bench builds them, then the
 #: cluster variants (no ring: its per-step fence cost 3 us in run 1)
-SESSION4_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+RING_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport cluster2", "lamport", {**_R, "cluster": 2}),
     ("lamport cluster4", "lamport", {**_R, "cluster": 4}),
     ("lamport cluster8", "lamport", {**_R, "cluster": 8}),
@@ -728,18 +728,18 @@ SESSION4_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport cluster4 rpb8", "lamport", {**_R, "cluster": 4, "rows_per_block": 8}),
 ]
 #: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
-SESSION4_STEPS = ("lamport", "lamport ring", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector",
+RING_STEPS = ("lamport", "lamport ring", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector",
                   "lamport cluster8 vector", "lamport ring cluster4 vector")
 _S4_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
                "correct", "max_err", "timeouts", "error"]
 
 
-def session4_tasks(variants=None, step_variants=SESSION4_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
+def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
                    traced=("lamport", "lamport ring", "lamport cluster4", "lamport cluster4 vector")) -> list:
     """Every variant ``(label, config, options[, tpr])`` (tpr 16 if not given) at 256 steps (1792 first), some
     traced at 1792, then the steps points at 1792; each checked against the reference over its first 64 steps.
     Default: run 2's variants."""
-    variants = [(v + (16,))[:4] for v in (SESSION4_RUN2 if variants is None else variants)]
+    variants = [(v + (16,))[:4] for v in (RING_RUN2 if variants is None else variants)]
     one = dict(rpb_mult=1, check_steps=64)
     tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, tpr=tpr, **one))
              for h in sizes for label, c, kw, tpr in variants]
@@ -750,27 +750,27 @@ def session4_tasks(variants=None, step_variants=SESSION4_STEPS, sizes=(1792, 115
     return tasks
 
 
-def session4(out=None, jobs=8):
-    """Session 4's run-2 variants (``SESSION4_RUN2``: Table 1's rows and the clusters), traces, steps points."""
+def ring(out=None, jobs=8):
+    """The ring's run-2 variants (``RING_RUN2``: Table 1's rows and the clusters), traces, steps points."""
     from gpu.cluster import launch_mode
     print("cluster launch mode:", launch_mode())
-    records = run_parallel(session4_tasks(), jobs, out, "session4")
+    records = run_parallel(ring_tasks(), jobs, out, "ring")
     _table(records, _S4_COLUMNS)
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
-    _save(out, "session4", records)
+    _save(out, "ring", records)
     return records
 
 
-# -- session 4, second helper: operate on h's column parts as they arrive; h0 written by the kernel -----------
+# -- operate on h's column parts as they arrive; h0 written by the kernel -----------
 
 _RF = {"load": "relaxed", "fold_h0": True}
 _AF = {**_RF, "vector": True, "cp_async": True}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
 #: kernel (one launch less per run), its loads staggered over the blocks, h copied by cp.async, and h's columns in
 #: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
-#: persistent_rnn.md, "Session 4, second helper"; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
+#: persistent_rnn.md, column parts; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
 PARTS_VARIANTS = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport stagger fold", "lamport", {**_RF, "stagger": True}),
@@ -804,7 +804,7 @@ PARTS_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
 def parts(out=None, jobs=8):
     """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792; then the steps
     points of the fastest Lamport variant at 1792 if it is not among ``PARTS_STEPS``."""
-    records = run_parallel(session4_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
+    records = run_parallel(ring_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
     records += _steps_of_fastest(records, PARTS_VARIANTS, PARTS_STEPS, jobs)
     _tables(records, "pass_fraction")
     _save(out, "parts", records)
@@ -821,28 +821,28 @@ def _steps_of_fastest(records, variants, measured, jobs):
         return []
     print("fastest at 1792:", best)
     chosen = [v for v in variants if v[0] == best]
-    return run_parallel(session4_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
+    return run_parallel(ring_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
 
 
 def _tables(records, extra_column):
-    """The session tables: every record (session 4's columns and ``extra_column``), then the traced ones."""
+    """The ring and exchange tables: every record (the ring's columns and ``extra_column``), then the traced ones."""
     _table(records, _S4_COLUMNS + [extra_column])
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
 
 
-# -- session 5: copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
+# -- copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
 
 _RFV = {**_RF, "preset": "vector"}
-#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of session 4 (``fold_h0``), then
-#: session 5's options (results/persistent_rnn.md, "Session 5, helper"): the 16-byte preset, ``copies`` copies
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of the column-parts runs (``fold_h0``),
+#: then the exchange options (results/persistent_rnn.md, copies of the exchange): the 16-byte preset, ``copies`` copies
 #: of the exchange (each L2 line of h read by 1 / copies of the blocks; is the 1 us load of h the hot L2 lines?),
 #: one packed store per row, weak L2 loads (``cg``), and ``poll="issue"`` (the step's loads issued back to back
 #: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
-#: run 1 (05:29 UTC): the variants of session 5's first call
-SESSION5_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: run 1: the variants of the first exchange run
+EXCHANGE_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold vpreset", "lamport", _RFV),
     ("lamport fold issue", "lamport", _RFI),
@@ -861,7 +861,7 @@ SESSION5_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
 ]
 #: run 2: poll="issue" with its reloads at constant offsets too, and a spin of issue_delay cycles before the
 #: step's loads (run 1: issue alone 1.08 us/step without waiting, 3.9 with: most first loads came back -0.0)
-SESSION5_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+EXCHANGE_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
     ("lamport fold issue", "lamport", _RFI),
@@ -871,9 +871,9 @@ SESSION5_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold issue d1000 cg", "lamport", {**_RFI, "issue_delay": 1000, "load": "cg"}),
     ("lamport fold issue d600 vector", "lamport", {**_RFI, "issue_delay": 600, "vector": True}),
 ]
-#: run 3: Table 1 with its new Lamport row (issue d300), the session-4 row beside it, the delays around 300
-SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
-    ("lamport session4", "lamport", LAMPORT_SESSION4),
+#: run 3: Table 1 with its new Lamport row (issue d300), the previous row beside it, the delays around 300
+EXCHANGE_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
+    ("lamport previous", "lamport", LAMPORT_RING),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
 ] + [(f"lamport fold issue d{d}", "lamport", {**_RFI, "issue_delay": d}) for d in (200, 250, 350, 400)] + [
     ("lamport issue d300", "lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 300}),
@@ -881,24 +881,24 @@ SESSION5_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport fold issue d300 vector", "lamport", {**_RFI, "issue_delay": 300, "vector": True}),
     ("lamport fold issue d400 vector", "lamport", {**_RFI, "issue_delay": 400, "vector": True}),
 ]
-SESSION5_STEPS = ("lamport",)
-SESSION5_TRACED = ("lamport",)
+EXCHANGE_STEPS = ("lamport",)
+EXCHANGE_TRACED = ("lamport",)
 #: the no-wait ablation (``explore_one(ablate="no_wait")``): the loads of h with every value already there
-SESSION5_NO_WAIT = ("lamport",)
+EXCHANGE_NO_WAIT = ("lamport",)
 
 
-def session5(out=None, jobs=8, variants=None):
-    """``SESSION5_VARIANTS`` at 1792 and 1152 (256 steps), some traced or also timed without waiting at 1792, the
+def exchange(out=None, jobs=8, variants=None):
+    """``EXCHANGE_VARIANTS`` at 1792 and 1152 (256 steps), some traced or also timed without waiting at 1792, the
     steps points at 1792; then the steps points of the fastest Lamport variant at 1792 if not among them."""
-    variants = SESSION5_VARIANTS if variants is None else variants
-    tasks = session4_tasks(variants, SESSION5_STEPS, traced=SESSION5_TRACED)
+    variants = EXCHANGE_VARIANTS if variants is None else variants
+    tasks = ring_tasks(variants, EXCHANGE_STEPS, traced=EXCHANGE_TRACED)
     tasks += [(explore_one, dict(hidden=1792, label=label + " no_wait", config=c, kw=kw, tpr=16, rpb_mult=1,
                                  check_steps=64, ablate="no_wait"))
-              for label, c, kw in variants if label in SESSION5_NO_WAIT]
-    records = run_parallel(tasks, jobs, out, "session5")
-    records += _steps_of_fastest(records, variants, SESSION5_STEPS, jobs)
+              for label, c, kw in variants if label in EXCHANGE_NO_WAIT]
+    records = run_parallel(tasks, jobs, out, "exchange")
+    records += _steps_of_fastest(records, variants, EXCHANGE_STEPS, jobs)
     _tables(records, "us_per_step_no_wait")
-    _save(out, "session5", records)
+    _save(out, "exchange", records)
     return records
 
 
@@ -1205,10 +1205,10 @@ def explore(out=None, sizes=(1792, 1152), jobs=8):
     return records
 
 
-#: Session 3, the 1.5 us/step target at layer 1792 and Table 1's rows: (hidden, label, config, tpr, rows-per-block
+#: The 1.5 us/step target at layer 1792 and Table 1's rows: (hidden, label, config, tpr, rows-per-block
 #: multiple, options, explore_one extras). "no_wait" is a benchmark-only ablation: it changes the data (an exchange
 #: buffer that already holds every h_t), not the kernel. Every kernel here has launch bounds (the default).
-#: The first GPU run of this session (commit 6623883) also timed: the shuffle reduction for Lamport (slower),
+#: The first GPU run of these (commit 6623883) also timed: the shuffle reduction for Lamport (slower),
 #: its double buffer, pipeline, 16-bit indices, tpr 8, 1 pair per thread, staggered loads and spin backoff
 #: (results/persistent_rnn.md).
 ABLATE_VARIANTS = (
@@ -1230,7 +1230,7 @@ ABLATE_VARIANTS = (
 
 
 def ablate(out=None, jobs=8):
-    """Table 1's rows at 1152 and 1792 with this session's options, the candidate fixes for the 1.5 us/step target
+    """Table 1's rows at 1152 and 1792 with the ablation options, the candidate fixes for the 1.5 us/step target
     side by side, and the no-wait ablation (where Lamport's step goes)."""
     tasks = [(explore_one, dict(hidden=h, label=label, config=c, tpr=tpr, rpb_mult=rpb, kw=kw, **extra))
              for h, label, c, tpr, rpb, kw, extra in ABLATE_VARIANTS]
@@ -1375,7 +1375,7 @@ def lstm_table(out=None, steps=256, dtype="float16", tprs=(16, 32), jobs=8, work
     return records
 
 
-#: Deep Speech 2's three layers (batch 1) with this session's options: the shuffle reduction, 16-bit indices,
+#: Deep Speech 2's three layers (batch 1) with the ablation options: the shuffle reduction, 16-bit indices,
 #: chunked loads, launch bounds of one block per SM (default), which let 2560 and 3072 fit.
 DS2_OPTIONS = (("", {"index16": True, "reduce": "shfl"}), (" chunk2", {"index16": True, "reduce": "shfl", "chunk": 2}),
                (" shared", {"index16": True}))
@@ -1474,7 +1474,7 @@ def main(argv=None):
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--ncu-compare", metavar="CSV", help="compare an ncu --csv log of --ncu with the analyzer (CPU)")
     ap.add_argument("--merge", nargs=4, metavar=("FOLLOWUP_JSON", "RUN", "DATE", "COMMIT"),
-                    help="store a followup part's output in the recorded results as session3.RUN (CPU)")
+                    help="store a followup part's output in the recorded results as sweeps.RUN (CPU)")
     args = ap.parse_args(argv)
     if args.merge:
         merge_followup(*args.merge)
@@ -1498,7 +1498,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "followup": followup, "session4": session4, "parts": parts, "session5": session5}[part](args.out)
+         "followup": followup, "ring": ring, "parts": parts, "exchange": exchange}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

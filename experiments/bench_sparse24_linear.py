@@ -81,7 +81,7 @@ def dump_layout(out_dir) -> dict:
 #: spin kernel but which makes each repeat long: few repeats keep the run well under two minutes.
 REPEAT = dict(repeat=5, warmup=1)
 #: cuSPARSELt algorithm ids tried (output row-major, ``transpose_result=True``). The H100 run of
-#: 2026-11-23 00:38 UTC timed 0-7 for the forward GEMM (none rejected; 1 fastest, 0 slowest):
+#: 2026-11-23 timed 0-7 for the forward GEMM (none rejected; 1 fastest, 0 slowest):
 #: the forward scan keeps those two, dx is scanned in full.
 ALG_IDS = dict(fwd=(0, 1), dx=range(8))
 #: The sparsifier used for the step: one kernel, compiled once, reused by the check and every timing.

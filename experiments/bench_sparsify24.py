@@ -57,8 +57,8 @@ OURS = {
 }
 #: Variants of the fp16 kernels (``--sweep``): without the default launch bounds (``min_blocks=0``;
 #: the defaults cap greedy and optimal_full at 64 registers, 8 blocks of 128 a SM), with the arithmetic
-#: row-group packer instead of the shared-memory table (both: the kernel of the 2026-11-23 00:38 UTC
-#: run), and both halves' loads issued first (``prefetch``, 80 registers under its launch bound).
+#: row-group packer instead of the shared-memory table (both: the kernel of the 2026-11-23
+#: H100 run), and both halves' loads issued first (``prefetch``, 80 registers under its launch bound).
 TUNING = {
     "ours greedy (index ties), no launch bounds": (np.float16, dict(method="greedy", min_blocks=0)),
     "ours greedy (index ties), arithmetic packer": (np.float16, dict(method="greedy", pack_table=False)),

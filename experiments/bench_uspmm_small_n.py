@@ -15,14 +15,14 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
     python experiments/bench_uspmm_small_n.py --extra         # also EXTRA_PROBLEMS (other N = 128 problems)
     python experiments/bench_uspmm_small_n.py --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
-    python experiments/bench_uspmm_small_n.py --latency       # session 6: Figs. 5-7's slow float32 points
-    python experiments/bench_uspmm_small_n.py --fig6          # session 6: 128^3 at every sparsity of Fig. 6
-    python experiments/bench_uspmm_small_n.py --wide          # session 6: the other --latency problems, few warps
+    python experiments/bench_uspmm_small_n.py --latency       # Figs. 5-7's slow float32 points
+    python experiments/bench_uspmm_small_n.py --fig6          # 128^3 at every sparsity of Fig. 6
+    python experiments/bench_uspmm_small_n.py --wide          # the other --latency problems, few warps
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
 ``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR was
-within 2x of ``auto`` in the session-5 sweep) at :data:`LATENCY_SETTINGS` (with the ``lookahead`` and
+within 2x of ``auto`` in an earlier figure sweep) at :data:`LATENCY_SETTINGS` (with the ``lookahead`` and
 ``l2_prefetch`` options), against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
 the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`. With options, each result is also compared bit for
 bit with the same setting without them (``same_as_plain``: the options change no arithmetic).
@@ -48,7 +48,7 @@ if __package__ in (None, ""):                        # run as a script: the repo
 N = 128
 SPARSITY = 0.81
 #: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll, min_blocks), 4 columns a lane
-#: (N = 128: one 16-byte read of B a lane in float32, 8 bytes in float16). The first H100 call (05:19 UTC)
+#: (N = 128: one 16-byte read of B a lane in float32, 8 bytes in float16). A first H100 sweep
 #: timed nwarp 4/8/16 x rows_per_warp 1/2/4 at unroll 8 and nwarp 8/16 x rows_per_warp 1/2 at unroll 4,
 #: without launch bounds (results/uspmm.md); this set keeps its winners and adds min_blocks (registers
 #: capped so that more warps fit an SM).
@@ -60,7 +60,7 @@ PROFILE_SETTING = (8, 1, 4, 4)
 EXTRA_PROBLEMS = [(128, 128, 128, 0.6), (256, 256, 128, 0.6), (512, 512, 128, 0.6), (768, 768, 128, 0.6),
                   (1024, 1024, 128, 0.6), (128, 128, 128, 0.05), (128, 128, 128, 0.95), (1024, 1024, 128, 0.95),
                   (1024, 1024, 256, 0.6), (2048, 2048, 128, 0.6), (4096, 1024, 128, 0.81), (4096, 2048, 128, 0.81)]
-#: ``--bounds``: the gaps of the routing rule after call 2 (results/uspmm.md, "Session 5, small-N kernel"):
+#: ``--bounds``: the gaps of the routing rule after the second small-N sweep (results/uspmm.md, small-N kernel):
 #: 1024 < M < 2048, density 0.3-0.4 above M = 1024, N = 64 and N = 256; timed at :data:`BOUNDS_SETTINGS`.
 BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536, 128, 0.6), (2048, 1024, 128, 0.6),
                    (2048, 1024, 128, 0.7), (1024, 1024, 128, 0.7), (512, 1024, 64, 0.81), (1024, 1024, 64, 0.6),
@@ -76,19 +76,19 @@ LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
                        (256, 256, 1024, 0.6), (512, 512, 1024, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
                        (1024, 1024, 256, 0.6), (1024, 1024, 512, 0.6)])
 #: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane, lookahead, l2_prefetch): sparsekit.tune's S1, then
-#: the fastest of the first H100 call (07:43 UTC, results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours
+#: the fastest of the first H100 latency sweep (results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours
 #: (2-16 warps, unroll 2-8, 2-8 columns a lane), plain, with ``lookahead`` and with ``l2_prefetch``.
 LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 4, 1, 4), (2, 1, 4, 1, 4), (2, 1, 8, 1, 4), (4, 1, 2, 1, 4),
                     (4, 1, 8, 1, 4), (6, 1, 4, 1, 4), (4, 1, 4, 1, 8), (4, 1, 4, 1, 2), (16, 1, 4, 1, 4),
                     (4, 1, 4, 1, 4, True), (2, 1, 4, 1, 4, True), (2, 1, 8, 1, 4, True), (4, 1, 8, 1, 4, True),
                     (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 4, True), (4, 1, 4, 1, 4, False, True),
                     (4, 1, 4, 1, 4, True, True), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True)]
-#: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the session-5 choice (S1), 16 warps (the fastest of call 2 from 5% to
-#: 60%), and each with its options (``l2_prefetch`` alone at 4 warps: the fastest at 95% in call 2).
+#: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the routed choice (S1), 16 warps (the fastest of the second sweep from 5%
+#: to 60%), and each with its options (``l2_prefetch`` alone at 4 warps: the fastest at 95% in the second sweep).
 FIG6_SETTINGS = [(8, 1, 4, 1, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
                  (4, 1, 4, 1, 4, False, True)]
-#: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (call 2's
-#: winners had 2 or 4) and wider steps.
+#: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (the second
+#: sweep's winners had 2 or 4) and wider steps.
 WIDE_SETTINGS = [(2, 1, 4, 1, 4), (4, 1, 4, 1, 8), (1, 1, 4, 1, 4), (1, 1, 8, 1, 4), (3, 1, 4, 1, 4),
                  (2, 1, 4, 1, 8), (2, 1, 2, 1, 4), (1, 1, 4, 1, 8)]
 

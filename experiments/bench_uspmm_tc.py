@@ -45,7 +45,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-#: Issue 5's table: (M, K, N, sparsity).
+#: The tensor-core table's problems: (M, K, N, sparsity).
 TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
                   (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60), (1024, 1024, 128, 0.60)]
 #: Where the float16 routing of ``config="auto"`` to the tensor cores should stop (sparsity between
@@ -55,10 +55,10 @@ TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
 #: ones past 48 KB of shared memory (kc 32 and 64, 4 to 6 stages, 64x64 tiles two blocks an SM at 1024^3,
 #: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md, where "tc" was
 #: 64x128 kc 16, 3 stages, and the current default 64x128 kc 64, 4 stages, was "tc 64x128 k64 w2x4 s4").
-#: Session 4 added the 64x256 settings (float16 kc 32, float32 kc 16: the fastest there at N = 16384 and
+#: Then came the 64x256 settings (float16 kc 32, float32 kc 16: the fastest there at N = 16384 and
 #: 4096^2) and float32 128x128 kc 16 with 16 warps; the float32 default became 64x128 kc 16, 4 stages.
 #: The "b2" settings (two blocks, 16 warps an SM: 128 registers or fewer without spills and at most
-#: 104 KB of shared memory, checked offline for sm_90) were timed in "Session 4, K split" (``--b2``,
+#: 104 KB of shared memory, checked offline for sm_90) were timed in uspmm_tc.md's "K split" (``--b2``,
 #: ``--splits``): fp16 64x256 b2 and fp32 64x128 b2 the fastest at N = 16384, fp16 32x128 b2 on small grids.
 TC_CONFIGS = {
     "float16": {"tc 64x128 k16 w2x4 s6": dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=6),
@@ -104,7 +104,7 @@ WAVE_PROBLEMS = {"float32": [(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0
 WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k16 w2x2 s4 b3", dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=4,
                                                              min_blocks=3), (1, 2)),
-                            # larger warp tiles: fewer fragment loads and B splits per MMA (session 5, second call)
+                            # larger warp tiles: fewer fragment loads and B splits per MMA (uspmm_tc.md, larger warp tiles)
                             ("tc 64x128 k16 w1x4 s4 b3", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
                                                               min_blocks=3), (1, 2)),
                             ("tc 64x128 k16 w2x2 s4 b2", dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=2, stages=4,
@@ -115,7 +115,7 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                              (1, 2)),
                             ("tc 64x128 k32 w2x4 s3", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
                             # K groups ("kgN": N groups of warps_m x warps_n warps, each a share of every
-                            # chunk's K steps): 8 warps of 64 x 32 or 32 x 64 (session 5, K groups)
+                            # chunk's K steps): 8 warps of 64 x 32 or 32 x 64 (uspmm_tc.md, K groups)
                             ("tc 64x128 k16 w1x4 s4 kg2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
                                                                min_blocks=1, kgroups=2), (1, 2)),
                             ("tc 64x128 k16 w1x4 s4 kg2 b2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4,
@@ -136,9 +136,9 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x128 k32 w1x2 s6 kg4", dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=6,
                                                                min_blocks=1, kgroups=4), (1,)),
                             # four groups of 4 warps of 32 x 64: 16 warps an SM (4 a scheduler, the one-wave
-                            # setting has 2 and is latency-bound); sm_90 128 registers, no spill (session 10,
-                            # offline; with lean 12 bytes of spill); session 11: 5-9% (s4) and 14-18% (s3)
-                            # slower than w1x2 s4 kg4 (uspmm_tc.md "Session 11")
+                            # setting has 2 and is latency-bound); sm_90 128 registers, no spill (compiled
+                            # offline; with lean 12 bytes of spill); timed on the H100: 5-9% (s4) and 14-18% (s3)
+                            # slower than w1x2 s4 kg4 (uspmm_tc.md, 16 warps an SM)
                             ("tc 64x128 k32 w2x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
                                                                min_blocks=1, kgroups=4), (1,)),
                             ("tc 64x128 k32 w2x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=4,
@@ -152,7 +152,7 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                                                                kgroups=2), (1,)),
                             ("tc 64x128 k64 w1x2 s4 kg4", dict(bm=64, bn=128, kc=64, warps_m=1, warps_n=2, stages=4,
                                                                kgroups=4), (1,))]}
-#: ``--large``: grids of many waves (where session 5's second ``--wave`` call found float32 64 x 256 tiles with
+#: ``--large``: grids of many waves (where a ``--wave`` run found float32 64 x 256 tiles with
 #: 64 x 64 warp tiles 22% faster than the default at N = 16384): larger warp tiles, per dtype.
 LARGE_PROBLEMS = {d: [(1024, 1024, 4096, 0.60), (1024, 1024, 16384, 0.60), (4096, 4096, 1024, 0.60)]
                   for d in ("float32", "float16")}
@@ -199,8 +199,8 @@ LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in bas
              if name.startswith(("tc one-wave", "tc large")) else "tc" for name, _ in LEAN_CONFIGS if "lean" in name}
 #: ``--half-wave`` (float32): output grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, where
 #: ``sparsekit.tune.TC_HALF_WAVE`` is routed: the one-wave setting (``LEAN_ONE_WAVE`` with ``lean``:
-#: ``sparsekit.tune.TC_ONE_WAVE``) at 1, 2 (routed since session 10) and 4 K splits, against the defaults with 1
-#: and 2 (routed until then) and lean with 2 ("Session 10" of experiments/results/uspmm_tc.md).
+#: ``sparsekit.tune.TC_ONE_WAVE``) at 1, 2 (routed) and 4 K splits, against the defaults with 1 and 2
+#: (routed before) and lean with 2 (experiments/results/uspmm_tc.md, the split sum's L2 loads).
 HALF_WAVE_PROBLEMS = [(512, 512, 1024, 0.60), (1024, 1024, 512, 0.60), (512, 512, 1024, 0.80), (1024, 1024, 512, 0.80)]
 HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc lean", dict(lean=True), (2,)),
                      ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True), (1, 2, 4))]

@@ -34,7 +34,7 @@ import numpy as np
 
 from sparsekit.experiment import Experiment, Section, Table, save_figure
 
-#: what the GPU runs of this session measured (experiments/results/persistent_rnn.md explains each part)
+#: what the recorded H100 runs measured (experiments/results/persistent_rnn.md explains each part)
 RECORDED = Path(__file__).resolve().parent / "results" / "persistent_rnn_h100.json"
 
 PAPER_PENALTY = {"naive": 1.3, "wide": 1.0, "bank_aware": 0.3}
@@ -189,7 +189,7 @@ def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str, timed_before=
 
 
 def _timed_large(data) -> list[dict]:
-    """Session 2's timed layers past 48 KB of shared memory (8192 units, 1%, 64 steps) as Figures 3-4 points."""
+    """The second recorded run's timed layers past 48 KB of shared memory (8192 units, 1%, 64 steps) as Figures 3-4 points."""
     return [{"axis": "fig34_" + ("lamport" if r["variant"].startswith("lamport") else "barrier"),
              "hidden": r["hidden"], "density": r["density"], "batch": 4, "steps": 64, "ours_us": r["us_per_step"],
              "ours_tpr": r["tpr"], "correct": r["correct"], "when": data["run2"]["date"]}
@@ -197,11 +197,11 @@ def _timed_large(data) -> list[dict]:
 
 
 def _recorded_sweep(data) -> tuple[list[dict], str]:
-    """The sweep points of session 3's runs, each point from the newest run that measured it (a later run fills
+    """The sweep points of the recorded sweep runs, each point from the newest run that measured it (a later run fills
     in the points an earlier one was cut off before), and the dates of the runs they come from."""
     points, dates = {}, []
-    for name in sorted(data["session3"]):
-        run = data["session3"][name]
+    for name in sorted(data["sweeps"]):
+        run = data["sweeps"][name]
         new = [r for r in run.get("sweep", []) if "ours_us" in r]
         for r in new:
             points[(r["axis"], r["hidden"], r["density"], r["batch"], r["steps"])] = r
@@ -224,7 +224,7 @@ def recorded_section(out_dir, with_sweep: bool = True) -> tuple[list, list, str]
                Table(f"Appendix B: persistent LSTM vs cuDNN LSTM on the H100 ({data['run1']['date']}), us/step",
                      data["run1"]["lstm"], "lstm_recorded.csv"),
                Table(f"Appendix B: Deep Speech 2 layers, shuffle reduction and launch bounds "
-                     f"(H100, {data['session3']['run1']['date']}), us/step", data["session3"]["run1"]["ds2"],
+                     f"(H100, {data['sweeps']['run1']['date']}), us/step", data["sweeps"]["run1"]["ds2"],
                      "lstm_ds2_recorded.csv")]
     text = " Recorded H100 results: experiments/results/persistent_rnn.md gives the commands."
     return tables, figures, text

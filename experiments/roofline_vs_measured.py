@@ -365,7 +365,7 @@ def measure_shape(shape: Shape, dtype, *, timer=None, repeat: int = 30, device: 
         launches = {}
         try:
             launches.update(our_launches(ops))
-        except Exception as err:   # noqa: BLE001 - another helper's launcher changed: say so, go on
+        except Exception as err:   # noqa: BLE001 - a launcher changed: say so, go on
             out.append(dict(_record(shape, dtype, s, "ours (setup)", "", ops.ell.nnz, 0, device, date),
                             error=f"{type(err).__name__}: {err}"[:400]))
         for name, (launch, note) in launches.items():

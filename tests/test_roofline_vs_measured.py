@@ -56,8 +56,8 @@ class StandInTimer:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_measure_shape_runs_our_kernels_and_checks_them(dtype):
-    """The measuring path end to end on the simulator (or a GPU): our three kernels run through the other
-    helpers' launchers and are checked against float64; PyTorch's providers say why they did not run."""
+    """The measuring path end to end on the simulator (or a GPU): our three kernels run through their
+    library launchers and are checked against float64; PyTorch's providers say why they did not run."""
     timer = StandInTimer()
     shape = rvm.Shape("toy", 16, 32, 8, (0.5,))
     rows = rvm.measure_shape(shape, dtype, timer=timer, repeat=3, device=H100, date="d", torch=None)

@@ -190,7 +190,7 @@ def test_split_settings_fit_their_blocks_an_sm(setting):
     (1024, 1024, 1024, 0.9, "wave"), (1024, 1024, 512, 0.9, "half"), (1024, 1024, 1024, 0.95, None),
     (4096, 4096, 1024, 0.95, None)])
 def test_heuristic_routes_the_measured_winners(m, k, n, sparsity, setting):
-    """Sessions 13-15's and 20's H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF,
+    """The wgmma H100 runs (sparsekit.tune.WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF,
     WGMMA_QUARTER, WGMMA_EIGHTH): routed where the wgmma kernel won, not where it lost; never without ``wgmma`` (no
     compute capability 9.0 device) nor for float16."""
     kprime = int(round((1 - sparsity) * k))
