@@ -189,7 +189,7 @@ def test_lstm_multi_block_matches_reference(config, reduce):
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "reduce": "shfl"}),
 ], ids=lambda x: x if isinstance(x, str) else "-".join(f"{k}={v}" for k, v in x.items()))
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8)])
-def test_session_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
+def test_kernel_options_multi_block_match_reference_and_repeat(config, kw, hidden, dtype, tpr):
     """The inline grid barrier, GPU-scope loads, packed indices, chunked loads, double buffer, lead polling,
     the shuffle reduction (with each sync and barrier kind), no launch bounds, 16-byte loads of h, weak L2 loads (cg)."""
     steps = 40
