@@ -256,7 +256,7 @@ def main(argv=None):
     dev = info()
     import numba
     import numba_cuda
-    header = [f"# bench_foundation: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+    header = [f"# bench_foundation: {datetime.now(timezone.utc):%Y-%m-%d}",
               dev.describe(), f"numba {numba.__version__}, numba-cuda {numba_cuda.__version__}, "
               f"numpy {np.__version__}"]
     table = peaks_for(dev.name)

@@ -584,7 +584,7 @@ def main(argv=None) -> int:
         return 0
     from sparsekit.device import info
     dev = info()
-    print(f"device: {dev.name}; date {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}; torch: "
+    print(f"device: {dev.name}; date {datetime.now(timezone.utc):%Y-%m-%d}; torch: "
           f"{'yes' if _torch() is not None else 'not installed (vendor baselines skipped)'}", flush=True)
     results = {}
     if args.wait_for:
@@ -603,7 +603,7 @@ def main(argv=None) -> int:
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "bench_uspmm.json"), "w") as f:
-                json.dump(dict(device=dev.name, date=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+                json.dump(dict(device=dev.name, date=f"{datetime.now(timezone.utc):%Y-%m-%d}",
                                argv=sys.argv, results=results), f, indent=1, default=str)
 
     if args.check:

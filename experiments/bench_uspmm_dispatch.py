@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "uspmm_dispatch.json"), "w") as f:
-            json.dump(dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            json.dump(dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                            calls=args.calls, rows=rows), f, indent=1)
     return 0
 

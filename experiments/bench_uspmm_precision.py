@@ -148,7 +148,7 @@ def main(argv=None) -> int:
                   f"{r['err_u']:8.2f} {r['bound_u']:6d} {r['repeat_identical']}", flush=True)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        record = dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        record = dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                       command="python experiments/bench_uspmm_precision.py", rows=rows)
         with open(os.path.join(args.out, "uspmm_precision.json"), "w") as f:
             json.dump(record, f, indent=1)

@@ -401,7 +401,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     if out:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, f"{which}_{dtype}.json"), "w") as f:
-            json.dump(dict(device=info().name, date=f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+            json.dump(dict(device=info().name, date=f"{datetime.now(timezone.utc):%Y-%m-%d}",
                            argv=sys.argv, results=flat), f, indent=1, default=str)
     return flat
 
@@ -493,7 +493,7 @@ def main(argv=None) -> int:
                         for r in ours) else 1
     from sparsekit.device import info
     dev = info()
-    stamp = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}"
+    stamp = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     print(f"device: {dev.name}; date {stamp}", flush=True)
     probs = TABLE_PROBLEMS if not args.problems else [TABLE_PROBLEMS[int(i)] for i in args.problems.split(",")]
     records = []

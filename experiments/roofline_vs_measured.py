@@ -394,7 +394,7 @@ def measure_all(shapes, dtypes=("float32", "float16"), *, timer=None, repeat: in
     from sparsekit.device import info
 
     dev = info()
-    date = f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    date = f"{datetime.now(timezone.utc):%Y-%m-%d}"
     torch = _torch() if torch == "auto" else torch
     t0 = time.perf_counter()
     rows: list[dict] = []

@@ -202,7 +202,7 @@ TC_MIN_K = 512                 # small grids on tensor cores from this K: experi
 #: At least ``sms`` tiles of 64 x 256: experiments/results/uspmm_tc.md ("grids of many waves", "float32 lean").
 TC_LARGE = {F16: Config("tensor_core", bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2, lean=True),
             F32: Config("tensor_core", bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4, lean=True)}
-#: The defaults, lean: experiments/results/uspmm_tc.md (float32), experiments/results/lead_gpu_run.md (float16).
+#: The defaults, lean: experiments/results/uspmm_tc.md (float32), experiments/results/gpu_verification.md (float16).
 TC_DEFAULT = Config("tensor_core", lean=True)
 #: float32 grids of at most one wave, four K groups: experiments/results/uspmm_tc.md ("K groups", "float32 lean").
 TC_ONE_WAVE = Config("tensor_core", bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4,

@@ -482,7 +482,7 @@ TC_ROUTING = [
     (4096, 4096, 1024, 410, np.float32, None, "885.9 (64 x 256) / 635.0"),
     (1024, 1024, 128, 410, np.float32, None, "42.5 (best split) / 33.7"),
     (512, 4608, 128, 876, np.float32, None, "80.4 (best split) / 54.9"),
-    # experiments/results/lead_gpu_run.md: float32 60%, the defaults with two splits / the CUDA-core choice;
+    # experiments/results/gpu_verification.md: float32 60%, the defaults with two splits / the CUDA-core choice;
     # then ("later") experiments/results/uspmm_tc.md: the one-wave setting with two splits (routed since) / the
     # defaults with two splits
     (512, 512, 1024, 205, np.float32, "half_wave", "35.0 / dense tile 40.1 (64 tiles of 64 x 128); later 27.8 / 30.6"),
