@@ -9,7 +9,7 @@
 #   experiments/gpu_check.sh OUT_DIR [tests] [sanitize] [reproduce]     (default: all three)
 #
 # One device call is limited to 10 minutes: name the parts that fit (on a fresh H100 machine the GPU tests
-# took 79 s with 14 workers in session 6 and 244 s with 15 in session 9, after the tensor-core lean tests;
+# took 79 s with 14 workers, then 244 s with 15 once the tensor-core lean tests were in (H100, 2026-11-23);
 # the timing tests 155 s, 116 s of it `sparsekit bench uspmm` + `sparsekit tune` compiling; the quick
 # reproduce 99 s). Each step writes OUT_DIR/<step>.log and gets its
 # own time limit in seconds (environment: TESTS_S, TIMING_S, SANITIZE_S per sanitizer run,
