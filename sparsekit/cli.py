@@ -65,7 +65,7 @@ def cmd_info(args) -> int:
 
 
 def _report_header(backend: str, quick: bool, device_name: str) -> str:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     lines = ["# sparsekit reproduce report", ""]
     if backend == "simulator":
         lines += ["> **No GPU was found: every kernel ran on the Numba CUDA simulator at tiny sizes.**",
