@@ -54,6 +54,13 @@ class DeviceELL(DeviceMatrix):
         kernel (the decode path); built once."""
         return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_ell(self.host)), device=False)
 
+    def ell_rows(self):
+        """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`gpu.spmm_ell_rows`
+        (the decode path at N = 1); built once."""
+        from reference.spmm_ell_rows import ell_rows_from_ell
+
+        return self.cached("ell_rows", lambda: ell_rows_from_ell(self.host))
+
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
         kernel, which reads the block's rows of one ``k`` together); built once."""

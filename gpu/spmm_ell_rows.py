@@ -43,6 +43,7 @@ UNROLL = ROW_UNROLL // 2
 #: The widest ``X`` the row kernel takes (beyond about 16 rows dense GEMM on the densified weight is faster).
 MAX_N = 64
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
+_VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
 #: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once).
 SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 2
 #: Shared memory an SM has for blocks (H100, H200: 228 KB).
@@ -185,9 +186,10 @@ def _bits(dev):
 
 
 def _rows(values, indices, k):
-    """The checked operands: values (16-bit), indices (int16/uint16 bits), their flat 16-bit views."""
+    """The checked operands: values (float16, bfloat16, or uint16 holding bfloat16's bits, as a device copy
+    of bfloat16 data is), indices (int16/uint16 bits), their flat 16-bit views."""
     check_rows(values, indices, k)
-    vop = operand(values, "values", dtypes=HALF_DTYPES, ndim=2, order="C")
+    vop = operand(values, "values", dtypes=_VALUE_DTYPES, ndim=2, order="C")
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
     return vop, _bits(flat_view(vop.dev)), _bits(flat_view(iop.dev))
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from sparsekit.checks import HALF_DTYPES, check_array
 
-__all__ = ["densify_ell_rows", "spmm_ell_rows_linear", "ell_rows_from_dense", "check_rows"]
+__all__ = ["densify_ell_rows", "spmm_ell_rows_linear", "ell_rows_from_dense", "ell_rows_from_ell", "check_rows"]
 
 #: Entries a row is padded to a multiple of (16 bytes of 16-bit values: one vector load).
 ROW_MULTIPLE = 8
@@ -59,6 +59,20 @@ def ell_rows_from_dense(w: np.ndarray, width: int | None = None) -> tuple[np.nda
     for r in range(m):
         cols = np.flatnonzero(kept[r])
         values[r, :cols.size], indices[r, :cols.size] = w[r, cols], cols
+    return values, indices
+
+
+def ell_rows_from_ell(ell) -> tuple[np.ndarray, np.ndarray]:
+    """An :class:`~sparsekit.formats.ELL`'s rows as padded ELL rows ``(values, indices)``: its ``K'`` entries
+    a row in its own order, padded to a multiple of 8 with zeros at column ``K``."""
+    m, k = ell.shape
+    if k > MAX_COLUMNS:
+        raise ValueError(f"ell: at most {MAX_COLUMNS} columns, got {k}")
+    kprime = ell.values.shape[1]
+    width = -(-max(kprime, 1) // ROW_MULTIPLE) * ROW_MULTIPLE
+    values = np.zeros((m, width), dtype=ell.values.dtype)
+    indices = np.full((m, width), k, dtype=np.uint16)
+    values[:, :kprime], indices[:, :kprime] = ell.values, ell.indices
     return values, indices
 
 

@@ -199,7 +199,8 @@ def test_uspmm_auto_routes_small_n_to_the_decode_path(dtype, n, decode):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_uspmm_decode_variant_equals_the_reference(dtype):
-    """``gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL, the row kernel."""
+    """``gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL and the row kernel; at N = 1
+    its rows as padded ELL rows and gpu/spmm_ell_rows.py."""
     from gpu.uspmm import uspmm
     from reference.uspmm import uspmm as reference
     from sparsekit.formats import ELL
@@ -215,6 +216,10 @@ def test_uspmm_decode_variant_equals_the_reference(dtype):
     assert got.flags.f_contiguous
     assert_close(np.ascontiguousarray(got), reference(ell, b), ell.to_dense(), b)
     assert_close(uspmm(ell, b, config="auto"), reference(ell, b), ell.to_dense(), b)
+    for vector in (b[:, :1].copy(), np.asfortranarray(b[:, :1])):   # N = 1: gpu.spmm_ell_rows, either order
+        got = uspmm(ell, vector, config="auto")
+        assert got.shape == (20, 1)
+        assert_close(got, reference(ell, np.ascontiguousarray(vector)), ell.to_dense(), vector)
     if dtype == BF16:
         with pytest.raises(ValueError, match="bfloat16 runs on the decode kernel only"):
             uspmm(ell, b, variant="direct")
