@@ -117,10 +117,15 @@ def test_gradients_equal_dense_autograd(dtype):
     x2 = x.detach().clone().requires_grad_()
     layer(x).float().square().sum().backward()
     dense(x2).float().square().sum().backward()
-    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-1)
-    torch.testing.assert_close(x.grad.float(), x2.grad.float(), **tol)
     want = torch.nn.functional.pad(dense.weight.grad, (0, 1)).gather(1, layer.indices.long() & 0xFFFF)
-    torch.testing.assert_close(layer.values.grad.float(), want.float(), **tol)
+    for got, ref in ((x.grad, x2.grad), (layer.values.grad, want)):
+        if dtype == torch.float32:
+            torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-3)
+        else:
+            # bfloat16: the two forward outputs differ by at most one rounding (2**-8 relative), the gradient's
+            # float32 sums carry that difference and add one rounding more: a few 2**-8 of the largest gradient
+            err = float((got.float() - ref.float()).abs().max())
+            assert err <= 8 * 2.0 ** -8 * float(ref.float().abs().max()), err
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
