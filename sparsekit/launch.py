@@ -20,6 +20,7 @@ ordinary path.
 from __future__ import annotations
 
 import ctypes
+import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -84,6 +85,7 @@ def _packed(kernel, grid, block, args) -> Launch:
     return Launch(function, _dims(grid), _dims(block), int(shared), values, params)
 
 
+@functools.cache
 def _driver_launch():
     """libcuda's ``cuLaunchKernel`` through ctypes (about a microsecond a call; the cuda.bindings wrapper
     costs a few), or None where the library cannot be loaded."""
