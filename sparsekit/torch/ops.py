@@ -22,7 +22,7 @@ import weakref
 
 import torch
 
-__all__ = ["sparse_linear", "dense_weight", "register", "prepared", "KERNEL_MAX_N", "KERNEL_DTYPES"]
+__all__ = ["sparse_linear", "forward", "dense_weight", "register", "KERNEL_MAX_N", "KERNEL_DTYPES"]
 
 #: The widest ``x`` the row kernel multiplies; wider goes to dense GEMM on the densified weight. At
 #: ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity from
@@ -107,12 +107,7 @@ def register(owner) -> int:
     return wid
 
 
-def prepared(weight_id: int) -> Prepared:
-    """The :class:`Prepared` of ``weight_id``."""
-    return _WEIGHTS[weight_id]
-
-
-def _on_kernel(x: torch.Tensor, values: torch.Tensor) -> bool:
+def _on_kernel(x: torch.Tensor) -> bool:
     return x.dtype in KERNEL_DTYPES and x.shape[0] <= KERNEL_MAX_N
 
 
@@ -121,7 +116,7 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     """``x @ W^T`` on ``x``'s device (the op's body; also the eager fast path of the layer)."""
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
-        if _on_kernel(x, values):
+        if _on_kernel(x):
             return prep.product(x.detach().contiguous(), values, indices, in_features)
         return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
