@@ -315,9 +315,14 @@ def split_configs(n: int, *, wide: bool = True) -> dict:
     return out
 
 
+#: The provider name of ``spmm_csr``'s default call in :func:`sweep_providers`.
+DEFAULT_CALL = "gpu.spmm csr default (auto)"
+
+
 def sweep_providers(csr, n: int) -> dict:
-    """The staged-kernel grid (:func:`split_configs`), lesson 7 (``row_split``) and the previous best
-    two of ours, by name -> ``launch(b_dev)``."""
+    """The staged-kernel grid (:func:`split_configs`), lesson 7 (``row_split``), the previous best two of
+    ours and the default call (:data:`DEFAULT_CALL`: ``spmm_csr(a, b)``, its tunables chosen by
+    ``config="auto"``), by name -> ``launch(b_dev)``."""
     from gpu import spmm as prod
     from gpu import spmm_lessons as les
     from sparsekit.formats import CSR
@@ -325,7 +330,8 @@ def sweep_providers(csr, n: int) -> dict:
     d = les.prepare(csr)
     p = prod.prepare(csr, CSR)
     out = {"4 warp_per_row_swizzled": lambda b: les.warp_per_row_swizzled(d, b),
-           "gpu.spmm csr swizzle cpl=4": lambda b: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=4)}
+           "gpu.spmm csr swizzle cpl=4": lambda b: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=4),
+           DEFAULT_CALL: lambda b: prod.spmm_csr(p, b)}
     for wpr in (2, 4, 8):
         out[f"7 row_split wpr={wpr}"] = lambda b, wpr=wpr: les.row_split(d, b, warps_per_row=wpr)
     for name, kw in split_configs(n).items():
@@ -503,8 +509,11 @@ def sweep_gpu(problems, *, repeat: int = 10, budget_s: float = float("inf"), tim
             recs.append({"problem": num, "M": m, "K": k, "N": n, **r, "speedup_vs_cusparse": base / r["us"]})
         ours = [r for r in got if "torch" not in r["provider"] and r["correct"]]
         best = min(ours, key=lambda r: r["us"])
-        print(f"problem {num} ({m}x{k}x{n}): best {best['provider']} {best['us']:.1f} us, cuSPARSE {base:.1f} us, "
-              f"all correct {all(r['correct'] for r in got)}", flush=True)
+        default = next(r for r in recs[-len(got):] if r["provider"] == DEFAULT_CALL)
+        default["default_over_best"] = ratio = default["us"] / best["us"]
+        print(f"problem {num} ({m}x{k}x{n}): best {best['provider']} {best['us']:.1f} us, default {default['us']:.1f} "
+              f"us ({ratio:.2f}x best), cuSPARSE {base:.1f} us, all correct "
+              f"{all(r['correct'] for r in got)}", flush=True)
     summary = []
     for name in dict.fromkeys(r["provider"] for r in recs):
         mine = [r for r in recs if r["provider"] == name]
@@ -512,7 +521,9 @@ def sweep_gpu(problems, *, repeat: int = 10, budget_s: float = float("inf"), tim
                         "geomean_vs_cusparse": geomean(r["speedup_vs_cusparse"] for r in mine),
                         "wins": sum(r["speedup_vs_cusparse"] > 1 for r in mine),
                         "all_correct": all(r["correct"] for r in mine)})
-    print(f"\n## gpu_sweep_summary\n\n{markdown(summary)}")
+    ratios = [r["default_over_best"] for r in recs if "default_over_best" in r]
+    print(f"\n## gpu_sweep_summary\n\n{markdown(summary)}\n\nthe default call within 10 % of the best: "
+          f"{sum(x <= 1.1 for x in ratios)} of {len(ratios)} problems (worst {max(ratios, default=float('nan')):.2f}x)")
     return recs
 
 

@@ -89,5 +89,6 @@ def test_gpu_sweep_plumbing_on_the_simulator(monkeypatch):
     problems = bt._selected([(1, 6, 40, 8, "toy", 0.7), (2, 4, 4, 4, "toy", 0.5)], "2,1")
     assert [p[0] for p in problems] == [2, 1]
     recs = bt.sweep_gpu(problems[1:], timer=_one_microsecond)
-    assert {r["provider"] for r in recs} >= {"staged", "7 row_split wpr=2", "4 warp_per_row_swizzled"}
+    assert {r["provider"] for r in recs} >= {"staged", "7 row_split wpr=2", "4 warp_per_row_swizzled", bt.DEFAULT_CALL}
+    assert [r["default_over_best"] for r in recs if "default_over_best" in r] == [1.0]   # every provider 1 us
     assert all(r["correct"] for r in recs)
