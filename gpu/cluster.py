@@ -39,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda, typeof
 
-from sparsekit.numba_compat import kernel_function
+from sparsekit.numba_compat import core_stream, kernel_function, pack_arguments
 
 __all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster",
            "cluster_probe", "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
@@ -241,19 +241,17 @@ def launch(dispatcher, compiled, args, blocks, threads: int, shared: int, size: 
     if mode == "attribute":
         dispatcher[blocks, threads, 0, shared](*args)
         return
-    from numba.cuda import dispatcher as nd
-    from numba.cuda.cudadrv import driver as drv
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as core_launch
 
-    stream = drv._to_core_stream(0)
-    retr, kernelargs = [], []
-    for ty, val in zip(compiled.argument_types, args):
-        compiled._prepare_args(ty, val, stream, retr, kernelargs)
+    stream = core_stream(0)
+    kernelargs, writebacks = pack_arguments(compiled, args, stream)
     grid = tuple(blocks) if isinstance(blocks, tuple) else (blocks,)
     if mode == "clusters":
         grid = (grid[0] // size,) + grid[1:]
-    config = nd.LaunchConfig(grid=grid, cluster=size, block=threads, shmem_size=shared)
-    nd.launch(stream, config, kernel_function(compiled).kernel, *kernelargs)
-    for writeback in retr:
+    config = LaunchConfig(grid=grid, cluster=size, block=threads, shmem_size=shared)
+    core_launch(stream, config, kernel_function(compiled).kernel, *kernelargs)
+    for writeback in writebacks:
         writeback()
 
 

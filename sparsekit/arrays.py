@@ -99,6 +99,7 @@ import numpy as np
 from numba import cuda
 
 from sparsekit.checks import BFLOAT16
+from sparsekit.numba_compat import cache_numba_type, numba_type
 
 __all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
            "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype"]
@@ -427,8 +428,9 @@ _NUMBA_TYPES: dict = {}
 def _prime(dev):
     """Give a new device array its Numba type from a cache, and return it.
 
-    Numba computes a device array's type (``_numba_type_``, a cached property
-    of the instance) on its first launch, about 30 us; a launcher makes new
+    Numba computes a device array's type (a private cached property of the
+    instance, :func:`sparsekit.numba_compat.numba_type`) on its first
+    launch, about 30 us; a launcher makes new
     arrays on every call, so it would pay that every call. The type depends
     only on dtype and layout, so it is computed once per layout here.
     """
@@ -437,9 +439,9 @@ def _prime(dev):
     if t is None:
         if len(_NUMBA_TYPES) >= _VALID_MAX:
             _NUMBA_TYPES.clear()
-        t = _NUMBA_TYPES[key] = dev._numba_type_
+        t = _NUMBA_TYPES[key] = numba_type(dev)
     else:
-        vars(dev)["_numba_type_"] = t
+        cache_numba_type(dev, t)
     return dev
 
 

@@ -1,4 +1,15 @@
-"""Reviewed replacements of numba-cuda internals that are slow for this project's kernels.
+"""Reviewed replacements of numba-cuda internals that are slow for this project's kernels, and
+:func:`install_all`, the one call that installs them.
+
+Where they are installed: importing the kernel package ``gpu`` calls :func:`install_all` (``gpu/__init__.py``
+says so), and so does :mod:`sparsekit.offline` before it compiles. Every kernel of the library is compiled
+lazily, at its first call, by one of a dozen launchers (some through ``gpu.launch``, others directly), or
+offline; importing ``gpu`` is the one step all of them take before anything is compiled or simulated, while a
+check in every launch would cost the launchers' tuned host path and still miss the direct launches. The
+replacements change no result, only compile and simulation time. ``SPARSEKIT_NUMBA_PATCHES=0`` in the
+environment keeps numba-cuda's own code (:func:`install_all` installs nothing), to rule them out when
+debugging; :func:`installed` says which are in place, and :func:`install_all` logs it once (logger
+``sparsekit.numba_patches``, level INFO).
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
 of ``inspect.getsource``, :func:`install`); another version keeps its own code, slower but correct, and a
@@ -16,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
+import os
 import warnings
 from collections import Counter, defaultdict
 
@@ -41,17 +54,19 @@ def is_reviewed(obj, sha256: str) -> bool:
 def install(owner, name: str, replacement, *reviews) -> bool:
     """Put ``replacement`` at ``owner.name`` (idempotent), the original kept in :data:`replaced` as
     ``"Owner.name"``, where every ``(obj, sha256)`` of ``reviews`` is the reviewed source (:func:`is_reviewed`).
-    Returns whether it is installed; where a source differs, warns once (:class:`ReviewMismatchWarning`)."""
-    if getattr(owner, name) is replacement:
-        return True
-    if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
-        key = f"{owner.__name__}.{name}"
-        if key not in _mismatched:
-            _mismatched.add(key)
-            warnings.warn(f"{key} is not the reviewed numba-cuda source: its replacement is not installed and "
-                          f"Numba's own (slower, correct) code runs", ReviewMismatchWarning, stacklevel=2)
+    Returns whether it is in place; where a source differs, warns once (:class:`ReviewMismatchWarning`). Once
+    installed it is never installed again: what replaced it since (a test's wrapper) stays."""
+    key = f"{owner.__name__}.{name}"
+    if key in replaced:
+        return getattr(owner, name) is replacement
+    if key in _mismatched:
         return False
-    replaced[f"{owner.__name__}.{name}"] = getattr(owner, name)
+    if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
+        _mismatched.add(key)
+        warnings.warn(f"{key} is not the reviewed numba-cuda source: its replacement is not installed and "
+                      f"Numba's own (slower, correct) code runs", ReviewMismatchWarning, stacklevel=2)
+        return False
+    replaced[key] = getattr(owner, name)
     setattr(owner, name, replacement)
     return True
 
@@ -93,3 +108,46 @@ def fast_lowering() -> bool:
     from numba.cuda import lowering
     return install(lowering.Lower, "_find_singly_assigned_variable", _singly_assigned,
                    (lowering.Lower._find_singly_assigned_variable, REVIEWED_SINGLY_ASSIGNED_SHA256))
+
+
+#: Environment variable: ``0`` keeps numba-cuda's own code (:func:`install_all` installs nothing).
+SWITCH = "SPARSEKIT_NUMBA_PATCHES"
+
+#: The function each replacement installs over, as :data:`replaced` keys it.
+_REPLACES = {"fast_lowering": "Lower._find_singly_assigned_variable", "fast_block_manager": "BlockManager.run",
+             "fast_shared_arrays": "FakeCUDAShared.array"}
+
+_logged: list = []
+
+
+def enabled() -> bool:
+    """Whether the replacements may be installed (:data:`SWITCH` is not ``0``)."""
+    return os.environ.get(SWITCH, "1").strip() != "0"
+
+
+def installed() -> dict[str, bool]:
+    """Which replacements are in place in this process, by name (the simulator's apply only under it)."""
+    from numba import config
+
+    names = ["fast_lowering"] if not config.ENABLE_CUDASIM else ["fast_block_manager", "fast_shared_arrays"]
+    return {name: _REPLACES[name] in replaced for name in names}
+
+
+def install_all() -> dict[str, bool]:
+    """Install every replacement that applies to this process (idempotent): :func:`fast_lowering` on the GPU
+    path, :func:`sparsekit.simulator.fast_block_manager` and :func:`~sparsekit.simulator.fast_shared_arrays`
+    under the CUDA simulator; nothing where ``SPARSEKIT_NUMBA_PATCHES=0``. Returns :func:`installed`, and logs
+    it on the first call."""
+    if enabled():
+        from sparsekit.simulator import fast_block_manager, fast_shared_arrays
+        fast_lowering()
+        fast_block_manager()
+        fast_shared_arrays()
+    state = installed()
+    if not _logged:
+        _logged.append(True)
+        logging.getLogger(__name__).info(
+            "numba-cuda replacements %s (%s=%s)", ", ".join(f"{name}: {'installed' if on else 'not installed'}"
+                                                            for name, on in state.items()),
+            SWITCH, os.environ.get(SWITCH, "unset"))
+    return state

@@ -18,9 +18,7 @@ import re
 from typing import NamedTuple
 
 from sparsekit.numba_compat import lto_library, verbose_linker
-from sparsekit.numba_patches import fast_lowering
-
-fast_lowering()   # (kernels outside ``gpu``, whose import installs it too)
+from sparsekit.numba_patches import install_all
 
 
 class Build(NamedTuple):
@@ -44,7 +42,9 @@ SAME_LOWERING_FROM = (7, 5)
 @functools.lru_cache(maxsize=64)   # ~1 MB of LLVM IR each, plus per-target PTX and cubins
 def _library(kernel, argtypes: tuple, launch_bounds, lowering_cc: tuple):
     """The kernel's code library with link-time optimisation, through Numba's front end once per
-    (kernel, argument types, launch bounds, lowering capability)."""
+    (kernel, argument types, launch bounds, lowering capability); numba-cuda's lowering with the reviewed
+    replacements (:func:`sparsekit.numba_patches.install_all`: kernels from outside ``gpu`` too)."""
+    install_all()
     return lto_library(kernel.py_func, argtypes, launch_bounds, lowering_cc)
 
 

@@ -62,3 +62,16 @@ def test_conda_env_gets_nvvm_and_the_package_through_pip():
     assert nvvm and "cu13" in nvvm[0].extras
     assert nvvm[0].specifier == _pyproject()["numba-cuda"]
     assert "-e ." in pip
+
+
+def test_numba_cuda_bounded_to_the_reviewed_minor_version():
+    """sparsekit.numba_compat reads private numba-cuda attributes reviewed against one minor version: pip and
+    conda allow that one only (its patch releases), on both sides."""
+    from sparsekit.numba_compat import REVIEWED_NUMBA_CUDA
+
+    major, minor = map(int, REVIEWED_NUMBA_CUDA.split("."))
+    _, pip = _conda()
+    pip_spec = next(Requirement(r).specifier for r in pip if r.startswith("numba-cuda"))
+    for spec in (_pyproject()["numba-cuda"], pip_spec):
+        assert f"{major}.{minor}.0" in spec and f"{major}.{minor}.9" in spec, spec
+        assert f"{major}.{minor + 1}.0" not in spec and f"{major}.{minor - 1}.9" not in spec, spec

@@ -1,8 +1,13 @@
-"""``sparsekit.numba_patches.fast_lowering``: Numba's lowering finds the same singly assigned variables as the
-reviewed original, in kernels with loops, branches, device functions and long generated blocks."""
+"""``sparsekit.numba_patches``: ``fast_lowering`` finds the same singly assigned variables as the reviewed
+original, in kernels with loops, branches, device functions and long generated blocks; and the replacements are
+installed where documented (importing ``gpu``, compiling offline) and not where ``SPARSEKIT_NUMBA_PATCHES=0``."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from numba import cuda, types
@@ -78,3 +83,43 @@ def test_a_source_not_reviewed_keeps_the_original_and_warns_once():
         warnings.simplefilter("error")
         assert not numba_patches.install(Owner, "original", replacement, (Owner.original, "0" * 64))
     assert Owner.original() == "original"
+
+
+def _installed_after(code: str, **env) -> str:
+    """What a fresh Python process prints after ``code`` (the replacements are installed once per process)."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", numba_patches.SWITCH)}
+    done = subprocess.run([sys.executable, "-c", code], env={**environ, **env}, capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+_REPORT = ("from numba.cuda import lowering; from sparsekit import numba_patches; "
+           "print(numba_patches.installed(), "
+           "lowering.Lower._find_singly_assigned_variable is numba_patches._singly_assigned)")
+
+
+def test_importing_gpu_installs_the_lowering_replacement_and_nothing_before():
+    """Where gpu/__init__.py documents it: sparsekit alone replaces nothing, importing gpu installs it."""
+    assert _installed_after(_REPORT) == "{'fast_lowering': False} False"
+    assert _installed_after("import gpu; " + _REPORT) == "{'fast_lowering': True} True"
+
+
+def test_importing_gpu_under_the_simulator_installs_the_simulator_replacements():
+    report = ("import gpu; from numba.cuda.simulator import kernel, kernelapi; from sparsekit import simulator; "
+              "print(kernel.BlockManager.run is simulator._run_block, "
+              "kernelapi.FakeCUDAShared.array is simulator._shared_array)")
+    assert _installed_after(report, NUMBA_ENABLE_CUDASIM="1") == "True True"
+
+
+def test_the_switch_keeps_numba_cuda_s_own_code():
+    assert _installed_after("import gpu; " + _REPORT,
+                            **{numba_patches.SWITCH: "0"}) == "{'fast_lowering': False} False"
+
+
+def test_offline_compilation_installs_the_lowering_replacement():
+    """sparsekit.offline installs it before it compiles, for kernels defined outside gpu."""
+    code = ("from numba import cuda, types; from sparsekit import offline\n"
+            "@cuda.jit\ndef k(x):\n    x[0] = 1.0\n"
+            "offline.lto_ptx(k, (types.float32[::1],)); " + _REPORT.replace("; ", "\n"))
+    assert _installed_after(code) == "{'fast_lowering': True} True"
