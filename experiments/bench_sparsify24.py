@@ -18,10 +18,8 @@ index of a group keeping fewer uninitialised); then PyTorch's CUTLASS sparse
 GEMM consumes our packed W and W^T and matches the dense product (that GEMM
 runs on sm_8x only: on the H100 it raises, and the step is reported skipped).
 
-``--time``: :func:`bench_shape` -- one record per provider with median/p10/p90
-device time (:func:`sparsekit.timing.measure`, L2 flushed), GB/s of the bytes
-the kernel must move (read W, write packed W, packed W^T, both metadata and the
-tile masks: 4.375 bytes per fp16 element) and % of the measured copy bandwidth.
+``--time``: :func:`sparsekit.bench.sparsify24.bench_shape` (what ``sparsekit
+bench sparsify24`` times) at the timing shapes, one record per provider.
 Every provider is compiled first (``compile_all``, timed), then timed. The 2:4
 GEMMs and the training step are in ``experiments/bench_sparse24_linear.py``.
 """
@@ -38,23 +36,14 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from reference import sparsify24 as ref  # noqa: E402
+from sparsekit.bench.sparsify24 import OURS, bench_shape, check_reference, log, random_weight  # noqa: E402
 
 #: The issue's shapes (M, K), fp16.
 TIME_SHAPES = [(4096, 1024), (4096, 4096), (8192, 8192)]
 CHECK_SHAPES = [(128, 128), (256, 1024), (1024, 4096), (4096, 1024), (8192, 8192)]
 #: PyTorch's error for its CUTLASS 2:4 GEMM off Ampere (the H100 gives it): a skip, not a failure.
 SM8X_ONLY = "Supported only on GPUs with compute capability 8.x"
-#: Our providers: name -> (dtype, prepare() keywords).
-OURS = {
-    "ours greedy (index ties)": (np.float16, dict(method="greedy", ties="index")),
-    "ours greedy (torch ties)": (np.float16, dict(method="greedy", ties="torch")),
-    "ours optimal (186)": (np.float16, dict(method="optimal")),
-    "ours optimal_full (90)": (np.float16, dict(method="optimal_full")),
-    "ours greedy, 32-thread blocks": (np.float16, dict(method="greedy", row_threads=4)),
-    "ours greedy, 64-thread blocks": (np.float16, dict(method="greedy", row_threads=8)),
-    "ours greedy, 256-thread blocks": (np.float16, dict(method="greedy", row_threads=32)),
-    "ours greedy fp32": (np.float32, dict(method="greedy", ties="index")),
-}
+
 #: Variants of the fp16 kernels (``--sweep``): without the default launch bounds (``min_blocks=0``;
 #: the defaults cap greedy and optimal_full at 64 registers, 8 blocks of 128 a SM), with the arithmetic
 #: row-group packer instead of the shared-memory table (both: the kernel of the 2026-11-23
@@ -69,22 +58,6 @@ TUNING = {
     "ours greedy (torch ties), no launch bounds": (np.float16, dict(method="greedy", ties="torch", min_blocks=0)),
     "ours optimal_full (90), no launch bounds": (np.float16, dict(method="optimal_full", min_blocks=0)),
 }
-#: What the experiment's quick mode times on a GPU: one kernel, ~6 s to compile on the H100 machine
-#: (torch ties took 14 s there, the optimal kernels minutes).
-QUICK = ("ours greedy (index ties)",)
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def bytes_moved(m: int, k: int, itemsize: int) -> int:
-    """Bytes the sparsifier must read and write: W, packed W and W^T, both metadata, tile masks."""
-    return m * k * itemsize + 2 * (m * k // 2) * itemsize + 2 * (m * k // 16) * 2 + (m * k // 16) * 2
-
-
-def random_weight(rng, shape, dtype):
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def popcount16(a: np.ndarray) -> np.ndarray:
@@ -107,26 +80,6 @@ def logical_meta(flat_u16: np.ndarray, m: int, k: int) -> np.ndarray:
     """(M, K/4) nibbles from stored metadata (flat 16-bit words)."""
     words = flat_u16[ref.meta_offsets(m, k)].astype(np.int64)
     return ((words[:, :, None] >> (4 * np.arange(4))) & 15).reshape(m, k // 4)
-
-
-def check_reference(results: dict, providers: dict = OURS) -> bool:
-    from gpu import sparsify24 as gpu
-    rng = np.random.default_rng(0)
-    ok_all = True
-    for name, (dtype, kw) in providers.items():
-        for data in ("normal", "ties"):
-            w = random_weight(rng, (256, 192), dtype) if data == "normal" else \
-                rng.integers(-2, 3, (256, 192)).astype(dtype)
-            got = gpu.sparsify24(w, **kw)
-            want = ref.sparsify24(w, method=kw["method"], ties=kw.get("ties", "index"))
-            ok = all(np.array_equal(getattr(got, f).view(np.uint8), getattr(want, f).view(np.uint8))
-                     for f in ("tile_masks", "packed", "meta", "packed_t", "meta_t"))
-            again = gpu.sparsify24(w, **kw)
-            det = all(np.array_equal(getattr(got, f), getattr(again, f)) for f in ("packed", "meta", "meta_t"))
-            log(f"  reference {name:45s} {data:6s} equal={ok} repeat-identical={det}")
-            results.setdefault("reference", []).append(dict(provider=name, data=data, equal=ok, repeat=det))
-            ok_all &= ok and det
-    return ok_all
 
 
 def check_variants(results: dict, providers: dict, shapes=TIME_SHAPES) -> bool:
@@ -263,61 +216,6 @@ def compile_all(providers: dict) -> dict:
         took[name] = time.time() - t
         log(f"  compiled {name}: {took[name]:.1f} s")
     return took
-
-
-def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int = 30,
-                baselines: bool = True) -> list[dict]:
-    """One record per provider: device time (median, p10, p90), GB/s, % of copy bandwidth.
-
-    ``baselines``: also PyTorch's tile sparsifier (both metadata layouts) and ``to_sparse_semi_structured``.
-    """
-    from numba import cuda
-    from gpu import sparsify24 as gpu
-    from sparsekit.timing import measure
-    rng = np.random.default_rng(0)
-    records = []
-    for name, (dtype, kw) in providers.items():
-        w = cuda.to_device(random_weight(rng, (m, k), dtype))
-        launch, _ = gpu.prepare(w, **kw)
-        meas = measure(launch, repeat=repeat, warmup=3, flush_l2=True)
-        nbytes = bytes_moved(m, k, np.dtype(dtype).itemsize)
-        records.append(_record(name, m, k, np.dtype(dtype).name, meas, nbytes, copy_bw))
-    if not baselines:
-        return records
-    try:
-        import torch
-    except ImportError:
-        log("  torch not installed: no PyTorch baseline")
-        return records
-    from torch.sparse import to_sparse_semi_structured
-    w = torch.randn(m, k, device="cuda", dtype=torch.float16)
-    nbytes = bytes_moved(m, k, 2)
-    meas = measure(lambda: torch._sparse_semi_structured_tile(w, algorithm="largest_abs_values_greedy",
-                                                              use_cutlass=True), repeat=repeat, warmup=3)
-    records.append(_record("torch._sparse_semi_structured_tile (CUTLASS meta)", m, k, "float16", meas, nbytes, copy_bw))
-    meas = measure(lambda: torch._sparse_semi_structured_tile(w, algorithm="largest_abs_values_greedy",
-                                                              use_cutlass=False), repeat=repeat, warmup=3)
-    records.append(_record("torch._sparse_semi_structured_tile (cuSPARSELt meta)", m, k, "float16", meas, nbytes,
-                           copy_bw))
-    try:
-        from numba import cuda as ncuda
-        tm = gpu.sparsify24(ncuda.as_cuda_array(w)).tile_masks.copy_to_host()
-        dense24 = torch.from_numpy(ref.mask_from_tiles(tm)).cuda() * w     # a 2:4 matrix to compress
-        meas = measure(lambda: to_sparse_semi_structured(dense24), repeat=repeat, warmup=3)
-        records.append(_record("to_sparse_semi_structured (compress only, W only)", m, k, "float16", meas,
-                               m * k * 2 + m * k + m * k // 8, copy_bw))
-    except Exception as e:  # noqa: BLE001 - a baseline that does not run is reported, not fatal
-        log(f"  to_sparse_semi_structured failed: {type(e).__name__}: {e}")
-    return records
-
-
-def _record(name, m, k, dtype, meas, nbytes, copy_bw):
-    rec = dict(provider=name, m=m, k=k, dtype=dtype, median_us=meas.median_s * 1e6, p10_us=meas.p10_s * 1e6,
-               p90_us=meas.p90_s * 1e6, gbps=nbytes / meas.median_s / 1e9,
-               pct_copy_bw=100 * nbytes / meas.median_s / copy_bw)
-    log(f"  {name:55s} {m}x{k} {dtype}: {rec['median_us']:8.1f} us (p10 {rec['p10_us']:.1f}, "
-        f"p90 {rec['p90_us']:.1f})  {rec['gbps']:7.0f} GB/s  {rec['pct_copy_bw']:5.1f}% of copy")
-    return rec
 
 
 # ----------------------------------------------------------------------------- main

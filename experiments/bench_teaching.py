@@ -11,14 +11,10 @@ Not an experiment module (``experiments/teaching.py`` is); run it as a script::
 
 Each benchmark is one function returning one record per configuration (times
 with spread, ``correct``); the script prints them as a markdown table and,
-with ``--out``, writes JSON. ``sparsekit bench spmm`` and the teaching
-experiment call the same functions.
-
-Problems: :data:`sparsekit.models.SPMM_SUITE` (the course slides' Table 1),
-``A`` = magnitude-pruned N(0, 1) weights (:func:`sparsekit.prune.magnitude`,
-fixed seed), ``B`` = N(0, 1) activations, float32. CPU times are wall clock
-(median of ``repeat`` after a warm-up call, threads = ``numba.get_num_threads()``);
-GPU times are device times from :func:`sparsekit.timing.measure` (L2 flushed).
+with ``--out``, writes JSON. The problems, the timers and the per-matrix
+benchmarks (CPU and GPU) are :mod:`sparsekit.bench.spmm`'s, which
+``sparsekit bench spmm`` runs; the sweeps here and the teaching experiment
+build on them.
 
 On a shared 2-core machine, run the CPU benchmarks as
 ``OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive python ...``: two OpenBLAS
@@ -37,25 +33,16 @@ import time
 
 import numpy as np
 
+from sparsekit.bench import cuda_torch
+from sparsekit.bench.spmm import (Checker, bench_cpu_matrix, bench_gpu_problem, device_timer, spmm_bound,
+                                  suite_matrix, tune_tiles, wall_time)
+
 SPARSITIES = (0.9, 0.95)
 #: The slides' sparse 3x3 convolutions (Table 3): (image size, input channels, output channels).
 CONV_LAYERS = ((56, 64, 64), (28, 128, 128), (14, 256, 256), (7, 512, 512))
 
 
 # --------------------------------------------------------------------------- problems
-
-def suite_matrix(m: int, k: int, n: int, sparsity: float, *, seed: int = 0):
-    """``(csr, b, dense_a)``: magnitude-pruned N(0,1) ``m x k`` float32 weights and an N(0,1) ``k x n`` B."""
-    from sparsekit.formats import CSR
-    from sparsekit.prune import magnitude
-
-    rng = np.random.default_rng([seed, m, k, n, int(round(sparsity * 1000))])
-    w = rng.standard_normal((m, k)).astype(np.float32)
-    mask = magnitude(w, sparsity)
-    a = np.where(mask, w, np.float32(0))
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    return CSR.from_dense(a, mask), b, a
-
 
 def suite_problems(quick: bool = False):
     """``(number, m, k, n, use_case, sparsity)`` for the 20 problems at 90% (quick: 4 of them, shrunk)."""
@@ -68,57 +55,11 @@ def suite_problems(quick: bool = False):
     return probs
 
 
-def spmm_bound(a64: np.ndarray, b64: np.ndarray, c64: np.ndarray) -> np.ndarray:
-    """float32 accumulation bound of ``tests/spmm_close.py``: (k+1) u |A||B| + u |C| (u = 2^-24)."""
-    u = 2.0 ** -24
-    return (a64.shape[1] + 1) * u * (np.abs(a64) @ np.abs(b64)) + u * np.abs(c64)
-
-
-class Checker:
-    """``checker(got)``: is ``got`` within :func:`spmm_bound` of the float64 ``a @ b``? (computed once)"""
-
-    def __init__(self, a: np.ndarray, b: np.ndarray):
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        self.c64 = a64 @ b64
-        self.bound = spmm_bound(a64, b64, self.c64)
-
-    def __call__(self, got) -> bool:
-        return bool((np.abs(np.asarray(got, dtype=np.float64) - self.c64) <= self.bound).all())
-
-
 def _correct(got, a: np.ndarray, b: np.ndarray) -> bool:
     return Checker(a, b)(got)
 
 
 # --------------------------------------------------------------------------- CPU
-
-def wall_time(fn, repeat: int = 7) -> tuple[float, float, float]:
-    """Median, 10th and 90th percentile wall-clock seconds of ``fn()`` after one warm-up call."""
-    fn()
-    t = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
-
-
-def tune_tiles(csr, b, *, parallel: bool = True, tiles=None, repeat: int = 3):
-    """The autotuner: exhaustive grid search of ``spmm_csr_tiled`` over (tile_n, tile_k) in TILES^2.
-
-    Returns ``(best (tile_n, tile_k), records)``; a record per pair with its median time.
-    """
-    from cpu.spmm import TILES, spmm_csr_tiled
-
-    tiles = TILES if tiles is None else tiles
-    recs = []
-    for tn in tiles:
-        for tk in tiles:
-            med, _, _ = wall_time(lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=parallel), repeat)
-            recs.append({"tile_n": tn, "tile_k": tk, "ms": med * 1e3})
-    best = min(recs, key=lambda r: r["ms"])
-    return (best["tile_n"], best["tile_k"]), recs
-
 
 def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: float = 0.9, *,
                       repeat: int = 5) -> list[dict]:
@@ -150,32 +91,6 @@ def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: floa
     for r in recs:
         r["speedup_vs_naive"] = naive / r["ms"]
     return recs
-
-
-def bench_cpu_matrix(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 5, tune: bool = True) -> dict:
-    """One matrix: scipy.sparse, dense BLAS, our rowwise (serial/parallel) and tuned tiled kernel (ms)."""
-    import numba
-
-    from cpu.spmm import spmm_csr, spmm_csr_tiled
-
-    sp = csr.to_scipy()
-    t = {"scipy": wall_time(lambda: sp @ b, repeat)[0],
-         "dense BLAS": wall_time(lambda: a @ b, repeat)[0],
-         "rowwise": wall_time(lambda: spmm_csr(csr, b), repeat)[0],
-         "rowwise parallel": wall_time(lambda: spmm_csr(csr, b, parallel=True), repeat)[0]}
-    (tn, tk), _ = tune_tiles(csr, b, repeat=2) if tune else ((64, 64), [])
-    t[f"tiled {tn}x{tk} parallel"] = wall_time(
-        lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True), repeat)[0]
-    ours = {name: v for name, v in t.items() if name not in ("scipy", "dense BLAS")}
-    best = min(ours, key=ours.get)
-    ok = all(_correct(x, a, b) for x in (spmm_csr(csr, b, parallel=True),
-                                        spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=True)))
-    return {"scipy_ms": t["scipy"] * 1e3, "dense_blas_ms": t["dense BLAS"] * 1e3,
-            "rowwise_ms": t["rowwise"] * 1e3, "rowwise_par_ms": t["rowwise parallel"] * 1e3,
-            "tiled_par_ms": t[f"tiled {tn}x{tk} parallel"] * 1e3, "best_ours": best,
-            "speedup_vs_scipy": t["scipy"] / ours[best], "speedup_vs_dense": t["dense BLAS"] / ours[best],
-            "threads": numba.get_num_threads(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
-            "correct": ok}
 
 
 def bench_cpu_suite(problems, *, repeat: int = 5, tune: bool = True) -> list[dict]:
@@ -243,60 +158,6 @@ def bench_cpu_conv(*, sparsities=SPARSITIES, repeat: int = 5, quick: bool = Fals
 
 # --------------------------------------------------------------------------- GPU
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
-def gpu_providers(csr, n: int, *, tune: bool = True):
-    """Our GPU CSR kernels for ``B`` of ``n`` columns by name -> ``launch(b_dev)``; with ``tune`` the
-    grid-searched variants too."""
-    from gpu import spmm as prod
-    from gpu import spmm_lessons as les
-    from sparsekit.formats import CSR
-
-    d = les.prepare(csr)
-    p = prod.prepare(csr, CSR)
-    staged = prod.staged_tunables(p, n)
-    vec = staged["vector"]
-    out = {
-        "1 thread_per_row": lambda b: les.thread_per_row(d, b),
-        "2 warp_per_row": lambda b: les.warp_per_row(d, b),
-        "3 smem_tiled": lambda b: les.smem_tiled(d, b),
-        "4 warp_per_row_swizzled": lambda b: les.warp_per_row_swizzled(d, b),
-        "3+4 smem_tiled_swizzled": lambda b: les.smem_tiled(d, b, swizzle=True),
-        "5 thread_group": lambda b: les.thread_group(d, b),
-        "6 balanced_blocks": lambda b: les.balanced_blocks(d, b),
-        "gpu.spmm csr swizzle": lambda b: prod.spmm_csr(p, b, swizzle=True),
-        "7 row_split": lambda b: les.row_split(d, b),
-        "gpu.spmm staged (staged_tunables)": lambda b: prod.spmm_csr(p, b, **staged),
-    }
-    if tune:
-        for nw in (4, 8):
-            for rpw in (4, 8):
-                for tk in (32,):
-                    out[f"smem_tiled_swizzled nw={nw} rpw={rpw} tk={tk}"] = (
-                        lambda b, nw=nw, rpw=rpw, tk=tk: les.smem_tiled(d, b, nwarps=nw, rows_per_warp=rpw,
-                                                                       tile_k=tk, swizzle=True))
-        for g in (4, 8):
-            for ks in (1, 4):
-                out[f"thread_group groups={g} k_split={ks}"] = (
-                    lambda b, g=g, ks=ks: les.thread_group(d, b, groups=g, k_split=ks))
-        for rpb in (8, 64):
-            out[f"balanced_blocks rows_per_block={rpb}"] = (
-                lambda b, rpb=rpb: les.balanced_blocks(d, b, rows_per_block=rpb))
-        for cpl in (2, 4):
-            out[f"gpu.spmm csr swizzle cpl={cpl}"] = (
-                lambda b, cpl=cpl: prod.spmm_csr(p, b, swizzle=True, cols_per_lane=cpl))
-        for wpr in (1, 2, 4, 8):
-            kw = dict(swizzle=True, warps_per_row=wpr, warps_per_block=max(4, wpr), vector=vec, cols_per_lane=2)
-            out[f"gpu.spmm staged wpr={wpr} vec={vec} cpl=2"] = lambda b, kw=kw: prod.spmm_csr(p, b, **kw)
-    return out
-
-
 def split_configs(n: int, *, wide: bool = True) -> dict:
     """The grid search of :func:`gpu.spmm.spmm_csr`'s staged kernel (rows swizzled): label -> keyword
     arguments. ``warps_per_row`` x rows per block (blocks of 4 or 8 warps) x ``cols_per_lane``, with
@@ -339,50 +200,6 @@ def sweep_providers(csr, n: int) -> dict:
     return out
 
 
-def bench_gpu_problem(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 20, tune: bool = True,
-                      timer=None, providers=None) -> list[dict]:
-    """One record per provider (ours, cuSPARSE CSR and dense cuBLAS through PyTorch when present).
-
-    ``timer(launch) -> seconds`` defaults to :func:`sparsekit.timing.measure`'s median;
-    ``providers`` (name -> ``launch(b_dev)``) defaults to :func:`gpu_providers`.
-    """
-    from numba import cuda
-
-    if timer is None:
-        from sparsekit.timing import measure
-
-        def timer(launch):
-            m = measure(launch, repeat=repeat, warmup=3)
-            return m.median_s, m.p10_s, m.p90_s
-    b_dev = cuda.to_device(b)
-    check = Checker(a, b)
-    recs = []
-    for name, fn in (gpu_providers(csr, b.shape[1], tune=tune) if providers is None else providers).items():
-        try:
-            got = fn(b_dev).copy_to_host()
-            med, p10, p90 = timer(lambda: fn(b_dev))
-        except Exception as err:   # one failing configuration must not end a one-shot GPU run: record it
-            recs.append({"provider": name, "us": float("nan"), "p10_us": float("nan"), "p90_us": float("nan"),
-                         "correct": False, "error": f"{type(err).__name__}: {err}"[:200]})
-            continue
-        recs.append({"provider": name, "us": med * 1e6, "p10_us": p10 * 1e6, "p90_us": p90 * 1e6,
-                     "correct": check(got)})
-    torch = _torch()
-    if torch is not None:
-        torch.backends.cuda.matmul.allow_tf32 = False
-        tb = torch.as_tensor(b, device="cuda")
-        ta = torch.sparse_csr_tensor(torch.as_tensor(csr.indptr.astype(np.int64)),
-                                     torch.as_tensor(csr.indices.astype(np.int64)),
-                                     torch.as_tensor(csr.data), size=csr.shape).cuda()
-        td = torch.as_tensor(a, device="cuda")
-        for name, fn in (("cuSPARSE CSR (torch)", lambda: ta @ tb), ("cuBLAS dense (torch)", lambda: td @ tb)):
-            got = fn().cpu().numpy()
-            med, p10, p90 = timer(fn)
-            recs.append({"provider": name, "us": med * 1e6, "p10_us": p10 * 1e6, "p90_us": p90 * 1e6,
-                         "correct": check(got)})
-    return recs
-
-
 def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
     """The slides' Table 1 row: best of ours (correct only) vs cuSPARSE and cuBLAS."""
     num, m, k, n, use, s = problem
@@ -406,7 +223,7 @@ def summarize_gpu(problem: tuple, recs: list[dict]) -> dict:
 
 def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = False, timer=None) -> list[dict]:
     """The slides' Table 3: 3x3 convolutions (padding 1, batch 1) as im2col + our SpMM vs cuDNN and im2col + cuBLAS."""
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         return []
     import torch.nn.functional as F
@@ -414,12 +231,7 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
     from gpu import spmm as prod
     from sparsekit.formats import CSR
 
-    if timer is None:
-        from sparsekit.timing import measure
-
-        def timer(launch):
-            mm = measure(launch, repeat=repeat, warmup=3)
-            return mm.median_s, mm.p10_s, mm.p90_s
+    timer = device_timer(repeat) if timer is None else timer
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     recs = []

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
 
     from numba import cuda
 
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     from gpu.uspmm_wgmma import supported
     from sparsekit.arrays import operand, output

@@ -54,11 +54,11 @@ def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
     """One record: ``launch()`` (a float32 USpMM of problem ``p``) twice (bit-identical?), its largest error in u
     against ``bound_u`` (default: our kernels' bound for ``precision``), its median device time and % of the speed
     of light."""
-    from experiments.bench_uspmm import _to_host
+    from sparsekit.bench.uspmm import to_host
     from gpu.uspmm_tc import error_reduction, tf32_exact
     from sparsekit.timing import measure
     exact, scale = p.exact()
-    first, again = (np.array(_to_host(launch())) for _ in range(2))
+    first, again = (np.array(to_host(launch())) for _ in range(2))
     err = np.abs(first.astype(np.float64) - exact) - 2 * U * np.abs(exact)   # (beyond the final rounding)
     err_u = float((err / (U * scale + 1e-300)).max())
     if bound_u is None:
@@ -72,7 +72,7 @@ def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
 
 def run_problem(shape) -> list[dict]:
     """The wgmma kernel at the routed setting: both precisions, and 3xTF32 with A's values rounded to TF32."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm_wgmma import PRECISIONS, uspmm
     from sparsekit import tune
     problems = {tf32_a: Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True)}
@@ -86,7 +86,7 @@ def run_problem(shape) -> list[dict]:
 def run_tc_problem(shape, setting: str) -> list[dict]:
     """The mma.sync kernel (float32 lean) at ``setting``: general A, then A's values rounded to TF32."""
     from experiments import bench_uspmm_tc
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm_tc import uspmm
     cfg = dict(getattr(bench_uspmm_tc, setting), lean=True)
     return [measure_row(p, lambda p=p: uspmm(p.dell, p.b, **cfg), "3xtf32", kernel="mma.sync", setting=setting)
@@ -96,9 +96,10 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
 def run_dense(shape) -> list[dict]:
     """Dense cuBLAS through PyTorch on problem ``shape``'s dense A (general float32 values): TF32 off, one TF32
     product, and three TF32 products of the 3xTF32 split (:func:`gpu.mma.tf32_split`); empty without PyTorch."""
-    from experiments.bench_uspmm import Problem, _torch
+    from sparsekit.bench import cuda_torch
+    from sparsekit.bench.uspmm import Problem
     from gpu.mma import tf32_split
-    torch = _torch()
+    torch = cuda_torch()
     if torch is None:
         return []
     p = Problem(*shape, "float32", seed=5)

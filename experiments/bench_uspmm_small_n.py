@@ -128,7 +128,7 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
     """One record per provider for the problem (see the module docstring); ``settings``: argument tuples of
     ``make`` (:func:`warp_split`), those the launcher would refuse skipped (:func:`fits`);
     ``anchor``: ``config="heuristic"`` or ``config="auto"``, timed as the provider of that name."""
-    from experiments.bench_uspmm import Problem, _to_host, config_name, vendor_launches
+    from sparsekit.bench.uspmm import Problem, config_name, to_host, vendor_launches
     from gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve
@@ -144,10 +144,10 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
         if name == anchor:
             rec["config"] = anchor_choice
-        first = _to_host(launch())
+        first = to_host(launch())
         rec["correct"] = p.correct(first)
         if not name.startswith("cuSPARSE"):
-            rec["bit_identical"] = all((_to_host(launch()).view(np.uint8) == first.view(np.uint8)).all()
+            rec["bit_identical"] = all((to_host(launch()).view(np.uint8) == first.view(np.uint8)).all()
                                        for _ in range(2))
         base = name.removesuffix(" l2").removesuffix(" la")
         if base != name and base in plain:
@@ -238,7 +238,7 @@ SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 
 
 def sanitize() -> int:
     """Each sanitizer case once per setting and dtype; 0 when every result matched."""
-    from experiments.bench_uspmm import U32
+    from sparsekit.bench.uspmm import U32
     from gpu.uspmm import uspmm
     from sparsekit.formats import ELL
     bad = 0
@@ -267,7 +267,7 @@ def profile(shapes) -> None:
     (float32), for ncu, in that order."""
     from numba import cuda
 
-    from experiments.bench_uspmm import Problem, config_name
+    from sparsekit.bench.uspmm import Problem, config_name
     from gpu.uspmm import uspmm
     from sparsekit.tune import resolve
     for m, k in shapes:

@@ -240,7 +240,7 @@ def tc_work_flops(p) -> float:
 
 def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, vendors=True) -> list[dict]:
     """One record per provider for one problem (see the module docstring)."""
-    from experiments.bench_uspmm import Problem, _to_host, vendor_launches
+    from sparsekit.bench.uspmm import Problem, to_host, vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.device import PEAKS
@@ -264,8 +264,8 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name,
                    config=chosen.get(name))
         try:
-            got = _to_host(launch())
-            again = _to_host(launch())
+            got = to_host(launch())
+            again = to_host(launch())
             t = measure(launch, repeat=repeat, warmup=2)
         except Exception as err:  # a provider that cannot run this problem: say why, keep going
             records.append(dict(rec, error=f"{type(err).__name__}: {err}"))
@@ -290,14 +290,14 @@ def check_providers(p, launches: dict) -> list[dict]:
     kernels, the error statistics and whether the repeat is bit-identical (or the error). With a
     "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical; so
     does each lean setting of :data:`LEAN_BASE` against its ``lean=False`` setting."""
-    from experiments.bench_uspmm import _to_host
+    from sparsekit.bench.uspmm import to_host
     recs = []
     first = {}
     for name, launch in launches.items():
         rec = dict(m=p.m, k=p.k, n=p.n, sparsity=p.sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
         try:
-            got = _to_host(launch())
-            again = _to_host(launch())
+            got = to_host(launch())
+            again = to_host(launch())
         except Exception as err:  # a provider that cannot run this problem: say why, keep going
             recs.append(dict(rec, error=f"{type(err).__name__}: {err}"))
             continue
@@ -332,7 +332,7 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
     ``"large"`` / ``"half_wave"``: :data:`WAVE_CONFIGS` / :data:`LARGE_CONFIGS` / :data:`HALF_WAVE_CONFIGS` at their
     splits, ``config="auto"``, the vendors;
     ``only``: a list of substrings, to keep only the settings whose name holds one, and the default "tc")."""
-    from experiments.bench_uspmm import vendor_launches
+    from sparsekit.bench.uspmm import vendor_launches
     from gpu.uspmm import uspmm as uspmm_simt
     from gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
@@ -376,7 +376,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
                 only=None) -> list[dict]:
     """``--splits`` / ``--b2`` / ``--fp32`` / ``--wave`` / ``--large`` for one dtype: records, printed as one line each and kept as
     JSON in ``out``."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from sparsekit.device import info
     probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
              "large": LARGE_PROBLEMS.get(dtype), "lean": LEAN_PROBLEMS, "half_wave": HALF_WAVE_PROBLEMS}[which]
@@ -416,7 +416,7 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
     ``lean=True`` only the default, the routed many-wave float32 setting (:data:`LEAN_LARGE`; float16: the
     static :data:`ALT`), four K groups (float32: the one-wave setting; with a K split: the routed half-wave
     setting) and two groups with a K split."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
@@ -451,7 +451,8 @@ KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "
 
 
 def main(argv=None) -> int:
-    from experiments.bench_uspmm import exit_status, markdown
+    from experiments.bench_uspmm import exit_status
+    from sparsekit.bench.uspmm import markdown
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--table", action="store_true", help="the USpMM targets' problems, every provider")
     ap.add_argument("--configs", choices=["default", "all"], default="default",

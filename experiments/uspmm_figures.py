@@ -1,7 +1,7 @@
 """USpMM: the uniform-sparsity paper's Figures 5-8 and Table 1 on this machine.
 
 "Uniform Sparsity in Deep Neural Networks", Section 4.3. Each figure is a list
-of problems; :func:`experiments.bench_uspmm.bench_problem` times every
+of problems; :func:`sparsekit.bench.uspmm.bench_problem` times every
 provider on each (our Listing 1 USpMM (1, 8), USpMM-Vec (2, 8), the tiled
 kernel, ``config="auto"``; cuSPARSE CSR/COO and dense cuBLAS through PyTorch)
 and returns one record each, with % of the roofline speed of light:
@@ -37,7 +37,7 @@ PAPER = ("Paper (A100, fp16, cuSPARSE 11.6): USpMM/USpMM-Vec beat cuSPARSE CSR a
 
 
 def _ours(dtype, quick: bool = False) -> dict:
-    from experiments.bench_uspmm import our_providers
+    from sparsekit.bench.uspmm import our_providers
     return our_providers(dtype, quick=quick)
 
 
@@ -83,11 +83,11 @@ def _geomean(pairs) -> float:
 def gpu_section(ctx: Context, dtype: str, *, ours: dict | None = None, vendors=None, repeat: int | None = None,
                 on_table=lambda table: None) -> Section:
     """Every figure and Table 1 for ``dtype`` on the GPU. ``ours`` (name -> tunables or config
-    string), ``vendors`` (as :func:`experiments.bench_uspmm.bench_problem` takes it) and ``repeat``
+    string), ``vendors`` (as :func:`sparsekit.bench.uspmm.bench_problem` takes it) and ``repeat``
     default to this experiment's (quick or full); ``experiments/bench_uspmm.py --figures-auto``
     passes fewer providers to time ``auto`` over every full-size point in one short run, and an
     ``on_table`` called with each finished :class:`Table` (to save as it goes)."""
-    from experiments.bench_uspmm import bench_problem
+    from sparsekit.bench.uspmm import bench_problem
     pts = figure_points(ctx.quick)
     repeat = repeat or (10 if ctx.quick else 20)
     ours = _ours(dtype, ctx.quick) if ours is None else ours

@@ -1,10 +1,12 @@
-"""The teaching benchmarks and experiment run at toy size (so they never rot), and say `correct`."""
+"""The teaching benchmarks (``sparsekit.bench.spmm`` and the sweeps of ``experiments/bench_teaching.py``) and
+experiment run at toy size (so they never rot), and say `correct`."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from experiments import bench_teaching as bt
+from sparsekit.bench.spmm import Checker, bench_gpu_problem, suite_matrix
 
 
 def test_cpu_benchmarks_at_toy_size():
@@ -18,16 +20,16 @@ def test_cpu_benchmarks_at_toy_size():
 
 
 def test_suite_matrix_is_magnitude_pruned_and_seeded():
-    csr, b, a = bt.suite_matrix(64, 32, 8, 0.9)
+    csr, b, a = suite_matrix(64, 32, 8, 0.9)
     assert csr.nnz == round(0.1 * 64 * 32) and b.shape == (32, 8)
     assert np.array_equal(csr.to_dense(), a)
-    again, _, _ = bt.suite_matrix(64, 32, 8, 0.9)
+    again, _, _ = suite_matrix(64, 32, 8, 0.9)
     assert np.array_equal(again.data, csr.data)
 
 
 def test_checker_catches_a_wrong_result():
-    _, b, a = bt.suite_matrix(16, 16, 4, 0.5)
-    check = bt.Checker(a, b)
+    _, b, a = suite_matrix(16, 16, 4, 0.5)
+    check = Checker(a, b)
     good = (a.astype(np.float64) @ b).astype(np.float32)
     assert check(good)
     bad = good.copy()
@@ -71,8 +73,8 @@ def _one_microsecond(launch):
 def test_gpu_benchmark_plumbing_on_the_simulator():
     # 8 rows (20 took 17 s, two thirds of it step 7's block per row); 36 columns of B: a partial tile
     # (each lesson's kernel is checked against the reference over drawn shapes in tests/test_spmm_lessons.py)
-    csr, b, a = bt.suite_matrix(8, 24, 36, 0.8)
-    recs = bt.bench_gpu_problem(csr, b, a, tune=False, timer=_one_microsecond)
+    csr, b, a = suite_matrix(8, 24, 36, 0.8)
+    recs = bench_gpu_problem(csr, b, a, tune=False, timer=_one_microsecond)
     assert recs and all(r["correct"] for r in recs)
     row = bt.summarize_gpu((11, 8, 24, 36, "NLP", 0.8), recs)
     assert row["all_correct"] and row["best_us"] == pytest.approx(1.0)

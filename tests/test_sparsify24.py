@@ -344,12 +344,13 @@ def test_experiment_runs_quick(tmp_path):
 
 def test_bench_sanitize_run_passes_on_the_simulator():
     from experiments import bench_sparsify24 as bench
+    from sparsekit.bench.sparsify24 import bytes_moved
     # the plumbing at 64x96, not the GPU run's 160x96 (26 s here, 10 s): every variant still has a partial
     # block of columns, row_threads=4 two blocks of rows; rows past one block at the default row_threads are
     # test_kernel_handles_rows_beyond_one_block's, and test_kernel_equals_reference_bit_for_bit draws every
     # variant at up to 96x96
     assert bench.sanitize_run((64, 96)) == 0
-    assert bench.bytes_moved(4096, 1024, 2) == int(4.375 * 4096 * 1024)
+    assert bytes_moved(4096, 1024, 2) == int(4.375 * 4096 * 1024)
 
 
 @pytest.mark.simulator("on a GPU the command times too: tests/gpu/test_sparsify24_gpu.py::test_bench_command_times")

@@ -150,7 +150,7 @@ def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
 def test_staged_tunables_follow_the_rule():
     """One warp per row while the launch is large or rows are short; split long rows of small
     launches (2048 x 512 at 90%: 51 per row, 2048 warps -> 2 warps per row)."""
-    from experiments.bench_teaching import suite_matrix
+    from sparsekit.bench.spmm import suite_matrix
     from gpu import spmm as gs
     csr, _, _ = suite_matrix(2048, 512, 8, 0.9)
     assert gs.staged_tunables(csr, 256) == dict(swizzle=True, warps_per_row=2, warps_per_block=4, vector=4,

@@ -262,9 +262,9 @@ def test_auto_precision_never_loosens_the_float32_bound(kprime):
 
 
 def test_benchmark_records_name_the_precision_auto_runs():
-    """``experiments/bench_uspmm.py``'s config names of a routed wgmma setting end in the precision its default
-    resolves to for the matrix (bf16 corrections or not); other variants' names are unchanged."""
-    from experiments.bench_uspmm import config_name, with_precision
+    """``sparsekit.bench.uspmm``'s config names of a routed wgmma setting end in the precision its default resolves
+    to for the matrix (bf16 corrections or not); other variants' names are unchanged."""
+    from sparsekit.bench.uspmm import config_name, with_precision
     from gpu.uspmm import prepare
     for kprime, precision in ((124, "tf32+bf16"), (123, "3xtf32")):
         dell = prepare(random_case(2, 300, 1, kprime)[0])

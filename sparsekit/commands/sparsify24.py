@@ -5,10 +5,11 @@
 
 On a GPU: device time of our kernels (greedy with both tie orders, optimal,
 optimal_full, fp32) and of ``torch._sparse_semi_structured_tile`` when PyTorch
-is installed, with % of the measured copy bandwidth (experiments/bench_sparsify24.py
-``bench_shape``); ``--check`` first compares every kernel with the NumPy
-reference. Everywhere: the share of ``|w|`` each mask keeps on a random fp16
-weight of that shape (experiments/sparsify24.py ``kept_magnitude``).
+is installed, with % of the measured copy bandwidth
+(:func:`sparsekit.bench.sparsify24.bench_shape`); ``--check`` first compares
+every kernel with the NumPy reference. Everywhere: the share of ``|w|`` each
+mask keeps on a random fp16 weight of that shape
+(:func:`sparsekit.bench.sparsify24.kept_magnitude`).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def add_bench(bench_subparsers) -> None:
 def cmd_bench_sparsify24(args) -> int:
     import numpy as np
 
-    from experiments.sparsify24 import kept_magnitude
+    from sparsekit.bench.sparsify24 import kept_magnitude
     from sparsekit.experiment import markdown_table
 
     m, k = args.m, args.k
@@ -47,7 +48,7 @@ def cmd_bench_sparsify24(args) -> int:
     except RuntimeError as e:
         print(f"no timings: {e}")
         return 0
-    from experiments import bench_sparsify24 as bench
+    from sparsekit.bench import sparsify24 as bench
     ok = True
     if args.check:
         ok = bench.check_reference({})

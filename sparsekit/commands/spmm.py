@@ -41,7 +41,7 @@ def add_bench(bench_subparsers) -> None:
 def _load(args):
     import numpy as np
 
-    from experiments.bench_teaching import suite_matrix
+    from sparsekit.bench.spmm import suite_matrix
     from sparsekit.io import read_matrix
     from sparsekit.models import SPMM_SUITE
 
@@ -60,8 +60,9 @@ def cmd_bench_spmm(args) -> int:
     from sparsekit.backend import choose_backend
 
     backend = "cpu" if args.cpu_only else choose_backend()
-    from experiments.bench_teaching import bench_cpu_matrix, bench_gpu_problem, markdown
     from sparsekit.balance import row_stats
+    from sparsekit.bench.spmm import bench_cpu_matrix, bench_gpu_problem
+    from sparsekit.experiment import markdown_table
 
     try:
         what, csr, b, a = _load(args)
@@ -73,12 +74,12 @@ def cmd_bench_spmm(args) -> int:
           f"empty {stats['empty_rows']}")
     cpu = bench_cpu_matrix(csr, b, a, repeat=args.repeat)
     print("\nCPU (wall clock, ms; threads = %d):\n" % cpu["threads"])
-    print(markdown([cpu]))
+    print(markdown_table([cpu]))
     ok = cpu["correct"]
     if backend == "gpu":
         recs = bench_gpu_problem(csr, b, a, repeat=max(args.repeat, 10))
         print("\nGPU (device time, us):\n")
-        print(markdown(recs))
+        print(markdown_table(recs))
         ok = ok and all(r["correct"] for r in recs)
     elif backend == "simulator":
         print("\nGPU: none found (the CUDA simulator says nothing about speed); CPU only.")

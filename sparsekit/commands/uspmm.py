@@ -65,7 +65,7 @@ def cmd_bench(args) -> int:
         return 2
     if not _need_gpu("sparsekit bench uspmm"):
         return 2
-    from experiments.bench_uspmm import TABLE_KEYS, bench_problem, markdown
+    from sparsekit.bench.uspmm import TABLE_KEYS, bench_problem, markdown
     from sparsekit.device import info
     recs = bench_problem(args.m, args.k, args.n, args.sparsity, args.dtype, repeat=args.repeat, seed=args.seed,
                          tf32_a=args.tf32_weights)
@@ -82,7 +82,7 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     if not _need_gpu("sparsekit tune"):
         return 2
-    from experiments.bench_uspmm import markdown
+    from sparsekit.bench.uspmm import markdown
     from sparsekit.tune import cache_path, make_ell, tune
     ell = make_ell(args.m, args.k, args.sparsity, args.dtype, seed=args.seed)
     winner, recs = tune(ell, args.n, order=args.order, full=args.full, repeat=args.repeat, seed=args.seed)

@@ -40,7 +40,7 @@ def cmd_bench_uspmm_decode(args) -> int:
     except ImportError:
         print("sparsekit bench uspmm-decode: needs PyTorch for the baselines (pip install -e '.[bench]')")
         return 2
-    from experiments import bench_uspmm_decode as bench
+    from sparsekit.bench import uspmm_decode as bench
     from sparsekit.experiment import markdown_table
 
     shapes, sps, ns = ((bench.QUICK_SHAPES, bench.QUICK_SPARSITIES, bench.QUICK_NS) if args.quick

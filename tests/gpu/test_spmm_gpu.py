@@ -28,7 +28,7 @@ CASES = [(shape, name) for shape in SHAPES for name, kw in CONFIGS.items() if sh
 
 @functools.cache
 def problem(shape):
-    from experiments.bench_teaching import Checker, suite_matrix
+    from sparsekit.bench.spmm import Checker, suite_matrix
 
     csr, b, a = suite_matrix(*shape, 0.9)
     return csr, b, a, Checker(a, b)

@@ -15,7 +15,7 @@ DETERMINISTIC = ("thread_per_row", "warp_per_row", "smem_tiled", "warp_per_row_s
 
 @pytest.fixture(scope="module", params=SHAPES, ids=lambda s: "x".join(map(str, s)))
 def problem(request):
-    from experiments.bench_teaching import Checker, suite_matrix
+    from sparsekit.bench.spmm import Checker, suite_matrix
 
     m, k, n = request.param
     csr, b, a = suite_matrix(m, k, n, 0.9)

@@ -37,7 +37,7 @@ CONFIGS = [
 @pytest.fixture(scope="module", params=[(1024, 1024, 1024, 0.6, np.float32), (1000, 999, 777, 0.6, np.float16),
                                         (4096, 4096, 256, 0.9, np.float32)], ids=str)
 def problem(request):
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     m, k, n, s, dt = request.param
     return Problem(m, k, n, s, dt)
 
@@ -53,7 +53,7 @@ def test_real_shapes_correct_and_bit_identical(problem, cfg):
 
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm, uspmm_linear
     p = Problem(256, 300, 64, 0.7, np.float32)
     b = torch.from_numpy(p.b_host).cuda()
@@ -75,7 +75,7 @@ def test_spmm_baselines_real_shape():
 def test_split_bit_identical_over_many_launches():
     """Which block of an output tile finishes last changes from launch to launch on the GPU; the
     partials are summed in one order whatever it is: 20 launches, one bit pattern."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     p = Problem(1024, 1024, 128, 0.6, np.float32)
     for cfg in (dict(variant="dense_tile", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=16, min_blocks=2, splits=8),
@@ -91,7 +91,7 @@ def test_split_bit_identical_over_many_launches():
 def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
     """ResNet-50 layer shapes of the Table 1 analog (N = 128, 81%): correct, and 20 launches (warps of a
     block finishing in varying order) give one bit pattern: the partials are summed in a fixed order."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     p = Problem(m, k, 128, 0.81, dtype)
     for cfg in (dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),

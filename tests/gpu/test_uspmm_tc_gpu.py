@@ -38,7 +38,7 @@ def _tensor_core_bound(a64, b64, c, got, kdim):
 
 
 def _bit_identical_within_bounds(problem, **tunables):
-    """Two runs of the kernel on ``problem`` (``experiments.bench_uspmm.Problem``): bit-identical, within
+    """Two runs of the kernel on ``problem`` (``sparsekit.bench.uspmm.Problem``): bit-identical, within
     the kernel's own bound (``error_reduction``, float32 accumulation, C rounded once) and within the
     benchmark's ``Problem.correct`` (the CUDA-core kernels' bound)."""
     from gpu.uspmm_tc import error_reduction, uspmm
@@ -86,7 +86,7 @@ PROBLEMS = [(1024, 1024, 1024, 0.6), (1024, 1024, 1024, 0.95), (4096, 4096, 1024
 
 @pytest.fixture(scope="module", params=[(p, d) for p in PROBLEMS for d in ("float16", "float32")], ids=str)
 def problem(request):
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     (m, k, n, s), dt = request.param
     return Problem(m, k, n, s, dt)
 
@@ -107,7 +107,7 @@ def test_auto_routes_to_tensor_cores(m, k, n, sparsity, dtype):
     """``gpu.uspmm.uspmm(config="heuristic")`` (what ``auto`` runs without a tuning cache) is the
     tensor-core kernel's result at the heuristic's setting, bit for bit, and correct (on a cc 9.0 GPU the float32
     one-wave grid goes to the wgmma kernel, ``sparsekit.tune.WGMMA_WAVE``)."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu import uspmm_tc, uspmm_wgmma
     from gpu.uspmm import uspmm as uspmm_auto
     from sparsekit.tune import heuristic
@@ -123,7 +123,7 @@ def test_auto_routes_to_tensor_cores(m, k, n, sparsity, dtype):
 
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm_tc import uspmm
     p = Problem(256, 300, 64, 0.7, np.float16)
     c = uspmm(p.dell, torch.from_numpy(p.b_host).cuda())
@@ -162,7 +162,7 @@ def test_k_split_correct_and_bit_identical(dtype, shape, splits):
     """With a K split: within the kernel's bound (``error_reduction``, the same as unsplit) and the
     benchmark's ``Problem.correct``; repeats bit-identical (fixed-order sum, tickets reset); close to
     the unsplit result (both within the bound of the exact product)."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     _bit_identical_within_bounds(Problem(*shape, dtype), splits=splits)
 
 
@@ -208,7 +208,7 @@ def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, mon
     """A's values TF32 numbers: the kernel leaves ``a_small b_big`` (all zeros) out, and the sums are those of the
     three-MMA kernel bit for bit (so within its bounds; repeats bit-identical), on the lean settings (the default,
     the routed one-wave and many-wave ones) and odd N."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu import uspmm_tc as tc
     p = Problem(*shape, "float32", seed=8, tf32_a=True)
     assert tc.tf32_exact(p.dell)

@@ -63,7 +63,7 @@ def test_bf16_pack_matches_model():
     ((512, 512, 1024, 0.85), dict(bm=64, bn=128, kc=32, stages=4, split=2, precision="tf32+bf16")),
     ((1024, 1024, 4096, 0.6), dict(precision="tf32+bf16"))])
 def test_real_sizes_bit_identical_within_bounds(shape, tunables):
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm_wgmma import uspmm
     p = Problem(*shape, "float32", seed=4)
     first = uspmm(p.dell, p.b, **tunables).copy_to_host()
@@ -85,7 +85,7 @@ def within_bound(p, got, precision: str) -> bool:
 def test_tf32_exact_a_gives_the_bits_of_three_products(shape, tunables, monkeypatch):
     """A's values TF32 numbers: the kernel leaves ``b_big a_small`` (all zeros) out, and the tensor core's sums are
     those of the three-product kernel, bit for bit, within the 3xTF32 bound."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu import uspmm_wgmma as wg
     p = Problem(*shape, "float32", seed=7, tf32_a=True)
     assert wg.tf32_exact(p.dell) and wg.auto_precision(p.dell) == "3xtf32"
@@ -102,7 +102,7 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(shape, tunables, monkeypa
 def test_auto_precision_at_real_sizes(shape, chosen):
     """The default ``precision="auto"`` at the routed one-wave setting: bf16 corrections where K' >= 124 (410 and
     200 here; 102 at 90%: 3xTF32), the bits of the precision it names, within the 3xTF32 contract's bound."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu import uspmm_wgmma as wg
     from sparsekit import tune
     p = Problem(*shape, "float32", seed=6)
@@ -121,7 +121,7 @@ def test_sanitizer_case_runs():
 
 
 def test_auto_routes_large_float32_problems_to_wgmma():
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
     from sparsekit import tune
@@ -137,7 +137,7 @@ def test_auto_routes_large_float32_problems_to_wgmma():
 def test_auto_routes_small_grids(m, k, n, kind):
     """One wave of tiles or less: ``auto`` runs the warp-specialised setting (half a wave to one) or a split-K
     one (clusters; fewer tiles), bit for bit its result."""
-    from experiments.bench_uspmm import Problem
+    from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
     from sparsekit import tune

@@ -1,0 +1,26 @@
+"""Benchmarks the ``sparsekit bench`` commands run and the experiments build on.
+
+Each module holds one kernel family's declarative benchmark: problems and providers in, one record per
+configuration out (device or wall time with spread, ``correct``), plus :func:`host_bytes`-style estimates of
+the host memory a problem takes, which the command line checks before it allocates.
+
+=========================  =====================================================================
+:mod:`.spmm`               CSR SpMM: the CPU kernels and the GPU lessons against scipy, BLAS, cuSPARSE
+:mod:`.uspmm`              USpMM against cuSPARSE, cuBLAS and the roofline
+:mod:`.uspmm_decode`       uniform-sparse half-precision SpMM at LLM decode shapes against dense cuBLAS
+:mod:`.sparsify24`         the 2:4 tile sparsifier against PyTorch's, and the share of ``|w|`` its masks keep
+=========================  =====================================================================
+
+Numba and the kernels are imported inside the functions: the command line decides on the CUDA simulator
+after parsing, and Numba reads that switch once, at its first import.
+"""
+from __future__ import annotations
+
+
+def cuda_torch():
+    """PyTorch when it is installed and sees a CUDA device (its vendor baselines then run), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None

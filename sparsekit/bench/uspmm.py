@@ -1,0 +1,229 @@
+"""USpMM benchmark: our kernels against cuSPARSE, cuBLAS and the roofline, one record per provider.
+
+:func:`bench_problem` is the one declarative benchmark (``sparsekit bench uspmm``, the figures of
+``experiments/uspmm_figures.py`` and the sweeps of ``experiments/bench_uspmm.py`` call it): a problem (M, K, N,
+sparsity, dtype) and a dict of providers in, one record per provider out, each with median/p10/p90 device time
+(:func:`sparsekit.timing.measure`, L2 flushed), TFLOP/s on the stored nonzeros (2 * nnz * N), % of the roofline
+speed of light (:func:`sparsekit.roofline.speed_of_light` of the ELL problem on the table's peaks), and
+``correct`` (against a float64 product, within the float32-accumulation bound of ``tests/test_spmm.py``).
+
+Vendor baselines come from PyTorch when it is installed: cuSPARSE CSR (``torch.sparse_csr_tensor @ B``),
+cuSPARSE COO (``torch.sparse.mm``) and dense cuBLAS (``W @ B``; TF32 off, so float32 runs on CUDA cores; float16
+on tensor cores, as it is). Without PyTorch they are skipped.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from sparsekit.bench import cuda_torch
+
+#: The unit roundoff of float32.
+U32 = 2.0 ** -24
+
+
+def our_providers(dtype, *, quick: bool = False) -> dict:
+    """Our kernels with their default or paper settings (name -> tunables dict, or a ``config``
+    string: "auto", the tuner's cached choice, "heuristic", :func:`sparsekit.tune.heuristic`'s);
+    ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
+    with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
+    tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
+    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``;
+    ``precision="auto"``: bf16 corrections where their bound is no looser than 3xTF32's, K' >= 124), "wgmma
+    3xtf32" the same with ``precision="3xtf32"`` pinned (three TF32 products whatever K')."""
+    from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
+    provs = {
+        "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
+        "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
+        "USpMM-Vec2 (2,8) B col-major": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2, layout="F"),
+        "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64),
+        "pipelined": pipelined(4, 4, 8, 32, 4, 2),
+        "direct": direct(4, 2, 4, 4),
+        "dense tile": dense_tile(4, 8, 8, 16, 2),
+        "heuristic": "heuristic",
+        "auto": "auto",
+    }
+    provs["tensor cores"] = tensor_core()
+    from gpu.uspmm_wgmma import supported
+    if np.dtype(dtype) == np.float32 and supported():
+        provs["wgmma"] = dict(variant="wgmma")                 # its default (a compute capability 9.0 GPU)
+        provs["wgmma 3xtf32"] = dict(variant="wgmma", precision="3xtf32")         # the contract's own products
+    if quick:
+        provs = {name: provs[name] for name in ("USpMM (1,8) B col-major", "pipelined", "auto")}
+    return provs
+
+
+class Problem:
+    """One USpMM problem on the device: the ELL weight, B, and float64 answers."""
+
+    def __init__(self, m, k, n, sparsity, dtype, *, seed=0, order="C", tf32_a=False):
+        """``tf32_a``: A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are:
+        :func:`gpu.uspmm_tc.tf32_exact`)."""
+        import dataclasses
+
+        from numba import cuda
+
+        from gpu.mma import tf32_round
+        from gpu.uspmm import prepare
+        from sparsekit.tune import make_ell
+        self.m, self.k, self.n, self.sparsity, self.dtype, self.order = m, k, n, sparsity, np.dtype(dtype), order
+        self.ell = make_ell(m, k, sparsity, dtype, seed=seed)
+        if tf32_a:
+            self.ell = dataclasses.replace(self.ell, values=np.asfortranarray(tf32_round(self.ell.values)))
+        self.dell = prepare(self.ell)
+        rng = np.random.default_rng(seed + 1)
+        self.b_host = np.asarray(rng.standard_normal((k, n)).astype(dtype), order=order)
+        self.b = cuda.to_device(self.b_host)
+        self.b_f = cuda.to_device(np.asfortranarray(self.b_host))   # Eq. 2 / Listing 1's layout
+        self.dense = self.ell.to_dense()
+        self._exact = None
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.ell.nnz * self.n
+
+    def exact(self):
+        """(A @ B, |A| @ |B|) in float64, computed on the GPU with PyTorch (NumPy without it)."""
+        if self._exact is None:
+            torch = cuda_torch()
+            if torch is not None:
+                a = torch.from_numpy(self.dense.astype(np.float64)).cuda()
+                b = torch.from_numpy(np.ascontiguousarray(self.b_host, dtype=np.float64)).cuda()
+                self._exact = ((a @ b).cpu().numpy(), (a.abs() @ b.abs()).cpu().numpy())
+            else:
+                a, b = self.dense.astype(np.float64), self.b_host.astype(np.float64)
+                self._exact = (a @ b, np.abs(a) @ np.abs(b))
+        return self._exact
+
+    def correct(self, got, reduction=None) -> bool:
+        """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``) of ``reduction``
+        roundings (default K', a float32 dot product's; :func:`gpu.uspmm_tc.error_reduction` gives the tensor-core
+        kernels' own)."""
+        exact, scale = self.exact()
+        got = np.asarray(got, dtype=np.float64)
+        u_out = np.finfo(self.dtype).eps / 2
+        reduction = self.ell.kprime if reduction is None else reduction
+        bound = reduction * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(self.dtype).smallest_subnormal
+        return bool((np.abs(got - exact) <= bound).all())
+
+    def sol_s(self, device="H100") -> float:
+        from sparsekit.roofline import speed_of_light
+        return speed_of_light(self.ell, n=self.n, device=device).seconds
+
+
+def vendor_launches(p: Problem, *, coo: bool = True) -> dict:
+    """name -> launch for the PyTorch baselines (empty without PyTorch); ``coo=False`` leaves
+    cuSPARSE COO out."""
+    torch = cuda_torch()
+    if torch is None:
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tdt = torch.float16 if p.dtype == np.float16 else torch.float32
+    w = torch.from_numpy(p.dense).to(device="cuda", dtype=tdt)
+    b = torch.from_numpy(np.ascontiguousarray(p.b_host)).to(device="cuda", dtype=tdt)
+    csr = w.to_sparse_csr()
+    out = {"cuSPARSE CSR (torch)": lambda: torch.matmul(csr, b)}
+    if coo:
+        coo_w = w.to_sparse_coo()
+        out["cuSPARSE COO (torch)"] = lambda: torch.sparse.mm(coo_w, b)
+    out["dense cuBLAS (torch" + (", tensor cores)" if p.dtype == np.float16 else ", TF32 off)")] = lambda: w @ b
+    return out
+
+
+def spmm_launches(p: Problem) -> dict:
+    """Our CSR baselines (gpu/spmm.py) on the same matrix, device-resident."""
+    from gpu import spmm as gs
+    from sparsekit.formats import CSR
+    csr = gs.prepare(CSR.from_dense(p.dense, p.ell.mask()), CSR)
+    if p.order != "C":
+        return {}
+    return {"ours CSR warp/row": lambda: gs.spmm_csr(csr, p.b),
+            "ours CSR swizzled": lambda: gs.spmm_csr(csr, p.b, swizzle=True)}
+
+
+def to_host(x):
+    """A result on the host as a NumPy array: a Numba device array, a PyTorch tensor or an array."""
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    if hasattr(x, "cpu"):                                  # torch tensor (dense result)
+        return x.cpu().numpy()
+    return np.asarray(x)
+
+
+def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, repeat=30, seed=0,
+                  device="H100", tf32_a=False) -> list[dict]:
+    """One record per provider for the problem (see the module docstring). ``vendors``: True for
+    every baseline, "fast" for cuSPARSE CSR and dense cuBLAS only, False for none; ``tf32_a``: A's values
+    rounded to TF32 numbers (:class:`Problem`)."""
+    from gpu.uspmm import uspmm
+    from sparsekit.timing import measure
+    p = Problem(m, k, n, sparsity, dtype, seed=seed, tf32_a=tf32_a)
+    sol = p.sol_s(device)
+    from gpu.uspmm import resolved
+    launches, chosen = {}, {}
+    for name, cfg in (our_providers(dtype) if providers is None else providers).items():
+        kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
+        layout = kw.pop("layout", "C")
+        b = p.b_f if layout == "F" else p.b
+        launches[name] = (lambda kw=kw, b=b: uspmm(p.dell, b, **kw))
+        if isinstance(cfg, str):                         # what "auto"/"heuristic" chose for this problem
+            chosen[name] = config_name(with_precision(resolved(cfg, p.dell, n, layout), p.dell))
+    if vendors:
+        launches.update(vendor_launches(p, coo=vendors != "fast"))
+        if vendors != "fast":
+            launches.update(spmm_launches(p))
+    records = []
+    for name, launch in launches.items():
+        rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
+        if name in chosen:
+            rec["config"] = chosen[name]
+        try:
+            correct = p.correct(to_host(launch()))
+            t = measure(launch, repeat=repeat, warmup=2)
+        except Exception as err:  # a provider that cannot run this problem: say why, keep going
+            records.append(dict(rec, error=f"{type(err).__name__}: {err}"))
+            continue
+        records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
+                            tflops=p.flops / t.median_s / 1e12, sol_us=sol * 1e6,
+                            pct_sol=100 * sol / t.median_s, correct=correct))
+    base = {r["provider"]: r.get("median_us") for r in records}
+    ref = base.get("cuSPARSE CSR (torch)")
+    for r in records:
+        if ref and r.get("median_us"):
+            r["speedup_vs_cusparse_csr"] = ref / r["median_us"]
+    return records
+
+
+def with_precision(cfg: dict, dell) -> dict:
+    """``cfg`` with the precision a wgmma setting runs for ``dell`` named (its default ``"auto"`` resolved:
+    :func:`gpu.uspmm_wgmma.auto_precision`), so that records say whether bf16 corrections ran; others unchanged."""
+    if cfg.get("variant") != "wgmma" or cfg.get("precision", "auto") != "auto":
+        return cfg
+    from gpu.uspmm_wgmma import auto_precision
+    return dict(cfg, precision=auto_precision(dell))
+
+
+def config_name(cfg: dict) -> str:
+    """A short name of a tunables dict, e.g. ``dense_tile cpl4 rpw4 nw8 kc16 mb2 s4`` or ``wgmma bm64 bn128 kc32
+    stages6 producers256 tf32+bf16``."""
+    short = dict(cols_per_lane="cpl", rows_per_warp="rpw", nwarp="nw", kc="kc", unroll="u", min_blocks="mb",
+                 splits="s", vsize="vs", vecsize="vec", batch="batch", precision="")
+    return " ".join([cfg.get("variant", "listing1")] + [f"{short.get(key, key)}{val}" for key, val in cfg.items()
+                                                         if key != "variant"])
+
+
+def markdown(records, keys) -> str:
+    """``records`` as a GitHub markdown table of the columns ``keys`` (three significant digits; blank where a
+    record lacks a column)."""
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in records]
+    return "\n".join(lines)
+
+
+#: The columns of ``sparsekit bench uspmm``'s table.
+TABLE_KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "p90_us", "tflops",
+              "pct_sol", "speedup_vs_cusparse_csr", "correct"]
+
