@@ -189,11 +189,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` and return its exit status: 0 for ``--help``, 2 for a usage error (one line on
-    stderr, printed by the parser), else the command's."""
+    stderr, printed by the parser) or for flags that imply more host memory than is available (one line,
+    before the command allocates: :func:`sparsekit.cli_types.declare_host_memory`), else the command's."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:
         return stop.code
+    declared = getattr(args, "host_memory", None)
+    if declared is not None:
+        try:
+            declared.check(args)
+        except MemoryError as refusal:
+            print(f"{declared.prog}: error: {refusal}", file=sys.stderr)
+            return 2
     return args.func(args)
 
 

@@ -6,7 +6,10 @@ rule and the value, which argparse prefixes with the flag's name, e.g.
 (exit status 2). A value that passes is in range for the command's handler, so a
 user's mistake never reaches NumPy or a kernel as a traceback. Sizes and repeats
 have upper bounds too: a huge value would otherwise end in ``MemoryError`` or a
-run that never finishes.
+run that never finishes. Bounded sides can still multiply past the machine, so a
+command also declares the host memory its flags imply
+(:func:`declare_host_memory`), and :func:`sparsekit.cli.main` refuses it before it
+allocates when that passes the memory available (:func:`check_host_memory`).
 
 >>> side("3"), seed("0"), sparsity("0.5")
 (3, 0, 0.5)
@@ -18,7 +21,10 @@ argparse.ArgumentTypeError: must lie in [0, 1), got 'nan'
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 
 def integer(*, minimum: int | None = None, maximum: int | None = None, multiple_of: int | None = None):
@@ -72,8 +78,9 @@ def fraction(*, closed: bool = False):
 
 #: The largest matrix side a command takes (rows, columns, features, batch x sequence): 2**20, above every
 #: layer of the models the commands mimic (a vocabulary projection has about 2**17 rows). Each side is bounded
-#: alone: a 2**20 x 2**14 float32 matrix (64 GiB) already takes half of a 141 GB GPU, and two large sides
-#: together can still pass what fits; the kernels' launchers refuse a product past their 32-bit index limits.
+#: alone: a 2**20 x 2**14 float32 matrix (64 GiB) already takes half of a 141 GB GPU; what sides imply together
+#: is checked against the host memory (:func:`declare_host_memory`), and the kernels' launchers refuse a
+#: product past their 32-bit index limits.
 MAX_SIDE = 2**20
 #: A matrix side: an integer in [1, MAX_SIDE].
 side = integer(minimum=1, maximum=MAX_SIDE)
@@ -92,3 +99,68 @@ def out_folder(text: str) -> str:
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
     return text
+
+
+#: Where Linux states the memory available (``MemAvailable``: free memory plus what the kernel can reclaim).
+MEMINFO = Path("/proc/meminfo")
+
+
+def available_host_bytes() -> tuple[int, str] | None:
+    """Bytes of host memory a command may take now, and where the number comes from: ``MemAvailable`` of
+    :data:`MEMINFO`, else the machine's physical memory (``os.sysconf`` pages times their size); None where
+    neither is known (then nothing is refused)."""
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, f"MemAvailable in {MEMINFO}"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "physical memory (os.sysconf)"
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(nbytes: float) -> str:
+    """``nbytes`` in binary units: ``512 B``, ``3.0 GiB``, ``4.0 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if nbytes < 1024 or unit == "TiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def check_host_memory(flags: str, nbytes: int) -> None:
+    """Raise ``MemoryError`` when ``nbytes``, the host memory that ``flags`` (as typed: ``--m 1048576 --k
+    1048576``) imply, passes :func:`available_host_bytes`; its message is one line naming the flags, the
+    estimate and the memory available. Called before anything is allocated.
+
+    >>> check_host_memory("--m 4 --k 4", 128)
+    """
+    available = available_host_bytes()
+    if available is not None and nbytes > available[0]:
+        raise MemoryError(f"{flags} need about {_size(nbytes)} of host memory, more than the "
+                          f"{_size(available[0])} available ({available[1]})")
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """A command's declared host memory: ``estimate(args)`` bytes (None: not known from the flags alone, the
+    handler checks once it knows) set by the flags whose destinations are ``flags``."""
+    prog: str
+    estimate: Callable[[argparse.Namespace], int | None]
+    flags: tuple[str, ...]
+
+    def check(self, args: argparse.Namespace) -> None:
+        """:func:`check_host_memory` of the estimate for ``args``, naming the flags as typed."""
+        nbytes = self.estimate(args)
+        if nbytes is not None:
+            typed = [(dest, getattr(args, dest)) for dest in self.flags]
+            check_host_memory(" ".join(f"--{dest.replace('_', '-')} {value}" for dest, value in typed
+                                       if value is not None), nbytes)
+
+
+def declare_host_memory(parser: argparse.ArgumentParser, estimate, *flags: str) -> None:
+    """Declare that ``parser``'s command holds about ``estimate(args)`` bytes of host memory, implied by the
+    flags ``flags`` (destinations); :func:`sparsekit.cli.main` refuses the command before it runs when that
+    passes the memory available (exit status 2, one line)."""
+    parser.set_defaults(host_memory=HostMemory(parser.prog, estimate, flags))

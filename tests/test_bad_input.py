@@ -1082,6 +1082,8 @@ UNGUARDED_MODULES = {
     "sparsekit.checks": "the checks themselves, reached through every entry point here",
     "sparsekit.arrays": "the operand helper every launcher validates through (tests/test_arrays.py)",
     "sparsekit.commands": "the CLI's commands, covered through the parser",
+    "sparsekit.bench": "benchmarks of generated problems whose sizes come from the CLI's parsed flags (covered "
+                       "through the parser) or from experiments",
     "sparsekit.launch": "replays launches recorded from a validated product (no operand of its own)",
     "sparsekit.torch": "the optional torch layer; its refusals (pattern, dtype, width, sparsity, columns, "
                        "bare Linear) are in tests/test_torch_layer.py",

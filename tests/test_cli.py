@@ -1,4 +1,5 @@
-"""The ``sparsekit`` command line: every command has --help, reproduce writes a report."""
+"""The ``sparsekit`` command line: every command has --help, reproduce writes a report, a bad flag or flags
+that imply more host memory than is available are one line (exit status 2)."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from sparsekit import cli
@@ -176,3 +178,151 @@ def test_cli_types_doctests():
 
     result = doctest.testmod(cli_types)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ------------------------------------------------------------------------- host memory a command's flags imply
+
+def _parsers(parser: argparse.ArgumentParser, prefix=()):
+    """Yield (argv prefix, parser) for every (nested) command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _parsers(sub, (*prefix, name))
+
+
+def test_every_command_with_matrix_sides_declares_its_host_memory():
+    """A command taking a matrix side (``--m``, ``--k``, ``--n``) declares the host memory they imply, so that
+    sides each within MAX_SIDE cannot multiply past the machine unchecked."""
+    from sparsekit import cli_types
+
+    sided = {" ".join(argv): sub for argv, sub in _parsers(cli.build_parser())
+             if {"m", "k", "n"} & {a.dest for a in sub._actions if a.option_strings}}
+    assert set(sided) == {"bench spmm", "bench sparsify24", "bench uspmm", "tune"}
+    for name, sub in sided.items():
+        assert isinstance(sub.get_default("host_memory"), cli_types.HostMemory), name
+
+
+def _available(monkeypatch, nbytes: int) -> None:
+    """The memory available, as the commands see it, set to ``nbytes`` (nothing is allocated)."""
+    from sparsekit import cli_types
+
+    monkeypatch.setattr(cli_types, "available_host_bytes", lambda: (nbytes, "stated by the test"))
+
+
+HOST_MEMORY = [
+    (["bench", "uspmm", "--m", "1024", "--k", "1024", "--n", "512", "--sparsity", "0.5"],
+     "--m 1024 --k 1024 --n 512 --sparsity 0.5 --dtype float32"),
+    (["tune", "--m", "1024", "--k", "2048", "--n", "256", "--sparsity", "0.9", "--dtype", "float16"],
+     "--m 1024 --k 2048 --n 256 --sparsity 0.9 --dtype float16"),
+    (["bench", "sparsify24", "--m", "4096", "--k", "1024"], "--m 4096 --k 1024"),
+    (["bench", "spmm", "--problem", "11", "--n", "4096", "--cpu-only"], "--problem 11 --n 4096 --sparsity 0.9"),
+]
+
+
+@pytest.mark.parametrize("argv, flags", HOST_MEMORY, ids=[" ".join(a[:2]) for a, _ in HOST_MEMORY])
+def test_flags_past_the_host_memory_are_one_line_before_anything_runs(argv, flags, monkeypatch, capsys):
+    _available(monkeypatch, 2**20)
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""                                     # the handler never ran
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    prog = "sparsekit " + " ".join(argv[:2] if argv[0] == "bench" else argv[:1])
+    assert lines[0].startswith(f"{prog}: error: {flags} need about "), lines[0]
+    assert lines[0].endswith("of host memory, more than the 1.0 MiB available (stated by the test)"), lines[0]
+
+
+@pytest.mark.parametrize("argv, flags", HOST_MEMORY, ids=[" ".join(a[:2]) for a, _ in HOST_MEMORY])
+def test_flags_within_the_host_memory_pass(argv, flags, monkeypatch):
+    """The same flags pass with 64 GiB available (checked alone: the commands themselves need a GPU)."""
+    _available(monkeypatch, 2**36)
+    args = cli.build_parser().parse_args(argv)
+    args.host_memory.check(args)
+
+
+def test_bench_spmm_matrix_past_the_host_memory_is_one_line(tmp_path, monkeypatch, capsys):
+    """A ``--matrix`` file's shape is known once it is read: checked then, before its dense copy is made."""
+    from sparsekit import io
+    from sparsekit.formats import CSR
+
+    path = tmp_path / "layer.smtx"
+    io.write_smtx(path, CSR.from_dense(np.eye(40, 30)))
+    _available(monkeypatch, 1000)
+    assert cli.main(["bench", "spmm", "--matrix", str(path), "--n", "16", "--cpu-only"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.splitlines() == [
+        f"sparsekit bench spmm: error: --matrix {path} (40x30, nnz 30) --n 16 need about 79.9 KiB of host memory, "
+        "more than the 1000 B available (stated by the test)"]
+
+
+def test_available_host_bytes_reads_meminfo_else_sysconf(tmp_path, monkeypatch):
+    from sparsekit import cli_types
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       16384 kB\nMemFree:         1024 kB\nMemAvailable:    2048 kB\n")
+    monkeypatch.setattr(cli_types, "MEMINFO", meminfo)
+    assert cli_types.available_host_bytes() == (2048 * 1024, f"MemAvailable in {meminfo}")
+    meminfo.write_text("MemTotal:       16384 kB\n")                 # an older kernel: no MemAvailable
+    pages = {"SC_PHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(cli_types.os, "sysconf", pages.__getitem__)
+    assert cli_types.available_host_bytes() == (4096000, "physical memory (os.sysconf)")
+    monkeypatch.setattr(cli_types, "MEMINFO", tmp_path / "absent")
+    assert cli_types.available_host_bytes() == (4096000, "physical memory (os.sysconf)")
+
+
+def _traced_peak(run) -> int:
+    """The most bytes NumPy arrays held at once while ``run()`` ran (tracemalloc sees NumPy's allocations)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _spmm_run(m, k, n):
+    from sparsekit.bench.spmm import bench_cpu_matrix, host_bytes, suite_matrix
+
+    def run():
+        bench_cpu_matrix(*suite_matrix(m, k, n, 0.9), repeat=1, tune=False)
+    return run, host_bytes(m, k, n, round(0.1 * m * k))
+
+
+def _uspmm_run(m, k, n, sparsity, dtype):
+    from sparsekit.bench.uspmm import Problem, host_bytes, spmm_launches, to_host
+
+    def run():                    # bench_problem's host side: the problem, the CSR baseline, a checked result
+        p = Problem(m, k, n, sparsity, dtype)
+        spmm_launches(p)
+        p.correct(to_host(np.zeros((m, n), dtype)))
+    return run, host_bytes(m, k, n, sparsity, dtype)
+
+
+def _sparsify24_run(m, k):
+    from sparsekit.bench.sparsify24 import host_bytes, kept_magnitude
+
+    def run():                    # what ``bench sparsify24`` does on the host
+        kept_magnitude(np.random.default_rng(0).standard_normal((m, k)).astype(np.float16))
+    return run, host_bytes(m, k)
+
+
+@pytest.mark.parametrize("case", [
+    (_spmm_run, (512, 512, 64)), (_spmm_run, (64, 512, 512)), (_spmm_run, (512, 64, 512)),
+    (_uspmm_run, (512, 512, 64, 0.0, "float32")), (_uspmm_run, (64, 512, 512, 0.6, "float16")),
+    (_uspmm_run, (512, 64, 512, 0.9, "float32")),
+    (_sparsify24_run, (256, 512)), (_sparsify24_run, (64, 2048)),
+], ids=lambda case: f"{case[0].__name__[1:-4]} {case[1]}")
+def test_host_memory_estimate_bounds_the_measured_peak(case):
+    """Each estimate the commands check is at least the host memory the benchmark holds at its peak (measured
+    with tracemalloc after a small warm-up run, which compiles), and at most 2.5 times it (a refusal is not
+    grossly early)."""
+    make, sizes = case
+    warm, _ = make(*(min(s, 32) if isinstance(s, int) else s for s in sizes))
+    warm()
+    run, estimate = make(*sizes)
+    peak = _traced_peak(run)
+    assert peak <= estimate <= 2.5 * peak, (peak, estimate)

@@ -120,6 +120,21 @@ def _record(name, m, k, dtype, meas, nbytes, copy_bw):
     return rec
 
 
+#: Host bytes per weight element at the peak of :func:`kept_magnitude` on a random fp16 weight, the weight and
+#: its float64 draw included: float64 copies of ``|w|`` by element and by tile, each mask's bits and per-tile sums
+#: (184 measured with tracemalloc at 512 x 1024 and 1024 x 2048).
+HOST_BYTES_PER_ELEMENT = 192
+#: Host bytes that do not grow with the weight (tables of the reference's optimal masks and small arrays: 198
+#: bytes an element measured at 256 x 256).
+HOST_BYTES_FIXED = 2**20
+
+
+def host_bytes(m: int, k: int) -> int:
+    """About the most host memory :func:`kept_magnitude` of a random ``m x k`` fp16 weight holds at once (more
+    than :func:`bench_shape`'s host weight, 10 bytes an element), for refusing a shape that cannot fit."""
+    return HOST_BYTES_PER_ELEMENT * m * k + HOST_BYTES_FIXED
+
+
 #: The transposable masks compared: (method, tie order) of :func:`reference.sparsify24.tile_masks`.
 MASKS = [("greedy", "index"), ("greedy", "torch"), ("optimal", "index"), ("optimal_full", "index")]
 

@@ -32,6 +32,17 @@ def suite_matrix(m: int, k: int, n: int, sparsity: float, *, seed: int = 0):
 
 
 
+def host_bytes(m: int, k: int, n: int, nnz: int) -> int:
+    """About the most host memory a benchmark of an ``m x k`` CSR matrix with ``nnz`` entries times a ``k x n`` B
+    holds at once (:func:`suite_matrix` or a read matrix, then :func:`bench_cpu_matrix` or
+    :func:`bench_gpu_problem`), for refusing a problem that cannot fit: per element of the dense A 32 bytes (its
+    float64 draw, float32 copy, mask, and the float64 ``|A|`` of :class:`Checker`), of B 24 (float32 and the
+    float64 copies of the check), of C 48 (the float64 product, bound and temporaries of the check and each
+    result), per stored entry 40 (the CSR, its coordinates and scipy copy). tracemalloc measured 50-80 % of it
+    at toy sizes, each operand dominant in turn."""
+    return 32 * m * k + 24 * k * n + 48 * m * n + 40 * nnz
+
+
 def spmm_bound(a64: np.ndarray, b64: np.ndarray, c64: np.ndarray) -> np.ndarray:
     """float32 accumulation bound of ``tests/spmm_close.py``: (k+1) u |A||B| + u |C| (u = 2^-24)."""
     u = 2.0 ** -24

@@ -110,6 +110,17 @@ class Problem:
         return speed_of_light(self.ell, n=self.n, device=device).seconds
 
 
+def host_bytes(m: int, k: int, n: int, sparsity: float, dtype) -> int:
+    """About the most host memory :func:`bench_problem` holds at once for the problem, for refusing one that cannot
+    fit: per element of the dense A 32 bytes (the draw and pruning of :func:`sparsekit.tune.make_ell`, the dense
+    copy, float64 copies for the exact product) and 28 more per kept one (the ELL and the CSR baseline's
+    coordinates), of B 32 (both memory orders and the float64 copies), of C 56 (the float64 exact product and
+    ``|A| |B|``, the bound's temporaries, each result). tracemalloc measured 50-80 % of it at toy sizes on the
+    simulator (where device arrays are host arrays too)."""
+    density = 1.0 - sparsity
+    return int((32 + 28 * density) * m * k) + 32 * k * n + 56 * m * n
+
+
 def vendor_launches(p: Problem, *, coo: bool = True) -> dict:
     """name -> launch for the PyTorch baselines (empty without PyTorch); ``coo=False`` leaves
     cuSPARSE COO out."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from sparsekit.cli_types import integer, repeat, seed, side, sparsity
+from sparsekit.cli_types import check_host_memory, declare_host_memory, integer, repeat, seed, side, sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -35,19 +35,34 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--seed", type=seed, default=0, help="seed for pattern values and B (default: %(default)s)")
     p.add_argument("--repeat", type=repeat, default=5, help="timed repeats per kernel (default: %(default)s)")
     p.add_argument("--cpu-only", action="store_true", help="skip the GPU kernels even when a GPU is present")
+    declare_host_memory(p, _suite_host_bytes, "problem", "n", "sparsity")
     p.set_defaults(func=cmd_bench_spmm)
+
+
+def _suite_host_bytes(args) -> int | None:
+    """The host memory of a ``--problem``; None for a ``--matrix``, whose shape is known once the file is read
+    (:func:`_load` checks it then, before anything dense is made)."""
+    from sparsekit.bench.spmm import host_bytes
+    from sparsekit.models import SPMM_SUITE
+
+    if args.problem is None:
+        return None
+    p = {p.number: p for p in SPMM_SUITE}[args.problem]
+    return host_bytes(p.m, p.k, p.n if args.n is None else args.n, round((1 - args.sparsity) * p.m * p.k))
 
 
 def _load(args):
     import numpy as np
 
-    from sparsekit.bench.spmm import suite_matrix
+    from sparsekit.bench.spmm import host_bytes, suite_matrix
     from sparsekit.io import read_matrix
     from sparsekit.models import SPMM_SUITE
 
     if args.matrix is not None:
         csr = read_matrix(args.matrix, dtype=np.float32, seed=args.seed)
         n = 256 if args.n is None else args.n
+        (m, k), nnz = csr.shape, csr.nnz
+        check_host_memory(f"--matrix {args.matrix} ({m}x{k}, nnz {nnz}) --n {n}", host_bytes(m, k, n, nnz))
         b = np.random.default_rng(args.seed).standard_normal((csr.shape[1], n)).astype(np.float32)
         return f"{args.matrix} {csr.shape[0]}x{csr.shape[1]} nnz={csr.nnz}", csr, b, csr.to_dense()
     p = {p.number: p for p in SPMM_SUITE}[args.problem]
@@ -66,7 +81,7 @@ def cmd_bench_spmm(args) -> int:
 
     try:
         what, csr, b, a = _load(args)
-    except (ValueError, TypeError, OSError) as err:
+    except (ValueError, TypeError, OSError, MemoryError) as err:
         print(f"sparsekit bench spmm: error: {err}", file=sys.stderr)
         return 2
     stats = row_stats(csr)

@@ -15,7 +15,7 @@ Both need a GPU (timings on the simulator would mean nothing).
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import repeat, seed, side, sparsity
+from sparsekit.cli_types import declare_host_memory, repeat, seed, side, sparsity
 
 
 def _problem_args(p) -> None:
@@ -37,6 +37,7 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--tf32-weights", action="store_true",
                    help="round A's values to TF32 numbers, as float16 or bfloat16 weights cast to float32 are: the "
                         "tensor-core kernels then leave out one of their three products (float32 only)")
+    declare_host_memory(p, _bench_host_bytes, "m", "k", "n", "sparsity", "dtype")
     p.set_defaults(func=cmd_bench)
 
 
@@ -48,7 +49,23 @@ def add_commands(subparsers) -> None:
                    help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
     p.add_argument("--repeat", type=repeat, default=20, help="timed repeats per configuration (default: %(default)s)")
     p.add_argument("--full", action="store_true", help="search the full grid of tunables, not the default dozen")
+    declare_host_memory(p, _tune_host_bytes, "m", "k", "n", "sparsity", "dtype")
     p.set_defaults(func=cmd_tune)
+
+
+def _bench_host_bytes(args) -> int:
+    from sparsekit.bench.uspmm import host_bytes
+    return host_bytes(args.m, args.k, args.n, args.sparsity, args.dtype)
+
+
+def _tune_host_bytes(args) -> int:
+    """About the most host memory ``tune`` holds at once: per element of A 48 bytes (the draw and pruning of
+    :func:`sparsekit.tune.make_ell`, then the dense copy and float64 ``|A|`` of the correctness scale), of B its
+    own bytes and 16 (the float64 ``|B|``), of C its own and 40 (each result in float64, the first one, their
+    difference)."""
+    import numpy as np
+    itemsize = np.dtype(args.dtype).itemsize
+    return 48 * args.m * args.k + (itemsize + 16) * args.k * args.n + (itemsize + 40) * args.m * args.n
 
 
 def _need_gpu(what: str) -> bool:
