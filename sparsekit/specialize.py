@@ -47,6 +47,7 @@ import numpy as np
 from numba import njit, types
 
 from reference.spmm import check_rhs
+from sparsekit.bench.spmm import wall_time
 from sparsekit.checks import check_int
 
 __all__ = ["generate_source", "specialize", "Specialized", "compare", "TERMS_PER_STATEMENT"]
@@ -128,16 +129,6 @@ def specialize(csr) -> Specialized:
                        src.count("\n") + 1, compile_s, kernel)
 
 
-def _median_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def compare(csr, b: np.ndarray, *, repeat: int = 10) -> dict:
     """Compile time and run time of the specialised kernel vs ``cpu.spmm.spmm_csr`` (rowwise, serial).
 
@@ -150,8 +141,8 @@ def compare(csr, b: np.ndarray, *, repeat: int = 10) -> dict:
 
     repeat = check_int(repeat, "repeat", minimum=1)
     spec = specialize(csr)
-    t_spec = _median_time(lambda: spec(b), repeat)
-    t_gen = _median_time(lambda: spmm_csr(csr, b), repeat)
+    t_spec = wall_time(lambda: spec(b), repeat)[0]
+    t_gen = wall_time(lambda: spmm_csr(csr, b), repeat)[0]
     saved = t_gen - t_spec
     return {"M": spec.shape[0], "K": spec.shape[1], "N": int(b.shape[1]), "nnz": spec.nnz,
             "lines": spec.source_lines, "compile_s": spec.compile_s, "specialized_s": t_spec,
