@@ -4,7 +4,7 @@ Not an experiment module (no EXPERIMENT; ``experiments/sparsify24.py`` is). Run
 it as a script on a GPU::
 
     python experiments/bench_sparsify24.py --check [--out DIR]   # vs reference and vs PyTorch
-    python experiments/bench_sparsify24.py --time [--out DIR]    # the timing table
+    python experiments/bench_sparsify24.py --time [--out DIR]    # the timing table
     python experiments/bench_sparsify24.py --sanitize            # each kernel once, small (compute-sanitizer)
     python experiments/bench_sparsify24.py --time --sweep        # also the launch-configuration variants
     python experiments/bench_sparsify24.py --profile 4096x4096 --only ...   # one launch each, for ncu
@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from reference import sparsify24 as ref  # noqa: E402
 from sparsekit.bench.sparsify24 import OURS, bench_shape, check_reference, log, random_weight  # noqa: E402
 
-#: The issue's shapes (M, K), fp16.
+#: The timing shapes (M, K), fp16.
 TIME_SHAPES = [(4096, 1024), (4096, 4096), (8192, 8192)]
 CHECK_SHAPES = [(128, 128), (256, 1024), (1024, 4096), (4096, 1024), (8192, 8192)]
 #: PyTorch's error for its CUTLASS 2:4 GEMM off Ampere (the H100 gives it): a skip, not a failure.

@@ -3,7 +3,7 @@
 Not an experiment module (no EXPERIMENT; ``experiments/uspmm_figures.py`` is):
 run it as a script on a GPU::
 
-    python experiments/bench_uspmm.py --table [--dtype float32] [--out DIR]   # the table
+    python experiments/bench_uspmm.py --table [--dtype float32] [--out DIR]   # the headline table
     python experiments/bench_uspmm.py --check [--out DIR]     # real shapes vs float64, repeats bit-identical
     python experiments/bench_uspmm.py --sweep [--out DIR]     # every tunable on the sweep problems
     python experiments/bench_uspmm.py --tune-table --table    # tune each table problem, then the table
@@ -30,7 +30,7 @@ import numpy as np
 from sparsekit.bench import cuda_torch
 from sparsekit.bench.uspmm import TABLE_KEYS, U32, Problem, bench_problem, markdown, our_providers
 
-#: The issue's table: (M, K, N, sparsity).
+#: The headline table: (M, K, N, sparsity).
 TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 1024, 1024, 0.95),
                   (4096, 4096, 1024, 0.90), (128, 128, 128, 0.60)]
 #: Problems of ``--sweep`` (float16: the first only).
@@ -335,7 +335,7 @@ def auto_vs_cusparse(records) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--table", action="store_true", help="the issue's five problems, every provider")
+    ap.add_argument("--table", action="store_true", help="the headline table's five problems, every provider")
     ap.add_argument("--check", action="store_true", help="correctness and bit-identical repeats at real shapes")
     ap.add_argument("--sweep", action="store_true", help="every tunable configuration on the sweep problems")
     ap.add_argument("--sweep-first", action="store_true", help="sweep only the first sweep problem (1024^3, 60%%)")

@@ -2,7 +2,7 @@
 
 ``sparsekit info``        backend, device, versions and peak rates
 ``sparsekit reproduce``   run every registered experiment, write CSV + PNG + REPORT.md
-``sparsekit bench NAME``  time one kernel against its baselines (added by the kernel issues)
+``sparsekit bench NAME``  time one kernel against its baselines (one module a kernel family)
 
 Other top-level commands (``tune``, ``roofline``, ...) come from the modules
 of :mod:`sparsekit.commands`. Nothing here imports Numba at module level: the

@@ -1,4 +1,4 @@
-"""Sub-commands contributed by the kernel issues, discovered by :mod:`sparsekit.cli`.
+"""Sub-commands of the ``sparsekit`` command line, one module a kernel family, discovered by :mod:`sparsekit.cli`.
 
 A module here may define either or both of:
 
