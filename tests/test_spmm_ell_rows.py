@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from gpu import spmm_ell_rows as g
 from reference import spmm_ell_rows as r
+from sparsekit.checks import BFLOAT16
 from tests.test_spmm_tiled import assert_close, sparse_halves
 
 
@@ -28,6 +29,23 @@ def test_linear_matches_reference(w, n, extra, signed, shared, data):
                                  x_in_shared=shared)                  # both kernels: x^T in shared memory or L1
     want = r.spmm_ell_rows_linear(values, indices, w.shape[1], x)
     assert_close(np.asarray(got).T, want.T, w, x.T)
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.sampled_from([1, 3]), dtype=st.sampled_from([np.float16, BFLOAT16]), seed=st.integers(0, 2**32 - 1))
+def test_shared_kernel_pipelines_steps_and_rows(n, dtype, seed):
+    """The shared-memory kernel's pipeline: 2 warps a block, so each warp takes many rows, of 0 to 3 steps
+    (unroll 1: 32 chunks, 256 entries a step), the next step's loads issued before the last one is used."""
+    rng = np.random.default_rng(seed)
+    m, k = 37, 700
+    keep = rng.random((m, k)) < rng.choice([0.0, 0.05, 0.5, 0.95], size=(m, 1))   # empty to 3-step rows
+    w = np.where(keep, rng.standard_normal((m, k)), 0).astype(dtype)
+    values, indices = r.ell_rows_from_dense(w)
+    x = rng.standard_normal((n, k)).astype(dtype)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(g, "SHARED_WARPS", 2)
+        got = g.spmm_ell_rows_linear(values, indices, k, x, unroll=1, x_in_shared=True)
+    assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, x).T, w, x.T)
 
 
 @settings(max_examples=25, deadline=None)

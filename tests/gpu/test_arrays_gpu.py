@@ -92,8 +92,11 @@ def test_torch_tensors_the_interface_refuses_are_refused_by_name():
         operand(torch.ones(4, device="cuda", requires_grad=True), "w", dtypes=None)
     p = torch.nn.Parameter(torch.ones(4, device="cuda"), requires_grad=False)   # a Tensor subclass
     assert _ptr(operand(p, "p", dtypes=(np.float32,)).dev) == p.data_ptr()
-    with pytest.raises(TypeError, match="^b: torch.bfloat16 has no NumPy dtype"):
-        operand(torch.ones(4, device="cuda", dtype=torch.bfloat16), "b", dtypes=None)
+    bf16 = torch.ones(4, device="cuda", dtype=torch.bfloat16)      # bfloat16: its bits, as uint16
+    got = operand(bf16, "b", dtypes=None).dev
+    assert got.dtype == np.uint16 and _ptr(got) == bf16.data_ptr()
+    with pytest.raises(TypeError, match="^c: torch.float8_e4m3fn has no NumPy dtype"):
+        operand(torch.zeros(4, device="cuda", dtype=torch.float8_e4m3fn), "c", dtypes=None)
 
 
 def test_cupy_side_stream_work_is_finished_before_use():
