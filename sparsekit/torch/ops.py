@@ -79,7 +79,8 @@ class Prepared:
         def product():
             from gpu.spmm_ell_rows import spmm_ell_rows_linear
 
-            return lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t, buffers=self.buffers)
+            return lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t.detach(),
+                                                  buffers=self.buffers)
 
         return self._run(key, product, x, (x.shape[0], values.shape[0]))
 
@@ -117,7 +118,7 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
         if _on_kernel(x):
-            return prep.product(x.detach().contiguous(), values, indices, in_features)
+            return prep.product(x if x.is_contiguous() else x.contiguous(), values, indices, in_features)
         return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     return (x.to(acc) @ dense_weight(values, indices, in_features).to(acc).T).to(x.dtype)
