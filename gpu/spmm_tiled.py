@@ -9,46 +9,52 @@ the matrix's tile shape:
 at a time with several loads in flight, multiplying each value by its row of ``B`` (gathered from L1/L2)
 on CUDA cores into float32 accumulators, then a warp sum. The linear form's ``X`` (``N x K``) is first
 staged as ``B = X^T`` with rows padded to 8 halves (:func:`stage_transposed`, a second launch), so a kept
-weight reads its ``N`` inputs in 16-byte loads instead of ``N`` scattered 2-byte ones. The fastest at N <= 16 (measured against dense
-cuBLAS in ``experiments/results/uspmm_decode.md``); from N = 8 its arithmetic, not the bytes, sets the time.
+weight reads its ``N`` inputs in 16-byte loads instead of ``N`` scattered 2-byte ones. From N = 8 its
+arithmetic, not the bytes, sets the time (``experiments/results/uspmm_decode.md``).
 
 **Tiles** (``TM >= 16``, :func:`_kernel`): "load as sparse, compute as dense" (Flash-LLM, VLDB 2024), the
-arithmetic on tensor cores. Correct at every N up to 64, but on the H200 slower than the rows kernel and
-than dense cuBLAS: its time goes to per-tile instructions (zeroing, scattering, copies and their 64-bit
-address arithmetic, about 2,500 warp instructions a 64 x 64 tile), not to the weight's bytes:
+arithmetic on tensor cores. A block of ``TM / 16`` warps owns a row of tiles (or a contiguous range of it:
+split K) and, for each tile ``t``, with one block barrier a tile:
 
 1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + S - 1``'s words and its slice of ``B`` into
-   shared-memory stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block.
-   Reading the weight at full bandwidth needs tens of kilobytes in flight per SM, so ``S`` grows as the
-   tiles thin out with sparsity (:func:`copy_stages`).
-2. **Scatter**: each word of tile ``t + 1`` writes its value at its local index of a zeroed ``TM x TK`` dense
-   tile (padding words write 0 to a sink past the tile).
-3. **Multiply**: each warp owns 16 rows: ``ldmatrix`` (A fragment) and ``ldmatrix.trans`` (B fragments)
-   from the dense tile of ``t``, ``mma.sync.m16n8k16`` with float32 accumulators, ``N`` padded to a
-   multiple of 8 with zero columns.
-4. **Zero** the dense tile of ``t - 1`` for reuse three tiles on. Three dense buffers make one barrier a tile
-   enough: a buffer is scattered (before barrier ``t``), multiplied (after it), zeroed (after barrier
-   ``t + 1``) and scattered again (after barrier ``t + 2``), each step a barrier from the next.
+   copy stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block, ``S`` from
+   :func:`copy_stages` (reading the weight at full bandwidth needs tens of kilobytes in flight an SM). A
+   word stage holds :func:`word_rounds` 16-byte chunks a thread, so the copy and the scatter are loops of
+   a fixed trip count, each chunk behind a predicate.
+2. **Scatter**: each word of tile ``t + 1`` writes its value at its local index of a zeroed dense tile
+   (rows padded by 8 halves; padding words write to a sink row past the tile): a 16-byte load of four
+   words, then a shift, two additions and a 16-bit store a word.
+3. **Multiply**: each warp owns 16 rows of the dense tile ``t``: ``ldmatrix`` (A fragments) and ``ldmatrix``
+   (B fragments; transposed for a row-major ``B``) , ``mma.sync.m16n8k16`` with float32 accumulators, ``N``
+   padded to a multiple of 8 with zero columns (at ``N <= 8`` one ``ldmatrix`` of ``B`` spans two k-steps).
+4. **Zero** its 16 rows of that dense tile again (16-byte stores; a warp barrier orders them after its own
+   reads), ready for tile ``t + 2``. Two dense buffers suffice: the scatter of ``t + 1`` and the multiply of
+   ``t`` use different buffers, and the block barrier at the start of step ``t + 1`` orders every warp's
+   zeroing before the next scatter into that buffer.
 
-A block owns ``TM = 16 * warps`` rows and a contiguous range of the row's tiles (split K, ``splits``
-blocks a row of tiles, so a 4096-row weight still fills 132 SMs). Each writes its float32 partial sums
-to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset by that block)
-adds the partials in split order (:func:`gpu.split_k.split_ticket`), so the result is the same on every run,
-and writes ``C`` rounded once to the dtype.
+Every address of the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
+global one taken once per thread, plus compile-time offsets: a tile costs each thread a few integer
+instructions beside its copies, stores, ``ldmatrix`` and MMAs.
+
+Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
+float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
+by that block) adds the partials in split order (:func:`gpu.split_k.split_ticket`), so the result is the
+same on every run, and writes ``C`` rounded once to the dtype.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint16, uint32
 from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
-from gpu.mma import (cp_async16, cp_async_commit, cp_async_wait, ldmatrix_x4, ldmatrix_x4_trans,
-                     mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr, st_shared4, widen_bf16,
-                     widen_f16)
+from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4, ldmatrix_x4,
+                     ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr,
+                     st_shared, st_shared4, widen_bf16, widen_f16)
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
 from gpu.split_k import split_ticket
 from gpu.vector_loads import load4
@@ -61,9 +67,11 @@ __all__ = ["spmm_tiled", "spmm_tiled_linear", "prepare", "DeviceTiled", "shared_
 #: The widest ``B`` this kernel takes (beyond it the product stops being bound by reading the weight).
 MAX_N = 64
 #: Dense-tile buffers (see step 4).
-BUFFERS = 3
+BUFFERS = 2
 #: Shared memory the copy stages of a block may take (three blocks an SM fit beside their dense tiles).
 STAGE_BUDGET = 48 * 1024
+SIM = bool(cuda_config.ENABLE_CUDASIM)
+U = np.uint32                     # shared-window byte addresses, thread offsets and counts (kept in 32 bits)
 
 
 def padded_n(n: int) -> int:
@@ -71,124 +79,182 @@ def padded_n(n: int) -> int:
     return max(8, 1 << (int(n) - 1).bit_length())
 
 
-def _strides(tm: int, tk: int, npad: int, linear: bool) -> tuple[int, int, int, int]:
-    """Shared-memory geometry in 16-bit elements: dense-tile row stride, dense buffer, B row stride, B stage.
+def word_rounds(max_words: int, tm: int) -> int:
+    """16-byte word chunks a thread copies and scatters a tile: the largest tile's words over ``2 TM`` threads."""
+    return max(1, cdiv(max_words // 4, 2 * tm))
 
-    A B slice is ``TK x N`` (``B`` row-major) or ``N x TK`` (``linear``: rows of ``X``). Rows are padded by
-    8 elements (16 bytes) so the 8 rows an ``ldmatrix`` reads fall in 8 distinct bank groups; a dense
-    buffer has 8 more elements for the sink of padding words."""
+
+class Layout(NamedTuple):
+    """Shared-memory geometry of a block of the tile kernel (strides in 16-bit elements, sizes in bytes)."""
+    ldw: int       #: dense-tile row stride: ``TK`` plus 8 (the 8 rows an ``ldmatrix`` reads fall in 8 bank groups)
+    dense: int     #: a dense buffer: ``TM`` rows, then a 16-byte sink row for padding words
+    ldb: int       #: B-slice row stride
+    brows: int     #: B-slice rows: ``TK`` (``B`` row-major), else ``max(N, 16)`` rows of ``X``
+    bslice: int    #: a B slice
+    stage: int     #: a copy stage: a B slice, then the word stage
+
+
+def layout(tm: int, tk: int, npad: int, linear: bool, rounds: int) -> Layout:
+    """The :class:`Layout` of a ``TM x TK`` tile at ``N`` padded to ``npad`` with ``rounds`` word chunks a thread.
+    A B slice is ``TK x N`` (``B`` row-major) or ``N x TK`` (``linear``: rows of ``X``); an x4 ``ldmatrix`` of
+    ``X`` reads 16 rows where it spans two n-blocks, so ``X``'s slice has at least 16 (the missing ones zero)."""
     ldw = tk + 8
     ldb = tk + 8 if linear else npad + 8
-    return ldw, tm * ldw + 8, ldb, (max(npad, 16) if linear else tk) * ldb   # (an x4 ldmatrix reads 16 rows)
+    brows = max(npad, 16) if linear else tk
+    bslice = 2 * brows * ldb
+    return Layout(ldw, 2 * tm * ldw + 16, ldb, brows, bslice, bslice + 16 * rounds * 2 * tm)
 
 
-def shared_bytes(tm: int, tk: int, npad: int, max_words: int, linear: bool, stages: int, max_tiles: int) -> int:
-    """Dynamic shared memory of a block: three dense tiles, ``stages`` B slices and word stages, then the
-    word offsets of the block's (at most ``max_tiles``) tiles."""
-    _, wd, _, bt = _strides(tm, tk, npad, linear)
-    return 2 * BUFFERS * wd + stages * (2 * bt + 4 * max_words) + 4 * (max_tiles + 1)
+def shared_bytes(tm: int, tk: int, npad: int, rounds: int, linear: bool, stages: int, max_tiles: int) -> int:
+    """Dynamic shared memory of a block: the dense buffers, ``stages`` copy stages, then the word offsets of
+    the block's (at most ``max_tiles``) tiles."""
+    g = layout(tm, tk, npad, linear, rounds)
+    return BUFFERS * g.dense + stages * g.stage + 4 * (max_tiles + 1)
 
 
-def copy_stages(tm: int, tk: int, npad: int, max_words: int, linear: bool) -> int:
+def copy_stages(tm: int, tk: int, npad: int, rounds: int, linear: bool) -> int:
     """Copy stages for a block: as many as :data:`STAGE_BUDGET` holds, from 3 to 16."""
-    _, _, _, bt = _strides(tm, tk, npad, linear)
-    return max(3, min(16, STAGE_BUDGET // (2 * bt + 4 * max_words)))
+    return max(3, min(16, STAGE_BUDGET // layout(tm, tk, npad, linear, rounds).stage))
 
 
 @functools.cache
-def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool, stages: int):
+def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool, stages: int, rounds: int):
     """The kernel for ``warps`` warps (``TM = 16 * warps`` rows), ``TK`` columns a tile, ``N`` padded to
-    ``npad``. ``linear``: ``b`` is ``X`` (``N x K``) and the result ``Y = C^T`` (``N x M``), both row-major (a
-    linear layer's ``Y = X W^T``); else ``b`` is ``K x N`` and ``C`` ``M x N``, row-major. ``vector_b``: the
-    rows of ``b`` are whole 16-byte chunks (``K`` or ``N`` a multiple of 8), copied 16 bytes at a time."""
+    ``npad``, ``rounds`` word chunks a thread (:func:`word_rounds`). ``linear``: ``b`` is ``X`` (``N x K``) and
+    the result ``Y = C^T`` (``N x M``), both row-major (a linear layer's ``Y = X W^T``); else ``b`` is ``K x N``
+    and ``C`` ``M x N``, row-major. ``vector_b``: the rows of ``b`` are whole 16-byte chunks (``K`` or ``N`` a
+    multiple of 8), copied 16 bytes at a time."""
     tm, nthreads = 16 * warps, 32 * warps
-    ldw, wd, ldb, bt = _strides(tm, tk, npad, linear)
-    b_base = BUFFERS * wd                      # B stages follow the dense tiles (16-bit elements)
-    w_base = (b_base + stages * bt) // 2       # word stages follow B (32-bit elements, 16-byte aligned)
+    g = layout(tm, tk, npad, linear, rounds)
+    ring = BUFFERS * g.dense                   # copy stages follow the dense buffers (bytes)
+    o_base = ring + stages * g.stage           # then the block's tile offsets
+    zero_chunks = o_base // 16                 # dense buffers and B slices start at zero
+    zero_rounds = cdiv(zero_chunks, nthreads)
     ahead = stages - 1                         # tile t + ahead is issued at step t
     pending = stages - 3                       # copy groups still in flight once tile t + 1 has landed
     pending0 = stages - 2                      # ... once tile 0 has (before the loop)
     ksteps, nblocks = tk // 16, npad // 8
     nacc = 4 * nblocks                         # float32 accumulators a thread: 4 per 16 x 8 block
-    lshift = tk.bit_length() - 1               # local index -> (row, col): TK is a power of two
+    lshift = tk.bit_length() - 1               # local index -> row: TK is a power of two
+    row_bytes, cpr = 2 * g.ldw, tk // 8        # dense-tile row stride in bytes, 16-byte chunks a row
+    pair_k = npad == 8 and ksteps % 2 == 0     # one ldmatrix of B serves two k-steps (N <= 8)
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
+    chunk_step = U(16 * nthreads)              # bytes between a thread's word chunks
+    zero_steps = 16 * cpr // 32                # a warp zeroes its 16 x cpr chunks, lane + 32 j
+    # B-slice copy by 16-byte chunks: a thread's chunks sit at compile-time offsets from its first one.
+    if linear:     # rows of X (row < N valid), cpr chunks a row (k0 + 8 col < K valid)
+        brow_threads = min(npad, nthreads)     # rows a pass (a power of two)
+        row_threads = nthreads // brow_threads  # threads a row
+        row_passes, col_steps = npad // brow_threads, cdiv(cpr, row_threads)
+    else:          # rows of B (k0 + row < K valid), npad / 8 chunks a row (8 col < N valid)
+        brow_threads = npad // 8               # chunks a row (a power of two)
+        row_threads = nthreads // brow_threads  # rows a pass
+        row_passes, col_steps = cdiv(tk, row_threads), 1
 
     @inlined
-    def issue(words, b, s16, s32, o_base, t, k0, k, n, maxw, tid):
-        """Step 1: start copying tile ``t``'s words and B slice (columns ``k0 ..`` of A) into stage
-        ``t % stages``. (Strided loops are ``while`` loops: Numba's ``range`` with a run-time step
-        computes its trip count with a 64-bit division, most of a tile's instructions.)"""
-        stage = t % stages
-        w0 = s32[o_base + t]
-        nchunks = (s32[o_base + t + 1] - w0) // 4
-        ch = tid
-        while ch < nchunks:
-            cp_async16(s32, w_base + stage * maxw + ch * 4, words, w0 + ch * 4, 16)
-            ch += nthreads
-        dst = b_base + stage * bt
-        if linear and vector_b:                  # N rows of X, TK elements each
-            ch = tid
-            while ch < n * (tk // 8):
-                r = ch // (tk // 8)
-                col = (ch - r * (tk // 8)) * 8
-                live = k0 + col < k
-                cp_async16(s16, dst + r * ldb + col, b, r * k + k0 + col if live else 0, 16 if live else 0)
-                ch += nthreads
-        elif linear:
+    def b_thread(b, tid, sa, k, n):
+        """This thread's first B chunk: ``(row, col, src, dst, step)``: its row and 16-byte chunk in the slice, the
+        64-bit global address of that chunk at ``k0 = 0``, its shared address in the first stage, the bytes of
+        ``b`` between two of its passes over the rows."""
+        if linear:
+            row, col = tid & U(brow_threads - 1), tid // U(brow_threads)
+            if nthreads % brow_threads != 0 and tid >= U(brow_threads * row_threads):
+                row = U(npad)                                   # past whole rows: copies nothing
+            return (row, col, global_addr(b, 0) + (row * k + col * U(8)) * U(2),
+                    sa + U(ring) + row * U(2 * g.ldb) + col * U(16), np.uint64(brow_threads) * k * U(2))
+        col, row = tid & U(brow_threads - 1), tid // U(brow_threads)
+        return (row, col, global_addr(b, 0) + (row * n + col * U(8)) * U(2),
+                sa + U(ring) + row * U(2 * g.ldb) + col * U(16), np.uint64(n) * U(2))
+
+    if linear and vector_b:
+        @inlined
+        def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
+            """Step 1 for B: the slice of ``b`` for columns ``k0 ..`` of A into the stage at byte offset ``stage``
+            (``row .. step``: :func:`b_thread`); chunks past ``K`` are zero-filled."""
+            for jr in range(row_passes):
+                if row + U(jr * brow_threads) < n:
+                    for jc in range(col_steps):
+                        c = col + U(jc * row_threads)
+                        if cpr % row_threads == 0 or c < U(cpr):
+                            cp_async16_raw(s16, dst + stage + U(jr * brow_threads * 2 * g.ldb + jc * row_threads * 16),
+                                           b, src + k0 * U(2) + U(jr) * step + U(jc * row_threads * 16),
+                                           U(16) if k0 + c * U(8) < k else U(0))
+    elif vector_b:
+        @inlined
+        def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
+            """Step 1 for B (row-major): rows ``k0 ..`` of ``b``; rows past ``K`` are zero-filled."""
+            if col * U(8) < n:
+                for jr in range(row_passes):
+                    r = row + U(jr * row_threads)
+                    if tk % row_threads == 0 or r < U(tk):
+                        cp_async16_raw(s16, dst + stage + U(jr * row_threads * 2 * g.ldb), b,
+                                       src + (k0 + U(jr * row_threads)) * step, U(16) if k0 + r < k else U(0))
+    elif linear:
+        @inlined
+        def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
+            """Step 1 for B, element by element: ``N`` rows of ``X``, ``TK`` elements each."""
+            base = (U(ring) + stage) // U(2)
             e = tid
-            while e < n * tk:
-                r = e // tk
-                col = e - r * tk
-                s16[dst + r * ldb + col] = b[r * k + k0 + col] if k0 + col < k else uint16(0)
-                e += nthreads
-        elif vector_b:                           # TK rows of B, N elements each
-            per_row = n // 8
-            ch = tid
-            while ch < tk * per_row:
-                r = ch // per_row
-                col = (ch - r * per_row) * 8
-                live = k0 + r < k
-                cp_async16(s16, dst + r * ldb + col, b, (k0 + r) * n + col if live else 0, 16 if live else 0)
-                ch += nthreads
-        else:
+            while e < n * U(tk):
+                r = e // U(tk)
+                cc = e - r * U(tk)
+                s16[base + r * U(g.ldb) + cc] = b[r * k + k0 + cc] if k0 + cc < k else uint16(0)
+                e += U(nthreads)
+    else:
+        @inlined
+        def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
+            """Step 1 for B, element by element: ``TK`` rows of ``b``, ``N`` elements each."""
+            base = (U(ring) + stage) // U(2)
             e = tid
-            while e < tk * n:
+            while e < U(tk) * n:
                 r = e // n
-                col = e - r * n
-                s16[dst + r * ldb + col] = b[(k0 + r) * n + col] if k0 + r < k else uint16(0)
-                e += nthreads
-        cp_async_commit()
+                cc = e - r * n
+                s16[base + r * U(g.ldb) + cc] = b[(k0 + r) * n + cc] if k0 + r < k else uint16(0)
+                e += U(nthreads)
 
     @inlined
-    def scatter(s16, s32, o_base, t, maxw, tid):
-        """Step 2: tile ``t``'s words into its zeroed dense buffer (padding words into the sink)."""
-        stage = t % stages
-        nw = s32[o_base + t + 1] - s32[o_base + t]
-        base = (t % BUFFERS) * wd
-        i = tid
-        while i < nw:
-            w = s32[w_base + stage * maxw + i]
-            local = w >> 16
-            r = local >> lshift
-            s16[base + r * ldw + (local - (r << lshift))] = uint16(w & 0xFFFF)
-            i += nthreads
+    def put(s16, half0, w):
+        """Store word ``w``'s value at its local index of the dense tile starting at element ``half0``."""
+        local = w >> U(16)
+        s16[half0 + local + ((local >> U(lshift)) << U(3))] = uint16(w & U(0xFFFF))
 
     @inlined
-    def multiply(s16, s32, acc, t, warp, lane):
-        """Step 3: this warp's 16 rows of the dense tile ``t`` times the B slice, into ``acc``."""
-        a_row = (t % BUFFERS) * wd + (warp * 16 + lane % 16) * ldw + (lane // 16) * 8
-        # matrix j = lane // 8 of the four: k-half j % 2 and n-block p + j // 2
-        if linear:                               # [n][k] rows: plain ldmatrix gives B's "col" fragments
-            b_row = b_base + (t % stages) * bt + (lane % 8 + lane // 16 * 8) * ldb + (lane // 8) % 2 * 8
-        else:                                    # [k][n] rows: transposed
-            b_row = b_base + (t % stages) * bt + (lane % 8 + (lane // 8) % 2 * 8) * ldb + (lane // 16) * 8
+    def scatter(s16, s32, tid, nchunks, words_at, buffer):
+        """Step 2: a tile's ``nchunks`` word chunks from the word stage at ``words_at`` (this thread's first chunk)
+        into the zeroed dense buffer at byte offset ``buffer``."""
+        half0 = buffer >> U(1)
+        for r in range(rounds):
+            if U(tid + U(r * nthreads)) < nchunks:
+                w0, w1, w2, w3 = ld_shared4(s32, words_at + U(r) * chunk_step)
+                put(s16, half0, w0)
+                put(s16, half0, w1)
+                put(s16, half0, w2)
+                put(s16, half0, w3)
+
+    @inlined
+    def multiply(s16, s32, acc, a_at, b_at):
+        """Step 3: this warp's 16 rows of the dense tile (its A fragments' ldmatrix address ``a_at``) times the B
+        slice (``b_at``: this lane's ldmatrix address; an element index for the transposed load), into ``acc``."""
+        if pair_k:
+            for s in range(ksteps // 2):
+                if linear:
+                    b0, b1, b2, b3 = ldmatrix_x4(s32, b_at + U(64 * s))
+                else:
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_at + U(32 * s * g.ldb))
+                a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(64 * s))
+                d = mma(a0, a1, a2, a3, b0, b1, acc[0], acc[1], acc[2], acc[3])
+                a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(64 * s + 32))
+                d = mma(a0, a1, a2, a3, b2, b3, d[0], d[1], d[2], d[3])
+                for i in range(4):
+                    acc[i] = d[i]
+            return
         for ks in range(ksteps):
-            a0, a1, a2, a3 = ldmatrix_x4(s32, shared_addr(s16, a_row + ks * 16))
+            a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(32 * ks))
             for p in range(0, nblocks, 2):
                 if linear:
-                    b0, b1, b2, b3 = ldmatrix_x4(s32, shared_addr(s16, b_row + p * 8 * ldb + ks * 16))
+                    b0, b1, b2, b3 = ldmatrix_x4(s32, b_at + U(16 * p * g.ldb + 32 * ks))
                 else:
-                    b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_row + ks * 16 * ldb + p * 8)
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_at + U(16 * ks * g.ldb + 8 * p))
                 d = mma(a0, a1, a2, a3, b0, b1, acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
                 for i in range(4):
                     acc[4 * p + i] = d[i]
@@ -197,15 +263,6 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                     d = mma(a0, a1, a2, a3, b2, b3, acc[q], acc[q + 1], acc[q + 2], acc[q + 3])
                     for i in range(4):
                         acc[q + i] = d[i]
-
-    @inlined
-    def zero(s32, first, count, tid):
-        """Zero ``count`` 32-bit words of shared memory from word ``first`` (a multiple of 4), 16 bytes a
-        store, in a loop of fixed trip count (``count`` is a compile-time constant)."""
-        for z in range((count // 4 + nthreads - 1) // nthreads):
-            i = (tid + z * nthreads) * 4
-            if i < count:
-                st_shared4(s32, shared_addr(s32, first + i), uint32(0), uint32(0), uint32(0), uint32(0))
 
     @inlined
     def store(c, row, col, m, n, x):
@@ -217,51 +274,99 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
             else:
                 c[at] = x
 
+    @inlined
+    def issue(words, b, s16, s32, tid, offs, u, stage, word_src, word_dst, brow, bcol, b_src, b_dst, bstep, k0, k, n):
+        """Step 1: start copying tile ``u`` (columns ``k0 ..`` of A) into the copy stage at byte offset ``stage``."""
+        w0 = ld_shared(s32, offs + u * U(4))
+        nchunks = U(U(ld_shared(s32, offs + u * U(4) + U(4)) - w0) >> U(2))
+        src = word_src + w0 * U(4)
+        dst = U(word_dst + stage)
+        for r in range(rounds):
+            if U(tid + U(r * nthreads)) < nchunks:
+                cp_async16_raw(s32, dst + U(r) * chunk_step, words, src + U(r) * chunk_step, U(16))
+        copy_b(b, s16, tid, brow, bcol, b_src, b_dst, bstep, stage, k0, k, n)
+
     @cuda.jit
-    def kernel(words, offsets, b, c, ws, counters, m, k, n, maxw):
-        s16 = cuda.shared.array(0, uint16, alignment=SMEM_ALIGN)    # [dense tiles | B slices | word stages]
-        s32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)
+    def kernel(words, offsets, b, c, ws, counters, m, k, n):
+        s16 = cuda.shared.array(0, uint16, alignment=SMEM_ALIGN)    # [dense tiles | stages: B slice, words |
+        s32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)    #  tile offsets]
         last = cuda.shared.array(1, int32)
-        tid = cuda.threadIdx.x
-        warp, lane = tid // 32, tid % 32
+        tid = U(cuda.threadIdx.x)
+        warp, lane = tid >> U(5), tid & U(31)
         strip, split, nsplit = cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.y
         kt = (k + tk - 1) // tk
         t0 = split * kt // nsplit
-        nt = (split + 1) * kt // nsplit - t0
-        first = strip * kt + t0
-        zero(s32, 0, w_base, tid)                         # dense tiles and B pad columns start at zero
-        o_base = w_base + stages * maxw                    # the block's tile offsets, read once (a global
-        i = tid                                            # load in the loop would stall every step)
+        nt = U((split + 1) * kt // nsplit - t0)
+        first = U(strip * kt + t0)
+        k32, n32 = U(k), U(n)
+        sa = shared_addr(s32, 0)
+        for z in range(zero_rounds):         # dense tiles and B pad rows start at zero
+            i = tid + U(z * nthreads)
+            if zero_chunks % nthreads == 0 or i < U(zero_chunks):
+                st_shared4(s32, sa + i * U(16), U(0), U(0), U(0), U(0))
+        offs = sa + U(o_base)                                 # the block's tile offsets, read once (a global
+        i = tid                                               # load in the loop would stall every step)
         while i <= nt:
-            s32[o_base + i] = uint32(offsets[first + i])
-            i += nthreads
+            st_shared(s32, offs + i * U(4), U(offsets[first + i]))
+            i += U(nthreads)
+        # this thread's addresses: its word chunks, B chunks, A and B fragment rows, zeroing chunks
+        word_src = global_addr(words, 0) + U(16) * tid
+        word_dst = sa + U(ring + g.bslice) + U(16) * tid
+        brow, bcol, b_src, b_dst, bstep = b_thread(b, tid, sa, k32, n32)
+        a_lane = sa + (warp * U(16) + (lane & U(15))) * U(row_bytes) + (lane >> U(4)) * U(16)
+        if linear and pair_k:                                 # n 0-7, k 8 j .. 8 j + 7 of a 32-wide window
+            b_lane = sa + U(ring) + (lane & U(7)) * U(2 * g.ldb) + (lane >> U(3)) * U(16)
+        elif linear:                                          # n-block p + j // 2, k-half j % 2
+            b_lane = sa + U(ring) + ((lane & U(7)) + (lane >> U(4)) * U(8)) * U(2 * g.ldb) + ((lane >> U(3)) & U(1)) * U(16)
+        elif pair_k:                                          # (ldmatrix.trans: element indices) k rows 8 j ..
+            b_lane = U(ring // 2) + lane * U(g.ldb)           # 8 j + 7 of a 32-row window
+        else:                                                 # k-half j % 2, n-block p + j // 2
+            b_lane = U(ring // 2) + ((lane & U(7)) + ((lane >> U(3)) & U(1)) * U(8)) * U(g.ldb) + (lane >> U(4)) * U(8)
+        z_lane = sa + (warp * U(16) + lane // U(cpr)) * U(row_bytes) + (lane % U(cpr)) * U(16)
         cuda.syncthreads()
         acc = cuda.local.array(nacc, float32)
-        for i in range(nacc):
-            acc[i] = float32(0.0)
-        for t in range(ahead):                             # prologue: tiles 0 .. S - 2 in flight
-            if t < nt:
-                issue(words, b, s16, s32, o_base, t, (t0 + t) * tk, k, n, maxw, tid)
-            else:
-                cp_async_commit()
-        cp_async_wait(pending0)                            # tile 0 has landed
+        for j in range(nacc):
+            acc[j] = float32(0.0)
+        k0 = U(t0 * tk)
+        for u in range(ahead):                                # prologue: tiles 0 .. S - 2 in flight
+            if U(u) < nt:
+                issue(words, b, s16, s32, tid, offs, U(u), U(u * g.stage), word_src, word_dst, brow, bcol, b_src, b_dst,
+                      bstep, k0, k32, n32)
+                k0 = U(k0 + U(tk))
+            cp_async_commit()
+        cp_async_wait(pending0)                               # tile 0 has landed
         cuda.syncthreads()
-        if nt > 0:
-            scatter(s16, s32, o_base, 0, maxw, tid)
-        for t in range(nt):
-            cp_async_wait(pending)                         # tile t + 1 has landed (this thread's part)
-            cuda.syncthreads()                             # ... every thread's; tile t is scattered
-            if t + ahead < nt:                             # (stage (t - 1) % S: free since the barrier)
-                issue(words, b, s16, s32, o_base, t + ahead, (t0 + t + ahead) * tk, k, n, maxw, tid)
-            else:
-                cp_async_commit()                          # an empty group keeps the wait counts
-            if t + 1 < nt:
-                scatter(s16, s32, o_base, t + 1, maxw, tid)
-            multiply(s16, s32, acc, t, warp, lane)
-            zero(s32, (t + 2) % BUFFERS * (wd // 2), wd // 2, tid)   # step 4: the buffer of t - 1
+        if nt > U(0):
+            scatter(s16, s32, tid, U(U(ld_shared(s32, offs + U(4)) - ld_shared(s32, offs)) >> U(2)), word_dst, U(0))
+        buffer = U(0)                                         # byte offsets: the dense buffer of tile t, the
+        s_prev, s_cur, s_next = U((stages - 1) * g.stage), U(0), U(g.stage)   # stages of tiles t - 1, t, t + 1
+        t = U(0)
+        while t < nt:
+            cp_async_wait(pending)                            # tile t + 1 has landed (this thread's part)
+            cuda.syncthreads()                                # ... every thread's; tile t is scattered
+            if U(t + U(ahead)) < nt:                             # into stage (t - 1) % S: free since the barrier
+                issue(words, b, s16, s32, tid, offs, U(t + U(ahead)), s_prev, word_src, word_dst, brow, bcol, b_src, b_dst,
+                      bstep, k0, k32, n32)
+                k0 = U(k0 + U(tk))
+            cp_async_commit()                                 # (an empty group keeps the wait counts)
+            if U(t + U(1)) < nt:
+                at = U(offs + U(t + U(1)) * U(4))
+                scatter(s16, s32, tid, U(U(ld_shared(s32, at + U(4)) - ld_shared(s32, at)) >> U(2)),
+                        U(word_dst + s_next), U(U(g.dense) - buffer))
+            multiply(s16, s32, acc, a_lane + buffer, b_lane + (s_cur if linear else s_cur // U(2)))
+            if not SIM:                                       # step 4 after this warp's ldmatrix reads
+                cuda.syncwarp()                               # (the simulator's MMA already waits for them)
+            for j in range(zero_steps):
+                st_shared4(s32, z_lane + buffer + U((32 * j // cpr) * row_bytes + (32 * j % cpr) * 16),
+                           U(0), U(0), U(0), U(0))
+            buffer = U(U(g.dense) - buffer)
+            s_prev, s_cur = s_cur, s_next
+            s_next = U(s_next + U(g.stage)) if U(s_next + U(g.stage)) < U(stages * g.stage) else U(0)
+            t = U(t + U(1))
         # Epilogue: C fragment element i of n-block p sits at row g (+8 for i >= 2), column 8p + 2q + i % 2.
-        g, q = lane // 4, lane % 4
-        row0 = strip * (16 * warps) + warp * 16 + g
+        thread = cuda.threadIdx.x
+        gq, q = thread % 32 // 4, thread % 4
+        row0 = strip * tm + thread // 32 * 16 + gq
         if nsplit == 1:
             for p in range(nblocks):
                 for i in range(4):
@@ -269,7 +374,7 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
             return
         nstrips = cuda.gridDim.x
         for j in range(nacc):                       # partials, coalesced: [split][strip][j][thread]
-            ws[((split * nstrips + strip) * nacc + j) * nthreads + tid] = acc[j]
+            ws[((split * nstrips + strip) * nacc + j) * nthreads + thread] = acc[j]
         if not split_ticket(counters, nsplit, strip, last):  # the last block of the row of tiles goes on
             return
         for p in range(nblocks):
@@ -277,7 +382,7 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 j = 4 * p + i
                 total = float32(0.0)
                 for s in range(nsplit):                    # split order: the same sum on every run
-                    total += ws[((s * nstrips + strip) * nacc + j) * nthreads + tid]
+                    total += ws[((s * nstrips + strip) * nacc + j) * nthreads + thread]
                 store(c, row0 + (i // 2) * 8, p * 8 + 2 * q + i % 2, m, n, total)
 
     return kernel
@@ -521,13 +626,14 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     splits = min(splits, dev.host.grid[1])
     tm, tk = dev.host.tile
     npad = padded_n(n)
-    stages = copy_stages(tm, tk, npad, dev.max_words, linear) if stages is None else check_int(stages, "stages",
-                                                                                                 minimum=3)
-    nbytes = shared_bytes(tm, tk, npad, dev.max_words, linear, stages, cdiv(dev.host.grid[1], splits))
-    kernel = _kernel(tm // 16, tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0, stages)
+    rounds = word_rounds(dev.max_words, tm)
+    stages = copy_stages(tm, tk, npad, rounds, linear) if stages is None else check_int(stages, "stages", minimum=3)
+    nbytes = shared_bytes(tm, tk, npad, rounds, linear, stages, cdiv(dev.host.grid[1], splits))
+    kernel = _kernel(tm // 16, tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0, stages,
+                     rounds)
     nthreads = 32 * (tm // 16)
     ws = dev.scratch(splits * dev.host.grid[0] * (npad // 2) * nthreads)     # 4 * npad / 8 partials a thread
-    args = (dev.words, dev.offsets, bits, cflat, ws, dev.counters, m, k, n, dev.max_words)
+    args = (dev.words, dev.offsets, bits, cflat, ws, dev.counters, m, k, n)
     if nbytes > SHARED_OPTIN:
         raise ValueError(f"a.tile: {dev.host.tile} with {stages} copy stages needs {nbytes} bytes of shared memory "
                          f"a block, more than the {SHARED_OPTIN} a block may have; choose a smaller tile")

@@ -25,9 +25,9 @@ def out_type(bf16: bool):
 
 
 @functools.cache
-def tiled(cc, warps, tk, npad, bf16, linear, vector_b, stages):
-    args = (U32, I32, U16, out_type(bf16), types.Array(types.float32, 1, "C"), I32) + (types.int64,) * 4
-    return offline.build(st._kernel(warps, tk, npad, bf16, linear, vector_b, stages), args, cc)
+def tiled(cc, warps, tk, npad, bf16, linear, vector_b, stages, rounds):
+    args = (U32, I32, U16, out_type(bf16), types.Array(types.float32, 1, "C"), I32) + (types.int64,) * 3
+    return offline.build(st._kernel(warps, tk, npad, bf16, linear, vector_b, stages, rounds), args, cc)
 
 
 @functools.cache
@@ -36,13 +36,13 @@ def rows(cc, n, bf16, stride, linear):
     return offline.build(st._row_kernel(n, bf16, stride, linear, st.ROW_UNROLL), args, cc)
 
 
-TILED = [(4, 64, 8, False, True, True, 4), (4, 64, 32, True, False, True, 3), (2, 128, 16, False, False, False, 6)]
+TILED = [(4, 64, 8, False, True, True, 4, 2), (4, 64, 32, True, False, True, 3, 2), (2, 128, 16, False, False, False, 6, 3)]
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
 @pytest.mark.parametrize("setting", TILED, ids=str)
 def test_tiled_kernel(cc, setting):
-    warps, tk, npad, bf16, linear, vector_b, stages = setting
+    warps, tk, npad, bf16, linear, vector_b, stages, rounds = setting
     ptx, report = tiled(cc, *setting)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16.bf16' if bf16 else 'f16.f16'}.f32" in ptx
