@@ -360,16 +360,22 @@ def _spmm_csr(dev, bop, *, swizzle, cols_per_lane, warps_per_block, warps_per_ro
     return result(c, like=bop)
 
 
+#: Warps :func:`staged_tunables` fills a launch to (splitting rows), by vector width.
+TARGET_WARPS = {4: 2048, 1: 4096}
+
+
 def staged_tunables(csr, n: int) -> dict:
     """Keyword arguments of :func:`spmm_csr` for the staged kernel, chosen from ``csr``'s (a
     CSR or a :class:`DeviceSparse` of one) rows and
-    nonzeros and ``B``'s column count ``n`` (a rule fitted to the H100 sweep of
-    ``experiments/bench_teaching.py gpu-sweep``, ``experiments/results/teaching.md``).
+    nonzeros and ``B``'s column count ``n`` (a rule fitted to the H200 sweep of
+    ``experiments/bench_teaching.py gpu-sweep``, ``experiments/results/teaching.md``: within 6 % of
+    the sweep's best configuration on each of the suite's 20 problems).
 
     Rows swizzled, ``cols_per_lane = 2``, vector loads of 4 when ``n % 4 == 0``;
     ``warps_per_row`` doubles from 1 (at most 8) while the launch has fewer than
-    4096 warps and each warp would still get 8 nonzeros of an average row: few
-    long rows get split, many short ones do not (a split costs a reduction).
+    :data:`TARGET_WARPS` warps (2048 with vector loads, whose lanes each move 4 columns; 4096
+    without) and each warp would still get 8 nonzeros of an average row: few long rows get
+    split, many short ones do not (a split costs a reduction).
     ``b`` must then be aligned for the vector load (fresh NumPy, Numba, CuPy and
     PyTorch allocations are).
     """
@@ -383,7 +389,8 @@ def staged_tunables(csr, n: int) -> dict:
     warps = m * cdiv(n, WARP_SIZE * vector * cols_per_lane)
     mean_row = host.nnz / m if m else 0.0
     warps_per_row = 1
-    while warps_per_row < 8 and warps * warps_per_row < 4096 and mean_row / (2 * warps_per_row) >= 8:
+    target = TARGET_WARPS[vector]
+    while warps_per_row < 8 and warps * warps_per_row < target and mean_row / (2 * warps_per_row) >= 8:
         warps_per_row *= 2
     return dict(swizzle=True, warps_per_row=warps_per_row, warps_per_block=max(4, warps_per_row),
                 vector=vector, cols_per_lane=cols_per_lane)

@@ -149,12 +149,16 @@ def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
 
 def test_staged_tunables_follow_the_rule():
     """One warp per row while the launch is large or rows are short; split long rows of small
-    launches (2048 x 512 at 90%: 51 per row, 2048 warps -> 2 warps per row)."""
+    launches (2048 x 512 at 90%: 51 per row; 2048 warps at N = 256 with vector loads: not split; at
+    N = 49 without: 2 warps per row)."""
     from sparsekit.bench.spmm import suite_matrix
     from gpu import spmm as gs
     csr, _, _ = suite_matrix(2048, 512, 8, 0.9)
-    assert gs.staged_tunables(csr, 256) == dict(swizzle=True, warps_per_row=2, warps_per_block=4, vector=4,
+    assert gs.staged_tunables(csr, 256) == dict(swizzle=True, warps_per_row=1, warps_per_block=4, vector=4,
                                                 cols_per_lane=2)
+    assert gs.staged_tunables(csr, 49)["warps_per_row"] == 2
+    csr, _, _ = suite_matrix(512, 2048, 8, 0.9)         # 205 per row, 512 warps: 4 a row with vector loads
+    assert gs.staged_tunables(csr, 256)["warps_per_row"] == 4
     csr, _, _ = suite_matrix(512, 2048, 8, 0.9)         # 205 per row, 512 warps at N = 49
     assert gs.staged_tunables(csr, 49)["warps_per_row"] == 8 and gs.staged_tunables(csr, 49)["vector"] == 1
     assert gs.staged_tunables(csr, 49)["warps_per_block"] == 8
