@@ -46,6 +46,8 @@ _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
 _VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
 #: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once).
 SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 2
+#: Warps (rows) a block of :func:`_densify_in_shared` (fewer where K's rows do not fit).
+DENSIFY_WARPS = 4
 #: Shared memory an SM has for blocks (H100, H200: 228 KB).
 SHARED_PER_SM = 228 * 1024
 
@@ -176,6 +178,42 @@ def _sm_count() -> int:
     return info().sm_count or 1
 
 
+@functools.cache
+def _densify_in_shared(warps: int):
+    """Rows of ``w`` (``M x K``, ``K % 8 == 0``) built in shared memory, one warp a row: zero the warp's row
+    there, write its entries (8 at a time from two 16-byte loads), then copy the row out in 16-byte stores:
+    every byte of ``w`` written once, whole lines."""
+    @cuda.jit
+    def kernel(values, indices, w32, m, k, entries):
+        rows = cuda.shared.array(0, uint16)
+        rows32 = cuda.shared.array(0, uint32)
+        lane = cuda.threadIdx.x % 32
+        warp = cuda.threadIdx.x // 32
+        row = cuda.blockIdx.x * warps + warp
+        mine = warp * (k // 2)                        # the warp's row in rows32 (k // 2 words)
+        zero = uint32(0)
+        if row < m:
+            for chunk in range(lane, k // 8, 32):
+                store4(rows32, mine + chunk * 4, (zero, zero, zero, zero))
+        cuda.syncthreads()                            # the zeros before the entries (an entry may be any lane's)
+        if row < m:
+            base = row * (entries // 2)
+            for chunk in range(lane, entries // 8, 32):
+                v = load4(values, base + chunk * 4)
+                i = load4(indices, base + chunk * 4)
+                for h in range(8):
+                    col = (i[h // 2] >> (16 * (h % 2))) & 0xFFFF
+                    if col < k:
+                        rows[2 * mine + col] = uint16((v[h // 2] >> (16 * (h % 2))) & 0xFFFF)
+        cuda.syncthreads()
+        if row < m:
+            out = row * (k // 2)
+            for chunk in range(lane, k // 8, 32):
+                store4(w32, out + chunk * 4, load4(rows32, mine + chunk * 4))
+
+    return kernel
+
+
 def _value_dtype(vop) -> np.dtype:
     """The values' dtype (a bfloat16 operand reaches the kernel as its uint16 bits)."""
     return BFLOAT16 if vop.dev.dtype == np.uint16 else np.dtype(vop.dev.dtype)
@@ -242,9 +280,11 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     return result(y, like=xop)
 
 
-def densify_ell_rows(values, indices, k: int, *, out=None):
+def densify_ell_rows(values, indices, k: int, *, out=None, in_shared: bool | None = None):
     """``W`` (``M x k``, row-major, the values' dtype) from padded ELL rows; into ``out`` when given (a
-    C-contiguous ``M x k`` array of that dtype, e.g. a torch tensor), else a new array of ``values``' kind."""
+    C-contiguous ``M x k`` array of that dtype, e.g. a torch tensor), else a new array of ``values``' kind.
+    ``in_shared`` (default: when ``k % 8 == 0`` and a row fits shared memory): rows built in shared memory
+    and written once (:func:`_densify_in_shared`), else zeroed in place, then written (:func:`_densify`)."""
     vop, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
@@ -254,9 +294,24 @@ def densify_ell_rows(values, indices, k: int, *, out=None):
     else:
         like = operand(out, "out", dtypes=(dtype,), shape=(m, k), order="C")
         w = like.dev
-    if m and k:
-        wbits = _bits(flat_view(w))
-        wide = k % 8 == 0
+    if not (m and k):
+        return result(w, like=like)
+    wbits = _bits(flat_view(w))
+    wide = k % 8 == 0
+    warps = min(DENSIFY_WARPS, (SHARED_OPTIN - 1024) // (2 * k))
+    if in_shared is None:
+        in_shared = wide and warps >= 1
+    if in_shared:
+        if not wide or warps < 1:
+            raise ValueError(f"in_shared: a row of {k} columns needs K % 8 == 0 and at most "
+                             f"{(SHARED_OPTIN - 1024) // 2} columns")
+        kernel = _densify_in_shared(warps)
+        args = (vbits.view(np.uint32), ibits.view(np.uint32), wbits.view(np.uint32), m, k, entries)
+        nbytes = 2 * k * warps
+        if nbytes > SHARED_LIMIT:
+            opt_in(kernel, args, nbytes)
+        launch(DynamicShared(kernel, nbytes), cdiv(m, warps), 32 * warps, args, "densify in shared memory")
+    else:
         launch(_densify(wide), cdiv(m, ROW_WARPS), 32 * ROW_WARPS,
                (vbits, ibits, wbits, wbits.view(np.uint32) if wide else wbits, m, k, entries), "densify")
     return result(w, like=like)

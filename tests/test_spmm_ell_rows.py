@@ -87,11 +87,16 @@ def test_bad_operands_are_named():
         g.densify_ell_rows(values, indices.astype(np.int32), 8)
 
 
-@pytest.mark.parametrize("k", [64, 67])
-def test_densify_both_zeroing_widths(k):
-    """K % 8 == 0 zeroes rows in 16-byte stores, other K half by half: both exact over NaN-filled output."""
+@pytest.mark.parametrize("k, in_shared", [(64, True), (64, False), (67, False)])
+def test_densify_every_kernel(k, in_shared):
+    """Rows built in shared memory (K % 8 == 0), zeroed in place by 16-byte stores (K % 8 == 0) or half by
+    half: each exact over a NaN-filled output, with a block's last rows past M."""
     rng = np.random.default_rng(k)
     w = np.where(rng.random((9, k)) < 0.3, rng.standard_normal((9, k)), 0).astype(np.float16)
     values, indices = r.ell_rows_from_dense(w)
     out = np.full(w.shape, np.nan, np.float16)
-    np.testing.assert_array_equal(np.asarray(g.densify_ell_rows(values, indices, k, out=out)), w)
+    got = g.densify_ell_rows(values, indices, k, out=out, in_shared=in_shared)
+    np.testing.assert_array_equal(np.asarray(got), w)
+    if not in_shared and k % 8:
+        with pytest.raises(ValueError, match="in_shared"):
+            g.densify_ell_rows(values, indices, k, in_shared=True)

@@ -48,3 +48,11 @@ def test_shared_kernel(cc, n, bf16, stride):
     assert ".local" not in ptx
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+def test_densify_in_shared_kernel(cc):
+    """Rows zeroed and copied out in 16-byte stores (shared and global), entries read 16 bytes at a time."""
+    ptx, report = offline.build(ser._densify_in_shared(ser.DENSIFY_WARPS), (U32, U32, U32) + (types.int64,) * 3, cc)
+    assert "st.shared.v4.u32" in ptx and "st.global.v4.u32" in ptx and "ld.shared.v4.u32" in ptx
+    assert ptx.count("bar.sync") == 2 and ".local" not in ptx
