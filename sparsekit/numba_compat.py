@@ -10,18 +10,22 @@ installed numba-cuda version and the reviewed one, instead of an ``AttributeErro
 
 ``pyproject.toml`` and ``environment.yml`` bound numba-cuda to the reviewed minor version
 (:data:`REVIEWED_NUMBA_CUDA`); another minor version warns once (:class:`UnreviewedNumbaWarning`). The
-replacements of numba-cuda functions (:mod:`sparsekit.numba_patches`, :mod:`sparsekit.simulator`) are
-guarded differently: each is installed only over the source it was reviewed against, by its hash.
+faster replacements of numba-cuda functions (:mod:`sparsekit.numba_patches`, :mod:`sparsekit.simulator`) are
+guarded differently: :func:`install` puts each only over the source it was reviewed against (by its hash),
+and another source keeps Numba's own code with one :class:`ReviewMismatchWarning`.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.metadata
+import inspect
 import warnings
 
-__all__ = ["REVIEWED_NUMBA_CUDA", "NumbaInternalsError", "UnreviewedNumbaWarning", "private", "kernel_function",
-           "pack_arguments", "core_stream", "numba_type", "cache_numba_type", "lto_library", "verbose_linker"]
+__all__ = ["REVIEWED_NUMBA_CUDA", "NumbaInternalsError", "UnreviewedNumbaWarning", "ReviewMismatchWarning", "private",
+           "install", "is_reviewed", "replaced", "kernel_function", "pack_arguments", "core_stream", "numba_type",
+           "cache_numba_type", "lto_library", "verbose_linker"]
 
 #: The numba-cuda minor version whose internals these helpers were reviewed against.
 REVIEWED_NUMBA_CUDA = "0.30"
@@ -143,3 +147,41 @@ def verbose_linker():
         yield
     finally:
         linker._get_linker_options = original
+
+
+# --- replacing numba-cuda functions: only over the source that was reviewed ------------------------------------
+
+#: The functions replaced, by name (kept for the tests, which run them beside their replacements).
+replaced: dict = {}
+
+#: The functions left unreplaced because their source is not the reviewed one (each warned about once).
+_mismatched: set = set()
+
+
+class ReviewMismatchWarning(RuntimeWarning):
+    """A numba-cuda function's source is not the reviewed one, so its faster replacement is not installed."""
+
+
+def is_reviewed(obj, sha256: str) -> bool:
+    """Whether ``obj``'s source is the reviewed one (its sha256 is ``sha256``)."""
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == sha256
+
+
+def install(owner, name: str, replacement, *reviews) -> bool:
+    """Put ``replacement`` at ``owner.name`` (idempotent), the original kept in :data:`replaced` as
+    ``"Owner.name"``, where every ``(obj, sha256)`` of ``reviews`` is the reviewed source (:func:`is_reviewed`).
+    Returns whether it is in place; where a source differs, warns once (:class:`ReviewMismatchWarning`). Once
+    installed it is never installed again: what replaced it since (a test's wrapper) stays."""
+    key = f"{owner.__name__}.{name}"
+    if key in replaced:
+        return getattr(owner, name) is replacement
+    if key in _mismatched:
+        return False
+    if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
+        _mismatched.add(key)
+        warnings.warn(f"{key} is not the reviewed numba-cuda source: its replacement is not installed and "
+                      f"Numba's own (slower, correct) code runs", ReviewMismatchWarning, stacklevel=2)
+        return False
+    replaced[key] = getattr(owner, name)
+    setattr(owner, name, replacement)
+    return True

@@ -12,8 +12,8 @@ debugging; :func:`installed` says which are in place, and :func:`install_all` lo
 ``sparsekit.numba_patches``, level INFO).
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
-of ``inspect.getsource``, :func:`install`); another version keeps its own code, slower but correct, and a
-:class:`ReviewMismatchWarning` says so once per replaced function. The simulator's (:mod:`sparsekit.simulator`)
+of ``inspect.getsource``, :func:`sparsekit.numba_compat.install`); another version keeps its own code, slower but
+correct, and a :class:`~sparsekit.numba_compat.ReviewMismatchWarning` says so once per replaced function. The simulator's (:mod:`sparsekit.simulator`)
 are installed the same way.
 
 :func:`fast_lowering`: Numba's lowering of a function first finds its singly assigned variables, and for each
@@ -25,51 +25,14 @@ counts each block's assignments once: the same variables, the same code
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 import logging
 import os
-import warnings
 from collections import Counter, defaultdict
+
+from sparsekit.numba_compat import install, replaced
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.lowering.Lower._find_singly_assigned_variable``.
 REVIEWED_SINGLY_ASSIGNED_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
-
-#: The functions replaced, by name (kept for the tests, which run them beside their replacements).
-replaced: dict = {}
-
-#: The functions left unreplaced because their source is not the reviewed one (each warned about once).
-_mismatched: set = set()
-
-
-class ReviewMismatchWarning(RuntimeWarning):
-    """A numba-cuda function's source is not the reviewed one, so its faster replacement is not installed."""
-
-
-def is_reviewed(obj, sha256: str) -> bool:
-    """Whether ``obj``'s source is the reviewed one (its sha256 is ``sha256``)."""
-    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest() == sha256
-
-
-def install(owner, name: str, replacement, *reviews) -> bool:
-    """Put ``replacement`` at ``owner.name`` (idempotent), the original kept in :data:`replaced` as
-    ``"Owner.name"``, where every ``(obj, sha256)`` of ``reviews`` is the reviewed source (:func:`is_reviewed`).
-    Returns whether it is in place; where a source differs, warns once (:class:`ReviewMismatchWarning`). Once
-    installed it is never installed again: what replaced it since (a test's wrapper) stays."""
-    key = f"{owner.__name__}.{name}"
-    if key in replaced:
-        return getattr(owner, name) is replacement
-    if key in _mismatched:
-        return False
-    if not all(is_reviewed(obj, sha256) for obj, sha256 in reviews):
-        _mismatched.add(key)
-        warnings.warn(f"{key} is not the reviewed numba-cuda source: its replacement is not installed and "
-                      f"Numba's own (slower, correct) code runs", ReviewMismatchWarning, stacklevel=2)
-        return False
-    replaced[key] = getattr(owner, name)
-    setattr(owner, name, replacement)
-    return True
-
 
 def _singly_assigned(self):
     """``Lower._find_singly_assigned_variable`` (numba-cuda 0.30.4), linear: the variables assigned once, in one
@@ -113,7 +76,7 @@ def fast_lowering() -> bool:
 #: Environment variable: ``0`` keeps numba-cuda's own code (:func:`install_all` installs nothing).
 SWITCH = "SPARSEKIT_NUMBA_PATCHES"
 
-#: The function each replacement installs over, as :data:`replaced` keys it.
+#: The function each replacement installs over, as :data:`sparsekit.numba_compat.replaced` keys it.
 _REPLACES = {"fast_lowering": "Lower._find_singly_assigned_variable", "fast_block_manager": "BlockManager.run",
              "fast_shared_arrays": "FakeCUDAShared.array"}
 

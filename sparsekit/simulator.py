@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sparsekit.numba_patches import install
+from sparsekit.numba_compat import install
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.simulator.kernel.BlockManager.run``.
 REVIEWED_RUN_SHA256 = "54626c6819f55d514a598517b1467ed1cc2e7c3bf1f3b9814e13ef2a4ba3541f"

@@ -13,7 +13,7 @@ import pytest
 from numba import cuda, types
 
 from gpu import sparsify24
-from sparsekit import numba_patches, offline
+from sparsekit import numba_compat, numba_patches, offline
 
 
 @cuda.jit
@@ -52,7 +52,7 @@ def test_same_singly_assigned_variables_as_the_original(monkeypatch, kernel, arg
         pytest.skip("numba-cuda's Lower._find_singly_assigned_variable is not the reviewed one "
                     "(REVIEWED_SINGLY_ASSIGNED_SHA256): review sparsekit.numba_patches against it")
     from numba.cuda import lowering
-    original = numba_patches.replaced["Lower._find_singly_assigned_variable"]
+    original = numba_compat.replaced["Lower._find_singly_assigned_variable"]
     compared = []
 
     def both(self):
@@ -77,11 +77,11 @@ def test_a_source_not_reviewed_keeps_the_original_and_warns_once():
     def replacement():
         return "replacement"
 
-    with pytest.warns(numba_patches.ReviewMismatchWarning, match="Owner.original"):
-        assert not numba_patches.install(Owner, "original", replacement, (Owner.original, "0" * 64))
+    with pytest.warns(numba_compat.ReviewMismatchWarning, match="Owner.original"):
+        assert not numba_compat.install(Owner, "original", replacement, (Owner.original, "0" * 64))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not numba_patches.install(Owner, "original", replacement, (Owner.original, "0" * 64))
+        assert not numba_compat.install(Owner, "original", replacement, (Owner.original, "0" * 64))
     assert Owner.original() == "original"
 
 
