@@ -12,9 +12,9 @@ debugging; :func:`installed` says which are in place, and :func:`install_all` lo
 ``sparsekit.numba_patches``, level INFO).
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
-of ``inspect.getsource``, :func:`sparsekit.numba_compat.install`); another version keeps its own code, slower but
-correct, and a :class:`~sparsekit.numba_compat.ReviewMismatchWarning` says so once per replaced function. The simulator's (:mod:`sparsekit.simulator`)
-are installed the same way.
+of ``inspect.getsource``: :func:`sparsekit.numba_compat.install`); another version keeps its own code, slower
+but correct, and a :class:`~sparsekit.numba_compat.ReviewMismatchWarning` says so once per replaced function.
+The simulator's replacements (:mod:`sparsekit.simulator`) are installed the same way.
 
 :func:`fast_lowering`: Numba's lowering of a function first finds its singly assigned variables, and for each
 candidate it scanned every assignment of the candidate's block again: quadratic in a block's length. The
@@ -33,6 +33,7 @@ from sparsekit.numba_compat import install, replaced
 
 #: sha256 of ``inspect.getsource`` of numba-cuda 0.30.4's ``numba.cuda.lowering.Lower._find_singly_assigned_variable``.
 REVIEWED_SINGLY_ASSIGNED_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
+
 
 def _singly_assigned(self):
     """``Lower._find_singly_assigned_variable`` (numba-cuda 0.30.4), linear: the variables assigned once, in one
