@@ -30,6 +30,7 @@ from numba import cuda, float32, uint16, uint32
 from gpu.inline import inlined
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
 from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
+from gpu.sync_primitives import warp_barrier
 from gpu.vector_loads import load4, store4
 from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -161,7 +162,7 @@ def _densify(wide: bool):
             else:
                 for col in range(lane, k, 32):
                     w[row * k + col] = uint16(0)
-        cuda.syncthreads()                            # the zeros before the entries (an entry may be any lane's)
+        warp_barrier()                                # the zeros before the entries (an entry may be any lane's)
         if row < m:
             for j in range(lane, entries, 32):
                 col = indices[row * entries + j]
@@ -195,7 +196,7 @@ def _densify_in_shared(warps: int):
         if row < m:
             for chunk in range(lane, k // 8, 32):
                 store4(rows32, mine + chunk * 4, (zero, zero, zero, zero))
-        cuda.syncthreads()                            # the zeros before the entries (an entry may be any lane's)
+        warp_barrier()                                # the zeros before the entries (an entry may be any lane's)
         if row < m:
             base = row * (entries // 2)
             for chunk in range(lane, entries // 8, 32):
@@ -205,7 +206,7 @@ def _densify_in_shared(warps: int):
                     col = (i[h // 2] >> (16 * (h % 2))) & 0xFFFF
                     if col < k:
                         rows[2 * mine + col] = uint16((v[h // 2] >> (16 * (h % 2))) & 0xFFFF)
-        cuda.syncthreads()
+        warp_barrier()                                # the entries before the copy (a row is its warp's)
         if row < m:
             out = row * (k // 2)
             for chunk in range(lane, k // 8, 32):

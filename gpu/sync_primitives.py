@@ -28,7 +28,7 @@ from __future__ import annotations
 from numba import config
 
 __all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "fence_acq_rel_gpu", "bar_sync",
-           "bar_arrive"]
+           "bar_arrive", "warp_barrier"]
 
 if config.ENABLE_CUDASIM:
     import time
@@ -103,12 +103,27 @@ if config.ENABLE_CUDASIM:
             while state[1] == generation:
                 state[2].wait()
 
+    from numba import cuda
+
+    @cuda.jit(device=True)
+    def warp_barrier():
+        """``__syncwarp()`` (simulator, which has none: the block barrier; so every thread of the block must
+        reach it where it is used)."""
+        cuda.syncthreads()
+
 else:
     from llvmlite import ir
     from numba import types
     from numba.core.errors import TypingError
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
+
+    from numba import cuda
+
+    @cuda.jit(device=True, inline=True)
+    def warp_barrier():
+        """``__syncwarp()``: the warp's lanes meet, their memory operations ordered (shared and global)."""
+        cuda.syncwarp()
 
     @intrinsic
     def clock64(typingctx):

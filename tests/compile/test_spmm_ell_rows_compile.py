@@ -29,9 +29,9 @@ def test_linear_kernel(cc, n, bf16, stride):
 @pytest.mark.parametrize("cc", CCS, ids=str)
 @pytest.mark.parametrize("wide", [False, True])
 def test_densify_kernel(cc, wide):
-    """The zeros in 16-byte stores when K % 8 == 0; one barrier before the entries."""
+    """The zeros in 16-byte stores when K % 8 == 0; one warp barrier before the entries (a row is its warp's)."""
     ptx, report = offline.build(ser._densify(wide), (U16, U16, U16, U32 if wide else U16) + (types.int64,) * 3, cc)
-    assert "bar.sync" in ptx and ".local" not in ptx
+    assert "bar.warp.sync" in ptx and "bar.sync" not in ptx and ".local" not in ptx
     assert ("st.global.v4.u32" in ptx) == wide
 
 
@@ -52,7 +52,8 @@ def test_shared_kernel(cc, n, bf16, stride):
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
 def test_densify_in_shared_kernel(cc):
-    """Rows zeroed and copied out in 16-byte stores (shared and global), entries read 16 bytes at a time."""
+    """Rows zeroed and copied out in 16-byte stores (shared and global), entries read 16 bytes at a time,
+    warp barriers only."""
     ptx, report = offline.build(ser._densify_in_shared(ser.DENSIFY_WARPS), (U32, U32, U32) + (types.int64,) * 3, cc)
     assert "st.shared.v4.u32" in ptx and "st.global.v4.u32" in ptx and "ld.shared.v4.u32" in ptx
-    assert ptx.count("bar.sync") == 2 and ".local" not in ptx
+    assert "bar.sync" not in ptx and ptx.count("bar.warp.sync") == 2 and ".local" not in ptx   # a row is its warp's
