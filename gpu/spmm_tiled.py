@@ -13,28 +13,30 @@ weight reads its ``N`` inputs in 16-byte loads instead of ``N`` scattered 2-byte
 arithmetic, not the bytes, sets the time (``experiments/results/uspmm_decode.md``).
 
 **Tiles** (``TM >= 16``, :func:`_kernel`): "load as sparse, compute as dense" (Flash-LLM, VLDB 2024), the
-arithmetic on tensor cores. A block of ``TM / 16`` warps owns a row of tiles (or a contiguous range of it:
-split K) and, for each tile ``t``, with one block barrier a tile:
+arithmetic on tensor cores. A block owns a row of tiles (or a contiguous range of it: split K); each warp
+owns 16 or 32 rows of a tile (:func:`warp_rows`: 32 rows let a thread's fixed work a tile serve twice the
+words, and a B fragment two A fragments). For each tile ``t``, with one block barrier a tile:
 
 1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + S - 1``'s words and its slice of ``B`` into
    copy stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block, ``S`` from
-   :func:`copy_stages` (reading the weight at full bandwidth needs tens of kilobytes in flight an SM). A
-   word stage holds :func:`word_rounds` 16-byte chunks a thread, so the copy and the scatter are loops of
-   a fixed trip count, each chunk behind a predicate.
+   :func:`copy_stages`. A word stage holds :func:`word_rounds` 16-byte chunks a thread, so the copy and
+   the scatter are unrolled loops of a fixed trip count, each chunk behind a predicate.
 2. **Scatter**: each word of tile ``t + 1`` writes its value at its local index of a zeroed dense tile
-   (rows padded by 8 halves; padding words write to a sink row past the tile): a 16-byte load of four
-   words, then a shift, two additions and a 16-bit store a word.
-3. **Multiply**: each warp owns 16 rows of the dense tile ``t``: ``ldmatrix`` (A fragments) and ``ldmatrix``
-   (B fragments; transposed for a row-major ``B``) , ``mma.sync.m16n8k16`` with float32 accumulators, ``N``
-   padded to a multiple of 8 with zero columns (at ``N <= 8`` one ``ldmatrix`` of ``B`` spans two k-steps).
-4. **Zero** its 16 rows of that dense tile again (16-byte stores; a warp barrier orders them after its own
-   reads), ready for tile ``t + 2``. Two dense buffers suffice: the scatter of ``t + 1`` and the multiply of
-   ``t`` use different buffers, and the block barrier at the start of step ``t + 1`` orders every warp's
-   zeroing before the next scatter into that buffer.
+   whose rows are padded by 8 halves (the 8 rows an ``ldmatrix`` reads fall in 8 bank groups); padding words
+   write to a sink row past the tile. A 16-byte load of four words, then two shifts, two multiply-adds and a
+   16-bit store a word (:func:`value_store`).
+3. **Multiply**: ``ldmatrix`` of each of the warp's 16-row blocks (A fragments) and of the B slice
+   (transposed for a row-major ``B``), ``mma.sync.m16n8k16`` with float32 accumulators; ``N`` padded to a
+   multiple of 8 (the padding rows or columns of B reach only columns of ``C`` that are not stored); at
+   ``N <= 8`` one ``ldmatrix`` of B spans two k-steps.
+4. **Zero** the warp's rows of that dense tile (16-byte stores, after its own reads), ready for tile
+   ``t + 2``. Two dense buffers suffice: the scatter of ``t + 1`` and the multiply of ``t`` use different
+   ones, and the block barrier of step ``t + 1`` orders every warp's zeroing before the next scatter.
 
-Every address of the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
-global one taken once per thread, plus compile-time offsets: a tile costs each thread a few integer
-instructions beside its copies, stores, ``ldmatrix`` and MMAs.
+Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
+global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
+unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 220 SASS instructions a thread (two warps of 32
+rows; about 440 warp instructions the tile, half of them scattering its 1,024 word slots).
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
@@ -68,10 +70,52 @@ __all__ = ["spmm_tiled", "spmm_tiled_linear", "prepare", "DeviceTiled", "shared_
 MAX_N = 64
 #: Dense-tile buffers (see step 4).
 BUFFERS = 2
-#: Shared memory the copy stages of a block may take (three blocks an SM fit beside their dense tiles).
+#: Word bytes a block keeps in flight (in the copy stages beyond the two of the tiles being scattered and
+#: multiplied): a few blocks an SM then hold the tens of kilobytes that reading at full bandwidth needs.
+IN_FLIGHT = 8 * 1024
+#: Shared memory the copy stages of a block may take.
 STAGE_BUDGET = 48 * 1024
 SIM = bool(cuda_config.ENABLE_CUDASIM)
+
 U = np.uint32                     # shared-window byte addresses, thread offsets and counts (kept in 32 bits)
+
+
+@functools.cache
+def value_store(lshift: int):
+    """``store(arr, base, w)``: the value of TiledCSL word ``w`` (low 16 bits) stored at shared byte address
+    ``base + 2 l + 16 (l >> lshift)``, ``l = w >> 16`` its local index: a dense tile of ``2^lshift`` columns whose
+    rows are padded by 8 halves (``arr``: the 16-bit shared array, for typing). Inline PTX: two shifts, two
+    multiply-adds and the 16-bit store (written as Python, the optimiser folds the shifts into masks and
+    takes a fifth instruction)."""
+    if SIM:
+        def store(arr, base, w):
+            local = int(w) >> 16
+            arr[(int(base) + 2 * local + 16 * (local >> lshift)) // 2] = np.uint16(int(w) & 0xFFFF)
+        return store
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    asm = ("{ .reg .b16 h; .reg .u32 l, r, a; shr.u32 l, $1, 16; "
+           f"shr.u32 r, $1, {16 + lshift}; mad.lo.u32 a, l, 2, $0; mad.lo.u32 a, r, 16, a; "
+           "cvt.u16.u32 h, $1; st.shared.u16 [a], h; }")
+
+    def typer(typingctx, arr, base, w):
+        if not (isinstance(arr, types.Array) and isinstance(base, types.Integer) and isinstance(w, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            values = [builder.trunc(v, i32) if v.type.width > 32 else builder.zext(v, i32) if v.type.width < 32
+                      else v for v in args[1:]]
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]), asm, "r,r,~{memory}",
+                                      side_effect=True), values)
+            return context.get_dummy_value()
+
+        return types.void(arr, base, w), codegen
+
+    typer.__name__ = f"value_store_{lshift}"
+    return intrinsic(typer)
 
 
 def padded_n(n: int) -> int:
@@ -79,9 +123,15 @@ def padded_n(n: int) -> int:
     return max(8, 1 << (int(n) - 1).bit_length())
 
 
-def word_rounds(max_words: int, tm: int) -> int:
-    """16-byte word chunks a thread copies and scatters a tile: the largest tile's words over ``2 TM`` threads."""
-    return max(1, cdiv(max_words // 4, 2 * tm))
+def word_rounds(max_words: int, nthreads: int) -> int:
+    """16-byte word chunks a thread copies and scatters a tile: the largest tile's chunks over the block's threads."""
+    return max(1, cdiv(max_words // 4, nthreads))
+
+
+def warp_rows(tm: int) -> int:
+    """Rows of a tile a warp multiplies by default: 32 where ``TM`` allows (a thread's fixed work a tile, its
+    copies' and barrier's, then serves twice the words; a B fragment serves two A fragments), else 16."""
+    return 32 if tm % 32 == 0 else 16
 
 
 class Layout(NamedTuple):
@@ -94,53 +144,63 @@ class Layout(NamedTuple):
     stage: int     #: a copy stage: a B slice, then the word stage
 
 
-def layout(tm: int, tk: int, npad: int, linear: bool, rounds: int) -> Layout:
-    """The :class:`Layout` of a ``TM x TK`` tile at ``N`` padded to ``npad`` with ``rounds`` word chunks a thread.
+def layout(tm: int, tk: int, npad: int, linear: bool, rounds: int, nthreads: int) -> Layout:
+    """The :class:`Layout` of a ``TM x TK`` tile at ``N`` padded to ``npad`` with ``rounds`` word chunks a thread
+    of ``nthreads``.
     A B slice is ``TK x N`` (``B`` row-major) or ``N x TK`` (``linear``: rows of ``X``); an x4 ``ldmatrix`` of
-    ``X`` reads 16 rows where it spans two n-blocks, so ``X``'s slice has at least 16 (the missing ones zero)."""
+    ``X`` reads 16 rows where it spans two n-blocks, so ``X``'s slice has at least 16 (those past ``N`` are
+    never written: they reach only columns of ``C`` that are not stored)."""
     ldw = tk + 8
     ldb = tk + 8 if linear else npad + 8
     brows = max(npad, 16) if linear else tk
     bslice = 2 * brows * ldb
-    return Layout(ldw, 2 * tm * ldw + 16, ldb, brows, bslice, bslice + 16 * rounds * 2 * tm)
+    return Layout(ldw, 2 * tm * ldw + 16, ldb, brows, bslice, bslice + 16 * rounds * nthreads)
 
 
-def shared_bytes(tm: int, tk: int, npad: int, rounds: int, linear: bool, stages: int, max_tiles: int) -> int:
+def shared_bytes(tm: int, tk: int, npad: int, rounds: int, nthreads: int, linear: bool, stages: int,
+                 max_tiles: int) -> int:
     """Dynamic shared memory of a block: the dense buffers, ``stages`` copy stages, then the word offsets of
     the block's (at most ``max_tiles``) tiles."""
-    g = layout(tm, tk, npad, linear, rounds)
+    g = layout(tm, tk, npad, linear, rounds, nthreads)
     return BUFFERS * g.dense + stages * g.stage + 4 * (max_tiles + 1)
 
 
-def copy_stages(tm: int, tk: int, npad: int, rounds: int, linear: bool) -> int:
-    """Copy stages for a block: as many as :data:`STAGE_BUDGET` holds, from 3 to 16."""
-    return max(3, min(16, STAGE_BUDGET // layout(tm, tk, npad, linear, rounds).stage))
+def copy_stages(tm: int, tk: int, npad: int, rounds: int, nthreads: int, linear: bool) -> int:
+    """Copy stages for a block: two, plus enough word stages for :data:`IN_FLIGHT` bytes, within
+    :data:`STAGE_BUDGET`; from 3 to 16."""
+    g = layout(tm, tk, npad, linear, rounds, nthreads)
+    return max(3, min(16, 2 + cdiv(IN_FLIGHT, g.stage - g.bslice), STAGE_BUDGET // g.stage))
 
 
 @functools.cache
-def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool, stages: int, rounds: int):
-    """The kernel for ``warps`` warps (``TM = 16 * warps`` rows), ``TK`` columns a tile, ``N`` padded to
-    ``npad``, ``rounds`` word chunks a thread (:func:`word_rounds`). ``linear``: ``b`` is ``X`` (``N x K``) and
-    the result ``Y = C^T`` (``N x M``), both row-major (a linear layer's ``Y = X W^T``); else ``b`` is ``K x N``
-    and ``C`` ``M x N``, row-major. ``vector_b``: the rows of ``b`` are whole 16-byte chunks (``K`` or ``N`` a
-    multiple of 8), copied 16 bytes at a time."""
-    tm, nthreads = 16 * warps, 32 * warps
-    g = layout(tm, tk, npad, linear, rounds)
+def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: bool, stages: int,
+            rounds: int):
+    """The kernel for ``warps`` warps of ``wm`` 16-row blocks each (``TM = 16 wm warps`` rows), ``TK`` columns a
+    tile, ``N`` padded to ``npad``, ``rounds`` word chunks a thread (:func:`word_rounds`). ``linear``: ``b`` is
+    ``X`` (``N x K``) and the result ``Y = C^T`` (``N x M``), both row-major (a linear layer's ``Y = X W^T``);
+    else ``b`` is ``K x N`` and ``C`` ``M x N``, row-major. ``vector_b``: the rows of ``b`` are whole 16-byte
+    chunks (``K`` or ``N`` a multiple of 8), copied 16 bytes at a time."""
+    wrows, nthreads = 16 * wm, 32 * warps     # rows a warp, threads a block
+    tm = wrows * warps
+    g = layout(tm, tk, npad, linear, rounds, nthreads)
     ring = BUFFERS * g.dense                   # copy stages follow the dense buffers (bytes)
     o_base = ring + stages * g.stage           # then the block's tile offsets
-    zero_chunks = o_base // 16                 # dense buffers and B slices start at zero
+    zero_chunks = ring // 16                   # the dense buffers start at zero (B's padding rows or columns
+                                               # only reach columns of C that are not stored)
     zero_rounds = cdiv(zero_chunks, nthreads)
     ahead = stages - 1                         # tile t + ahead is issued at step t
     pending = stages - 3                       # copy groups still in flight once tile t + 1 has landed
     pending0 = stages - 2                      # ... once tile 0 has (before the loop)
     ksteps, nblocks = tk // 16, npad // 8
-    nacc = 4 * nblocks                         # float32 accumulators a thread: 4 per 16 x 8 block
+    nacc = 4 * nblocks                         # float32 accumulators a thread and 16-row block: 4 per 16 x 8
+    nacc_all = wm * nacc
     lshift = tk.bit_length() - 1               # local index -> row: TK is a power of two
     row_bytes, cpr = 2 * g.ldw, tk // 8        # dense-tile row stride in bytes, 16-byte chunks a row
     pair_k = npad == 8 and ksteps % 2 == 0     # one ldmatrix of B serves two k-steps (N <= 8)
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
+    put = value_store(lshift)
     chunk_step = U(16 * nthreads)              # bytes between a thread's word chunks
-    zero_steps = 16 * cpr // 32                # a warp zeroes its 16 x cpr chunks, lane + 32 j
+    zero_steps = wrows * cpr // 32             # a warp zeroes its rows' chunks, lane + 32 j
     # B-slice copy by 16-byte chunks: a thread's chunks sit at compile-time offsets from its first one.
     if linear:     # rows of X (row < N valid), cpr chunks a row (k0 + 8 col < K valid)
         brow_threads = min(npad, nthreads)     # rows a pass (a power of two)
@@ -213,56 +273,54 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 e += U(nthreads)
 
     @inlined
-    def put(s16, half0, w):
-        """Store word ``w``'s value at its local index of the dense tile starting at element ``half0``."""
-        local = w >> U(16)
-        s16[half0 + local + ((local >> U(lshift)) << U(3))] = uint16(w & U(0xFFFF))
-
-    @inlined
     def scatter(s16, s32, tid, nchunks, words_at, buffer):
         """Step 2: a tile's ``nchunks`` word chunks from the word stage at ``words_at`` (this thread's first chunk)
         into the zeroed dense buffer at byte offset ``buffer``."""
-        half0 = buffer >> U(1)
+        base = U(buffer + shared_addr(s32, 0))
         for r in range(rounds):
             if U(tid + U(r * nthreads)) < nchunks:
                 w0, w1, w2, w3 = ld_shared4(s32, words_at + U(r) * chunk_step)
-                put(s16, half0, w0)
-                put(s16, half0, w1)
-                put(s16, half0, w2)
-                put(s16, half0, w3)
+                put(s16, base, w0)
+                put(s16, base, w1)
+                put(s16, base, w2)
+                put(s16, base, w3)
 
     @inlined
     def multiply(s16, s32, acc, a_at, b_at):
-        """Step 3: this warp's 16 rows of the dense tile (its A fragments' ldmatrix address ``a_at``) times the B
-        slice (``b_at``: this lane's ldmatrix address; an element index for the transposed load), into ``acc``."""
+        """Step 3: this warp's rows of the dense tile (``a_at``: its first block's ldmatrix address) times the B
+        slice (``b_at``: this lane's ldmatrix address; an element index for the transposed load), into ``acc``
+        (block ``i``'s accumulators from ``i * nacc``)."""
         if pair_k:
             for s in range(ksteps // 2):
                 if linear:
                     b0, b1, b2, b3 = ldmatrix_x4(s32, b_at + U(64 * s))
                 else:
                     b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_at + U(32 * s * g.ldb))
-                a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(64 * s))
-                d = mma(a0, a1, a2, a3, b0, b1, acc[0], acc[1], acc[2], acc[3])
-                a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(64 * s + 32))
-                d = mma(a0, a1, a2, a3, b2, b3, d[0], d[1], d[2], d[3])
-                for i in range(4):
-                    acc[i] = d[i]
+                for i in range(wm):
+                    a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(16 * i * row_bytes + 64 * s))
+                    d = mma(a0, a1, a2, a3, b0, b1, acc[i * nacc], acc[i * nacc + 1], acc[i * nacc + 2],
+                            acc[i * nacc + 3])
+                    a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(16 * i * row_bytes + 64 * s + 32))
+                    d = mma(a0, a1, a2, a3, b2, b3, d[0], d[1], d[2], d[3])
+                    for e in range(4):
+                        acc[i * nacc + e] = d[e]
             return
         for ks in range(ksteps):
-            a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(32 * ks))
             for p in range(0, nblocks, 2):
                 if linear:
                     b0, b1, b2, b3 = ldmatrix_x4(s32, b_at + U(16 * p * g.ldb + 32 * ks))
                 else:
                     b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_at + U(16 * ks * g.ldb + 8 * p))
-                d = mma(a0, a1, a2, a3, b0, b1, acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
-                for i in range(4):
-                    acc[4 * p + i] = d[i]
-                if p + 1 < nblocks:
-                    q = 4 * (p + 1)
-                    d = mma(a0, a1, a2, a3, b2, b3, acc[q], acc[q + 1], acc[q + 2], acc[q + 3])
-                    for i in range(4):
-                        acc[q + i] = d[i]
+                for i in range(wm):
+                    a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(16 * i * row_bytes + 32 * ks))
+                    x = i * nacc + 4 * p
+                    d = mma(a0, a1, a2, a3, b0, b1, acc[x], acc[x + 1], acc[x + 2], acc[x + 3])
+                    for e in range(4):
+                        acc[x + e] = d[e]
+                    if p + 1 < nblocks:
+                        d = mma(a0, a1, a2, a3, b2, b3, acc[x + 4], acc[x + 5], acc[x + 6], acc[x + 7])
+                        for e in range(4):
+                            acc[x + 4 + e] = d[e]
 
     @inlined
     def store(c, row, col, m, n, x):
@@ -286,7 +344,6 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
                 cp_async16_raw(s32, dst + U(r) * chunk_step, words, src + U(r) * chunk_step, U(16))
         copy_b(b, s16, tid, brow, bcol, b_src, b_dst, bstep, stage, k0, k, n)
 
-    @cuda.jit
     def kernel(words, offsets, b, c, ws, counters, m, k, n):
         s16 = cuda.shared.array(0, uint16, alignment=SMEM_ALIGN)    # [dense tiles | stages: B slice, words |
         s32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)    #  tile offsets]
@@ -300,7 +357,7 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         first = U(strip * kt + t0)
         k32, n32 = U(k), U(n)
         sa = shared_addr(s32, 0)
-        for z in range(zero_rounds):         # dense tiles and B pad rows start at zero
+        for z in range(zero_rounds):                          # the dense tiles start at zero
             i = tid + U(z * nthreads)
             if zero_chunks % nthreads == 0 or i < U(zero_chunks):
                 st_shared4(s32, sa + i * U(16), U(0), U(0), U(0), U(0))
@@ -313,19 +370,21 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         word_src = global_addr(words, 0) + U(16) * tid
         word_dst = sa + U(ring + g.bslice) + U(16) * tid
         brow, bcol, b_src, b_dst, bstep = b_thread(b, tid, sa, k32, n32)
-        a_lane = sa + (warp * U(16) + (lane & U(15))) * U(row_bytes) + (lane >> U(4)) * U(16)
+        a_lane = sa + (warp * U(wrows) + (lane & U(15))) * U(row_bytes) + (lane >> U(4)) * U(16)
         if linear and pair_k:                                 # n 0-7, k 8 j .. 8 j + 7 of a 32-wide window
             b_lane = sa + U(ring) + (lane & U(7)) * U(2 * g.ldb) + (lane >> U(3)) * U(16)
         elif linear:                                          # n-block p + j // 2, k-half j % 2
-            b_lane = sa + U(ring) + ((lane & U(7)) + (lane >> U(4)) * U(8)) * U(2 * g.ldb) + ((lane >> U(3)) & U(1)) * U(16)
+            b_lane = (sa + U(ring) + ((lane & U(7)) + (lane >> U(4)) * U(8)) * U(2 * g.ldb)
+                      + ((lane >> U(3)) & U(1)) * U(16))
         elif pair_k:                                          # (ldmatrix.trans: element indices) k rows 8 j ..
             b_lane = U(ring // 2) + lane * U(g.ldb)           # 8 j + 7 of a 32-row window
         else:                                                 # k-half j % 2, n-block p + j // 2
-            b_lane = U(ring // 2) + ((lane & U(7)) + ((lane >> U(3)) & U(1)) * U(8)) * U(g.ldb) + (lane >> U(4)) * U(8)
-        z_lane = sa + (warp * U(16) + lane // U(cpr)) * U(row_bytes) + (lane % U(cpr)) * U(16)
+            b_lane = (U(ring // 2) + ((lane & U(7)) + ((lane >> U(3)) & U(1)) * U(8)) * U(g.ldb)
+                      + (lane >> U(4)) * U(8))
+        z_lane = sa + (warp * U(wrows) + lane // U(cpr)) * U(row_bytes) + (lane % U(cpr)) * U(16)
         cuda.syncthreads()
-        acc = cuda.local.array(nacc, float32)
-        for j in range(nacc):
+        acc = cuda.local.array(nacc_all, float32)
+        for j in range(nacc_all):
             acc[j] = float32(0.0)
         k0 = U(t0 * tk)
         for u in range(ahead):                                # prologue: tiles 0 .. S - 2 in flight
@@ -344,9 +403,9 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
         while t < nt:
             cp_async_wait(pending)                            # tile t + 1 has landed (this thread's part)
             cuda.syncthreads()                                # ... every thread's; tile t is scattered
-            if U(t + U(ahead)) < nt:                             # into stage (t - 1) % S: free since the barrier
-                issue(words, b, s16, s32, tid, offs, U(t + U(ahead)), s_prev, word_src, word_dst, brow, bcol, b_src, b_dst,
-                      bstep, k0, k32, n32)
+            if U(t + U(ahead)) < nt:                          # into stage (t - 1) % S: free since the barrier
+                issue(words, b, s16, s32, tid, offs, U(t + U(ahead)), s_prev, word_src, word_dst, brow, bcol, b_src,
+                      b_dst, bstep, k0, k32, n32)
                 k0 = U(k0 + U(tk))
             cp_async_commit()                                 # (an empty group keeps the wait counts)
             if U(t + U(1)) < nt:
@@ -363,29 +422,34 @@ def _kernel(warps: int, tk: int, npad: int, bf16: bool, linear: bool, vector_b: 
             s_prev, s_cur = s_cur, s_next
             s_next = U(s_next + U(g.stage)) if U(s_next + U(g.stage)) < U(stages * g.stage) else U(0)
             t = U(t + U(1))
-        # Epilogue: C fragment element i of n-block p sits at row g (+8 for i >= 2), column 8p + 2q + i % 2.
+        # Epilogue: C fragment element e of block i, n-block p sits at row 16 i + g (+8 for e >= 2), column
+        # 8p + 2q + e % 2.
         thread = cuda.threadIdx.x
         gq, q = thread % 32 // 4, thread % 4
-        row0 = strip * tm + thread // 32 * 16 + gq
+        row0 = strip * tm + thread // 32 * wrows + gq
         if nsplit == 1:
-            for p in range(nblocks):
-                for i in range(4):
-                    store(c, row0 + (i // 2) * 8, p * 8 + 2 * q + i % 2, m, n, acc[4 * p + i])
+            for i in range(wm):
+                for p in range(nblocks):
+                    for e in range(4):
+                        store(c, row0 + 16 * i + (e // 2) * 8, p * 8 + 2 * q + e % 2, m, n, acc[i * nacc + 4 * p + e])
             return
         nstrips = cuda.gridDim.x
-        for j in range(nacc):                       # partials, coalesced: [split][strip][j][thread]
-            ws[((split * nstrips + strip) * nacc + j) * nthreads + thread] = acc[j]
+        for j in range(nacc_all):                  # partials, coalesced: [split][strip][j][thread]
+            ws[((split * nstrips + strip) * nacc_all + j) * nthreads + thread] = acc[j]
         if not split_ticket(counters, nsplit, strip, last):  # the last block of the row of tiles goes on
             return
-        for p in range(nblocks):
-            for i in range(4):
-                j = 4 * p + i
-                total = float32(0.0)
-                for s in range(nsplit):                    # split order: the same sum on every run
-                    total += ws[((s * nstrips + strip) * nacc + j) * nthreads + thread]
-                store(c, row0 + (i // 2) * 8, p * 8 + 2 * q + i % 2, m, n, total)
+        for i in range(wm):
+            for p in range(nblocks):
+                for e in range(4):
+                    j = i * nacc + 4 * p + e
+                    total = float32(0.0)
+                    for s in range(nsplit):                # split order: the same sum on every run
+                        total += ws[((s * nstrips + strip) * nacc_all + j) * nthreads + thread]
+                    store(c, row0 + 16 * i + (e // 2) * 8, p * 8 + 2 * q + e % 2, m, n, total)
 
-    return kernel
+    if SIM:                                         # (the simulator's jit takes no launch bounds)
+        return cuda.jit(kernel)
+    return cuda.jit(kernel)
 
 
 # ---------------------------------------------------------------------------
@@ -581,22 +645,24 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def spmm_tiled(a, b, *, splits=None, stages=None, unroll=None):
+def spmm_tiled(a, b, *, splits=None, stages=None, unroll=None, rows_per_warp=None):
     """``C = A @ b`` for a TiledCSL (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
-    ``splits``: blocks a row of tiles (split K), default :func:`default_splits`; ``stages``: copy stages,
-    default :func:`copy_stages`."""
-    return _run(a, b, "b", False, splits, stages, unroll)
+    Tunables of the tile kernel: ``splits``, blocks a row of tiles (split K), default :func:`default_splits`;
+    ``stages``, copy stages, default :func:`copy_stages`; ``rows_per_warp``, 16 or 32 (dividing ``TM``),
+    default :func:`warp_rows`. Of the row kernel: ``unroll``, 16-byte loads in flight a lane."""
+    return _run(a, b, "b", False, splits, stages, unroll, rows_per_warp)
 
 
-def spmm_tiled_linear(a, x, *, splits=None, stages=None, unroll=None):
+def spmm_tiled_linear(a, x, *, splits=None, stages=None, unroll=None, rows_per_warp=None):
     """``Y = x @ A^T`` for a TiledCSL (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
-    ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M, row-major)."""
-    return _run(a, x, "x", True, splits, stages, unroll)
+    ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M, row-major). Tunables as
+    for :func:`spmm_tiled`."""
+    return _run(a, x, "x", True, splits, stages, unroll, rows_per_warp)
 
 
-def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
+def _run(a, b, name: str, linear: bool, splits, stages, unroll=None, rows_per_warp=None):
     dev = a if isinstance(a, DeviceTiled) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -626,13 +692,18 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None):
     splits = min(splits, dev.host.grid[1])
     tm, tk = dev.host.tile
     npad = padded_n(n)
-    rounds = word_rounds(dev.max_words, tm)
-    stages = copy_stages(tm, tk, npad, rounds, linear) if stages is None else check_int(stages, "stages", minimum=3)
-    nbytes = shared_bytes(tm, tk, npad, rounds, linear, stages, cdiv(dev.host.grid[1], splits))
-    kernel = _kernel(tm // 16, tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0, stages,
-                     rounds)
-    nthreads = 32 * (tm // 16)
-    ws = dev.scratch(splits * dev.host.grid[0] * (npad // 2) * nthreads)     # 4 * npad / 8 partials a thread
+    wrows = warp_rows(tm) if rows_per_warp is None else check_int(rows_per_warp, "rows_per_warp", minimum=16)
+    if wrows not in (16, 32) or tm % wrows:
+        raise ValueError(f"rows_per_warp: must be 16 or 32 and divide the tile's {tm} rows, got {wrows}")
+    wm = wrows // 16
+    nthreads = 32 * (tm // wrows)
+    rounds = word_rounds(dev.max_words, nthreads)
+    stages = (copy_stages(tm, tk, npad, rounds, nthreads, linear) if stages is None
+              else check_int(stages, "stages", minimum=3))
+    nbytes = shared_bytes(tm, tk, npad, rounds, nthreads, linear, stages, cdiv(dev.host.grid[1], splits))
+    kernel = _kernel(wm, tm // (16 * wm), tk, npad, dev.dtype.name == "bfloat16", linear, (k if linear else n) % 8 == 0,
+                     stages, rounds)
+    ws = dev.scratch(splits * dev.host.grid[0] * wm * (npad // 2) * nthreads)     # 4 wm npad / 8 partials a thread
     args = (dev.words, dev.offsets, bits, cflat, ws, dev.counters, m, k, n)
     if nbytes > SHARED_OPTIN:
         raise ValueError(f"a.tile: {dev.host.tile} with {stages} copy stages needs {nbytes} bytes of shared memory "

@@ -2,8 +2,9 @@
 
 Both kernels: rows (``tile = (1, TK)``, CUDA cores) and tiles (``TM >= 16``, tensor cores, the MMA
 fallbacks of gpu/mma.py standing in), float16 and bfloat16, ``B`` row-major and the linear-layer form,
-``N`` from 1 to 17 (the B copy by 16-byte chunks and element by element), split K over 1 to 3 blocks, with
-empty tiles, padding words and edges that cut tiles.
+``N`` from 1 to 17 (the B copy by 16-byte chunks and element by element; one ``ldmatrix`` of B for two
+k-steps at ``N <= 8``), warps of 16 and 32 rows, split K over 1 to 3 blocks, with empty tiles, padding
+words and edges that cut tiles.
 
 Tolerance: products of two 16-bit floats are exact in float32; the kernel and the reference add them in
 float32 in different orders (each within ``K * u32 * (|A| @ |B|)`` of the exact sum, Higham eq. 3.5), then
@@ -131,23 +132,39 @@ def test_matches_reference(data, w, linear, tile):
     n = data.draw(st.sampled_from([1, 3, 8, 16, 17]) if tile is None else st.sampled_from([1, 5, 8, 16]))
     b = data.draw(dense_arrays((w.shape[1], n), dtype=np.float32)).astype(w.dtype)
     a = TiledCSL.from_dense(w, tile=TiledCSL.row_tile(w.shape[1]) if tile is None else tile)
-    splits = data.draw(st.integers(1, 3))
-    got, want = run(a, b, linear, splits=splits)
+    tunables = dict(splits=data.draw(st.integers(1, 3)))
+    if tile is not None and tile[0] % 32 == 0:
+        tunables["rows_per_warp"] = data.draw(st.sampled_from([16, 32]))
+    got, want = run(a, b, linear, **tunables)
     if linear:
         got, want = got.T, want.T
     assert_close(got, want, w, b)
 
 
-@pytest.mark.parametrize("stages", [3, 5])
-def test_pipeline_over_many_tiles(stages):
-    """Eleven tiles a row of tiles: the copy ring wraps several times; the last tile is cut at K."""
+@pytest.mark.parametrize("stages, k", [(3, 170), (5, 168)])
+def test_pipeline_over_many_tiles(stages, k):
+    """Eleven tiles a row of tiles: the copy ring wraps several times; the last tile is cut at K (``K = 168``:
+    the linear form's copy by 16-byte chunks zero-fills past ``K``)."""
     rng = np.random.default_rng(7)
-    w = (rng.standard_normal((20, 170)) * (rng.random((20, 170)) < 0.3)).astype(np.float16)
-    b = rng.standard_normal((170, 8)).astype(np.float16)
+    w = (rng.standard_normal((20, k)) * (rng.random((20, k)) < 0.3)).astype(np.float16)
+    b = rng.standard_normal((k, 8)).astype(np.float16)
     a = TiledCSL.from_dense(w, tile=(16, 16))
     for linear in (False, True):
         got, want = run(a, b, linear, stages=stages, splits=1)
         assert_close(got.T if linear else got, want.T if linear else want, w, b)
+
+
+@pytest.mark.parametrize("rows_per_warp, n, linear", [(32, 8, True), (16, 24, False), (32, 40, True)])
+def test_tiles_of_64(rows_per_warp, n, linear):
+    """A 64 x 64 tile (the decode-shape default): two warps of 32 rows or four of 16, one ldmatrix of B for two
+    k-steps (N = 8) or for two n-blocks; split K over two blocks; the sink row past the tile takes the padding."""
+    rng = np.random.default_rng(rows_per_warp + n)
+    w = (rng.standard_normal((70, 136)) * (rng.random((70, 136)) < 0.2)).astype(BF16)
+    b = rng.standard_normal((136, n)).astype(BF16)
+    a = TiledCSL.from_dense(w, tile=(64, 64))
+    assert ((a.words >> np.uint32(16)) == a.sink).any()              # some tiles end in padding words
+    got, want = run(a, b, linear, rows_per_warp=rows_per_warp, splits=2)
+    assert_close(got.T if linear else got, want.T if linear else want, w, b)
 
 
 def test_rows_wider_than_a_warp():
@@ -182,6 +199,8 @@ def test_bad_operands_refused():
         gt.spmm_tiled_linear(a, np.ones((2, 15), np.float16))
     with pytest.raises(ValueError, match="splits"):
         gt.spmm_tiled(a, np.ones((16, 2), np.float16), splits=0)
+    with pytest.raises(ValueError, match="rows_per_warp"):
+        gt.spmm_tiled(a, np.ones((16, 2), np.float16), rows_per_warp=32)      # more than the tile's 16 rows
     with pytest.raises(ValueError, match="a.tile"):
         gt.prepare(TiledCSL.from_dense(np.eye(16, dtype=np.float16), tile=(24, 16)))
     with pytest.raises(ValueError, match="span the columns"):

@@ -2,13 +2,16 @@
 
 * tiles: ``mma.sync`` m16n8k16 in the value dtype (f16 or bf16) with float32 accumulators, A fragments
   and B fragments by ``ldmatrix`` (transposed for a row-major ``B``), words and B slices copied by
-  ``cp.async`` with a wait each step, one ``bar.sync`` a tile (plus the prologue's and the reduction's);
+  ``cp.async`` with a wait each step; the per-tile loop holds one ``bar.sync``, ``4 * rounds`` 16-bit
+  stores of the scatter on 32-bit shared addresses and, where B is copied in 16-byte chunks, no
+  division, remainder or float conversion of an index;
 * rows: words read 16 bytes at a time (``ld.global.v4``), the warp sum by five shuffles a column of ``C``;
 * neither through a stack: no ``.local``, no spill.
 """
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 from numba import types
@@ -25,9 +28,21 @@ def out_type(bf16: bool):
 
 
 @functools.cache
-def tiled(cc, warps, tk, npad, bf16, linear, vector_b, stages, rounds):
+def tiled(cc, wm, warps, tk, npad, bf16, linear, vector_b, stages, rounds):
     args = (U32, I32, U16, out_type(bf16), types.Array(types.float32, 1, "C"), I32) + (types.int64,) * 3
-    return offline.build(st._kernel(warps, tk, npad, bf16, linear, vector_b, stages, rounds), args, cc)
+    return offline.build(st._kernel(wm, warps, tk, npad, bf16, linear, vector_b, stages, rounds), args, cc)
+
+
+def tile_loop(ptx: str) -> list[str]:
+    """The lines of the per-tile loop: from the label a backward branch goes to, through that branch, for the
+    longest such range that holds an ``mma.sync``."""
+    lines = [x.strip() for x in ptx.splitlines()]
+    labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"^(\$L__\w+):", x))}
+    mma = [i for i, x in enumerate(lines) if x.startswith("mma.sync")]
+    spans = [(labels[m.group(1)], i) for i, x in enumerate(lines)
+             if (m := re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", x)) and labels.get(m.group(1), i) < i]
+    lo, hi = max((s for s in spans if any(s[0] <= j <= s[1] for j in mma)), key=lambda s: s[1] - s[0])
+    return lines[lo:hi + 1]
 
 
 @functools.cache
@@ -36,13 +51,15 @@ def rows(cc, n, bf16, stride, linear):
     return offline.build(st._row_kernel(n, bf16, stride, linear, st.ROW_UNROLL), args, cc)
 
 
-TILED = [(4, 64, 8, False, True, True, 4, 2), (4, 64, 32, True, False, True, 3, 2), (2, 128, 16, False, False, False, 6, 3)]
+# (16-row blocks a warp, warps, TK, N padded, bf16, linear, vector B, stages, word rounds)
+TILED = [(2, 2, 64, 8, False, True, True, 4, 4), (1, 4, 64, 32, True, False, True, 3, 2),
+         (2, 2, 64, 64, True, True, True, 3, 4), (1, 2, 128, 16, False, False, False, 6, 3)]
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
 @pytest.mark.parametrize("setting", TILED, ids=str)
 def test_tiled_kernel(cc, setting):
-    warps, tk, npad, bf16, linear, vector_b, stages, rounds = setting
+    wm, warps, tk, npad, bf16, linear, vector_b, stages, rounds = setting
     ptx, report = tiled(cc, *setting)
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{'bf16.bf16' if bf16 else 'f16.f16'}.f32" in ptx
@@ -52,6 +69,11 @@ def test_tiled_kernel(cc, setting):
     assert ".local" not in ptx
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+    loop = tile_loop(ptx)
+    assert sum("bar.sync" in x for x in loop) == 1
+    assert sum("st.shared.u16 [a]" in x for x in loop) == 4 * rounds
+    if vector_b:                                         # (copying B element by element divides by N or TK)
+        assert not [x for x in loop if re.match(r"^(div|rem)\.|^cvt\.rn\.f64", x)]
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
