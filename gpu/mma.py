@@ -117,10 +117,13 @@ import functools
 import threading
 
 import numpy as np
+from numba import float32, uint16
 from numba.cuda import config
 
+from gpu.inline import inlined
+
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
-           "pack_bf16x2", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
+           "pack_bf16x2", "round_bf16", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
            "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
@@ -765,3 +768,10 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
+
+
+@inlined
+def round_bf16(x):
+    """The bfloat16 bits (uint16) of the float32 ``x``, rounded to nearest even: a kernel's store of a
+    bfloat16 output (:func:`pack_bf16x2`'s low half)."""
+    return uint16(pack_bf16x2(x, float32(0.0)) & 0xFFFF)

@@ -40,12 +40,15 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32
 
+from gpu.inline import inlined
 from gpu.launch import check_int32
+from gpu.mma import round_bf16, widen_bf16
+from gpu.spmm_tiled import MAX_N as TILED_MAX_N
+from gpu.spmm_tiled import prepare as prepare_tiled
+from gpu.spmm_tiled import spmm_tiled
 from gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
-from gpu.spmm_tiled import prepare as prepare_tiled
-from gpu.spmm_tiled import spmm_tiled
 from sparsekit.checks import BFLOAT16, check_int
 from sparsekit.formats import COO, CSR, BlockedELL, TiledCSL
 
@@ -59,12 +62,30 @@ _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
 # Kernels
 # ---------------------------------------------------------------------------
 
+@inlined
+def _to_float32(x):
+    return float32(x)
+
+
+@inlined
+def _unchanged(x):
+    return x
+
+
+def _conversions(bf16: bool):
+    """``(widen, narrow)``: an element of ``data``/``b`` to float32, and a float32 sum to what ``c`` stores
+    (bfloat16 arrays reach the kernels as their uint16 bits: widened exactly, rounded to nearest even)."""
+    return (widen_bf16, round_bf16) if bf16 else (_to_float32, _unchanged)
+
+
 @functools.cache
-def _csr_kernel(cols_per_lane: int):
+def _csr_kernel(cols_per_lane: int, bf16: bool = False):
     """Warp per row. Arrays ``indptr``, ``indices``, ``data``, ``perm`` (launch
     order of the rows), ``b`` (K x N), ``c`` (M x N, out); sizes ``m``, ``n``.
-    Grid: (warps over rows, tiles of ``32 * cols_per_lane`` columns)."""
+    Grid: (warps over rows, tiles of ``32 * cols_per_lane`` columns). ``bf16``: ``data``, ``b`` and ``c``
+    hold bfloat16 bits."""
     nt = WARP_SIZE * cols_per_lane
+    widen, narrow = _conversions(bf16)
 
     @cuda.jit
     def kernel(indptr, indices, data, perm, b, c, m, n):
@@ -78,16 +99,16 @@ def _csr_kernel(cols_per_lane: int):
         for j in range(cols_per_lane):
             acc[j] = 0.0
         for p in range(indptr[row], indptr[row + 1]):
-            a = float32(data[p])                         # one entry, broadcast to the warp
+            a = widen(data[p])                           # one entry, broadcast to the warp
             brow = indices[p]
             for j in range(cols_per_lane):
                 col = col0 + lane + j * WARP_SIZE        # consecutive lanes, consecutive columns
                 if col < n:
-                    acc[j] += a * float32(b[brow, col])
+                    acc[j] += a * widen(b[brow, col])
         for j in range(cols_per_lane):
             col = col0 + lane + j * WARP_SIZE
             if col < n:
-                c[row, col] = acc[j]
+                c[row, col] = narrow(acc[j])
 
     return kernel
 
@@ -102,7 +123,8 @@ _LOADS = {1: _load1, 2: load2, 4: load4}
 
 
 @functools.cache
-def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: int, vector: int, unroll: int):
+def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: int, vector: int, unroll: int,
+                      bf16: bool = False):
     """Several warps per row, the row's nonzeros staged in shared memory.
 
     Arrays ``indptr``, ``indices``, ``data``, ``perm`` (launch order of the
@@ -111,8 +133,10 @@ def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: in
     ``warps_per_row`` warps; grid: (row groups, tiles of ``32 * vector *
     cols_per_lane`` columns). Lane ``l`` owns columns ``tile0 + 32 * vector * j
     + l * vector + v`` (``j < cols_per_lane``, ``v < vector``). ``unroll``
-    staged entries are multiplied per step, their loads of ``B`` issued first.
+    staged entries are multiplied per step, their loads of ``B`` issued first. ``bf16``: ``data``, ``b``
+    and ``c`` hold bfloat16 bits.
     """
+    widen, narrow = _conversions(bf16)
     chunk = WARP_SIZE * warps_per_row                   # nonzeros staged per row and step
     width = WARP_SIZE * vector * cols_per_lane          # columns of the block's tile
     nacc = vector * cols_per_lane
@@ -154,7 +178,7 @@ def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: in
             t = part * WARP_SIZE + lane
             if start + p0 + t < end:
                 s_col[r, t] = indices[start + p0 + t]
-                s_val[r, t] = float32(data[start + p0 + t])
+                s_val[r, t] = widen(data[start + p0 + t])
             cuda.syncthreads()
             # Multiply: this warp's 32 staged entries (fewer at the row's end), read from shared
             # memory by every lane at once (broadcast), ``unroll`` at a time: first all their loads
@@ -171,7 +195,7 @@ def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: in
                             if col < n:                  # n % vector == 0: the whole vector is inside
                                 xs = load(b, off + col)
                                 for v in range(vector):
-                                    b_u[u, j * vector + v] = float32(xs[v])
+                                    b_u[u, j * vector + v] = widen(xs[v])
                 for u in range(unroll):
                     if e0 + u < stop:
                         for x in range(nacc):
@@ -190,7 +214,7 @@ def _csr_split_kernel(rows_per_block: int, warps_per_row: int, cols_per_lane: in
                 total = float32(0.0)
                 for q in range(warps_per_row):
                     total += s_sum[rr, q, x % width]
-                c[perm[s], col] = total
+                c[perm[s], col] = narrow(total)
 
     return kernel
 
@@ -293,9 +317,12 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     """``C = A @ b`` for ``A`` in CSR.
 
     ``config="auto"`` (the default, when no tunable is given): :func:`staged_tunables` for the matrix and
-    ``N`` (on the H100 2.0-7.9x faster than the plain kernel on magnitude-pruned ResNet-50 and
-    Transformer layers, and faster than cuSPARSE on the DL SpMM suite: experiments/results/teaching.md);
-    ``config=None`` or any explicit tunable: :data:`PLAIN` updated by the tunables given.
+    ``N`` (on the H200 within 10 % of the best configuration on each of the DL SpMM suite's 20 problems
+    and 1.8x cuSPARSE; on the H100 2.0-7.9x faster than the plain kernel on magnitude-pruned ResNet-50 and
+    Transformer layers: experiments/results/teaching.md); bfloat16 with ``N <= 64``: the row kernel of
+    :mod:`gpu.spmm_tiled` on the rows as TiledCSL. ``config=None`` or any explicit tunable: :data:`PLAIN`
+    updated by the tunables given. float32, float16 and bfloat16 (its bits widened exactly, float32
+    sums, one rounding to nearest even at the store) in every kernel.
 
     Plain kernel: warp per row, rows in their order or by
     decreasing length (``swizzle``). Tunables: ``cols_per_lane`` (columns of
@@ -311,15 +338,14 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     entries whose loads of ``B`` are issued together (1 to 16).
     """
     dev = prepare(csr, CSR)
-    if dev.dtype == BFLOAT16:                                     # the tile-local rows' kernel (N <= 64)
-        if tunables or config not in ("auto", None):
-            raise ValueError("spmm_csr: bfloat16 runs on gpu.spmm_tiled's row kernel, which takes no tunables")
-        return spmm_tiled(dev.tiled_rows(), b)
     unknown = set(tunables) - set(PLAIN)
     if unknown:
         raise TypeError(f"spmm_csr: unknown tunable(s) {sorted(unknown)}; known: {sorted(PLAIN)}")
     if config not in ("auto", None):
         raise ValueError(f"config: must be 'auto' or None, got {config!r}")
+    shape = np.shape(b)
+    if dev.dtype == BFLOAT16 and config == "auto" and not tunables and len(shape) == 2 and shape[1] <= TILED_MAX_N:
+        return spmm_tiled(dev.tiled_rows(), b)                    # decode widths: the tile-local rows' kernel
     bop = _rhs(b, dev)
     chosen = dict(PLAIN, **tunables)
     if config == "auto" and not tunables:
@@ -345,16 +371,17 @@ def _spmm_csr(dev, bop, *, swizzle, cols_per_lane, warps_per_block, warps_per_ro
     if not aligned(bop.dev, vector):
         raise ValueError(f"vector: b's first element must be aligned to {vector * bop.dev.dtype.itemsize} bytes")
     c = output((m, n), dev.dtype, like=bop)
+    bf16 = dev.dtype == BFLOAT16
     if m and n:
         perm = dev.swizzle() if swizzle else dev.identity()
         csr_arrays = (dev.arrays["indptr"], dev.arrays["indices"], dev.arrays["data"], perm)
         if warps_per_row == 1 and vector == 1:
             grid = (cdiv(m, warps_per_block), cdiv(n, WARP_SIZE * cols_per_lane))
-            _csr_kernel(cols_per_lane)[grid, WARP_SIZE * warps_per_block](*csr_arrays, bop.dev, c, m, n)
+            _csr_kernel(cols_per_lane, bf16)[grid, WARP_SIZE * warps_per_block](*csr_arrays, bop.dev, c, m, n)
         else:
             rows_per_block = warps_per_block // warps_per_row
             grid = (cdiv(m, rows_per_block), cdiv(n, WARP_SIZE * vector * cols_per_lane))
-            kernel = _csr_split_kernel(rows_per_block, warps_per_row, cols_per_lane, vector, unroll)
+            kernel = _csr_split_kernel(rows_per_block, warps_per_row, cols_per_lane, vector, unroll, bf16)
             b_flat = flat_view(bop.dev)                         # 1-D view for the vector loads
             kernel[grid, WARP_SIZE * warps_per_block](*csr_arrays, b_flat, c, m, n)
     return result(c, like=bop)

@@ -1,17 +1,20 @@
 """SpMM references (reference/spmm.py) against the dense product, and the GPU SpMM
-kernels (gpu/spmm.py) against the references, under the simulator without a GPU.
+kernels (gpu/spmm.py) against the references, under the simulator without a GPU: float32, float16
+and (the CSR kernels, plain and staged) bfloat16.
 
 ``assert_fp32_accumulated`` is the one tolerance of every kernel that stores
-float16 or float32 and accumulates in float32 (gpu/spmm.py, gpu/uspmm.py).
+float32, float16 or bfloat16 and accumulates in float32 (gpu/spmm.py, gpu/uspmm.py).
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import spmm as ref
+from sparsekit.checks import BFLOAT16
 from spmm_close import assert_spmm_close
 from strategies import blocked_ell_matrices, coo_matrices, csr_matrices, dense_arrays, ell_matrices
 
@@ -31,11 +34,12 @@ def assert_fp32_accumulated(got, want: np.ndarray, a_dense: np.ndarray, b: np.nd
     """
     got = np.asarray(got)
     assert got.dtype == want.dtype and got.shape == want.shape
-    u_out = np.finfo(want.dtype).eps / 2
+    info = ml_dtypes.finfo(want.dtype)                     # (NumPy's finfo has no bfloat16)
+    u_out = float(info.eps) / 2
     scale = np.abs(a_dense.astype(np.float64)) @ np.abs(b.astype(np.float64))
     exact = a_dense.astype(np.float64) @ b.astype(np.float64)
     bound = (reduction * U32 * scale + 2 * u_out * np.abs(exact)
-             + np.finfo(want.dtype).smallest_subnormal)
+             + float(info.smallest_subnormal))
     err = np.abs(got.astype(np.float64) - want.astype(np.float64))
     assert (err <= bound).all(), f"max excess error {np.max(err - bound):.3g} (max error {err.max():.3g})"
 
@@ -98,6 +102,8 @@ def test_reference_bad_rhs():
 # --- GPU kernels (gpu/spmm.py) against the references -------------------------------------------
 
 KERNEL_DTYPES = (np.float32, np.float16)
+#: The CSR kernels also take bfloat16 (COO and BlockedELL refuse it).
+CSR_DTYPES = (*KERNEL_DTYPES, BFLOAT16)
 
 
 def _longest_row(a) -> int:
@@ -109,10 +115,11 @@ def _longest_row(a) -> int:
     ("csr", {}), ("csr", {"swizzle": True}), ("csr", {"swizzle": True, "cols_per_lane": 2, "warps_per_block": 3}),
     ("coo", {}), ("blocked_ell", {}),
 ])
-@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
-def test_gpu_kernels_match_reference(fmt, tunables, data, dtype):
+@given(data=st.data())
+def test_gpu_kernels_match_reference(fmt, tunables, data):
     from gpu import spmm as gs
     build, spmm_ref = FORMATS[fmt]
+    dtype = data.draw(st.sampled_from(CSR_DTYPES if fmt == "csr" else KERNEL_DTYPES))
     a = data.draw(build(dtype=dtype, max_size=20))
     b = data.draw(rhs_for(a, max_n=40))
     got = getattr(gs, spmm_ref.__name__)(a, b, **tunables)
@@ -130,7 +137,7 @@ STAGED = [
 
 
 @pytest.mark.parametrize("tunables", STAGED)
-@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
+@given(data=st.data(), dtype=st.sampled_from(CSR_DTYPES))
 def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
     """Few rows (the simulator runs 64-128 threads per row group) but up to 80 columns, so a row
     can be longer than one staged chunk of 32 or 64 entries; N a multiple of the vector width."""
@@ -144,6 +151,22 @@ def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
     b = data.draw(dense_arrays((k, n), dtype=dtype))
     got = gs.spmm_csr(a, b, **tunables)
     assert got.flags.c_contiguous and got.dtype == b.dtype
+    assert_fp32_accumulated(got, ref.spmm_csr(a, b), dense, b, reduction=_longest_row(a))
+
+
+@given(data=st.data())
+def test_gpu_csr_bfloat16_past_64_columns_runs_the_staged_choice(data):
+    """bfloat16 with N > 64 (past the tile-local rows' kernel): the staged kernel with the automatic
+    tunables, its bits widened exactly and each sum rounded once to nearest even."""
+    from gpu import spmm as gs
+    from sparsekit.formats import CSR
+    from strategies import sparse_dense
+    m, k = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40))
+    dense = data.draw(sparse_dense((m, k), dtype=BFLOAT16))
+    a = CSR.from_dense(dense)
+    b = data.draw(dense_arrays((k, 68), dtype=BFLOAT16))
+    got = gs.spmm_csr(a, b)
+    assert got.dtype == BFLOAT16
     assert_fp32_accumulated(got, ref.spmm_csr(a, b), dense, b, reduction=_longest_row(a))
 
 
