@@ -35,8 +35,8 @@ words, and a B fragment two A fragments). For each tile ``t``, with one block ba
 
 Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
-unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 220 SASS instructions a thread (two warps of 32
-rows; about 440 warp instructions the tile, half of them scattering its 1,024 word slots).
+unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 210 SASS instructions a thread (two warps of 32
+rows; about 420 warp instructions the tile, half of them scattering its 1,024 word slots).
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
@@ -238,7 +238,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                         if cpr % row_threads == 0 or c < U(cpr):
                             cp_async16_raw(s16, dst + stage + U(jr * brow_threads * 2 * g.ldb + jc * row_threads * 16),
                                            b, src + k0 * U(2) + U(jr) * step + U(jc * row_threads * 16),
-                                           U(16) if k0 + c * U(8) < k else U(0))
+                                           U(16) if U(k0 + c * U(8)) < k else U(0))
     elif vector_b:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
@@ -248,7 +248,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                     r = row + U(jr * row_threads)
                     if tk % row_threads == 0 or r < U(tk):
                         cp_async16_raw(s16, dst + stage + U(jr * row_threads * 2 * g.ldb), b,
-                                       src + (k0 + U(jr * row_threads)) * step, U(16) if k0 + r < k else U(0))
+                                       src + (k0 + U(jr * row_threads)) * step, U(16) if U(k0 + r) < k else U(0))
     elif linear:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
@@ -277,8 +277,9 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
         """Step 2: a tile's ``nchunks`` word chunks from the word stage at ``words_at`` (this thread's first chunk)
         into the zeroed dense buffer at byte offset ``buffer``."""
         base = U(buffer + shared_addr(s32, 0))
+        left = int32(int32(nchunks) - int32(tid))       # this thread has chunks in rounds r < left / nthreads
         for r in range(rounds):
-            if U(tid + U(r * nthreads)) < nchunks:
+            if left > int32(r * nthreads):
                 w0, w1, w2, w3 = ld_shared4(s32, words_at + U(r) * chunk_step)
                 put(s16, base, w0)
                 put(s16, base, w1)
@@ -339,8 +340,9 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
         nchunks = U(U(ld_shared(s32, offs + u * U(4) + U(4)) - w0) >> U(2))
         src = word_src + w0 * U(4)
         dst = U(word_dst + stage)
+        left = int32(int32(nchunks) - int32(tid))
         for r in range(rounds):
-            if U(tid + U(r * nthreads)) < nchunks:
+            if left > int32(r * nthreads):
                 cp_async16_raw(s32, dst + U(r) * chunk_step, words, src + U(r) * chunk_step, U(16))
         copy_b(b, s16, tid, brow, bcol, b_src, b_dst, bstep, stage, k0, k, n)
 
