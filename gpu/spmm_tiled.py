@@ -35,8 +35,8 @@ words, and a B fragment two A fragments). For each tile ``t``, with one block ba
 
 Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
-unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 210 SASS instructions a thread (two warps of 32
-rows; about 420 warp instructions the tile, half of them scattering its 1,024 word slots).
+unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 215 SASS instructions a thread (two warps of 32
+rows; about 430 warp instructions the tile, half of them scattering its 1,024 word slots).
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
@@ -216,39 +216,44 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
         """This thread's first B chunk: ``(row, col, src, dst, step)``: its row and 16-byte chunk in the slice, the
         64-bit global address of that chunk at ``k0 = 0``, its shared address in the first stage, the bytes of
         ``b`` between two of its passes over the rows."""
+        base = global_addr(b, 0)
         if linear:
             row, col = tid & U(brow_threads - 1), tid // U(brow_threads)
             if nthreads % brow_threads != 0 and tid >= U(brow_threads * row_threads):
                 row = U(npad)                                   # past whole rows: copies nothing
-            return (row, col, global_addr(b, 0) + (row * k + col * U(8)) * U(2),
-                    sa + U(ring) + row * U(2 * g.ldb) + col * U(16), np.uint64(brow_threads) * k * U(2))
+            return (row, col, base + (row * k + col * U(8)) * U(2), sa + U(ring) + row * U(2 * g.ldb) + col * U(16),
+                    np.uint64(brow_threads) * k * U(2))
         col, row = tid & U(brow_threads - 1), tid // U(brow_threads)
-        return (row, col, global_addr(b, 0) + (row * n + col * U(8)) * U(2),
-                sa + U(ring) + row * U(2 * g.ldb) + col * U(16), np.uint64(n) * U(2))
+        return (row, col, base + (row * n + col * U(8)) * U(2), sa + U(ring) + row * U(2 * g.ldb) + col * U(16),
+                np.uint64(n) * U(2))
 
     if linear and vector_b:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
             """Step 1 for B: the slice of ``b`` for columns ``k0 ..`` of A into the stage at byte offset ``stage``
-            (``row .. step``: :func:`b_thread`); chunks past ``K`` are zero-filled."""
+            (``row .. step``: :func:`b_thread`); chunks past ``K`` are zero-filled (read from ``b[0]``: nothing)."""
             for jr in range(row_passes):
                 if row + U(jr * brow_threads) < n:
                     for jc in range(col_steps):
                         c = col + U(jc * row_threads)
                         if cpr % row_threads == 0 or c < U(cpr):
+                            ok = U(k0 + c * U(8)) < k
                             cp_async16_raw(s16, dst + stage + U(jr * brow_threads * 2 * g.ldb + jc * row_threads * 16),
-                                           b, src + k0 * U(2) + U(jr) * step + U(jc * row_threads * 16),
-                                           U(16) if U(k0 + c * U(8)) < k else U(0))
+                                           b, src + k0 * U(2) + U(jr) * step + U(jc * row_threads * 16) if ok
+                                           else global_addr(b, 0), U(16) if ok else U(0))
     elif vector_b:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
-            """Step 1 for B (row-major): rows ``k0 ..`` of ``b``; rows past ``K`` are zero-filled."""
+            """Step 1 for B (row-major): rows ``k0 ..`` of ``b``; rows past ``K`` are zero-filled (read from ``b[0]``:
+            nothing)."""
             if col * U(8) < n:
                 for jr in range(row_passes):
                     r = row + U(jr * row_threads)
                     if tk % row_threads == 0 or r < U(tk):
+                        ok = U(k0 + r) < k
                         cp_async16_raw(s16, dst + stage + U(jr * row_threads * 2 * g.ldb), b,
-                                       src + (k0 + U(jr * row_threads)) * step, U(16) if U(k0 + r) < k else U(0))
+                                       src + (k0 + U(jr * row_threads)) * step if ok else global_addr(b, 0),
+                                       U(16) if ok else U(0))
     elif linear:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
