@@ -20,13 +20,14 @@ words, and a B fragment two A fragments). For each tile ``t``, with one block ba
 1. **Copy** (``cp.async``, 16 bytes a thread a step): tile ``t + S - 1``'s words and its slice of ``B`` into
    copy stage ``(t - 1) % S`` while tile ``t`` is multiplied: ``S - 2`` tiles in flight a block, ``S`` from
    :func:`copy_stages`. A word stage holds :func:`word_rounds` 16-byte chunks a thread, so the copy and
-   the scatter are unrolled loops of a fixed trip count, each chunk behind a predicate.
+   the scatter are unrolled loops of a fixed trip count, each chunk behind a predicate. Only the tile that
+   ``K`` cuts tests each chunk of B against ``K`` (and zero-fills those past it).
 2. **Scatter**: each word of tile ``t + 1`` writes its value at its local index of a zeroed dense tile
    whose rows are padded by 8 halves (the 8 rows an ``ldmatrix`` reads fall in 8 bank groups); padding words
    write to a sink row past the tile. A 16-byte load of four words, then two shifts, two multiply-adds and a
    16-bit store a word (:func:`value_store`).
-3. **Multiply**: ``ldmatrix`` of each of the warp's 16-row blocks (A fragments) and of the B slice
-   (transposed for a row-major ``B``), ``mma.sync.m16n8k16`` with float32 accumulators; ``N`` padded to a
+3. **Multiply**: ``ldmatrix`` of each of the warp's 16-row blocks (A fragments, once a k-step) and of the B
+   slice (transposed for a row-major ``B``), ``mma.sync.m16n8k16`` with float32 accumulators; ``N`` padded to a
    multiple of 8 (the padding rows or columns of B reach only columns of ``C`` that are not stored); at
    ``N <= 8`` one ``ldmatrix`` of B spans two k-steps.
 4. **Zero** the warp's rows of that dense tile (16-byte stores, after its own reads), ready for tile
@@ -35,8 +36,9 @@ words, and a B fragment two A fragments). For each tile ``t``, with one block ba
 
 Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
-unsigned integers. A 64 x 64 tile at ``N = 8`` costs about 215 SASS instructions a thread (two warps of 32
-rows; about 430 warp instructions the tile, half of them scattering its 1,024 word slots).
+unsigned integers. A 64 x 64 tile (``K`` a multiple of 64, 1,024 word slots, enough for 80 % sparsity) costs
+two warps of 32 rows about 205 SASS instructions a thread at ``N = 8`` (half of them scattering the words),
+280 at 16, 330 at 32 and 380 at 64 (the MMAs): 410 to 760 warp instructions the tile.
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
@@ -201,59 +203,63 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
     put = value_store(lshift)
     chunk_step = U(16 * nthreads)              # bytes between a thread's word chunks
     zero_steps = wrows * cpr // 32             # a warp zeroes its rows' chunks, lane + 32 j
-    # B-slice copy by 16-byte chunks: a thread's chunks sit at compile-time offsets from its first one.
+    # B-slice copy by 16-byte chunks, consecutive threads on consecutive chunks of a row; a thread's chunks sit
+    # at compile-time offsets from its first one in shared memory, at multiples of ``step`` bytes in ``b``.
     if linear:     # rows of X (row < N valid), cpr chunks a row (k0 + 8 col < K valid)
-        brow_threads = min(npad, nthreads)     # rows a pass (a power of two)
-        row_threads = nthreads // brow_threads  # threads a row
-        row_passes, col_steps = npad // brow_threads, cdiv(cpr, row_threads)
+        row_threads = min(cpr, 32)             # threads a row (a power of two)
+        row_passes, col_steps = cdiv(npad, nthreads // row_threads), cpr // row_threads
     else:          # rows of B (k0 + row < K valid), npad / 8 chunks a row (8 col < N valid)
-        brow_threads = npad // 8               # chunks a row (a power of two)
-        row_threads = nthreads // brow_threads  # rows a pass
-        row_passes, col_steps = cdiv(tk, row_threads), 1
+        row_threads = npad // 8
+        row_passes, col_steps = cdiv(tk, nthreads // row_threads), 1
+    pass_rows = nthreads // row_threads        # rows a pass
 
     @inlined
     def b_thread(b, tid, sa, k, n):
         """This thread's first B chunk: ``(row, col, src, dst, step)``: its row and 16-byte chunk in the slice, the
         64-bit global address of that chunk at ``k0 = 0``, its shared address in the first stage, the bytes of
         ``b`` between two of its passes over the rows."""
-        base = global_addr(b, 0)
-        if linear:
-            row, col = tid & U(brow_threads - 1), tid // U(brow_threads)
-            if nthreads % brow_threads != 0 and tid >= U(brow_threads * row_threads):
-                row = U(npad)                                   # past whole rows: copies nothing
-            return (row, col, base + (row * k + col * U(8)) * U(2), sa + U(ring) + row * U(2 * g.ldb) + col * U(16),
-                    np.uint64(brow_threads) * k * U(2))
-        col, row = tid & U(brow_threads - 1), tid // U(brow_threads)
-        return (row, col, base + (row * n + col * U(8)) * U(2), sa + U(ring) + row * U(2 * g.ldb) + col * U(16),
-                np.uint64(n) * U(2))
+        row, col = tid // U(row_threads), tid & U(row_threads - 1)
+        return (row, col, global_addr(b, 0) + (row * (k if linear else n) + col * U(8)) * U(2),
+                sa + U(ring) + row * U(2 * g.ldb) + col * U(16),
+                np.uint64(pass_rows) * (k if linear else n) * U(2))
 
     if linear and vector_b:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
             """Step 1 for B: the slice of ``b`` for columns ``k0 ..`` of A into the stage at byte offset ``stage``
-            (``row .. step``: :func:`b_thread`); chunks past ``K`` are zero-filled (read from ``b[0]``: nothing)."""
+            (``row .. step``: :func:`b_thread`). In the tile that ``K`` cuts, chunks past ``K`` are zero-filled
+            (read from ``b[0]``: nothing)."""
+            whole = U(k0 + U(tk)) <= k
+            at = src + k0 * U(2)
             for jr in range(row_passes):
-                if row + U(jr * brow_threads) < n:
+                if row + U(jr * pass_rows) < n:
                     for jc in range(col_steps):
-                        c = col + U(jc * row_threads)
-                        if cpr % row_threads == 0 or c < U(cpr):
-                            ok = U(k0 + c * U(8)) < k
-                            cp_async16_raw(s16, dst + stage + U(jr * brow_threads * 2 * g.ldb + jc * row_threads * 16),
-                                           b, src + k0 * U(2) + U(jr) * step + U(jc * row_threads * 16) if ok
-                                           else global_addr(b, 0), U(16) if ok else U(0))
+                        to = dst + stage + U(jr * pass_rows * 2 * g.ldb + jc * row_threads * 16)
+                        if whole:
+                            cp_async16_raw(s16, to, b, at + U(jc * row_threads * 16), U(16))
+                        else:
+                            ok = U(k0 + (col + U(jc * row_threads)) * U(8)) < k
+                            cp_async16_raw(s16, to, b, at + U(jc * row_threads * 16) if ok else global_addr(b, 0),
+                                           U(16) if ok else U(0))
+                at += step
     elif vector_b:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
-            """Step 1 for B (row-major): rows ``k0 ..`` of ``b``; rows past ``K`` are zero-filled (read from ``b[0]``:
-            nothing)."""
+            """Step 1 for B (row-major): rows ``k0 ..`` of ``b``. In the tile that ``K`` cuts, rows past ``K`` are
+            zero-filled (read from ``b[0]``: nothing)."""
+            whole = U(k0 + U(tk)) <= k
+            at = src + k0 * (step // U(pass_rows))
             if col * U(8) < n:
                 for jr in range(row_passes):
-                    r = row + U(jr * row_threads)
-                    if tk % row_threads == 0 or r < U(tk):
-                        ok = U(k0 + r) < k
-                        cp_async16_raw(s16, dst + stage + U(jr * row_threads * 2 * g.ldb), b,
-                                       src + (k0 + U(jr * row_threads)) * step if ok else global_addr(b, 0),
-                                       U(16) if ok else U(0))
+                    r = row + U(jr * pass_rows)
+                    if tk % pass_rows == 0 or r < U(tk):
+                        to = dst + stage + U(jr * pass_rows * 2 * g.ldb)
+                        if whole:
+                            cp_async16_raw(s16, to, b, at, U(16))
+                        else:
+                            ok = U(k0 + r) < k
+                            cp_async16_raw(s16, to, b, at if ok else global_addr(b, 0), U(16) if ok else U(0))
+                    at += step
     elif linear:
         @inlined
         def copy_b(b, s16, tid, row, col, src, dst, step, stage, k0, k, n):
@@ -291,6 +297,16 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                 put(s16, base, w2)
                 put(s16, base, w3)
 
+    if wm == 1:
+        @inlined
+        def a_fragments(s32, at):
+            """The A fragments of a k-step, a tuple of one per 16-row block of the warp (``at``: the first's)."""
+            return (ldmatrix_x4(s32, at),)
+    else:
+        @inlined
+        def a_fragments(s32, at):
+            return ldmatrix_x4(s32, at), ldmatrix_x4(s32, at + U(16 * row_bytes))
+
     @inlined
     def multiply(s16, s32, acc, a_at, b_at):
         """Step 3: this warp's rows of the dense tile (``a_at``: its first block's ldmatrix address) times the B
@@ -312,13 +328,14 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                         acc[i * nacc + e] = d[e]
             return
         for ks in range(ksteps):
+            frag = a_fragments(s32, a_at + U(32 * ks))
             for p in range(0, nblocks, 2):
                 if linear:
                     b0, b1, b2, b3 = ldmatrix_x4(s32, b_at + U(16 * p * g.ldb + 32 * ks))
                 else:
                     b0, b1, b2, b3 = ldmatrix_x4_trans(s16, b_at + U(16 * ks * g.ldb + 8 * p))
                 for i in range(wm):
-                    a0, a1, a2, a3 = ldmatrix_x4(s32, a_at + U(16 * i * row_bytes + 32 * ks))
+                    a0, a1, a2, a3 = frag[i]
                     x = i * nacc + 4 * p
                     d = mma(a0, a1, a2, a3, b0, b1, acc[x], acc[x + 1], acc[x + 2], acc[x + 3])
                     for e in range(4):
