@@ -38,7 +38,7 @@ Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shar
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
 unsigned integers. A 64 x 64 tile (``K`` a multiple of 64, 1,024 word slots, enough for 80 % sparsity) costs
 two warps of 32 rows about 205 SASS instructions a thread at ``N = 8`` (half of them scattering the words),
-280 at 16, 330 at 32 and 380 at 64 (the MMAs): 410 to 760 warp instructions the tile.
+245 at 16, 260 at 32 and 290 at 64 (the MMAs): 410 to 580 warp instructions the tile.
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint16, uint32
+from numba.cuda.misc.special import literal_unroll
 from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
@@ -199,6 +200,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
     lshift = tk.bit_length() - 1               # local index -> row: TK is a power of two
     row_bytes, cpr = 2 * g.ldw, tk // 8        # dense-tile row stride in bytes, 16-byte chunks a row
     pair_k = npad == 8 and ksteps % 2 == 0     # one ldmatrix of B serves two k-steps (N <= 8)
+    kstep_list = tuple(range(ksteps))         # (unrolled in Numba's IR: LLVM keeps wide N's loop rolled)
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
     put = value_store(lshift)
     chunk_step = U(16 * nthreads)              # bytes between a thread's word chunks
@@ -327,7 +329,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                     for e in range(4):
                         acc[i * nacc + e] = d[e]
             return
-        for ks in range(ksteps):
+        for ks in literal_unroll(kstep_list):
             frag = a_fragments(s32, a_at + U(32 * ks))
             for p in range(0, nblocks, 2):
                 if linear:
