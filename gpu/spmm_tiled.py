@@ -370,6 +370,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                 cp_async16_raw(s32, dst + U(r) * chunk_step, words, src + U(r) * chunk_step, U(16))
         copy_b(b, s16, tid, brow, bcol, b_src, b_dst, bstep, stage, k0, k, n)
 
+    @cuda.jit
     def kernel(words, offsets, b, c, ws, counters, m, k, n):
         s16 = cuda.shared.array(0, uint16, alignment=SMEM_ALIGN)    # [dense tiles | stages: B slice, words |
         s32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)    #  tile offsets]
@@ -473,9 +474,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                         total += ws[((s * nstrips + strip) * nacc_all + j) * nthreads + thread]
                     store(c, row0 + 16 * i + (e // 2) * 8, p * 8 + 2 * q + e % 2, m, n, total)
 
-    if SIM:                                         # (the simulator's jit takes no launch bounds)
-        return cuda.jit(kernel)
-    return cuda.jit(kernel)
+    return kernel
 
 
 # ---------------------------------------------------------------------------
