@@ -58,7 +58,7 @@ from numba.cuda import config as cuda_config
 
 from gpu.inline import inlined
 from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4, ldmatrix_x4,
-                     ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, pack_bf16x2, shared_addr,
+                     ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16, shared_addr,
                      st_shared, st_shared4, widen_bf16, widen_f16)
 from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
 from gpu.split_k import split_ticket
@@ -353,7 +353,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
         if row < m and col < n:
             at = col * m + row if linear else row * n + col
             if bf16:
-                c[at] = uint16(pack_bf16x2(x, float32(0.0)) & 0xFFFF)
+                c[at] = round_bf16(x)
             else:
                 c[at] = x
 
@@ -544,7 +544,7 @@ def row_store(n: int, bf16: bool, linear: bool):
                 else:
                     at = row * n + j
                 if bf16:
-                    c[at] = uint16(pack_bf16x2(total, float32(0.0)) & 0xFFFF)
+                    c[at] = round_bf16(total)
                 else:
                     c[at] = total
     return store
