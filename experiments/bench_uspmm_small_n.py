@@ -22,10 +22,8 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
 ``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR was
-within 2x of ``auto`` in an earlier figure sweep) at :data:`LATENCY_SETTINGS` (with the ``lookahead`` and
-``l2_prefetch`` options), against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
-the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`. With options, each result is also compared bit for
-bit with the same setting without them (``same_as_plain``: the options change no arithmetic).
+within 2x of ``auto`` in an earlier figure sweep) at :data:`LATENCY_SETTINGS`, against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
+the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`.
 
 ``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
 and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
@@ -75,30 +73,24 @@ LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
                     + [(1024, 1024, 1024, 0.9), (1024, 1024, 1024, 0.95), (128, 128, 1024, 0.6),
                        (256, 256, 1024, 0.6), (512, 512, 1024, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
                        (1024, 1024, 256, 0.6), (1024, 1024, 512, 0.6)])
-#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane, lookahead, l2_prefetch): sparsekit.tune's S1, then
-#: the fastest of the first H100 latency sweep (results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours
-#: (2-16 warps, unroll 2-8, 2-8 columns a lane), plain, with ``lookahead`` and with ``l2_prefetch``.
+#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): sparsekit.tune's S1, then the fastest of the first
+#: H100 latency sweep (results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours (2-16 warps, unroll 2-8,
+#: 2-8 columns a lane).
 LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 4, 1, 4), (2, 1, 4, 1, 4), (2, 1, 8, 1, 4), (4, 1, 2, 1, 4),
-                    (4, 1, 8, 1, 4), (6, 1, 4, 1, 4), (4, 1, 4, 1, 8), (4, 1, 4, 1, 2), (16, 1, 4, 1, 4),
-                    (4, 1, 4, 1, 4, True), (2, 1, 4, 1, 4, True), (2, 1, 8, 1, 4, True), (4, 1, 8, 1, 4, True),
-                    (4, 1, 4, 1, 8, True), (8, 1, 4, 1, 4, True), (4, 1, 4, 1, 4, False, True),
-                    (4, 1, 4, 1, 4, True, True), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True)]
+                    (4, 1, 8, 1, 4), (6, 1, 4, 1, 4), (4, 1, 4, 1, 8), (4, 1, 4, 1, 2), (16, 1, 4, 1, 4)]
 #: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the routed choice (S1), 16 warps (the fastest of the second sweep from 5%
-#: to 60%), and each with its options (``l2_prefetch`` alone at 4 warps: the fastest at 95% in the second sweep).
-FIG6_SETTINGS = [(8, 1, 4, 1, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 4, True, True), (16, 1, 4, 1, 4, True, True),
-                 (4, 1, 4, 1, 4, False, True)]
+#: to 60%) and 4 warps.
+FIG6_SETTINGS = [(8, 1, 4, 1, 4), (16, 1, 4, 1, 4), (4, 1, 4, 1, 4)]
 #: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (the second
 #: sweep's winners had 2 or 4) and wider steps.
 WIDE_SETTINGS = [(2, 1, 4, 1, 4), (4, 1, 4, 1, 8), (1, 1, 4, 1, 4), (1, 1, 8, 1, 4), (3, 1, 4, 1, 4),
                  (2, 1, 4, 1, 8), (2, 1, 2, 1, 4), (1, 1, 4, 1, 8)]
 
 
-def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4,
-               lookahead: bool = False, l2_prefetch: bool = False) -> dict:
-    """The tunables of one warp-split setting (the options only where set)."""
-    cfg = dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
-               unroll=unroll, min_blocks=min_blocks)
-    return dict(cfg, **{key: True for key, on in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)) if on})
+def warp_split(nwarp: int, rows_per_warp: int, unroll: int, min_blocks: int = 1, cols_per_lane: int = 4) -> dict:
+    """The tunables of one warp-split setting."""
+    return dict(variant="warp_split", nwarp=nwarp, rows_per_warp=rows_per_warp, cols_per_lane=cols_per_lane,
+                unroll=unroll, min_blocks=min_blocks)
 
 
 def fits(cfg: dict, dtype) -> bool:
@@ -111,8 +103,7 @@ def fits(cfg: dict, dtype) -> bool:
 def setting_name(cfg: dict) -> str:
     mb = f" mb{cfg['min_blocks']}" if cfg.get("min_blocks", 1) != 1 else ""
     cpl = f" cpl{cfg['cols_per_lane']}" if cfg.get("cols_per_lane", 4) != 4 else ""
-    opts = (" la" if cfg.get("lookahead") else "") + (" l2" if cfg.get("l2_prefetch") else "")
-    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}{opts}"
+    return f"ws nw{cfg['nwarp']} rpw{cfg['rows_per_warp']} u{cfg['unroll']}{mb}{cpl}"
 
 
 def resnet50_shapes() -> list[tuple[int, int]]:
@@ -138,7 +129,6 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
     launches[anchor] = lambda: uspmm(p.dell, p.b, config=anchor)
     launches.update({name: f for name, f in vendor_launches(p, coo=False).items() if name.startswith("cuSPARSE CSR")})
     anchor_choice = config_name(resolve(anchor, p.dell, n, "C"))
-    plain = {}                                       # setting name without options -> its first result
     records = []
     for name, launch in launches.items():
         rec = dict(m=m, k=k, n=n, sparsity=sparsity, dtype=p.dtype.name, kprime=p.ell.kprime, provider=name)
@@ -149,11 +139,6 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
         if not name.startswith("cuSPARSE"):
             rec["bit_identical"] = all((to_host(launch()).view(np.uint8) == first.view(np.uint8)).all()
                                        for _ in range(2))
-        base = name.removesuffix(" l2").removesuffix(" la")
-        if base != name and base in plain:
-            rec["same_as_plain"] = bool((plain[base].view(np.uint8) == first.view(np.uint8)).all())
-        elif name.startswith("ws "):
-            plain[name] = first
         t = measure(launch, repeat=repeat, warmup=2)
         records.append(dict(rec, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
                             late=t.late))
@@ -203,17 +188,14 @@ def table(records) -> str:
 
 def latency_table(records) -> str:
     """Markdown (``--latency``, ``--fig6``): per problem cuSPARSE CSR, ``auto`` and its choice, the fastest
-    warp-split setting without options and the fastest of all, and how the latter compares (times in us)."""
-    lines = ["| problem | K' | cuSPARSE CSR | auto | auto's choice | best ws, no options | setting | best ws | "
-             "setting | best vs cuSPARSE | best vs auto |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    warp-split setting, and how it compares (times in us)."""
+    lines = ["| problem | K' | cuSPARSE CSR | auto | auto's choice | best ws | setting | best vs cuSPARSE | "
+             "best vs auto |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in summary_rows(records):
-        plain = {name: t for name, t in row["ws"].items() if not name.endswith((" la", " l2"))}
-        best_plain = min(plain, key=plain.get) if plain else None
         best, cus, auto = row["ws"][row["best_ws"]], row.get("cusparse", float("nan")), row["heuristic"]
-        plain_cells = f"{plain[best_plain]:.1f} | {best_plain}" if best_plain else "- | -"
         lines.append(f"| {problem_name(row)} | {row['kprime']} | {cus:.1f} | {auto:.1f} | {row['heuristic_config']} | "
-                     f"{plain_cells} | {best:.1f} | {row['best_ws']} | {cus / best:.2f}x | {auto / best:.2f}x |")
+                     f"{best:.1f} | {row['best_ws']} | {cus / best:.2f}x | {auto / best:.2f}x |")
     return "\n".join(lines)
 
 
@@ -232,8 +214,7 @@ def settings_table(records, dtype: str) -> str:
 #: ``--sanitize`` cases: (M, K, N, K'), odd sizes, N not a multiple of 4 or 128, K' = 0 and K' = K.
 SANITIZE_CASES = [(37, 45, 19, 9), (70, 300, 136, 57), (5, 7, 3, 7), (33, 20, 130, 0)]
 SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 2, cols_per_lane=8),
-                     warp_split(8, 1, 4, min_blocks=4), warp_split(4, 2, 4, lookahead=True, l2_prefetch=True),
-                     warp_split(3, 1, 8, cols_per_lane=8, lookahead=True, l2_prefetch=True)]
+                     warp_split(8, 1, 4, min_blocks=4), warp_split(3, 1, 8, cols_per_lane=8)]
 
 
 def sanitize() -> int:
@@ -440,10 +421,9 @@ def main(argv=None) -> int:
         print(f"\nEvery setting timed, {dt} (median us):\n")
         print(settings_table(records, dt))
     ours = [r for r in records if not r["provider"].startswith("cuSPARSE")]
-    wrong = [r for r in ours if not r["correct"] or not r["bit_identical"] or not r.get("same_as_plain", True)]
+    wrong = [r for r in ours if not r["correct"] or not r["bit_identical"]]
     vendor_off = sum(not r["correct"] for r in records if r["provider"].startswith("cuSPARSE"))
-    print(f"\n{len(ours)} results of ours, {len(wrong)} wrong, not bit-identical or (with options) not equal to "
-          f"the setting without them; "
+    print(f"\n{len(ours)} results of ours, {len(wrong)} wrong or not bit-identical; "
           f"{vendor_off} cuSPARSE results outside the float32-accumulation bound (* above)")
     for r in wrong:
         print("WRONG:", r)

@@ -86,7 +86,6 @@ from gpu.device_ell import DeviceELL, prepare, rhs
 from gpu.inline import inlined
 from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
 from gpu.launch import launch as _launch
-from gpu.mma import prefetch_l2
 from gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
 from gpu.spmm_ell_rows import spmm_ell_rows_linear
 from gpu.spmm_tiled import MAX_N as MAX_DECODE_N
@@ -1023,7 +1022,7 @@ def _put_group(width: int):
 
 @functools.cache
 def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, unroll: int, half: bool,
-                       min_blocks: int = 1, lookahead: bool = False, l2_prefetch: bool = False):
+                       min_blocks: int = 1):
     """USpMM for small N with each row's K' entries split over the warps of a block
     (``variant="warp_split"``), ``b``/``c`` C-ordered.
 
@@ -1062,30 +1061,11 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     that many blocks fit an SM (sm_90, float32, 4 columns a lane: 8 warps at ``unroll = 4`` take 56
     registers, already 4 blocks an SM; at ``unroll = 8`` 85, 80 with ``min_blocks = 3``; no spills).
 
-    Two options move loads earlier (each off by default: the code above, whose PTX they leave
-    unchanged):
-
-    * ``lookahead``: in the interior, the full steps are software-pipelined in registers: step
-      ``i + 1``'s values and B offsets are loaded right after step ``i``'s reads of B are issued and
-      before its multiply-adds, so they arrive while those reads are in flight (no extra registers at
-      4 warps, unroll 4: 56). The last step of fewer than ``unroll`` entries is not loaded ahead
-      (guarding every load of a step by ``u < take`` compiled to predicated reads of B and branches
-      around the entry loads, and ran up to 28% slower on the H100). Same steps, same order of the
-      multiply-adds: the result is bit-identical to the default's.
-    * ``l2_prefetch``: before anything else, the blocks of a column tile issue ``prefetch.L2``
-      (:func:`gpu.mma.prefetch_l2`) for every 128-byte line of B's tile: item ``g`` of the tile's ``K *
-      (NT / line + 1)`` items by block ``g % gridDim.x``, one instruction a thread while they fit
-      ``gridDim.x * 32 * nwarp`` threads. The lines travel from DRAM to L2 while the blocks wait for
-      their entries, so the dependent reads of B can hit L2 instead of starting a second DRAM round
-      trip (a launch on a cold L2 with few steps a warp, e.g. 128^3).
-
-    Measured (H100, float32, "CUDA-core latency" in ``experiments/results/uspmm.md``): neither
-    option made the fastest setting of any problem timed faster by more
-    than 2.2% (128^3 at 5-95%, 1024^3 at 90-95%, N = 128 to 1024 at 60%); against the same setting
-    without it an option moved the time by -13% to +11%. At 128^3 the kernel runs 5.0-6.0 us where a probe doing only the
-    two dependent reads and the shared-memory sum (no multiply-add) runs 4.46 us and an empty kernel
-    3.14 us. What did pay: fewer warps a block where the grid has many blocks (1024^3 90%, one run:
-    8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR 69.2; one warp 41.0 in a later run).
+    Measured (H100, float32, "CUDA-core latency" in ``experiments/results/uspmm.md``): at 128^3 the
+    kernel runs 5.0-6.0 us where a probe doing only the two dependent reads and the shared-memory sum
+    (no multiply-add) runs 4.46 us and an empty kernel 3.14 us. What did pay: fewer warps a block where the
+    grid has many blocks (1024^3 90%, one run: 8 warps 54.0 us, 4 warps 46.3, 2 warps 42.8, cuSPARSE CSR
+    69.2; one warp 41.0 in a later run).
 
     Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'`` row-major copies of
     ``ellval``/``ellidx``), ``b`` (flat ``K*N``), ``c`` (``M x N``, out); sizes ``m``, ``n``,
@@ -1093,8 +1073,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
     """
     nt = WARP_SIZE * cols_per_lane
     nthreads = numwarps * WARP_SIZE
-    line = 128 // (2 if half else 4)                 # elements of B in a 128-byte line
-    per_row = nt // line + 1                         # l2_prefetch: prefetches per row of B's tile
     vw = min(cols_per_lane, 8 if half else 4)       # elements per vector read of B (<= 16 bytes)
     nvec = cols_per_lane // vw
     gstride = WARP_SIZE * vw                         # columns between a lane's two groups (cpl 8, float32)
@@ -1155,17 +1133,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                     racc[x] += av[u] * bv[u, x]
 
     @inlined
-    def prefetch_tile(b, n, col0, t):
-        """``l2_prefetch``: B's column tile into L2, ``per_row`` prefetches a row (its lines, and its
-        last element: a row need not start on a line), item ``g`` of the tile's ``K * per_row`` by block
-        ``g % gridDim.x`` (every block issues a few); no division by a run-time value."""
-        cols = min(nt, n - col0)
-        g = t * cuda.gridDim.x + cuda.blockIdx.x
-        while (g // per_row) * n < b.shape[0]:                           # row g // per_row of B exists
-            prefetch_l2(b, (g // per_row) * n + col0 + min((g % per_row) * line, cols - 1))
-            g += nthreads * cuda.gridDim.x
-
-    @inlined
     def put_partial(sh_part, base, racc):
         """This lane's ``cols_per_lane`` sums of one row into the warp's partial (vector stores)."""
         for g in range(nvec):
@@ -1184,8 +1151,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         lane = t % WARP_SIZE
         row0 = cuda.blockIdx.x * rows_per_warp
         col0 = cuda.blockIdx.y * nt
-        if l2_prefetch:
-            prefetch_tile(b, n, col0, t)                                 # B's tile on its way to L2
         gcol = col0 + lane * vw                                          # this lane's first column
         interior = vec_ok and col0 + nt <= n                             # every read of B is a vector
         s0, s1 = split_range(kprime, warp, numwarps)                    # this warp's run of K' slots
@@ -1195,8 +1160,6 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
         av = cuda.local.array(unroll, float32)
         ov = cuda.local.array(unroll, np.int32)                          # B offsets: K * N < 2**31
         bv = cuda.local.array((unroll, cols_per_lane), float32)
-        an = cuda.local.array(unroll, float32)                           # lookahead: the next step's
-        on = cuda.local.array(unroll, np.int32)                          # values and B offsets
         for r in range(rows_per_warp):
             row = row0 + r
             for x in range(cols_per_lane):
@@ -1205,20 +1168,7 @@ def _warp_split_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, un
                 vrow = vals[row, s0:s1]                                  # views from the run's start:
                 irow = idxs[row, s0:s1]                                  # indices from 0, no wraparound
                 s = 0
-                if interior and lookahead and cnt >= unroll:             # the full steps, pipelined:
-                    entries(vrow, irow, 0, n, gcol, av, ov)
-                    while s + 2 * unroll <= cnt:
-                        reads(b, ov, bv)                                 # this step's rows of B in flight,
-                        entries(vrow, irow, s + unroll, n, gcol, an, on)  # the next step's entries too
-                        fmas(racc, av, bv)
-                        for u in range(unroll):
-                            av[u] = an[u]
-                            ov[u] = on[u]
-                        s += unroll
-                    reads(b, ov, bv)                                     # the last full step
-                    fmas(racc, av, bv)
-                    s += unroll
-                elif interior and not lookahead:
+                if interior:
                     while s + unroll <= cnt:
                         step_interior(racc, vrow, irow, s, b, n, gcol, av, ov, bv)
                         s += unroll
@@ -1382,8 +1332,7 @@ def _launch_dense_tile(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
             "nwarp, rows_per_warp, cols_per_lane")
 
 
-def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks, lookahead,
-                       l2_prefetch):
+def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, min_blocks):
     m, n = c.shape
     half = dell.dtype == np.float16
     threads, _ = _row_major_shape("warp_split", order, m, n, nwarp, rows_per_warp, cols_per_lane)
@@ -1396,8 +1345,7 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
                          f"shared memory (nwarp * rows_per_warp * 32 * cols_per_lane * 4), more than {SHARED_LIMIT}")
     vw = min(cols_per_lane, 8 if half else 4)
     vec_ok = n % vw == 0 and aligned(bdev, vw)
-    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks, lookahead,
-                                l2_prefetch)
+    kernel = _warp_split_kernel(cols_per_lane, rows_per_warp, nwarp, unroll, bool(half), min_blocks)
     vals, idxs = dell.row_major()
     grid = (cdiv(m, rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))   # a block: R rows x NT columns
     _launch(kernel, grid, threads, (vals, idxs, flat_view(bdev), c, m, n, dell.host.kprime, vec_ok),
@@ -1415,8 +1363,7 @@ def default_kc(variant: str, rows_per_block: int, cols_per_lane: int) -> int:
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=None, batch=False, unroll=4, min_blocks=1, splits=1, lookahead=False,
-         l2_prefetch=False):
+         rows_per_warp=4, cols_per_lane=4, kc=None, batch=False, unroll=4, min_blocks=1, splits=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array. ``kc`` left out:
     64, or for "pipelined" and "dense_tile" the largest of 64, 32, 16 whose block fits the 48 KB of shared
     memory (:func:`default_kc`)."""
@@ -1434,11 +1381,6 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
                          f"got {splits}")
-    for name, flag in (("lookahead", lookahead), ("l2_prefetch", l2_prefetch)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name}: expected True or False, got {flag!r}")
-        if flag and variant != "warp_split":
-            raise ValueError(f"{name}: only variant 'warp_split' has this option, got variant {variant!r}")
     m, n = dell.shape[0], bdev.shape[1]
     if variant == "warp_split":
         check_int32(dell.shape[1] * n, "b", "elements (K * N) with variant 'warp_split'",
@@ -1457,8 +1399,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
                                check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
         elif variant == "warp_split":
             _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll,
-                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), bool(lookahead),
-                               bool(l2_prefetch))
+                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32))
         else:
             _launch_direct(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, unroll, splits)
     return c
@@ -1484,10 +1425,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     fixed order, so results stay bit-identical; for grids too small to fill
     the GPU, e.g. N = 128 at M = 1024); for "warp_split" ``nwarp`` warps
     split each row's K' entries, ``rows_per_warp`` rows a block, ``unroll``
-    (2, 4 or 8) rows of B in flight per warp, ``min_blocks`` as above,
-    ``lookahead`` (load the next step's entries while this step's reads of B
-    are in flight) and ``l2_prefetch`` (B's column tile prefetched into L2
-    at the start), both False by default (:func:`_warp_split_kernel`); all
+    (2, 4 or 8) rows of B in flight per warp and ``min_blocks`` as above
+    (:func:`_warp_split_kernel`); all
     but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for the router's rule
     (:func:`resolved`), instead of keyword tunables. Those may

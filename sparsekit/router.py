@@ -41,10 +41,10 @@ class Config:
 
     CUDA-core kernels (``gpu.uspmm``): ``nwarp``, ``vsize``, ``vecsize`` (Listing 1's NWarp, VSize, vecSize),
     ``cols_per_lane``, ``rows_per_warp``, ``kc`` (rows of B a shared tile), ``batch``, ``unroll``, ``min_blocks``
-    (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks), ``lookahead``,
-    ``l2_prefetch``. Tensor-core kernels: ``bm`` x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps,
-    ``stages``, ``min_blocks``, ``kgroups``, ``lean``, ``splits`` (``gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``,
-    ``stages``, ``min_blocks``, ``split``, ``producers``, ``precision`` (``gpu.uspmm_wgmma``).
+    (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks). Tensor-core kernels: ``bm``
+    x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``, ``lean``,
+    ``splits`` (``gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
+    ``precision`` (``gpu.uspmm_wgmma``).
     """
 
     variant: str
@@ -67,8 +67,6 @@ class Config:
     split: int | None = None
     producers: int | None = None
     batch: bool | None = None
-    lookahead: bool | None = None
-    l2_prefetch: bool | None = None
     precision: str | None = None
 
     def tunables(self) -> dict:

@@ -87,11 +87,11 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
 
 
 @pytest.mark.parametrize("config", [CONFIG, dict(variant="warp_split", nwarp=8, rows_per_warp=1, cols_per_lane=4,
-                                                  unroll=4, lookahead=True, l2_prefetch=True),
+                                                  unroll=8, min_blocks=6),
                                     dict(variant="wgmma", precision="tf32+bf16", bm=128, bn=256, kc=16, stages=4),
                                     dict(variant="tensor_core", bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
                                     dict(variant="decode")],
-                         ids=["tiled", "warp_split-options", "wgmma", "tensor_core", "decode"])
+                         ids=["tiled", "warp_split", "wgmma", "tensor_core", "decode"])
 def test_every_kind_of_tuned_winner_is_served(cache, config):
     """What tune can store (the variants and their tunables, the switches space() does not vary) is no stale entry."""
     dell = _dell()

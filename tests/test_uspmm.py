@@ -63,8 +63,7 @@ DENSE_TILE = st.fixed_dictionaries({"variant": st.just("dense_tile"), "nwarp": s
 WARP_SPLIT = {
     dt: st.fixed_dictionaries({"variant": st.just("warp_split"), "nwarp": st.integers(1, 3),
                                "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from(cpls),
-                               "unroll": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 3),
-                               "lookahead": st.booleans(), "l2_prefetch": st.booleans()})
+                               "unroll": st.sampled_from([2, 4, 8]), "min_blocks": st.integers(1, 3)})
     for dt, cpls in ((np.float32, [2, 4, 8]), (np.float16, [4, 8]))
 }
 WARP_SPLIT_N = st.sampled_from([1, 5, 64, 66, 128, 136])
@@ -116,8 +115,7 @@ def test_dense_tile_matches_reference(data, dtype):
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_warp_split_matches_reference(data, dtype):
     """Each row's K' slots split over 1-3 warps (runs of 0 slots where K' < nwarp), full and tail
-    steps of ``unroll`` entries, interior and edge column tiles, rows past M; with and without the
-    next step's entries loaded ahead (``lookahead``) and B prefetched into L2 (a no-op here)."""
+    steps of ``unroll`` entries, interior and edge column tiles, rows past M."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=10))
     b = data.draw(dense_arrays((ell.shape[1], data.draw(WARP_SPLIT_N)), dtype=dtype))
     check_against_reference(ell, b, data.draw(WARP_SPLIT[dtype]))
@@ -246,7 +244,6 @@ def test_rejects_index_past_k(small):
     (dict(variant="warp_split", nwarp=33), "nwarp: must be <= 32"),
     (dict(variant="warp_split", min_blocks=0), "min_blocks: must be >= 1"),
     (dict(variant="warp_split", nwarp=16, rows_per_warp=8, cols_per_lane=8), r"partial tiles need 131072 bytes"),
-    (dict(variant="direct", lookahead=True), "lookahead: only variant 'warp_split' has this option"),
 ])
 def test_rejects_bad_tunables(small, tunables, match):
     ell, b = small
@@ -272,9 +269,6 @@ def test_warp_split_repeats_bit_identical():
     cfg = dict(variant="warp_split", nwarp=3, rows_per_warp=2, cols_per_lane=2, unroll=2)
     first = gu.uspmm(ell, b, **cfg)
     assert (first.view(np.uint32) == gu.uspmm(ell, b, **cfg).view(np.uint32)).all()
-    # the options move loads, not arithmetic: the same bits (64 of the 70 columns are an interior tile)
-    ahead = gu.uspmm(ell, b, **cfg, lookahead=True, l2_prefetch=True)
-    assert (first.view(np.uint32) == ahead.view(np.uint32)).all()
     assert_fp32_accumulated(first, ru.uspmm(ell, b), ell.to_dense(), b, reduction=ell.kprime)
 
 
@@ -539,7 +533,7 @@ SMALL_N_RUN = [
     (128, 128, 128, 122, np.float32, "W16", "6.0 / S1 6.4 (5%)"),
     (128, 128, 128, 109, np.float32, "W16", "6.0 / S1 6.3 (15%)"),
     (128, 128, 128, 102, np.float32, "S1", "S1 6.0 / 16 warps 6.0 (20%)"),
-    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4, 4 warps with l2_prefetch 5.9 (60%)"),
+    (128, 128, 128, 51, np.float32, "S1", "S1 5.7 / 16 warps 5.4 (60%)"),
     (768, 768, 128, 307, np.float32, "W4", "13.7 / S1 17.2"),
     (1024, 512, 128, 97, np.float32, "S1", "S1 10.5; 4 warps not measured at K' < 256"),
     (1024, 1024, 1024, 102, np.float32, "W1", "41.0 / direct 60.3 (cuSPARSE 68.4)"),
@@ -675,8 +669,5 @@ def test_small_n_bench_runs_at_toy_size(monkeypatch, capsys):
     table = bench.table(records)
     assert "| float32 | 64x64 | 3 | 40.0* | 20.0 | direct | 5.0 | ws nw8 rpw1 u4 | 8.00x | 4.00x |" in table
     assert "nw4 rpw1 u8 mb6" in bench.settings_table(records, "float32")
-    opt = dict(records[0], provider=bench.setting_name(bench.warp_split(8, 1, 4, lookahead=True, l2_prefetch=True)),
-               median_us=4.0)
     auto = [dict(r, provider="auto") if r["provider"] == "heuristic" else r for r in records[:len(records) // 2]]
-    assert ("| 64x64 | 3 | 40.0 | 20.0 | direct | 5.0 | ws nw8 rpw1 u4 | 4.0 | ws nw8 rpw1 u4 la l2 | 10.00x | 5.00x |"
-            in bench.latency_table(auto + [opt]))
+    assert "| 64x64 | 3 | 40.0 | 20.0 | direct | 5.0 | ws nw8 rpw1 u4 | 8.00x | 4.00x |" in bench.latency_table(auto)

@@ -176,12 +176,10 @@ def warp_split_args(vt, it):
             types.int64, types.int64, types.int64, types.boolean]
 
 
-# (cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks[, lookahead, l2_prefetch]), dtype, index dtype, the
-# PTX vector read of B, the registers designed for (sm_90): min_blocks blocks of nwarp warps an SM, i.e. at most
-# 65536 / (32 * nwarp * min_blocks); measured 62, 80, 80 and 86 (one block: 128, float16 8 halves a lane); with
-# both options 64 at 8 warps, unroll 4 (4 blocks an SM, as without them)
+# (cols_per_lane, rows_per_warp, nwarp, unroll, min_blocks), dtype, index dtype, the PTX vector read of B, the
+# registers designed for (sm_90): min_blocks blocks of nwarp warps an SM, i.e. at most 65536 / (32 * nwarp *
+# min_blocks); measured 62, 80, 80 and 86 (one block: 128, float16 8 halves a lane)
 WARP_SPLIT_BUILDS = [((4, 1, 8, 4, 4), "float32", "int32", "ld.global.v4.f32", 64),
-                     ((4, 1, 8, 4, 4, True, True), "float32", "int32", "ld.global.v4.f32", 64),
                      ((4, 1, 8, 8, 3), "float32", "int16", "ld.global.v4.f32", 80),
                      ((4, 1, 4, 8, 6), "float16", "int32", "ld.global.v2.u32", 80),
                      ((4, 2, 8, 8, 1), "float32", "int32", "ld.global.v4.f32", 88),
@@ -192,18 +190,16 @@ WARP_SPLIT_BUILDS = [((4, 1, 8, 4, 4), "float32", "int32", "ld.global.v4.f32", 6
 def test_warp_split_issues_unroll_reads_of_b_before_the_multiply_adds(shape, dtype, index, vread, max_regs):
     """The interior step: ``unroll`` vector reads of B (one per entry and 16 bytes of columns) come before
     its first multiply-add, so that many rows of B are in flight per warp; one barrier (the partials);
-    no atomics; no local memory or spills; registers as designed; ``prefetch.L2`` only with
-    ``l2_prefetch``, and no integer division by a run-time value (the grid-wide share of B's tile)."""
-    cpl, rpw, nwarp, unroll, min_blocks, *options = shape
+    no atomics; no local memory or spills; registers as designed; no integer division by a run-time value."""
+    cpl, rpw, nwarp, unroll, min_blocks = shape
     half = dtype == "float16"
-    kernel = gu._warp_split_kernel(cpl, rpw, nwarp, unroll, half, min_blocks, *options)
+    kernel = gu._warp_split_kernel(cpl, rpw, nwarp, unroll, half, min_blocks)
     ptx, report = offline.build(kernel, warp_split_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), (9, 0))
     first_fma = ptx.index("fma.rn.f32")
     reads = len(re.findall(re.escape(vread) + r"\s", ptx[:first_fma]))
     assert reads == unroll * (cpl // min(cpl, 8 if half else 4))
     assert ptx.count("bar.sync") == 1 and "atom." not in ptx
     assert ".local" not in ptx
-    assert ("prefetch.L2" in ptx) == (options[1:] == [True])
     assert "div.s" not in ptx and "div.u" not in ptx and "rem." not in ptx
     use = offline.usage(report)
     assert use.spill_store_bytes == use.spill_load_bytes == use.stack_bytes == 0
