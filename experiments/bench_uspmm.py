@@ -46,8 +46,6 @@ def check_real_shapes(dtype) -> list[dict]:
     out = []
     configs = dict(our_providers(dtype))
     configs = {k: v for k, v in configs.items() if isinstance(v, dict) and "layout" not in v}
-    half = np.dtype(dtype) == np.float16
-    configs["tiled narrow"] = dict(variant="tiled", nwarp=4, rows_per_warp=8, cols_per_lane=4 if half else 2, kc=64)
     configs["pipelined wide"] = pipelined(8, 2, 8, 16, 2, 2)
     configs["direct"] = direct(8, 2, 4, 4)
     configs["dense tile"] = dense_tile(4, 8, 8, 16, 2)
@@ -101,8 +99,6 @@ def sanitize_case(only: str = "all") -> None:
         p = Problem(77, 45, 37, 0.6, dtype)
         q = Problem(70, 300, 136, 0.7, dtype)        # several K chunks, both buffers, a partial column tile
         for cfg in [dict(), dict(vecsize=2, nwarp=2), dict(vecsize=4), dict(vsize=3, nwarp=2),
-                    dict(variant="tiled", nwarp=4, rows_per_warp=2, cols_per_lane=8, kc=32),
-                    dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=16, batch=True),
                     pipelined(8, 2, 4, 16, 4, 2), pipelined(4, 3, 2, 8, 2, 1), pipelined(4, 4, 8, 32, 4, 2),
                     direct(8, 2, 4, 4), direct(4, 3, 2, 2), dense_tile(4, 8, 4, 16, 2), dense_tile(8, 4, 2, 8, 1),
                     pipelined(4, 3, 2, 8, 2, 1, splits=3), direct(4, 3, 2, 2, splits=3),
@@ -178,14 +174,13 @@ EXPLORE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.80), (1024, 1
 
 
 def explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
-    """Every :data:`sparsekit.tune.PIPELINED_SHAPES` setting, the tiled kernel and the vendor
+    """Every :data:`sparsekit.tune.PIPELINED_SHAPES` setting and the vendor
     baselines on ``EXPLORE_PROBLEMS`` (the data :func:`sparsekit.tune.heuristic` is fitted to)."""
     from gpu.uspmm import _pipelined_kernel
     from sparsekit.tune import PIPELINED_SHAPES, pipelined
     out = [] if out is None else out
     for d in dtypes:
         provs = {f"pipelined {shape}": pipelined(*shape) for shape in PIPELINED_SHAPES}
-        provs["tiled"] = dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)
         provs["heuristic"] = "heuristic"
         for (m, k, n, s) in EXPLORE_PROBLEMS:
             recs = bench_problem(m, k, n, s, d, providers=provs, repeat=10 if n > 4096 else 20)

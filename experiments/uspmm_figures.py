@@ -2,8 +2,8 @@
 
 "Uniform Sparsity in Deep Neural Networks", Section 4.3. Each figure is a list
 of problems; :func:`sparsekit.bench.uspmm.bench_problem` times every
-provider on each (our Listing 1 USpMM (1, 8), USpMM-Vec (2, 8), the tiled
-kernel, ``config="auto"``; cuSPARSE CSR/COO and dense cuBLAS through PyTorch)
+provider on each (our Listing 1 USpMM (1, 8), USpMM-Vec (2, 8), the
+pipelined, direct, dense-tile and tensor-core kernels, ``config="auto"``; cuSPARSE CSR/COO and dense cuBLAS through PyTorch)
 and returns one record each, with % of the roofline speed of light:
 
 * Fig. 5: M = K from 128 to 1024, N = 128 and 1024, 60% uniform sparsity;

@@ -18,15 +18,12 @@ and ``tensor_core`` bfloat16 too, and accumulates in float32):
     ``ellval``/``ellidx`` with ONE vector load (:mod:`gpu.vector_loads`), so a
     block covers ``32 * vecsize`` rows and ``sh_c`` is split into ``vecsize``
     parts, one per vector element (Section 3, "Vectorization").
-``"tiled"``: past the paper (see :func:`_tiled_kernel`)
+``"pipelined"``: staged tiles (see :func:`_pipelined_kernel`)
     per K chunk, a block stages a ``kc x NT`` tile of ``B`` and its rows'
-    entries in that chunk (float32 value, 16-bit tile offset) in shared
-    memory; every warp computes several rows by ``cols_per_lane`` columns per
-    lane in registers, so a staged entry feeds ``NT = 32 * cols_per_lane``
-    multiply-adds instead of ``VSize``, and ``B`` is read from shared memory
-    (``ld.shared.v4``) instead of gathered.
-``"pipelined"``: the tiled kernel rescheduled (see :func:`_pipelined_kernel`)
-    two shared buffers, the next chunk's loads in flight during the multiply,
+    entries in that chunk in shared memory; every warp computes several rows
+    by ``cols_per_lane`` columns per lane in registers, so a staged entry
+    feeds ``NT = 32 * cols_per_lane`` multiply-adds instead of ``VSize``; two
+    shared buffers, the next chunk's loads in flight during the multiply,
     one barrier a chunk, 16-byte shared stores and conflict-free reads, each
     row's entries padded to ``unroll`` with entries pointing at a zero row.
 ``"direct"``: no shared memory (see :func:`_direct_kernel`)
@@ -98,7 +95,7 @@ from sparsekit.tune_cache import resolve, stores
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
 
-VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split")
+VARIANTS = ("listing1", "pipelined", "direct", "dense_tile", "warp_split")
 _F32 = np.dtype(np.float32).itemsize
 
 
@@ -178,215 +175,6 @@ def _listing1_kernel(vsize: int, numwarps: int, vecsize: int):
                     cval += sh_c[lane + i * WARP_SIZE + (e * vsize + warpid) * shc_part]
                 if crow + e < m and ccol < n:                            # line 48: Y[ccol*m + crow]
                     c[crow + e, ccol] = cval
-
-    return kernel
-
-
-# ---------------------------------------------------------------------------
-# Tiled kernel (past the paper)
-# ---------------------------------------------------------------------------
-
-#: Entries of a row that the tiled kernel's inner loop reads at once (one 16-byte read of
-#: four values, one 8-byte read of four offsets) before using any; ``kc`` must be a multiple.
-UNROLL = 4
-
-
-def tiled_shared_bytes(rows_per_block: int, cols_per_lane: int, kc: int, itemsize: int) -> int:
-    """Shared memory of one tiled block: the B tile, the staged entries of the block's rows
-    in one K chunk (float32 value, int16 offset into the tile: below kc * NT, which the
-    48 KB limit keeps under 24576) and their counts."""
-    return kc * WARP_SIZE * cols_per_lane * itemsize + rows_per_block * kc * 6 + rows_per_block * 4
-
-
-@functools.cache
-def _tiled_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc: int, half: bool, batch: bool):
-    """Register- and shared-memory-tiled USpMM (``variant="tiled"``), ``b`` and ``c`` C-ordered.
-
-    A block owns ``R = numwarps * rows_per_warp`` rows and ``NT = 32 *
-    cols_per_lane`` columns of ``C``; lane ``l`` owns columns ``l*cols_per_lane
-    ..`` of the tile. The block walks ``K`` in chunks of ``kc`` rows of ``B``:
-
-    1. all threads stage, in shared memory, the ``kc x NT`` tile of ``B``
-       (16-byte vector loads when ``N`` allows, zero outside ``B``) and the
-       block's stored entries whose column falls in the chunk: indices ascend,
-       so for row ``r`` they are one run of slots, ``slot_ptr[row, chunk]`` to
-       ``slot_ptr[row, chunk+1]`` (at most ``kc``), read coalesced from the
-       row-major copy of ``ellval``/``ellidx``; each is kept as its value in
-       float32 and its offset into the B tile (16 bits: the paper's future work
-       of 16-bit indices, here chunk-relative so any ``K`` fits);
-       With ``batch`` each thread issues all its loads of the chunk into
-       registers before storing any (one memory latency per chunk instead of
-       one per load, at the price of registers: ~200 per thread against ~95,
-       so fewer resident blocks); without, it loads and stores in turn;
-    2. each warp takes its rows in turn and, ``UNROLL`` entries at a time
-       (their values and offsets read with one vector load each, all lanes
-       the same address), adds ``value * sh_b[offset + lane's columns]`` into
-       ``cols_per_lane`` float32 registers, ``sh_b`` read with 16-byte vector
-       loads (``ld.shared.v4``).
-
-    Compared with Listing 1, one loaded entry feeds ``NT`` multiply-adds
-    instead of ``VSize``, and ``B`` comes from shared memory instead of a
-    gather through L1/L2. The ceiling is the shared-memory read of one ``B``
-    element per multiply-add (128 bytes per clock per SM): a quarter of FP32
-    peak for float32, half for float16 (8 halves per 16-byte read).
-
-    Arguments, grouped: arrays ``vals``, ``idxs`` (``M x K'``, row-major
-    copies of ``ellval``/``ellidx``), ``slot_ptr`` (``M x (nchunks+1)``
-    int32), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out); sizes
-    ``m``, ``n``, ``k``; ``vec_ok`` (every row of ``b`` starts on a 16-byte
-    boundary, so the staging may use vector loads).
-    """
-    nt = WARP_SIZE * cols_per_lane
-    nthreads = numwarps * WARP_SIZE
-    rows_per_block = numwarps * rows_per_warp
-    tile_type = float16 if half else float32
-    vw = min(cols_per_lane, 8 if half else 4)       # elements per 16-byte (or narrower) shared read
-    vload = {2: load2, 4: load4, 8: load8}[vw]
-    nvec = cols_per_lane // vw
-    tile_size = kc * nt
-    entries = rows_per_block * kc                    # staged entries per chunk (at most kc per row)
-    bw = 8 if half else 4                            # elements per 16-byte global read of B
-    bload = {4: load4, 8: load8}[bw]
-
-    @inlined
-    def fma_entry(racc, a, base, sh_b):
-        """racc[:] += a * sh_b[base : base + cols_per_lane]"""
-        for q in range(nvec):
-            v = vload(sh_b, base + q * vw)                               # ld.shared.v4
-            for j in range(vw):
-                racc[q * vw + j] += a * float32(v[j])
-
-    nb = -(-tile_size // (nthreads * bw))             # 16-byte reads of B per thread per chunk
-    na = -(-entries // nthreads)                      # staged entries per thread per chunk
-
-    @inlined
-    def load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0, breg, aval, aoff, acnt):
-        """Phase 1a: this thread's share of chunk ``chunk`` (B tile, entries, a row count) into
-        registers; nothing waits for these loads until :func:`store_chunk` (independent loads)."""
-        k0 = chunk * kc
-        zero = tile_type(0.0)
-        for i in range(nb):                                              # the B tile
-            e = (t + i * nthreads) * bw
-            gk = k0 + e // nt
-            gc = col0 + e % nt
-            if e < tile_size and gk < k and vec_ok and gc + bw <= n:
-                v = bload(b, gk * n + gc)                                # ld.global.v4
-                for j in range(bw):
-                    breg[i, j] = v[j]
-            else:
-                for j in range(bw):
-                    breg[i, j] = b[gk * n + gc + j] if e < tile_size and gk < k and gc + j < n else zero
-        for i in range(na):                                              # the rows' entries in the chunk
-            e = t + i * nthreads
-            row = block_row0 + e // kc
-            aval[i] = 0.0
-            aoff[i] = 0
-            if e < entries and row < m:
-                s = slot_ptr[row, chunk] + e % kc
-                if s < slot_ptr[row, chunk + 1]:
-                    aval[i] = float32(vals[row, s])
-                    aoff[i] = (idxs[row, s] - k0) * nt
-        acnt[0] = 0
-        if t < rows_per_block and block_row0 + t < m:
-            acnt[0] = slot_ptr[block_row0 + t, chunk + 1] - slot_ptr[block_row0 + t, chunk]
-
-    @inlined
-    def store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt):
-        """Phase 1b: the registers of :func:`load_chunk` into shared memory."""
-        for i in range(nb):
-            e = (t + i * nthreads) * bw
-            if e < tile_size:
-                for j in range(bw):
-                    sh_b[e + j] = breg[i, j]
-        for i in range(na):
-            e = t + i * nthreads
-            if e < entries:
-                sh_val[e] = aval[i]
-                sh_off[e] = aoff[i]
-        if t < rows_per_block:
-            sh_cnt[t] = acnt[0]
-
-    @inlined
-    def stage_in_turn(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
-                      sh_b, sh_val, sh_off, sh_cnt):
-        """Phase 1 without ``batch``: each load is stored before the next is issued."""
-        k0 = chunk * kc
-        zero = tile_type(0.0)
-        for e in range(t * bw, tile_size, nthreads * bw):
-            gk = k0 + e // nt
-            gc = col0 + e % nt
-            if gk < k and vec_ok and gc + bw <= n:
-                v = bload(b, gk * n + gc)                                # ld.global.v4
-                for j in range(bw):
-                    sh_b[e + j] = v[j]
-            else:
-                for j in range(bw):
-                    sh_b[e + j] = b[gk * n + gc + j] if gk < k and gc + j < n else zero
-        for e in range(t, entries, nthreads):
-            row = block_row0 + e // kc
-            if row < m:
-                s = slot_ptr[row, chunk] + e % kc
-                if s < slot_ptr[row, chunk + 1]:
-                    sh_val[e] = float32(vals[row, s])
-                    sh_off[e] = (idxs[row, s] - k0) * nt
-        if t < rows_per_block:
-            row = block_row0 + t
-            sh_cnt[t] = slot_ptr[row, chunk + 1] - slot_ptr[row, chunk] if row < m else 0
-
-    @cuda.jit
-    def kernel(vals, idxs, slot_ptr, b, c, m, n, k, vec_ok):
-        t = cuda.threadIdx.x
-        lane = t % WARP_SIZE
-        block_row0 = cuda.blockIdx.x * rows_per_block
-        warp_rb0 = (t // WARP_SIZE) * rows_per_warp                      # first row of this warp, in the block
-        col0 = cuda.blockIdx.y * nt
-        sh_b = cuda.shared.array(tile_size, tile_type)
-        sh_val = cuda.shared.array(entries, float32)
-        sh_off = cuda.shared.array(entries, np.int16)
-        sh_cnt = cuda.shared.array(rows_per_block, np.int32)
-        breg = cuda.local.array((nb, bw), tile_type)                     # the chunk, in flight
-        aval = cuda.local.array(na, float32)
-        aoff = cuda.local.array(na, np.int32)
-        acnt = cuda.local.array(1, np.int32)
-        acc = cuda.local.array((rows_per_warp, cols_per_lane), float32)   # C tile of this lane
-        racc = cuda.local.array(cols_per_lane, float32)                    # the row being updated
-        for r in range(rows_per_warp):
-            for j in range(cols_per_lane):
-                acc[r, j] = 0.0
-        for chunk in range((k + kc - 1) // kc):
-            if batch:
-                load_chunk(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,   # 1a. all loads
-                           breg, aval, aoff, acnt)                                             # issued at once
-                store_chunk(t, breg, aval, aoff, acnt, sh_b, sh_val, sh_off, sh_cnt)           # 1b. then stored
-            else:
-                stage_in_turn(chunk, t, vals, idxs, slot_ptr, b, m, n, k, vec_ok, block_row0, col0,
-                              sh_b, sh_val, sh_off, sh_cnt)
-            cuda.syncthreads()
-            for r in range(rows_per_warp):                               # 2. the warp's rows
-                rb = warp_rb0 + r
-                cnt = sh_cnt[rb]
-                for j in range(cols_per_lane):                           # registers (acc[r] may be in
-                    racc[j] = acc[r, j]                                  # local memory when r is not unrolled)
-                e0 = rb * kc
-                i = 0
-                while i + UNROLL <= cnt:                                 # UNROLL entries per step
-                    va = load4(sh_val, e0 + i)                           # 4 values: ld.shared.v4.f32
-                    vo = load4(sh_off, e0 + i)                           # 4 offsets: ld.shared.v2.u32
-                    for u in range(UNROLL):
-                        fma_entry(racc, va[u], vo[u] + lane * cols_per_lane, sh_b)
-                    i += UNROLL
-                while i < cnt:                                           # the rest, one at a time
-                    fma_entry(racc, sh_val[e0 + i], sh_off[e0 + i] + lane * cols_per_lane, sh_b)
-                    i += 1
-                for j in range(cols_per_lane):
-                    acc[r, j] = racc[j]
-            cuda.syncthreads()
-        for r in range(rows_per_warp):
-            row = block_row0 + warp_rb0 + r
-            for j in range(cols_per_lane):
-                col = col0 + lane * cols_per_lane + j
-                if row < m and col < n:
-                    c[row, col] = acc[r, j]
 
     return kernel
 
@@ -576,10 +364,16 @@ def _pipelined_kernel(cols_per_lane: int, rows_per_warp: int, numwarps: int, kc:
                       min_blocks: int = 1):
     """Register-tiled USpMM with double-buffered, software-pipelined staging (``variant="pipelined"``).
 
-    Same tiling as :func:`_tiled_kernel`: a block owns ``R = numwarps *
-    rows_per_warp`` rows and ``NT = 32 * cols_per_lane`` columns of ``C``, a
-    lane ``cols_per_lane`` columns of each of its warp's rows, in float32
-    registers; ``K`` is walked in chunks of ``kc`` rows of ``B``. What changes:
+    A block owns ``R = numwarps * rows_per_warp`` rows and ``NT = 32 *
+    cols_per_lane`` columns of ``C``, a lane ``cols_per_lane`` columns of each
+    of its warp's rows, in float32 registers; ``K`` is walked in chunks of
+    ``kc`` rows of ``B``, the block's entries of a chunk (indices ascend: for
+    row ``r`` one run of slots, ``slot_ptr[row, chunk]`` to ``slot_ptr[row,
+    chunk+1]``) staged in shared memory as float32 values and 16-bit offsets
+    into the B tile (chunk-relative, so any ``K`` fits). The ceiling is the
+    shared-memory read of one ``B`` element per multiply-add (128 bytes per
+    clock per SM): a quarter of FP32 peak for float32, half for float16. How
+    the staging is scheduled:
 
     * two shared buffers: while the warps multiply chunk ``j`` out of buffer
       ``j % 2``, the loads of chunk ``j + 1`` (its ``kc x NT`` tile of ``B``,
@@ -1239,28 +1033,6 @@ def _row_major_shape(variant, order, m, n, nwarp, rows_per_warp, cols_per_lane):
     return threads, (cdiv(m, nwarp * rows_per_warp), cdiv(n, WARP_SIZE * cols_per_lane))
 
 
-def _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch):
-    m, n = c.shape
-    k = dell.shape[1]
-    half = dell.dtype == np.float16
-    threads, grid = _row_major_shape("tiled", order, m, n, nwarp, rows_per_warp, cols_per_lane)
-    if cols_per_lane not in (2, 4, 8):
-        raise ValueError(f"cols_per_lane: must be 2, 4 or 8 (vector reads of sh_b), got {cols_per_lane}")
-    check_divisible(kc, UNROLL, "kc")
-    if half and cols_per_lane == 2:
-        raise ValueError("cols_per_lane: float16 needs 4 or 8 (a 2-element read is narrower than 4 bytes)")
-    shared = tiled_shared_bytes(nwarp * rows_per_warp, cols_per_lane, kc, dell.dtype.itemsize)
-    if shared > SHARED_LIMIT:
-        raise ValueError(f"kc, cols_per_lane, nwarp, rows_per_warp: the B tile and the staged entries need "
-                         f"{shared} bytes of shared memory, more than {SHARED_LIMIT}")
-    bw = 16 // dell.dtype.itemsize
-    vec_ok = n % bw == 0 and aligned(bdev, bw)
-    kernel = _tiled_kernel(cols_per_lane, rows_per_warp, nwarp, kc, bool(half), bool(batch))
-    vals, idxs = dell.row_major()
-    _launch(kernel, grid, threads, (vals, idxs, dell.slot_ptr(kc), flat_view(bdev), c, m, n, k, vec_ok),
-            "nwarp, rows_per_warp, cols_per_lane")
-
-
 def _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll, min_blocks, splits):
     m, n = c.shape
     k = dell.shape[1]
@@ -1353,7 +1125,7 @@ def _launch_warp_split(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane
 
 
 def default_kc(variant: str, rows_per_block: int, cols_per_lane: int) -> int:
-    """Rows of B a shared tile holds when the caller names none: 64, or for "pipelined" and "dense_tile" the
+    """Rows of B a shared tile holds when the caller names none: for "pipelined" and "dense_tile" the
     largest of 64, 32, 16 whose two buffers fit :data:`SHARED_LIMIT` (with their own other defaults, 64 asked
     for 69,728 / 67,584 bytes)."""
     need = {"pipelined": pipelined_shared_bytes, "dense_tile": dense_tile_shared_bytes}.get(variant)
@@ -1363,7 +1135,7 @@ def default_kc(variant: str, rows_per_block: int, cols_per_lane: int) -> int:
 
 
 def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsize=1,
-         rows_per_warp=4, cols_per_lane=4, kc=None, batch=False, unroll=4, min_blocks=1, splits=1):
+         rows_per_warp=4, cols_per_lane=4, kc=None, unroll=4, min_blocks=1, splits=1):
     """Check the tunables, allocate ``C`` in ``order`` and launch; returns the device array. ``kc`` left out:
     64, or for "pipelined" and "dense_tile" the largest of 64, 32, 16 whose block fits the 48 KB of shared
     memory (:func:`default_kc`)."""
@@ -1378,7 +1150,7 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     cols_per_lane = check_int(cols_per_lane, "cols_per_lane", minimum=1, maximum=8)
     kc = default_kc(variant, nwarp * rows_per_warp, cols_per_lane) if kc is None else check_int(kc, "kc", minimum=1)
     splits = check_int(splits, "splits", minimum=1, maximum=64)
-    if splits != 1 and variant in ("listing1", "tiled", "warp_split"):
+    if splits != 1 and variant in ("listing1", "warp_split"):
         raise ValueError(f"splits: variant '{variant}' does not split K (pipelined, direct and dense_tile do), "
                          f"got {splits}")
     m, n = dell.shape[0], bdev.shape[1]
@@ -1389,8 +1161,6 @@ def _run(dell, bdev, order, like, *, variant="listing1", nwarp=1, vsize=8, vecsi
     if m and n:
         if variant == "listing1":
             _launch_listing1(dell, bdev, c, nwarp, vsize, vecsize)
-        elif variant == "tiled":
-            _launch_tiled(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, batch)
         elif variant == "pipelined":
             _launch_pipelined(dell, bdev, order, c, nwarp, rows_per_warp, cols_per_lane, kc, unroll,
                               check_int(min_blocks, "min_blocks", minimum=1, maximum=32), splits)
@@ -1416,8 +1186,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     ``nwarp`` (NWarp, default 1), ``vsize`` (VSize, 8) and ``vecsize``
     (vecSize: 1 = USpMM, 2 or 4 = USpMM-Vec); for the others ``nwarp`` (warps
     per block), ``rows_per_warp`` (4), ``cols_per_lane`` (2, 4 or 8), and as
-    they apply ``kc`` (rows of B per shared tile, 64), ``batch`` ("tiled":
-    issue a chunk's loads together), ``unroll`` ("pipelined", "direct":
+    they apply ``kc`` ("pipelined", "dense_tile": rows of B per shared tile,
+    :func:`default_kc`), ``unroll`` ("pipelined", "direct":
     entries per step, 2 or 4), ``min_blocks`` ("pipelined", "dense_tile", "warp_split":
     resident blocks per SM the registers are capped for) and ``splits``
     ("pipelined", "direct", "dense_tile": the K range of each output tile

@@ -30,7 +30,7 @@ __all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 #: Every variant a configuration may name: ``gpu.uspmm``'s CUDA-core kernels, the tensor-core kernels of
 #: ``gpu.uspmm_tc`` and ``gpu.uspmm_wgmma``, and the decode path (``gpu.spmm_tiled``'s row kernel).
-VARIANTS = ("listing1", "tiled", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core", "wgmma", "decode")
+VARIANTS = ("listing1", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core", "wgmma", "decode")
 #: The values of the wgmma kernel's ``precision``.
 PRECISIONS = ("auto", "3xtf32", "tf32+bf16")
 
@@ -40,7 +40,7 @@ class Config:
     """One USpMM kernel (``variant``) and the tunables it sets; a tunable left ``None`` is the launcher's default.
 
     CUDA-core kernels (``gpu.uspmm``): ``nwarp``, ``vsize``, ``vecsize`` (Listing 1's NWarp, VSize, vecSize),
-    ``cols_per_lane``, ``rows_per_warp``, ``kc`` (rows of B a shared tile), ``batch``, ``unroll``, ``min_blocks``
+    ``cols_per_lane``, ``rows_per_warp``, ``kc`` (rows of B a shared tile), ``unroll``, ``min_blocks``
     (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks). Tensor-core kernels: ``bm``
     x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``, ``lean``,
     ``splits`` (``gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
@@ -66,7 +66,6 @@ class Config:
     splits: int | None = None
     split: int | None = None
     producers: int | None = None
-    batch: bool | None = None
     precision: str | None = None
 
     def tunables(self) -> dict:

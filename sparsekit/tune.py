@@ -3,9 +3,8 @@
 The router (:mod:`sparsekit.router`) picks a configuration from a table of rules fitted to measurements; this
 module makes those measurements by exhaustive search:
 
-* :func:`space` lists the candidate configurations for a dtype and memory order: by default the tiled kernel's
-  best setting, the pipelined kernel's :data:`PIPELINED_SHAPES`, the direct kernel's :data:`DIRECT_SHAPES`, the
-  dense-tile kernel's :data:`DENSE_TILE_SHAPES`, the K-split :data:`SPLIT_SETTINGS`, the warp-split
+* :func:`space` lists the candidate configurations for a dtype and memory order: by default the pipelined
+  kernel's :data:`PIPELINED_SHAPES`, the direct kernel's :data:`DIRECT_SHAPES`, the dense-tile kernel's :data:`DENSE_TILE_SHAPES`, the K-split :data:`SPLIT_SETTINGS`, the warp-split
   :data:`WARP_SPLIT_SHAPES` and the tensor-core :data:`TC_SETTINGS` (row-major B), the paper's Listing 1 settings
   ((1, 8) USpMM, (2, 8) USpMM-Vec; column-major B); with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x
   vecSize 1, 2, 4 and grids of the other kernels' tunables. Configurations whose shared memory or block size the
@@ -142,24 +141,20 @@ WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
 def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
-    Default (``full=False``): for a row-major B the tiled kernel's best setting,
-    :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
+    Default (``full=False``): for a row-major B :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
     :data:`SPLIT_SETTINGS` and :data:`TC_SETTINGS` (Listing 1
     gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
     for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
-    and the tiled, pipelined, direct and dense-tile kernels over grids of their tunables.
+    and the pipelined, direct, dense-tile and warp-split kernels over grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
     """
-    from gpu.uspmm import (SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes,
-                           tiled_shared_bytes)
-    itemsize = np.dtype(dtype).itemsize
+    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes
     if not full:
         if order != "C":
             return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
                     dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
-        return ([dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64)]
-                + [pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
+        return ([pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
                 + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs()
                 + [warp_split(*shape) for shape in WARP_SPLIT_SHAPES]
                 + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]])
@@ -168,10 +163,6 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
             out.append(dict(variant="listing1", nwarp=nwarp, vsize=vsize, vecsize=vecsize))
     if order == "C":
-        for nwarp, rpw, cpl, kc, batch in itertools.product((4, 8), (2, 4), (2, 4, 8), (32, 64), (False, True)):
-            if tiled_shared_bytes(nwarp * rpw, cpl, kc, itemsize) <= SHARED_LIMIT and not (itemsize == 2 and cpl == 2):
-                out.append(dict(variant="tiled", nwarp=nwarp, rows_per_warp=rpw, cols_per_lane=cpl, kc=kc,
-                                batch=batch))
         for cpl, rpw, kc, unroll in itertools.product((2, 4, 8), (1, 2, 4, 8), (16, 32), (2, 4)):
             if pipelined_shared_bytes(8 * rpw, cpl, kc) <= SHARED_LIMIT:
                 out.append(pipelined(cpl, rpw, 8, kc, unroll, 2))

@@ -14,7 +14,7 @@ import pytest
 
 from sparsekit import tune, tune_cache
 
-CONFIG = dict(variant="tiled", nwarp=4, rows_per_warp=4, cols_per_lane=4)
+CONFIG = dict(variant="pipelined", nwarp=4, rows_per_warp=4, cols_per_lane=4)
 
 
 def _dell(m: int = 64, k: int = 128, kprime: int = 16):
@@ -91,7 +91,7 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
                                     dict(variant="wgmma", precision="tf32+bf16", bm=128, bn=256, kc=16, stages=4),
                                     dict(variant="tensor_core", bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
                                     dict(variant="decode")],
-                         ids=["tiled", "warp_split", "wgmma", "tensor_core", "decode"])
+                         ids=["pipelined", "warp_split", "wgmma", "tensor_core", "decode"])
 def test_every_kind_of_tuned_winner_is_served(cache, config):
     """What tune can store (the variants and their tunables, the switches space() does not vary) is no stale entry."""
     dell = _dell()

@@ -22,16 +22,6 @@ LISTING1 = st.fixed_dictionaries({
     "vsize": st.integers(1, 3),
     "vecsize": st.sampled_from([1, 2, 4]),
 })
-# float16 reads sh_b 4 or 8 halves at a time, float32 2, 4 or 8 floats
-TILED = {
-    np.float32: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
-                                       "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([2, 4, 8]),
-                                       "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
-    np.float16: st.fixed_dictionaries({"variant": st.just("tiled"), "nwarp": st.integers(1, 2),
-                                       "rows_per_warp": st.integers(1, 3), "cols_per_lane": st.sampled_from([4, 8]),
-                                       "kc": st.sampled_from([4, 8, 16]), "batch": st.booleans()}),
-}
-
 # splits: the K range of each output tile over 1 to 3 blocks (more than the chunks or slots there are
 # is clamped), partials summed in a fixed order
 SPLITS = st.integers(1, 3)
@@ -84,13 +74,6 @@ def test_listing1_and_vec_match_reference(data, dtype, order):
 
 
 @given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
-def test_tiled_matches_reference(data, dtype):
-    ell = data.draw(ell_matrices(dtype=dtype, max_size=12))
-    b = data.draw(rhs_for(ell, max_n=9))
-    check_against_reference(ell, b, data.draw(TILED[dtype]))
-
-
-@given(data=st.data(), dtype=st.sampled_from(KERNEL_DTYPES))
 def test_pipelined_matches_reference(data, dtype):
     """Several K chunks (both shared buffers in turn), partial column tiles, rows past M."""
     ell = data.draw(ell_matrices(dtype=dtype, max_size=14))
@@ -140,8 +123,6 @@ EDGE_CASES = [((1, 5), 0), ((33, 7), 7), ((37, 9), 0), ((66, 5), 5), ((3, 1), 1)
 
 @pytest.mark.parametrize("shape,kprime", EDGE_CASES)
 @pytest.mark.parametrize("tunables", [dict(vsize=3, nwarp=2), dict(vsize=2, vecsize=4), dict(vsize=3, vecsize=2),
-                                      dict(variant="tiled", nwarp=2, rows_per_warp=3, cols_per_lane=4, kc=4),
-                                      dict(variant="tiled", rows_per_warp=6, cols_per_lane=2, kc=8, batch=True),
                                       dict(variant="pipelined", nwarp=1, rows_per_warp=8, cols_per_lane=2, kc=4,
                                            unroll=4),
                                       dict(variant="direct", nwarp=2, rows_per_warp=2, cols_per_lane=2, unroll=4),
@@ -193,8 +174,8 @@ def test_rejects_non_contiguous(small):
         gu.uspmm(ell, np.ones((3, 4), np.float32)[:, ::2])
 
 
-@pytest.mark.parametrize("variant", ["tiled", "pipelined", "direct", "dense_tile", "warp_split"])
-def test_rejects_column_major_for_tiled(small, variant):
+@pytest.mark.parametrize("variant", ["pipelined", "direct", "dense_tile", "warp_split"])
+def test_rejects_column_major_for_row_major_variants(small, variant):
     ell, b = small
     with pytest.raises(ValueError, match=f"b: variant '{variant}' needs a C-ordered"):
         gu.uspmm(ell, np.asfortranarray(np.ones((3, 4), np.float32)), variant=variant)
@@ -219,10 +200,7 @@ def test_rejects_index_past_k(small):
     (dict(vsize=16, nwarp=4), "exceeds 1024"),
     (dict(vsize=8, nwarp=2, vecsize=4), "sh_c needs 65536 bytes"),
     (dict(vecsize=3), "vecsize: must be 1, 2 or 4"),
-    (dict(variant="tiled", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
-    (dict(variant="tiled", kc=128, cols_per_lane=4), r"the B tile and the staged entries need 68624 bytes"),
     (dict(variant="fast"), "variant: must be one of"),
-    (dict(variant="tiled", kc=30), "kc: must be divisible by 4, got 30"),
     (dict(variant="pipelined", kc=6, unroll=4), "kc: must be divisible by 4, got 6"),
     (dict(variant="pipelined", unroll=3), "unroll: must be 2 or 4"),
     (dict(variant="pipelined", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
@@ -237,7 +215,6 @@ def test_rejects_index_past_k(small):
     (dict(variant="dense_tile", splits=0), "splits: must be >= 1"),
     (dict(variant="direct", splits=65), "splits: must be <= 64"),
     (dict(splits=2), "splits: variant 'listing1' does not split K"),
-    (dict(variant="tiled", splits=2), "splits: variant 'tiled' does not split K"),
     (dict(variant="warp_split", splits=2), "splits: variant 'warp_split' does not split K"),
     (dict(variant="warp_split", unroll=3), "unroll: must be 2, 4 or 8"),
     (dict(variant="warp_split", cols_per_lane=3), "cols_per_lane: must be 2, 4 or 8"),
@@ -291,7 +268,7 @@ def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
         assert {(1, 8, 1), (2, 8, 1), (1, 8, 2), (2, 8, 2)} <= listing1(space(dtype, full=True))
         for full in (False, True):
             configs = space(dtype, full=full)
-            assert {"tiled", "pipelined", "direct", "dense_tile"} <= {c["variant"] for c in configs}
+            assert {"pipelined", "direct", "dense_tile", "warp_split"} <= {c["variant"] for c in configs}
             assert all(pipelined_shared_bytes(c["nwarp"] * c["rows_per_warp"], c["cols_per_lane"], c["kc"])
                        <= SHARED_LIMIT for c in configs if c["variant"] == "pipelined")
     assert all(c["variant"] == "listing1" for c in space(np.float32, "F", full=True))

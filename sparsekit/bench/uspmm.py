@@ -35,7 +35,6 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
         "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
         "USpMM-Vec2 (2,8) B col-major": dict(variant="listing1", nwarp=2, vsize=8, vecsize=2, layout="F"),
-        "tiled": dict(variant="tiled", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=64),
         "pipelined": pipelined(4, 4, 8, 32, 4, 2),
         "direct": direct(4, 2, 4, 4),
         "dense tile": dense_tile(4, 8, 8, 16, 2),
@@ -217,7 +216,7 @@ def config_name(cfg: dict) -> str:
     """A short name of a tunables dict, e.g. ``dense_tile cpl4 rpw4 nw8 kc16 mb2 s4`` or ``wgmma bm64 bn128 kc32
     stages6 producers256 tf32+bf16``."""
     short = dict(cols_per_lane="cpl", rows_per_warp="rpw", nwarp="nw", kc="kc", unroll="u", min_blocks="mb",
-                 splits="s", vsize="vs", vecsize="vec", batch="batch", precision="")
+                 splits="s", vsize="vs", vecsize="vec", precision="")
     return " ".join([cfg.get("variant", "listing1")] + [f"{short.get(key, key)}{val}" for key, val in cfg.items()
                                                          if key != "variant"])
 

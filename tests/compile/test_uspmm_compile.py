@@ -1,5 +1,5 @@
 """Every USpMM kernel, tunable shape and dtype compiles for sm_80 and sm_90 offline;
-the post-LTO PTX shows the vector loads USpMM-Vec, the tiled and the pipelined kernels rely on."""
+the post-LTO PTX shows the vector loads USpMM-Vec and the pipelined kernel rely on."""
 from __future__ import annotations
 
 import re
@@ -20,20 +20,17 @@ def listing1_args(vt, it, layout):
     return [types.Array(vt, 1, "C"), types.Array(it, 1, "C"), mat, mat, types.int64, types.int64, types.int64]
 
 
-def tiled_args(vt, it):
-    return [types.Array(vt, 2, "C"), types.Array(it, 2, "C"), types.Array(types.int32, 2, "C"),
-            types.Array(vt, 1, "C"), types.Array(vt, 2, "C"), types.int64, types.int64, types.int64,
-            types.boolean]
-
-
 def split_args():
     """``part`` (nsplit x M x N float32), ``ticket`` (int32 per output tile) of the K-split kernels."""
     return [types.Array(types.float32, 3, "C"), types.Array(types.int32, 1, "C")]
 
 
 def pipelined_args(vt, it):
-    return tiled_args(vt, it)[:5] + split_args() + [types.int64, types.int64, types.int64, types.boolean,
-                                                     types.int64]
+    """``vals``, ``idxs``, ``slot_ptr``, ``b``, ``c``, the split buffers, ``m``, ``n``, ``k``, ``vec_ok``,
+    ``nsplit``."""
+    return ([types.Array(vt, 2, "C"), types.Array(it, 2, "C"), types.Array(types.int32, 2, "C"),
+             types.Array(vt, 1, "C"), types.Array(vt, 2, "C")] + split_args()
+            + [types.int64, types.int64, types.int64, types.boolean, types.int64])
 
 
 # value/index dtype pairs: every value dtype and every index dtype at least once
@@ -69,31 +66,6 @@ def test_vec_uses_vector_loads(cc, dtype, index, vecsize, expect):
     ptx = offline.lto_ptx(kernel, listing1_args(VALUE_TYPES[dtype], INDEX_TYPES[index], "F"), cc)
     for instr in expect:
         assert re.search(re.escape(instr) + r"\s", ptx), f"{instr} missing from the USpMM-Vec PTX"
-
-
-# every (dtype, columns a lane) once or twice; each dtype at both ccs, with both index dtypes and both
-# values of batch (a covering set: the full cross product was 40 builds)
-TILED_BUILDS = [((8, 0), "float32", 4, "ld.shared.v4.f32", "int32", False),
-                ((9, 0), "float32", 4, "ld.shared.v4.f32", "int16", True),
-                ((9, 0), "float32", 8, "ld.shared.v4.f32", "int16", True),
-                ((9, 0), "float32", 2, "ld.shared.v2.f32", "int32", True),
-                ((8, 0), "float32", 2, "ld.shared.v2.f32", "int16", False),
-                ((8, 0), "float16", 8, "ld.shared.v4.u32", "int16", True),
-                ((9, 0), "float16", 8, "ld.shared.v4.u32", "int32", False),
-                ((9, 0), "float16", 4, "ld.shared.v2.u32", "int32", False),
-                ((8, 0), "float16", 4, "ld.shared.v2.u32", "int16", True)]
-
-
-@pytest.mark.parametrize("cc,dtype,cols_per_lane,expect,index,batch", TILED_BUILDS)
-def test_tiled_compiles_with_vector_loads(cc, dtype, cols_per_lane, expect, index, batch):
-    kernel = gu._tiled_kernel(cols_per_lane, 4, 4, 32, dtype == "float16", batch)
-    ptx = offline.lto_ptx(kernel, tiled_args(VALUE_TYPES[dtype], INDEX_TYPES[index]), cc)
-    assert expect in ptx
-    assert "ld.global.v4" in ptx                                   # the B tile is staged 16 bytes at a time
-    # the accumulator tile may sit in local memory (read and written once per row and K chunk);
-    # the inner loop's row accumulator must not: no local access between the shared reads and the FMAs
-    inner = ptx[ptx.index(expect):ptx.rindex("fma.rn.f32")]
-    assert "ld.local" not in inner and "st.local" not in inner
 
 
 # every cc and dtype at the default shape; the 8-columns, unroll-2 shape once (each build ~3 s)
@@ -217,6 +189,5 @@ def test_kernel_factories_are_cached():
     assert gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2) is gu._pipelined_kernel(4, 1, 8, 32, 4, False, 2)
     assert gu._dense_tile_kernel(4, 8, 8, 16, False, 2) is gu._dense_tile_kernel(4, 8, 8, 16, False, 2)
     assert gu._direct_kernel(4, 2, 4, False) is gu._direct_kernel(4, 2, 4, False)
-    assert gu._tiled_kernel(4, 4, 4, 32, False, False) is gu._tiled_kernel(4, 4, 4, 32, False, False)
     assert gu._listing1_kernel(8, 8, 1) is gu._listing1_kernel(8, 8, 1)
     assert gu._warp_split_kernel(4, 2, 8, 8, False) is gu._warp_split_kernel(4, 2, 8, 8, False)
