@@ -55,10 +55,6 @@ def suite_problems(quick: bool = False):
     return probs
 
 
-def _correct(got, a: np.ndarray, b: np.ndarray) -> bool:
-    return Checker(a, b)(got)
-
-
 # --------------------------------------------------------------------------- CPU
 
 def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: float = 0.9, *,
@@ -70,23 +66,24 @@ def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: floa
     from cpu.spmm import ORDERS, spmm_csr, spmm_csr_tiled
 
     csr, b, a = suite_matrix(m, k, n, sparsity)
+    correct = Checker(a, b)
     recs = []
     for order in ORDERS:
         for par in (False, True):
             fn = lambda: spmm_csr(csr, b, order, parallel=par)          # noqa: E731
             med, p10, p90 = wall_time(fn, repeat)
             recs.append({"kernel": f"{order}", "parallel": par, "ms": med * 1e3, "p10_ms": p10 * 1e3,
-                         "p90_ms": p90 * 1e3, "correct": _correct(fn(), a, b)})
+                         "p90_ms": p90 * 1e3, "correct": correct(fn())})
     for par in (False, True):
         (tn, tk), _ = tune_tiles(csr, b, parallel=par, repeat=max(2, repeat // 2))
         fn = lambda: spmm_csr_tiled(csr, b, tile_n=tn, tile_k=tk, parallel=par)   # noqa: E731
         med, p10, p90 = wall_time(fn, repeat)
         recs.append({"kernel": f"tiled (tile_n={tn}, tile_k={tk})", "parallel": par, "ms": med * 1e3,
-                     "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": _correct(fn(), a, b)})
+                     "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": correct(fn())})
     sp = csr.to_scipy()
     med, p10, p90 = wall_time(lambda: sp @ b, repeat)
     recs.append({"kernel": "scipy.sparse csr @ dense", "parallel": False, "ms": med * 1e3,
-                 "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": _correct(sp @ b, a, b)})
+                 "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "correct": correct(sp @ b)})
     naive = next(r["ms"] for r in recs if r["kernel"] == "inner" and not r["parallel"])
     for r in recs:
         r["speedup_vs_naive"] = naive / r["ms"]
@@ -276,19 +273,20 @@ def sanitize() -> int:
     from gpu import spmm_lessons as les
 
     csr, b, a = suite_matrix(70, 45, 40, 0.7)
+    correct = Checker(a, b)
     bad = 0
     for name, fn, _ in les.LESSONS:
-        ok = _correct(fn(csr, b), a, b)
+        ok = correct(fn(csr, b))
         print(f"{name}: {'ok' if ok else 'WRONG'}")
         bad += not ok
-    ok = _correct(les.smem_tiled(csr, b, swizzle=True), a, b) and _correct(les.thread_group(csr, b, k_split=3), a, b)
+    ok = correct(les.smem_tiled(csr, b, swizzle=True)) and correct(les.thread_group(csr, b, k_split=3))
     print(f"smem_tiled swizzle / thread_group k_split=3: {'ok' if ok else 'WRONG'}")
     bad += not ok
     # gpu.spmm's staged CSR kernel, with rows longer than one staged chunk (several chunks per row).
     long_rows = suite_matrix(9, 300, 40, 0.3)
     for kw in SANITIZE_STAGED:
         for mat, rhs, dense in ((csr, b, a), long_rows):
-            ok = _correct(prod.spmm_csr(mat, rhs, **kw), dense, rhs)
+            ok = Checker(dense, rhs)(prod.spmm_csr(mat, rhs, **kw))
             print(f"gpu.spmm staged {kw} on {mat.shape}: {'ok' if ok else 'WRONG'}")
             bad += not ok
     return int(bad > 0)

@@ -27,7 +27,7 @@ from sparsekit.experiment import Context, Experiment, Section, Table
 
 def _balance_matrices(quick: bool, seed: int):
     """(label, CSR): two suite problems (magnitude pruning), uniform, and a skewed pattern."""
-    from experiments.bench_teaching import suite_matrix
+    from sparsekit.bench.spmm import suite_matrix
     from sparsekit import prune
     from sparsekit.formats import CSR
 
@@ -124,7 +124,8 @@ def _plot_tiles(recs, path, title):
 
 
 def run(ctx: Context) -> Section:
-    from experiments.bench_teaching import bench_loop_orders, bench_specialize, suite_matrix, tune_tiles
+    from experiments.bench_teaching import bench_loop_orders, bench_specialize
+    from sparsekit.bench.spmm import suite_matrix, tune_tiles
     from sparsekit.loop_orders import order_table
 
     tables, figures = [], []

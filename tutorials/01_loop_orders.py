@@ -20,7 +20,7 @@ import numpy as np
 
 def main(quick: bool = False) -> dict:
     from cpu import spmm as cpu
-    from experiments.bench_teaching import suite_matrix, wall_time
+    from sparsekit.bench.spmm import suite_matrix, wall_time
     from reference.spmm import spmm_csr
     from sparsekit import loop_orders as lo
 

@@ -23,7 +23,7 @@ def main(quick: bool = False) -> dict:
     import numba
 
     from cpu import spmm as cpu
-    from experiments.bench_teaching import suite_matrix, tune_tiles, wall_time
+    from sparsekit.bench.spmm import suite_matrix, tune_tiles, wall_time
     from reference.spmm import spmm_csr
 
     m, k, n = (128, 128, 64) if quick else (1024, 1024, 256)

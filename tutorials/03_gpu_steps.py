@@ -29,7 +29,7 @@ import numpy as np
 
 
 def main(quick: bool = False) -> dict:
-    from experiments.bench_teaching import _correct, suite_matrix
+    from sparsekit.bench.spmm import Checker, suite_matrix
     from gpu import spmm_lessons as les
     from sparsekit import balance as bal
 
@@ -45,9 +45,10 @@ def main(quick: bool = False) -> dict:
 
     # Steps 1-7: run each lesson, check it, time it on a GPU.
     d = les.prepare(csr)
+    correct = Checker(a, b)
     results = {}
     for name, fn, what in les.LESSONS:
-        ok = _correct(fn(d, b), a, b)
+        ok = correct(fn(d, b))
         assert ok, name
         line = f"  {name:24s} correct  ({what})"
         if on_gpu:

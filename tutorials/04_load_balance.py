@@ -21,7 +21,7 @@ import numpy as np
 
 
 def main(quick: bool = False) -> dict:
-    from experiments.bench_teaching import suite_matrix
+    from sparsekit.bench.spmm import suite_matrix
     from sparsekit import balance as bal
     from sparsekit.formats import CSR
 

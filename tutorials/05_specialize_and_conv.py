@@ -19,7 +19,7 @@ import numpy as np
 
 def main(quick: bool = False) -> dict:
     from cpu import conv as cconv
-    from experiments.bench_teaching import suite_matrix, wall_time
+    from sparsekit.bench.spmm import suite_matrix, wall_time
     from reference import conv as rconv
     from sparsekit import specialize as spz
     from sparsekit.formats import CSR
