@@ -30,14 +30,6 @@ PROBLEMS = [
 ]
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for uspmm_dispatch.json")
@@ -46,6 +38,7 @@ def main(argv=None) -> int:
 
     from numba import cuda
 
+    from sparsekit.bench import cuda_torch
     from sparsekit.bench.uspmm import Problem
     from gpu.uspmm import uspmm
     from gpu.uspmm_wgmma import supported
@@ -55,7 +48,7 @@ def main(argv=None) -> int:
     from sparsekit.tune import resolve
 
     require_gpu("bench_uspmm_dispatch")
-    torch = _torch()
+    torch = cuda_torch()
     rows = []
     print(f"device: {info().name}; host us a call (median of {args.calls})")
     print(f"{'problem':28s} {'B':6s} {'config':8s} {'call':>8s}")
