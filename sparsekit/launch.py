@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from gpu import launch as launch_contract
 from gpu.launch import DynamicShared
+from sparsekit.numba_compat import kernel_function, pack_arguments
 
 __all__ = ["LaunchPlan", "Launch", "record", "observe"]
 
@@ -71,12 +72,10 @@ def _packed(kernel, grid, block, args) -> Launch:
 
     shared, dispatcher = (kernel.nbytes, kernel.kernel) if isinstance(kernel, DynamicShared) else (0, kernel)
     compiled = dispatcher.compile(tuple(typeof(a) for a in args))
-    flat: list = []
-    for ty, value in zip(compiled.argument_types, args):
-        compiled._prepare_args(ty, value, 0, [], flat)
+    flat, _ = pack_arguments(compiled, args, 0)
     values = [v if isinstance(v, ctypes._SimpleCData) else ctypes.c_int64(int(v)) for v in flat]
     params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-    handle = compiled._codelibrary.get_cufunc().handle
+    handle = kernel_function(compiled).handle
     if isinstance(handle, driver.CUkernel):            # a library kernel: its function in this context
         err, handle = driver.cuKernelGetFunction(handle)
         if int(err):
