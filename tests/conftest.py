@@ -6,6 +6,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from sparsekit.numba_patches import install_all
+
 # "ci": few, small examples (2 cores, simulator at ~0.4 ms per thread);
 # "dev": more examples for local hunting. Deadlines are off: the simulator and
 # first-call JIT compilation make single examples slow, which is not a bug.
@@ -16,10 +18,10 @@ settings.register_profile("dev", max_examples=100, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-if SIMULATOR:   # the simulator's block manager sleeps until its threads need it: faster simulated kernels
-    from sparsekit.simulator import fast_block_manager, fast_shared_arrays
-    fast_block_manager()
-    fast_shared_arrays()   # shared arrays keyed by the calling line without a walk of the stack
+# The library's reviewed numba-cuda replacements, before any test compiles or simulates a kernel (under the
+# simulator: a block manager that sleeps until its threads need it, shared arrays found without a walk of the
+# stack); SPARSEKIT_NUMBA_PATCHES=0 keeps numba-cuda's own code here as everywhere.
+install_all()
 
 
 def _gpu_available() -> bool:

@@ -1093,7 +1093,7 @@ UNGUARDED_MODULES = {
     "sparsekit.backend": "device detection, no user data",
     "sparsekit.device": "device facts, no user data",
     "sparsekit.timing": "timing of launches built from validated operands",
-    "sparsekit.numba_patches": "Numba fixes applied at import",
+    "sparsekit.numba_patches": "replacements of numba-cuda internals, installed by install_all(); no user data",
     "sparsekit.numba_compat": "numba-cuda internals for compiled kernels, no user data",
     "sparsekit.simulator": "the CUDA simulator's scheduling",
     "sparsekit.tune": "the cache rows (tune cache) and the launchers' config='auto' cover it",
