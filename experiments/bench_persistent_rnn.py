@@ -228,10 +228,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "parts": 3, "fold_h0": True}),
     ("lamport", {"load": "relaxed", "parts": 2, "fold_h0": True, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "parts": 4, "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "stagger": True}),
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True,
-                 "stagger": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True}),
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 3, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "copies": 3, "pack": True}),
@@ -768,24 +766,20 @@ def ring(out=None, jobs=8):
 _RF = {"load": "relaxed", "fold_h0": True}
 _AF = {**_RF, "vector": True, "cp_async": True}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
-#: kernel (one launch less per run), its loads staggered over the blocks, h copied by cp.async, and h's columns in
+#: kernel (one launch less per run), h copied by cp.async, and h's columns in
 #: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
 #: persistent_rnn.md, column parts; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
 PARTS_VARIANTS = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
-    ("lamport stagger fold", "lamport", {**_RF, "stagger": True}),
     ("lamport async fold", "lamport", _AF),
-    ("lamport async stagger fold", "lamport", {**_AF, "stagger": True}),
     ("lamport async parts2 fold", "lamport", {**_AF, "parts": 2}),
     ("lamport async parts2 uniform fold", "lamport", {**_AF, "parts": 2, "passes": "uniform"}),
-    ("lamport async parts2 uniform stagger fold", "lamport", {**_AF, "parts": 2, "passes": "uniform", "stagger": True}),
     ("lamport async parts3 uniform fold", "lamport", {**_AF, "parts": 3, "passes": "uniform"}),
     ("lamport async parts2 uniform shfl fold", "lamport", {**_AF, "parts": 2, "passes": "uniform", "reduce": "shfl"}),
     ("lamport parts2 uniform fold", "lamport", {**_RF, "parts": 2, "passes": "uniform"}),
 ]
-PARTS_STEPS = ("lamport", "lamport fold", "lamport stagger fold", "lamport async fold",
-               "lamport async parts2 uniform fold")
-PARTS_TRACED = ("lamport", "lamport stagger fold", "lamport async fold", "lamport async parts2 uniform fold")
+PARTS_STEPS = ("lamport", "lamport fold", "lamport async fold", "lamport async parts2 uniform fold")
+PARTS_TRACED = ("lamport", "lamport async fold", "lamport async parts2 uniform fold")
 #: run 1's variants (register loads of h, each thread's own pass bounds)
 PARTS_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),

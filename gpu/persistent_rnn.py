@@ -134,7 +134,7 @@ both slower there; ``experiments/results/persistent_rnn.md``):
   the cluster and its barrier take 1.08 us against 0.26 us for the local
   copy and block barrier: 2.34 against 1.60 us/step.
 
-Four more Lamport options (correct and sanitizer-clean on the H100; none reaches
+Three more Lamport options (correct and sanitizer-clean on the H100; none reaches
 the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
 
 * ``fold_h0=True``: the kernel writes h0 into slot 0 (a run is the preset and
@@ -148,8 +148,6 @@ the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
   ``cp.async.cg`` (in flight over barriers, so ``parts`` can overlap); the
   copies take twice as long as the register loads (traced load stage 2.07
   against 1.03 us): 3.0 us/step, 3.1-4.1 with parts.
-* ``stagger=True``: the blocks start their loads at different chunks of h:
-  1.74 us/step at 1792 (1.48 at 1152, as without).
 
 The issue-first poll (``experiments/results/persistent_rnn.md``): the load
 stage's time was mostly the code of ``poll="batch"``: ptxas computes each
@@ -293,7 +291,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
             vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
-            cp_async: bool = False, stagger: bool = False, uniform: tuple = (), copies: int = 1,
+            cp_async: bool = False, uniform: tuple = (), copies: int = 1,
             pack: bool = False, issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
@@ -361,9 +359,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     the thread's own groups in shared memory for -0.0 and reloads only those
     (``poll``). Unlike register loads, which a block barrier waits for, the
     copies of later parts stay in flight over the earlier parts' barriers.
-    ``stagger`` (Lamport, no chunks or cluster): block ``b`` starts its load
-    stage at its ``b``-th chunk of words (rotated), so the blocks do not all
-    ask the same L2 lines at the same moment. ``uniform`` (``parts``; a tuple
+    ``uniform`` (``parts``; a tuple
     of ``parts - 1`` pair counts, default ``()``: the thread's own bounds from
     ``idx``): pass ``p`` operates on pairs ``uniform[p - 1] .. uniform[p] -
     1`` of every thread, compile-time bounds, so each pass is branch-free
@@ -407,7 +403,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     U1, U2, U3 = (tuple(uniform) + (NPT,) * 3)[:3]     # uniform: where passes 0, 1, 2 end
     FOLD = fold_h0
     ASYNC = cp_async
-    STAGGER = stagger
     COPIES = copies
     PACK = pack and scheme == "wide" and batch == 4 and cell == "rnn" and not ring
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
@@ -515,8 +510,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         the thread's index among the cluster's ``CL`` blocks (rank-major).
         """
         m = k // VEC
-        if STAGGER:                                    # block b starts at its chunk b (mod its chunks)
-            m = (m + cuda.blockIdx.x) % (CHW // VEC)
         e = (tid + m * CL * (NT if NT else nthreads)) * VEC + k % VEC
         return e if e < n_words else n_words
 
@@ -864,9 +857,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         n = part_word(p + 1, hidden) - lo
         if ASYNC:         # the copies are in shared memory: reload (and store again) only groups still -0.0
             # a thread waits for its own copies only (others' arrive with the barrier), if it has any in this
-            # part (its unrotated first group: with stagger its k = 0 slot may be a missing last group while
-            # others were copied; run 2 on the H100 read stale h there); behind this branch the wait stays
-            # after the previous pass's operate stage (ptxas moved it above those FMAs otherwise)
+            # part (its first group); behind this branch the wait stays after the previous pass's operate stage
+            # (ptxas moved it above those FMAs otherwise)
             if tid * VEC < n:
                 wait_copies(PARTS - 1 - p)
             stale = False
@@ -1321,7 +1313,6 @@ class PersistentRNN:
     * ``cp_async`` (Lamport RNN with ``vector``): h's 16-byte groups copied from L2 into shared
       memory by ``cp.async``, one commit group per part, so later parts stay in flight over earlier
       parts' barriers;
-    * ``stagger`` (Lamport): each block starts its loads of h at a different chunk;
     * ``fold_h0`` (Lamport without the ring): the kernel writes h0 into exchange slot 0 itself, so a
       run is the preset and the kernel, two launches instead of three;
     * ``copies`` (Lamport without ring or cluster, 1..``MAX_COPIES``): the exchange holds that many
@@ -1332,13 +1323,13 @@ class PersistentRNN:
       writes its column of h_t with one vector store (per copy) instead of four scalar stores;
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
-    * ``poll="issue"`` (Lamport without chunk, parts, cp_async, pipeline, cluster, ring, stagger): a step
+    * ``poll="issue"`` (Lamport without chunk, parts, cp_async, pipeline, cluster, ring): a step
       issues all of a thread's loads of h at once, addressed at constant offsets, then checks them
       (``_kernel``); ``issue_delay``: clock cycles to spin before those loads;
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
-    The options ring, cluster, parts, cp_async and stagger were each slower than the default at layer
+    The options ring, cluster, parts and cp_async were each slower than the default at layer
     1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and
     ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792 against 1.60); ``copies`` and
     ``pack`` were slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
@@ -1370,7 +1361,6 @@ class PersistentRNN:
     parts: int = 1
     fold_h0: bool = False
     cp_async: bool = False
-    stagger: bool = False
     passes: str = "thread"
     copies: int = 1
     pack: bool = False
@@ -1390,7 +1380,7 @@ class PersistentRNN:
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
         for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0",
-                     "cp_async", "stagger", "pack"):
+                     "cp_async", "pack"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1434,9 +1424,6 @@ class PersistentRNN:
                              f"pipeline={self.pipeline}")
         if self.cp_async and not self.vector:
             raise ValueError("cp_async: the copies move 16-byte groups of h; it needs vector=True")
-        if self.stagger and (self.sync != "lamport" or self.chunk or self.cluster):
-            raise ValueError(f"stagger: an option of the Lamport kernel without chunk and cluster; got "
-                             f"sync={self.sync!r}, chunk={self.chunk}, cluster={self.cluster}")
         if self.fold_h0 and (self.sync != "lamport" or self.ring):
             raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
                              f"got sync={self.sync!r}, ring={self.ring}")
@@ -1452,11 +1439,11 @@ class PersistentRNN:
         if self.issue_delay and self.poll != "issue":
             raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
         if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1 or self.cp_async
-                                     or self.pipeline or self.cluster or self.ring or self.stagger):
+                                     or self.pipeline or self.cluster or self.ring):
             raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, cp_async, "
-                             f"pipeline, cluster, ring and stagger; got sync={self.sync!r}, chunk={self.chunk}, "
+                             f"pipeline, cluster and ring; got sync={self.sync!r}, chunk={self.chunk}, "
                              f"parts={self.parts}, cp_async={self.cp_async}, pipeline={self.pipeline}, "
-                             f"cluster={self.cluster}, ring={self.ring}, stagger={self.stagger}")
+                             f"cluster={self.cluster}, ring={self.ring}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
@@ -1504,7 +1491,7 @@ class PersistentRNN:
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
                               self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
-                              self.stagger, uniform, self.copies, self.pack, self.issue_delay)
+                              uniform, self.copies, self.pack, self.issue_delay)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))

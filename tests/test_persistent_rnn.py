@@ -95,9 +95,9 @@ def test_simulated_cluster_loads_all_of_h(cluster):
 
 
 def _poll_fits(opts: dict, parts: int = 1) -> dict:
-    """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster, ring and stagger
+    """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster and ring
     (``test_copies_pack_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
-    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster", "cp_async", "stagger"))
+    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster", "cp_async"))
     if opts.get("poll") == "issue" and clash:
         opts["poll"] = "batch"
     return opts
@@ -421,9 +421,9 @@ def test_ring_and_cluster_bad_configuration():
 @st.composite
 def parts_options(draw):
     """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0``,
-    ``cp_async``, ``stagger`` alone)."""
+    ``cp_async`` alone)."""
     parts = draw(st.integers(1, gpu_rnn.MAX_PARTS))
-    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()), "stagger": draw(st.booleans()),
+    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()),
             "vector": draw(st.booleans()), "cp_async": draw(st.booleans()),
             "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
             "passes": draw(st.sampled_from(gpu_rnn.PASSES)),
@@ -436,7 +436,7 @@ def test_parts_and_fold_h0_match_reference(problem, po):
     """parts: whether or not the layout's pairs come part by part (bank_aware with the part bounds, or the plain
     bank-aware order), every pass reads only columns that have arrived and the states equal the reference's;
     fold_h0: the kernel's own copy of h0, cp_async: copies into shared memory (the simulator's cp.async copies at
-    once), stagger: rotated load order, give the same states."""
+    once), give the same states."""
     u, bp, h0, steps, tpr, activation = problem
     parts, ordered, opts = po
     hidden = u.shape[0]
@@ -520,9 +520,6 @@ def test_parts_and_fold_h0_bad_configuration():
                 gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **opt, **kw)
     with pytest.raises(ValueError, match="cp_async: the copies move 16-byte groups of h; it needs vector=True"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cp_async=True)
-    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}):
-        with pytest.raises(ValueError, match="stagger: an option of the Lamport kernel without chunk and cluster"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, stagger=True, **kw)
     with pytest.raises(ValueError, match="parts"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=gpu_rnn.MAX_PARTS + 1)
     for kw in ({"sync": "barrier"}, {"ring": True}):
@@ -538,10 +535,10 @@ def test_parts_and_fold_h0_bad_configuration():
 def copies_options(draw):
     """The options ``copies``, ``pack``, ``preset`` and ``poll="issue"`` with those they combine with."""
     poll = draw(st.sampled_from(gpu_rnn.POLLS))
-    rounds = poll != "issue"                           # stagger and pipeline only with the polls by rounds
+    rounds = poll != "issue"                           # pipeline only with the polls by rounds
     return {"copies": draw(st.integers(1, 4)), "pack": draw(st.booleans()),
             "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
-            "stagger": rounds and draw(st.booleans()), "index16": draw(st.booleans()), "poll": poll,
+            "index16": draw(st.booleans()), "poll": poll,
             "load": draw(st.sampled_from(gpu_rnn.LOADS)), "double_buffer": draw(st.booleans()),
             "pipeline": rounds and draw(st.booleans()), "vector": draw(st.booleans()),
             "issue_delay": 0 if rounds else draw(st.sampled_from([0, 50]))}
@@ -602,7 +599,7 @@ def test_copies_pack_preset_bad_configuration():
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
     for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True}, {"cluster": 2},
-               {"stagger": True}, {"cp_async": True, "vector": True}):
+               {"cp_async": True, "vector": True}):
         with pytest.raises(ValueError, match="poll: 'issue' is an option of the Lamport kernel without chunk"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", **kw)
     with pytest.raises(ValueError, match="issue_delay: a delay before the loads of poll='issue'"):

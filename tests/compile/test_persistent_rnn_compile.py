@@ -236,16 +236,6 @@ def test_cp_async_copies_parts_into_shared_memory_and_waits_per_part():
     assert len(re.findall(r"bar\.sync", ptx)) == 3 and ".local" not in ptx
 
 
-@pytest.mark.filterwarnings("ignore:Not adding")
-def test_stagger_rotates_by_block():
-    """stagger: the word offsets depend on the block index (%ctaid.x); the loads are the default kernel's."""
-    base = _lto_ptx_opts("lamport", np.float16, load="relaxed")
-    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", stagger=True)
-    assert "%ctaid.x" in ptx and ".local" not in ptx
-    count = (lambda p: len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", p)))
-    assert count(ptx) == count(base)
-
-
 def _stores(ptx: str) -> dict:
     """Global stores of the kernel by instruction."""
     out: dict = {}

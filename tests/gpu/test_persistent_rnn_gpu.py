@@ -336,13 +336,13 @@ def test_non_coresident_clusters_refused():
 _CPA = {"cp_async": True, "vector": True}
 PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
          {"parts": 2, "fold_h0": True, "reduce": "shfl"}, {"parts": 2, "reduce": "shfl", "double_buffer": True},
-         {"parts": 2, "index16": True, "load": "volatile"}, {"parts": 3, "passes": "uniform"}, {"stagger": True},
-         {**_CPA, "fold_h0": True}, {**_CPA, "parts": 2, "passes": "uniform", "stagger": True, "fold_h0": True},
+         {"parts": 2, "index16": True, "load": "volatile"}, {"parts": 3, "passes": "uniform"},
+         {**_CPA, "fold_h0": True}, {**_CPA, "parts": 2, "passes": "uniform", "fold_h0": True},
          {**_CPA, "parts": 4, "reduce": "shfl"}, {**_CPA, "parts": 3, "double_buffer": True, "passes": "uniform"}]
 
 
 @pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
-                                {**_CPA, "parts": 2, "fold_h0": True, "stagger": True},
+                                {**_CPA, "parts": 2, "fold_h0": True},
                                 {"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"},
                                 {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
@@ -363,7 +363,7 @@ def test_options_planted_stall_relaunches_and_finishes(kw):
 
 COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
           {"pack": True}, {"pack": True, "copies": 4, "fold_h0": True, "preset": "vector"},
-          {"preset": "vector"}, {"copies": 3, "pack": True, "stagger": True, "double_buffer": True},
+          {"preset": "vector"}, {"copies": 3, "pack": True, "double_buffer": True},
           {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
           {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
           {"poll": "issue", "pack": True, "double_buffer": True, "load": "cg"},
