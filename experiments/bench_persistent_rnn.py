@@ -25,8 +25,8 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            the next-best; points in parallel processes.
 ``ablate`` Table 1's rows with the ablation options, the candidates for the
            1.5 us/step target at 1792, and the no-wait ablation.
-``rest``   the sweep points that no run recorded in
-           ``experiments/results/persistent_rnn_h100.json`` measured.
+``rest``   the sweep points that ``experiments/results/persistent_rnn_h100.json``
+           does not hold.
 ``followup`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
@@ -84,14 +84,13 @@ CONFIGS = {
     "bank_aware": ("wide", "barrier", True),
     "lamport": ("wide", "lamport", True),
 }
-#: Options of the Table 1 rows in the timing table: the inline grid barrier and ld.relaxed.gpu (the second H100 run of
-#: experiments/results/persistent_rnn.md: faster than cooperative groups' grid sync and ld.volatile for all); the
-#: wide-load barrier rows also move h in 16-byte groups (sweep run 2: 4.30 -> 2.45 us/step at 1792; Lamport
-#: keeps scalar loads, 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152
-#: and 1792 in the follow-up run (results/persistent_rnn.md, follow-up run 3); Lamport (exchange
-#: run 2): h0 written by the kernel, the 16-byte preset, all loads of h issued at once after a 300-cycle spin
-#: (1.391 / 1.370 us/step at 1792 / 1152 against 1.603 / 1.488 with ``LAMPORT_RING``; results/persistent_rnn.md,
-#: the exchange runs)
+#: Options of the Table 1 rows in the timing table: the inline grid barrier and ld.relaxed.gpu (faster for every row
+#: than cooperative groups' grid sync and ld.volatile: ``results/persistent_rnn_h100.json``, ``run2.final``); the
+#: wide-load barrier rows also move h in 16-byte groups (4.30 -> 2.45 us/step at 1792; Lamport keeps scalar loads,
+#: 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152 and 1792
+#: (results/persistent_rnn.md, Launch bounds; record ``sweeps.run3.bounds``); Lamport: h0 written by the kernel,
+#: the 16-byte preset, all loads of h issued at once after a 300-cycle spin (results/persistent_rnn.md, Table 1 and
+#: What the step is made of: 1.375 / 1.362 us/step at 1792 / 1152)
 LAMPORT_RING = {"load": "relaxed"}
 TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed", "bound_registers": False},
                   "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True, "bound_registers": False},
@@ -232,8 +231,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True}),
     ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 3, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
-    ("lamport", {"load": "relaxed", "copies": 3, "pack": True}),
-    ("lamport", {"load": "relaxed", "pack": True, "preset": "vector", "double_buffer": True}),
+    ("lamport", {"load": "relaxed", "copies": 3}),
+    ("lamport", {"load": "relaxed", "preset": "vector", "double_buffer": True}),
     ("lamport", {"load": "relaxed", "poll": "issue", "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "poll": "issue", "vector": True, "copies": 2}),
     ("lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 600, "fold_h0": True}),
@@ -514,7 +513,8 @@ def sweep(out=None, axes=SWEEP_AXES, fig34=FIG34_POINTS, jobs=8):
     return records
 
 
-#: the recorded H100 runs (experiments/persistent_rnn.py plots them)
+#: The recorded H100 timings: Table 1, the Figure 2 sweeps, the launch-bounds grid (experiments/persistent_rnn.py
+#: plots them)
 RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "persistent_rnn_h100.json")
 
 
@@ -523,28 +523,29 @@ def _point_key(p: dict) -> tuple:
 
 
 def recorded_sweep(path=RECORDED) -> list[dict]:
-    """Every sweep record of the recorded sweep runs (``sweeps.runN.sweep``), oldest run first."""
+    """Every record of the recorded Figure 2 sweeps (``sweeps.runN.sweep``), oldest first."""
     with open(path) as f:
         runs = json.load(f)["sweeps"]
     return [r for name in sorted(runs) for r in runs[name].get("sweep", [])]
 
 
 def missing_sweep_tasks(path=RECORDED) -> list:
-    """``sweep_tasks()`` less the points that a recorded run measured (``ours_us`` present)."""
+    """``sweep_tasks()`` less the points the record holds (``ours_us`` present)."""
     done = {_point_key(r) for r in recorded_sweep(path) if "ours_us" in r}
     return [(fn, kw) for fn, kw in sweep_tasks() if _point_key(kw) not in done]
 
 
 def rest(out=None, jobs=8):
-    """The sweep points that no recorded run measured (a sweep cut off by a timeout), as ``sweep`` runs them."""
+    """The sweep points the record does not hold (a sweep cut off by a timeout), as ``sweep`` runs them."""
     records = run_parallel(missing_sweep_tasks(), jobs, out, "rest")
     _table(records, _SWEEP_COLUMNS)
     _save(out, "rest", records)
     return records
 
 
-#: Follow-up: launch bounds and 16-byte loads of h for Table 1's rows at 1152 and 1792 (fp16, 10%,
-#: batch 4, 256 steps, tpr 16): (label, config, options); every row with ``bound_registers`` True and False.
+#: Launch bounds and 16-byte loads of h for Table 1's rows at 1152 and 1792 (fp16, 10%, batch 4, 256 steps,
+#: tpr 16; results/persistent_rnn.md, Launch bounds): (label, config, options); every row with ``bound_registers``
+#: True and False.
 _B = {"grid_sync": "atomic", "load": "relaxed"}
 _L = {"load": "relaxed"}
 _LV = {"load": "relaxed", "vector": True}
@@ -565,8 +566,8 @@ _BOUNDS_COLUMNS = ["hidden", "variant", "tpr", "us_per_step", "p10", "p90", "blo
 
 
 def followup(out=None, jobs=8):
-    """The follow-up run in one process pool: the sweep points no recorded run measured
-    (``missing_sweep_tasks``) and the launch-bounds / 16-byte-load grid (``bounds_tasks``). Longest first (a
+    """In one process pool: the sweep points the record does not hold (``missing_sweep_tasks``: Figures 3-4's
+    largest layers) and the launch-bounds / 16-byte-load grid (``bounds_tasks``). Longest first (a
     problem's set-up grows with hidden^2: 15360 units take ~30 s of pruning on the CPU), the grid after the
     sweep points."""
     tasks = sorted(missing_sweep_tasks() + bounds_tasks(),
@@ -615,7 +616,8 @@ def bounds_summary(records, sizes=(1152, 1792)) -> list[dict]:
 def merge_followup(path, run, date, commit, recorded=RECORDED):
     """Store a ``followup`` part's output (``persistent_rnn_followup.json``, or ``persistent_rnn_followup_raw.json``
     of a run cut off before the end) in the recorded results as ``sweeps.<run>`` (sweep points, launch-bounds
-    grid and its summary), where experiments/persistent_rnn.py plots the sweep points with the earlier runs' ones."""
+    grid and its summary), where experiments/persistent_rnn.py plots its sweep points with the other recorded
+    sweeps' ones."""
     with open(path) as f:
         res = json.load(f)
     if isinstance(res, list):
@@ -691,29 +693,15 @@ def final(out=None):
 # -- the Lamport ring and thread-block clusters --------------------------------------------------
 
 _R = {"load": "relaxed"}
-#: Table 1's options of the ring runs and the first exchange run (the Lamport row then: ``LAMPORT_RING``)
-_TABLE1_S4 = {**TABLE1_OPTIONS, "lamport": LAMPORT_RING}
-#: The candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, the Lamport ring): the ring
-#: (exchange re-armed in the kernel: no preset and no h0 launch per run) and thread-block clusters (a block loads
-#: 1 / cluster of h from L2 and stores it into the shared memory of every block of its cluster). Run 1 timed
-#: every one of them (the cluster launches failed there); run 2 (``RING_RUN2``) times Table 1's rows and the
-#: cluster variants in the same call.
-RING_VARIANTS = [
-    ("lamport", _R),
-    ("lamport ring", {**_R, "ring": True}),
-    ("lamport cluster2", {**_R, "cluster": 2}),
-    ("lamport cluster4", {**_R, "cluster": 4}),
-    ("lamport cluster8", {**_R, "cluster": 8}),
-    ("lamport cluster4 vector", {**_R, "cluster": 4, "vector": True}),
-    ("lamport cluster8 vector", {**_R, "cluster": 8, "vector": True}),
-    ("lamport cluster16 vector", {**_R, "cluster": 16, "vector": True}),
-    ("lamport ring cluster4", {**_R, "ring": True, "cluster": 4}),
-    ("lamport ring cluster4 vector", {**_R, "ring": True, "cluster": 4, "vector": True}),
-    ("lamport ring cluster8 vector", {**_R, "ring": True, "cluster": 8, "vector": True}),
-]
-#: run 2: (label, Table 1 configuration, options): Table 1's four rows as the bench builds them, then the
-#: cluster variants (no ring: its per-step fence cost 3 us in run 1)
-RING_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: Table 1's options with the Lamport row before the issue-first poll (``LAMPORT_RING``): the rows the ring,
+#: column-parts and exchange-option variants are timed beside
+_TABLE1_BASELINE = {**TABLE1_OPTIONS, "lamport": LAMPORT_RING}
+#: Candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, The Lamport ring; record
+#: ``persistent_rnn_ring.json``), (label, Table 1 configuration, options[, tpr]): Table 1's four rows as the bench
+#: builds them, then thread-block clusters (a block loads 1 / cluster of h from L2 and stores it into the shared
+#: memory of every block of its cluster). ``ring=True`` (the exchange re-armed in the kernel, one launch a run) is
+#: not among them: its per-step fence costs about 3.2 us (4.88 us/step).
+RING_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport cluster2", "lamport", {**_R, "cluster": 2}),
     ("lamport cluster4", "lamport", {**_R, "cluster": 4}),
     ("lamport cluster8", "lamport", {**_R, "cluster": 8}),
@@ -726,18 +714,17 @@ RING_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport cluster4 rpb8", "lamport", {**_R, "cluster": 4, "rows_per_block": 8}),
 ]
 #: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
-RING_STEPS = ("lamport", "lamport ring", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector",
-                  "lamport cluster8 vector", "lamport ring cluster4 vector")
-_S4_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
+RING_STEPS = ("lamport", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector", "lamport cluster8 vector")
+_VARIANT_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
                "correct", "max_err", "timeouts", "error"]
 
 
 def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
-                   traced=("lamport", "lamport ring", "lamport cluster4", "lamport cluster4 vector")) -> list:
+                   traced=("lamport", "lamport cluster4", "lamport cluster4 vector")) -> list:
     """Every variant ``(label, config, options[, tpr])`` (tpr 16 if not given) at 256 steps (1792 first), some
     traced at 1792, then the steps points at 1792; each checked against the reference over its first 64 steps.
-    Default: run 2's variants."""
-    variants = [(v + (16,))[:4] for v in (RING_RUN2 if variants is None else variants)]
+    Default: :data:`RING_VARIANTS`."""
+    variants = [(v + (16,))[:4] for v in (RING_VARIANTS if variants is None else variants)]
     one = dict(rpb_mult=1, check_steps=64)
     tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, tpr=tpr, **one))
              for h in sizes for label, c, kw, tpr in variants]
@@ -749,11 +736,11 @@ def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), step
 
 
 def ring(out=None, jobs=8):
-    """The ring's run-2 variants (``RING_RUN2``: Table 1's rows and the clusters), traces, steps points."""
+    """:data:`RING_VARIANTS` (Table 1's rows and the clusters), traces, steps points."""
     from gpu.cluster import launch_mode
     print("cluster launch mode:", launch_mode())
     records = run_parallel(ring_tasks(), jobs, out, "ring")
-    _table(records, _S4_COLUMNS)
+    _table(records, _VARIANT_COLUMNS)
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
@@ -768,8 +755,8 @@ _AF = {**_RF, "vector": True, "cp_async": True}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
 #: kernel (one launch less per run), h copied by cp.async, and h's columns in
 #: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
-#: persistent_rnn.md, column parts; run 1 timed ``PARTS_RUN1``: register loads, thread pass bounds)
-PARTS_VARIANTS = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: persistent_rnn.md, Column parts, cp.async, staggered loads)
+PARTS_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport async fold", "lamport", _AF),
     ("lamport async parts2 fold", "lamport", {**_AF, "parts": 2}),
@@ -780,8 +767,9 @@ PARTS_VARIANTS = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
 ]
 PARTS_STEPS = ("lamport", "lamport fold", "lamport async fold", "lamport async parts2 uniform fold")
 PARTS_TRACED = ("lamport", "lamport async fold", "lamport async parts2 uniform fold")
-#: run 1's variants (register loads of h, each thread's own pass bounds)
-PARTS_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: Column parts with register loads of h and each thread's own pass bounds (the same section: the loads of all
+#: parts finish together, nothing overlaps); ``ring_tasks(PARTS_REGISTER_VARIANTS)`` times them
+PARTS_REGISTER_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport parts2", "lamport", {**_R, "parts": 2}),
     ("lamport parts2 fold", "lamport", {**_RF, "parts": 2}),
@@ -820,7 +808,7 @@ def _steps_of_fastest(records, variants, measured, jobs):
 
 def _tables(records, extra_column):
     """The ring and exchange tables: every record (the ring's columns and ``extra_column``), then the traced ones."""
-    _table(records, _S4_COLUMNS + [extra_column])
+    _table(records, _VARIANT_COLUMNS + [extra_column])
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
@@ -829,19 +817,19 @@ def _tables(records, extra_column):
 # -- copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
 
 _RFV = {**_RF, "preset": "vector"}
-#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of the column-parts runs (``fold_h0``),
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of the column-parts variants (``fold_h0``),
 #: then the exchange options (results/persistent_rnn.md, copies of the exchange): the 16-byte preset, ``copies`` copies
 #: of the exchange (each L2 line of h read by 1 / copies of the blocks; is the 1 us load of h the hot L2 lines?),
 #: one packed store per row, weak L2 loads (``cg``), and ``poll="issue"`` (the step's loads issued back to back
 #: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
-#: run 1: the variants of the first exchange run
-EXCHANGE_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: The exchange options of results/persistent_rnn.md, Copies of the exchange, with and without ``poll="issue"``;
+#: ``exchange(variants=EXCHANGE_OPTION_VARIANTS)`` times them
+EXCHANGE_OPTION_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold vpreset", "lamport", _RFV),
     ("lamport fold issue", "lamport", _RFI),
     ("lamport fold issue vector", "lamport", {**_RFI, "vector": True}),
-    ("lamport fold issue pack", "lamport", {**_RFI, "pack": True}),
     ("lamport fold issue db", "lamport", {**_RFI, "double_buffer": True}),
     ("lamport fold issue cg", "lamport", {**_RFI, "load": "cg"}),
     ("lamport fold issue copies2", "lamport", {**_RFI, "copies": 2}),
@@ -849,13 +837,12 @@ EXCHANGE_RUN1 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold copies2", "lamport", {**_RFV, "copies": 2}),
     ("lamport fold copies4", "lamport", {**_RFV, "copies": 4}),
     ("lamport fold copies8", "lamport", {**_RFV, "copies": 8}),
-    ("lamport fold pack", "lamport", {**_RFV, "pack": True}),
-    ("lamport fold copies4 pack", "lamport", {**_RFV, "copies": 4, "pack": True}),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
 ]
-#: run 2: poll="issue" with its reloads at constant offsets too, and a spin of issue_delay cycles before the
-#: step's loads (run 1: issue alone 1.08 us/step without waiting, 3.9 with: most first loads came back -0.0)
-EXCHANGE_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
+#: ``poll="issue"`` with a spin of ``issue_delay`` cycles (150-1700) before the step's loads: issued at once right
+#: after the block's own write, most first loads come back -0.0 (1.08 us/step with every h present, 3.9 with the
+#: real exchange; results/persistent_rnn.md, What the step is made of); ``exchange(variants=ISSUE_DELAY_VARIANTS)``
+ISSUE_DELAY_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
     ("lamport fold issue", "lamport", _RFI),
@@ -865,7 +852,8 @@ EXCHANGE_RUN2 = [(c, c, _TABLE1_S4[c]) for c in CONFIGS] + [
     ("lamport fold issue d1000 cg", "lamport", {**_RFI, "issue_delay": 1000, "load": "cg"}),
     ("lamport fold issue d600 vector", "lamport", {**_RFI, "issue_delay": 600, "vector": True}),
 ]
-#: run 3: Table 1 with its new Lamport row (issue d300), the previous row beside it, the delays around 300
+#: Table 1 with its Lamport row (issue-first poll, 300-cycle spin), the row before it (``LAMPORT_RING``) beside it,
+#: the delays around 300 (results/persistent_rnn.md, Table 1 and What the step is made of)
 EXCHANGE_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
     ("lamport previous", "lamport", LAMPORT_RING),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),

@@ -163,9 +163,9 @@ load, ~290 before a thread's 16th load leaves, in the SASS).
   of spinning first (300 on the H100) avoid that: 1.375 us/step at 1792 and
   1.362 at 1152 (Table 1's Lamport row; the library default stays
   ``"batch"``: the delay is tuned in clock cycles of one device).
-* ``copies``, ``pack``, ``preset="vector"``: measured, not adopted (copies
-  showed that the L2 lines of h are not the limit; pack lengthens the reduce
-  stage; the vector preset saves ~0.01 us/step).
+* ``copies``, ``preset="vector"``: measured, not adopted (copies showed
+  that the L2 lines of h are not the limit; the vector preset saves ~0.01
+  us/step).
 
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
@@ -292,7 +292,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
             vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
             cp_async: bool = False, uniform: tuple = (), copies: int = 1,
-            pack: bool = False, issue_delay: int = 0):
+            issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
@@ -370,12 +370,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     stride``); the writer of an element stores it into every copy, block
     ``b`` reads copy ``(b + t) % copies`` at step ``t``, so each L2 line of h
     is read by ``1 / copies`` of the blocks (the rotation with ``t`` lets a
-    one-block simulator run read every copy). ``pack`` (wide scheme, batch
-    4, RNN, shared reduce, no ring): lane 0 of a row sums all 4 samples
-    (16-byte shared loads of the partials, the same order of additions) and
-    writes the row's column of ``h_t`` with one 8-byte (float16) or 16-byte
-    (float32) store per copy instead of four 2- or 4-byte stores from four
-    lanes. ``issue_delay`` (``poll="issue"``): clock cycles a thread spins
+    one-block simulator run read every copy). ``issue_delay`` (``poll="issue"``): clock cycles a thread spins
     (``clock64``) between writing its part of ``h_t`` and issuing the loads of
     ``h_t``, so that fewer of them reach L2 before the other blocks' writes
     (a load that returns -0.0 costs a whole further round trip).
@@ -404,7 +399,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     FOLD = fold_h0
     ASYNC = cp_async
     COPIES = copies
-    PACK = pack and scheme == "wide" and batch == 4 and cell == "rnn" and not ring
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
     # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
@@ -430,7 +424,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NEG0 = float32(-0.0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
-    NBO = NS if SHFL else (B if PACK else (B + TPR - 1) // TPR)
+    NBO = NS if SHFL else (B + TPR - 1) // TPR
     # register array sizes (constants); a layout without pairs (an all-zero weight) still gets arrays of one
     # element: the GPU compiler refuses a local array of length 0 (the simulator takes it)
     NW, NACC, NWJ, NBP = G * max(NPT, 1), G * B, G * max(NJ, 1), NBO * G
@@ -478,11 +472,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         shared reduce: ``lane + q * tpr``; shfl: after the reduce-scatter, lane
         holds samples ``base .. base + NS - 1`` with base's bits from the lane
         bits of the halving levels (``tpr / 2``, ``tpr / 4``, ...), and the
-        first lane of each group of ``tpr / S`` equal lanes writes them;
-        pack: lane 0 owns samples ``0 .. 3``.
+        first lane of each group of ``tpr / S`` equal lanes writes them.
         """
-        if PACK:                                       # lane 0 owns the row's 4 samples
-            return q if lane == 0 else B
         if SHFL:
             base = 0
             for lv in range(LOG_S):
@@ -710,10 +701,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 cuda.syncwarp()
             else:
                 cuda.syncthreads()
-        if PACK:
-            if active and lane == 0:
-                write_packed(red, red_off, r_local, row, t, bp, xchg, stride, hs, wslot)
-            return
         for q in range(NBO):
             b = owned(lane, q)
             if active and b < B:
@@ -737,32 +724,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 if RING and rslot >= 0:
                     xchg[rslot * stride + row * B + b] = NEG0
                 hs[t, b, row] = y
-
-    @inlined
-    def write_packed(red, red_off, r_local, row, t, bp, xchg, stride, hs, wslot):
-        """pack: the row's 4 samples summed by one thread (a 16-byte shared load of each of the row's tpr
-        partials, added in the same order as ``partial``), + b'_t, g, and the row's column of h_t written with
-        one vector store per copy of slot ``wslot``."""
-        s0 = float32(0.0)
-        s1 = float32(0.0)
-        s2 = float32(0.0)
-        s3 = float32(0.0)
-        for k in range(TPR):
-            x0, x1, x2, x3 = ld_x4_f32(red, red_off + (r_local * TPR + k) * B)
-            s0 += x0
-            s1 += x1
-            s2 += x2
-            s3 += x3
-        y0 = nb_dtype(zero_band(activate(s0 + float32(bp[0]))))
-        y1 = nb_dtype(zero_band(activate(s1 + float32(bp[1]))))
-        y2 = nb_dtype(zero_band(activate(s2 + float32(bp[2]))))
-        y3 = nb_dtype(zero_band(activate(s3 + float32(bp[3]))))
-        for cp in range(COPIES):
-            store4(xchg, (wslot * COPIES + cp) * stride + row * B, (y0, y1, y2, y3))
-        hs[t, 0, row] = y0
-        hs[t, 1, row] = y1
-        hs[t, 2, row] = y2
-        hs[t, 3, row] = y3
 
     @inlined
     def load_cell(cs, c0, t_start, row, lane, active, c):
@@ -1319,8 +1280,6 @@ class PersistentRNN:
       copies of every step's h, every element is written into each, and block ``b`` reads copy
       ``(b + t) % copies`` at step ``t``: each L2 line of h is read by ``1 / copies`` of the blocks
       (the preset grows by the same factor);
-    * ``pack`` (Lamport RNN, shared reduce, no ring): one thread per row sums the row's 4 samples and
-      writes its column of h_t with one vector store (per copy) instead of four scalar stores;
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
     * ``poll="issue"`` (Lamport without chunk, parts, cp_async, pipeline, cluster, ring): a step
@@ -1330,9 +1289,9 @@ class PersistentRNN:
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
     The options ring, cluster, parts and cp_async were each slower than the default at layer
-    1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and
-    ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792 against 1.60); ``copies`` and
-    ``pack`` were slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
+    1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with
+    ``issue_delay=300``, ``fold_h0`` and ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792
+    against 1.60); ``copies`` was slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
     whole clusters; the extra blocks only pass h on).
     """
 
@@ -1363,7 +1322,6 @@ class PersistentRNN:
     cp_async: bool = False
     passes: str = "thread"
     copies: int = 1
-    pack: bool = False
     preset: str = "element"
     issue_delay: int = 0
 
@@ -1380,7 +1338,7 @@ class PersistentRNN:
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
         for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0",
-                     "cp_async", "pack"):
+                     "cp_async"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1431,10 +1389,6 @@ class PersistentRNN:
         if self.copies > 1 and (self.sync != "lamport" or self.ring or self.cluster):
             raise ValueError(f"copies: copies of the exchange are an option of the Lamport kernel without ring and "
                              f"cluster; got sync={self.sync!r}, ring={self.ring}, cluster={self.cluster}")
-        if self.pack and (self.sync != "lamport" or self.cell != "rnn" or self.reduce != "shared" or self.ring):
-            raise ValueError(f"pack: one vector store per row is an option of the Lamport RNN kernel with "
-                             f"reduce='shared' and no ring; got sync={self.sync!r}, cell={self.cell!r}, "
-                             f"reduce={self.reduce!r}, ring={self.ring}")
         self.issue_delay = check_int(self.issue_delay, "issue_delay", minimum=0, maximum=1 << 20)
         if self.issue_delay and self.poll != "issue":
             raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
@@ -1491,7 +1445,7 @@ class PersistentRNN:
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
                               self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
-                              uniform, self.copies, self.pack, self.issue_delay)
+                              uniform, self.copies, self.issue_delay)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))

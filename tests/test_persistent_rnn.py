@@ -96,7 +96,7 @@ def test_simulated_cluster_loads_all_of_h(cluster):
 
 def _poll_fits(opts: dict, parts: int = 1) -> dict:
     """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster and ring
-    (``test_copies_pack_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
+    (``test_copies_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
     clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster", "cp_async"))
     if opts.get("poll") == "issue" and clash:
         opts["poll"] = "batch"
@@ -372,8 +372,8 @@ def test_ring_resume_after_timeouts():
 
 # (copies: spin_limit 4096 for the relaunch, since in the simulator a thread polls h_t while the lanes 0 of
 # other rows may still be summing)
-@pytest.mark.parametrize("spin_limit, kw", [(4, {}), (4096, dict(copies=2, pack=True, preset="vector"))],
-                         ids=["plain", "copies-pack-preset"])
+@pytest.mark.parametrize("spin_limit, kw", [(4, {}), (4096, dict(copies=2, preset="vector"))],
+                         ids=["plain", "copies-preset"])
 def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
     """enqueue(start=1) on a fresh preset: the block waits for an h_1 nobody writes, so its spin times out
     (the fault the GPU tests plant); the relaunch from step 0 (with copies: filling every copy again) then
@@ -529,14 +529,14 @@ def test_parts_and_fold_h0_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)
 
 
-# -- copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+# -- copies of the exchange, the 16-byte preset ----------------------
 
 @st.composite
 def copies_options(draw):
-    """The options ``copies``, ``pack``, ``preset`` and ``poll="issue"`` with those they combine with."""
+    """The options ``copies``, ``preset`` and ``poll="issue"`` with those they combine with."""
     poll = draw(st.sampled_from(gpu_rnn.POLLS))
     rounds = poll != "issue"                           # pipeline only with the polls by rounds
-    return {"copies": draw(st.integers(1, 4)), "pack": draw(st.booleans()),
+    return {"copies": draw(st.integers(1, 4)),
             "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
             "index16": draw(st.booleans()), "poll": poll,
             "load": draw(st.sampled_from(gpu_rnn.LOADS)), "double_buffer": draw(st.booleans()),
@@ -545,9 +545,9 @@ def copies_options(draw):
 
 
 @given(problem=problems(batch=4), opts=copies_options())
-def test_copies_pack_and_preset_match_reference(problem, opts):
+def test_copies_and_preset_match_reference(problem, opts):
     """copies: the block reads copy (block + t) % copies at step t, so one simulated block reads every copy and
-    each must hold h_t; pack: the row's 4 samples summed by one thread in the same order; preset="vector":
+    each must hold h_t; preset="vector":
     the same -0.0 bytes; poll="issue": all loads first, then checks (scalar words or 16-byte groups). All give
     the reference's states."""
     u, bp, h0, steps, tpr, activation = problem
@@ -561,9 +561,9 @@ def test_copies_pack_and_preset_match_reference(problem, opts):
 
 @pytest.mark.parametrize("preset", gpu_rnn.PRESETS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_copies_fill_every_copy_and_pack_equals_the_scalar_writes(preset, dtype):
-    """After a run every copy of every slot holds the same h_t (slot 0: h0), the states of pack equal the
-    four-lane writes bit for bit, and no -0.0 is left."""
+def test_copies_fill_every_copy(preset, dtype):
+    """After a run every copy of every slot holds the same h_t (slot 0: h0), the states equal one copy's bit
+    for bit, and no -0.0 is left."""
     from numba import cuda
     u = _scaled(np.eye(12, dtype=np.float32) + 0.25, dtype)
     bp = np.linspace(-1, 1, 4 * 4 * 12, dtype=np.float32).reshape(4, 4, 12).astype(dtype)
@@ -571,7 +571,7 @@ def test_copies_fill_every_copy_and_pack_equals_the_scalar_writes(preset, dtype)
     lay = balance(u, tpr=4)
     base = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16)(bp, h0, 4)
     for fold in (False, True):
-        plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16, copies=3, pack=True, preset=preset, fold_h0=fold)
+        plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16, copies=3, preset=preset, fold_h0=fold)
         d_bp, hs = cuda.to_device(bp), cuda.device_array((4, 4, 12), dtype=dtype)
         xchg, status = plan.buffers(4)
         assert xchg.size == 5 * 3 * plan.stride
@@ -583,7 +583,7 @@ def test_copies_fill_every_copy_and_pack_equals_the_scalar_writes(preset, dtype)
         assert slots[1:, 0].reshape(4, 12, 4).transpose(0, 2, 1).tobytes() == base.tobytes()
 
 
-def test_copies_pack_preset_bad_configuration():
+def test_copies_preset_bad_configuration():
     lay, _, _ = _inputs()
     for kw in ({"sync": "barrier"}, {"ring": True}, {"cluster": 2}):
         with pytest.raises(ValueError, match="copies: copies of the exchange are an option of the Lamport kernel"):
@@ -591,11 +591,6 @@ def test_copies_pack_preset_bad_configuration():
     for bad in (0, gpu_rnn.MAX_COPIES + 1):
         with pytest.raises(ValueError, match="copies"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=bad)
-    for kw in ({"sync": "barrier"}, {"reduce": "shfl"}, {"ring": True}):
-        with pytest.raises(ValueError, match="pack: one vector store per row is an option of the Lamport RNN"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, pack=True, **kw)
-    with pytest.raises(TypeError, match="pack: expected a bool"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, pack=1)
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
     for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True}, {"cluster": 2},

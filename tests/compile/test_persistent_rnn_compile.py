@@ -245,22 +245,16 @@ def _stores(ptx: str) -> dict:
 
 
 @pytest.mark.filterwarnings("ignore:Not adding")
-@pytest.mark.parametrize("dtype, scalar, vector", [(np.float16, "st.global.u16", "st.global.v2.u32"),
-                                                   (np.float32, "st.global.f32", "st.global.v4.f32")])
-def test_copies_and_pack_stores(dtype, scalar, vector):
-    """copies=4: a thread's element of h_t is stored 4 times (plus the one store to the states); pack: lane 0
-    loads the row's tpr partials with one ld.shared.v4.f32 each and stores the row's column with one 8-byte
-    (float16) or 16-byte (float32) store per copy; the loads of h are the default kernel's, nothing spills."""
+@pytest.mark.parametrize("dtype, scalar", [(np.float16, "st.global.u16"), (np.float32, "st.global.f32")])
+def test_copies_stores(dtype, scalar):
+    """copies=4: a thread's element of h_t is stored 4 times (plus the one store to the states); the loads of h
+    are the default kernel's, nothing spills."""
     count = (lambda p: len(re.findall(r"ld\.relaxed\.gpu\.global\.u32", p)))
     base = _lto_ptx_opts("lamport", dtype, load="relaxed")
     copies = _lto_ptx_opts("lamport", dtype, load="relaxed", copies=4)
-    pack = _lto_ptx_opts("lamport", dtype, load="relaxed", copies=4, pack=True)
     assert _stores(base) == {scalar: 2} and _stores(copies) == {scalar: 5}
-    assert _stores(pack) == {scalar: 4, vector: 4}                    # 4 samples to the states, 4 copies
-    wide = len(re.findall(r"ld\.shared\.v4\.f32", base))              # float32: the operate stage's
-    assert len(re.findall(r"ld\.shared\.v4\.f32", pack)) == wide + TPR
-    assert count(base) == count(copies) == count(pack)
-    assert ".local" not in copies and ".local" not in pack
+    assert count(base) == count(copies)
+    assert ".local" not in copies
 
 
 @pytest.mark.filterwarnings("ignore:Not adding")

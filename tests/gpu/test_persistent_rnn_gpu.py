@@ -343,7 +343,7 @@ PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": Tr
 
 @pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
                                 {**_CPA, "parts": 2, "fold_h0": True},
-                                {"copies": 4, "pack": True}, {"copies": 2, "fold_h0": True, "preset": "vector"},
+                                {"copies": 4}, {"copies": 2, "fold_h0": True, "preset": "vector"},
                                 {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
 def test_options_planted_stall_relaunches_and_finishes(kw):
@@ -359,19 +359,18 @@ def test_options_planted_stall_relaunches_and_finishes(kw):
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
-# -- copies of the exchange, one packed store per row, the 16-byte preset ----------------------
+# -- copies of the exchange, the 16-byte preset ----------------------
 
 COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
-          {"pack": True}, {"pack": True, "copies": 4, "fold_h0": True, "preset": "vector"},
-          {"preset": "vector"}, {"copies": 3, "pack": True, "double_buffer": True},
-          {"copies": 2, "pack": True, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
+          {"preset": "vector"}, {"copies": 3, "double_buffer": True},
+          {"copies": 2, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
           {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
-          {"poll": "issue", "pack": True, "double_buffer": True, "load": "cg"},
+          {"poll": "issue", "double_buffer": True, "load": "cg"},
           {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False},
           {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
 
 
-# (the ring/cluster/parts options' problems at seed hidden + 5, the copies/pack/preset ones' at hidden + 7)
+# (the ring/cluster/parts options' problems at seed hidden + 5, the copies/preset ones' at hidden + 7)
 @pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in PARTS] + [(kw, 7) for kw in COPIES],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else None)
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
