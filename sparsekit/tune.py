@@ -3,12 +3,12 @@
 The router (:mod:`sparsekit.router`) picks a configuration from a table of rules fitted to measurements; this
 module makes those measurements by exhaustive search:
 
-* :func:`space` lists the candidate configurations for a dtype and memory order: by default the pipelined
-  kernel's :data:`PIPELINED_SHAPES`, the direct kernel's :data:`DIRECT_SHAPES`, the dense-tile kernel's :data:`DENSE_TILE_SHAPES`, the K-split :data:`SPLIT_SETTINGS`, the warp-split
-  :data:`WARP_SPLIT_SHAPES` and the tensor-core :data:`TC_SETTINGS` (row-major B), the paper's Listing 1 settings
-  ((1, 8) USpMM, (2, 8) USpMM-Vec; column-major B); with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x
-  vecSize 1, 2, 4 and grids of the other kernels' tunables. Configurations whose shared memory or block size the
-  launcher would refuse are left out.
+* :func:`space` lists the candidate configurations for a dtype and memory order: by default the pipelined kernel's
+  :data:`PIPELINED_SHAPES`, the direct kernel's :data:`DIRECT_SHAPES`, the dense-tile kernel's
+  :data:`DENSE_TILE_SHAPES`, the K-split :data:`SPLIT_SETTINGS`, the warp-split :data:`WARP_SPLIT_SHAPES` and the
+  tensor-core :data:`TC_SETTINGS` (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8) USpMM-Vec;
+  column-major B); with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and grids of the
+  other kernels' tunables. Configurations whose shared memory or block size the launcher would refuse are left out.
 * :func:`tune` times every candidate with :func:`sparsekit.timing.measure` (device time, L2 flushed), checks each
   result against the first configuration's (a wrong answer is never a winner), stores the winner in the tune cache
   (:mod:`sparsekit.tune_cache`) and returns all records. ``uspmm(..., config="auto")`` then runs the cached winner
@@ -141,8 +141,8 @@ WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
 def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     """The configurations :func:`tune` tries for ``dtype`` and ``b``'s memory ``order``.
 
-    Default (``full=False``): for a row-major B :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`, :data:`DENSE_TILE_SHAPES` and the K-split
-    :data:`SPLIT_SETTINGS` and :data:`TC_SETTINGS` (Listing 1
+    Default (``full=False``): for a row-major B :data:`PIPELINED_SHAPES`, :data:`DIRECT_SHAPES`,
+    :data:`DENSE_TILE_SHAPES` and the K-split :data:`SPLIT_SETTINGS` and :data:`TC_SETTINGS` (Listing 1
     gathers B along its rows there and lost every measured problem, experiments/results/uspmm.md);
     for a column-major B the paper's Listing 1 settings, USpMM (1, 8) and USpMM-Vec (2, 8). A few
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
