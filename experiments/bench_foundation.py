@@ -17,7 +17,7 @@ What it measures, in order (one table each, printed; also written to
    CuPy / PyTorch arrays directly, and the full ``sparsekit.arrays`` launcher
    path (operand x 2 + output + launch + result) for each input kind; "arrays
    adds" = launcher path - (Numba launch with device arrays + a
-   ``cuda.device_array`` output allocation), the issue's target being <= 5 us;
+   ``cuda.device_array`` output allocation), to stay at or below 5 us;
    plus ``operand``, ``output`` and ``result`` alone;
 4. ``measure`` against kernels of known duration (the spin kernel, which polls
    the device's ns clock), the floor of every measured time (the 1024-element

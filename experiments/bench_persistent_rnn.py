@@ -818,10 +818,10 @@ def _tables(records, extra_column):
 
 _RFV = {**_RF, "preset": "vector"}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of the column-parts variants (``fold_h0``),
-#: then the exchange options (results/persistent_rnn.md, copies of the exchange): the 16-byte preset, ``copies`` copies
-#: of the exchange (each L2 line of h read by 1 / copies of the blocks; is the 1 us load of h the hot L2 lines?),
-#: one packed store per row, weak L2 loads (``cg``), and ``poll="issue"`` (the step's loads issued back to back
-#: with constant offsets, then checked: the SASS of ``poll="batch"`` computes each address behind its check)
+#: then the exchange options (results/persistent_rnn.md, Copies of the exchange): the 16-byte preset, ``copies``
+#: copies of the exchange (each L2 line of h read by 1 / copies of the blocks), weak L2 loads (``cg``), and
+#: ``poll="issue"`` (the step's loads issued back to back with constant offsets, then checked: the SASS of
+#: ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
 #: The exchange options of results/persistent_rnn.md, Copies of the exchange, with and without ``poll="issue"``;
 #: ``exchange(variants=EXCHANGE_OPTION_VARIANTS)`` times them

@@ -148,7 +148,7 @@ def scan_cslt(results, name, a, b, algs, t0) -> dict:
     """Median us of ``a (2:4) @ b`` with a row-major result for each cuSPARSELt algorithm id in ``algs``.
 
     Stops at the first alg_id cuSPARSELt rejects. (The library's own search,
-    ``_cslt_sparse_mm_search``, took most of the first run's 90 s.)
+    ``_cslt_sparse_mm_search``, is the slow part: most of 90 s in a first scan.)
     """
     import torch
     from sparsekit.timing import measure

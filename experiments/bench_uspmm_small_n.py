@@ -21,9 +21,9 @@ twice more: the repeats must be bit-identical. Run it as a script on a GPU::
     python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
     python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
 
-``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR was
-within 2x of ``auto`` in an earlier figure sweep) at :data:`LATENCY_SETTINGS`, against ``config="auto"`` instead of the heuristic; ``--fig6`` times 128^3 at
-the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`.
+``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR came within 2x of
+``auto`` before its warp-split latency rules) at :data:`LATENCY_SETTINGS`, against ``config="auto"`` instead of the
+heuristic; ``--fig6`` times 128^3 at the 19 sparsities of Fig. 6 at :data:`FIG6_SETTINGS`.
 
 ``--sanitize`` runs the kernel once per tiny case (odd M, K, N; K' = 0 and K' = K; both dtypes)
 and exits non-zero on a wrong answer: run it under ``compute-sanitizer --tool memcheck`` and
@@ -46,10 +46,9 @@ if __package__ in (None, ""):                        # run as a script: the repo
 N = 128
 SPARSITY = 0.81
 #: Warp-split settings timed per problem: (nwarp, rows_per_warp, unroll, min_blocks), 4 columns a lane
-#: (N = 128: one 16-byte read of B a lane in float32, 8 bytes in float16). A first H100 sweep
-#: timed nwarp 4/8/16 x rows_per_warp 1/2/4 at unroll 8 and nwarp 8/16 x rows_per_warp 1/2 at unroll 4,
-#: without launch bounds (results/uspmm.md); this set keeps its winners and adds min_blocks (registers
-#: capped so that more warps fit an SM).
+#: (N = 128: one 16-byte read of B a lane in float32, 8 bytes in float16): the winners of nwarp 4/8/16 x
+#: rows_per_warp 1/2/4 at unroll 8 and nwarp 8/16 x rows_per_warp 1/2 at unroll 4 without launch bounds, and
+#: the same with min_blocks (registers capped so that more warps fit an SM; results/uspmm.md, Small-N kernel).
 SETTINGS = [(8, 1, 4, 1), (8, 1, 4, 4), (4, 1, 8, 1), (4, 1, 8, 6), (8, 1, 8, 1), (8, 1, 8, 3),
             (16, 1, 4, 1), (4, 2, 8, 6), (4, 4, 8, 6), (8, 2, 4, 4)]
 PROFILE_SETTING = (8, 1, 4, 4)
@@ -58,7 +57,7 @@ PROFILE_SETTING = (8, 1, 4, 4)
 EXTRA_PROBLEMS = [(128, 128, 128, 0.6), (256, 256, 128, 0.6), (512, 512, 128, 0.6), (768, 768, 128, 0.6),
                   (1024, 1024, 128, 0.6), (128, 128, 128, 0.05), (128, 128, 128, 0.95), (1024, 1024, 128, 0.95),
                   (1024, 1024, 256, 0.6), (2048, 2048, 128, 0.6), (4096, 1024, 128, 0.81), (4096, 2048, 128, 0.81)]
-#: ``--bounds``: the gaps of the routing rule after the second small-N sweep (results/uspmm.md, small-N kernel):
+#: ``--bounds``: where the Small-N kernel's table (results/uspmm.md, Small-N kernel) leaves the routing rule open:
 #: 1024 < M < 2048, density 0.3-0.4 above M = 1024, N = 64 and N = 256; timed at :data:`BOUNDS_SETTINGS`.
 BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536, 128, 0.6), (2048, 1024, 128, 0.6),
                    (2048, 1024, 128, 0.7), (1024, 1024, 128, 0.7), (512, 1024, 64, 0.81), (1024, 1024, 64, 0.6),
@@ -66,23 +65,22 @@ BOUNDS_PROBLEMS = [(1536, 1024, 128, 0.81), (1536, 512, 128, 0.81), (1536, 1536,
 #: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): the recommended S1 and S2, nw16 rpw1 u4, and S1
 #: with 2 columns a lane (a 64-column tile for N = 64; float32 only) and with 8 (256 columns).
 BOUNDS_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 8, 6, 4), (16, 1, 4, 1, 4), (8, 1, 4, 1, 2), (8, 1, 4, 1, 8)]
-#: ``--latency``: float32 points of Figs. 5-7 where ``auto`` was within 2x of cuSPARSE CSR in an earlier figure
-#: sweep (H100, 2026-11-23; results/uspmm.md): 128^3 (launch- and latency-bound), 1024^3 at 90% and
+#: ``--latency``: float32 points of Figs. 5-7 where ``auto``, before the warp-split latency rules, came within 2x
+#: of cuSPARSE CSR (results/uspmm.md, CUDA-core latency): 128^3 (launch- and latency-bound), 1024^3 at 90% and
 #: 95% (the direct kernel), N = 1024 at small M, and N = 128..512 at M = K = 768, 1024.
 LATENCY_PROBLEMS = ([(128, 128, 128, s) for s in (0.05, 0.3, 0.6, 0.8, 0.95)]
                     + [(1024, 1024, 1024, 0.9), (1024, 1024, 1024, 0.95), (128, 128, 1024, 0.6),
                        (256, 256, 1024, 0.6), (512, 512, 1024, 0.6), (768, 768, 128, 0.6), (1024, 1024, 128, 0.6),
                        (1024, 1024, 256, 0.6), (1024, 1024, 512, 0.6)])
-#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): sparsekit.tune's S1, then the fastest of the first
-#: H100 latency sweep (results/uspmm.md: 4 warps, 1 row, unroll 4) and its neighbours (2-16 warps, unroll 2-8,
-#: 2-8 columns a lane).
+#: (nwarp, rows_per_warp, unroll, min_blocks, cols_per_lane): sparsekit.tune's S1, then 4 warps, 1 row, unroll 4
+#: (results/uspmm.md, CUDA-core latency) and its neighbours (2-16 warps, unroll 2-8, 2-8 columns a lane).
 LATENCY_SETTINGS = [(8, 1, 4, 1, 4), (4, 1, 4, 1, 4), (2, 1, 4, 1, 4), (2, 1, 8, 1, 4), (4, 1, 2, 1, 4),
                     (4, 1, 8, 1, 4), (6, 1, 4, 1, 4), (4, 1, 4, 1, 8), (4, 1, 4, 1, 2), (16, 1, 4, 1, 4)]
-#: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the routed choice (S1), 16 warps (the fastest of the second sweep from 5%
-#: to 60%) and 4 warps.
+#: ``--fig6``: 128^3 at 5%..95% (Fig. 6): the routed choice (S1), 16 warps (routed at 5-15%: results/uspmm.md,
+#: CUDA-core latency) and 4 warps.
 FIG6_SETTINGS = [(8, 1, 4, 1, 4), (16, 1, 4, 1, 4), (4, 1, 4, 1, 4)]
-#: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (the second
-#: sweep's winners had 2 or 4) and wider steps.
+#: ``--wide``: the problems of :data:`LATENCY_PROBLEMS` other than 128^3, at fewer warps a block (the routed
+#: settings of results/uspmm.md, CUDA-core latency, have 1 to 4) and wider steps.
 WIDE_SETTINGS = [(2, 1, 4, 1, 4), (4, 1, 4, 1, 8), (1, 1, 4, 1, 4), (1, 1, 8, 1, 4), (3, 1, 4, 1, 4),
                  (2, 1, 4, 1, 8), (2, 1, 2, 1, 4), (1, 1, 4, 1, 8)]
 

@@ -13,8 +13,7 @@ Run on a GPU::
     python experiments/bench_uspmm_tc.py --lean [--out DIR]                      # float32, lean=True against False
     python experiments/bench_uspmm_tc.py --half-wave [--out DIR]                 # float32 grids of half a wave
 
-``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included; the run
-of experiments/results/uspmm_tc.md was cut there after the first float16 problem): split it with
+``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included): split it with
 ``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
 
 Problems: the USpMM targets' table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
@@ -53,10 +52,10 @@ TABLE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 16384, 0.60), (1024, 10
 TABLE_PROBLEMS += [(1024, 1024, 1024, 0.80), (1024, 1024, 1024, 0.90)]
 #: Tensor-core settings per dtype ("tc" is gpu.uspmm_tc.DEFAULTS; "sN": an N-stage pipeline). The float16
 #: ones past 48 KB of shared memory (kc 32 and 64, 4 to 6 stages, 64x64 tiles two blocks an SM at 1024^3,
-#: 16 warps) run from dynamic shared memory (run 3 of experiments/results/uspmm_tc.md, where "tc" was
-#: 64x128 kc 16, 3 stages, and the current default 64x128 kc 64, 4 stages, was "tc 64x128 k64 w2x4 s4").
-#: Then came the 64x256 settings (float16 kc 32, float32 kc 16: the fastest there at N = 16384 and
-#: 4096^2) and float32 128x128 kc 16 with 16 warps; the float32 default became 64x128 kc 16, 4 stages.
+#: 16 warps) run from dynamic shared memory; the float16 default is 64x128 kc 64, 4 stages (experiments/results/
+#: uspmm_tc.md, float16, beside the first kernel's 64x128 kc 16, 3 stages, its "tc old default"). The 64x256
+#: settings (float16 kc 32, float32 kc 16) are the fastest at N = 16384 and 4096^2 (uspmm_tc.md, Grids of many
+#: waves); float32 128x128 kc 16 has 16 warps; the float32 default is 64x128 kc 16, 4 stages.
 #: The "b2" settings (two blocks, 16 warps an SM: 128 registers or fewer without spills and at most
 #: 104 KB of shared memory, checked offline for sm_90) were timed in uspmm_tc.md's "K split" (``--b2``,
 #: ``--splits``): fp16 64x256 b2 and fp32 64x128 b2 the fastest at N = 16384, fp16 32x128 b2 on small grids.
@@ -104,7 +103,8 @@ WAVE_PROBLEMS = {"float32": [(1024, 1024, 1024, s) for s in (0.60, 0.70, 0.80, 0
 WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             ("tc 64x64 k16 w2x2 s4 b3", dict(bm=64, bn=64, kc=16, warps_m=2, warps_n=2, stages=4,
                                                              min_blocks=3), (1, 2)),
-                            # larger warp tiles: fewer fragment loads and B splits per MMA (uspmm_tc.md, larger warp tiles)
+                            # larger warp tiles: fewer fragment loads and B splits per MMA
+                            # (uspmm_tc.md, Grids of many waves)
                             ("tc 64x128 k16 w1x4 s4 b3", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
                                                               min_blocks=3), (1, 2)),
                             ("tc 64x128 k16 w2x2 s4 b2", dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=2, stages=4,
@@ -115,7 +115,8 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                              (1, 2)),
                             ("tc 64x128 k32 w2x4 s3", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
                             # K groups ("kgN": N groups of warps_m x warps_n warps, each a share of every
-                            # chunk's K steps): 8 warps of 64 x 32 or 32 x 64 (uspmm_tc.md, K groups)
+                            # chunk's K steps): 8 warps of 64 x 32 or 32 x 64 (uspmm_tc.md, Grids of about one
+                            # wave: K groups)
                             ("tc 64x128 k16 w1x4 s4 kg2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4, stages=4,
                                                                min_blocks=1, kgroups=2), (1, 2)),
                             ("tc 64x128 k16 w1x4 s4 kg2 b2", dict(bm=64, bn=128, kc=16, warps_m=1, warps_n=4,
@@ -138,7 +139,7 @@ WAVE_CONFIGS = {"float32": [("tc", {}, (1, 2, 3, 4)),
                             # four groups of 4 warps of 32 x 64: 16 warps an SM (4 a scheduler, the one-wave
                             # setting has 2 and is latency-bound); sm_90 128 registers, no spill (compiled
                             # offline; with lean 12 bytes of spill); timed on the H100: 5-9% (s4) and 14-18% (s3)
-                            # slower than w1x2 s4 kg4 (uspmm_tc.md, 16 warps an SM)
+                            # slower than w1x2 s4 kg4 (its row: uspmm_tc.md, Grids of about one wave: K groups)
                             ("tc 64x128 k32 w2x2 s3 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=3,
                                                                min_blocks=1, kgroups=4), (1,)),
                             ("tc 64x128 k32 w2x2 s4 kg4", dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=2, stages=4,
@@ -200,7 +201,7 @@ LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in bas
 #: ``--half-wave`` (float32): output grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, where
 #: ``sparsekit.tune.TC_HALF_WAVE`` is routed: the one-wave setting (``LEAN_ONE_WAVE`` with ``lean``:
 #: ``sparsekit.tune.TC_ONE_WAVE``) at 1, 2 (routed) and 4 K splits, against the defaults with 1 and 2
-#: (routed before) and lean with 2 (experiments/results/uspmm_tc.md, the split sum's L2 loads).
+#: (routed before) and lean with 2 (experiments/results/uspmm_tc.md, Grids of half a wave: the split sum's L2 loads).
 HALF_WAVE_PROBLEMS = [(512, 512, 1024, 0.60), (1024, 1024, 512, 0.60), (512, 512, 1024, 0.80), (1024, 1024, 512, 0.80)]
 HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc lean", dict(lean=True), (2,)),
                      ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True), (1, 2, 4))]

@@ -175,8 +175,8 @@ _SWEEP_KEYS = ["axis", "hidden", "density", "batch", "steps", "ours", "ours_tpr"
 
 
 def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str, timed_before=()):
-    """Figure 2 and Figures 3-4 from sweep records; ``timed_before``: Figures 3-4 points of an earlier run, shown
-    when the sweep has none."""
+    """Figure 2 and Figures 3-4 from sweep records; ``timed_before``: Figures 3-4 points timed apart from the sweep,
+    shown when the sweep has none."""
     fig2 = [r for r in sweep if r["axis"] in ("base", "steps", "hidden", "density", "batch")]
     timed = [r for r in sweep if r["axis"].startswith("fig34")] or list(timed_before)
     _plot_sweep(fig2, out_dir / "figure2.png")
@@ -189,7 +189,8 @@ def _sweep_tables_and_figures(sweep, capacity, out_dir, when: str, timed_before=
 
 
 def _timed_large(data) -> list[dict]:
-    """The second recorded run's timed layers past 48 KB of shared memory (8192 units, 1%, 64 steps) as Figures 3-4 points."""
+    """The record's timed layers past 48 KB of shared memory (``run2.final``: 8192 units, 1%, 64 steps) as Figures 3-4
+    points."""
     return [{"axis": "fig34_" + ("lamport" if r["variant"].startswith("lamport") else "barrier"),
              "hidden": r["hidden"], "density": r["density"], "batch": 4, "steps": 64, "ours_us": r["us_per_step"],
              "ours_tpr": r["tpr"], "correct": r["correct"], "when": data["run2"]["date"]}

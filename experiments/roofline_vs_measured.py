@@ -62,7 +62,8 @@ from sparsekit.experiment import Context, Experiment, Section, Table, markdown_t
 RESULTS = Path(__file__).parent / "results"
 #: The recorded fresh measurement (CSV of :func:`measure_all`), when one has been committed.
 MEASURED = RESULTS / "roofline_measured.csv"
-#: The older recorded run: the USpMM issue's table (``bench_uspmm.py --table``).
+#: The older recorded table: uspmm.md's "The tiled kernel against cuSPARSE and cuBLAS" (``bench_uspmm.py --table``,
+#: H100).
 RECORDED = RESULTS / "uspmm.md"
 
 HEADER = "| m | k | n | sparsity | dtype | provider | median_us |"
@@ -556,21 +557,21 @@ def compare_rows(rows: list[dict]) -> list[dict]:
 
 
 def load_recorded(path: Path | None = None) -> tuple[list[dict], str]:
-    """(comparison rows in :func:`compare_measured`'s keys, description) of a recorded run:
+    """(comparison rows in :func:`compare_measured`'s keys, description) of a recorded measurement:
     ``path``, else :data:`MEASURED` when present, else the older :data:`RECORDED`."""
     path = path or (MEASURED if MEASURED.exists() else RECORDED)
     if path.suffix == ".csv":
         rows = read_csv(path)
         dev = next((r["device"] for r in rows if r.get("device")), "?")
         date = next((r["date"] for r in rows if r.get("date")), "?")
-        return compare_measured(rows), f"`{path.name}` (recorded run on {dev}, {date})"
+        return compare_measured(rows), f"`{path.name}` (measured on {dev}, {date})"
     old = compare_rows(measured_rows(path))
     rows = [{"problem": f"{r['m']}x{r['k']}x{r['n']}", "m": r["m"], "k": r["k"], "n": r["n"], "dtype": r["dtype"],
              "sparsity": r["sparsity"], "kernel": "USpMM tiled (ours)" if r["sparse kernel"] == "tiled"
              else r["sparse kernel"], "measured speedup": r["measured speedup"],
              "predicted speedup": r["predicted speedup"], "dense % SoL": r["dense % SoL"],
              "sparse % SoL": r["sparse % SoL"], "bound (dense/sparse)": r["bound (dense/sparse)"]} for r in old]
-    return rows, f"`{path.name}` (the USpMM issue's recorded H100 run, 2026-11-22)"
+    return rows, f"`{path.name}` (its H100 table 'The tiled kernel against cuSPARSE and cuBLAS')"
 
 
 # ----------------------------------------------------------------------------- report
