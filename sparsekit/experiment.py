@@ -1,8 +1,8 @@
 """Experiments: the registry behind ``sparsekit reproduce``.
 
 An experiment is a module in the top-level ``experiments`` package that defines
-``EXPERIMENT = Experiment(...)``. ``discover()`` finds them all, so a kernel
-issue registers its figure by adding one file, and nothing else changes.
+``EXPERIMENT = Experiment(...)``. ``discover()`` finds them all, so a new figure
+or table is registered by adding one file, and nothing else changes.
 
 ``run(ctx)`` computes, writes its PNGs into ``ctx.out_dir`` and returns a
 :class:`Section`; ``sparsekit reproduce`` writes each table as CSV and stitches

@@ -231,7 +231,7 @@ def _train(net, data, epochs, rng, lr, weight_decay, batch_size, warmup_fraction
 
 # ----------------------------------------------------------------------------- patterns
 
-#: The issue's patterns: unstructured global magnitude, uniform (global threshold),
+#: The accuracy study's patterns: unstructured global magnitude, uniform (global threshold),
 #: row-balanced, blocked-uniform 2 and 4, blocks 2..32, N:M 1:4, 2:4, 2:8, 2:16.
 PATTERNS = ("unstructured", "uniform", "row-balanced", "blocked-uniform:2", "blocked-uniform:4",
             "block:2", "block:4", "block:8", "block:16", "block:32", "1:4", "2:4", "2:8", "2:16")
