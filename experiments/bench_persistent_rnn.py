@@ -227,9 +227,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("lamport", {"load": "relaxed", "parts": 3, "fold_h0": True}),
     ("lamport", {"load": "relaxed", "parts": 2, "fold_h0": True, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "parts": 4, "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 2, "passes": "uniform", "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "vector": True, "cp_async": True, "parts": 3, "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "parts": 2, "passes": "uniform", "fold_h0": True}),
+    ("lamport", {"load": "relaxed", "vector": True, "parts": 3, "reduce": "shfl"}),
     ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "copies": 3}),
     ("lamport", {"load": "relaxed", "preset": "vector", "double_buffer": True}),
@@ -751,22 +750,15 @@ def ring(out=None, jobs=8):
 # -- operate on h's column parts as they arrive; h0 written by the kernel -----------
 
 _RF = {"load": "relaxed", "fold_h0": True}
-_AF = {**_RF, "vector": True, "cp_async": True}
 #: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
-#: kernel (one launch less per run), h copied by cp.async, and h's columns in
-#: parts, each polled, stored and operated on while the later parts' copies are in flight (results/
+#: kernel (one launch less per run), and h's columns in parts, each polled, stored and operated on in turn (results/
 #: persistent_rnn.md, Column parts, cp.async, staggered loads)
 PARTS_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
-    ("lamport async fold", "lamport", _AF),
-    ("lamport async parts2 fold", "lamport", {**_AF, "parts": 2}),
-    ("lamport async parts2 uniform fold", "lamport", {**_AF, "parts": 2, "passes": "uniform"}),
-    ("lamport async parts3 uniform fold", "lamport", {**_AF, "parts": 3, "passes": "uniform"}),
-    ("lamport async parts2 uniform shfl fold", "lamport", {**_AF, "parts": 2, "passes": "uniform", "reduce": "shfl"}),
     ("lamport parts2 uniform fold", "lamport", {**_RF, "parts": 2, "passes": "uniform"}),
 ]
-PARTS_STEPS = ("lamport", "lamport fold", "lamport async fold", "lamport async parts2 uniform fold")
-PARTS_TRACED = ("lamport", "lamport async fold", "lamport async parts2 uniform fold")
+PARTS_STEPS = ("lamport", "lamport fold", "lamport parts2 uniform fold")
+PARTS_TRACED = ("lamport", "lamport parts2 uniform fold")
 #: Column parts with register loads of h and each thread's own pass bounds (the same section: the loads of all
 #: parts finish together, nothing overlaps); ``ring_tasks(PARTS_REGISTER_VARIANTS)`` times them
 PARTS_REGISTER_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [

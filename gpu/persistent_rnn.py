@@ -134,7 +134,7 @@ both slower there; ``experiments/results/persistent_rnn.md``):
   the cluster and its barrier take 1.08 us against 0.26 us for the local
   copy and block barrier: 2.34 against 1.60 us/step.
 
-Three more Lamport options (correct and sanitizer-clean on the H100; none reaches
+Two more Lamport options (correct and sanitizer-clean on the H100; none reaches
 the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
 
 * ``fold_h0=True``: the kernel writes h0 into slot 0 (a run is the preset and
@@ -144,10 +144,6 @@ the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
   on behind its own block barrier. Register loads of later parts do not stay
   in flight over a block barrier (the barrier waits for them), so nothing
   overlaps and every part adds a barrier: 2.05-3.55 against 1.61 us/step.
-* ``cp_async=True``: h's 16-byte groups go from L2 to shared memory by
-  ``cp.async.cg`` (in flight over barriers, so ``parts`` can overlap); the
-  copies take twice as long as the register loads (traced load stage 2.07
-  against 1.03 us): 3.0 us/step, 3.1-4.1 with parts.
 
 The issue-first poll (``experiments/results/persistent_rnn.md``): the load
 stage's time was mostly the code of ``poll="batch"``: ptxas computes each
@@ -183,7 +179,6 @@ from numba import config, cuda, float32, int32, typeof, uint16, uint32
 from gpu import cluster as clusters
 from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
 from gpu.inline import inlined
-from gpu.mma import cp_async16, cp_async_commit, cp_async_wait
 from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
@@ -291,7 +286,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
             vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
-            cp_async: bool = False, uniform: tuple = (), copies: int = 1,
+            uniform: tuple = (), copies: int = 1,
             issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
@@ -353,12 +348,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     the thread's pass bounds ride after its indices in ``idx``
     (``PersistentRNN``). ``fold_h0`` (Lamport): a launch that starts at step
     0 writes ``h_in`` (h0) into exchange slot 0 itself (no separate copy).
-    ``cp_async`` (Lamport, 16-byte groups): the words of h go from L2 straight
-    to shared memory by ``cp.async.cg`` (no registers), one commit group per
-    part; a part's pass waits for its group (``cp.async.wait_group``), checks
-    the thread's own groups in shared memory for -0.0 and reloads only those
-    (``poll``). Unlike register loads, which a block barrier waits for, the
-    copies of later parts stay in flight over the earlier parts' barriers.
     ``uniform`` (``parts``; a tuple
     of ``parts - 1`` pair counts, default ``()``: the thread's own bounds from
     ``idx``): pass ``p`` operates on pairs ``uniform[p - 1] .. uniform[p] -
@@ -397,7 +386,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     UNIFORM = len(uniform) > 0
     U1, U2, U3 = (tuple(uniform) + (NPT,) * 3)[:3]     # uniform: where passes 0, 1, 2 end
     FOLD = fold_h0
-    ASYNC = cp_async
     COPIES = copies
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
@@ -780,29 +768,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         return col * B * ITEM // 4
 
     @inlined
-    def copy_part(xchg_words, base, h_words, woff, p, tid, nthreads, hidden):
-        """cp_async: this thread's 16-byte groups of part ``p`` of h from L2 straight into shared memory."""
-        lo = part_word(p, hidden)
-        n = part_word(p + 1, hidden) - lo
-        for k in range(0, CHW, VEC):
-            e = word(tid, k, nthreads, n)
-            if e < n:
-                cp_async16(h_words, woff + lo + e, xchg_words, base + lo + e, 16)
-        cp_async_commit()
-
-    @inlined
-    def wait_copies(later):
-        """cp_async: wait until at most ``later`` of this thread's commit groups (parts) are in flight."""
-        if later >= 3:
-            cp_async_wait(3)
-        elif later == 2:
-            cp_async_wait(2)
-        elif later == 1:
-            cp_async_wait(1)
-        else:
-            cp_async_wait(0)
-
-    @inlined
     def issue_part(xchg_words, base, pf, p, tid, nthreads, hidden):
         """The loads of this thread's words of part ``p`` of h (into ``pf``), back to back."""
         lo = part_word(p, hidden)
@@ -816,30 +781,12 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         (``sp[p - 1] .. sp[p] - 1``; the last pass takes the rest). Returns the poll rounds."""
         lo = part_word(p, hidden)
         n = part_word(p + 1, hidden) - lo
-        if ASYNC:         # the copies are in shared memory: reload (and store again) only groups still -0.0
-            # a thread waits for its own copies only (others' arrive with the barrier), if it has any in this
-            # part (its first group); behind this branch the wait stays after the previous pass's operate stage
-            # (ptxas moved it above those FMAs otherwise)
-            if tid * VEC < n:
-                wait_copies(PARTS - 1 - p)
-            stale = False
-            for k in range(0, CHW, VEC):
-                e = word(tid, k, nthreads, n)
-                if e < n:
-                    for m in range(VEC):
-                        pf[k + m] = h_words[woff + lo + e + m]
-                    stale = stale or group_pending(pf, k)
-            pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
-            if stale:
-                store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
-        else:
-            pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
+        pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
         if pending:
             abort[0] = 1
         if p == 0:
             stamp(tr, t, 1, clock64())
-        if not ASYNC:
-            store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
+        store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
         cuda.syncthreads()
         if p == 0:
             stamp(tr, t, 2, clock64())
@@ -981,7 +928,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             cuda.syncthreads()
         if ISSUE:
             issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words, False)
-        elif not CHUNKED and PARTS == 1 and not ASYNC:
+        elif not CHUNKED and PARTS == 1:
             issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, vt, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
@@ -995,24 +942,15 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = read_slot(t) * n_words
             woff = (t % NBUF) * buf_words
-            if PARTS > 1 or ASYNC:   # issue every part's loads, then per part: poll, store, barrier, operate
+            if PARTS > 1:            # issue every part's loads, then per part: poll, store, barrier, operate
                 if SHFL and NBUF == 1:                   # every warp's operate(t-1) read h before it is replaced
                     cuda.syncthreads()
-                if ASYNC:                                # straight into shared memory, a commit group per part
-                    copy_part(xchg_words, base, h_words, woff, 0, tid, nthreads, hidden)
-                    if PARTS > 1:
-                        copy_part(xchg_words, base, h_words, woff, 1, tid, nthreads, hidden)
-                    if PARTS > 2:
-                        copy_part(xchg_words, base, h_words, woff, 2, tid, nthreads, hidden)
-                    if PARTS > 3:
-                        copy_part(xchg_words, base, h_words, woff, 3, tid, nthreads, hidden)
-                else:
-                    issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
-                    issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
-                    if PARTS > 2:
-                        issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
-                    if PARTS > 3:
-                        issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
+                issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
+                issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
+                if PARTS > 2:
+                    issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
+                if PARTS > 3:
+                    issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
                 for q in range(G * B):
                     acc[q] = float32(0.0)
                 polls = part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, 0, tid, nthreads, hidden,
@@ -1188,7 +1126,7 @@ def shared_limit() -> int:
 
 def part_columns(hidden: int, parts: int) -> list[int]:
     """Column bounds of h's ``parts`` (``parts=``): part ``p`` starts at column ``hidden * p // parts`` rounded
-    down to a multiple of 4 (whole 16-byte groups of h for ``vector`` / ``cp_async``), the last ends at
+    down to a multiple of 4 (whole 16-byte groups of h for ``vector``), the last ends at
     ``hidden``: the rows of the blocks in that share of the grid."""
     return [hidden * p // parts // 4 * 4 for p in range(parts)] + [hidden]
 
@@ -1271,9 +1209,6 @@ class PersistentRNN:
     * ``passes`` (with parts): ``"thread"``, each thread's own pass bounds at run time, or
       ``"uniform"``, the least over all threads as compile-time constants (branch-free passes, fewer
       pairs in the early ones);
-    * ``cp_async`` (Lamport RNN with ``vector``): h's 16-byte groups copied from L2 into shared
-      memory by ``cp.async``, one commit group per part, so later parts stay in flight over earlier
-      parts' barriers;
     * ``fold_h0`` (Lamport without the ring): the kernel writes h0 into exchange slot 0 itself, so a
       run is the preset and the kernel, two launches instead of three;
     * ``copies`` (Lamport without ring or cluster, 1..``MAX_COPIES``): the exchange holds that many
@@ -1282,13 +1217,13 @@ class PersistentRNN:
       (the preset grows by the same factor);
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
-    * ``poll="issue"`` (Lamport without chunk, parts, cp_async, pipeline, cluster, ring): a step
+    * ``poll="issue"`` (Lamport without chunk, parts, pipeline, cluster, ring): a step
       issues all of a thread's loads of h at once, addressed at constant offsets, then checks them
       (``_kernel``); ``issue_delay``: clock cycles to spin before those loads;
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
-    The options ring, cluster, parts and cp_async were each slower than the default at layer
+    The options ring, cluster and parts were each slower than the default at layer
     1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with
     ``issue_delay=300``, ``fold_h0`` and ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792
     against 1.60); ``copies`` was slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
@@ -1319,7 +1254,6 @@ class PersistentRNN:
     cluster: int = 0
     parts: int = 1
     fold_h0: bool = False
-    cp_async: bool = False
     passes: str = "thread"
     copies: int = 1
     preset: str = "element"
@@ -1337,8 +1271,7 @@ class PersistentRNN:
                                      ("passes", self.passes, PASSES), ("preset", self.preset, PRESETS)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0",
-                     "cp_async"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1374,14 +1307,12 @@ class PersistentRNN:
                              f"and reduce='shared'; got cluster={self.cluster}, chunk={self.chunk}, "
                              f"pipeline={self.pipeline}, reduce={self.reduce!r}")
         self.parts = check_int(self.parts, "parts", minimum=1, maximum=MAX_PARTS)
-        if (self.parts > 1 or self.cp_async) and (self.sync != "lamport" or self.cell != "rnn" or self.chunk
+        if self.parts > 1 and (self.sync != "lamport" or self.cell != "rnn" or self.chunk
                                                   or self.cluster or self.ring or self.pipeline):
-            raise ValueError(f"parts: operating on h's column parts as they arrive (and cp_async) is an option of the "
+            raise ValueError(f"parts: operating on h's column parts as they arrive is an option of the "
                              f"Lamport RNN kernel without chunk, cluster, ring and pipeline; got sync={self.sync!r}, "
                              f"cell={self.cell!r}, chunk={self.chunk}, cluster={self.cluster}, ring={self.ring}, "
                              f"pipeline={self.pipeline}")
-        if self.cp_async and not self.vector:
-            raise ValueError("cp_async: the copies move 16-byte groups of h; it needs vector=True")
         if self.fold_h0 and (self.sync != "lamport" or self.ring):
             raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
                              f"got sync={self.sync!r}, ring={self.ring}")
@@ -1392,11 +1323,11 @@ class PersistentRNN:
         self.issue_delay = check_int(self.issue_delay, "issue_delay", minimum=0, maximum=1 << 20)
         if self.issue_delay and self.poll != "issue":
             raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
-        if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1 or self.cp_async
+        if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1
                                      or self.pipeline or self.cluster or self.ring):
-            raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, cp_async, "
+            raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, "
                              f"pipeline, cluster and ring; got sync={self.sync!r}, chunk={self.chunk}, "
-                             f"parts={self.parts}, cp_async={self.cp_async}, pipeline={self.pipeline}, "
+                             f"parts={self.parts}, pipeline={self.pipeline}, "
                              f"cluster={self.cluster}, ring={self.ring}")
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
@@ -1436,7 +1367,7 @@ class PersistentRNN:
         if self.parts > 1 and self.passes == "uniform":  # every thread's pass p: the least of the threads' bounds
             least = pass_bounds(lay, self.parts).reshape(rows, self.parts - 1, lay.tpr).min(axis=(0, 2))
             uniform = tuple(int(b) for b in least) if rows else (0,) * (self.parts - 1)
-        if self.parts > 1 or self.cp_async:               # a thread's words of each part, times the parts
+        if self.parts > 1:                                # a thread's words of each part, times the parts
             bounds = [c * self.batch * itemsize // 4 for c in part_columns(hidden, self.parts)]
             vec = 4 if self.vector else 1
             words = self.parts * vec * max(cdiv((hi - lo) // vec, threads) for lo, hi in zip(bounds, bounds[1:]))
@@ -1444,7 +1375,7 @@ class PersistentRNN:
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0, self.cp_async,
+                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0,
                               uniform, self.copies, self.issue_delay)
         #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
         self.pass_fraction = None

@@ -95,9 +95,9 @@ def test_simulated_cluster_loads_all_of_h(cluster):
 
 
 def _poll_fits(opts: dict, parts: int = 1) -> dict:
-    """``poll="issue"`` leaves out chunk, parts, cp_async, pipeline, cluster and ring
+    """``poll="issue"`` leaves out chunk, parts, pipeline, cluster and ring
     (``test_copies_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
-    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster", "cp_async"))
+    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster"))
     if opts.get("poll") == "issue" and clash:
         opts["poll"] = "batch"
     return opts
@@ -420,11 +420,11 @@ def test_ring_and_cluster_bad_configuration():
 
 @st.composite
 def parts_options(draw):
-    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0``,
-    ``cp_async`` alone)."""
+    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0``
+    alone)."""
     parts = draw(st.integers(1, gpu_rnn.MAX_PARTS))
     opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()),
-            "vector": draw(st.booleans()), "cp_async": draw(st.booleans()),
+            "vector": draw(st.booleans()),
             "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
             "passes": draw(st.sampled_from(gpu_rnn.PASSES)),
             "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
@@ -435,14 +435,12 @@ def parts_options(draw):
 def test_parts_and_fold_h0_match_reference(problem, po):
     """parts: whether or not the layout's pairs come part by part (bank_aware with the part bounds, or the plain
     bank-aware order), every pass reads only columns that have arrived and the states equal the reference's;
-    fold_h0: the kernel's own copy of h0, cp_async: copies into shared memory (the simulator's cp.async copies at
-    once), give the same states."""
+    fold_h0: the kernel's own copy of h0 gives the same states."""
     u, bp, h0, steps, tpr, activation = problem
     parts, ordered, opts = po
     hidden = u.shape[0]
-    # 16-byte groups (vector, cp_async) need a step of h that is whole groups (test_bad_configuration: refused)
-    opts["vector"] = (opts["vector"] or opts["cp_async"]) and hidden * 4 * u.dtype.itemsize % 16 == 0
-    opts["cp_async"] = opts["cp_async"] and opts["vector"]
+    # 16-byte groups (vector) need a step of h that is whole groups (test_bad_configuration: refused)
+    opts["vector"] = opts["vector"] and hidden * 4 * u.dtype.itemsize % 16 == 0
     bounds = gpu_rnn.part_columns(hidden, parts)[1:-1] if ordered and parts > 1 else ()
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize, bounds=bounds)
     plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(hidden, tpr),
@@ -515,11 +513,8 @@ def test_parts_trace_and_fold_h0_planted_stall():
 def test_parts_and_fold_h0_bad_configuration():
     lay, _, _ = _inputs()
     for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}, {"ring": True}, {"pipeline": True}):
-        for opt in ({"parts": 2}, {"cp_async": True, "vector": True}):
-            with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
-                gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **opt, **kw)
-    with pytest.raises(ValueError, match="cp_async: the copies move 16-byte groups of h; it needs vector=True"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cp_async=True)
+        with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
+            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=2, **kw)
     with pytest.raises(ValueError, match="parts"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=gpu_rnn.MAX_PARTS + 1)
     for kw in ({"sync": "barrier"}, {"ring": True}):
@@ -593,8 +588,8 @@ def test_copies_preset_bad_configuration():
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=bad)
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
-    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True}, {"cluster": 2},
-               {"cp_async": True, "vector": True}):
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True},
+               {"cluster": 2}):
         with pytest.raises(ValueError, match="poll: 'issue' is an option of the Lamport kernel without chunk"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", **kw)
     with pytest.raises(ValueError, match="issue_delay: a delay before the loads of poll='issue'"):

@@ -213,6 +213,14 @@ def test_parts_operate_pass_by_pass_behind_a_barrier_each(parts):
 
 
 @pytest.mark.filterwarnings("ignore:Not adding")
+def test_uniform_passes_are_branch_free():
+    """passes='uniform' (compile-time pass bounds): every pair's wide load appears once over the two passes."""
+    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", parts=2, uniform=(3,))
+    assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT
+    assert len(re.findall(r"bar\.sync", ptx)) == 3 and ".local" not in ptx
+
+
+@pytest.mark.filterwarnings("ignore:Not adding")
 def test_fold_h0_reads_h0_in_the_kernel():
     """fold_h0: the kernel reads h_in (one more block barrier, taken once before the steps); the step loop is
     the default kernel's."""
@@ -220,20 +228,6 @@ def test_fold_h0_reads_h0_in_the_kernel():
     ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", fold_h0=True)
     assert len(re.findall(r"bar\.sync", ptx)) == len(re.findall(r"bar\.sync", base)) + 1
     assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT and ".local" not in ptx
-
-
-@pytest.mark.filterwarnings("ignore:Not adding")
-def test_cp_async_copies_parts_into_shared_memory_and_waits_per_part():
-    """cp_async with two uniform passes: h's 16-byte groups go to shared memory by cp.async.cg (none by a
-    register load before the poll), a commit group per part, wait_group 1 before part 0's pass and 0 before
-    part 1's; uniform pass bounds: every pair's wide load appears once (branch-free passes)."""
-    ptx = _lto_ptx_opts("lamport", np.float16, load="relaxed", vector=True, cp_async=True, parts=2, uniform=(3,))
-    assert len(re.findall(r"cp\.async\.cg\.shared\.global", ptx)) == WORDS // 4
-    assert len(re.findall(r"cp\.async\.commit_group", ptx)) == 2
-    assert "cp.async.wait_group 1" in ptx and "cp.async.wait_group 0" in ptx
-    assert len(re.findall(r"ld\.shared\.u64", ptx)) == NPT
-    assert len(re.findall(r"ld\.relaxed\.gpu\.global\.v4\.u32", ptx)) == WORDS // 4   # reloads of stale groups
-    assert len(re.findall(r"bar\.sync", ptx)) == 3 and ".local" not in ptx
 
 
 def _stores(ptx: str) -> dict:

@@ -333,16 +333,15 @@ def test_non_coresident_clusters_refused():
 
 # -- h's column parts operated on as they arrive; h0 written by the kernel ---------
 
-_CPA = {"cp_async": True, "vector": True}
 PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
          {"parts": 2, "fold_h0": True, "reduce": "shfl"}, {"parts": 2, "reduce": "shfl", "double_buffer": True},
          {"parts": 2, "index16": True, "load": "volatile"}, {"parts": 3, "passes": "uniform"},
-         {**_CPA, "fold_h0": True}, {**_CPA, "parts": 2, "passes": "uniform", "fold_h0": True},
-         {**_CPA, "parts": 4, "reduce": "shfl"}, {**_CPA, "parts": 3, "double_buffer": True, "passes": "uniform"}]
+         {"parts": 2, "passes": "uniform", "fold_h0": True, "vector": True}, {"parts": 4, "reduce": "shfl"},
+         {"parts": 3, "double_buffer": True, "passes": "uniform"}]
 
 
 @pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
-                                {**_CPA, "parts": 2, "fold_h0": True},
+                                {"parts": 2, "fold_h0": True, "vector": True},
                                 {"copies": 4}, {"copies": 2, "fold_h0": True, "preset": "vector"},
                                 {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
