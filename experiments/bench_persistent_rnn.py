@@ -261,29 +261,12 @@ def sanitize(only=None):
 
 # -- time ----------------------------------------------------------------------
 
-def _capture_graph(loop):
-    """Warm ``loop`` up on a side stream (as PyTorch requires), then capture it in a CUDA graph.
-
-    Returns the graph and the output tensor its replays write.
-    """
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        loop()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = loop()
-    return graph, out
-
-
 def _torch_baselines(u, bp, h0, steps, csr=True):
     """us/step of cuDNN RNN, the GEMM loop (plain and CUDA graph), cuSPARSE CSR per step (``csr``)."""
     import torch
 
     from sparsekit.timing import measure
+    from sparsekit.torch.bench import capture_graph
     dev = torch.device("cuda")
     hidden, batch = u.shape[0], h0.shape[0]
     U = torch.tensor(u, device=dev)
@@ -308,7 +291,7 @@ def _torch_baselines(u, bp, h0, steps, csr=True):
     res["gemm_loop"] = measure(loop, repeat=10, warmup=2, flush_l2=False).median_s
 
     try:
-        g, out_graph = _capture_graph(loop)
+        g, out_graph = capture_graph(loop)
         res["gemm_graph"] = measure(g.replay, repeat=20, warmup=3, flush_l2=False).median_s
         ref_last = ref_rnn.rnn_forward(u, bp, h0, steps)[-1]
         g.replay()
@@ -1240,6 +1223,7 @@ def lstm_baselines(net, hidden, density, batch, steps=256, dtype="float16"):
     import torch
 
     from sparsekit.timing import measure
+    from sparsekit.torch.bench import capture_graph
     rec = {"network": net, "hidden": hidden, "density": density, "batch": batch}
     u, mask, bp, h0, c0 = _lstm_problem(hidden, density, batch, steps, dtype)
     with _gpu_section():
@@ -1261,7 +1245,7 @@ def lstm_baselines(net, hidden, density, batch, steps=256, dtype="float16"):
                     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                     h = torch.sigmoid(o) * torch.tanh(c)
                 return h
-            g, _ = _capture_graph(loop)
+            g, _ = capture_graph(loop)
             rec["gemm_graph_us"] = measure(g.replay, repeat=10, warmup=2, flush_l2=False).median_s * 1e6 / steps
         except Exception as e:
             rec["error"] = f"{type(e).__name__}: {e}"[:300]

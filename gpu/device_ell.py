@@ -21,7 +21,7 @@ class DeviceELL(DeviceMatrix):
 
     ``arrays["ellval"]``/``arrays["ellidx"]`` are the paper's flat column-major
     arrays (length ``M*K'``) on the device; :meth:`slot_ptr`, :meth:`row_major` and
-    :meth:`dense_t` add what the tiled, pipelined, direct and dense-tile kernels read, built on
+    :meth:`dense_t` add what the pipelined, direct and dense-tile kernels read, built on
     first use and kept. Build it with :func:`prepare`; pass it to
     :func:`uspmm` in place of the ELL to skip the copy and the full check on
     every call (what a benchmark or a layer does).
@@ -44,8 +44,8 @@ class DeviceELL(DeviceMatrix):
         return ptr
 
     def row_major(self):
-        """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the tiled kernel,
-        which reads a row's entries together); copied once."""
+        """``values``/``indices`` as C-ordered ``M x K'`` device arrays (for the kernels that read a row's
+        entries together); copied once."""
         return self.cached("rows", lambda: (np.ascontiguousarray(self.host.values),
                                             np.ascontiguousarray(self.host.indices)))
 

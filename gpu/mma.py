@@ -105,7 +105,7 @@ elements of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the produc
 or TF32 values are exact) and rounds once to float32; the tensor core's own float32
 accumulation truncates and may differ in the last bits. ``ldmatrix_x4_trans`` gathers
 the warp's row addresses the same way; ``cp_async16`` copies at once (commit and wait
-do nothing; ``prefetch_l2`` does nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
+do nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
 the tests as the NumPy model).
 
 The probe kernels in ``tests/mma_probes.py`` (one MMA, one ldmatrix, or one rounding per
@@ -126,7 +126,7 @@ __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f3
            "pack_bf16x2", "round_bf16", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
            "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
-           "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "prefetch_l2", "ld_shared",
+           "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "ld_shared",
            "ld_shared2", "ld_shared4", "st_shared",
            "st_shared4",
            "fragment_coords",
@@ -385,9 +385,6 @@ if config.ENABLE_CUDASIM:
         """Simulator fallback: four elements from byte offset ``addr``."""
         i = int(addr) // arr.dtype.itemsize
         arr[i], arr[i + 1], arr[i + 2], arr[i + 3] = v0, v1, v2, v3
-
-    def prefetch_l2(arr, i):
-        """Simulator fallback: nothing (the simulator has no caches)."""
 
     def cp_async_commit():
         """Simulator fallback: the copies are already done."""
@@ -726,21 +723,6 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
-
-    @intrinsic
-    def prefetch_l2(typingctx, arr, i):
-        """``prefetch.L2 [&arr[i]]`` (1-D array): the 128-byte line holding ``arr[i]`` is fetched into L2,
-        no register waits for it; side-effecting inline PTX, so it is neither dropped nor merged."""
-        if not (isinstance(arr, types.Array) and arr.ndim == 1 and isinstance(i, types.Integer)):
-            return None
-
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.L2 [$0];", "l",
-                               side_effect=True)
-            builder.call(asm, [_element_addr(builder, context, sig.args[0], args[0], args[1], sig.args[1])])
-            return context.get_dummy_value()
-
-        return types.void(arr, i), codegen
 
     @intrinsic
     def cp_async_commit(typingctx):

@@ -389,8 +389,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     COPIES = copies
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
-    # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (run 2 of
-    # experiments/results/persistent_rnn.md), so those kernels keep the block barrier here.
+    # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (an H100 racecheck
+    # of those kernels reported the hazard), so those kernels keep the block barrier here.
     # (The simulator has no syncwarp: it runs the block barrier, which every thread reaches there too.)
     CG_SYNC = grid_sync == "cg"
     WARP_REDUCE = TPR <= 32 and ((sync == "barrier" and not CG_SYNC) or NBUF == 2) and not config.ENABLE_CUDASIM

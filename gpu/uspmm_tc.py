@@ -188,7 +188,7 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
            "MMAS_PER_PRODUCT", "SHARED_OPTIN", "STATIC_LIMIT"]
 
 #: Default tunables per dtype (see the module docstring). float16: 64x128, kc 64, 4 stages (137 KB of
-#: dynamic shared memory), the fastest setting on 6 of the 8 problems of run 3 and by geomean
+#: dynamic shared memory), the fastest setting on 6 of the 8 problems of its tuning sweep and by geomean
 #: (``experiments/results/uspmm_tc.md``: 55.8 us at 1024^3 60%; after the unsigned indexing
 #: and the register-staged scatter: 35.4 us, with 16 warps or 2x8 warps no faster). float32: 64x128,
 #: kc 16, 4 stages (67 KB, dynamic; 76 KB since the scatter splits A into two tiles, two blocks an SM

@@ -148,7 +148,7 @@ def test_device_arrays_in_device_arrays_out():
     np.testing.assert_array_equal(got.copy_to_host(), gu.uspmm(ell, b))
 
 
-# --- bad input (issue item 8): a clear error, never a wrong answer --------------------------------
+# --- bad input: a clear error, never a wrong answer --------------------------------
 
 @pytest.fixture
 def small():
@@ -322,8 +322,8 @@ def test_tune_cache_is_read_once_and_again_when_the_file_changes(tmp_path, monke
 
 
 @pytest.mark.parametrize("m,k,n,kprime,want", [
-    # the float32 winners of the H100 tuning run of 2026-11-22 (experiments/results/uspmm.md);
-    # its two small-grid problems (128^3, 1024 x 1024 x 128) are in SPLIT_RUN below (that run had no splits)
+    # the float32 winners of the H100 tuning sweep (experiments/results/uspmm.md);
+    # its two small-grid problems (128^3, 1024 x 1024 x 128) are in SPLIT_RUN below (that sweep had no splits)
     (1024, 1024, 1024, 410, ("dense_tile", 4, 8, 8, 16, 2)),
     (1024, 1024, 16384, 410, ("dense_tile", 4, 8, 8, 16, 2)),
     (1024, 1024, 1024, 205, ("dense_tile", 4, 8, 8, 16, 2)),
@@ -518,8 +518,8 @@ SMALL_N_RUN = [
     (128, 128, 1024, 51, np.float32, "wide4", "7.6 / pipelined 14.1"),
     (256, 256, 1024, 102, np.float32, "wide2", "14.1 / pipelined 19.9"),
     (1024, 1024, 256, 410, np.float32, "wide2", "28.4 / S1 40.9"),
-    (512, 512, 1024, 205, np.float32, None, "tensor cores, two splits 35.0 (lead run 2) / 8 columns 1 warp 35.1"),
-    (1024, 1024, 512, 410, np.float32, None, "tensor cores, two splits 51.1 (lead run 2) / 8 columns 1 warp 53.2"),
+    (512, 512, 1024, 205, np.float32, None, "tensor cores, two splits 35.0 / 8 columns 1 warp 35.1"),
+    (1024, 1024, 512, 410, np.float32, None, "tensor cores, two splits 51.1 / 8 columns 1 warp 53.2"),
 ]
 
 

@@ -12,7 +12,7 @@ import torch
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
-__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
 
 #: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
 DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
@@ -24,8 +24,9 @@ TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
 _CALLS = 200
 
 
-def graph_time(step, calls: int) -> float:
-    """Device seconds per ``step()`` replayed from a CUDA graph of ``calls`` steps (no host cost)."""
+def capture_graph(step):
+    """``step()`` run once on a side stream (the warm-up PyTorch requires before a capture), then captured in
+    a CUDA graph: the graph and what the captured call returned (the tensors its replays write)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -33,8 +34,13 @@ def graph_time(step, calls: int) -> float:
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            step()
+        out = step()
+    return graph, out
+
+
+def graph_time(step, calls: int) -> float:
+    """Device seconds per ``step()`` replayed from a CUDA graph of ``calls`` steps (no host cost)."""
+    graph, _ = capture_graph(lambda: [step() for _ in range(calls)])
     graph.replay()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
