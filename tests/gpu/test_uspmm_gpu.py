@@ -106,10 +106,11 @@ def test_dispatch_benchmark_records_every_row(tmp_path):
     import json
 
     from experiments import bench_uspmm_dispatch as bench
+    from sparsekit.bench import cuda_torch
     assert bench.main(["--calls", "3", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "uspmm_dispatch.json").read_text())["rows"]
     timed = [r for r in rows if "problem" in r]
-    kinds = 2 if bench._torch() else 1
+    kinds = 2 if cuda_torch() else 1
     assert len(timed) == len(bench.PROBLEMS) * kinds * 2 and all(r["host_us"] > 0 for r in timed)
     assert {r["config"] for r in timed} == {"auto", "direct"}
     assert len([r for r in rows if "floor" in r]) == 3
