@@ -38,7 +38,11 @@ Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shar
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
 unsigned integers. A 64 x 64 tile (``K`` a multiple of 64, 1,024 word slots, enough for 80 % sparsity) costs
 two warps of 32 rows about 205 SASS instructions a thread at ``N = 8`` (half of them scattering the words),
-245 at 16, 260 at 32 and 290 at 64 (the MMAs): 410 to 580 warp instructions the tile.
+245 at 16, 260 at 32 and 290 at 64 (the MMAs): 410 to 580 warp instructions the tile. On the H200 that
+makes it faster than the row kernel from N = 16-32 but not than dense cuBLAS: it reads its words at 6-29 %
+of the copy bandwidth, with about 10 warps an SM (each block's copy stages and dense tiles take 44-64 KB)
+and about 300 shared-memory wavefronts a tile (``experiments/results/uspmm_decode.md``, "The tensor-core
+tile kernel").
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
