@@ -2,8 +2,8 @@
 
 Not an experiment module (no EXPERIMENT): run it as a script on a GPU::
 
-    python experiments/bench_foundation.py [--out DIR] [--quick]
-    python experiments/bench_foundation.py --sanitize   # tiny run for compute-sanitizer
+    python -m experiments.bench_foundation [--out DIR] [--quick]
+    python -m experiments.bench_foundation --sanitize   # tiny run for compute-sanitizer
 
 What it measures, in order (one table each, printed; also written to
 ``DIR/foundation.json`` when ``--out`` is given):

@@ -1,9 +1,9 @@
-"""GPU benchmark and multi-block checks of the sparse persistent RNN (gpu/persistent_rnn.py).
+"""GPU benchmark and multi-block checks of the sparse persistent RNN (sparsekit/gpu/persistent_rnn.py).
 
 Not an experiment module (no EXPERIMENT): run it as a script on a GPU::
 
-    python experiments/bench_persistent_rnn.py --out DIR [--parts check,time,sweep]
-    python experiments/bench_persistent_rnn.py --sanitize [--sanitize-only OPTION]   # for compute-sanitizer
+    python -m experiments.bench_persistent_rnn --out DIR [--parts check,time,sweep]
+    python -m experiments.bench_persistent_rnn --sanitize [--sanitize-only OPTION]   # for compute-sanitizer
 
 Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 
@@ -72,8 +72,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from gpu import persistent_rnn as gpu_rnn  # noqa: E402
-from reference import persistent_rnn as ref_rnn  # noqa: E402
+from sparsekit.gpu import persistent_rnn as gpu_rnn  # noqa: E402
+from sparsekit.reference import persistent_rnn as ref_rnn  # noqa: E402
 from sparsekit import prune  # noqa: E402
 from sparsekit.rnn_layout import balance, bank_aware  # noqa: E402
 
@@ -719,7 +719,7 @@ def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), step
 
 def ring(out=None, jobs=8):
     """:data:`RING_VARIANTS` (Table 1's rows and the clusters), traces, steps points."""
-    from gpu.cluster import launch_mode
+    from sparsekit.gpu.cluster import launch_mode
     print("cluster launch mode:", launch_mode())
     records = run_parallel(ring_tasks(), jobs, out, "ring")
     _table(records, _VARIANT_COLUMNS)

@@ -2,7 +2,7 @@
 
 Run on a GPU with PyTorch (cuSPARSELt)::
 
-    python experiments/bench_sparse24_linear.py [--out DIR] [--dump]
+    python -m experiments.bench_sparse24_linear [--out DIR] [--dump]
 
 The post (../shared/papers/semi-structured-24-training.txt) times the MLP's first
 linear layer of ViT-L: ``x`` 13008 x 1024 (tokens x in), ``W`` 4096 x 1024,
@@ -14,7 +14,7 @@ each line prints the seconds elapsed):
 * dense GEMMs: forward ``x W^T``, ``dx = dy W``, ``dW = dy^T x``;
 * 2:4 GEMMs (``torch._cslt_sparse_mm``) for forward and dx on our cuSPARSELt
   buffers, PyTorch's default configuration and a scan of ``alg_id`` and output order;
-* sparsifiers: ours (:mod:`gpu.sparsify24`, one compiled kernel, :data:`KERNEL`),
+* sparsifiers: ours (:mod:`sparsekit.gpu.sparsify24`, one compiled kernel, :data:`KERNEL`),
   ours plus the metadata reorder into both buffers, PyTorch's tile kernel;
 * whole steps (forward + both backward GEMMs): dense; ours
   (:func:`sparsekit.sparse24_training.linear_step`: re-sparsify, 2:4 forward
@@ -48,7 +48,7 @@ def log(*a):
 def dump_layout(out_dir) -> dict:
     """PyTorch's cuSPARSELt tile output and _cslt_compress of full-pattern weights, saved with the weights."""
     import torch
-    from reference import sparsify24 as ref
+    from sparsekit.reference import sparsify24 as ref
     rng = np.random.default_rng(0)
     arrays = {}
     info = {}
@@ -167,7 +167,7 @@ def scan_cslt(results, name, a, b, algs, t0) -> dict:
 def time_vitl(results, t0) -> None:
     import torch
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     from sparsekit import sparse24_training as st
     from sparsekit.timing import measure
     n, fin, fout = VITL

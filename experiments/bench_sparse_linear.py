@@ -1,6 +1,6 @@
 """Device time of one ``SparseLinear`` call against ``F.linear`` at decode widths, bfloat16, on a GPU::
 
-    python experiments/bench_sparse_linear.py [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
+    python -m experiments.bench_sparse_linear [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
 
 Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 (the sparse kernel)
 and 64 (dense GEMM on the weight densified for the call). Each product runs 50

@@ -3,13 +3,13 @@
 Not an experiment module (no EXPERIMENT; ``experiments/sparsify24.py`` is). Run
 it as a script on a GPU::
 
-    python experiments/bench_sparsify24.py --check [--out DIR]   # vs reference and vs PyTorch
-    python experiments/bench_sparsify24.py --time [--out DIR]    # the timing table
-    python experiments/bench_sparsify24.py --sanitize            # each kernel once, small (compute-sanitizer)
-    python experiments/bench_sparsify24.py --time --sweep        # also the launch-configuration variants
-    python experiments/bench_sparsify24.py --profile 4096x4096 --only ...   # one launch each, for ncu
+    python -m experiments.bench_sparsify24 --check [--out DIR]   # vs reference and vs PyTorch
+    python -m experiments.bench_sparsify24 --time [--out DIR]    # the timing table
+    python -m experiments.bench_sparsify24 --sanitize            # each kernel once, small (compute-sanitizer)
+    python -m experiments.bench_sparsify24 --time --sweep        # also the launch-configuration variants
+    python -m experiments.bench_sparsify24 --profile 4096x4096 --only ...   # one launch each, for ncu
 
-``--check``: every kernel variant equals :func:`reference.sparsify24.sparsify24`
+``--check``: every kernel variant equals :func:`sparsekit.reference.sparsify24.sparsify24`
 bit for bit at 256x192; at fp16 shapes 128..8192 our ``ties="torch"`` masks,
 packed W and packed W^T equal ``torch._sparse_semi_structured_tile(w,
 "largest_abs_values_greedy", use_cutlass=True)`` and our metadata equals
@@ -35,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from reference import sparsify24 as ref  # noqa: E402
+from sparsekit.reference import sparsify24 as ref  # noqa: E402
 from sparsekit.bench.sparsify24 import OURS, bench_shape, check_reference, log, random_weight  # noqa: E402
 
 #: The timing shapes (M, K), fp16.
@@ -89,7 +89,7 @@ def check_variants(results: dict, providers: dict, shapes=TIME_SHAPES) -> bool:
     that to the launch-configuration variants at the timing shapes, where the NumPy reference is slow.
     """
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     rng = np.random.default_rng(2)
     ok_all = True
     for m, k in shapes:
@@ -110,7 +110,7 @@ def check_variants(results: dict, providers: dict, shapes=TIME_SHAPES) -> bool:
 def check_torch(results: dict) -> bool:
     import torch
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     ok_all = True
     g = torch.Generator(device="cuda").manual_seed(0)
     for m, k in CHECK_SHAPES:
@@ -163,7 +163,7 @@ def check_torch_gemm(results: dict) -> bool:
     import torch
     from numba import cuda
     from torch.sparse import SparseSemiStructuredTensorCUTLASS as Cutlass
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     ok_all = True
     g = torch.Generator(device="cuda").manual_seed(1)
     for m, k, n in [(128, 128, 128), (4096, 1024, 512)]:
@@ -206,7 +206,7 @@ def check_torch_gemm(results: dict) -> bool:
 def compile_all(providers: dict) -> dict:
     """Compile and run each provider once on a small matrix: seconds per provider (JIT + first launch)."""
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     took = {}
     for name, (dtype, kw) in providers.items():
         t = time.time()
@@ -223,7 +223,7 @@ def compile_all(providers: dict) -> dict:
 def sanitize_run(shape: tuple[int, int] = (160, 96)) -> int:
     """Each fp16/fp32 variant once at ``shape`` (160x96: rows past one block at every ``row_threads``, a
     partial block of columns), compared with the reference."""
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     rng = np.random.default_rng(5)
     bad = 0
     for kw, dtype in [(dict(method="greedy", ties="torch"), np.float16),
@@ -242,8 +242,8 @@ def sanitize_run(shape: tuple[int, int] = (160, 96)) -> int:
         log(f"sanitize {kw} {np.dtype(dtype).name}: equal={same}")
         bad += not same
     # the cuSPARSELt metadata reorder (sparsekit.sparse24_training), 192x128
-    from gpu.sparse24_cusparselt import cusparselt_meta
-    from reference.sparse24_cusparselt import to_cusparselt
+    from sparsekit.gpu.sparse24_cusparselt import cusparselt_meta
+    from sparsekit.reference.sparse24_cusparselt import to_cusparselt
     w = random_weight(rng, (192, 128), np.float16)
     s = ref.sparsify24(w)
     same = np.array_equal(cusparselt_meta(s.meta, 192, 128),
@@ -255,7 +255,7 @@ def sanitize_run(shape: tuple[int, int] = (160, 96)) -> int:
 def profile_run(providers: dict, m: int, k: int) -> int:
     """One launch of each provider at m x k (for ``ncu``/``nsys``: no other kernel of ours runs)."""
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     rng = np.random.default_rng(0)
     for name, (dtype, kw) in providers.items():
         launch, _ = gpu.prepare(cuda.to_device(random_weight(rng, (m, k), dtype)), **kw)

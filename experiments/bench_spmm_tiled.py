@@ -1,4 +1,4 @@
-"""Decode-shape timing of gpu/spmm_tiled.py's tile kernel against its row kernel and dense cuBLAS (GPU, PyTorch).
+"""Decode-shape timing of sparsekit/gpu/spmm_tiled.py's tile kernel against its row kernel and dense cuBLAS (GPU, PyTorch).
 
 One line a point: shape, dtype, sparsity, N, device time of the tile kernel (64 x 64 tiles, default tunables),
 of the row kernel (tile (1, TK), X staged as X^T: what uspmm's decode path runs) and of dense
@@ -9,8 +9,8 @@ the float32 product of the same bfloat16/float16 operands (ok: within the tests'
 order plus one rounding). After the 4096^2 bfloat16 points, a few tunables of the tile kernel at 80 %. Every
 point is guarded: a failure prints FAIL and the run goes on.
 
-    python experiments/bench_spmm_tiled.py            # every point: about 3-4 minutes on an H200
-    python experiments/bench_spmm_tiled.py --shapes 4096x4096 14336x4096 --widths 8 16 32 --dtypes bfloat16
+    python -m experiments.bench_spmm_tiled            # every point: about 3-4 minutes on an H200
+    python -m experiments.bench_spmm_tiled --shapes 4096x4096 14336x4096 --widths 8 16 32 --dtypes bfloat16
 
 Recorded in ``experiments/results/uspmm_decode.md`` ("The tensor-core tile kernel").
 """
@@ -23,7 +23,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda
 
-from gpu import spmm_tiled as gt
+from sparsekit.gpu import spmm_tiled as gt
 from sparsekit.formats import TiledCSL
 from sparsekit.timing import measure, measured_bandwidth
 

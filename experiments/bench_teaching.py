@@ -2,12 +2,12 @@
 
 Not an experiment module (``experiments/teaching.py`` is); run it as a script::
 
-    python experiments/bench_teaching.py loop-orders [--quick]   # every CSR order + tile grid at 1024 x 1024 x 256, 90%
-    python experiments/bench_teaching.py cpu-suite [--quick]     # the 20 suite problems vs scipy.sparse and BLAS
-    python experiments/bench_teaching.py cpu-conv [--quick]      # the slides' 3x3 conv layers: im2col + SpMM vs BLAS
-    python experiments/bench_teaching.py specialize [--quick]    # SparseRT-style kernels: compile vs run time
-    python experiments/bench_teaching.py gpu [--quick] [--out DIR]   # lessons vs cuSPARSE/cuBLAS, conv vs cuDNN
-    python experiments/bench_teaching.py sanitize                # each GPU lesson once, tiny (compute-sanitizer)
+    python -m experiments.bench_teaching loop-orders [--quick]   # every CSR order + tile grid at 1024 x 1024 x 256, 90%
+    python -m experiments.bench_teaching cpu-suite [--quick]     # the 20 suite problems vs scipy.sparse and BLAS
+    python -m experiments.bench_teaching cpu-conv [--quick]      # the slides' 3x3 conv layers: im2col + SpMM vs BLAS
+    python -m experiments.bench_teaching specialize [--quick]    # SparseRT-style kernels: compile vs run time
+    python -m experiments.bench_teaching gpu [--quick] [--out DIR]   # lessons vs cuSPARSE/cuBLAS, conv vs cuDNN
+    python -m experiments.bench_teaching sanitize                # each GPU lesson once, tiny (compute-sanitizer)
 
 Each benchmark is one function returning one record per configuration (times
 with spread, ``correct``); the script prints them as a markdown table and,
@@ -63,7 +63,7 @@ def bench_loop_orders(m: int = 1024, k: int = 1024, n: int = 256, sparsity: floa
 
     "naive" is the slides' baseline order ``i, j, k`` on CSR: the dot-product order ``inner``.
     """
-    from cpu.spmm import ORDERS, spmm_csr, spmm_csr_tiled
+    from sparsekit.cpu.spmm import ORDERS, spmm_csr, spmm_csr_tiled
 
     csr, b, a = suite_matrix(m, k, n, sparsity)
     correct = Checker(a, b)
@@ -128,8 +128,8 @@ def conv_weight(size: int, cin: int, cout: int, sparsity: float):
 
 def bench_cpu_conv(*, sparsities=SPARSITIES, repeat: int = 5, quick: bool = False) -> list[dict]:
     """The slides' Table 3 layers on the CPU: im2col + our SpMM, virtual im2col, im2col + dense BLAS (ms)."""
-    from cpu import conv as cconv
-    from reference.conv import conv2d_direct
+    from sparsekit.cpu import conv as cconv
+    from sparsekit.reference.conv import conv2d_direct
 
     recs = []
     layers = [(7, 16, 16)] if quick else CONV_LAYERS
@@ -156,7 +156,7 @@ def bench_cpu_conv(*, sparsities=SPARSITIES, repeat: int = 5, quick: bool = Fals
 # --------------------------------------------------------------------------- GPU
 
 def split_configs(n: int, *, wide: bool = True) -> dict:
-    """The grid search of :func:`gpu.spmm.spmm_csr`'s staged kernel (rows swizzled): label -> keyword
+    """The grid search of :func:`sparsekit.gpu.spmm.spmm_csr`'s staged kernel (rows swizzled): label -> keyword
     arguments. ``warps_per_row`` x rows per block (blocks of 4 or 8 warps) x ``cols_per_lane``, with
     vector loads of 4 columns where ``n`` allows them (``wide``: also without, and ``unroll = 8``)."""
     out = {}
@@ -181,8 +181,8 @@ def sweep_providers(csr, n: int) -> dict:
     """The staged-kernel grid (:func:`split_configs`), lesson 7 (``row_split``), the previous best two of
     ours and the default call (:data:`DEFAULT_CALL`: ``spmm_csr(a, b)``, its tunables chosen by
     ``config="auto"``), by name -> ``launch(b_dev)``."""
-    from gpu import spmm as prod
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm as prod
+    from sparsekit.gpu import spmm_lessons as les
     from sparsekit.formats import CSR
 
     d = les.prepare(csr)
@@ -225,7 +225,7 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
         return []
     import torch.nn.functional as F
 
-    from gpu import spmm as prod
+    from sparsekit.gpu import spmm as prod
     from sparsekit.formats import CSR
 
     timer = device_timer(repeat) if timer is None else timer
@@ -269,8 +269,8 @@ def bench_gpu_conv(*, sparsities=SPARSITIES, repeat: int = 20, quick: bool = Fal
 def sanitize() -> int:
     """Run every GPU lesson kernel and the staged CSR kernel once on small matrices (for
     compute-sanitizer) and check them."""
-    from gpu import spmm as prod
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm as prod
+    from sparsekit.gpu import spmm_lessons as les
 
     csr, b, a = suite_matrix(70, 45, 40, 0.7)
     correct = Checker(a, b)

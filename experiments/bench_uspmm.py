@@ -3,14 +3,14 @@
 Not an experiment module (no EXPERIMENT; ``experiments/uspmm_figures.py`` is):
 run it as a script on a GPU::
 
-    python experiments/bench_uspmm.py --table [--dtype float32] [--out DIR]   # the headline table
-    python experiments/bench_uspmm.py --check [--out DIR]     # real shapes vs float64, repeats bit-identical
-    python experiments/bench_uspmm.py --sweep [--out DIR]     # every tunable on the sweep problems
-    python experiments/bench_uspmm.py --tune-table --table    # tune each table problem, then the table
-    python experiments/bench_uspmm.py --explore               # pipelined settings on more problems
-    python experiments/bench_uspmm.py --sanitize [pipelined|wgmma]  # each kernel once, tiny (compute-sanitizer)
-    python experiments/bench_uspmm.py --split-explore float32,float16   # K-split settings on small grids
-    python experiments/bench_uspmm.py --figures-auto float32,float16    # every figure point: auto vs vendors
+    python -m experiments.bench_uspmm --table [--dtype float32] [--out DIR]   # the headline table
+    python -m experiments.bench_uspmm --check [--out DIR]     # real shapes vs float64, repeats bit-identical
+    python -m experiments.bench_uspmm --sweep [--out DIR]     # every tunable on the sweep problems
+    python -m experiments.bench_uspmm --tune-table --table    # tune each table problem, then the table
+    python -m experiments.bench_uspmm --explore               # pipelined settings on more problems
+    python -m experiments.bench_uspmm --sanitize [pipelined|wgmma]  # each kernel once, tiny (compute-sanitizer)
+    python -m experiments.bench_uspmm --split-explore float32,float16   # K-split settings on small grids
+    python -m experiments.bench_uspmm --figures-auto float32,float16    # every figure point: auto vs vendors
     ... --wait-for F1,F2   # compile first, then wait for these files before timing anything
 
 Every timing goes through :func:`sparsekit.bench.uspmm.bench_problem` (``sparsekit bench uspmm`` and the
@@ -39,7 +39,7 @@ SWEEP_PROBLEMS = [(1024, 1024, 1024, 0.60), (4096, 4096, 1024, 0.90), (1024, 102
 
 def check_real_shapes(dtype) -> list[dict]:
     """Every variant on real shapes (odd sizes included) against float64; two runs bit-identical."""
-    from gpu.uspmm import uspmm, uspmm_linear
+    from sparsekit.gpu.uspmm import uspmm, uspmm_linear
     from numba import cuda
 
     from sparsekit.tune import dense_tile, direct, pipelined
@@ -66,7 +66,7 @@ def check_real_shapes(dtype) -> list[dict]:
 
 def check_spmm_baselines(dtype) -> list[dict]:
     """Our CSR/COO/blocked-ELL kernels on a real shape against float64."""
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import COO, CSR, BlockedELL
     from sparsekit.prune import blocked_uniform
     out = []
@@ -91,8 +91,8 @@ def sanitize_case(only: str = "all") -> None:
     ``only="pipelined,direct,dense_tile"``: those variants alone; ``only="wgmma"``: :func:`sanitize_wgmma` alone
     (not part of ``"all"``: on the H100 the two together took 120 s under each tool, the limit of
     ``experiments/gpu_check.sh``'s steps)."""
-    from gpu import spmm as gs
-    from gpu.uspmm import uspmm, uspmm_linear
+    from sparsekit.gpu import spmm as gs
+    from sparsekit.gpu.uspmm import uspmm, uspmm_linear
     from sparsekit.formats import COO, CSR, BlockedELL
     from sparsekit.tune import dense_tile, direct, pipelined
     for dtype in (np.float32, np.float16):
@@ -127,8 +127,8 @@ def sanitize_wgmma() -> None:
     :func:`sparsekit.tune.heuristic` routes to, on partial tiles in both precisions its default ``"auto"`` picks:
     K' = 140 (bf16 corrections) with B by cp.async, K' = 80 (3xTF32) with N % 4 != 0 (B by plain loads); each within
     the float32 contract's bound and bit-identical on repeat."""
-    from gpu import uspmm_wgmma as wg
-    from gpu.uspmm_tc import error_reduction
+    from sparsekit.gpu import uspmm_wgmma as wg
+    from sparsekit.gpu.uspmm_tc import error_reduction
     from sparsekit import tune
     if not wg.supported():
         print("sanitize case: no compute capability 9.0 GPU, the wgmma kernel left out")
@@ -176,7 +176,7 @@ EXPLORE_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.80), (1024, 1
 def explore(dtypes, *, save=lambda: None, out=None) -> list[dict]:
     """Every :data:`sparsekit.tune.PIPELINED_SHAPES` setting and the vendor
     baselines on ``EXPLORE_PROBLEMS`` (the data :func:`sparsekit.tune.heuristic` is fitted to)."""
-    from gpu.uspmm import _pipelined_kernel
+    from sparsekit.gpu.uspmm import _pipelined_kernel
     from sparsekit.tune import PIPELINED_SHAPES, pipelined
     out = [] if out is None else out
     for d in dtypes:
@@ -256,7 +256,7 @@ def split_explore(dtypes, *, problems=None, save=lambda: None, out=None) -> list
 def warm_up(dtypes, configs) -> None:
     """Compile every configuration (dicts of tunables) for ``dtypes`` on a tiny problem, so that
     timing can start the moment the GPU is free (``--wait-for``)."""
-    from gpu.uspmm import prepare, uspmm
+    from sparsekit.gpu.uspmm import prepare, uspmm
     from numba import cuda
 
     from sparsekit.tune import make_ell
@@ -285,7 +285,7 @@ def wait_for(paths, *, poll_s=1.0, limit_s=600.0) -> None:
 def figure_configs(dtype) -> list[dict]:
     """Every configuration ``auto`` (heuristic) and :data:`FIGURE_PROVIDERS` use over the full figures."""
     from experiments.uspmm_figures import FIG8_SHAPES, figure_points, table1_layers
-    from gpu.uspmm_wgmma import supported
+    from sparsekit.gpu.uspmm_wgmma import supported
     from sparsekit.tune import heuristic
     pts = [pt for fig, pts in figure_points(False).items() for pt in pts]
     pts += [(m, k, n, sp) for n, sp, shapes in table1_layers().values() for (m, k, _) in shapes]

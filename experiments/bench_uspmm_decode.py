@@ -1,4 +1,4 @@
-"""Uniform-sparse weights at LLM decode shapes: ``gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
+"""Uniform-sparse weights at LLM decode shapes: ``sparsekit/gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
 
 On a GPU: the sweep of :mod:`sparsekit.bench.uspmm_decode` (Llama-style layer shapes, uniform sparsity 50-90 %,
 N = 1 to 64, float16 and bfloat16, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR; ``sparsekit bench
@@ -19,8 +19,8 @@ TOY = (96, 160)
 
 def check_toy(seed: int = 0) -> list[dict]:
     """Correctness at a toy shape, every dtype and a few N (runs on the simulator)."""
-    from gpu import spmm_tiled
-    from reference.spmm_tiled import spmm_tiled as reference
+    from sparsekit.gpu import spmm_tiled
+    from sparsekit.reference.spmm_tiled import spmm_tiled as reference
 
     out = []
     for dname in DTYPES:

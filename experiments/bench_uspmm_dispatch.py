@@ -2,7 +2,7 @@
 
 Not an experiment module (no EXPERIMENT): run it as a script on a GPU::
 
-    python experiments/bench_uspmm_dispatch.py [--out DIR] [--calls N]
+    python -m experiments.bench_uspmm_dispatch [--out DIR] [--calls N]
 
 For each problem (a routed ``config="auto"`` call, and the kernel's setting passed directly), with B as a Numba
 device array and, where PyTorch is installed, as a CUDA tensor: the median host time of a call
@@ -40,8 +40,8 @@ def main(argv=None) -> int:
 
     from sparsekit.bench import cuda_torch
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm
-    from gpu.uspmm_wgmma import supported
+    from sparsekit.gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm_wgmma import supported
     from sparsekit.arrays import operand, output
     from sparsekit.device import info
     from sparsekit.timing import dispatch_overhead, require_gpu

@@ -1,19 +1,19 @@
 """The tensor-core USpMM's float32 paths side by side on a compute capability 9.0 GPU: the wgmma kernel's two
 precisions, ``"3xtf32"`` (three TF32 products a multiply-add: the float32 contract's own computation) and
 ``"tf32+bf16"`` (one TF32 product and one bf16 wgmma for both correction terms: a third less tensor-core work, a
-bound tighter than 3xTF32's from K' = 124 on, where the default ``"auto"`` runs it; :mod:`gpu.uspmm_wgmma`); and
+bound tighter than 3xTF32's from K' = 124 on, where the default ``"auto"`` runs it; :mod:`sparsekit.gpu.uspmm_wgmma`); and
 ``"3xtf32"`` on the same problem with A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are),
-where the kernels leave the all-zero ``b_big a_small`` term out (:func:`gpu.uspmm_tc.tf32_exact`).
+where the kernels leave the all-zero ``b_big a_small`` term out (:func:`sparsekit.gpu.uspmm_tc.tf32_exact`).
 
 Not an experiment module (no EXPERIMENT): run it as a script on an H100 or H200::
 
-    python experiments/bench_uspmm_precision.py [--out DIR]
+    python -m experiments.bench_uspmm_precision [--out DIR]
 
 For each problem (the float32 targets and a few more), the routed setting (``config="heuristic"``) is run
-in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`gpu.uspmm_tc`, float32 lean, the float32 path
+in both precisions and with a TF32 A; then the mma.sync kernel (:mod:`sparsekit.gpu.uspmm_tc`, float32 lean, the float32 path
 of GPUs without wgmma) at its routed settings, general and TF32 A (:data:`TC_PROBLEMS`): median device time
 (:func:`sparsekit.timing.measure`, cold L2, best of two rounds of 20), % of the Sparsity Roofline's speed of light,
-the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`gpu.uspmm_tc.error_reduction`
+the largest error in units of u = 2**-24 times ``|A| @ |B|`` (beside the bound :func:`sparsekit.gpu.uspmm_tc.error_reduction`
 allows it), and whether two runs agree bit for bit. With PyTorch, dense cuBLAS rows beside them, for accuracy
 and tensor-core time to compare against (:data:`DENSE_PROBLEMS`): float32 with TF32 off (the accuracy a float32
 user gets from the vendor), one TF32 product (TF32 on), and 3xTF32 on the dense A as three TF32 GEMMs
@@ -55,7 +55,7 @@ def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
     against ``bound_u`` (default: our kernels' bound for ``precision``), its median device time and % of the speed
     of light."""
     from sparsekit.bench.uspmm import to_host
-    from gpu.uspmm_tc import error_reduction, tf32_exact
+    from sparsekit.gpu.uspmm_tc import error_reduction, tf32_exact
     from sparsekit.timing import measure
     exact, scale = p.exact()
     first, again = (np.array(to_host(launch())) for _ in range(2))
@@ -73,7 +73,7 @@ def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
 def run_problem(shape) -> list[dict]:
     """The wgmma kernel at the routed setting: both precisions, and 3xTF32 with A's values rounded to TF32."""
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm_wgmma import PRECISIONS, uspmm
+    from sparsekit.gpu.uspmm_wgmma import PRECISIONS, uspmm
     from sparsekit import tune
     problems = {tf32_a: Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True)}
     cfg = {k: v for k, v in tune.resolve("heuristic", problems[False].dell, shape[2], "C", wgmma=True).items()
@@ -87,7 +87,7 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
     """The mma.sync kernel (float32 lean) at ``setting``: general A, then A's values rounded to TF32."""
     from experiments import bench_uspmm_tc
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm_tc import uspmm
+    from sparsekit.gpu.uspmm_tc import uspmm
     cfg = dict(getattr(bench_uspmm_tc, setting), lean=True)
     return [measure_row(p, lambda p=p: uspmm(p.dell, p.b, **cfg), "3xtf32", kernel="mma.sync", setting=setting)
             for p in (Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True))]
@@ -95,10 +95,10 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
 
 def run_dense(shape) -> list[dict]:
     """Dense cuBLAS through PyTorch on problem ``shape``'s dense A (general float32 values): TF32 off, one TF32
-    product, and three TF32 products of the 3xTF32 split (:func:`gpu.mma.tf32_split`); empty without PyTorch."""
+    product, and three TF32 products of the 3xTF32 split (:func:`sparsekit.gpu.mma.tf32_split`); empty without PyTorch."""
     from sparsekit.bench import cuda_torch
     from sparsekit.bench.uspmm import Problem
-    from gpu.mma import tf32_split
+    from sparsekit.gpu.mma import tf32_split
     torch = cuda_torch()
     if torch is None:
         return []
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="directory for uspmm_precision.json")
     args = parser.parse_args(argv)
-    from gpu.uspmm_wgmma import supported
+    from sparsekit.gpu.uspmm_wgmma import supported
     if not supported():
         raise SystemExit("bench_uspmm_precision: needs a compute capability 9.0 GPU (the wgmma kernel)")
     from sparsekit.device import info
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         record = dict(device=info().name, date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-                      command="python experiments/bench_uspmm_precision.py", rows=rows)
+                      command="python -m experiments.bench_uspmm_precision", rows=rows)
         with open(os.path.join(args.out, "uspmm_precision.json"), "w") as f:
             json.dump(record, f, indent=1)
     ours = [r for r in rows if r["kernel"] != "cuBLAS"]

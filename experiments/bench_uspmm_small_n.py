@@ -4,7 +4,7 @@ The problems are the ResNet-50 layer shapes of the Table 1 analog (N = 128, 81% 
 ``experiments.uspmm_figures.table1_layers``), row-major B, float32 and float16. For each problem
 and dtype this times (median of :func:`sparsekit.timing.measure`, L2 flushed):
 
-* ``variant="warp_split"`` (:func:`gpu.uspmm._warp_split_kernel`) at every setting of
+* ``variant="warp_split"`` (:func:`sparsekit.gpu.uspmm._warp_split_kernel`) at every setting of
   :data:`SETTINGS`;
 * ``config="heuristic"`` (:func:`sparsekit.tune.heuristic`'s choice, named in the output);
 * cuSPARSE CSR through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`).
@@ -12,14 +12,14 @@ and dtype this times (median of :func:`sparsekit.timing.measure`, L2 flushed):
 Each of our results is checked against a float64 product (:meth:`Problem.correct`) and launched
 twice more: the repeats must be bit-identical. Run it as a script on a GPU::
 
-    python experiments/bench_uspmm_small_n.py [--dtypes float32,float16] [--repeat 15] [--out DIR]
-    python experiments/bench_uspmm_small_n.py --extra         # also EXTRA_PROBLEMS (other N = 128 problems)
-    python experiments/bench_uspmm_small_n.py --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
-    python experiments/bench_uspmm_small_n.py --latency       # Figs. 5-7's slow float32 points
-    python experiments/bench_uspmm_small_n.py --fig6          # 128^3 at every sparsity of Fig. 6
-    python experiments/bench_uspmm_small_n.py --wide          # the other --latency problems, few warps
-    python experiments/bench_uspmm_small_n.py --sanitize      # tiny odd shapes, every setting shape
-    python experiments/bench_uspmm_small_n.py --profile "M,K;M,K"   # one launch per kernel, for ncu
+    python -m experiments.bench_uspmm_small_n [--dtypes float32,float16] [--repeat 15] [--out DIR]
+    python -m experiments.bench_uspmm_small_n --extra         # also EXTRA_PROBLEMS (other N = 128 problems)
+    python -m experiments.bench_uspmm_small_n --bounds        # the routing rule's gaps (BOUNDS_PROBLEMS)
+    python -m experiments.bench_uspmm_small_n --latency       # Figs. 5-7's slow float32 points
+    python -m experiments.bench_uspmm_small_n --fig6          # 128^3 at every sparsity of Fig. 6
+    python -m experiments.bench_uspmm_small_n --wide          # the other --latency problems, few warps
+    python -m experiments.bench_uspmm_small_n --sanitize      # tiny odd shapes, every setting shape
+    python -m experiments.bench_uspmm_small_n --profile "M,K;M,K"   # one launch per kernel, for ncu
 
 ``--latency`` times :data:`LATENCY_PROBLEMS` (float32 points of Figs. 5-7 where cuSPARSE CSR came within 2x of
 ``auto`` before its warp-split latency rules) at :data:`LATENCY_SETTINGS`, against ``config="auto"`` instead of the
@@ -118,7 +118,7 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
     ``make`` (:func:`warp_split`), those the launcher would refuse skipped (:func:`fits`);
     ``anchor``: ``config="heuristic"`` or ``config="auto"``, timed as the provider of that name."""
     from sparsekit.bench.uspmm import Problem, config_name, to_host, vendor_launches
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve
     p = Problem(m, k, n, sparsity, dtype)
@@ -218,7 +218,7 @@ SANITIZE_SETTINGS = [warp_split(4, 2, 8), warp_split(3, 3, 4), warp_split(8, 1, 
 def sanitize() -> int:
     """Each sanitizer case once per setting and dtype; 0 when every result matched."""
     from sparsekit.bench.uspmm import U32
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.formats import ELL
     bad = 0
     rng = np.random.default_rng(5)
@@ -247,7 +247,7 @@ def profile(shapes) -> None:
     from numba import cuda
 
     from sparsekit.bench.uspmm import Problem, config_name
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.tune import resolve
     for m, k in shapes:
         p = Problem(m, k, N, SPARSITY, np.float32)

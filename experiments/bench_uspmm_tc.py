@@ -1,24 +1,24 @@
-"""Tensor-core USpMM (gpu/uspmm_tc.py) against our CUDA-core kernels, cuSPARSE and cuBLAS.
+"""Tensor-core USpMM (sparsekit/gpu/uspmm_tc.py) against our CUDA-core kernels, cuSPARSE and cuBLAS.
 
 Run on a GPU::
 
-    python experiments/bench_uspmm_tc.py --table [--dtype float32] [--configs all] [--out DIR]
-    python experiments/bench_uspmm_tc.py --sanitize [--dtype float32]  # tiny, for compute-sanitizer
-    python experiments/bench_uspmm_tc.py --splits --dtype float16 [--out DIR]   # K split on small grids
-    python experiments/bench_uspmm_tc.py --b2 --dtype float16                    # two blocks an SM
-    python experiments/bench_uspmm_tc.py --fp32 [--previous FILE.py] [--out DIR] # float32 by density
-    python experiments/bench_uspmm_tc.py --wave [--dtype float32] [--out DIR]    # grids of about one wave
-    python experiments/bench_uspmm_tc.py --large [--dtype float32] [--out DIR]   # grids of many waves
-    python experiments/bench_uspmm_tc.py --wave --only kg [--dtype float32]     # only the K-group settings
-    python experiments/bench_uspmm_tc.py --lean [--out DIR]                      # float32, lean=True against False
-    python experiments/bench_uspmm_tc.py --half-wave [--out DIR]                 # float32 grids of half a wave
+    python -m experiments.bench_uspmm_tc --table [--dtype float32] [--configs all] [--out DIR]
+    python -m experiments.bench_uspmm_tc --sanitize [--dtype float32]  # tiny, for compute-sanitizer
+    python -m experiments.bench_uspmm_tc --splits --dtype float16 [--out DIR]   # K split on small grids
+    python -m experiments.bench_uspmm_tc --b2 --dtype float16                    # two blocks an SM
+    python -m experiments.bench_uspmm_tc --fp32 [--previous FILE.py] [--out DIR] # float32 by density
+    python -m experiments.bench_uspmm_tc --wave [--dtype float32] [--out DIR]    # grids of about one wave
+    python -m experiments.bench_uspmm_tc --large [--dtype float32] [--out DIR]   # grids of many waves
+    python -m experiments.bench_uspmm_tc --wave --only kg [--dtype float32]     # only the K-group settings
+    python -m experiments.bench_uspmm_tc --lean [--out DIR]                      # float32, lean=True against False
+    python -m experiments.bench_uspmm_tc --half-wave [--out DIR]                 # float32 grids of half a wave
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included): split it with
 ``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
 
 Problems: the USpMM targets' table (:data:`TABLE_PROBLEMS`). Providers: the tensor-core kernel with
 its default tunables ("tc") and, with ``--configs all``, the other settings of
-:data:`TC_CONFIGS`; ``gpu.uspmm.uspmm(..., config="auto")`` (the autotuner's cached choice, or its heuristic without a
+:data:`TC_CONFIGS`; ``sparsekit.gpu.uspmm.uspmm(..., config="auto")`` (the autotuner's cached choice, or its heuristic without a
 tuning cache: for float16 the tensor-core kernel where it routes there), "auto cuda-core" (the
 heuristic's CUDA-core choice, ``tensor_cores=False``); cuSPARSE CSR and dense cuBLAS
 through PyTorch (:func:`experiments.bench_uspmm.vendor_launches`: TF32 off for float32).
@@ -242,8 +242,8 @@ def tc_work_flops(p) -> float:
 def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, vendors=True) -> list[dict]:
     """One record per provider for one problem (see the module docstring)."""
     from sparsekit.bench.uspmm import Problem, to_host, vendor_launches
-    from gpu.uspmm import uspmm as uspmm_simt
-    from gpu.uspmm_tc import uspmm as uspmm_tc
+    from sparsekit.gpu.uspmm import uspmm as uspmm_simt
+    from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.device import PEAKS
     from sparsekit.timing import measure
     from sparsekit.tune import heuristic, resolve
@@ -316,7 +316,7 @@ def check_providers(p, launches: dict) -> list[dict]:
 
 
 def load_previous(path: str):
-    """The module in the file ``path`` (a copy of an earlier ``gpu/uspmm_tc.py``, for ``--previous``)."""
+    """The module in the file ``path`` (a copy of an earlier ``sparsekit/gpu/uspmm_tc.py``, for ``--previous``)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("uspmm_tc_previous", path)
     module = importlib.util.module_from_spec(spec)
@@ -334,8 +334,8 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
     splits, ``config="auto"``, the vendors;
     ``only``: a list of substrings, to keep only the settings whose name holds one, and the default "tc")."""
     from sparsekit.bench.uspmm import vendor_launches
-    from gpu.uspmm import uspmm as uspmm_simt
-    from gpu.uspmm_tc import uspmm as uspmm_tc
+    from sparsekit.gpu.uspmm import uspmm as uspmm_simt
+    from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
     dt = p.dtype.name
     if which == "lean":
@@ -418,7 +418,7 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
     static :data:`ALT`), four K groups (float32: the one-wave setting; with a K split: the routed half-wave
     setting) and two groups with a K split."""
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm_tc import uspmm
+    from sparsekit.gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
         for shape in [(77, 45, 37, 0.6), (70, 300, 136, 0.7)]:
             p = Problem(*shape, dtype)
@@ -468,7 +468,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
     ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the one-wave setting "
                     "with 1, 2 (routed) and 4 splits against the defaults with splits (HALF_WAVE_PROBLEMS)")
-    ap.add_argument("--previous", help="with --fp32: a copy of an earlier gpu/uspmm_tc.py, timed and compared too")
+    ap.add_argument("--previous", help="with --fp32: a copy of an earlier sparsekit/gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "
                                                    "'kg': only the K-group settings, 'lean': every setting "

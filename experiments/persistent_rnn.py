@@ -80,7 +80,7 @@ def padding_table(hidden: int = 1152, density: float = 0.1, seed: int = 0) -> li
 def simulator_check(hidden: int = 24, steps: int = 3) -> list[dict]:
     """Each Table 1 configuration as one block against reference.persistent_rnn (no timing)."""
     from experiments.bench_persistent_rnn import CONFIGS, plan_for, problem
-    from reference import persistent_rnn as ref_rnn
+    from sparsekit.reference import persistent_rnn as ref_rnn
 
     records = []
     for dt in ("float32", "float16"):

@@ -11,10 +11,10 @@ fraction of their speed of light. This module checks that on real kernels:
   the same events bracket it):
 
   ====================================  ===========================================
-  ``USpMM config=auto (ours)``          ``gpu.uspmm.uspmm(ell, b, config="auto")``
-  ``USpMM listing1 (ours)``             ``gpu.uspmm.uspmm(ell, b)`` (paper's (1, 8))
-  ``CSR warp/row (ours)``               ``gpu.spmm.spmm_csr(csr, b)``
-  ``CSR staged (ours)``                 ``gpu.spmm.spmm_csr(csr, b, **gpu.spmm.staged_tunables(csr, n))``
+  ``USpMM config=auto (ours)``          ``sparsekit.gpu.uspmm.uspmm(ell, b, config="auto")``
+  ``USpMM listing1 (ours)``             ``sparsekit.gpu.uspmm.uspmm(ell, b)`` (paper's (1, 8))
+  ``CSR warp/row (ours)``               ``sparsekit.gpu.spmm.spmm_csr(csr, b)``
+  ``CSR staged (ours)``                 ``sparsekit.gpu.spmm.spmm_csr(csr, b, **gpu.spmm.staged_tunables(csr, n))``
   ``cuSPARSE CSR (torch)``              ``torch.matmul(w.to_sparse_csr(), b)``
   ``dense cuBLAS (torch)``              ``w @ b`` (float32: TF32 off; float16: tensor cores)
   ``2:4 cuSPARSELt (torch)``            float16 only: ``torch.mm(to_sparse_semi_structured(w24), b)``
@@ -34,8 +34,8 @@ fraction of their speed of light. This module checks that on real kernels:
 
 Usage::
 
-    python experiments/roofline_vs_measured.py --measure --out DIR [--quick] [--budget-s 150]
-    python experiments/roofline_vs_measured.py [FILE]     # a recorded CSV, or the older results/uspmm.md
+    python -m experiments.roofline_vs_measured --measure --out DIR [--quick] [--budget-s 150]
+    python -m experiments.roofline_vs_measured [FILE]     # a recorded CSV, or the older results/uspmm.md
 
 ``--measure`` writes ``DIR/roofline_measured.csv``, ``DIR/roofline_vs_measured.md``
 and ``DIR/predicted_vs_measured.png``. Registered in ``sparsekit reproduce`` as
@@ -208,14 +208,14 @@ class Operands:
 def our_launches(ops: Operands) -> dict:
     """provider -> (launch, note) for our kernels, operands already on the device (no copies timed).
 
-    Only the launchers' public API is used: ``gpu.uspmm.prepare``/``uspmm`` and
-    ``gpu.spmm.prepare``/``spmm_csr``/``staged_tunables`` (the staged CSR row is left out
+    Only the launchers' public API is used: ``sparsekit.gpu.uspmm.prepare``/``uspmm`` and
+    ``sparsekit.gpu.spmm.prepare``/``spmm_csr``/``staged_tunables`` (the staged CSR row is left out
     when ``staged_tunables`` is absent).
     """
     from numba import cuda
 
-    from gpu import spmm as gs
-    from gpu import uspmm as gu
+    from sparsekit.gpu import spmm as gs
+    from sparsekit.gpu import uspmm as gu
     from sparsekit.formats import CSR
 
     dell = gu.prepare(ops.ell)

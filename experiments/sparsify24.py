@@ -8,7 +8,7 @@ keeps: the post's greedy rule (both tie orders), the optimum over all allowed
 masks (``method="optimal"``, best of the 186 maximal masks), the best of the 90
 masks keeping 8 (``"optimal_full"``), and plain row-wise 2:4 magnitude pruning
 (not transposable: an upper bound no transposable mask can beat). Masks come
-from :mod:`reference.sparsify24`; the GPU kernel is checked against it on a
+from :mod:`sparsekit.reference.sparsify24`; the GPU kernel is checked against it on a
 small matrix (``correct``). On a GPU it also times the kernels against
 ``torch._sparse_semi_structured_tile`` at the post's 4096x1024 shape.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 from sparsekit.bench.sparsify24 import MASKS, OURS, bench_shape, kept_magnitude
 from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.train import MLP, cosine_lr, load_digits_split
@@ -113,7 +113,7 @@ def _kernel_correct(ctx: Context) -> list[dict]:
     the one the quick timing compiles anyway (the others take 14 s to minutes to
     compile; the full mode and the GPU tests check them).
     """
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = _weight(np.random.default_rng(ctx.seed + 1), "normal", (64, 64))
     out = []
     for method, ties in [m for m in MASKS if not (ctx.quick and ctx.on_gpu and m != ("greedy", "index"))]:

@@ -6,7 +6,7 @@ computed on this machine (quick mode: toy sizes, well under a minute):
 1. the slides' loop-interchange table for all six dense orders, by rule
    (:mod:`sparsekit.loop_orders`) beside the line loads counted by an LRU
    cache simulator;
-2. the CSR loop orders and the tiled kernel timed (``cpu/spmm.py``), with the
+2. the CSR loop orders and the tiled kernel timed (``sparsekit/cpu/spmm.py``), with the
    tile-size grid search drawn as a heat map;
 3. load balance of the suite's magnitude-pruned matrices against uniform
    sparsity and a skewed (power-law) pattern: row-length statistics, warp

@@ -198,8 +198,8 @@ def _tiny(m, k, n) -> tuple[int, int, int]:
 
 
 def _simulator(ctx: Context) -> Section:
-    from gpu.uspmm import uspmm
-    from reference.uspmm import uspmm as ref
+    from sparsekit.gpu.uspmm import uspmm
+    from sparsekit.reference.uspmm import uspmm as ref
     from sparsekit.roofline import speed_of_light
     from sparsekit.tune import make_ell
     recs = []
@@ -222,7 +222,7 @@ def _simulator(ctx: Context) -> Section:
                                  gpu_problem_sol_us=speed_of_light("ell", m, k, n, density=1 - sp,
                                                                    dtype=dtype).seconds * 1e6))
     text = ("No GPU: every variant ran on the CUDA simulator at tiny shapes standing in for each figure's "
-            "problems and was checked against reference/uspmm.py; the speed of light is the roofline's for "
+            "problems and was checked against sparsekit/reference/uspmm.py; the speed of light is the roofline's for "
             "the paper-size problem on an H100. Run on a GPU for the timed figures.\n\n" + PAPER)
     return Section("USpMM figures (simulator: correctness only)", text=text,
                    tables=[Table("uspmm simulator check", recs, csv_name="uspmm_simulator.csv")])

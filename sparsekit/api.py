@@ -3,16 +3,16 @@
 =================================  ==========================================================  ==============
 ``a``                              kernel                                                      ``b``
 =================================  ==========================================================  ==============
-:class:`~sparsekit.formats.ELL`    :func:`gpu.uspmm.uspmm` with ``config="auto"`` (the decode   ``K x N``
+:class:`~sparsekit.formats.ELL`    :func:`sparsekit.gpu.uspmm.uspmm` with ``config="auto"`` (the decode   ``K x N``
 (uniform sparsity)                 path for half precision at small N, the tensor-core and
                                    CUDA-core kernels elsewhere)
-:class:`~sparsekit.formats.TiledCSL`  :func:`gpu.spmm_tiled.spmm_tiled` (float16/bfloat16, N <= 64)  ``K x N``
-:class:`~sparsekit.formats.CSR`    :func:`gpu.spmm.spmm_csr` with its automatic tunables        ``K x N``
-:class:`~sparsekit.formats.COO`    :func:`gpu.spmm.spmm_coo`                                    ``K x N``
-:class:`~sparsekit.formats.BlockedELL`  :func:`gpu.spmm.spmm_blocked_ell`                       ``K x N``
+:class:`~sparsekit.formats.TiledCSL`  :func:`sparsekit.gpu.spmm_tiled.spmm_tiled` (float16/bfloat16, N <= 64)  ``K x N``
+:class:`~sparsekit.formats.CSR`    :func:`sparsekit.gpu.spmm.spmm_csr` with its automatic tunables        ``K x N``
+:class:`~sparsekit.formats.COO`    :func:`sparsekit.gpu.spmm.spmm_coo`                                    ``K x N``
+:class:`~sparsekit.formats.BlockedELL`  :func:`sparsekit.gpu.spmm.spmm_blocked_ell`                       ``K x N``
 =================================  ==========================================================  ==============
 
-A prepared matrix (``gpu.uspmm.prepare``, ``gpu.spmm_tiled.prepare``, ``gpu.spmm.prepare``) is taken too and
+A prepared matrix (``sparsekit.gpu.uspmm.prepare``, ``sparsekit.gpu.spmm_tiled.prepare``, ``sparsekit.gpu.spmm.prepare``) is taken too and
 skips the copy. ``b`` is row-major (ELL also takes column-major), of ``a``'s dtype; the result is ``a @ b``
 in ``b``'s array kind (NumPy, Numba, CuPy, PyTorch). Keyword arguments go to the kernel.
 """
@@ -25,8 +25,8 @@ __all__ = ["spmm"]
 
 def spmm(a, b, **kwargs):
     """``a @ b`` on the GPU (or the CUDA simulator) by the kernel for ``a``'s format (module docstring)."""
-    from gpu import spmm as general
-    from gpu import spmm_tiled, uspmm
+    from sparsekit.gpu import spmm as general
+    from sparsekit.gpu import spmm_tiled, uspmm
 
     host = getattr(a, "host", a)
     if isinstance(host, ELL):

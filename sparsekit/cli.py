@@ -82,9 +82,13 @@ def cmd_reproduce(args) -> int:
     from tqdm.auto import tqdm
 
     from sparsekit import device
-    from sparsekit.experiment import Context, discover, markdown_table, slug, write_csv
+    from sparsekit.experiment import Context, NotASourceCheckout, discover, markdown_table, slug, write_csv
 
-    registry = discover()
+    try:
+        registry = discover()
+    except NotASourceCheckout as err:
+        print(f"sparsekit reproduce: {err}", file=sys.stderr)
+        return 2
     if args.list:
         for exp in registry.values():
             print(f"{exp.name:24s} {exp.title}  [{exp.paper}]" + ("  (GPU only)" if exp.needs_gpu else ""))

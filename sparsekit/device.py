@@ -259,7 +259,7 @@ def require_cluster(compiled, size: int) -> None:
     ``size`` consecutive blocks (sm_90; the grid must be a multiple of ``size``).
 
     Numba has no cluster launch; this sets the driver attributes ``CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH``
-    (and height and depth 1) at run time; ``gpu.cluster.launch`` then launches in clusters and its probe shows
+    (and height and depth 1) at run time; ``sparsekit.gpu.cluster.launch`` then launches in clusters and its probe shows
     it. Above 8 blocks (the portable limit; the H100 allows 16) ``NON_PORTABLE_CLUSTER_SIZE_ALLOWED`` is set
     first."""
     from numba import cuda

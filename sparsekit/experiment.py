@@ -1,6 +1,6 @@
 """Experiments: the registry behind ``sparsekit reproduce``.
 
-An experiment is a module in the top-level ``experiments`` package that defines
+An experiment is a module in the repository's top-level ``experiments`` package that defines
 ``EXPERIMENT = Experiment(...)``. ``discover()`` finds them all, so a new figure
 or table is registered by adding one file, and nothing else changes.
 
@@ -72,9 +72,24 @@ class Experiment:
     needs_gpu: bool = False            #: skipped (and said so) on the simulator
 
 
+class NotASourceCheckout(RuntimeError):
+    """The ``experiments`` package is not importable: sparsekit runs from an installed copy alone."""
+
+
 def discover() -> dict[str, Experiment]:
-    """Every ``EXPERIMENT`` defined in a module of the ``experiments`` package."""
-    import experiments
+    """Every ``EXPERIMENT`` defined in a module of the ``experiments`` package.
+
+    That package is a folder of the source repository, not part of the installed library, so
+    ``reproduce`` runs from a checkout (``./dev reproduce`` from its root).
+    """
+    try:
+        import experiments
+    except ModuleNotFoundError as err:
+        if err.name != "experiments":
+            raise
+        raise NotASourceCheckout("sparsekit reproduce runs from a source checkout: the experiments package is a "
+                           "folder of the repository, not installed; run ./dev reproduce (or "
+                           "python -m sparsekit reproduce) from the repository root") from err
 
     found: dict[str, Experiment] = {}
     for info in sorted(pkgutil.iter_modules(experiments.__path__), key=lambda m: m.name):

@@ -1412,7 +1412,7 @@ class TiledCSL(_Format):
     @staticmethod
     def row_tile(cols: int) -> tuple[int, int]:
         """The tile ``(1, TK)`` that holds a whole row of ``cols`` columns (``TK`` a power of two): the
-        layout of the row kernel of ``gpu/spmm_tiled.py``."""
+        layout of the row kernel of ``sparsekit/gpu/spmm_tiled.py``."""
         return 1, 1 << max(check_int(cols, "cols", minimum=0) - 1, 1).bit_length()
 
     @classmethod

@@ -2,7 +2,7 @@
 
 A Numba launch from PyTorch tensors costs 24-68 us of host time (argument typing, dispatch, packing);
 ``cuLaunchKernel`` on the cached function with pre-packed arguments costs about 5 us. Every kernel of
-the library launches through :func:`gpu.launch.launch`, so one mechanism serves them all:
+the library launches through :func:`sparsekit.gpu.launch.launch`, so one mechanism serves them all:
 
 * :func:`record` runs a product once for a given (prepared weight, N, dtype, device) and keeps each
   launch it made: the compiled function, grid, block, dynamic shared memory and the flat, packed
@@ -13,7 +13,7 @@ the library launches through :func:`gpu.launch.launch`, so one mechanism serves 
   allocator), so a replay can be captured by ``torch.cuda.graph``.
 
 A plan is verified when recorded: replayed into NaN-filled outputs, on ``-x`` it must give exactly
-``-out`` and on ``x`` again ``out`` (work the product does outside :func:`gpu.launch.launch`, a memset
+``-out`` and on ``x`` again ``out`` (work the product does outside :func:`sparsekit.gpu.launch.launch`, a memset
 or a copy of ``x``, would show there); otherwise :func:`record` returns None and callers keep the
 ordinary path.
 """
@@ -24,8 +24,8 @@ import functools
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from gpu import launch as launch_contract
-from gpu.launch import DynamicShared
+from sparsekit.gpu import launch as launch_contract
+from sparsekit.gpu.launch import DynamicShared
 from sparsekit.numba_compat import kernel_function, pack_arguments
 
 __all__ = ["LaunchPlan", "Launch", "record", "observe"]

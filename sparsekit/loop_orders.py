@@ -23,7 +23,7 @@ the innermost loop outwards, per array:
 
 :func:`cost_table` applies the rule to any :class:`LoopNest`;
 :func:`dense_nest` builds the six dense orders and :func:`csr_nest` the four
-CSR orders of ``cpu/spmm.py`` (A's values stream contiguously; ``B[indices[p]]``
+CSR orders of ``sparsekit/cpu/spmm.py`` (A's values stream contiguously; ``B[indices[p]]``
 is a gather, so ``p`` walks B's rows). :func:`simulate_misses` replays the
 real address trace of the loop nest through a small fully associative LRU
 cache and counts line loads: ``tests/test_loop_orders.py`` checks that the
@@ -79,7 +79,7 @@ def dense_nest(order: str) -> LoopNest:
 
 
 def csr_nest(order: str) -> LoopNest:
-    """The CSR loop nests of ``cpu.spmm.spmm_csr`` for a matrix with equal row (and column) counts.
+    """The CSR loop nests of ``sparsekit.cpu.spmm.spmm_csr`` for a matrix with equal row (and column) counts.
 
     Trip symbols: ``M`` rows, ``N`` columns of B and C, ``K`` columns of A,
     ``r`` nonzeros per row, ``c`` nonzeros per column (the outer product walks
@@ -189,7 +189,7 @@ def dense_trace(order: str, n: int):
 
 
 def csr_trace(order: str, indptr: np.ndarray, indices: np.ndarray, shape, n: int):
-    """Yield ``(array, flat index)`` for ``cpu.spmm.spmm_csr``'s loop nest ``order``.
+    """Yield ``(array, flat index)`` for ``sparsekit.cpu.spmm.spmm_csr``'s loop nest ``order``.
 
     ``A`` is the values array (position ``p`` in CSR, or in CSC for
     ``outer``); B is ``K x n`` and C ``M x n``, row-major.

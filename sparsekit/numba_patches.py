@@ -1,9 +1,9 @@
 """Reviewed replacements of numba-cuda internals that are slow for this project's kernels, and
 :func:`install_all`, the one call that installs them.
 
-Where they are installed: importing the kernel package ``gpu`` calls :func:`install_all` (``gpu/__init__.py``
+Where they are installed: importing the kernel package ``gpu`` calls :func:`install_all` (``sparsekit/gpu/__init__.py``
 says so), and so does :mod:`sparsekit.offline` before it compiles. Every kernel of the library is compiled
-lazily, at its first call, by one of a dozen launchers (some through ``gpu.launch``, others directly), or
+lazily, at its first call, by one of a dozen launchers (some through ``sparsekit.gpu.launch``, others directly), or
 offline; importing ``gpu`` is the one step all of them take before anything is compiled or simulated, while a
 check in every launch would cost the launchers' tuned host path and still miss the direct launches. The
 replacements change no result, only compile and simulation time. ``SPARSEKIT_NUMBA_PATCHES=0`` in the

@@ -1,10 +1,10 @@
-"""The USpMM router: the kernel and tunables ``gpu.uspmm.uspmm(..., config="auto")`` runs for a problem.
+"""The USpMM router: the kernel and tunables ``sparsekit.gpu.uspmm.uspmm(..., config="auto")`` runs for a problem.
 
 A configuration is a :class:`Config` (a variant and the tunables it sets). The routing is :data:`RULES`, a table
 read top to bottom: the first :class:`Rule` whose condition holds of the :class:`Problem` gives the
 configuration, and each rule names the measurement it rests on (a record in ``experiments/results/``, H100 runs:
 the thresholds count output tiles against ``sms`` = 132 SMs). :func:`route` evaluates the table and
-:func:`heuristic` returns its choice as the keyword tunables of ``gpu.uspmm.uspmm``.
+:func:`heuristic` returns its choice as the keyword tunables of ``sparsekit.gpu.uspmm.uspmm``.
 
 The uniform-sparsity paper fixes (NWarp, VSize) by hand and leaves the choice of kernel to future work
 (Section 4.3, "Performance Tuning Opportunities"); this table is that choice, fitted to exhaustive searches
@@ -28,8 +28,8 @@ __all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS
            "WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"]
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
-#: Every variant a configuration may name: ``gpu.uspmm``'s CUDA-core kernels, the tensor-core kernels of
-#: ``gpu.uspmm_tc`` and ``gpu.uspmm_wgmma``, and the decode path (``gpu.spmm_tiled``'s row kernel).
+#: Every variant a configuration may name: ``sparsekit.gpu.uspmm``'s CUDA-core kernels, the tensor-core kernels of
+#: ``sparsekit.gpu.uspmm_tc`` and ``sparsekit.gpu.uspmm_wgmma``, and the decode path (``sparsekit.gpu.spmm_tiled``'s row kernel).
 VARIANTS = ("listing1", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core", "wgmma", "decode")
 #: The values of the wgmma kernel's ``precision``.
 PRECISIONS = ("auto", "3xtf32", "tf32+bf16")
@@ -39,12 +39,12 @@ PRECISIONS = ("auto", "3xtf32", "tf32+bf16")
 class Config:
     """One USpMM kernel (``variant``) and the tunables it sets; a tunable left ``None`` is the launcher's default.
 
-    CUDA-core kernels (``gpu.uspmm``): ``nwarp``, ``vsize``, ``vecsize`` (Listing 1's NWarp, VSize, vecSize),
+    CUDA-core kernels (``sparsekit.gpu.uspmm``): ``nwarp``, ``vsize``, ``vecsize`` (Listing 1's NWarp, VSize, vecSize),
     ``cols_per_lane``, ``rows_per_warp``, ``kc`` (rows of B a shared tile), ``unroll``, ``min_blocks``
     (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks). Tensor-core kernels: ``bm``
     x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``, ``lean``,
-    ``splits`` (``gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
-    ``precision`` (``gpu.uspmm_wgmma``).
+    ``splits`` (``sparsekit.gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
+    ``precision`` (``sparsekit.gpu.uspmm_wgmma``).
     """
 
     variant: str
@@ -69,7 +69,7 @@ class Config:
     precision: str | None = None
 
     def tunables(self) -> dict:
-        """The keyword tunables of ``gpu.uspmm.uspmm``: ``variant``, then every tunable set."""
+        """The keyword tunables of ``sparsekit.gpu.uspmm.uspmm``: ``variant``, then every tunable set."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def keywords(self) -> dict:
@@ -171,7 +171,7 @@ class Problem:
 #: ``tensor_cores=False``: no other kernel takes it there): experiments/results/uspmm_decode.md.
 DECODE = Config("decode")
 DECODE_MAX_N = 16
-#: The widest N of the decode kernel (``gpu.spmm_tiled.MAX_N``); wider bfloat16 products with a row-major B run on
+#: The widest N of the decode kernel (``sparsekit.gpu.spmm_tiled.MAX_N``); wider bfloat16 products with a row-major B run on
 #: the tensor cores (:func:`bf16_tensor_core`).
 DECODE_BF16_MAX_N = 64
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
@@ -292,7 +292,7 @@ def _bf16_wide(p: Problem) -> bool:
 
 
 def bf16_tensor_core(p: Problem) -> Config:
-    """The tensor-core setting float16 gets for ``p``'s shape, N and density. bfloat16 runs ``gpu.uspmm_tc``'s
+    """The tensor-core setting float16 gets for ``p``'s shape, N and density. bfloat16 runs ``sparsekit.gpu.uspmm_tc``'s
     float16 kernel with the bf16 MMA (the same tiles, shared memory and instructions), so float16's measurements
     choose its setting: the first rule of :data:`RULES` holding of the float16 problem whose setting is a
     tensor-core one (the CUDA-core rules are passed over: none of those kernels takes bfloat16). Where none holds
@@ -387,5 +387,5 @@ def route(p: Problem) -> Config:
 
 def heuristic(m: int, k: int, n: int, kprime: int, dtype, order: str, *, sms: int = 132,
               tensor_cores: bool = True, few_columns: bool = True, wgmma: bool = False) -> dict:
-    """:func:`route`'s choice for the problem (:class:`Problem`'s fields), as ``gpu.uspmm.uspmm``'s tunables."""
+    """:func:`route`'s choice for the problem (:class:`Problem`'s fields), as ``sparsekit.gpu.uspmm.uspmm``'s tunables."""
     return route(Problem(m, k, n, kprime, np.dtype(dtype), order, sms, tensor_cores, few_columns, wgmma)).tunables()

@@ -11,17 +11,17 @@ pattern at every step and runs
   (straight-through estimator).
 
 :class:`Sparse24Linear` is that step as a ``torch.autograd.Function``; the
-sparsifier is :func:`gpu.sparsify24.sparsify24` (torch tensors in, torch tensors
+sparsifier is :func:`sparsekit.gpu.sparsify24.sparsify24` (torch tensors in, torch tensors
 out, no copies), the sparse GEMMs are PyTorch's cuSPARSELt ones
 (``torch._cslt_sparse_mm``), because PyTorch's CUTLASS 2:4 GEMM refuses sm_90
 ("Supported only on GPUs with compute capability 8.x", measured on the H100).
 
 cuSPARSELt keeps values and metadata in one buffer (``torch._cslt_compress`` of
 the pruned dense matrix). Its layout, read off the H100
-(:mod:`reference.sparse24_cusparselt`), holds our packed values unchanged and
+(:mod:`sparsekit.reference.sparse24_cusparselt`), holds our packed values unchanged and
 our metadata nibbles in another order, so ``pack="ours"`` (default) builds
 both buffers from our kernel's outputs: one small kernel reorders the
-metadata (:func:`gpu.sparse24_cusparselt.cusparselt_meta`) and a concatenation
+metadata (:func:`sparsekit.gpu.sparse24_cusparselt.cusparselt_meta`) and a concatenation
 puts it after the values, no compression pass. ``pack="compress"`` is the
 cross-check: expand our tile masks to the pruned ``W`` and compress ``W`` and
 ``W^T`` with cuSPARSELt (the same matrices; the same bytes where every row group
@@ -58,7 +58,7 @@ def pruned_dense(w, method: str = "greedy", ties: str = "torch"):
     The dense mask is expanded from the (M/4, K/4) tile bitmasks with torch ops.
     """
     torch = _torch()
-    from gpu.sparsify24 import sparsify24
+    from sparsekit.gpu.sparsify24 import sparsify24
     s = sparsify24(w, method=method, ties=ties, check_finite=False)
     m, k = w.shape
     tm = s.tile_masks.view(torch.int16).to(torch.int32) & 0xFFFF                 # (M/4, K/4)
@@ -75,8 +75,8 @@ def cusparselt_pair(w, method: str = "greedy", ties: str = "torch", pack: str = 
         return torch._cslt_compress(wp), torch._cslt_compress(wp.t().contiguous())
     if pack != "ours":
         raise ValueError(f"pack: must be 'ours' or 'compress', got {pack!r}")
-    from gpu.sparse24_cusparselt import cusparselt_meta
-    from gpu.sparsify24 import sparsify24
+    from sparsekit.gpu.sparse24_cusparselt import cusparselt_meta
+    from sparsekit.gpu.sparsify24 import sparsify24
     s = sparsify24(w, method=method, ties=ties, check_finite=False)
     m, k = w.shape
 

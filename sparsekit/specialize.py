@@ -17,9 +17,9 @@ whose body is, for every non-empty row ``i``,
         c[i, j] = v0 * b[k0, j] + v1 * b[k1, j] + ...     # constants v*, k*
 
 and :func:`specialize` compiles it with Numba (timed) into a
-:class:`Specialized` kernel that equals :func:`reference.spmm.spmm_csr` for
+:class:`Specialized` kernel that equals :func:`sparsekit.reference.spmm.spmm_csr` for
 that one matrix. :func:`compare` measures compile time and run time against
-the generic CSR kernel (``cpu.spmm.spmm_csr``) and the number of calls after
+the generic CSR kernel (``sparsekit.cpu.spmm.spmm_csr``) and the number of calls after
 which specialisation has paid for its compilation.
 
 >>> import numpy as np
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, types
 
-from reference.spmm import check_rhs
+from sparsekit.reference.spmm import check_rhs
 from sparsekit.bench.spmm import wall_time
 from sparsekit.checks import check_int
 
@@ -130,14 +130,14 @@ def specialize(csr) -> Specialized:
 
 
 def compare(csr, b: np.ndarray, *, repeat: int = 10) -> dict:
-    """Compile time and run time of the specialised kernel vs ``cpu.spmm.spmm_csr`` (rowwise, serial).
+    """Compile time and run time of the specialised kernel vs ``sparsekit.cpu.spmm.spmm_csr`` (rowwise, serial).
 
     Returns a record: ``compile_s``, ``specialized_s``, ``generic_s``,
     ``speedup`` (generic / specialised), ``break_even_calls`` (compile time over
     the time saved per call; ``inf`` when it never pays) and ``max_abs_diff``
     between the two results.
     """
-    from cpu.spmm import spmm_csr
+    from sparsekit.cpu.spmm import spmm_csr
 
     repeat = check_int(repeat, "repeat", minimum=1)
     spec = specialize(csr)

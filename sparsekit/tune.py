@@ -1,4 +1,4 @@
-"""Autotuner for :func:`gpu.uspmm.uspmm`: time the candidate configurations of a problem, cache the winner.
+"""Autotuner for :func:`sparsekit.gpu.uspmm.uspmm`: time the candidate configurations of a problem, cache the winner.
 
 The router (:mod:`sparsekit.router`) picks a configuration from a table of rules fitted to measurements; this
 module makes those measurements by exhaustive search:
@@ -88,7 +88,7 @@ def _warp_split_shape(cfg: Config) -> tuple:
 
 
 def tensor_core(**tunables) -> dict:
-    """The tunables of a tensor-core setting (:func:`gpu.uspmm_tc.uspmm`; unset ones from its ``DEFAULTS``)."""
+    """The tunables of a tensor-core setting (:func:`sparsekit.gpu.uspmm_tc.uspmm`; unset ones from its ``DEFAULTS``)."""
     return dict(variant="tensor_core", **tunables)
 
 
@@ -120,7 +120,7 @@ def split_configs() -> list[dict]:
     return [makers[name](*shape, splits=splits) for name, shape, splits in SPLIT_SETTINGS]
 
 
-#: The routed tensor-core settings (:mod:`sparsekit.router`) per dtype, as :func:`gpu.uspmm_tc.uspmm`'s keywords.
+#: The routed tensor-core settings (:mod:`sparsekit.router`) per dtype, as :func:`sparsekit.gpu.uspmm_tc.uspmm`'s keywords.
 TC_LARGE = {dtype: cfg.keywords() for dtype, cfg in router.TC_LARGE.items()}
 TC_DEFAULT = {dtype: router.TC_DEFAULT.keywords() for dtype in (F16, F32)}
 TC_ONE_WAVE = {F32: router.TC_ONE_WAVE.keywords()}
@@ -132,7 +132,7 @@ TC_SETTINGS = {F16: (dict(), TC_DEFAULT[F16], TC_LARGE[F16], dict(bm=64, bn=128,
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
                F32: (dict(), TC_DEFAULT[F32], TC_LARGE[F32], TC_ONE_WAVE[F32], TC_HALF_WAVE[F32])}
-#: The routed wgmma settings (:mod:`sparsekit.router`), as :func:`gpu.uspmm_wgmma.uspmm`'s keywords.
+#: The routed wgmma settings (:mod:`sparsekit.router`), as :func:`sparsekit.gpu.uspmm_wgmma.uspmm`'s keywords.
 WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
     cfg.keywords() for cfg in (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF,
                                router.WGMMA_QUARTER, router.WGMMA_EIGHTH))
@@ -149,7 +149,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     and the pipelined, direct, dense-tile and warp-split kernels over grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
     """
-    from gpu.uspmm import SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes
+    from sparsekit.gpu.uspmm import SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes
     if not full:
         if order != "C":
             return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -193,7 +193,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
     float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`,
     :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
-    (:mod:`gpu.uspmm_wgmma`) are tried too.
+    (:mod:`sparsekit.gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
     ``correct`` (bit pattern within float32 accumulation of the first
@@ -203,7 +203,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     """
     from numba import cuda
 
-    from gpu.uspmm import prepare, uspmm
+    from sparsekit.gpu.uspmm import prepare, uspmm
     from sparsekit.timing import measure, require_gpu
 
     require_gpu("sparsekit.tune.tune")
@@ -214,7 +214,7 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     b = cuda.to_device(b_host)
     scale = (np.abs(dell.host.to_dense().astype(np.float64)) @ np.abs(b_host.astype(np.float64))).max()
     if configs is None:
-        from gpu import uspmm_wgmma
+        from sparsekit.gpu import uspmm_wgmma
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         routed = (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF, router.WGMMA_QUARTER,
                   router.WGMMA_EIGHTH)

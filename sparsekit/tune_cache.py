@@ -1,5 +1,5 @@
 """The tune cache: the winners :func:`sparsekit.tune.tune` measured, per device and problem, and :func:`resolve`,
-which serves ``gpu.uspmm.uspmm(..., config="auto")``: the cached winner, else the router's choice.
+which serves ``sparsekit.gpu.uspmm.uspmm(..., config="auto")``: the cached winner, else the router's choice.
 
 The file is ``$SPARSEKIT_TUNE_CACHE`` or ``~/.cache/sparsekit/uspmm.json``, a JSON object keyed by device name and
 problem (``M, K, N, K', dtype, index dtype, memory order of B``). A file that is not a JSON object, or an entry
@@ -139,7 +139,7 @@ def _device_name() -> str:
 
 
 def lookup(dell, n: int, order: str) -> dict | None:
-    """The cached winner for ``dell`` (a :class:`gpu.uspmm.DeviceELL`) times a ``K x n`` B, or None."""
+    """The cached winner for ``dell`` (a :class:`sparsekit.gpu.uspmm.DeviceELL`) times a ``K x n`` B, or None."""
     m, k = dell.shape
     key = problem_key(_device_name(), m, k, n, dell.host.kprime, dell.dtype, dell.host.indices.dtype, order)
     entry = _load().get(key)

@@ -1,6 +1,6 @@
-"""Probe kernels of gpu/mma.py's intrinsics: one MMA, one ldmatrix or one rounding per warp/thread.
+"""Probe kernels of sparsekit/gpu/mma.py's intrinsics: one MMA, one ldmatrix or one rounding per warp/thread.
 
-They load fragments from row-major tiles by the layout of :func:`gpu.mma.fragment_coords`, so a wrong
+They load fragments from row-major tiles by the layout of :func:`sparsekit.gpu.mma.fragment_coords`, so a wrong
 layout in the intrinsics or in the simulator fallbacks shows up as a wrong product; ``tests/test_mma.py``
 runs them on the simulator and ``tests/gpu/test_uspmm_tc_gpu.py`` on the GPU.
 """
@@ -11,7 +11,7 @@ from numba import cuda
 from numba.core.types import float16
 from numba.cuda import config
 
-from gpu.mma import (ldmatrix_x4, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32,
+from sparsekit.gpu.mma import (ldmatrix_x4, ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_f16_f32,
                      pack_bf16x2, shared_addr, to_tf32)
 
 

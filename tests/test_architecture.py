@@ -1,7 +1,7 @@
 """The import structure: layers import downward only, and no modules import each other in a circle.
 
 Layers, bottom up: the core (``sparsekit``'s formats, pruning, arrays, device facts, timing, I/O, ...);
-the kernels (``reference``, ``gpu``, ``cpu``); the library above them (``sparsekit.api``, the USpMM search
+the kernels (``sparsekit.reference``, ``sparsekit.gpu``, ``sparsekit.cpu``); the library above them (``sparsekit.api``, the USpMM search
 ``sparsekit.tune``, the CLI and its commands, ...); experiments and tutorials on top. The graph is read
 from the source (every ``import`` statement, those inside functions too), so a deferred import counts.
 
@@ -16,7 +16,8 @@ import collections
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("sparsekit", "gpu", "cpu", "reference", "experiments", "tutorials")
+PACKAGES = ("sparsekit", "experiments", "tutorials")
+KERNELS = ("sparsekit.gpu", "sparsekit.cpu", "sparsekit.reference")
 #: sparsekit modules that sit above the kernels (everything else in sparsekit is the core).
 ABOVE_KERNELS = ("sparsekit.api", "sparsekit.tune", "sparsekit.sparse24_training", "sparsekit.specialize",
                  "sparsekit.cli", "sparsekit.cli_types", "sparsekit.commands", "sparsekit.bench",
@@ -63,7 +64,7 @@ def layer(name: str) -> str:
     top = name.partition(".")[0]
     if top in ("experiments", "tutorials"):
         return "top"
-    if top in ("gpu", "cpu", "reference"):
+    if any(name == k or name.startswith(k + ".") for k in KERNELS):
         return "kernels"
     return "library" if any(name == m or name.startswith(m + ".") for m in ABOVE_KERNELS) else "core"
 

@@ -49,6 +49,17 @@ def test_reproduce_list_names_every_experiment(capsys):
         assert name in out
 
 
+def test_reproduce_outside_a_source_checkout_says_so(monkeypatch, capsys):
+    """The experiments package is a repository folder, not installed: without it, one clear line, status 2."""
+    from sparsekit import experiment
+
+    monkeypatch.setitem(sys.modules, "experiments", None)     # what an installed copy alone sees
+    with pytest.raises(experiment.NotASourceCheckout, match="runs from a source checkout"):
+        experiment.discover()
+    assert cli.main(["reproduce", "--list"]) == 2
+    assert "runs from a source checkout" in capsys.readouterr().err
+
+
 def test_reproduce_rejects_unknown_experiment(tmp_path, capsys):
     assert cli.main(["reproduce", "--only", "no_such_experiment", "--out", str(tmp_path)]) == 2
     assert "unknown experiment" in capsys.readouterr().err

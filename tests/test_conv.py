@@ -1,4 +1,4 @@
-"""Sparse R x S convolution: reference im2col + SpMM and cpu/conv.py equal the direct convolution."""
+"""Sparse R x S convolution: reference im2col + SpMM and sparsekit/cpu/conv.py equal the direct convolution."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpu import conv as cconv
-from reference import conv as rconv
+from sparsekit.cpu import conv as cconv
+from sparsekit.reference import conv as rconv
 from sparsekit.formats import CSR
 from tests.spmm_close import assert_spmm_close
 from tests.strategies import dense_arrays, dtypes, sparse_dense

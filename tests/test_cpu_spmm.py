@@ -1,4 +1,4 @@
-"""cpu/spmm.py equals reference/spmm.py in every loop order, tile size and thread mode."""
+"""sparsekit/cpu/spmm.py equals sparsekit/reference/spmm.py in every loop order, tile size and thread mode."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,8 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpu import spmm as cpu
-from reference import spmm as ref
+from sparsekit.cpu import spmm as cpu
+from sparsekit.reference import spmm as ref
 from sparsekit.formats import COO, CSR
 from tests.spmm_close import assert_spmm_close
 from tests.strategies import dense_arrays, dims, dtypes, shapes_2d, sparse_dense

@@ -13,7 +13,7 @@ import copy
 import numpy as np
 import pytest
 
-from gpu.launch import INT32_MAX, check_int32
+from sparsekit.gpu.launch import INT32_MAX, check_int32
 from sparsekit import formats
 from tests.test_bad_input import _HugeDeviceArray
 
@@ -48,7 +48,7 @@ def test_check_int32_takes_the_limit_and_refuses_one_more():
 
 def test_csr_kernels_refuse_rows_past_int32(csr):
     """The launch orders (identity, row swizzle) are int32 row numbers."""
-    from gpu import spmm
+    from sparsekit.gpu import spmm
 
     huge = _with(csr, shape=(HUGE, csr.shape[1]))
     b = np.ones((csr.shape[1], 4), np.float32)
@@ -58,7 +58,7 @@ def test_csr_kernels_refuse_rows_past_int32(csr):
 
 
 def test_lessons_refuse_rows_past_int32(csr):
-    from gpu import spmm_lessons
+    from sparsekit.gpu import spmm_lessons
 
     huge = _with(csr, shape=(HUGE, csr.shape[1]))
     b = np.ones((csr.shape[1], 4), np.float32)
@@ -69,7 +69,7 @@ def test_lessons_refuse_rows_past_int32(csr):
 
 def test_tiled_csc_refuses_entries_past_int32(csr):
     """smem_tiled's tile pointers address the entries in int32."""
-    from gpu import spmm_lessons
+    from sparsekit.gpu import spmm_lessons
 
     huge = _with(csr, data=_zero_strided(HUGE, np.float32))
     with pytest.raises(ValueError, match=r"csr\.nnz: at most 2\*\*31 - 1 = 2147483647 stored entries, got 2147483648"):
@@ -78,7 +78,7 @@ def test_tiled_csc_refuses_entries_past_int32(csr):
 
 def test_tiled_csl_refuses_words_past_int32():
     """Tile offsets are 32-bit word offsets: refused before the full validation scans the words."""
-    from gpu import spmm_tiled
+    from sparsekit.gpu import spmm_tiled
 
     w = np.eye(16, dtype=np.float16)
     tiled = formats.TiledCSL.from_dense(w, tile=(16, 16))
@@ -90,7 +90,7 @@ def test_tiled_csl_refuses_words_past_int32():
 @pytest.mark.parametrize("k, n", [(2**20, 2**11), (2**16, 2**15 + 1)])
 def test_warp_split_refuses_b_past_int32_offsets(k, n):
     """variant='warp_split' keeps offsets into b (K x N) in 32 bits; other variants are 64-bit."""
-    from gpu import uspmm
+    from sparsekit.gpu import uspmm
 
     rng = np.random.default_rng(1)
     columns = np.sort(np.stack([rng.choice(k, 4, replace=False) for _ in range(8)]), axis=1)   # 8 rows, K' = 4

@@ -1,7 +1,7 @@
-"""gpu/mma.py under the CUDA simulator: the TF32 rounding model and the MMA fallbacks against NumPy.
+"""sparsekit/gpu/mma.py under the CUDA simulator: the TF32 rounding model and the MMA fallbacks against NumPy.
 
 The fallbacks gather the warp's fragments and give each lane exactly its own elements of
-``D = A @ B + C`` (fragment layout of the PTX ISA, :func:`gpu.mma.fragment_coords`); the probe
+``D = A @ B + C`` (fragment layout of the PTX ISA, :func:`sparsekit.gpu.mma.fragment_coords`); the probe
 kernels (one MMA per warp) load fragments from row-major tiles, so a wrong layout in either
 the probes or the fallbacks shows up as a wrong product. The same probes run the real
 instructions in ``tests/gpu/test_uspmm_tc_gpu.py``.
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mma_probes
-from gpu import mma
+from sparsekit.gpu import mma
 from strategies import dense_arrays
 
 

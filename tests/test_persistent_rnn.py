@@ -1,4 +1,4 @@
-"""gpu/persistent_rnn.py equals reference/persistent_rnn.py (simulator: one block; GPU: tests/gpu/).
+"""sparsekit/gpu/persistent_rnn.py equals sparsekit/reference/persistent_rnn.py (simulator: one block; GPU: tests/gpu/).
 
 The simulator runs blocks one after another, so a persistent kernel can only
 be simulated as a single block; its multi-block synchronisation (grid barrier,
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import persistent_rnn as gpu_rnn
-from reference import persistent_rnn as ref_rnn
+from sparsekit.gpu import persistent_rnn as gpu_rnn
+from sparsekit.reference import persistent_rnn as ref_rnn
 from sparsekit.rnn_layout import RNNLayout, balance, bank_aware
 from tests import strategies as sks
 

@@ -93,7 +93,7 @@ def test_layout_refuses_what_a_kernel_would_misread(field, bad, exc, match):
 
 
 def test_layout_edited_after_construction_is_refused_before_launch():
-    from gpu.persistent_rnn import PersistentRNN
+    from sparsekit.gpu.persistent_rnn import PersistentRNN
 
     lay = balance((np.eye(8, dtype=np.float32) + 0.25) / 8, tpr=4)
     lay.indices[3, 0] = -1                         # the arrays stay writable; the launcher checks again

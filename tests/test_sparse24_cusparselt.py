@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from reference import sparse24_cusparselt as ref_cslt
-from reference import sparsify24 as ref
+from sparsekit.reference import sparse24_cusparselt as ref_cslt
+from sparsekit.reference import sparsify24 as ref
 from tests.strategies import dense_arrays
 
 H100 = pathlib.Path(__file__).parent / "data" / "cslt_h100_128x128.npz"
@@ -39,7 +39,7 @@ def cslt_weights(draw):
 
 @given(cslt_weights(), st.sampled_from(["index", "torch"]))
 def test_kernel_equals_reference(w, ties):
-    from gpu.sparse24_cusparselt import cusparselt_meta
+    from sparsekit.gpu.sparse24_cusparselt import cusparselt_meta
     s = ref.sparsify24(w, ties=ties)
     m, k = w.shape
     for packed, meta, rows, cols in ((s.packed, s.meta, m, k), (s.packed_t, s.meta_t, k, m)):
@@ -49,7 +49,7 @@ def test_kernel_equals_reference(w, ties):
 
 @pytest.mark.parametrize("m,k", [(32, 64), (64, 96)])
 def test_shapes_not_multiples_of_64_are_refused(m, k):
-    from gpu.sparse24_cusparselt import cusparselt_meta
+    from sparsekit.gpu.sparse24_cusparselt import cusparselt_meta
     s = ref.sparsify24(np.ones((m, k), np.float16))
     with pytest.raises(ValueError, match="multiple of 64|multiples of 64|divisible by 64"):
         ref_cslt.to_cusparselt(s.packed, s.meta)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 from sparsekit.sorting_networks import bose_nelson
 from tests.strategies import dense_arrays, shapes_2d, tied_arrays
 
@@ -224,7 +224,7 @@ def test_reference_rejects_bad_options():
 @given(weights(multiple=32, max_size=96), st.sampled_from(OPTIONS), st.sampled_from([4, 8, 16]), st.booleans(),
        st.booleans())
 def test_kernel_equals_reference_bit_for_bit(w, option, row_threads, prefetch, pack_table):
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     method, ties = option
     want = ref.sparsify24(w, method=method, ties=ties)
     got = gpu.sparsify24(w, method=method, ties=ties, row_threads=row_threads, prefetch=prefetch,
@@ -238,7 +238,7 @@ def test_kernel_equals_reference_bit_for_bit(w, option, row_threads, prefetch, p
 
 def test_kernel_handles_rows_beyond_one_block():
     # 160 rows: the second block row is partly outside the matrix
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.random.default_rng(3).standard_normal((160, 32)).astype(np.float16)
     got, want = gpu.sparsify24(w), ref.sparsify24(w)
     for f in FIELDS:
@@ -247,7 +247,7 @@ def test_kernel_handles_rows_beyond_one_block():
 
 def test_kernel_returns_device_arrays_for_device_input():
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.random.default_rng(4).standard_normal((32, 64)).astype(np.float32)
     got = gpu.sparsify24(cuda.to_device(w))
     assert hasattr(got.packed, "copy_to_host") and got.meta.shape == (32, 4)
@@ -257,7 +257,7 @@ def test_kernel_returns_device_arrays_for_device_input():
 @pytest.mark.parametrize("value", [np.nan, -np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_kernel_flags_non_finite_values(value, dtype):
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.ones((32, 32), dtype)
     w[17, 5] = value
     with pytest.raises(ValueError, match="must be finite"):
@@ -270,7 +270,7 @@ def test_kernel_flags_non_finite_values(value, dtype):
                                     ("optimal_full", "index", False)])
 @pytest.mark.parametrize("where", [(2, 30), (39, 9)])
 def test_fp16_kernels_flag_the_largest_finite_value_but_not_beyond(option, where):
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     method, ties, prefetch = option
     w = np.full((64, 32), np.finfo(np.float16).max, np.float16)     # largest finite: no error
     gpu.sparsify24(w, method=method, ties=ties, prefetch=prefetch)
@@ -285,13 +285,13 @@ def test_fp16_kernels_flag_the_largest_finite_value_but_not_beyond(option, where
     (np.zeros((64, 64), np.float16)[:, ::2], ValueError, "C-contiguous"),
 ])
 def test_kernel_launcher_rejects_bad_input(bad, err, match):
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     with pytest.raises(err, match=match):
         gpu.sparsify24(bad)
 
 
 def test_kernel_launcher_rejects_bad_tunables():
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.ones((32, 32), np.float16)
     with pytest.raises(ValueError, match="row_threads: must be one of"):
         gpu.sparsify24(w, row_threads=3)
@@ -306,7 +306,7 @@ def test_kernel_launcher_rejects_bad_tunables():
 
 
 def test_launch_bounds_default_to_64_registers_where_they_do_not_spill():
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     assert gpu.auto_min_blocks(16, "greedy", 16, False) == 8          # 128 threads x 8 = 1024 a SM
     assert gpu.auto_min_blocks(16, "optimal_full", 4, False) == 32
     assert gpu.auto_min_blocks(16, "optimal", 16, False) == 0          # the 186-candidate scorer spills
@@ -316,7 +316,7 @@ def test_launch_bounds_default_to_64_registers_where_they_do_not_spill():
 
 @pytest.mark.parametrize("shape", [(0, 32), (32, 0), (0, 0)])
 def test_empty_weights_give_empty_outputs(shape):
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.zeros(shape, np.float16)
     want, got = ref.sparsify24(w), gpu.sparsify24(w)
     m, k = shape

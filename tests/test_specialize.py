@@ -1,4 +1,4 @@
-"""sparsekit.specialize: the generated kernel equals reference/spmm.py for its one matrix."""
+"""sparsekit.specialize: the generated kernel equals sparsekit/reference/spmm.py for its one matrix."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reference.spmm import spmm_csr
+from sparsekit.reference.spmm import spmm_csr
 from sparsekit import specialize as spz
 from sparsekit.formats import CSR
 from tests.spmm_close import assert_spmm_close

@@ -1,9 +1,9 @@
-"""SpMM references (reference/spmm.py) against the dense product, and the GPU SpMM
-kernels (gpu/spmm.py) against the references, under the simulator without a GPU: float32, float16
+"""SpMM references (sparsekit/reference/spmm.py) against the dense product, and the GPU SpMM
+kernels (sparsekit/gpu/spmm.py) against the references, under the simulator without a GPU: float32, float16
 and (the CSR kernels, plain and staged) bfloat16.
 
 ``assert_fp32_accumulated`` is the one tolerance of every kernel that stores
-float32, float16 or bfloat16 and accumulates in float32 (gpu/spmm.py, gpu/uspmm.py).
+float32, float16 or bfloat16 and accumulates in float32 (sparsekit/gpu/spmm.py, sparsekit/gpu/uspmm.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reference import spmm as ref
+from sparsekit.reference import spmm as ref
 from sparsekit.checks import BFLOAT16
 from spmm_close import assert_spmm_close
 from strategies import blocked_ell_matrices, coo_matrices, csr_matrices, dense_arrays, ell_matrices
@@ -79,7 +79,7 @@ def test_reference_takes_any_memory_order(data):
 
 @given(data=st.data())
 def test_uniform_reference_is_a_csr_product(data):
-    from reference.uspmm import uspmm
+    from sparsekit.reference.uspmm import uspmm
     a = data.draw(ell_matrices())
     b = data.draw(rhs_for(a))
     dense = a.to_dense()
@@ -99,7 +99,7 @@ def test_reference_bad_rhs():
         ref.spmm_csr(a, [[1.0]] * 3)
 
 
-# --- GPU kernels (gpu/spmm.py) against the references -------------------------------------------
+# --- GPU kernels (sparsekit/gpu/spmm.py) against the references -------------------------------------------
 
 KERNEL_DTYPES = (np.float32, np.float16)
 #: The CSR kernels also take bfloat16 (COO and BlockedELL refuse it).
@@ -117,7 +117,7 @@ def _longest_row(a) -> int:
 ])
 @given(data=st.data())
 def test_gpu_kernels_match_reference(fmt, tunables, data):
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     build, spmm_ref = FORMATS[fmt]
     dtype = data.draw(st.sampled_from(CSR_DTYPES if fmt == "csr" else KERNEL_DTYPES))
     a = data.draw(build(dtype=dtype, max_size=20))
@@ -141,7 +141,7 @@ STAGED = [
 def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
     """Few rows (the simulator runs 64-128 threads per row group) but up to 80 columns, so a row
     can be longer than one staged chunk of 32 or 64 entries; N a multiple of the vector width."""
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
     from strategies import sparse_dense
     m, k = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 80))
@@ -158,7 +158,7 @@ def test_gpu_csr_staged_matches_reference(tunables, data, dtype):
 def test_gpu_csr_bfloat16_past_64_columns_runs_the_staged_choice(data):
     """bfloat16 with N > 64 (past the tile-local rows' kernel): the staged kernel with the automatic
     tunables, its bits widened exactly and each sum rounded once to nearest even."""
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
     from strategies import sparse_dense
     m, k = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 40))
@@ -175,7 +175,7 @@ def test_staged_tunables_follow_the_rule():
     launches (2048 x 512 at 90%: 51 per row; 2048 warps at N = 256 with vector loads: not split; at
     N = 49 without: 2 warps per row)."""
     from sparsekit.bench.spmm import suite_matrix
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     csr, _, _ = suite_matrix(2048, 512, 8, 0.9)
     assert gs.staged_tunables(csr, 256) == dict(swizzle=True, warps_per_row=1, warps_per_block=4, vector=4,
                                                 cols_per_lane=2)
@@ -193,7 +193,7 @@ def test_staged_tunables_follow_the_rule():
 
 def test_gpu_csr_swizzle_order():
     """Swizzle launches rows longest first; rows of equal length keep their order."""
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
     mask = np.zeros((4, 5), bool)
     mask[0, :1] = mask[1, :4] = mask[2, :1] = mask[3, :3] = True
@@ -202,7 +202,7 @@ def test_gpu_csr_swizzle_order():
 
 
 def test_gpu_bad_input():
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import COO, CSR
     a = CSR.from_dense(np.eye(3, dtype=np.float32))
     with pytest.raises(ValueError, match=r"b: expected shape \(3, \*\)"):
@@ -227,9 +227,9 @@ def test_gpu_bad_input():
 
 
 def test_spmm_csr_default_is_the_staged_choice(monkeypatch):
-    """``spmm_csr(a, b)`` runs :func:`gpu.spmm.staged_tunables`' choice; any explicit tunable or
+    """``spmm_csr(a, b)`` runs :func:`sparsekit.gpu.spmm.staged_tunables`' choice; any explicit tunable or
     ``config=None`` the plain kernel with what was given."""
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
     seen = []
     real = gs._spmm_csr

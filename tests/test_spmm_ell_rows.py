@@ -1,4 +1,4 @@
-"""gpu/spmm_ell_rows.py equals reference/spmm_ell_rows.py under the simulator: the linear product for
+"""sparsekit/gpu/spmm_ell_rows.py equals sparsekit/reference/spmm_ell_rows.py under the simulator: the linear product for
 ``N`` from 1 to 20 by both kernels (``x^T`` in shared memory, or staged in global memory), float16 and bfloat16, rows of unequal length and
 empty rows, torch-style int16 indices; the densified weight exactly; operands refused by name.
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import spmm_ell_rows as g
-from reference import spmm_ell_rows as r
+from sparsekit.gpu import spmm_ell_rows as g
+from sparsekit.reference import spmm_ell_rows as r
 from sparsekit.checks import BFLOAT16
 from tests.test_spmm_tiled import assert_close, sparse_halves
 

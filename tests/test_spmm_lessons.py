@@ -1,4 +1,4 @@
-"""gpu/spmm_lessons.py equals reference/spmm.py (runs on the CUDA simulator without a GPU)."""
+"""sparsekit/gpu/spmm_lessons.py equals sparsekit/reference/spmm.py (runs on the CUDA simulator without a GPU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu import spmm_lessons as les
-from reference.spmm import spmm_csr
+from sparsekit.gpu import spmm_lessons as les
+from sparsekit.reference.spmm import spmm_csr
 from sparsekit.formats import CSR
 from tests.spmm_close import assert_spmm_close
 from tests.strategies import dense_arrays, dims, shapes_2d, sparse_dense

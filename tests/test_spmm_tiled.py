@@ -1,7 +1,7 @@
-"""TiledCSL keeps its invariants, and gpu/spmm_tiled.py equals reference/spmm_tiled.py under the simulator.
+"""TiledCSL keeps its invariants, and sparsekit/gpu/spmm_tiled.py equals sparsekit/reference/spmm_tiled.py under the simulator.
 
 Both kernels: rows (``tile = (1, TK)``, CUDA cores) and tiles (``TM >= 16``, tensor cores, the MMA
-fallbacks of gpu/mma.py standing in), float16 and bfloat16, ``B`` row-major and the linear-layer form,
+fallbacks of sparsekit/gpu/mma.py standing in), float16 and bfloat16, ``B`` row-major and the linear-layer form,
 ``N`` from 1 to 17 (the B copy by 16-byte chunks and element by element; one ``ldmatrix`` of B for two
 k-steps at ``N <= 8``), warps of 16 and 32 rows, split K over 1 to 3 blocks, with empty tiles, padding
 words and edges that cut tiles.
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import spmm_tiled as gt
-from reference import spmm_tiled as rt
+from sparsekit.gpu import spmm_tiled as gt
+from sparsekit.reference import spmm_tiled as rt
 from sparsekit.formats import CSR, TiledCSL
 from strategies import dense_arrays
 
@@ -218,10 +218,10 @@ def test_uspmm_auto_routes_small_n_to_the_decode_path(dtype, n, decode):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_uspmm_decode_variant_equals_the_reference(dtype):
-    """``gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL and the row kernel; at N = 1
-    its rows as padded ELL rows and gpu/spmm_ell_rows.py."""
-    from gpu.uspmm import uspmm
-    from reference.uspmm import uspmm as reference
+    """``sparsekit.gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL and the row kernel; at N = 1
+    its rows as padded ELL rows and sparsekit/gpu/spmm_ell_rows.py."""
+    from sparsekit.gpu.uspmm import uspmm
+    from sparsekit.reference.uspmm import uspmm as reference
     from sparsekit.formats import ELL
     from sparsekit.prune import uniform
     rng = np.random.default_rng(5)
@@ -261,7 +261,7 @@ def test_one_entry_point_for_every_format():
 
 
 def test_bfloat16_csr_runs_on_the_row_kernel():
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import COO
     rng = np.random.default_rng(4)
     w = (rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)).astype(BF16)

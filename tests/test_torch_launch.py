@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from numba.cuda import config as cuda_config
 
-from gpu import launch as launch_contract
-from gpu.uspmm import uspmm
-from reference.uspmm import uspmm as uspmm_ref
+from sparsekit.gpu import launch as launch_contract
+from sparsekit.gpu.uspmm import uspmm
+from sparsekit.reference.uspmm import uspmm as uspmm_ref
 from sparsekit.formats import ELL
 from sparsekit.launch import observe, record
 

@@ -170,7 +170,7 @@ def test_fine_tuning_step_keeps_the_pattern():
 
 
 def test_dense_weight_equals_the_padded_rows_reference():
-    from reference.spmm_ell_rows import densify_ell_rows, ell_rows_from_dense
+    from sparsekit.reference.spmm_ell_rows import densify_ell_rows, ell_rows_from_dense
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((9, 40)) * (rng.random((9, 40)) < 0.3)).astype(np.float16)

@@ -18,7 +18,7 @@ CONFIG = dict(variant="pipelined", nwarp=4, rows_per_warp=4, cols_per_lane=4)
 
 
 def _dell(m: int = 64, k: int = 128, kprime: int = 16):
-    """What :func:`tune_cache.lookup` reads of a :class:`gpu.uspmm.DeviceELL`, without a device."""
+    """What :func:`tune_cache.lookup` reads of a :class:`sparsekit.gpu.uspmm.DeviceELL`, without a device."""
     host = SimpleNamespace(kprime=kprime, indices=np.zeros((m, kprime), dtype=np.int32))
     return SimpleNamespace(shape=(m, k), dtype=np.dtype(np.float32), host=host)
 

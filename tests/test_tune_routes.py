@@ -136,7 +136,7 @@ def test_bfloat16_past_the_decode_kernel_takes_float16s_tensor_core_setting():
     """bfloat16 (no CUDA-core kernel takes it) stays on the decode kernel up to its widest N, with a column-major B
     and with ``tensor_cores=False``; wider with a row-major B it runs on the tensor cores, at float16's setting for
     the same problem wherever float16 runs on them (the same kernel with the bf16 MMA)."""
-    from gpu.spmm_tiled import MAX_N
+    from sparsekit.gpu.spmm_tiled import MAX_N
     from sparsekit.router import DECODE_BF16_MAX_N
     assert DECODE_BF16_MAX_N == MAX_N
     half = np.dtype(np.float16)
@@ -181,7 +181,7 @@ def test_config_names_every_tunable_of_the_launchers():
     import dataclasses
     import inspect
 
-    from gpu import uspmm, uspmm_tc, uspmm_wgmma
+    from sparsekit.gpu import uspmm, uspmm_tc, uspmm_wgmma
     from sparsekit.router import PRECISIONS, VARIANTS, Config
     run = inspect.signature(uspmm._run).parameters
     cuda_core = {name for name, p in run.items() if p.kind is p.KEYWORD_ONLY}
@@ -219,7 +219,7 @@ def test_the_tuners_names_are_the_routed_settings():
 def test_auto_is_resolved_once_per_weight_n_and_order(tmp_path, monkeypatch):
     """``uspmm(..., config="auto")`` resolves a weight's configuration on its first call for an ``n`` and order
     and reuses it; a winner this process stores is picked up on the next call."""
-    import gpu.uspmm as gu
+    import sparsekit.gpu.uspmm as gu
     from sparsekit import tune_cache
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))
     calls = []

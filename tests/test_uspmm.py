@@ -1,4 +1,4 @@
-"""gpu/uspmm.py equals reference/uspmm.py for every variant, tunable, dtype, index
+"""sparsekit/gpu/uspmm.py equals sparsekit/reference/uspmm.py for every variant, tunable, dtype, index
 dtype and memory order (CUDA simulator without a GPU: tiny shapes, few threads),
 and rejects bad input with a message naming the argument."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu import uspmm as gu
-from reference import uspmm as ru
+from sparsekit.gpu import uspmm as gu
+from sparsekit.reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import dense_arrays, ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
@@ -258,7 +258,7 @@ def test_rejects_non_ell(small):
 # --- autotuner and CLI (no timing without a GPU) ------------------------------------------------
 
 def test_tune_space_holds_the_paper_settings_and_fits_the_launcher():
-    from gpu.uspmm import SHARED_LIMIT, pipelined_shared_bytes
+    from sparsekit.gpu.uspmm import SHARED_LIMIT, pipelined_shared_bytes
     from sparsekit.tune import space
 
     def listing1(configs):
@@ -556,7 +556,7 @@ def test_heuristic_keeps_short_k_small_grids_and_very_sparse_problems_on_cuda_co
 def test_tensor_core_variant_goes_to_its_launcher(small):
     """``variant="tensor_core"`` (what float16 ``auto`` may pick) runs gpu.uspmm_tc with the other
     tunables and keeps the launcher's contract: NumPy in, NumPy out, b's dtype."""
-    from gpu import uspmm_tc
+    from sparsekit.gpu import uspmm_tc
     ell, b = small
     ell16 = ELL.from_dense(ell.to_dense().astype(np.float16))
     b16 = b.astype(np.float16)

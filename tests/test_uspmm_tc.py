@@ -1,11 +1,11 @@
-"""gpu/uspmm_tc.py equals reference/uspmm.py under the CUDA simulator (the MMA fallbacks of
-gpu/mma.py stand in for the tensor cores): every dtype (float16, bfloat16, float32), index dtype and tunable shape, sizes that
+"""sparsekit/gpu/uspmm_tc.py equals sparsekit/reference/uspmm.py under the CUDA simulator (the MMA fallbacks of
+sparsekit/gpu/mma.py stand in for the tensor cores): every dtype (float16, bfloat16, float32), index dtype and tunable shape, sizes that
 are not multiples of the block tile, several K chunks, K' = 0 and K' = K, K splits of 1 to 4 blocks
 (more than the K chunks included); bad input is refused.
 
 Tolerance: the float32-accumulation bound of the existing tests (``assert_fp32_accumulated`` of
 tests/test_spmm.py), with the reduction length this kernel's arithmetic needs
-(:func:`gpu.uspmm_tc.error_reduction`: K' for float16 as for the CUDA-core kernels; 3 K' + 13
+(:func:`sparsekit.gpu.uspmm_tc.error_reduction`: K' for float16 as for the CUDA-core kernels; 3 K' + 13
 for float32, where the 3xTF32 split costs up to ~12 float32 roundoffs per product). bfloat16: the
 16-bit tolerance of tests/test_spmm_tiled.py (``assert_close``, the same MMA's path): float32
 accumulation of exact products, each result rounded once to bfloat16."""
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpu import uspmm_tc as tc
-from gpu.mma import tf32_round, tf32_split
-from reference import uspmm as ru
+from sparsekit.gpu import uspmm_tc as tc
+from sparsekit.gpu.mma import tf32_round, tf32_split
+from sparsekit.reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
@@ -57,7 +57,7 @@ TUNABLES[BF16] = TUNABLES[np.float16]                           # (the same kern
 
 def assert_within_bound(got, want, ell, b):
     """``got`` against the reference's ``want``: the float32-accumulation bound with the kernel's reduction length
-    (:func:`gpu.uspmm_tc.error_reduction`), for bfloat16 the 16-bit one of ``assert_close``."""
+    (:func:`sparsekit.gpu.uspmm_tc.error_reduction`), for bfloat16 the 16-bit one of ``assert_close``."""
     if ell.dtype == BF16:
         assert_close(got, want, ell.to_dense(), b)
     else:
@@ -98,7 +98,7 @@ def test_edge_shapes(m, k, n, kprime, dtype):
 def test_float32_tf32_exact_a_gives_the_bits_of_three_products(tunables, monkeypatch):
     """A's values TF32 numbers (from float16): the kernel leaves ``a_small b_big``, all zeros, out; the bits are
     those of the three products (the first tiling, and lean with A presplit and three K groups)."""
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     rng = np.random.default_rng(9)
     mask = uniform_mask(rng, 37, 24, 13)
     ell = ELL.from_dense(rng.uniform(-2.0, 2.0, (37, 24)).astype(np.float16).astype(np.float32), mask)
@@ -188,8 +188,8 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarr
     """The float32 kernel's arithmetic in NumPy, as the simulator's MMA does it: for each 16 x 8 tile
     of ``C`` and each 8 columns of K in order, ``c = f32(a_small @ b_big + c)``, ``c = f32(a_big @
     b_small + c)``, ``c = f32(a_big @ b_big + c)`` (16x8 @ 8x8 float64 products of the same
-    C-ordered shape as :func:`gpu.mma.mma_m16n8k8_tf32_f32`'s fallback, rounded once per MMA), with
-    ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`gpu.mma.tf32_round`). Operands padded with
+    C-ordered shape as :func:`sparsekit.gpu.mma.mma_m16n8k8_tf32_f32`'s fallback, rounded once per MMA), with
+    ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`sparsekit.gpu.mma.tf32_round`). Operands padded with
     zeros to whole tiles, as the kernel's A tiles and B stages are. With ``kgroups = G``: K step ``s``
     (columns ``8s .. 8s+7``; each chunk holds a multiple of G steps) goes into accumulator ``s % G``,
     and ``c = ((c_0 + c_1) + c_2) + ...`` in float32 (the kernel pads K to whole chunks; the extra
@@ -241,7 +241,7 @@ def test_float32_is_bit_identical_to_the_3xtf32_model(data):
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")   # (NaN arithmetic, simulated)
 @pytest.mark.parametrize("presplit", [True, False])
 def test_lean_float32_keeps_non_finite_b(presplit, monkeypatch):
-    """``lean=True`` rounds the big parts with integer arithmetic (:func:`gpu.mma.to_tf32_finite`, which
+    """``lean=True`` rounds the big parts with integer arithmetic (:func:`sparsekit.gpu.mma.to_tf32_finite`, which
     may turn a NaN into an infinity or a zero): the small part carries the NaN, so the result equals
     ``lean=False``'s for B holding infinities and NaNs of every payload (with a 2-way K split: the lean
     copies on the split's views). With A's values split on the host (``presplit``, the launcher's choice
@@ -264,8 +264,8 @@ def test_lean_float32_keeps_non_finite_b(presplit, monkeypatch):
 
 
 def test_tf32_split_is_the_lean_kernels_split():
-    """:func:`gpu.mma.tf32_split` (A's values split on the host, ``presplit``) gives the lean kernel's
-    split bit for bit: ``big`` by :func:`gpu.mma.to_tf32_finite`'s integer rounding, ``small =
+    """:func:`sparsekit.gpu.mma.tf32_split` (A's values split on the host, ``presplit``) gives the lean kernel's
+    split bit for bit: ``big`` by :func:`sparsekit.gpu.mma.to_tf32_finite`'s integer rounding, ``small =
     tf32(x - big)`` (exact difference; an infinity where ``big`` rounded up past the largest float32);
     for a non-finite ``x`` (never in an ELL: its values are finite) ``small`` is the NaN the GPU makes,
     so the MMAs that read it return NaN as in the kernel."""
@@ -288,9 +288,9 @@ def test_tf32_split_is_the_lean_kernels_split():
 
 
 def test_tf32_exact_finds_matrices_of_tf32_numbers():
-    """:func:`gpu.uspmm_tc.tf32_exact`: True for values from float16, from bfloat16 (the low 16 bits cleared) and
+    """:func:`sparsekit.gpu.uspmm_tc.tf32_exact`: True for values from float16, from bfloat16 (the low 16 bits cleared) and
     rounded to TF32, False once one value has a bit below TF32's 10-bit mantissa; kept with the prepared matrix."""
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     rng = np.random.default_rng(3)
     dense = (rng.standard_normal((30, 48)) * 100).astype(np.float32)
     mask = np.zeros(dense.shape, dtype=bool)
@@ -305,7 +305,7 @@ def test_tf32_exact_finds_matrices_of_tf32_numbers():
 
 
 def test_tf32_numbers_are_those_with_13_low_bits_clear():
-    """What :func:`gpu.uspmm_tc.tf32_exact` tests: a finite float32 whose 13 low bits are clear has a zero 3xTF32
+    """What :func:`sparsekit.gpu.uspmm_tc.tf32_exact` tests: a finite float32 whose 13 low bits are clear has a zero 3xTF32
     small part, and from 2**-100 up the converse holds too (below, a small part can round to zero: such values count
     as not exact, which only costs the skip), over random bit patterns (half with those bits cleared) and edges."""
     rng = np.random.default_rng(13)
@@ -459,8 +459,8 @@ def test_k_split_repeats_are_bit_identical(dtype, dynamic, monkeypatch):
     """Two launches on one prepared matrix (cached partials and tickets) give the same bytes, the
     tickets are back to 0 after each, and more splits than K chunks fall back to one chunk a block.
     ``dynamic``: the split's flag lives in the dynamic buffer's entry-offset stage."""
-    from gpu.split_k import split_buffers
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.split_k import split_buffers
+    from sparsekit.gpu.uspmm import prepare
     if dynamic:
         monkeypatch.setattr(tc, "STATIC_LIMIT", 0)
     m, k, n, kprime = 20, 40, 16, 11                                   # one output tile, K chunks of 16 or 8
@@ -505,7 +505,7 @@ def test_bfloat16_auto_past_the_decode_kernel_runs_on_tensor_cores(tmp_path, mon
     """``config="auto"`` with a bfloat16 ``N = 128`` (past the decode kernel's 64) runs the tensor-core kernel at
     the router's setting (float16's for the problem): the result is that launch's, bit for bit, within the bound
     of the reference, and bfloat16."""
-    from gpu import uspmm as gu
+    from sparsekit.gpu import uspmm as gu
     from sparsekit.tune import heuristic
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))     # (no tuned winner)
     ell, b = bf16_problem(20, 48, 128, 13)
@@ -521,7 +521,7 @@ def test_bfloat16_auto_past_the_decode_kernel_runs_on_tensor_cores(tmp_path, mon
 def test_bfloat16_variants():
     """bfloat16 takes ``variant="tensor_core"`` at any N (here 9, where "auto" would pick the decode kernel: the
     same product within the bound) and "decode" (the router's choice there); the CUDA-core variants refuse it naming both."""
-    from gpu import uspmm as gu
+    from sparsekit.gpu import uspmm as gu
     ell, b = bf16_problem(20, 40, 9, 11, seed=1)
     want = ru.uspmm(ell, b)
     assert_within_bound(gu.uspmm(ell, b, variant="tensor_core", **TUNABLES[BF16][0]), want, ell, b)
@@ -534,7 +534,7 @@ def test_bfloat16_variants():
 
 def test_bfloat16_past_the_decode_width_with_a_column_major_b_is_refused_by_name():
     """No kernel takes bfloat16 with a column-major B of more than 64 columns: the error says which B does."""
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.checks import BFLOAT16
     from sparsekit.formats import ELL
 

@@ -1,12 +1,12 @@
-"""gpu/uspmm_wgmma.py equals reference/uspmm.py under the CUDA simulator (gpu/wgmma.py's fallbacks stand
+"""sparsekit/gpu/uspmm_wgmma.py equals sparsekit/reference/uspmm.py under the CUDA simulator (sparsekit/gpu/wgmma.py's fallbacks stand
 in for the warpgroup MMA): one warpgroup (128 simulated threads) per block, wgmma n of 16 to 128, A segments
 of 4 to 8 columns, pipelines of 2 to 4 stages, several K chunks and row and column blocks, K' = 0 and
 K' = K, any N (B by 16-byte copies or, N not a multiple of 4, by plain loads), with bf16 corrections
 (``precision="tf32+bf16"``, its own bound; the default ``"auto"`` takes them from K' = 124 on) and with a
 TF32-exact A (two products, the bits of three); the wgmma probe against NumPy; the routing rule; bad input refused.
 
-Tolerance: as for gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
-with :func:`gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13 (2 K' + 137 with bf16 corrections).
+Tolerance: as for sparsekit/gpu/uspmm_tc.py's float32 path (the same 3xTF32 split): the float32-accumulation bound
+with :func:`sparsekit.gpu.uspmm_tc.error_reduction`'s reduction length, 3 K' + 13 (2 K' + 137 with bf16 corrections).
 A block is 128 Python threads here (5-10 s a call on 2 cores): few examples, small shapes."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu import uspmm_wgmma as wg
-from gpu.uspmm_tc import error_reduction
-from reference import uspmm as ru
+from sparsekit.gpu import uspmm_wgmma as wg
+from sparsekit.gpu.uspmm_tc import error_reduction
+from sparsekit.reference import uspmm as ru
 from sparsekit import tune
 from sparsekit.formats import ELL
 from strategies import dense_arrays, ell_matrices, uniform_mask
@@ -114,7 +114,7 @@ EXACT_CASES = [(20, 40, 8, 13, dict(bm=32, bn=64, kc=16, stages=3)),
 
 @pytest.mark.parametrize("m,k,n,kprime,tunables", EXACT_CASES)
 def test_tf32_exact_a_gives_the_bits_of_three_products(m, k, n, kprime, tunables, monkeypatch):
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     ell, b = random_case(m, k, n, kprime, np.float16)
     assert wg.tf32_exact(prepare(ell))
     tunables = dict(tunables, precision="3xtf32")
@@ -127,9 +127,9 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(m, k, n, kprime, tunables
 def test_bf16_entries_pair_the_split_values():
     """``segment_entries(split="bf16")``: the same big values and offsets as the 3xTF32 entries, each small value
     replaced by the bits of ``(bf16(big), bf16(small))``."""
-    from gpu.mma import bf16_pairs
-    from gpu.uspmm import prepare
-    from gpu.uspmm_tc import segment_entries
+    from sparsekit.gpu.mma import bf16_pairs
+    from sparsekit.gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm_tc import segment_entries
     rng = np.random.default_rng(7)
     mask = np.zeros((40, 64), dtype=bool)
     for r in range(40):
@@ -156,7 +156,7 @@ def test_edge_shapes(m, k, n, kprime, setting):
 def test_probe_matches_numpy():
     """One wgmma of the documented register and shared-memory layouts (the simulator's model; the GPU
     test runs the same probe on the tensor core)."""
-    from gpu.wgmma import probe_case
+    from sparsekit.gpu.wgmma import probe_case
     d, exact, scale = probe_case()
     assert (np.abs(d - exact) <= 8 * 2.0 ** -24 * scale).all()
 
@@ -252,7 +252,7 @@ def test_auto_precision_never_loosens_the_float32_bound(kprime):
     """``precision="auto"`` (the default): bf16 corrections exactly where their bound (``2 K' + 137``) is no looser
     than 3xTF32's (``3 K' + 13``), i.e. from K' = 124 on, unless A's values are TF32 numbers (float16 weights:
     3xTF32 then runs two products with the smaller split error)."""
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     general, tf32_numbers = (prepare(random_case(2, 300, 1, kprime, a_dtype)[0])
                              for a_dtype in (np.float32, np.float16))
     chosen = wg.auto_precision(general)
@@ -265,7 +265,7 @@ def test_benchmark_records_name_the_precision_auto_runs():
     """``sparsekit.bench.uspmm``'s config names of a routed wgmma setting end in the precision its default resolves
     to for the matrix (bf16 corrections or not); other variants' names are unchanged."""
     from sparsekit.bench.uspmm import config_name, with_precision
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     for kprime, precision in ((124, "tf32+bf16"), (123, "3xtf32")):
         dell = prepare(random_case(2, 300, 1, kprime)[0])
         assert config_name(with_precision(dict(variant="wgmma", **tune.WGMMA_WAVE), dell)).endswith(" " + precision)

@@ -9,7 +9,7 @@ What you will learn
   its columns; the timings follow the table.
 
 Run it: ``python tutorials/01_loop_orders.py`` (add ``--quick`` for toy sizes).
-Every step checks its result against ``reference/spmm.py``.
+Every step checks its result against ``sparsekit/reference/spmm.py``.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import numpy as np
 
 
 def main(quick: bool = False) -> dict:
-    from cpu import spmm as cpu
+    from sparsekit.cpu import spmm as cpu
     from sparsekit.bench.spmm import suite_matrix, wall_time
-    from reference.spmm import spmm_csr
+    from sparsekit.reference.spmm import spmm_csr
     from sparsekit import loop_orders as lo
 
     # Step 1. The slides' table for C[i][j] += A[i][k] * B[k][j] in the order i, j, k.

@@ -4,7 +4,7 @@ What you will learn
 -------------------
 * the slides' "control loops": split N and K into tiles of B in {16, 32, 64,
   128} so a ``tile_k x tile_n`` block of ``B`` stays in cache while every row
-  of a panel uses it (``cpu.spmm.spmm_csr_tiled``);
+  of a panel uses it (``sparsekit.cpu.spmm.spmm_csr_tiled``);
 * an exhaustive grid search over the tile sizes (the slides' autotuning);
 * threads (``parallel=True``: Numba's ``prange`` over row panels) and how this
   machine's cores respond;
@@ -22,9 +22,9 @@ import numpy as np
 def main(quick: bool = False) -> dict:
     import numba
 
-    from cpu import spmm as cpu
+    from sparsekit.cpu import spmm as cpu
     from sparsekit.bench.spmm import suite_matrix, tune_tiles, wall_time
-    from reference.spmm import spmm_csr
+    from sparsekit.reference.spmm import spmm_csr
 
     m, k, n = (128, 128, 64) if quick else (1024, 1024, 256)
     csr, b, a = suite_matrix(m, k, n, 0.9)

@@ -2,7 +2,7 @@
 
 What you will learn
 -------------------
-Seven kernels of ``gpu/spmm_lessons.py``, each changing one thing:
+Seven kernels of ``sparsekit/gpu/spmm_lessons.py``, each changing one thing:
 
 1. a thread per output element (warps span rows: divergent, uncoalesced);
 2. a warp per row (lanes on columns: coalesced, no divergence);
@@ -12,7 +12,7 @@ Seven kernels of ``gpu/spmm_lessons.py``, each changing one thing:
 6. blocks of variable height holding equal nonzeros (the slides' second way);
 7. several warps per row, the row's nonzeros staged in shared memory (long rows).
 
-Each is checked against ``reference/spmm.py``. On a GPU each is timed
+Each is checked against ``sparsekit/reference/spmm.py``. On a GPU each is timed
 (device time, :func:`sparsekit.timing.measure`) against cuSPARSE when PyTorch
 is present; without one the kernels run on the CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``) at toy size, which checks them but times nothing,
@@ -30,7 +30,7 @@ import numpy as np
 
 def main(quick: bool = False) -> dict:
     from sparsekit.bench.spmm import Checker, suite_matrix
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm_lessons as les
     from sparsekit import balance as bal
 
     on_gpu = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"

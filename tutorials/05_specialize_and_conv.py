@@ -5,7 +5,7 @@ What you will learn
 * code specialisation: generate a kernel whose nonzero positions and values
   are constants (:mod:`sparsekit.specialize`), compile it, and find where the
   compile time stops paying for itself;
-* a 3x3 convolution with padding 1 as im2col + SpMM (``cpu/conv.py``), and with
+* a 3x3 convolution with padding 1 as im2col + SpMM (``sparsekit/cpu/conv.py``), and with
   im2col left "virtual" (the filter's nonzeros index the image directly).
 
 Run it: ``python tutorials/05_specialize_and_conv.py`` (``--quick`` for toy sizes).
@@ -18,9 +18,9 @@ import numpy as np
 
 
 def main(quick: bool = False) -> dict:
-    from cpu import conv as cconv
+    from sparsekit.cpu import conv as cconv
     from sparsekit.bench.spmm import suite_matrix, wall_time
-    from reference import conv as rconv
+    from sparsekit.reference import conv as rconv
     from sparsekit import specialize as spz
     from sparsekit.formats import CSR
     from sparsekit.prune import magnitude

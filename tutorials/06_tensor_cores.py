@@ -4,21 +4,21 @@ What you will learn
 -------------------
 1. the fragment layout of ``mma.sync.m16n8k16``: which elements of ``A``
    (16x16), ``B`` (16x8) and ``C`` (16x8) each of the warp's 32 lanes holds
-   (the table of ``gpu/mma.py``, :func:`gpu.mma.fragment_coords`);
-2. one warp-level MMA through ``gpu/mma.py``'s intrinsic
-   :func:`gpu.mma.mma_m16n8k16_f16_f32` against NumPy. Numba has no tensor-core API:
+   (the table of ``sparsekit/gpu/mma.py``, :func:`sparsekit.gpu.mma.fragment_coords`);
+2. one warp-level MMA through ``sparsekit/gpu/mma.py``'s intrinsic
+   :func:`sparsekit.gpu.mma.mma_m16n8k16_f16_f32` against NumPy. Numba has no tensor-core API:
    on a GPU the call is one inline-PTX ``mma.sync`` instruction; on the CUDA
    simulator the warp's lanes swap fragments and compute the same product;
 3. why sparse needs densifying: a uniform-sparse ``A`` leaves no all-zero
-   16x16 tile to skip, so ``gpu/uspmm_tc.py`` multiplies densified tiles,
-   zeros included. It is checked against ``reference/uspmm.py``, the wasted
+   16x16 tile to skip, so ``sparsekit/gpu/uspmm_tc.py`` multiplies densified tiles,
+   zeros included. It is checked against ``sparsekit/reference/uspmm.py``, the wasted
    multiply-adds are counted per sparsity, and the H100 timings are quoted
    from ``experiments/results/uspmm_tc.md``;
 4. float32 on tensor cores that only multiply TF32 (10-bit mantissas): split
-   each value into a TF32 big and small part (:func:`gpu.mma.tf32_split`) and
+   each value into a TF32 big and small part (:func:`sparsekit.gpu.mma.tf32_split`) and
    add three products; what the split loses, and why the error bound counts
    the MMAs a product goes through (three for 3xTF32, two with bf16
-   corrections: :func:`gpu.uspmm_tc.error_reduction`), with the H100's
+   corrections: :func:`sparsekit.gpu.uspmm_tc.error_reduction`), with the H100's
    measured errors quoted from ``experiments/results/uspmm_precision.json``.
 
 Without a GPU everything runs on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``)
@@ -49,7 +49,7 @@ SIM_TUNABLES = dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1)
 
 def owner_grid(shape: str, operand: str, rows: int, cols: int) -> np.ndarray:
     """``rows x cols`` array: the lane holding each element of ``operand`` ("a", "b" or "c")."""
-    from gpu.mma import fragment_coords
+    from sparsekit.gpu.mma import fragment_coords
 
     grid = np.full((rows, cols), -1, dtype=int)
     for lane in range(32):
@@ -96,7 +96,7 @@ def quoted_errors(path: Path = PRECISION_RECORD) -> list[dict]:
 def split_demo(rng, kprime: int) -> dict:
     """Step 4's NumPy part: a row of ``kprime`` float32 products computed from TF32 parts, every product and sum
     exact (float64), so only the split's loss shows; errors in u = 2**-24 of ``sum |a b|``."""
-    from gpu.mma import tf32_split
+    from sparsekit.gpu.mma import tf32_split
     a, b = (rng.standard_normal(kprime).astype(np.float32) for _ in range(2))
     (ab, as_), (bb, bs) = tf32_split(a), tf32_split(b)
     f64 = lambda x: x.astype(np.float64)                    # noqa: E731
@@ -118,7 +118,7 @@ def one_mma_kernel():
     global cuda, load_b32, mma_m16n8k16_f16_f32
     from numba import cuda
 
-    from gpu.mma import load_b32, mma_m16n8k16_f16_f32
+    from sparsekit.gpu.mma import load_b32, mma_m16n8k16_f16_f32
 
     @cuda.jit
     def one_mma(a, bt, c, d):
@@ -138,9 +138,9 @@ def one_mma_kernel():
 
 
 def main(quick: bool = False) -> dict:
-    from gpu import mma
-    from gpu import uspmm_tc as tc
-    from reference import uspmm as ru
+    from sparsekit.gpu import mma
+    from sparsekit.gpu import uspmm_tc as tc
+    from sparsekit.reference import uspmm as ru
     from sparsekit.formats import ELL
     from sparsekit.prune import uniform
 
@@ -148,7 +148,7 @@ def main(quick: bool = False) -> dict:
     rng = np.random.default_rng(0)
     out = {}
 
-    # Step 1. The fragment layout: lane l has g = l // 4, t = l % 4 (gpu/mma.py's table).
+    # Step 1. The fragment layout: lane l has g = l // 4, t = l % 4 (sparsekit/gpu/mma.py's table).
     print("Step 1: mma.sync.m16n8k16 fragments (g = lane // 4, t = lane % 4)")
     for lane in (0, 5):
         regs = mma.fragment_coords("m16n8k16", lane)
@@ -171,7 +171,7 @@ def main(quick: bool = False) -> dict:
     err = float(np.abs(d - exact).max())
     scale = float((np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) + np.abs(c)).max())
     assert err <= 16 * np.finfo(np.float32).eps * scale     # float32 accumulation of 16 exact products
-    how = "inline-PTX mma.sync on the GPU" if on_gpu else "gpu/mma.py's simulator fallback"
+    how = "inline-PTX mma.sync on the GPU" if on_gpu else "sparsekit/gpu/mma.py's simulator fallback"
     print(f"\nStep 2: one warp, D = A(16x16 fp16) @ B(16x8 fp16) + C(fp32) via {how}")
     print(f"  max |D - NumPy float64| = {err:.3g} (|A||B|+|C| up to {scale:.3g})")
     out["mma_error"] = err

@@ -4,13 +4,13 @@ What you will learn
 -------------------
 1. ``sparsekit.torch.sparsify_`` replaces a model's ``nn.Linear`` layers with ``SparseLinear``: each row
    keeps its largest weights (uniform sparsity), stored as padded ELL rows, the kept values and their
-   16-bit columns (``reference/spmm_ell_rows.py``): 4 bytes a kept weight against 2 a dense one, so 80 %
+   16-bit columns (``sparsekit/reference/spmm_ell_rows.py``): 4 bytes a kept weight against 2 a dense one, so 80 %
    sparsity stores 0.4 of the dense bytes;
 2. the sparse model computes what the dense model with the pruned weights computes (float32 accumulation);
 3. ``torch.compile(fullgraph=True)`` traces it with no graph break: the product is a custom op
    (``torch.ops.sparsekit.sparse_linear``) with a fake kernel;
 4. fine-tuning keeps the pattern: gradients reach the kept values only;
-5. on a GPU, the decode-sized product runs ``gpu/spmm_ell_rows.py`` (bound by reading the weight) and a
+5. on a GPU, the decode-sized product runs ``sparsekit/gpu/spmm_ell_rows.py`` (bound by reading the weight) and a
    whole decoder runs faster than dense at batch 1: the measured table is quoted from
    ``experiments/results/torch_decoder.md``.
 

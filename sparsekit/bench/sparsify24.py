@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 
 #: Our providers: name -> (dtype, prepare() keywords).
 OURS = {
@@ -44,9 +44,9 @@ def random_weight(rng, shape, dtype):
 
 
 def check_reference(results: dict, providers: dict = OURS) -> bool:
-    """Every provider equals :func:`reference.sparsify24.sparsify24` bit for bit at 256x192 (normal values and
+    """Every provider equals :func:`sparsekit.reference.sparsify24.sparsify24` bit for bit at 256x192 (normal values and
     ties) and repeats identically; one record each under ``results["reference"]``."""
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     rng = np.random.default_rng(0)
     ok_all = True
     for name, (dtype, kw) in providers.items():
@@ -72,7 +72,7 @@ def bench_shape(m: int, k: int, providers: dict, *, copy_bw: float, repeat: int 
     ``baselines``: also PyTorch's tile sparsifier (both metadata layouts) and ``to_sparse_semi_structured``.
     """
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     from sparsekit.timing import measure
     rng = np.random.default_rng(0)
     records = []
@@ -135,7 +135,7 @@ def host_bytes(m: int, k: int) -> int:
     return HOST_BYTES_PER_ELEMENT * m * k + HOST_BYTES_FIXED
 
 
-#: The transposable masks compared: (method, tie order) of :func:`reference.sparsify24.tile_masks`.
+#: The transposable masks compared: (method, tie order) of :func:`sparsekit.reference.sparsify24.tile_masks`.
 MASKS = [("greedy", "index"), ("greedy", "torch"), ("optimal", "index"), ("optimal_full", "index")]
 
 

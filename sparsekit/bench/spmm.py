@@ -78,7 +78,7 @@ def tune_tiles(csr, b, *, parallel: bool = True, tiles=None, repeat: int = 3):
 
     Returns ``(best (tile_n, tile_k), records)``; a record per pair with its median time.
     """
-    from cpu.spmm import TILES, spmm_csr_tiled
+    from sparsekit.cpu.spmm import TILES, spmm_csr_tiled
 
     tiles = TILES if tiles is None else tiles
     recs = []
@@ -95,7 +95,7 @@ def bench_cpu_matrix(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 5, tune
     """One matrix: scipy.sparse, dense BLAS, our rowwise (serial/parallel) and tuned tiled kernel (ms)."""
     import numba
 
-    from cpu.spmm import spmm_csr, spmm_csr_tiled
+    from sparsekit.cpu.spmm import spmm_csr, spmm_csr_tiled
 
     sp = csr.to_scipy()
     t = {"scipy": wall_time(lambda: sp @ b, repeat)[0],
@@ -122,8 +122,8 @@ def bench_cpu_matrix(csr, b: np.ndarray, a: np.ndarray, *, repeat: int = 5, tune
 def gpu_providers(csr, n: int, *, tune: bool = True):
     """Our GPU CSR kernels for ``B`` of ``n`` columns by name -> ``launch(b_dev)``; with ``tune`` the
     grid-searched variants too."""
-    from gpu import spmm as prod
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm as prod
+    from sparsekit.gpu import spmm_lessons as les
     from sparsekit.formats import CSR
 
     d = les.prepare(csr)

@@ -27,7 +27,7 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     ``quick``: the paper's layout of Listing 1, the pipelined kernel and auto only. USpMM-Vec
     with a row-major B (as slow as USpMM there) is timed in Fig. 8 and the sweep. "tensor cores": the
     tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
-    (float32 on a compute capability 9.0 GPU): :mod:`gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``;
+    (float32 on a compute capability 9.0 GPU): :mod:`sparsekit.gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``;
     ``precision="auto"``: bf16 corrections where their bound is no looser than 3xTF32's, K' >= 124), "wgmma
     3xtf32" the same with ``precision="3xtf32"`` pinned (three TF32 products whatever K')."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
@@ -42,7 +42,7 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
         "auto": "auto",
     }
     provs["tensor cores"] = tensor_core()
-    from gpu.uspmm_wgmma import supported
+    from sparsekit.gpu.uspmm_wgmma import supported
     if np.dtype(dtype) == np.float32 and supported():
         provs["wgmma"] = dict(variant="wgmma")                 # its default (a compute capability 9.0 GPU)
         provs["wgmma 3xtf32"] = dict(variant="wgmma", precision="3xtf32")         # the contract's own products
@@ -56,13 +56,13 @@ class Problem:
 
     def __init__(self, m, k, n, sparsity, dtype, *, seed=0, order="C", tf32_a=False):
         """``tf32_a``: A's values rounded to TF32 numbers (as weights from float16 or bfloat16 are:
-        :func:`gpu.uspmm_tc.tf32_exact`)."""
+        :func:`sparsekit.gpu.uspmm_tc.tf32_exact`)."""
         import dataclasses
 
         from numba import cuda
 
-        from gpu.mma import tf32_round
-        from gpu.uspmm import prepare
+        from sparsekit.gpu.mma import tf32_round
+        from sparsekit.gpu.uspmm import prepare
         from sparsekit.tune import make_ell
         self.m, self.k, self.n, self.sparsity, self.dtype, self.order = m, k, n, sparsity, np.dtype(dtype), order
         self.ell = make_ell(m, k, sparsity, dtype, seed=seed)
@@ -95,7 +95,7 @@ class Problem:
 
     def correct(self, got, reduction=None) -> bool:
         """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``) of ``reduction``
-        roundings (default K', a float32 dot product's; :func:`gpu.uspmm_tc.error_reduction` gives the tensor-core
+        roundings (default K', a float32 dot product's; :func:`sparsekit.gpu.uspmm_tc.error_reduction` gives the tensor-core
         kernels' own)."""
         exact, scale = self.exact()
         got = np.asarray(got, dtype=np.float64)
@@ -140,8 +140,8 @@ def vendor_launches(p: Problem, *, coo: bool = True) -> dict:
 
 
 def spmm_launches(p: Problem) -> dict:
-    """Our CSR baselines (gpu/spmm.py) on the same matrix, device-resident."""
-    from gpu import spmm as gs
+    """Our CSR baselines (sparsekit/gpu/spmm.py) on the same matrix, device-resident."""
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
     csr = gs.prepare(CSR.from_dense(p.dense, p.ell.mask()), CSR)
     if p.order != "C":
@@ -164,11 +164,11 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
     """One record per provider for the problem (see the module docstring). ``vendors``: True for
     every baseline, "fast" for cuSPARSE CSR and dense cuBLAS only, False for none; ``tf32_a``: A's values
     rounded to TF32 numbers (:class:`Problem`)."""
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.timing import measure
     p = Problem(m, k, n, sparsity, dtype, seed=seed, tf32_a=tf32_a)
     sol = p.sol_s(device)
-    from gpu.uspmm import resolved
+    from sparsekit.gpu.uspmm import resolved
     launches, chosen = {}, {}
     for name, cfg in (our_providers(dtype) if providers is None else providers).items():
         kw = dict(config=cfg) if isinstance(cfg, str) else dict(cfg)
@@ -205,10 +205,10 @@ def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, rep
 
 def with_precision(cfg: dict, dell) -> dict:
     """``cfg`` with the precision a wgmma setting runs for ``dell`` named (its default ``"auto"`` resolved:
-    :func:`gpu.uspmm_wgmma.auto_precision`), so that records say whether bf16 corrections ran; others unchanged."""
+    :func:`sparsekit.gpu.uspmm_wgmma.auto_precision`), so that records say whether bf16 corrections ran; others unchanged."""
     if cfg.get("variant") != "wgmma" or cfg.get("precision", "auto") != "auto":
         return cfg
-    from gpu.uspmm_wgmma import auto_precision
+    from sparsekit.gpu.uspmm_wgmma import auto_precision
     return dict(cfg, precision=auto_precision(dell))
 
 

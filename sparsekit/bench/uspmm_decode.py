@@ -1,7 +1,7 @@
-"""Uniform-sparse weights at LLM decode shapes: ``gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
+"""Uniform-sparse weights at LLM decode shapes: ``sparsekit/gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
 
 At the batch sizes of decoding (``N`` = 1 to 128 tokens) a linear layer is bound by reading its weight.
-This benchmark times the row kernel of :mod:`gpu.spmm_tiled` (TiledCSL rows: 4 bytes a kept weight) on
+This benchmark times the row kernel of :mod:`sparsekit.gpu.spmm_tiled` (TiledCSL rows: 4 bytes a kept weight) on
 the layer shapes of a Llama-style model (4096 x 4096 attention, 14336 x 4096 and 4096 x 14336 MLP),
 uniform sparsity 50-90 %, float16 and bfloat16, against what a user runs instead: dense cuBLAS in the same
 dtype (``torch.nn.functional.linear``), cuSPARSELt 2:4 at 50 % (``to_sparse_semi_structured``) and
@@ -67,7 +67,7 @@ def sweep(shapes, sparsities, ns, dtypes, *, repeat: int = 15, seed: int = 0, pr
     import torch.nn.functional as F
     from numba import cuda
 
-    from gpu import spmm_tiled
+    from sparsekit.gpu import spmm_tiled
     from sparsekit.timing import measure, measured_bandwidth
 
     bandwidth = measured_bandwidth()

@@ -13,7 +13,7 @@ mask keeps on a random fp16 weight of that shape
 """
 from __future__ import annotations
 
-from reference.sparsify24 import ALIGN
+from sparsekit.reference.sparsify24 import ALIGN
 from sparsekit.cli_types import MAX_SIDE, declare_host_memory, integer, repeat, seed
 
 #: Rows and columns of the weight: multiples of the sparsifier's alignment up to the shared MAX_SIDE (their

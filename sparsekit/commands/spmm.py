@@ -7,9 +7,9 @@
 The matrix is read by :func:`sparsekit.io.read_matrix` (``.smtx`` patterns get
 seeded N(0, 1) values; ``.mtx`` values are kept, as float32); ``B`` is an
 N(0, 1) ``K x n`` float32 matrix with the same seed. On the CPU it times
-``scipy.sparse``, dense BLAS and our kernels (``cpu/spmm.py``: rowwise serial
+``scipy.sparse``, dense BLAS and our kernels (``sparsekit/cpu/spmm.py``: rowwise serial
 and parallel, the tiled kernel after a grid search over tile sizes); on a GPU
-also the lesson kernels (``gpu/spmm_lessons.py``), ``gpu/spmm.py`` and
+also the lesson kernels (``sparsekit/gpu/spmm_lessons.py``), ``sparsekit/gpu/spmm.py`` and
 cuSPARSE/cuBLAS through PyTorch. Every row says whether the result is correct
 (within the float32 accumulation bound against a float64 product).
 """

@@ -3,7 +3,7 @@
     sparsekit bench uspmm-decode --quick
     sparsekit bench uspmm-decode --dtype bfloat16 --out results/
 
-Times the row kernel of ``gpu/spmm_tiled.py`` on 4096x4096, 14336x4096 and 4096x14336 weights pruned
+Times the row kernel of ``sparsekit/gpu/spmm_tiled.py`` on 4096x4096, 14336x4096 and 4096x14336 weights pruned
 uniformly to 50-90 %, N = 1 to 64, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR (PyTorch); prints
 the table and the crossover (largest N faster than dense), writes ``uspmm_decode.json`` and a plot to
 ``--out``. Needs a GPU and PyTorch.

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
+from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
 from sparsekit.torch.ops import dense_weight, forward, register, sparse_linear
 
@@ -44,7 +44,7 @@ def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> tuple[torch
 
 class SparseLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` (``out x in``) stored as its kept entries only, as padded ELL rows
-    (``reference/spmm_ell_rows.py``): ``values`` (the trainable Parameter, ``out x width``) and ``indices``
+    (``sparsekit/reference/spmm_ell_rows.py``): ``values`` (the trainable Parameter, ``out x width``) and ``indices``
     (a buffer, int16 bits of each entry's column; ``in_features`` marks padding), ``width`` the longest row
     rounded up to a multiple of 8. 4 bytes a kept weight in float16/bfloat16; nothing else is stored.
 

@@ -1,14 +1,14 @@
 """The sparse linear product as a ``torch.library`` custom op, with a fake (meta) kernel and autograd.
 
 ``sparsekit::sparse_linear(x, values, indices, in_features, weight_id)`` is ``y = x @ W^T`` for a weight
-``W`` (``M x K``) held as padded ELL rows (``reference/spmm_ell_rows.py``): ``values`` and ``indices``
+``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell_rows.py``): ``values`` and ``indices``
 (``M x W``, ``W`` a multiple of 8; column ``K`` marks padding; columns are read as unsigned 16-bit).
 
-* CUDA, float16/bfloat16, ``N <= KERNEL_MAX_N``: :func:`gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by
+* CUDA, float16/bfloat16, ``N <= KERNEL_MAX_N``: :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by
   reading the weight's 4 bytes a kept entry; its launches are recorded once per (weight, ``N``) and replayed
   with ``cuLaunchKernel`` on torch's current stream (:mod:`sparsekit.launch`): no host sync, no allocation
   outside torch's allocator, so a CUDA graph can capture it.
-* CUDA, wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`gpu.spmm_ell_rows.densify_ell_rows`,
+* CUDA, wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`,
   recorded the same way, or torch's scatter for float32) and dense GEMM (cuBLAS); nothing dense is kept.
 * CPU: torch ops on the densified weight with float32 accumulation (float64 stays float64: ``gradcheck``).
 
@@ -52,7 +52,7 @@ class Prepared:
     buffers they point at; dropped with its layer."""
 
     def __init__(self):
-        from gpu.launch import Buffers
+        from sparsekit.gpu.launch import Buffers
 
         self.plans: dict = {}
         self.buffers = Buffers()
@@ -77,7 +77,7 @@ class Prepared:
         key = (x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
 
         def product():
-            from gpu.spmm_ell_rows import spmm_ell_rows_linear
+            from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
 
             return lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t.detach(),
                                                   buffers=self.buffers)
@@ -93,7 +93,7 @@ class Prepared:
         key = ("dense", v.dtype, v.get_device(), v.data_ptr(), indices.data_ptr())
 
         def product():
-            from gpu.spmm_ell_rows import densify_ell_rows
+            from sparsekit.gpu.spmm_ell_rows import densify_ell_rows
 
             return lambda t: densify_ell_rows(t, indices, in_features)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from numba import cuda, types
 
-from gpu import sparsify24
+from sparsekit.gpu import sparsify24
 from sparsekit import numba_compat, numba_patches, offline
 
 
@@ -100,20 +100,20 @@ _REPORT = ("from numba.cuda import lowering; from sparsekit import numba_patches
 
 
 def test_importing_gpu_installs_the_lowering_replacement_and_nothing_before():
-    """Where gpu/__init__.py documents it: sparsekit alone replaces nothing, importing gpu installs it."""
+    """Where sparsekit/gpu/__init__.py documents it: sparsekit alone replaces nothing, importing gpu installs it."""
     assert _installed_after(_REPORT) == "{'fast_lowering': False} False"
-    assert _installed_after("import gpu; " + _REPORT) == "{'fast_lowering': True} True"
+    assert _installed_after("import sparsekit.gpu; " + _REPORT) == "{'fast_lowering': True} True"
 
 
 def test_importing_gpu_under_the_simulator_installs_the_simulator_replacements():
-    report = ("import gpu; from numba.cuda.simulator import kernel, kernelapi; from sparsekit import simulator; "
+    report = ("import sparsekit.gpu; from numba.cuda.simulator import kernel, kernelapi; from sparsekit import simulator; "
               "print(kernel.BlockManager.run is simulator._run_block, "
               "kernelapi.FakeCUDAShared.array is simulator._shared_array)")
     assert _installed_after(report, NUMBA_ENABLE_CUDASIM="1") == "True True"
 
 
 def test_the_switch_keeps_numba_cuda_s_own_code():
-    assert _installed_after("import gpu; " + _REPORT,
+    assert _installed_after("import sparsekit.gpu; " + _REPORT,
                             **{numba_patches.SWITCH: "0"}) == "{'fast_lowering': False} False"
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from numba import types
 
-from gpu.persistent_rnn import _kernel
+from sparsekit.gpu.persistent_rnn import _kernel
 from sparsekit import offline
 
 NPT, TPR, BATCH, WORDS = 6, 8, 4, 8
@@ -254,7 +254,7 @@ def test_copies_stores(dtype, scalar):
 @pytest.mark.filterwarnings("ignore:Not adding")
 def test_vector_preset_stores_16_bytes():
     """preset='vector': one st.global.v4.u32 per thread (and the scalar tail)."""
-    from gpu.persistent_rnn import _fill_words
+    from sparsekit.gpu.persistent_rnn import _fill_words
     ptx = offline.lto_ptx(_fill_words, (types.Array(types.uint32, 1, "C"), types.uint32))
     assert len(re.findall(r"st\.global\.v4\.u32", ptx)) == 1
 

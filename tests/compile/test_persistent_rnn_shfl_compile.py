@@ -1,4 +1,4 @@
-"""``reduce="shfl"``: the warp-shuffle reduction of gpu/persistent_rnn.py, checked without a GPU.
+"""``reduce="shfl"``: the warp-shuffle reduction of sparsekit/gpu/persistent_rnn.py, checked without a GPU.
 
 The simulator has no shuffles (docs/numba_notes.md), so there the kernels run the
 shared-memory reduction. Here the kernel's own device functions
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from numba import types
 
-import gpu.persistent_rnn as gpu_rnn
+import sparsekit.gpu.persistent_rnn as gpu_rnn
 from sparsekit import offline
 
 

@@ -19,7 +19,7 @@ import re
 import pytest
 from numba import cuda, types
 
-from gpu import sparsify24 as g
+from sparsekit.gpu import sparsify24 as g
 from sparsekit import offline
 
 

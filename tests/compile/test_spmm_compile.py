@@ -1,4 +1,4 @@
-"""The SpMM baseline kernels (gpu/spmm.py) compile for sm_80 and sm_90 offline, float32 and float16, and the
+"""The SpMM baseline kernels (sparsekit/gpu/spmm.py) compile for sm_80 and sm_90 offline, float32 and float16, and the
 CSR kernels for bfloat16 (uint16 bits: ``bf16=True``)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from numba import cuda, types
 
-from gpu import spmm as gs
+from sparsekit.gpu import spmm as gs
 
 CCS = [(8, 0), (9, 0)]
 VALUE_TYPES = [types.float32, types.float16]

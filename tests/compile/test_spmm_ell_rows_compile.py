@@ -1,11 +1,11 @@
-"""gpu/spmm_ell_rows.py compiles for sm_80 and sm_90 offline: values and columns read 16 bytes at a time,
+"""sparsekit/gpu/spmm_ell_rows.py compiles for sm_80 and sm_90 offline: values and columns read 16 bytes at a time,
 ``x^T``'s rows too once staged (``N >= 2``), the warp sum by five shuffles a column, no stack."""
 from __future__ import annotations
 
 import pytest
 from numba import types
 
-from gpu import spmm_ell_rows as ser
+from sparsekit.gpu import spmm_ell_rows as ser
 from sparsekit import offline
 
 CCS = [(8, 0), (9, 0)]

@@ -1,4 +1,4 @@
-"""Every lesson kernel of gpu/spmm_lessons.py compiles for sm_80 and sm_90 offline, and the
+"""Every lesson kernel of sparsekit/gpu/spmm_lessons.py compiles for sm_80 and sm_90 offline, and the
 PTX shows what each lesson claims (shared-memory staging, atomics, where ACC lives)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 import pytest
 from numba import cuda, types
 
-from gpu import spmm_lessons as les
+from sparsekit.gpu import spmm_lessons as les
 
 CCS = [(8, 0), (9, 0)]
 I32 = types.Array(types.int32, 1, "C")

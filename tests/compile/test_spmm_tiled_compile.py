@@ -1,4 +1,4 @@
-"""gpu/spmm_tiled.py compiles for sm_80 and sm_90 offline, and the post-LTO PTX shows what it relies on:
+"""sparsekit/gpu/spmm_tiled.py compiles for sm_80 and sm_90 offline, and the post-LTO PTX shows what it relies on:
 
 * tiles: ``mma.sync`` m16n8k16 in the value dtype (f16 or bf16) with float32 accumulators, A fragments
   and B fragments by ``ldmatrix`` (transposed for a row-major ``B``), words and B slices copied by
@@ -16,7 +16,7 @@ import re
 import pytest
 from numba import types
 
-from gpu import spmm_tiled as st
+from sparsekit.gpu import spmm_tiled as st
 from sparsekit import offline
 
 CCS = [(8, 0), (9, 0)]

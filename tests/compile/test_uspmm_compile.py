@@ -7,7 +7,7 @@ import re
 import pytest
 from numba import types
 
-from gpu import uspmm as gu
+from sparsekit.gpu import uspmm as gu
 from sparsekit import offline
 
 CCS = [(8, 0), (9, 0)]

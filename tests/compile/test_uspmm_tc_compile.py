@@ -20,7 +20,7 @@ import re
 import pytest
 from numba import types
 
-from gpu import uspmm_tc as tc
+from sparsekit.gpu import uspmm_tc as tc
 from sparsekit import offline
 from sparsekit.checks import BFLOAT16
 
@@ -103,7 +103,7 @@ def test_compiles_to_mma_in_registers(cc, dtype, cfg):
 
 def loop_body(ptx: str, ksplit: bool = False, kgroups: int = 1) -> list[str]:
     """The PTX instructions of one K chunk: between the main loop's ``bar.sync`` and the one before
-    (the last two; with a K split, :func:`gpu.uspmm.split_sum`'s two barriers follow; with K groups,
+    (the last two; with a K split, :func:`sparsekit.gpu.uspmm.split_sum`'s two barriers follow; with K groups,
     the groups' sum's one)."""
     lines = [x.strip() for x in ptx.splitlines()]
     bars = [i for i, x in enumerate(lines) if x.startswith("bar.sync")]

@@ -18,8 +18,8 @@ import re
 import pytest
 from numba import types
 
-from gpu import uspmm_wgmma as wg
-from gpu import wgmma
+from sparsekit.gpu import uspmm_wgmma as wg
+from sparsekit.gpu import wgmma
 from sparsekit import offline
 
 SM90A = (9, 0, "a")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu.launch import INT32_MAX
+from sparsekit.gpu.launch import INT32_MAX
 from sparsekit import formats
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +26,7 @@ def _ell(rng) -> formats.ELL:
 
 def test_largest_b_is_right_where_the_offsets_are_largest():
     torch = pytest.importorskip("torch", reason="fills 8 GiB on the device")
-    from gpu import uspmm
+    from sparsekit.gpu import uspmm
 
     assert K * N <= INT32_MAX < K * (N + 1)
     ell = _ell(np.random.default_rng(0))
@@ -46,7 +46,7 @@ def test_largest_b_is_right_where_the_offsets_are_largest():
 
 def test_one_column_more_is_refused_before_allocating():
     torch = pytest.importorskip("torch")
-    from gpu import uspmm
+    from sparsekit.gpu import uspmm
 
     b = torch.empty(K, N + 1, device="cuda", dtype=torch.float32)
     free = torch.cuda.mem_get_info()[0]

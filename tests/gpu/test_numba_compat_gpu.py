@@ -50,7 +50,7 @@ def test_the_cluster_launch_through_numba_s_packing(mode):
     guarded accessors): where the driver takes the mode, every block sees its cluster rank, size and id."""
     if cuda.get_current_device().compute_capability < (9, 0):
         pytest.skip("thread-block clusters need compute capability 9.0")
-    from gpu.cluster import _expected, cluster_probe
+    from sparsekit.gpu.cluster import _expected, cluster_probe
     try:
         got = cluster_probe(8, 2, mode)
     except Exception as err:                  # a launch form this driver refuses (launch_mode tries the next)
@@ -59,7 +59,7 @@ def test_the_cluster_launch_through_numba_s_packing(mode):
 
 
 def test_importing_gpu_installed_the_lowering_replacement():
-    import gpu  # noqa: F401  (the import under test)
+    import sparsekit.gpu  # noqa: F401  (the import under test)
     if numba_patches.enabled():
         assert numba_patches.installed() == {"fast_lowering": True}
     else:

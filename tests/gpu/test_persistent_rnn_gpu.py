@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from gpu import persistent_rnn as gpu_rnn
-from reference import persistent_rnn as ref_rnn
+from sparsekit.gpu import persistent_rnn as gpu_rnn
+from sparsekit.reference import persistent_rnn as ref_rnn
 from sparsekit import prune
 from sparsekit.rnn_layout import balance, bank_aware
 
@@ -253,7 +253,7 @@ RING_CLUSTER = [
 def test_cluster_probe_shows_clusters():
     """gpu.cluster.launch runs a kernel in clusters: each block sees rank blockIdx % size, the cluster size,
     and cluster id blockIdx // size (the launch mode is the one gpu.cluster.launch_mode found)."""
-    from gpu.cluster import cluster_probe, launch_mode
+    from sparsekit.gpu.cluster import cluster_probe, launch_mode
     print("cluster launch mode:", launch_mode())
     for size in (2, 4, 8, 16):
         got = cluster_probe(128, size)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 
 pytestmark = pytest.mark.gpu
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 
 pytestmark = pytest.mark.gpu
 FIELDS = ("tile_masks", "packed", "meta", "packed_t", "meta_t")
@@ -30,7 +30,7 @@ CASES = [(m, t, d, s) for m, t in OPTIONS for d in (np.float16, np.float32) for 
 @pytest.mark.parametrize("method,ties,dtype,shape", CASES)
 def test_real_shapes_equal_reference_and_repeat_bit_identical(method, ties, dtype, shape):
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     want = ref.sparsify24(w, method=method, ties=ties)
     dev = cuda.to_device(w)
@@ -45,7 +45,7 @@ def test_real_shapes_equal_reference_and_repeat_bit_identical(method, ties, dtyp
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_non_finite_device_input_is_an_error(value):
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = np.ones((256, 256), np.float16)
     w[200, 3] = value
     with pytest.raises(ValueError, match="must be finite"):
@@ -58,7 +58,7 @@ def test_masks_and_packing_equal_pytorch_tile_sparsifier(shape):
     if torch is None:
         pytest.skip("needs PyTorch with CUDA (the baseline being compared)")
     from numba import cuda
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     m, k = shape
     w = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(0))
     packed, meta, packed_t, meta_t, tmasks = torch._sparse_semi_structured_tile(
@@ -88,7 +88,7 @@ def test_torch_tensor_in_gives_torch_tensors_out():
     torch = _torch()
     if torch is None:
         pytest.skip("needs PyTorch with CUDA")
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = torch.randn(64, 64, device="cuda", dtype=torch.float16)
     s = gpu.sparsify24(w)
     assert isinstance(s.packed, torch.Tensor) and s.packed.shape == (64, 32) and s.meta.shape == (64, 4)
@@ -99,7 +99,7 @@ def test_misaligned_fp16_device_input_is_an_error():
     torch = _torch()
     if torch is None:
         pytest.skip("needs PyTorch with CUDA (an offset view of a device buffer)")
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
     w = torch.zeros(64 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(64, 64)   # 2 bytes off
     with pytest.raises(ValueError, match="16-byte boundary"):
         gpu.sparsify24(w)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference import sparsify24 as ref
+from sparsekit.reference import sparsify24 as ref
 
 pytestmark = pytest.mark.gpu
 SIDE = 65536            # SIDE x SIDE float16 = 2**32 elements, gpu.sparsify24.MAX_ELEMENTS[16]
@@ -26,7 +26,7 @@ def test_largest_float16_weight_is_right_past_2_to_the_31_elements():
         pytest.skip("needs PyTorch with CUDA (to fill 8 GiB on the device)")
     from numba import cuda
 
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
 
     assert gpu.MAX_ELEMENTS[16] == SIDE * SIDE
     w = torch.randn(SIDE, SIDE, device="cuda", dtype=torch.float16, generator=torch.Generator("cuda").manual_seed(0))
@@ -47,7 +47,7 @@ def test_one_row_block_more_is_refused_before_allocating():
         pytest.skip("needs PyTorch with CUDA")
     from numba import cuda
 
-    from gpu import sparsify24 as gpu
+    from sparsekit.gpu import sparsify24 as gpu
 
     w = torch.empty(SIDE + 32, SIDE, device="cuda", dtype=torch.float16)
     free = torch.cuda.mem_get_info()[0]

@@ -1,4 +1,4 @@
-"""gpu/spmm_ell_rows.py on a real GPU at decode shapes (a 14336 x 4096 MLP weight among them): the linear
+"""sparsekit/gpu/spmm_ell_rows.py on a real GPU at decode shapes (a 14336 x 4096 MLP weight among them): the linear
 product for N = 1 to 64 by both kernels (x^T in shared memory, and through L1), float16 and bfloat16, within float32 accumulation of the exact product and
 repeated bit-identically; the densified weight exact; torch tensors in and out."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from reference.spmm_ell_rows import densify_ell_rows as densify_ref
-from reference.spmm_ell_rows import ell_rows_from_dense
+from sparsekit.reference.spmm_ell_rows import densify_ell_rows as densify_ref
+from sparsekit.reference.spmm_ell_rows import ell_rows_from_dense
 
 pytestmark = pytest.mark.gpu
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -28,7 +28,7 @@ def rows(m, k, sparsity, dtype, seed=0):
 @pytest.mark.parametrize("n", [1, 5, 8, 16, 64])
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "l1"])
 def test_linear_matches_exact_product_and_repeats(dtype, shape, n, shared):
-    from gpu.spmm_ell_rows import spmm_ell_rows_linear
+    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
 
     m, k = shape
     w, values, indices = rows(m, k, 0.8, dtype)
@@ -49,7 +49,7 @@ def test_linear_matches_exact_product_and_repeats(dtype, shape, n, shared):
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=str)
 def test_densify_is_exact(dtype):
-    from gpu.spmm_ell_rows import densify_ell_rows
+    from sparsekit.gpu.spmm_ell_rows import densify_ell_rows
 
     w, values, indices = rows(2048, 5000, 0.7, dtype, seed=2)
     assert np.array_equal(densify_ell_rows(values, indices, 5000).view(np.uint16), w.view(np.uint16))
@@ -58,7 +58,7 @@ def test_densify_is_exact(dtype):
 
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch", reason="the torch case needs the optional torch extra")
-    from gpu.spmm_ell_rows import densify_ell_rows, spmm_ell_rows_linear
+    from sparsekit.gpu.spmm_ell_rows import densify_ell_rows, spmm_ell_rows_linear
 
     w, values, indices = rows(512, 1024, 0.8, np.float16, seed=3)
     tv, ti = torch.from_numpy(values).cuda(), torch.from_numpy(indices.view(np.int16)).cuda()

@@ -1,4 +1,4 @@
-"""gpu/spmm.py's CSR kernels at real suite shapes on a real GPU: the warp-per-row kernel and the
+"""sparsekit/gpu/spmm.py's CSR kernels at real suite shapes on a real GPU: the warp-per-row kernel and the
 staged kernel (several warps per row, vector loads) equal a float64 product within the float32
 bound, are bit-identical across runs (no atomics), and keep PyTorch inputs on the device."""
 from __future__ import annotations
@@ -38,7 +38,7 @@ def problem(shape):
 def test_csr_correct_and_deterministic(shape, name):
     from numba import cuda
 
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
 
     csr, b, _, check = problem(shape)
@@ -52,7 +52,7 @@ def test_csr_correct_and_deterministic(shape, name):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_staged_torch_in_torch_out(shape):
     torch = pytest.importorskip("torch")
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
 
     csr, b, _, check = problem(shape)
     tb = torch.as_tensor(b, device="cuda")
@@ -63,8 +63,8 @@ def test_staged_torch_in_torch_out(shape):
 
 @pytest.mark.parametrize("shape", SHAPES[1:], ids=lambda s: "x".join(map(str, s)))
 def test_staged_float16(shape):
-    from gpu import spmm as gs
-    from reference.spmm import spmm_csr
+    from sparsekit.gpu import spmm as gs
+    from sparsekit.reference.spmm import spmm_csr
     from sparsekit.formats import CSR
     from tests.test_spmm import assert_fp32_accumulated
 
@@ -78,7 +78,7 @@ def test_staged_float16(shape):
 def test_vector_load_refuses_misaligned_b():
     from numba import cuda
 
-    from gpu import spmm as gs
+    from sparsekit.gpu import spmm as gs
     from sparsekit.formats import CSR
 
     a = CSR.from_dense(np.eye(3, dtype=np.float32))

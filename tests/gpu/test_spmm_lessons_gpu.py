@@ -27,7 +27,7 @@ def problem(request):
 def test_lesson_correct_at_suite_shapes(problem, name):
     from numba import cuda
 
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm_lessons as les
 
     csr, b, check = problem
     fn = dict((n, f) for n, f, _ in les.LESSONS)[name]
@@ -44,7 +44,7 @@ def test_lesson_correct_at_suite_shapes(problem, name):
 
 def test_torch_input_comes_back_as_torch(problem):
     torch = pytest.importorskip("torch")
-    from gpu import spmm_lessons as les
+    from sparsekit.gpu import spmm_lessons as les
 
     csr, b, check = problem
     tb = torch.as_tensor(b, device="cuda")

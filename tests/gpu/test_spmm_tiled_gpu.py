@@ -1,4 +1,4 @@
-"""gpu/spmm_tiled.py on a real GPU at decode shapes: both kernels, both forms, float16 and bfloat16, against
+"""sparsekit/gpu/spmm_tiled.py on a real GPU at decode shapes: both kernels, both forms, float16 and bfloat16, against
 the float32 reference; repeated runs bit-identical (the split-K partials are added in split order); inputs
 as NumPy arrays and as PyTorch tensors (the result comes back as a tensor, no copy)."""
 from __future__ import annotations
@@ -37,7 +37,7 @@ def check(got, a, b):
 @pytest.mark.parametrize("n", [1, 8, 13, 32, 64])
 def test_matches_reference_and_repeats(dtype, tile, rows_per_warp, n):
     """K = 3000 cuts the last tile (the 16-byte copies of B zero-fill past K); 80 % uniform sparsity."""
-    from gpu import spmm_tiled as gt
+    from sparsekit.gpu import spmm_tiled as gt
     m, k = 1000, 3000
     rows, cols, vals = weight(m, k, 0.8, dtype)
     a = TiledCSL.from_coords(rows, cols, vals, (m, k), tile=TiledCSL.row_tile(k) if tile is None else tile)
@@ -56,7 +56,7 @@ def test_matches_reference_and_repeats(dtype, tile, rows_per_warp, n):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_torch_tensors_in_and_out(dtype):
     torch = pytest.importorskip("torch", reason="PyTorch is an optional extra")
-    from gpu import spmm_tiled as gt
+    from sparsekit.gpu import spmm_tiled as gt
     nd = np.dtype(np.float16) if dtype == "float16" else BF16
     m, k = 512, 1024
     a = TiledCSL.from_coords(*weight(m, k, 0.7, nd), (m, k), tile=TiledCSL.row_tile(k))

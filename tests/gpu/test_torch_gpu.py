@@ -46,7 +46,7 @@ def test_layer_equals_pruned_dense(dtype, n, pattern):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [1, 8, 64])
 def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n):
-    from gpu.spmm_ell_rows import densify_ell_rows, spmm_ell_rows_linear
+    from sparsekit.gpu.spmm_ell_rows import densify_ell_rows, spmm_ell_rows_linear
 
     layer = _layer(dtype, seed=3)
     x = torch.randn(n, 1024, device="cuda", dtype=dtype)

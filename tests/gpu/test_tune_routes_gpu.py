@@ -18,7 +18,7 @@ PROBLEMS = [(1024, 1024, 1024, 0.6, "float32", "C"), (1024, 1024, 1024, 0.6, "fl
 def _problem(m, k, n, sparsity, dtype, order):
     from numba import cuda
 
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     from sparsekit.checks import BFLOAT16
     from sparsekit.tune import make_ell
     dtype = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
@@ -34,8 +34,8 @@ def _host(c) -> np.ndarray:
 
 @pytest.mark.parametrize("m,k,n,sparsity,dtype,order", PROBLEMS, ids=str)
 def test_auto_runs_the_routed_setting_once_resolved(m, k, n, sparsity, dtype, order, tmp_path, monkeypatch):
-    import gpu.uspmm as gu
-    from gpu.uspmm_wgmma import supported
+    import sparsekit.gpu.uspmm as gu
+    from sparsekit.gpu.uspmm_wgmma import supported
     from sparsekit.router import heuristic
     from sparsekit.timing import dispatch_overhead
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))     # no tuned winner: the router

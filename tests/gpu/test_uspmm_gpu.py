@@ -39,7 +39,7 @@ def problem(request):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{v}" for v in c.values()))
 def test_real_shapes_correct_and_bit_identical(problem, cfg):
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     first = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
     again = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
     assert problem.correct(first)
@@ -49,7 +49,7 @@ def test_real_shapes_correct_and_bit_identical(problem, cfg):
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm, uspmm_linear
+    from sparsekit.gpu.uspmm import uspmm, uspmm_linear
     p = Problem(256, 300, 64, 0.7, np.float32)
     b = torch.from_numpy(p.b_host).cuda()
     c = uspmm(p.dell, b, config="auto")
@@ -71,7 +71,7 @@ def test_split_bit_identical_over_many_launches():
     """Which block of an output tile finishes last changes from launch to launch on the GPU; the
     partials are summed in one order whatever it is: 20 launches, one bit pattern."""
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     p = Problem(1024, 1024, 128, 0.6, np.float32)
     for cfg in (dict(variant="dense_tile", nwarp=8, rows_per_warp=4, cols_per_lane=4, kc=16, min_blocks=2, splits=8),
                 dict(variant="direct", nwarp=4, rows_per_warp=2, cols_per_lane=4, unroll=4, splits=8)):
@@ -87,7 +87,7 @@ def test_warp_split_resnet50_layers_bit_identical(m, k, dtype):
     """ResNet-50 layer shapes of the Table 1 analog (N = 128, 81%): correct, and 20 launches (warps of a
     block finishing in varying order) give one bit pattern: the partials are summed in a fixed order."""
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm import uspmm
     p = Problem(m, k, 128, 0.81, dtype)
     for cfg in (dict(variant="warp_split", nwarp=8, rows_per_warp=2, cols_per_lane=4, unroll=8),
                 dict(variant="warp_split", nwarp=16, rows_per_warp=1, cols_per_lane=4, unroll=4),
@@ -121,7 +121,7 @@ def test_bench_and_tune_commands(tmp_path, monkeypatch, capsys):
     """``sparsekit bench uspmm`` times every provider on a toy problem, each result correct (exit 0; with
     ``--tf32-weights`` too), and
     ``sparsekit tune`` caches a winner for the problem (their no-GPU refusal: tests/test_uspmm.py)."""
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     from sparsekit import tune
     from sparsekit.cli import main
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "cache.json"))

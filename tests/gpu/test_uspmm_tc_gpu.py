@@ -1,4 +1,4 @@
-"""gpu/mma.py and gpu/uspmm_tc.py on a real GPU: the inline-PTX instructions against NumPy, and
+"""sparsekit/gpu/mma.py and sparsekit/gpu/uspmm_tc.py on a real GPU: the inline-PTX instructions against NumPy, and
 the tensor-core USpMM at real sizes against a float64 product (float16, bfloat16, float32), repeats bit-identical."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_to_tf32_is_bit_exact():
     """cvt.rna.tf32.f32 against the NumPy model: random bit patterns (every exponent, subnormals
     included), exact ties, and the top of the range."""
     import mma_probes
-    from gpu import mma
+    from sparsekit.gpu import mma
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
     ties = (rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32) & ~np.uint32(0x1FFF)) | np.uint32(0x1000)
@@ -41,7 +41,7 @@ def _bit_identical_within_bounds(problem, **tunables):
     """Two runs of the kernel on ``problem`` (``sparsekit.bench.uspmm.Problem``): bit-identical, within
     the kernel's own bound (``error_reduction``, float32 accumulation, C rounded once) and within the
     benchmark's ``Problem.correct`` (the CUDA-core kernels' bound)."""
-    from gpu.uspmm_tc import error_reduction, uspmm
+    from sparsekit.gpu.uspmm_tc import error_reduction, uspmm
     first = uspmm(problem.dell, problem.b, **tunables).copy_to_host()
     again = uspmm(problem.dell, problem.b, **tunables).copy_to_host()
     assert (first.view(np.uint8) == again.view(np.uint8)).all()
@@ -64,7 +64,7 @@ def test_mma_f16_matches_numpy():
 
 def test_mma_tf32_matches_numpy():
     import mma_probes
-    from gpu import mma
+    from sparsekit.gpu import mma
     rng = np.random.default_rng(2)
     nb = 64
     a = rng.standard_normal((nb, 16, 8)).astype(np.float32)
@@ -104,12 +104,12 @@ def test_real_shapes_correct_and_bit_identical(problem, which):
                                                   (1024, 1024, 128, 0.6, np.float16),     # small grid: K split
                                                   (1024, 1024, 1024, 0.6, np.float32)])
 def test_auto_routes_to_tensor_cores(m, k, n, sparsity, dtype):
-    """``gpu.uspmm.uspmm(config="heuristic")`` (what ``auto`` runs without a tuning cache) is the
+    """``sparsekit.gpu.uspmm.uspmm(config="heuristic")`` (what ``auto`` runs without a tuning cache) is the
     tensor-core kernel's result at the heuristic's setting, bit for bit, and correct (on a cc 9.0 GPU the float32
     one-wave grid goes to the wgmma kernel, ``sparsekit.tune.WGMMA_WAVE``)."""
     from sparsekit.bench.uspmm import Problem
-    from gpu import uspmm_tc, uspmm_wgmma
-    from gpu.uspmm import uspmm as uspmm_auto
+    from sparsekit.gpu import uspmm_tc, uspmm_wgmma
+    from sparsekit.gpu.uspmm import uspmm as uspmm_auto
     from sparsekit.tune import heuristic
     p = Problem(m, k, n, sparsity, dtype)
     cfg = heuristic(m, k, n, p.dell.host.kprime, dtype, "C", wgmma=uspmm_wgmma.supported())
@@ -124,7 +124,7 @@ def test_auto_routes_to_tensor_cores(m, k, n, sparsity, dtype):
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm_tc import uspmm
+    from sparsekit.gpu.uspmm_tc import uspmm
     p = Problem(256, 300, 64, 0.7, np.float16)
     c = uspmm(p.dell, torch.from_numpy(p.b_host).cuda())
     assert isinstance(c, torch.Tensor) and c.is_cuda and c.dtype == torch.float16
@@ -133,7 +133,7 @@ def test_torch_tensors_in_and_out():
 
 def test_ldmatrix_trans_matches_model():
     import mma_probes
-    from gpu import mma
+    from sparsekit.gpu import mma
     tile = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float16)
     out = np.zeros(128, dtype=np.uint32)
     mma_probes.ldmatrix_probe[1, 32](tile.ravel(), out)
@@ -193,7 +193,7 @@ def test_lean_is_bit_identical_to_plain(problem, which):
     """``lean=True`` changes instructions, not arithmetic: its result equals ``lean=False``'s bit for bit
     (and so is within the bounds; repeats bit-identical) on the real problems, odd N included (the
     element-wise B path keeps its plain copies, the entries' copies are lean)."""
-    from gpu.uspmm_tc import uspmm
+    from sparsekit.gpu.uspmm_tc import uspmm
     cfg = lean_configs(problem.dtype.name)[which]
     _bit_identical_within_bounds(problem, lean=True, **cfg)
     lean = uspmm(problem.dell, problem.b, lean=True, **cfg).copy_to_host()
@@ -209,7 +209,7 @@ def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, mon
     three-MMA kernel bit for bit (so within its bounds; repeats bit-identical), on the lean settings (the default,
     the routed one-wave and many-wave ones) and odd N."""
     from sparsekit.bench.uspmm import Problem
-    from gpu import uspmm_tc as tc
+    from sparsekit.gpu import uspmm_tc as tc
     p = Problem(*shape, "float32", seed=8, tf32_a=True)
     assert tc.tf32_exact(p.dell)
     cfg = dict(lean_configs("float32")[which], lean=True)
@@ -223,7 +223,7 @@ def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, mon
 @pytest.fixture(scope="module")
 def bf16_weight():
     """A 4096 x 4096 bfloat16 weight pruned to 80% uniform sparsity: the ELL, prepared once, and its float64 dense."""
-    from gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm import prepare
     from sparsekit.tune import make_ell
     ell = make_ell(4096, 4096, 0.8, BF16, seed=3)
     return ell, prepare(ell), ell.to_dense().astype(np.float64)
@@ -232,11 +232,11 @@ def bf16_weight():
 @pytest.mark.parametrize("n", [128, 512])
 def test_bfloat16_correct_and_bit_identical(bf16_weight, n, tmp_path, monkeypatch):
     """bfloat16 past the decode kernel's N on a 4096 x 4096 80% weight, at the defaults and at the routed setting:
-    against the float64 product within float32 accumulation (:func:`gpu.uspmm_tc.error_reduction`'s K' roundings,
+    against the float64 product within float32 accumulation (:func:`sparsekit.gpu.uspmm_tc.error_reduction`'s K' roundings,
     unit 2**-23: the tensor core truncates its sums) plus one rounding to bfloat16 (2**-8 of the float32 sum, nearest
     even); two runs bit-identical; ``config="auto"`` (no tuned winner) is the routed launch, bit for bit."""
-    from gpu import uspmm_tc as tc
-    from gpu.uspmm import uspmm
+    from sparsekit.gpu import uspmm_tc as tc
+    from sparsekit.gpu.uspmm import uspmm
     from sparsekit.tune import heuristic
     monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(tmp_path / "uspmm.json"))
     ell, dell, dense = bf16_weight
@@ -265,8 +265,8 @@ def test_bfloat16_torch_tensors_in_and_out():
     """A ``torch.bfloat16`` B (viewed as its bits, no copy) gives a ``torch.bfloat16`` C on the device: the NumPy
     call's bits."""
     torch = pytest.importorskip("torch", reason="PyTorch is an optional extra")
-    from gpu.uspmm import prepare
-    from gpu.uspmm_tc import uspmm
+    from sparsekit.gpu.uspmm import prepare
+    from sparsekit.gpu.uspmm_tc import uspmm
     from sparsekit.tune import make_ell
     dell = prepare(make_ell(256, 320, 0.7, BF16, seed=4))
     b = np.random.default_rng(4).standard_normal((320, 192)).astype(BF16)

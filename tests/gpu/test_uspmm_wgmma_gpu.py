@@ -1,4 +1,4 @@
-"""gpu/wgmma.py and gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
+"""sparsekit/gpu/wgmma.py and sparsekit/gpu/uspmm_wgmma.py on a compute capability 9.0 GPU: the wgmma probe against NumPy (the
 documented register and shared-memory layouts), the kernel at real sizes (split K in clusters, warp specialised
 too) against a float64 product with repeats bit-identical, a TF32-exact A's two products against three, the
 default ``precision="auto"``'s choice, and ``config="auto"`` routing the measured winners to it."""
@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def _needs_sm90():
-    from gpu.uspmm_wgmma import supported
+    from sparsekit.gpu.uspmm_wgmma import supported
     if not supported():
         pytest.skip("wgmma needs a compute capability 9.0 GPU (sm_90a)")
 
@@ -20,15 +20,15 @@ def _needs_sm90():
 def test_probe_matches_numpy():
     """One wgmma: the tensor core truncates its float32 sum (8 exact products here), so within 9
     roundings of 2**-23 of the exact product."""
-    from gpu.wgmma import probe_case
+    from sparsekit.gpu.wgmma import probe_case
     d, exact, scale = probe_case()
     assert (np.abs(d - exact) <= 9 * 2.0 ** -23 * scale).all()
 
 
 def test_bf16_pack_matches_model():
-    """``cvt.rn.bf16x2.f32`` on the GPU against :func:`gpu.mma.bf16_bits` (the host's packing of A's pairs)."""
+    """``cvt.rn.bf16x2.f32`` on the GPU against :func:`sparsekit.gpu.mma.bf16_bits` (the host's packing of A's pairs)."""
     import mma_probes
-    from gpu import mma
+    from sparsekit.gpu import mma
     rng = np.random.default_rng(3)
     lo = (rng.standard_normal(4096) * 2.0 ** rng.integers(-140, 120, 4096)).astype(np.float32)
     hi = (rng.standard_normal(4096) * 2.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
@@ -64,7 +64,7 @@ def test_bf16_pack_matches_model():
     ((1024, 1024, 4096, 0.6), dict(precision="tf32+bf16"))])
 def test_real_sizes_bit_identical_within_bounds(shape, tunables):
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm_wgmma import uspmm
+    from sparsekit.gpu.uspmm_wgmma import uspmm
     p = Problem(*shape, "float32", seed=4)
     first = uspmm(p.dell, p.b, **tunables).copy_to_host()
     again = uspmm(p.dell, p.b, **tunables).copy_to_host()
@@ -73,8 +73,8 @@ def test_real_sizes_bit_identical_within_bounds(shape, tunables):
 
 
 def within_bound(p, got, precision: str) -> bool:
-    """``got`` within :func:`gpu.uspmm_tc.error_reduction`'s bound for ``precision`` of problem ``p``'s product."""
-    from gpu.uspmm_tc import error_reduction
+    """``got`` within :func:`sparsekit.gpu.uspmm_tc.error_reduction`'s bound for ``precision`` of problem ``p``'s product."""
+    from sparsekit.gpu.uspmm_tc import error_reduction
     return p.correct(got, error_reduction(p.ell.kprime, np.float32, precision))
 
 
@@ -86,7 +86,7 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(shape, tunables, monkeypa
     """A's values TF32 numbers: the kernel leaves ``b_big a_small`` (all zeros) out, and the tensor core's sums are
     those of the three-product kernel, bit for bit, within the 3xTF32 bound."""
     from sparsekit.bench.uspmm import Problem
-    from gpu import uspmm_wgmma as wg
+    from sparsekit.gpu import uspmm_wgmma as wg
     p = Problem(*shape, "float32", seed=7, tf32_a=True)
     assert wg.tf32_exact(p.dell) and wg.auto_precision(p.dell) == "3xtf32"
     tunables = dict(tunables, precision="3xtf32")
@@ -103,7 +103,7 @@ def test_auto_precision_at_real_sizes(shape, chosen):
     """The default ``precision="auto"`` at the routed one-wave setting: bf16 corrections where K' >= 124 (410 and
     200 here; 102 at 90%: 3xTF32), the bits of the precision it names, within the 3xTF32 contract's bound."""
     from sparsekit.bench.uspmm import Problem
-    from gpu import uspmm_wgmma as wg
+    from sparsekit.gpu import uspmm_wgmma as wg
     from sparsekit import tune
     p = Problem(*shape, "float32", seed=6)
     assert wg.auto_precision(p.dell) == chosen
@@ -122,8 +122,8 @@ def test_sanitizer_case_runs():
 
 def test_auto_routes_large_float32_problems_to_wgmma():
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm
-    from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
+    from sparsekit.gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm_wgmma import uspmm as uspmm_wgmma
     from sparsekit import tune
     p = Problem(1024, 1024, 4096, 0.6, "float32", seed=5)
     assert tune.resolve("heuristic", p.dell, 4096, "C", wgmma=True)["variant"] == "wgmma"
@@ -138,8 +138,8 @@ def test_auto_routes_small_grids(m, k, n, kind):
     """One wave of tiles or less: ``auto`` runs the warp-specialised setting (half a wave to one) or a split-K
     one (clusters; fewer tiles), bit for bit its result."""
     from sparsekit.bench.uspmm import Problem
-    from gpu.uspmm import uspmm
-    from gpu.uspmm_wgmma import uspmm as uspmm_wgmma
+    from sparsekit.gpu.uspmm import uspmm
+    from sparsekit.gpu.uspmm_wgmma import uspmm as uspmm_wgmma
     from sparsekit import tune
     p = Problem(m, k, n, 0.6, "float32", seed=6)
     cfg = tune.resolve("heuristic", p.dell, n, "C", wgmma=True)

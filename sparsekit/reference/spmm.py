@@ -1,6 +1,6 @@
 """Reference SpMM: C = A @ B with A sparse (CSR, COO, blocked-ELL) and B dense.
 
-The executable specification of the kernels in ``gpu/spmm.py`` (same function
+The executable specification of the kernels in ``sparsekit/gpu/spmm.py`` (same function
 names, same arguments, same result). Each function walks the format's own
 structure, so a reader sees the loop the GPU kernel parallelises:
 
@@ -14,7 +14,7 @@ function                      loop
 ============================  =============================================
 
 Layouts and precision (the same for every function here and in
-``reference/uspmm.py``):
+``sparsekit/reference/uspmm.py``):
 
 * ``A`` is ``M x K``; ``b`` is a 2-D NumPy array ``K x N`` of the same dtype as
   ``A``'s values (float16, float32 or float64), in any memory order.
@@ -66,7 +66,7 @@ def spmm_csr(csr, b: np.ndarray) -> np.ndarray:
     """``C = A @ b`` for ``A`` in CSR: row ``i`` holds ``data[indptr[i]:indptr[i+1]]``
     at columns ``indices[indptr[i]:indptr[i+1]]``.
 
-    One pass per row (a GPU warp per row in ``gpu/spmm.py``): the row's values
+    One pass per row (a GPU warp per row in ``sparsekit/gpu/spmm.py``): the row's values
     times the rows of ``b`` they select, summed. Empty rows give zeros.
     """
     check_rhs(b, shape=csr.shape, dtype=csr.data.dtype)

@@ -2,7 +2,7 @@
 
 Numba has no tensor-core API. These ``@intrinsic`` functions emit one PTX
 instruction each through ``llvmlite.ir.InlineAsm`` (the pattern of
-:mod:`gpu.vector_loads`); an instruction with several results is an LLVM
+:mod:`sparsekit.gpu.vector_loads`); an instruction with several results is an LLVM
 literal struct, returned to Numba as a ``UniTuple``.
 
 ``mma_m16n8k16_f16_f32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``
@@ -23,7 +23,7 @@ literal struct, returned to Numba as a ``UniTuple``.
 ``to_tf32(x)``
     ``cvt.rna.tf32.f32``: ``x`` rounded to TF32 (10 mantissa bits, nearest, ties away
     from zero), returned as the float32 with those bits. ``x - to_tf32(x)`` is exact in
-    float32: the 3xTF32 split of :mod:`gpu.uspmm_tc` uses it.
+    float32: the 3xTF32 split of :mod:`sparsekit.gpu.uspmm_tc` uses it.
 ``load_b32(arr, i)``
     the 32-bit word holding ``arr[i]`` (low half) and ``arr[i+1]`` (high half) of a
     1-D 16-bit array, read with one ``ld.*.u32`` (``i`` even, ``arr`` 4-byte aligned):
@@ -66,7 +66,7 @@ literal struct, returned to Numba as a ``UniTuple``.
     ``ld.shared`` / ``st.shared`` (32-bit elements, one or a vector of 2 or 4; ``ld_shared`` of a uint8 array
     loads a byte into a uint32) at a shared byte address from :func:`shared_addr` plus offsets: a hot loop
     adds constants to an address taken once, where ``arr[i]`` recomputes a 64-bit generic address per
-    access (:mod:`gpu.uspmm_wgmma`). Volatile, so they stay between the barriers and fences around them.
+    access (:mod:`sparsekit.gpu.uspmm_wgmma`). Volatile, so they stay between the barriers and fences around them.
 ``cp_async16(dst, di, src, si, nbytes)``, ``cp_async_commit()``, ``cp_async_wait(n)``
     ``cp.async.cg.shared.global``: copy 16 bytes from global ``src[si:]`` to shared
     ``dst[di:]`` without registers (the first ``nbytes`` read, the rest zero-filled;
@@ -120,7 +120,7 @@ import numpy as np
 from numba import float32, uint16
 from numba.cuda import config
 
-from gpu.inline import inlined
+from sparsekit.gpu.inline import inlined
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
            "pack_bf16x2", "round_bf16", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
@@ -153,7 +153,7 @@ def tf32_split(x):
     ``small`` is :func:`tf32_round` of it. For an infinite or NaN ``x`` the difference is an infinity or a
     NaN; a NaN comes out of the GPU's subtraction as ``0x7FFFFFFF`` and ptxas's ``cvt.rna`` (compare,
     add for finite values, mask) turns it into ``0x7FFFE000``, which ``small`` holds here (NumPy's NaN
-    payloads differ; :func:`tf32_round` passes a NaN unchanged). ``gpu.uspmm_tc`` splits A's values
+    payloads differ; :func:`tf32_round` passes a NaN unchanged). ``sparsekit.gpu.uspmm_tc`` splits A's values
     with this once, on the host, so its scatter only moves bits."""
     a = np.asarray(x, dtype=np.float32)
     big = ((a.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
@@ -179,7 +179,7 @@ def bf16x2_bits(lo, hi):
 
 
 def bf16_pairs(big, small):
-    """:func:`bf16x2_bits` of ``(big, small)`` as float32: what :mod:`gpu.uspmm_wgmma`'s bf16-correction scatter
+    """:func:`bf16x2_bits` of ``(big, small)`` as float32: what :mod:`sparsekit.gpu.uspmm_wgmma`'s bf16-correction scatter
     stores for an entry (its bits only move)."""
     return bf16x2_bits(big, small).view(np.float32)
 

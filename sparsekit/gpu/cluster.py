@@ -136,7 +136,7 @@ else:
     @intrinsic
     def ld_cluster(typingctx, array, addr, rank):
         """The element of a 32-bit shared ``array`` at shared-window byte address ``addr`` (as
-        :func:`gpu.mma.shared_addr` gives) in the cluster's block of rank ``rank``: ``mapa.shared::cluster``
+        :func:`sparsekit.gpu.mma.shared_addr` gives) in the cluster's block of rank ``rank``: ``mapa.shared::cluster``
         then ``ld.shared::cluster.b32``; volatile, so it stays after the cluster barrier before it."""
         if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype.bitwidth == 32
                 and isinstance(addr, types.Integer) and isinstance(rank, types.Integer)):

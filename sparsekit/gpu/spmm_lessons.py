@@ -2,10 +2,10 @@
 
 Every kernel computes ``C = A @ B`` for ``A`` (``M x K``) in CSR and a dense
 float32 ``B`` (``K x N``, C order), accumulating in float32, and equals
-:func:`reference.spmm.spmm_csr` (``reference/spmm.py``) within float32
+:func:`sparsekit.reference.spmm.spmm_csr` (``sparsekit/reference/spmm.py``) within float32
 rounding; ``tests/test_spmm_lessons.py`` checks each one against it on the
 CUDA simulator. The production kernels (tuned, more dtypes) live in
-``gpu/spmm.py``; these are the steps a lesson walks through, each a separate
+``sparsekit/gpu/spmm.py``; these are the steps a lesson walks through, each a separate
 kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
 "Multithread on CUDA", "Detail about Shared Memory", "Load Balancing",
 "Densify and Tile", Algorithm 3):
@@ -53,14 +53,14 @@ kernel that changes one thing (../shared/papers/spmm-course-slides.txt:
    the staging and ``__syncthreads`` are those of "Detail about Shared
    Memory". It teaches that a warp walking a row of 205 nonzeros one after
    another is bound by load latency, not bandwidth: splitting the row puts
-   more warps (more loads) in flight. :func:`gpu.spmm.spmm_csr` with
+   more warps (more loads) in flight. :func:`sparsekit.gpu.spmm.spmm_csr` with
    ``warps_per_row``/``vector`` adds what comes next: several rows per
    block, vector loads of ``B`` and unrolled loads.
 
 On the H100 over the 20-problem suite at 90% (``experiments/results/teaching.md``;
 geometric-mean speedup over cuSPARSE): step 1 0.53x, step 2 1.09x, step 3
 0.30x, step 4 1.14x, step 5 0.28x, step 6 0.72x, step 7 1.05x (1.2-2.1x faster
-than step 4 on the long-row problems, slower on short rows); ``gpu.spmm``'s
+than step 4 on the long-row problems, slower on short rows); ``sparsekit.gpu.spmm``'s
 staged kernel, step 7 with vector loads and unrolled loads, 1.79x. The
 shared-memory tile of step 3 loses because a staged element of ``B`` serves
 only 32 rows x 10% density and ``B`` fits in L2 anyway, while staging the
@@ -79,8 +79,8 @@ import functools
 import numpy as np
 from numba import cuda, float32
 
-from gpu.launch import check_int32
-from gpu.spmm import DeviceSparse
+from sparsekit.gpu.launch import check_int32
+from sparsekit.gpu.spmm import DeviceSparse
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.balance import split_m
 from sparsekit.checks import check_int
@@ -327,7 +327,7 @@ def tile_csc(csr, tile_m: int = TILE_M):
 
 class DeviceCSR(DeviceSparse):
     """A CSR matrix on the device (float32 values), with the derived layouts made on first use:
-    the row orders of :class:`gpu.spmm.DeviceSparse` (``swizzle()``, ``identity()``) and the
+    the row orders of :class:`sparsekit.gpu.spmm.DeviceSparse` (``swizzle()``, ``identity()``) and the
     ones below."""
 
     @property

@@ -1,17 +1,17 @@
 """USpMM on tensor cores: ``C = A @ B`` with a uniform-sparse ``A`` in ELL format, densified tile by tile.
 
-Equals :func:`reference.uspmm.uspmm` (same arguments and result contract as
-:func:`gpu.uspmm.uspmm`, C-ordered ``b`` only): ``C`` is ``M x N`` in ``b``'s
+Equals :func:`sparsekit.reference.uspmm.uspmm` (same arguments and result contract as
+:func:`sparsekit.gpu.uspmm.uspmm`, C-ordered ``b`` only): ``C`` is ``M x N`` in ``b``'s
 dtype and array kind, accumulated in float32.
 
-Why: the CUDA-core kernels of :mod:`gpu.uspmm` are capped by the FP32 pipes and
+Why: the CUDA-core kernels of :mod:`sparsekit.gpu.uspmm` are capped by the FP32 pipes and
 shared-memory bandwidth (``experiments/results/uspmm.md``: the best, "dense_tile",
 89.5 us at 1024^3 60% float32, 14% of the speed of light). A tensor core does a
 16x8x16 float16 (or 16x8x8 TF32) product per warp instruction. Uniform sparsity
 leaves no all-zero 16x8 tile of ``A`` to skip at these densities, so this kernel
 does what "dense_tile" does on CUDA cores: it multiplies the densified tile of
 ``A``, zeros included, and wins by doing that work on tensor cores
-(:mod:`gpu.mma`, inline PTX ``mma.sync``).
+(:mod:`sparsekit.gpu.mma`, inline PTX ``mma.sync``).
 
 Precision:
 
@@ -21,10 +21,10 @@ Precision:
   tiles, shared memory and defaults, the values moved as their uint16 bits (the kernel never
   sees the ``ml_dtypes`` dtype: :func:`sparsekit.arrays.kernel_dtype`); products exact in
   float32, accumulated in float32, rounded once to bfloat16 to nearest even
-  (:func:`gpu.mma.pack_bf16x2`) when ``C`` is stored.
+  (:func:`sparsekit.gpu.mma.pack_bf16x2`) when ``C`` is stored.
 * float32: "3xTF32". TF32 keeps 10 mantissa bits, so each operand is split
   ``x = big + small`` with ``big = tf32(x)``, ``small = tf32(x - big)``
-  (:func:`gpu.mma.to_tf32`), and ``C += a_small*b_big + a_big*b_small +
+  (:func:`sparsekit.gpu.mma.to_tf32`), and ``C += a_small*b_big + a_big*b_small +
   a_big*b_big`` (three MMAs, products exact in the tensor core, sums float32;
   two when A's values are TF32 numbers, :func:`tf32_exact`: ``a_small`` is 0).
   ``A`` is split once, by the scatter, into a big and a small tile (each
@@ -52,7 +52,7 @@ that the smaller warp tiles had. Steps 1, 2, 4 and 5 are shared by all threads:
    consecutive rows). The entries come from :func:`segment_entries`, the ELL
    regrouped per segment of ``seg`` columns and padded to the fullest
    segment's count ``w`` (a derived array kept on the
-   :class:`~gpu.device_ell.DeviceELL`), stored ``[segment, slot, row]`` so that a
+   :class:`~sparsekit.gpu.device_ell.DeviceELL`), stored ``[segment, slot, row]`` so that a
    block's rows of one slot are contiguous. (a) ``cp.async`` copies a chunk's
    slots (values and 8-bit offsets, 16 bytes a copy, no registers) into an
    entry stage; (b) one chunk later each thread reads its staged slots into
@@ -67,7 +67,7 @@ that the smaller warp tiles had. Steps 1, 2, 4 and 5 are shared by all threads:
    pieces, zeros past K and N; element by element when rows of ``B`` are not
    16-byte aligned) into a B stage, row-major with rows padded by 8 elements;
 3. MMA: each warp loads its A fragments with 32-bit shared reads
-   (:func:`gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
+   (:func:`sparsekit.gpu.mma.load_b32`; A rows padded by 16 bytes: the 32 lanes hit 32
    banks) and its B fragments with ``ldmatrix...trans`` (float16, two n-tiles
    per instruction) or 32-bit reads (float32: A's big and small fragments as
    stored, B's split into big and small), then runs its MMAs;
@@ -115,15 +115,15 @@ run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wa
 Lean (``lean=True``; ``experiments/results/uspmm_tc.md``, float32 lean): the same
 arithmetic, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
 as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
-(:func:`gpu.mma.shared_addr`, :func:`gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
-back), and adds compile-time and per-chunk offsets (:func:`gpu.mma.cp_async16_raw`); the element
-indexing of :func:`gpu.mma.cp_async16` had the compiler recompute ``(k0 + r) * n`` in 64 bits for every
+(:func:`sparsekit.gpu.mma.shared_addr`, :func:`sparsekit.gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
+back), and adds compile-time and per-chunk offsets (:func:`sparsekit.gpu.mma.cp_async16_raw`); the element
+indexing of :func:`sparsekit.gpu.mma.cp_async16` had the compiler recompute ``(k0 + r) * n`` in 64 bits for every
 copy (about 30 SASS instructions a copy). Needs a thread's pieces to be whole rows of B apart (and,
 with several entry pieces a thread, whole segments apart), else those copies stay plain. (2) float32 A
-fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`: an x4 of 8 x 4-word rows is an m16n8k8 TF32 A
+fragments by ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`: an x4 of 8 x 4-word rows is an m16n8k8 TF32 A
 fragment; two a 16-row tile, big and small, for eight 32-bit loads; the A rows' 16-byte padding keeps
 the eight rows of each matrix on distinct banks). (3) The big parts of the 3xTF32 splits (B fragments,
-scattered A entries) by :func:`gpu.mma.to_tf32_finite` (2 integer operations against ``cvt.rna``'s 4):
+scattered A entries) by :func:`sparsekit.gpu.mma.to_tf32_finite` (2 integer operations against ``cvt.rna``'s 4):
 equal for finite values and infinities; for a NaN the big part may differ, but the small part
 ``to_tf32(x - big)`` is NaN either way, so every MMA that reads it returns NaN as before. SASS per K
 chunk (sm_90, offline): the float32 one-wave setting (64 x 128 kc 32 w1x2 kg4) 743 -> 538 instructions
@@ -135,7 +135,7 @@ arrays are padded to the slots the kernel scatters (:func:`segment_entries` with
 slots are all entries or padding (or, after the last chunk, all stale): one test a chunk replaces the
 sink selects and 64-bit compares of every slot. (5) Where the larger entry stages keep the setting's
 resident blocks (:func:`_presplit_fits`: the one-wave setting and the defaults, not ``TC_LARGE``), A's
-values come split on the host (``presplit``, :func:`gpu.mma.tf32_split`, bit for bit the kernel's split
+values come split on the host (``presplit``, :func:`sparsekit.gpu.mma.tf32_split`, bit for bit the kernel's split
 of a finite value; ELL values are finite), staged as big and small pairs read with one 8-byte load:
 the scatter only moves bits. SASS executed per K chunk (sm_90, offline): one-wave 519 -> 422, ``TC_LARGE``
 855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=False`` (the default)
@@ -148,9 +148,9 @@ K split (``splits``): a grid of few output tiles (1024 x 1024 x 128: 16 tiles of
 SMs; the ResNet-50 layers of the paper's Table 1: 1 to 32) runs K serially in few blocks. With
 ``splits = s > 1`` the grid gains ``nsplit = min(s, K chunks)`` blocks per tile along z, each
 multiplying a run of K chunks into float32 partials (``nsplit x M x N``, kept on the
-:class:`~gpu.device_ell.DeviceELL` with a ticket per tile, :func:`gpu.split_k.split_buffers`); the tile's last
+:class:`~sparsekit.gpu.device_ell.DeviceELL` with a ticket per tile, :func:`sparsekit.gpu.split_k.split_buffers`); the tile's last
 block sums them in a fixed order, each thread its own fragment elements (the ticket protocol of
-:func:`gpu.uspmm.split_sum`, with the loads of one partial issued together): repeats are
+:func:`sparsekit.gpu.uspmm.split_sum`, with the loads of one partial issued together): repeats are
 bit-identical, the error bound is unchanged (:func:`error_reduction`). The split is a kernel of its
 own; ``splits = 1`` launches the unsplit kernel (its K loop is unchanged).
 
@@ -169,18 +169,18 @@ from numba import cuda, float32
 from numba.core.types import float16, uint8, uint16
 from numba.cuda import config as cuda_config
 
-from gpu.inline import inlined
-from gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
                      ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32,
                      pack_bf16x2, shared_addr, tf32_split, to_tf32, to_tf32_finite)
-from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
-from gpu.launch import DynamicShared as _DynamicShared
-from gpu.launch import launch as _launch
-from gpu.launch import opt_in as _opt_in
-from gpu.device_ell import prepare, rhs
-from gpu.launch import WARP_SIZE
-from gpu.split_k import split_buffers, split_range, split_ticket
-from gpu.vector_loads import aligned, load2, store4, store8
+from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
+from sparsekit.gpu.launch import DynamicShared as _DynamicShared
+from sparsekit.gpu.launch import launch as _launch
+from sparsekit.gpu.launch import opt_in as _opt_in
+from sparsekit.gpu.device_ell import prepare, rhs
+from sparsekit.gpu.launch import WARP_SIZE
+from sparsekit.gpu.split_k import split_buffers, split_range, split_ticket
+from sparsekit.gpu.vector_loads import aligned, load2, store4, store8
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.checks import BFLOAT16, check_int
 
@@ -210,13 +210,13 @@ HALVES = (np.dtype(np.float16), BFLOAT16)
 #: kernel computes as*bb + ab*bs + ab*bb exactly, missing as*bs + ab*br + ar*bb + (terms below 2**-33):
 #: at most 3 * 2**-22 * (1 + 2**-10) |a||b| = 12.01 u |a||b|, rounded up.
 SPLIT_ERROR_U = 13
-#: The same for :mod:`gpu.uspmm_wgmma`'s ``precision="tf32+bf16"``: ab*bb in TF32 and the two correction terms
+#: The same for :mod:`sparsekit.gpu.uspmm_wgmma`'s ``precision="tf32+bf16"``: ab*bb in TF32 and the two correction terms
 #: as bf16 products, bf16(bs) bf16(ab) + bf16(bb) bf16(as) (bs = b - bb unrounded; bf16 rounds to nearest,
 #: relative error <= 2**-8): each correction misses at most 2**-11 (1 + 2**-11) (2**-7 + 2**-16) |a||b|, and
 #: ar*bb + (as + ar)*bs stay out: 2**-17 (1 + 2**-11)(1 + 2**-9) + 2 * 2**-22 (1 + 2**-11) = 136.3 u |a||b|,
 #: rounded up.
 SPLIT_ERROR_BF16_U = 137
-#: The split's error of each float32 precision (``error_reduction``'s ``precision``; :mod:`gpu.uspmm_wgmma` offers
+#: The split's error of each float32 precision (``error_reduction``'s ``precision``; :mod:`sparsekit.gpu.uspmm_wgmma` offers
 #: both, this module's kernels the first).
 SPLIT_ERRORS_U = {"3xtf32": SPLIT_ERROR_U, "tf32+bf16": SPLIT_ERROR_BF16_U}
 #: MMAs a multiply-add's products enter the accumulator through, an accumulator rounding each (``error_reduction``):
@@ -250,11 +250,11 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
     ``pad``: ``w`` raised to :func:`scatter_slots` of it, the slots the kernel scatters, so that every
     scattered slot is an entry or padding (the float32 lean scatter writes them all, no test per slot).
     ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
-    kernel splits it (:func:`gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
+    kernel splits it (:func:`sparsekit.gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
     twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
-    ``split="bf16"``: ``small`` replaced by the bits of ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`),
-    what :mod:`gpu.uspmm_wgmma`'s ``precision="tf32+bf16"`` stores for the bf16 correction products.
-    ``classes`` (:mod:`gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
+    ``split="bf16"``: ``small`` replaced by the bits of ``(bf16(big), bf16(small))`` (:func:`sparsekit.gpu.mma.bf16_pairs`),
+    what :mod:`sparsekit.gpu.uspmm_wgmma`'s ``precision="tf32+bf16"`` stores for the bf16 correction products.
+    ``classes`` (:mod:`sparsekit.gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
     classes instead of column ranges. Chunk ``ch`` (``kc`` columns) has ``tpr = kc / seg`` segments; chunk
     column ``x`` (4-column group ``g = x // 4``) lies in segment ``h = (g // seg) * 4 + x % 4`` at offset
     ``g % seg``: a segment is one column of each of ``seg`` consecutive groups, every fourth column. Needs
@@ -316,7 +316,7 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
 
 def tf32_exact(dell) -> bool:
     """Whether every value of the float32 matrix ``dell`` is a TF32 number: its 3xTF32 small part
-    (:func:`gpu.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
+    (:func:`sparsekit.gpu.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
     ``b_big a_small`` product is zero and a kernel may leave that term out: the same sums, bit for bit. Tested as
     finite values whose 13 low float32 bits are clear (their split keeps them whole, small part 0; a few values near
     the smallest normal also have a zero small part, rounded away, and count as not exact: that only costs the
@@ -339,9 +339,9 @@ def error_reduction(kprime: int, dtype, precision: str = "3xtf32") -> int:
     GPU tests check at real sizes against the same bound.
     float32: ``3 * kprime + SPLIT_ERROR_U``: each product arrives in three MMAs (three
     roundings of the accumulator) and carries the split's error (:data:`SPLIT_ERROR_U`); with
-    ``precision="tf32+bf16"`` (:mod:`gpu.uspmm_wgmma`: two MMAs, bf16 corrections,
+    ``precision="tf32+bf16"`` (:mod:`sparsekit.gpu.uspmm_wgmma`: two MMAs, bf16 corrections,
     :data:`MMAS_PER_PRODUCT`) ``2 * kprime + SPLIT_ERROR_BF16_U``: no looser than 3xTF32's from
-    ``kprime`` = 124 on (:func:`gpu.uspmm_wgmma.auto_precision`).
+    ``kprime`` = 124 on (:func:`sparsekit.gpu.uspmm_wgmma.auto_precision`).
 
     The same with a K split (``splits > 1``). The bound counts the roundings a product goes through
     after it enters a sum (Higham's ``gamma_d`` with ``d`` at most ``reduction``). With ``nsplit``
@@ -412,7 +412,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     """The tensor-core kernel for one tunable setting (the launcher has checked it).
 
     ``bf16`` (with ``half``): bfloat16 values as uint16 bits in every array but the float32 partials, the bf16
-    MMA in place of the float16 one, and ``C`` rounded to nearest even by :func:`gpu.mma.pack_bf16x2`; the rest is
+    MMA in place of the float16 one, and ``C`` rounded to nearest even by :func:`sparsekit.gpu.mma.pack_bf16x2`; the rest is
     the float16 kernel.
 
     ``exact_a`` (float32): A's values are TF32 numbers (:func:`tf32_exact`), so the ``a_small b_big`` MMA, whose
@@ -421,9 +421,9 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
     ``lean``: the same arithmetic with fewer instructions per K chunk (module docstring, "lean"): the
-    cp.async copies on byte addresses taken once per thread (:func:`gpu.mma.shared_addr`,
-    :func:`gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`gpu.mma.ldmatrix_x4`),
-    the big parts of the 3xTF32 splits by :func:`gpu.mma.to_tf32_finite`; False compiles the kernel
+    cp.async copies on byte addresses taken once per thread (:func:`sparsekit.gpu.mma.shared_addr`,
+    :func:`sparsekit.gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`),
+    the big parts of the 3xTF32 splits by :func:`sparsekit.gpu.mma.to_tf32_finite`; False compiles the kernel
     without them. Float32 lean also stores every staged slot (no sink): it needs the entry arrays of
     :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
     ``presplit`` (float32 lean): A's values arrive split (:func:`segment_entries` with ``split``): the
@@ -433,7 +433,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
     no code for it). ``ksplit``: a K split (a separate kernel too, launched with ``nsplit > 1``):
     block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K chunks
-    (:func:`gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
+    (:func:`sparsekit.gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
     arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
     pipeline's stages follow the relative one ``j``), writes its float32 fragments to ``part[z]``;
     the tile's last block sums the partials in a fixed order (``finish_split``, rounded once to
@@ -848,7 +848,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     @inlined
     def finish_split(c, part, ticket, acc, r0, c0, um, un, nsplit, sh_flag, lead):
         """The end of a K split: this block's fragments (rows ``r0 + 16 mt + {0, 8}``, columns
-        ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`gpu.uspmm.split_ticket`; the
+        ``c0 + 8 nt + {0, 1}``) to ``part[z]``; the ticket of :func:`sparsekit.gpu.uspmm.split_ticket`; the
         block drawing the last one sums ``part[0] + part[1] + ... + part[nsplit-1]`` in that order for
         its own fragment positions, rounds once to ``C``'s dtype and writes ``C``. The order does not
         depend on which block is last: repeats are bit-identical.
@@ -858,7 +858,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         (64 x 64 warp tiles, :data:`sparsekit.tune.TC_ONE_WAVE`) spill with a split (sm_90: 255 registers,
         348 bytes of spill stores; ``tests/compile/test_uspmm_tc_compile.py``).
 
-        As :func:`gpu.uspmm.split_sum`, but each thread sums its own fragment elements, each partial's
+        As :func:`sparsekit.gpu.uspmm.split_sum`, but each thread sums its own fragment elements, each partial's
         ``mtiles x ntiles x 4`` loads issued together (:func:`add_fragments`): split_sum walks the tile
         element by element and its loads wait on each other (H100, 03:25
         UTC: 1024 x 1024 x 128 float16 took 37.1 us with 2 splits and 71.2 us with 16, against
@@ -1105,7 +1105,7 @@ def _presplit_fits(bm: int, bn: int, kc: int, stages: int, nthreads: int, kgroup
 
 def uspmm(ell, b, *, config=None, **tunables):
     """``C = A @ b`` on tensor cores for a uniform-sparse ``A`` (``ELL`` or
-    :class:`gpu.uspmm.DeviceELL`, ``M x K``) and a dense C-ordered ``b`` (``K x N``,
+    :class:`sparsekit.gpu.uspmm.DeviceELL`, ``M x K``) and a dense C-ordered ``b`` (``K x N``,
     ``A``'s dtype: float32, float16 or bfloat16).
 
     Returns ``C`` (``M x N``, C-ordered, float32 accumulation rounded to ``b``'s
@@ -1120,11 +1120,11 @@ def uspmm(ell, b, *, config=None, **tunables):
 
 def run(dell, bop, order: str, *, config=None, **tunables):
     """The launcher's work after validation: ``C`` as a device array for a prepared ``dell`` and
-    ``b``'s Operand (``gpu.uspmm.uspmm`` calls this with the operand it already made, so a
+    ``b``'s Operand (``sparsekit.gpu.uspmm.uspmm`` calls this with the operand it already made, so a
     ``variant="tensor_core"`` call validates and copies ``b`` once)."""
     if order != "C":
         raise ValueError("b: the tensor-core kernel needs a C-ordered (row-major) b; "
-                         "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
+                         "use sparsekit.gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
     half = dell.dtype in HALVES
     opts = dict(DEFAULTS[dell.dtype], **(config or {}), **tunables)
     unknown = set(opts) - set(DEFAULTS[dell.dtype])

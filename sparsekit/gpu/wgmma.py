@@ -6,7 +6,7 @@ fragment, warp ``w`` holding rows ``16w .. 16w + 15``) by an 8 x ``n`` matrix in
 by a 64-bit descriptor) into 64 x ``n`` float32 accumulators (``n / 2`` a thread). The instruction only
 starts the work; the registers it reads and writes belong to the tensor core until
 ``wgmma.wait_group`` says its group is done, so the threads can do other work meanwhile (the point
-of it: :mod:`gpu.uspmm_wgmma` scatters the next A tile while the tensor core multiplies this one).
+of it: :mod:`sparsekit.gpu.uspmm_wgmma` scatters the next A tile while the tensor core multiplies this one).
 numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc``), which wgmma needs.
 
 ``wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh)``
@@ -32,7 +32,7 @@ numba-cuda 0.30 compiles for ``sm_90a`` on a cc 9.0 device (``codegen._ensure_cc
 
 Under the CUDA simulator the names are Python functions: ``wgmma_tf32`` gathers the warpgroup's A
 fragments, reads B where the descriptor points (byte offsets from the shared array's first element) and
-multiplies them once for the warpgroup (:func:`gpu.mma.warp_collective` over 128 threads); each thread adds
+multiplies them once for the warpgroup (:func:`sparsekit.gpu.mma.warp_collective` over 128 threads); each thread adds
 the exact sums of products (float64) to its accumulators, rounded once to float32; the others do nothing.
 :func:`wgmma_probe` is the tests' check of the layouts above: ``tests/test_uspmm_wgmma.py`` runs it on the simulator,
 ``tests/gpu/test_uspmm_wgmma_gpu.py`` on the GPU.
@@ -43,8 +43,8 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda import config
 
-from gpu.inline import inlined
-from gpu.mma import shared_addr
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.mma import shared_addr
 
 U64 = np.uint64
 
@@ -55,7 +55,7 @@ if config.ENABLE_CUDASIM:
     import functools
     import threading
 
-    from gpu.mma import warp_collective
+    from sparsekit.gpu.mma import warp_collective
 
     def _desc_fields(desc):
         d = int(desc)
@@ -102,7 +102,7 @@ if config.ENABLE_CUDASIM:
 
     def wgmma_tf32(acc, nacc, a0, a1, a2, a3, desc, sh):
         """Simulator fallback: the warpgroup's A fragments and B (read from ``sh`` where ``desc`` points, byte
-        offsets from ``sh[0]``) multiplied once for the warpgroup (:func:`gpu.mma.warp_collective` over 128
+        offsets from ``sh[0]``) multiplied once for the warpgroup (:func:`sparsekit.gpu.mma.warp_collective` over 128
         threads), this thread's accumulators updated with the exact sums of products, rounded once to float32."""
         def b_values(desc, nacc):
             return np.asarray(sh)[_b_bytes(desc, nacc, 8, 4) // 4].astype(np.float64)
@@ -290,7 +290,7 @@ def probe_case(seed: int = 3):
     """:func:`wgmma_probe` on random TF32 operands: ``(d, exact, scale)``, its 64 x ``PROBE_N`` result, the float64
     product and ``|A| @ |B|`` (the tests bound the error by a multiple of it: the simulator rounds once, the tensor
     core truncates its sum)."""
-    from gpu.mma import tf32_round
+    from sparsekit.gpu.mma import tf32_round
     rng = np.random.default_rng(seed)
     a = tf32_round(rng.standard_normal((64, 8)).astype(np.float32))
     bt = tf32_round(rng.standard_normal((PROBE_N, 8)).astype(np.float32))

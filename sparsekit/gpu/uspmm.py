@@ -1,6 +1,6 @@
 """USpMM on the GPU: ``C = A @ B`` with a uniform-sparse ``A`` in ELL format.
 
-Equals :func:`reference.uspmm.uspmm` (and :func:`reference.uspmm.uspmm_linear`
+Equals :func:`sparsekit.reference.uspmm.uspmm` (and :func:`sparsekit.reference.uspmm.uspmm_linear`
 for :func:`uspmm_linear`) within the tolerance of fp32 accumulation. Source:
 "Uniform Sparsity in Deep Neural Networks", Section 3, Listing 1, Section 4.3.
 
@@ -15,7 +15,7 @@ and ``tensor_core`` bfloat16 too, and accumulates in float32):
     elements of ``B``; the ``NumWarps`` partial sums meet in shared ``sh_c``.
 ``"listing1"`` with ``vecsize=2`` or ``4``: USpMM-Vec
     the same, but each thread loads ``vecsize`` consecutive rows of
-    ``ellval``/``ellidx`` with ONE vector load (:mod:`gpu.vector_loads`), so a
+    ``ellval``/``ellidx`` with ONE vector load (:mod:`sparsekit.gpu.vector_loads`), so a
     block covers ``32 * vecsize`` rows and ``sh_c`` is split into ``vecsize``
     parts, one per vector element (Section 3, "Vectorization").
 ``"pipelined"``: staged tiles (see :func:`_pipelined_kernel`)
@@ -79,16 +79,16 @@ from numba.cuda import config as cuda_config
 
 from numba.core.types import float16
 
-from gpu.device_ell import DeviceELL, prepare, rhs
-from gpu.inline import inlined
-from gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
-from gpu.launch import launch as _launch
-from gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
-from gpu.spmm_ell_rows import spmm_ell_rows_linear
-from gpu.spmm_tiled import MAX_N as MAX_DECODE_N
-from gpu.spmm_tiled import spmm_tiled, spmm_tiled_linear
-from gpu.split_k import split_buffers, split_range, split_ticket
-from gpu.vector_loads import aligned, load2, load4, load8, store2, store4
+from sparsekit.gpu.device_ell import DeviceELL, prepare, rhs
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
+from sparsekit.gpu.launch import launch as _launch
+from sparsekit.gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
+from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
+from sparsekit.gpu.spmm_tiled import MAX_N as MAX_DECODE_N
+from sparsekit.gpu.spmm_tiled import spmm_tiled, spmm_tiled_linear
+from sparsekit.gpu.split_k import split_buffers, split_range, split_ticket
+from sparsekit.gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
 from sparsekit.tune_cache import resolve, stores
@@ -255,7 +255,7 @@ def split_sum(c, part, ticket, m, n, nsplit, tile, sh_last, tile_rows, tile_cols
     A thread sums 2 elements (``blockDim.x`` apart) at a time, their loads unconditional (clamped
     positions, :func:`_tile_position`) and side by side: one element at a time behind its bounds test,
     a thread had the loads of one element in flight (as the tensor-core split sum had,
-    ``gpu.uspmm_tc``'s ``add_fragments``). H100 ("the CUDA-core split sum, two elements a thread" in
+    ``sparsekit.gpu.uspmm_tc``'s ``add_fragments``). H100 ("the CUDA-core split sum, two elements a thread" in
     experiments/results/uspmm.md): 1-32% less time with every split setting timed;
     4 elements were faster still for the dense-tile and pipelined kernels but took the direct kernel,
     which has no launch bounds, from 56 to 64 registers (sm_90) and lost to 2 with 8 and 16 splits.
@@ -1200,11 +1200,11 @@ def uspmm(ell, b, *, config=None, **tunables):
     but "listing1" need a C-ordered ``b``. ``config`` is a dict of these, ``"auto"`` for the
     autotuner's cached choice or ``"heuristic"`` for the router's rule
     (:func:`resolved`), instead of keyword tunables. Those may
-    choose ``variant="tensor_core"`` (row-major ``b``): the call goes to :func:`gpu.uspmm_tc.uspmm` with
+    choose ``variant="tensor_core"`` (row-major ``b``): the call goes to :func:`sparsekit.gpu.uspmm_tc.uspmm` with
     the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
-    capability 9.0 GPU): :func:`gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
+    capability 9.0 GPU): :func:`sparsekit.gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
     or "tf32+bf16"), or ``variant="decode"`` (float16 or bfloat16, N <= 64): the memory-bound row kernels,
-    :mod:`gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`gpu.spmm_tiled` above.
+    :mod:`sparsekit.gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above.
     """
     dell = prepare(ell)
     bop, order = rhs(b, dell, "b")
@@ -1227,9 +1227,9 @@ def uspmm(ell, b, *, config=None, **tunables):
                          f"the tensor-core kernel at any N (variant='tensor_core'), got {variant!r}")
     if variant in ("tensor_core", "wgmma"):        # routed (sparsekit.router) or a tuned winner
         if variant == "tensor_core":
-            from gpu.uspmm_tc import run as run_tensor
+            from sparsekit.gpu.uspmm_tc import run as run_tensor
         else:
-            from gpu.uspmm_wgmma import run as run_tensor
+            from sparsekit.gpu.uspmm_wgmma import run as run_tensor
         return result(run_tensor(dell, bop, order, **{key: v for key, v in tunables.items() if key != "variant"}),
                       like=bop)
     return result(_run(dell, bop.dev, order, bop, **tunables), like=bop)
@@ -1245,7 +1245,7 @@ def resolved(config, dell, n: int, order: str) -> dict:
         return resolve(config, dell, n, order)          # a dict passes through; anything else is refused
 
     def build():
-        from gpu.uspmm_wgmma import supported
+        from sparsekit.gpu.uspmm_wgmma import supported
         return resolve(config, dell, n, order, wgmma=supported())
     return dict(dell.cached(("config", config, n, order, stores()), build, device=False))
 
@@ -1256,7 +1256,7 @@ def uspmm_linear(ell, x, **tunables):
 
     ``x.T`` is a column-major ``K x N`` array, so Listing 1 runs in its own
     layout and writes ``Y^T`` column-major, i.e. ``Y`` row-major (``N x M``).
-    Equals :func:`reference.uspmm.uspmm_linear`. Tunables as for :func:`uspmm`
+    Equals :func:`sparsekit.reference.uspmm.uspmm_linear`. Tunables as for :func:`uspmm`
     (variant "listing1" only).
     """
     dell = prepare(ell)

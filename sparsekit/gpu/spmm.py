@@ -1,7 +1,7 @@
 """SpMM baselines on the GPU: ``C = A @ B`` with ``A`` in CSR, COO or blocked-ELL.
 
-Equal :func:`reference.spmm.spmm_csr`, :func:`reference.spmm.spmm_coo` and
-:func:`reference.spmm.spmm_blocked_ell` within float32 accumulation (same
+Equal :func:`sparsekit.reference.spmm.spmm_csr`, :func:`sparsekit.reference.spmm.spmm_coo` and
+:func:`sparsekit.reference.spmm.spmm_blocked_ell` within float32 accumulation (same
 names, same arguments, plus tunables). They are the baselines of the USpMM
 figures and the teaching track's examples of load balance:
 
@@ -17,7 +17,7 @@ figures and the teaching track's examples of load balance:
     per row in shared memory with one coalesced load (Sputnik keeps the sparse
     row in shared memory; GE-SpMM calls it coalesced row caching), every warp
     multiplies its 32 of them, loading ``V`` consecutive columns of ``B`` per
-    lane with one vector load (``gpu/vector_loads.py``), and the ``S`` partial
+    lane with one vector load (``sparsekit/gpu/vector_loads.py``), and the ``S`` partial
     sums meet in shared memory in a fixed order (deterministic).
     :func:`staged_tunables` picks ``S`` and ``V`` for a problem; on the H100
     it beats cuSPARSE on all 20 suite problems (``experiments/results/teaching.md``).
@@ -40,13 +40,13 @@ import functools
 import numpy as np
 from numba import cuda, float32, int32
 
-from gpu.inline import inlined
-from gpu.launch import check_int32
-from gpu.mma import round_bf16, widen_bf16
-from gpu.spmm_tiled import MAX_N as TILED_MAX_N
-from gpu.spmm_tiled import prepare as prepare_tiled
-from gpu.spmm_tiled import spmm_tiled
-from gpu.vector_loads import aligned, load2, load4
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.launch import check_int32
+from sparsekit.gpu.mma import round_bf16, widen_bf16
+from sparsekit.gpu.spmm_tiled import MAX_N as TILED_MAX_N
+from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
+from sparsekit.gpu.spmm_tiled import spmm_tiled
+from sparsekit.gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
 from sparsekit.checks import BFLOAT16, check_int
@@ -115,7 +115,7 @@ def _csr_kernel(cols_per_lane: int, bf16: bool = False):
 
 @cuda.jit(device=True)
 def _load1(arr, i):
-    """``(arr[i],)``: the one-element case of :mod:`gpu.vector_loads`."""
+    """``(arr[i],)``: the one-element case of :mod:`sparsekit.gpu.vector_loads`."""
     return (arr[i],)
 
 
@@ -282,7 +282,7 @@ class DeviceSparse(DeviceMatrix):
 
     def tiled_rows(self):
         """The CSR's rows as a :class:`~sparsekit.formats.TiledCSL` prepared for the row kernel of
-        :mod:`gpu.spmm_tiled` (what bfloat16 runs on); built once."""
+        :mod:`sparsekit.gpu.spmm_tiled` (what bfloat16 runs on); built once."""
         return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_csr(
             self.host, tile=TiledCSL.row_tile(self.shape[1]))), device=False)
 
@@ -320,7 +320,7 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     ``N`` (on the H200 within 10 % of the best configuration on each of the DL SpMM suite's 20 problems
     and 1.8x cuSPARSE; on the H100 2.0-7.9x faster than the plain kernel on magnitude-pruned ResNet-50 and
     Transformer layers: experiments/results/teaching.md); bfloat16 with ``N <= 64``: the row kernel of
-    :mod:`gpu.spmm_tiled` on the rows as TiledCSL. ``config=None`` or any explicit tunable: :data:`PLAIN`
+    :mod:`sparsekit.gpu.spmm_tiled` on the rows as TiledCSL. ``config=None`` or any explicit tunable: :data:`PLAIN`
     updated by the tunables given. float32, float16 and bfloat16 (its bits widened exactly, float32
     sums, one rounding to nearest even at the store) in every kernel.
 

@@ -3,21 +3,21 @@
 The teaching track's first steps (../shared/papers/spmm-course-slides.txt,
 "Loop Interchange", "Details about Tiling / Blocks", "Multithreading"):
 ``C = A @ B`` with ``A`` (``M x K``) sparse and ``B`` (``K x N``) dense. Every
-function here computes what ``reference/spmm.py`` computes and a test proves it
+function here computes what ``sparsekit/reference/spmm.py`` computes and a test proves it
 (``tests/test_cpu_spmm.py``):
 
 ==============================  ==============================  ===========================
 function                        loop nest (outer to inner)      equals
 ==============================  ==============================  ===========================
-``spmm_dense(a, b, order=)``    the six orders of i, j, k       ``reference.spmm.spmm_dense``
-``spmm_csr(csr, b, "rowwise")`` i, p in row i, j  (Gustavson)   ``reference.spmm.spmm_csr``
-``spmm_csr(csr, b, "inner")``   i, j, p in row i  (dot product) ``reference.spmm.spmm_csr``
-``spmm_csr(csr, b, "colwise")`` j, i, p in row i                ``reference.spmm.spmm_csr``
-``spmm_csr(csr, b, "outer")``   k, p in column k, j  (outer     ``reference.spmm.spmm_csr``
+``spmm_dense(a, b, order=)``    the six orders of i, j, k       ``sparsekit.reference.spmm.spmm_dense``
+``spmm_csr(csr, b, "rowwise")`` i, p in row i, j  (Gustavson)   ``sparsekit.reference.spmm.spmm_csr``
+``spmm_csr(csr, b, "inner")``   i, j, p in row i  (dot product) ``sparsekit.reference.spmm.spmm_csr``
+``spmm_csr(csr, b, "colwise")`` j, i, p in row i                ``sparsekit.reference.spmm.spmm_csr``
+``spmm_csr(csr, b, "outer")``   k, p in column k, j  (outer     ``sparsekit.reference.spmm.spmm_csr``
                                 product; walks A by columns)
-``spmm_csr_tiled(csr, b, ...)`` row panel, N tile, K tile,      ``reference.spmm.spmm_csr``
+``spmm_csr_tiled(csr, b, ...)`` row panel, N tile, K tile,      ``sparsekit.reference.spmm.spmm_csr``
                                 i, p in (row i, K tile), j
-``spmm_coo(coo, b)``            p over (row, col, value), j     ``reference.spmm.spmm_coo``
+``spmm_coo(coo, b)``            p over (row, col, value), j     ``sparsekit.reference.spmm.spmm_coo``
 ==============================  ==============================  ===========================
 
 Every function takes ``parallel=``: ``False`` runs one thread, ``True`` runs
@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from reference.spmm import check_rhs
+from sparsekit.reference.spmm import check_rhs
 from sparsekit.checks import check_array, check_int
 
 __all__ = ["ORDERS", "DENSE_ORDERS", "TILES", "spmm_dense", "spmm_csr", "spmm_csr_tiled",

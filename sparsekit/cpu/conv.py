@@ -1,13 +1,13 @@
 """Sparse R x S convolution on the CPU (Numba): im2col + SpMM, and im2col kept virtual.
 
-Equals ``reference/conv.py`` (same layouts: one image ``x`` of shape
+Equals ``sparsekit/reference/conv.py`` (same layouts: one image ``x`` of shape
 ``(C, H, W)``, stride 1, zero ``padding``; the filter as a CSR matrix
 ``K x (C*R*S)``, column ``c*R*S + r*S + s``); ``tests/test_conv.py`` checks
-each function against :func:`reference.conv.conv2d_direct`.
+each function against :func:`sparsekit.reference.conv.conv2d_direct`.
 
 ``conv2d_im2col``
     the slides' method: materialise ``B = im2col(x)`` (``C*R*S`` rows of
-    ``H'*W'``), then the CSR SpMM ``cpu.spmm.spmm_csr`` (Gustavson order).
+    ``H'*W'``), then the CSR SpMM ``sparsekit.cpu.spmm.spmm_csr`` (Gustavson order).
 ``conv2d_virtual``
     SparseRT's "virtual" dense matrix (slides, "Supporting Convolutions"):
     row ``c*R*S + r*S + s`` of ``B`` is the padded image shifted by ``(r, s)``,
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from cpu.spmm import CPU_DTYPES, spmm_csr
-from reference.conv import output_size
+from sparsekit.cpu.spmm import CPU_DTYPES, spmm_csr
+from sparsekit.reference.conv import output_size
 from sparsekit.checks import check_array, check_int
 
 __all__ = ["im2col", "conv2d_im2col", "conv2d_virtual", "conv2d_dense"]
@@ -83,7 +83,7 @@ def _check_filter(w_csr, x, r, s):
 
 
 def im2col(x: np.ndarray, r: int = 3, s: int = 3, *, padding: int = 1) -> np.ndarray:
-    """``(C*R*S) x (H'*W')``: equals :func:`reference.conv.im2col` exactly (it only copies)."""
+    """``(C*R*S) x (H'*W')``: equals :func:`sparsekit.reference.conv.im2col` exactly (it only copies)."""
     r, s, ho, wo, xp = _checks(x, r, s, padding)
     out = np.empty((x.shape[0] * r * s, ho * wo), dtype=x.dtype)
     _im2col(xp, r, s, ho, wo, out)
@@ -92,7 +92,7 @@ def im2col(x: np.ndarray, r: int = 3, s: int = 3, *, padding: int = 1) -> np.nda
 
 def conv2d_im2col(w_csr, x: np.ndarray, r: int = 3, s: int = 3, *, padding: int = 1,
                   parallel: bool = True) -> np.ndarray:
-    """im2col, then CSR SpMM (``cpu.spmm.spmm_csr``, Gustavson order); ``(K, H', W')``."""
+    """im2col, then CSR SpMM (``sparsekit.cpu.spmm.spmm_csr``, Gustavson order); ``(K, H', W')``."""
     r, s, ho, wo, _ = _checks(x, r, s, padding)
     _check_filter(w_csr, x, r, s)
     return spmm_csr(w_csr, im2col(x, r, s, padding=padding), parallel=parallel).reshape(-1, ho, wo)

@@ -6,7 +6,7 @@ time, so it is computed for every step by one GEMM beforehand and called
 
     h_t = g(U h_{t-1} + b'_t),      t = 1 .. T                         (Eq. 2)
 
-``gpu/persistent_rnn.py`` computes the same recurrence in one persistent launch
+``sparsekit/gpu/persistent_rnn.py`` computes the same recurrence in one persistent launch
 and equals :func:`rnn_forward` (and :func:`lstm_forward` for the LSTM of the
 paper's Appendix B).
 

@@ -1,15 +1,15 @@
 """A linear layer ``Y = X W^T`` on padded ELL rows, for the batch sizes of LLM decoding, and the weight
 densified for wider ``X``.
 
-Equals ``reference/spmm_ell_rows.py``, which defines the storage: ``values`` and ``indices`` (``M x W``,
+Equals ``sparsekit/reference/spmm_ell_rows.py``, which defines the storage: ``values`` and ``indices`` (``M x W``,
 row-major, ``W`` a multiple of 8), the column ``K`` marking padding. Four bytes a stored weight, the same
 bytes as :class:`~sparsekit.formats.TiledCSL`'s words, but as two arrays, so a PyTorch layer can train the
 values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the one copy that exists.
 
-* :func:`spmm_ell_rows_linear`: the row kernel of ``gpu/spmm_tiled.py`` on this storage. One warp a row;
+* :func:`spmm_ell_rows_linear`: the row kernel of ``sparsekit/gpu/spmm_tiled.py`` on this storage. One warp a row;
   each lane reads 8 values and their 8 columns at a time (two 16-byte loads, ``unroll`` pairs in flight),
   multiplies each by its row of ``X^T`` (rows padded to 8 halves, read in 16-byte loads) into float32
-  accumulators (:func:`gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``. Padding
+  accumulators (:func:`sparsekit.gpu.spmm_tiled.row_accumulator`); a warp sum gives column ``r`` of ``Y``. Padding
   entries are skipped. At ``N = 1`` each block copies ``x`` to shared memory and a few blocks an SM loop
   over the rows (:func:`_shared_kernel`): a warp's 32 entries touch about 28 distinct 128-byte lines of
   ``x``, one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth; from
@@ -27,12 +27,12 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint16, uint32
 
-from gpu.inline import inlined
-from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
-from gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
-from gpu.sync_primitives import warp_barrier
-from gpu.vector_loads import load4, store4
-from reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
+from sparsekit.gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
+from sparsekit.gpu.sync_primitives import warp_barrier
+from sparsekit.gpu.vector_loads import load4, store4
+from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
@@ -115,7 +115,7 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int):
     """``Y = x W^T`` with ``x^T`` in shared memory: the block writes ``x^T`` (``K x stride`` halves, the columns
     past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
     warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
-    ``x^T`` from shared memory (:func:`gpu.spmm_tiled.row_accumulator` on the shared arrays)."""
+    ``x^T`` from shared memory (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays)."""
     row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
     width, nbuf = accumulators(n, stride), 4 * unroll
 

@@ -1,7 +1,7 @@
 """Memory-bound half-precision SpMM: ``C = A @ B`` (or a linear layer's ``Y = X A^T``) for a TiledCSL ``A``
 and small ``N``.
 
-Equals ``reference/spmm_tiled.py``. At the batch sizes of LLM decoding (``N`` from 1 to 64) the product is
+Equals ``sparsekit/reference/spmm_tiled.py``. At the batch sizes of LLM decoding (``N`` from 1 to 64) the product is
 bound by reading the weight, :class:`~sparsekit.formats.TiledCSL`'s 4-byte words. Two kernels, chosen by
 the matrix's tile shape:
 
@@ -34,7 +34,7 @@ words, and a B fragment two A fragments). For each tile ``t``, with one block ba
    ``t + 2``. Two dense buffers suffice: the scatter of ``t + 1`` and the multiply of ``t`` use different
    ones, and the block barrier of step ``t + 1`` orders every warp's zeroing before the next scatter.
 
-Every address in the loop is a 32-bit shared-window address (:func:`gpu.mma.shared_addr`) or a 64-bit
+Every address in the loop is a 32-bit shared-window address (:func:`sparsekit.gpu.mma.shared_addr`) or a 64-bit
 global one, taken once per thread and moved by compile-time offsets; counts and stage offsets are 32-bit
 unsigned integers. A 64 x 64 tile (``K`` a multiple of 64, 1,024 word slots, enough for 80 % sparsity) costs
 two warps of 32 rows about 205 SASS instructions a thread at ``N = 8`` (half of them scattering the words),
@@ -46,7 +46,7 @@ tile kernel").
 
 Split K: ``splits`` blocks a row of tiles (so a 4096-row weight still fills 132 SMs). Each writes its
 float32 partial sums to a workspace; the last of a row's blocks to finish (a counter per row of tiles, reset
-by that block) adds the partials in split order (:func:`gpu.split_k.split_ticket`), so the result is the
+by that block) adds the partials in split order (:func:`sparsekit.gpu.split_k.split_ticket`), so the result is the
 same on every run, and writes ``C`` rounded once to the dtype.
 """
 from __future__ import annotations
@@ -60,13 +60,13 @@ from numba import cuda, float32, int32, uint16, uint32
 from numba.cuda.misc.special import literal_unroll
 from numba.cuda import config as cuda_config
 
-from gpu.inline import inlined
-from gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4, ldmatrix_x4,
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4, ldmatrix_x4,
                      ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16, shared_addr,
                      st_shared, st_shared4, widen_bf16, widen_f16)
-from gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
-from gpu.split_k import split_ticket
-from gpu.vector_loads import load4
+from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
+from sparsekit.gpu.split_k import split_ticket
+from sparsekit.gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledCSL
@@ -489,7 +489,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
 ROW_WARPS, ROW_UNROLL = 4, 4
 
 if cuda_config.ENABLE_CUDASIM:
-    from gpu.mma import warp_collective
+    from sparsekit.gpu.mma import warp_collective
 
     def warp_sum(x):
         """The sum of ``x`` over the calling thread's warp, for every lane (simulator: one thread adds)."""
@@ -701,7 +701,7 @@ def _run(a, b, name: str, linear: bool, splits, stages, unroll=None, rows_per_wa
         raise ValueError(f"{name}: expected shape {want} to multiply a {m}x{k} matrix, got {bop.dev.shape}")
     if not 1 <= n <= MAX_N:
         raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {MAX_N} (wider products are not bound "
-                         f"by reading the weight: use gpu.uspmm)")
+                         f"by reading the weight: use sparsekit.gpu.uspmm)")
     c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
     if m == 0:
         return result(c, like=bop)

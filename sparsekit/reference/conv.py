@@ -1,6 +1,6 @@
 """Reference 3x3 (any R x S) convolution, stride 1: direct, and as im2col + SpMM.
 
-The executable specification of ``cpu/conv.py`` (same function names). The
+The executable specification of ``sparsekit/cpu/conv.py`` (same function names). The
 course slides ("Supporting Convolutions", Table 3; ../shared/papers/spmm-course-slides.txt)
 turn a sparse 3x3 convolution into SpMM with im2col: the filter ``w``
 (``K x C x R x S``) flattened to ``K x (C*R*S)`` is the sparse ``A``, and the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.spmm import spmm_csr
+from sparsekit.reference.spmm import spmm_csr
 from sparsekit.checks import check_array, check_int
 
 __all__ = ["conv2d_direct", "im2col", "conv2d_im2col", "output_size"]

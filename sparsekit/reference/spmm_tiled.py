@@ -1,6 +1,6 @@
 """Reference SpMM of a :class:`~sparsekit.formats.TiledCSL` weight: ``C = A @ B`` in half precision.
 
-The executable specification of ``gpu/spmm_tiled.py``. ``A`` (``M x K``, float16 or bfloat16, any
+The executable specification of ``sparsekit/gpu/spmm_tiled.py``. ``A`` (``M x K``, float16 or bfloat16, any
 sparsity pattern) times a dense ``B`` (``K x N``, same dtype): products and sums in float32, as the
 tensor cores accumulate them, one rounding to the dtype at the end.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.spmm_tiled import prepare as prepare_tiled
+from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
 from sparsekit.arrays import DeviceMatrix, cdiv, operand
 from sparsekit.checks import BFLOAT16
 from sparsekit.formats import ELL, TiledCSL
@@ -50,14 +50,14 @@ class DeviceELL(DeviceMatrix):
                                             np.ascontiguousarray(self.host.indices)))
 
     def tiled_rows(self):
-        """The rows as a :class:`~sparsekit.formats.TiledCSL` prepared for :mod:`gpu.spmm_tiled`'s row
+        """The rows as a :class:`~sparsekit.formats.TiledCSL` prepared for :mod:`sparsekit.gpu.spmm_tiled`'s row
         kernel (the decode path); built once."""
         return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_ell(self.host)), device=False)
 
     def ell_rows(self):
-        """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`gpu.spmm_ell_rows`
+        """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`sparsekit.gpu.spmm_ell_rows`
         (the decode path at N = 1); built once."""
-        from reference.spmm_ell_rows import ell_rows_from_ell
+        from sparsekit.reference.spmm_ell_rows import ell_rows_from_ell
 
         return self.cached("ell_rows", lambda: ell_rows_from_ell(self.host))
 

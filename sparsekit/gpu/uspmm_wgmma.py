@@ -1,13 +1,13 @@
 """USpMM on Hopper's warpgroup MMA (``wgmma``): float32 ``C = A @ B`` (3xTF32), A uniform-sparse in ELL.
 
-Equals :func:`reference.uspmm.uspmm` with :func:`gpu.uspmm_tc.uspmm`'s float32 contract: C-ordered ``b``
+Equals :func:`sparsekit.reference.uspmm.uspmm` with :func:`sparsekit.gpu.uspmm_tc.uspmm`'s float32 contract: C-ordered ``b``
 (rows of B copied by 16-byte cp.async where ``N`` is a multiple of 4 and ``b`` 16-byte aligned, else by
 plain loads: a kernel of its own), ``C`` in ``b``'s array kind, the 3xTF32 split and its error bound
-(:func:`gpu.uspmm_tc.error_reduction`). Needs a compute capability 9.0 GPU
+(:func:`sparsekit.gpu.uspmm_tc.error_reduction`). Needs a compute capability 9.0 GPU
 (:func:`supported`; numba-cuda 0.30 compiles for ``sm_90a`` there, which ``wgmma`` needs); under the
-simulator :mod:`gpu.wgmma`'s fallbacks run it.
+simulator :mod:`sparsekit.gpu.wgmma`'s fallbacks run it.
 
-Why: :mod:`gpu.uspmm_tc` issues ``mma.sync`` (a warp's 16x8x8, its registers held until it returns); on
+Why: :mod:`sparsekit.gpu.uspmm_tc` issues ``mma.sync`` (a warp's 16x8x8, its registers held until it returns); on
 the H100 its float32 kernel keeps the tensor pipe 58% busy at best and reaches 24-36% of the
 Roofline's speed of light. ``wgmma`` multiplies 64 x n x 8 for a whole warpgroup asynchronously, one operand read from
 shared memory, so the threads build the next A tile while the tensor core multiplies the current one.
@@ -22,7 +22,7 @@ One block per ``bm x bn`` tile of ``C`` (``bn / 64`` warpgroups; ``bm`` = the wg
 ``stages`` B tiles and entry stages, three A buffers. The A tile is built by the threads that build it
 (``tpr = threads / bm`` of them a row, at least 4): a row's ``kc`` columns are ``tpr / 4`` bands of ``4 seg``
 columns (``seg = kc / tpr``), and a thread owns one column class ``c % 4`` of one band: ``seg`` columns, every
-fourth. Its entries come from :func:`gpu.uspmm_tc.segment_entries` with ``classes`` (padded to ``w`` slots,
+fourth. Its entries come from :func:`sparsekit.gpu.uspmm_tc.segment_entries` with ``classes`` (padded to ``w`` slots,
 values split on the host). Lane bits 0-1 pick the class, bits 2-4 the row, so the scatter's 4-byte stores of a
 warp (8 rows of a core matrix x 4 classes) hit 32 different banks, and its staged entries are 32 neighbours
 (10-15% faster than segments of ``seg`` neighbouring columns, whose stores collided up to 4 ways).
@@ -31,8 +31,8 @@ Step ``j`` (one K chunk of ``kc`` columns; the loop takes two, so that the two f
 1. load this thread's B fragments of chunk ``j`` from its B stage and split them (``to_tf32_finite``,
    then ``cvt.rna`` of the rest), ``wgmma.fence``;
 2. issue three wgmma per 8 columns of K (``b_big a_small``, ``b_small a_big``, ``b_big a_big``: small
-   terms first, as :mod:`gpu.uspmm_tc`) and commit them as one group; 2 when A's values are TF32 numbers
-   (weights from float16 or bfloat16, or quantised: :func:`gpu.uspmm_tc.tf32_exact`, checked once per matrix),
+   terms first, as :mod:`sparsekit.gpu.uspmm_tc`) and commit them as one group; 2 when A's values are TF32 numbers
+   (weights from float16 or bfloat16, or quantised: :func:`sparsekit.gpu.uspmm_tc.tf32_exact`, checked once per matrix),
    whose ``a_small`` is all zero: the same sums, bit for bit, a third less tensor-core work;
 3. ``wgmma.wait_group 1``: chunk ``j-1``'s group is done (its A buffer and fragment registers free),
    chunk ``j``'s runs on;
@@ -47,7 +47,7 @@ K parts of consecutive chunks, each computed by one block of a thread-block clus
 pipeline above over its part). After the loop each block writes its accumulators into its own shared memory
 (over the pipeline's buffers; word ``i * threads + t`` for thread ``t``'s accumulator ``i``), a cluster barrier,
 then part ``p`` reads accumulator quads ``p * bm / (8 split)`` onwards of every block through distributed shared
-memory (:func:`gpu.cluster.ld_cluster`), sums them in part order and stores that share of C; a last cluster
+memory (:func:`sparsekit.gpu.cluster.ld_cluster`), sums them in part order and stores that share of C; a last cluster
 barrier keeps every block's shared memory alive until the others have read it. The sum's order is fixed, so
 results repeat bit for bit; each partial sums ``K / split`` products, so the error bound only shrinks. The
 simulator has no clusters: there one block computes the parts one after another, each partial at its own
@@ -56,39 +56,39 @@ shared-memory address, and sums them in the same order.
 Warp specialised (``producers`` of 128 or 256, no split): the block gains one or two producer warpgroups
 (threads ``0 .. producers - 1``) that issue the copies and build the A tiles, while the ``bn / 64`` consumer
 warpgroups after them only load B's fragments, multiply and write C. They hand over through named barriers
-(``bar.sync`` / ``bar.arrive``, :mod:`gpu.sync_primitives`) instead of one block barrier a chunk: per A buffer a
+(``bar.sync`` / ``bar.arrive``, :mod:`sparsekit.gpu.sync_primitives`) instead of one block barrier a chunk: per A buffer a
 "full" barrier (producers arrive once the tile is built and fenced, consumers wait) and an "empty" one (consumers
 arrive once that buffer's wgmma is done, producers wait before building chunk ``j + 4`` into it: four A buffers);
 a producer's scatter reads only the entries it copied itself, so it waits for its own copies only. Copies run
 ``stages - 4`` chunks ahead of the scatter (``stages`` B stages, ``stages - 3`` entry stages). Under the simulator
 the named barriers are Python conditions on the block's threads.
 
-Precision (tunable ``precision``): ``"auto"``, the default, keeps :mod:`gpu.uspmm_tc`'s float32 contract (an
+Precision (tunable ``precision``): ``"auto"``, the default, keeps :mod:`sparsekit.gpu.uspmm_tc`'s float32 contract (an
 error within ``error_reduction(K', float32)`` = ``3 K' + 13`` float32 roundoffs of ``|A| @ |B|``) with the faster
 of two ways that meet it (:func:`auto_precision`). ``"3xtf32"`` is the contract's own computation above (three TF32
 products a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one
 bf16 ``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is
 what limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``). The entries' small values
-become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`gpu.mma.bf16_pairs`, on the host), stored by the
+become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`sparsekit.gpu.mma.bf16_pairs`, on the host), stored by the
 unchanged scatter where the small TF32 value went: in a bf16 view of that tile, column ``c`` holds K positions
 ``2c`` (big) and ``2c + 1`` (small), so the TF32 tile's descriptor serves the bf16 wgmma over the interleaved K.
 The consumers pack B's parts to match (``cvt.rn.bf16x2.f32`` of ``(small, big)``: the k16 fragment's pairs are
 exactly the columns of their TF32 fragment). Error: the bf16 roundings of the correction terms add about 2**-17
-of ``|a b|`` a product (:data:`gpu.uspmm_tc.SPLIT_ERROR_BF16_U`, 137 u against 13), and a product goes through
-two MMAs instead of three (:data:`gpu.uspmm_tc.MMAS_PER_PRODUCT`), so ``error_reduction(K', float32,
+of ``|a b|`` a product (:data:`sparsekit.gpu.uspmm_tc.SPLIT_ERROR_BF16_U`, 137 u against 13), and a product goes through
+two MMAs instead of three (:data:`sparsekit.gpu.uspmm_tc.MMAS_PER_PRODUCT`), so ``error_reduction(K', float32,
 "tf32+bf16")`` is ``2 K' + 137``: looser than 3xTF32's for K' below 124, tighter above. ``"auto"`` runs
 ``"tf32+bf16"`` where its bound is no looser (K' >= 124) and A's values are not TF32 numbers (3xTF32 then
 issues two products too, with the smaller split error), else ``"3xtf32"``; naming either pins it.
 
 Shared-memory accesses in the loop go through byte addresses taken once per thread
-(:func:`gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
+(:func:`sparsekit.gpu.mma.ld_shared` and kin): Numba's element indexing recomputes 64-bit addresses at every access.
 A tiles are 8 x 4 float32 core matrices (128 contiguous bytes): element ``(r, c)`` at ``(r // 8) * 8 kc
 + (c // 4) * 32 + (r % 8) * 4 + c % 4``, so a wgmma's descriptor has ``lbo = 128`` bytes (the next 4
 columns) and ``sbo = 32 kc`` (the next 8 rows); no swizzle.
 
 Measured on the H100 (``experiments/results/uspmm_wgmma.md``): :data:`DEFAULTS` (128 x 256,
 kc 16, 4 stages: 16 warps, one block an SM) at 1024 x 1024 x 16384 60% 452-456 us (45% of the speed of light;
-:mod:`gpu.uspmm_tc`'s best 573), 4096^2 x 1024 90% 440 us (its CUDA-core route 643), 2048^3 60% 224 us (295);
+:mod:`sparsekit.gpu.uspmm_tc`'s best 573), 4096^2 x 1024 90% 440 us (its CUDA-core route 643), 2048^3 60% 224 us (295);
 64 x 128 kc 16 at 1024 x 1024 x 2048 81 us (99); 64 x 128 kc 32 at one wave of tiles (1024^3 60%) 50.5-51.9 us
 against 53.
 """
@@ -101,27 +101,27 @@ from numba import cuda, float32
 from numba.core.types import uint32
 from numba.cuda import config as cuda_config
 
-from gpu.cluster import cluster_rank, cluster_sync, ld_cluster
-from gpu.cluster import launch as cluster_launch
-from gpu.inline import inlined
-from gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr,
+from sparsekit.gpu.cluster import cluster_rank, cluster_sync, ld_cluster
+from sparsekit.gpu.cluster import launch as cluster_launch
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.mma import (cp_async4_raw, cp_async8_raw, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr,
                      ld_shared, ld_shared2, ld_shared4, pack_bf16x2, shared_addr, st_shared, st_shared4, to_tf32,
                      to_tf32_finite)
-from gpu.device_ell import prepare, rhs
-from gpu.launch import SMEM_ALIGN, DynamicShared, opt_in
-from gpu.launch import launch as _launch
-from gpu.sync_primitives import bar_arrive, bar_sync
-from gpu.uspmm_tc import (SPLIT_ERRORS_U, error_reduction, offset_bytes, scatter_slots,
+from sparsekit.gpu.device_ell import prepare, rhs
+from sparsekit.gpu.launch import SMEM_ALIGN, DynamicShared, opt_in
+from sparsekit.gpu.launch import launch as _launch
+from sparsekit.gpu.sync_primitives import bar_arrive, bar_sync
+from sparsekit.gpu.uspmm_tc import (SPLIT_ERRORS_U, error_reduction, offset_bytes, scatter_slots,
                           segment_entries, tf32_exact)
-from gpu.vector_loads import aligned
-from gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
+from sparsekit.gpu.vector_loads import aligned
+from sparsekit.gpu.wgmma import fence_proxy_async, smem_desc, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.device import require_cluster
 
 __all__ = ["uspmm", "run", "DEFAULTS", "PRECISIONS", "auto_precision", "shared_bytes", "supported"]
 
 DEFAULTS = dict(bm=128, bn=256, kc=16, stages=4, min_blocks=1, split=1, producers=0, precision="auto")
-#: ``precision``: "3xtf32" (the float32 contract of :mod:`gpu.uspmm_tc`) or "tf32+bf16" (module docstring); the
+#: ``precision``: "3xtf32" (the float32 contract of :mod:`sparsekit.gpu.uspmm_tc`) or "tf32+bf16" (module docstring); the
 #: default "auto" picks one of them per matrix (:func:`auto_precision`)
 PRECISIONS = tuple(SPLIT_ERRORS_U)
 SIM = bool(cuda_config.ENABLE_CUDASIM)
@@ -133,7 +133,7 @@ WG = 128                                               # threads of a warpgroup
 def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
     """Three A buffers (big and small tiles each), ``stages`` B tiles and
     ``stages`` entry stages (for each of the ``2 bn`` threads that build A tiles: ``slots`` big and small values
-    and :func:`gpu.uspmm_tc.offset_bytes` bytes of 8-bit offsets). With ``split``, a partial tile
+    and :func:`sparsekit.gpu.uspmm_tc.offset_bytes` bytes of 8-bit offsets). With ``split``, a partial tile
     (``4 bm bn`` bytes) over the same bytes after the K loop; the simulator keeps its ``split`` partials
     after the pipeline's bytes instead (one block computes all K parts there). With ``producers`` (warp
     specialised), four A buffers and ``stages - 3`` entry stages of ``producers`` threads."""
@@ -157,8 +157,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
     and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
     ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring); ``exact_a`` (3xTF32
-    only): A's values are TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
-    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`gpu.uspmm_tc.segment_entries` with
+    only): A's values are TF32 numbers (:func:`sparsekit.gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
+    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`sparsekit.gpu.uspmm_tc.segment_entries` with
     ``pad``, ``split`` and ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``,
     ``n``, ``k``, ``w`` (slots) and ``mp`` (rows of the entry arrays)."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
@@ -633,7 +633,7 @@ def uspmm(ell, b, **tunables):
 def auto_precision(dell) -> str:
     """The precision ``precision="auto"`` (the default) computes ``dell``'s products in: ``"tf32+bf16"`` where its
     error bound is no looser than 3xTF32's (``error_reduction``: ``2 K' + 137`` against ``3 K' + 13``, from K' = 124
-    on) and A's values are not TF32 numbers (:func:`gpu.uspmm_tc.tf32_exact`: 3xTF32 then issues two products
+    on) and A's values are not TF32 numbers (:func:`sparsekit.gpu.uspmm_tc.tf32_exact`: 3xTF32 then issues two products
     too, with the smaller split error), else ``"3xtf32"``. Either way the result is within the float32 contract's
     bound, ``error_reduction(K', float32)``. On the H100 at 1024^3 60% "tf32+bf16" takes 30.9 us against 33.7
     (``experiments/results/uspmm_precision.json``)."""
@@ -645,17 +645,17 @@ def auto_precision(dell) -> str:
 
 def supported() -> bool:
     """Whether the current device runs wgmma (compute capability 9.0, compiled for sm_90a); the simulator
-    runs the fallbacks of :mod:`gpu.wgmma` and says False, so that ``config="auto"`` keeps its choices there."""
+    runs the fallbacks of :mod:`sparsekit.gpu.wgmma` and says False, so that ``config="auto"`` keeps its choices there."""
     if SIM or not cuda.is_available():
         return False
     return tuple(cuda.get_current_device().compute_capability) == (9, 0)
 
 
 def run(dell, bop, order: str, **tunables):
-    """The launcher after validation (as :func:`gpu.uspmm_tc.run`)."""
+    """The launcher after validation (as :func:`sparsekit.gpu.uspmm_tc.run`)."""
     if order != "C":
         raise ValueError("b: the wgmma kernel needs a C-ordered (row-major) b; "
-                         "use gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
+                         "use sparsekit.gpu.uspmm.uspmm(variant='listing1') for the column-major layout of Eq. 2")
     if dell.dtype != np.float32:
         raise ValueError(f"the wgmma kernel is float32 (3xTF32); got {dell.dtype} (float16: gpu.uspmm_tc)")
     if not SIM and not supported():

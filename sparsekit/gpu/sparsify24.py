@@ -1,6 +1,6 @@
 """Transposable 2:4 sparsifier on the GPU: one pass writes packed W, packed W^T, both metadata.
 
-Computes exactly :func:`reference.sparsify24.sparsify24` (same masks, same
+Computes exactly :func:`sparsekit.reference.sparsify24.sparsify24` (same masks, same
 packed values, same metadata bits, for ``method`` "greedy" with ``ties``
 "index" or "torch", "optimal" and "optimal_full"), following the kernel of the semi-structured
 training post (../shared/papers/semi-structured-24-training.txt, sections 2-4):
@@ -12,7 +12,7 @@ training post (../shared/papers/semi-structured-24-training.txt, sections 2-4):
   4 rows x 64 contiguous columns (128 bytes per row in fp16).
 * **fp16: 32-bit words** (the post's kernel works on registers of 32 bits;
   Numba would widen every integer operation to 64): a row of a half is read
-  with one 128-bit load (:func:`gpu.vector_loads.load4`, 8 fp16 as 4 words),
+  with one 128-bit load (:func:`sparsekit.gpu.vector_loads.load4`, 8 fp16 as 4 words),
   every integer step is wrapped in ``np.uint32`` so LLVM keeps it 32-bit, and
   variable shifts and the fp16 lane shuffles go through three intrinsics
   (``shr32``, ``shl32``, ``prmt``: PTX's byte permute). Packed W and packed
@@ -74,13 +74,13 @@ import numpy as np
 from numba import cuda, float32, uint8, uint32
 from numba.cuda import config
 
-from reference.sparsify24 import (ALIGN, CANDIDATES, DTYPES, METHODS, NIBBLE, PAIRS, ROW_TERMS,
+from sparsekit.reference.sparsify24 import (ALIGN, CANDIDATES, DTYPES, METHODS, NIBBLE, PAIRS, ROW_TERMS,
                                   TIES, Sparse24)
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_divisible, check_int
 from sparsekit.sorting_networks import bose_nelson, compare_exchange_source, green16
 
-from gpu.vector_loads import aligned, load4
+from sparsekit.gpu.vector_loads import aligned, load4
 
 if not config.ENABLE_CUDASIM:
     from llvmlite import ir
@@ -148,7 +148,7 @@ def _optimal_source(method: str) -> str:
 
     Row terms first (6 pair sums ``s<row>_<pair>`` per row; singles are the
     magnitudes ``f<4*row+col>``), then one score per candidate in
-    :data:`reference.sparsify24.CANDIDATES` order, keeping the first maximum
+    :data:`sparsekit.reference.sparsify24.CANDIDATES` order, keeping the first maximum
     (selects through :func:`_pick`, see there).
     """
     masks, terms = CANDIDATES[method]
@@ -844,7 +844,7 @@ def prepare(w, *, method: str = "greedy", ties: str = "index", row_threads: int 
 def sparsify24(w, *, method: str = "greedy", ties: str = "index", check_finite: bool = True,
                row_threads: int = ROW_THREADS, min_blocks: int | None = None,
                prefetch: bool = PREFETCH, pack_table: bool = PACK_TABLE) -> Sparse24:
-    """GPU :func:`reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
+    """GPU :func:`sparsekit.reference.sparsify24.sparsify24`; arrays come back as the kind ``w`` is.
 
     Parameters
     ----------

@@ -1,4 +1,4 @@
-"""Reference of ``gpu/spmm_ell_rows.py``: a linear layer ``Y = X W^T`` whose weight ``W`` (``M x K``) is
+"""Reference of ``sparsekit/gpu/spmm_ell_rows.py``: a linear layer ``Y = X W^T`` whose weight ``W`` (``M x K``) is
 stored as padded ELL rows, and the densified ``W``.
 
 *Padded ELL rows* (the storage of :class:`sparsekit.torch.SparseLinear` for 16-bit weights): ``values``
@@ -32,7 +32,7 @@ MAX_COLUMNS = (1 << 16) - 1
 
 def check_rows(values, indices, k: int) -> None:
     """The shapes, dtypes and width of padded ELL rows (index ranges are the caller's: see
-    :func:`gpu.spmm_ell_rows.check_indices`)."""
+    :func:`sparsekit.gpu.spmm_ell_rows.check_indices`)."""
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= MAX_COLUMNS:
         raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
     if tuple(values.shape) != tuple(indices.shape) or len(values.shape) != 2:

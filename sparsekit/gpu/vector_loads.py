@@ -25,7 +25,7 @@ Python functions returning the same tuple, so kernels that use them run there
 unchanged.
 
 >>> import numpy as np
->>> from gpu.vector_loads import aligned
+>>> from sparsekit.gpu.vector_loads import aligned
 >>> aligned(np.zeros(8, np.float32), 4)
 True
 """

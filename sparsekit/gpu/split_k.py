@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from gpu.inline import inlined
+from sparsekit.gpu.inline import inlined
 
 __all__ = ["split_range", "split_ticket", "split_buffers"]
 

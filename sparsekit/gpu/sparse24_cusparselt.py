@@ -1,9 +1,9 @@
 """Our 2:4 metadata rewritten in cuSPARSELt's compressed layout, on the GPU.
 
-Computes the metadata part of :func:`reference.sparse24_cusparselt.to_cusparselt`
+Computes the metadata part of :func:`sparsekit.reference.sparse24_cusparselt.to_cusparselt`
 (the layout is described there): each thread assembles one 32-bit word, eight
 nibbles gathered from our CUTLASS-layout metadata (``meta``, as
-:func:`gpu.sparsify24.sparsify24` writes it). The values part of the buffer is
+:func:`sparsekit.gpu.sparsify24.sparsify24` writes it). The values part of the buffer is
 our ``packed`` unchanged, so the caller only concatenates.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from reference.sparse24_cusparselt import CSLT_ALIGN
+from sparsekit.reference.sparse24_cusparselt import CSLT_ALIGN
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_divisible
 
@@ -47,7 +47,7 @@ def _cslt_meta_kernel(meta16, out32, m, k):
 def cusparselt_meta(meta, m: int, k: int):
     """(M*K/8,) uint8: cuSPARSELt's metadata bytes of a matrix whose metadata (ours) is ``meta``.
 
-    ``meta``: (M, K/16) int16 in :mod:`reference.sparsify24`'s layout (NumPy, Numba or
+    ``meta``: (M, K/16) int16 in :mod:`sparsekit.reference.sparsify24`'s layout (NumPy, Numba or
     CAI, e.g. PyTorch); M and K multiples of 64. Returns the kind ``meta`` is.
     """
     check_divisible(m, CSLT_ALIGN, "m")

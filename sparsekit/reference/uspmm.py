@@ -1,6 +1,6 @@
 """Reference USpMM: ``C = A @ B`` with a uniform-sparse ``A`` in ELL format.
 
-The executable specification of ``gpu/uspmm.py`` (same names, same arguments,
+The executable specification of ``sparsekit/gpu/uspmm.py`` (same names, same arguments,
 same result). Source: "Uniform Sparsity in Deep Neural Networks", Section 3
 and Listing 1.
 
@@ -25,13 +25,13 @@ Two layouts
     (``X[bcol*k + brow]``, ``Y[ccol*m + crow]``).
 
 Precision: products and sums in float64, one rounding to ``b.dtype`` at the
-end (``reference/spmm.py`` documents the shared rules and checks).
+end (``sparsekit/reference/spmm.py`` documents the shared rules and checks).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from reference.spmm import check_rhs
+from sparsekit.reference.spmm import check_rhs
 
 __all__ = ["uspmm", "uspmm_linear"]
 

@@ -8,7 +8,7 @@ H100 (torch 2.11, cuSPARSELt 0.8.0; the buffers are in
 of 64, K of 32)
 
 * values: exactly our ``packed`` (M x K/2, row-major; same slot order and
-  filler as :mod:`reference.sparsify24`);
+  filler as :mod:`sparsekit.reference.sparsify24`);
 * metadata: M*K/8 bytes right after, one nibble ``idx0 | idx1 << 2`` per row
   group of 4 (the same nibble as ours), low nibble of a byte first, in blocks
   of 16 rows x 32 columns (128 nibbles, 64 bytes). Inside a block the nibble
@@ -28,7 +28,7 @@ one reverse-engineered for cuSPARSELt on sm_80), so only the compress layout
 is used here.
 
 >>> import numpy as np
->>> from reference.sparsify24 import sparsify24
+>>> from sparsekit.reference.sparsify24 import sparsify24
 >>> s = sparsify24(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float16))
 >>> to_cusparselt(s.packed, s.meta).shape
 (64, 36)
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.sparsify24 import meta_offsets
+from sparsekit.reference.sparsify24 import meta_offsets
 
 __all__ = ["to_cusparselt", "nibble_sources", "CSLT_ALIGN"]
 
@@ -61,7 +61,7 @@ def to_cusparselt(packed: np.ndarray, meta: np.ndarray) -> np.ndarray:
     """(M, K*9/16) buffer, ``packed``'s dtype: values then metadata bytes, as ``torch._cslt_compress`` lays out.
 
     ``packed`` (M, K/2) fp16 and ``meta`` (M, K/16) int16 in our (CUTLASS) layout,
-    as :func:`reference.sparsify24.sparsify24` returns them; M and K multiples of 64.
+    as :func:`sparsekit.reference.sparsify24.sparsify24` returns them; M and K multiples of 64.
     """
     m, k = packed.shape[0], 2 * packed.shape[1]
     if m % CSLT_ALIGN or k % CSLT_ALIGN:

@@ -1,12 +1,12 @@
 """Sparse persistent RNN ("Sparse Persistent RNNs", Zhu, Pool et al.): one launch for all timesteps.
 
 Computes every state of ``h_t = g(U h_{t-1} + b'_t)`` (Eq. 2) for a batch and
-equals :func:`reference.persistent_rnn.rnn_forward` (float32 accumulation
+equals :func:`sparsekit.reference.persistent_rnn.rnn_forward` (float32 accumulation
 here, float64 there; the state is stored in the weights' dtype after every
 step in both). ``U`` comes as an :class:`sparsekit.rnn_layout.RNNLayout`: the
 ``<index, value>`` rows padded to ``kpad`` slots, ``tpr`` threads per row.
 :func:`lstm_forward` runs the LSTM of the paper's Appendix B the same way and
-equals :func:`reference.persistent_rnn.lstm_forward`: a thread holds ``npt``
+equals :func:`sparsekit.reference.persistent_rnn.lstm_forward`: a thread holds ``npt``
 pairs of each of its hidden unit's four gate rows (i, f, g, o), and the thread
 that owns (unit, sample) keeps the cell state ``c`` in a register across
 steps (and stores it to ``c`` of the result each step, so a relaunch can
@@ -54,7 +54,7 @@ Lamport details. The exchange buffer ``xchg`` holds ``h_t`` for every step
 (``(T + 1) x H x B``, batch-interleaved), so a slot is written once and
 ``-0.0`` unambiguously means "not yet". Readers poll with
 ``ld.relaxed.gpu.global.u32`` (default, ``load="relaxed"``) or
-``ld.volatile.global.u32`` (``gpu/sync_primitives.py``) on 32-bit words (one
+``ld.volatile.global.u32`` (``sparsekit/gpu/sync_primitives.py``) on 32-bit words (one
 float32 or two float16, each half checked); every polling round reissues all
 of a thread's still-pending words back to back, so a round costs one L2 round
 trip, not one per word. Software pipeline (``pipeline=True``): after the load
@@ -121,7 +121,7 @@ both slower there; ``experiments/results/persistent_rnn.md``):
   steps), but the fence costs about 3.2 us per step (4.88 against 1.66
   us/step).
 * ``cluster=C`` (2..16): blocks run in thread-block clusters of ``C``
-  (``gpu/cluster.py``); a block loads only its ``1 / C`` share of
+  (``sparsekit/gpu/cluster.py``); a block loads only its ``1 / C`` share of
   ``h_{t-1}`` from L2 (the cluster's threads split the words) and stores it
   into the shared memory of every block of its cluster (``mapa`` +
   ``st.shared::cluster``), then a cluster barrier (release / acquire). Two
@@ -176,11 +176,11 @@ from functools import lru_cache
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
-from gpu import cluster as clusters
-from gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
-from gpu.inline import inlined
-from gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
-from gpu.vector_loads import store4
+from sparsekit.gpu import cluster as clusters
+from sparsekit.gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
+from sparsekit.gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.device import allow_dynamic_shared, require_cluster
@@ -226,7 +226,7 @@ def _spin_load(name: str, instruction: str, width: int):
     ``instruction``, side-effecting with a memory clobber like gpu/sync_primitives' loads, so a spin loop
     cannot hoist it."""
     if config.ENABLE_CUDASIM:
-        from gpu.sync_primitives import spin_yield
+        from sparsekit.gpu.sync_primitives import spin_yield
 
         def load(array, i):
             spin_yield()                                 # (a spin's poll: the word's writer may run first)
@@ -1551,7 +1551,7 @@ class PersistentRNN:
         self._launch(args)
 
     def _launch(self, args) -> None:
-        """One launch of the persistent kernel (in clusters with ``cluster``: ``gpu.cluster.launch``)."""
+        """One launch of the persistent kernel (in clusters with ``cluster``: ``sparsekit.gpu.cluster.launch``)."""
         if self.cluster and not config.ENABLE_CUDASIM:
             compiled = self.kernel.compile(tuple(typeof(a) for a in args))
             clusters.launch(self.kernel, compiled, args, self.grid, self.split.threads_per_block, self.smem,
@@ -1605,7 +1605,7 @@ def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "t
                 spin_limit: int = 1 << 22):
     """Every state of ``h_t = g(U h_{t-1} + b'_t)``, ``(steps, B, H)``, in one persistent launch.
 
-    Equals :func:`reference.persistent_rnn.rnn_forward` called with the same
+    Equals :func:`sparsekit.reference.persistent_rnn.rnn_forward` called with the same
     arguments (``layout`` is accepted there too). ``b_prime`` ``(T, B, H)`` and
     ``h0`` ``(B, H)`` have the layout's dtype (float32 or float16); NumPy
     inputs give a NumPy result, device arrays (Numba, CuPy, PyTorch) a device
@@ -1619,7 +1619,7 @@ def rnn_forward(layout: RNNLayout, b_prime, h0, steps: int, activation: str = "t
 
 def lstm_forward(layout: RNNLayout, b_prime, h0, c0, steps: int, *, scheme: str = "wide",
                  sync: str = "lamport", rows_per_block: int | None = None, spin_limit: int = 1 << 22):
-    """Every ``(h_t, c_t)`` of an LSTM in one persistent launch; equals :func:`reference.persistent_rnn.lstm_forward`.
+    """Every ``(h_t, c_t)`` of an LSTM in one persistent launch; equals :func:`sparsekit.reference.persistent_rnn.lstm_forward`.
 
     ``layout``: the ``(4H, H)`` recurrent weight (gate rows i, f, g, o) from
     :func:`sparsekit.rnn_layout.balance` (and optionally ``bank_aware(..., gates=4)``);
