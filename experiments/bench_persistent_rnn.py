@@ -27,7 +27,7 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
            1.5 us/step target at 1792, and the no-wait ablation.
 ``rest``   the sweep points that ``experiments/results/persistent_rnn_h100.json``
            does not hold.
-``followup`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
+``launch_bounds`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
 ``ring`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
@@ -547,23 +547,23 @@ _BOUNDS_COLUMNS = ["hidden", "variant", "tpr", "us_per_step", "p10", "p90", "blo
                    "local", "correct", "error"]
 
 
-def followup(out=None, jobs=8):
+def launch_bounds(out=None, jobs=8):
     """In one process pool: the sweep points the record does not hold (``missing_sweep_tasks``: Figures 3-4's
     largest layers) and the launch-bounds / 16-byte-load grid (``bounds_tasks``). Longest first (a
     problem's set-up grows with hidden^2: 15360 units take ~30 s of pruning on the CPU), the grid after the
     sweep points."""
     tasks = sorted(missing_sweep_tasks() + bounds_tasks(),
                    key=lambda t: -t[1]["hidden"] ** 2 if t[0] is sweep_point else 0)
-    res = _followup_result(run_parallel(tasks, jobs, out, "followup_raw"))
+    res = _launch_bounds_result(run_parallel(tasks, jobs, out, "launch_bounds_raw"))
     _table(res["sweep"], _SWEEP_COLUMNS)
     _table(res["bounds"], _BOUNDS_COLUMNS)
     _table(res["bounds_summary"], list(res["bounds_summary"][0]))
-    _save(out, "followup", res)
+    _save(out, "launch_bounds", res)
     return res
 
 
-def _followup_result(records: list[dict]) -> dict:
-    """The followup pool's records split into sweep points and the launch-bounds grid, with its summary."""
+def _launch_bounds_result(records: list[dict]) -> dict:
+    """The launch-bounds pool's records split into sweep points and the launch-bounds grid, with its summary."""
     bounds = [r for r in records if "variant" in r]
     return {"sweep": [r for r in records if "axis" in r], "bounds": bounds, "bounds_summary": bounds_summary(bounds)}
 
@@ -595,15 +595,15 @@ def bounds_summary(records, sizes=(1152, 1792)) -> list[dict]:
     return rows + [mono]
 
 
-def merge_followup(path, run, date, commit, recorded=RECORDED):
-    """Store a ``followup`` part's output (``persistent_rnn_followup.json``, or ``persistent_rnn_followup_raw.json``
+def merge_launch_bounds(path, run, date, commit, recorded=RECORDED):
+    """Store a ``launch_bounds`` part's output (``persistent_rnn_launch_bounds.json``, or ``persistent_rnn_launch_bounds_raw.json``
     of a run cut off before the end) in the recorded results as ``sweeps.<run>`` (sweep points, launch-bounds
     grid and its summary), where experiments/persistent_rnn.py plots its sweep points with the other recorded
     sweeps' ones."""
     with open(path) as f:
         res = json.load(f)
     if isinstance(res, list):
-        res = _followup_result(res)
+        res = _launch_bounds_result(res)
     with open(recorded) as f:
         data = json.load(f)
     data["sweeps"][run] = {"date": date, "commit": commit, **res}
@@ -1431,11 +1431,11 @@ def main(argv=None):
     ap.add_argument("--sanitize-only", metavar="OPTION", help="with --sanitize: only variants with this option")
     ap.add_argument("--ncu", action="store_true")
     ap.add_argument("--ncu-compare", metavar="CSV", help="compare an ncu --csv log of --ncu with the analyzer (CPU)")
-    ap.add_argument("--merge", nargs=4, metavar=("FOLLOWUP_JSON", "RUN", "DATE", "COMMIT"),
-                    help="store a followup part's output in the recorded results as sweeps.RUN (CPU)")
+    ap.add_argument("--merge", nargs=4, metavar=("LAUNCH_BOUNDS_JSON", "RUN", "DATE", "COMMIT"),
+                    help="store a launch_bounds part's output in the recorded results as sweeps.RUN (CPU)")
     args = ap.parse_args(argv)
     if args.merge:
-        merge_followup(*args.merge)
+        merge_launch_bounds(*args.merge)
         return
     if args.ncu_compare:
         ncu_compare(args.ncu_compare)
@@ -1456,7 +1456,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "followup": followup, "ring": ring, "parts": parts, "exchange": exchange}[part](args.out)
+         "launch_bounds": launch_bounds, "ring": ring, "parts": parts, "exchange": exchange}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 
