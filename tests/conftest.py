@@ -40,6 +40,11 @@ def pytest_collection_modifyitems(config, items):
     The tests outside ``tests/gpu`` run their kernels on whichever backend the process has: the simulator
     in CI, the GPU on a GPU machine, where the same properties must hold."""
     on_gpu = _gpu_available()
+    unexplained = [item.nodeid for item in items
+                   if (mark := item.get_closest_marker("simulator")) and not mark.args]
+    if unexplained:              # checked on every backend, so CI finds what would break the GPU run's skips
+        raise pytest.UsageError("simulator marks need a reason naming the GPU test that covers them: "
+                                + ", ".join(unexplained))
     for item in items:
         if on_gpu and (mark := item.get_closest_marker("simulator")):
             item.add_marker(pytest.mark.skip(reason="runs without a GPU only: " + mark.args[0]))

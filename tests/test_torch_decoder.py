@@ -46,7 +46,8 @@ def test_experiment_registered():
     assert "torch_decoder" in discover()
 
 
-@pytest.mark.simulator
+@pytest.mark.simulator("the no-GPU refusal; on a GPU tests/gpu/test_torch_gpu.py checks the layer and decoder "
+                       "these benchmarks time")
 @pytest.mark.parametrize("name", ["dispatch", "e2e"])
 def test_benchmarks_need_a_gpu(name, capsys):
     from sparsekit.cli import main
