@@ -30,12 +30,9 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 ``launch_bounds`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
-``ring`` the Lamport ring and thread-block clusters at 1792 and 1152, traced, and the steps points.
-``parts``  Table 1's rows and the Lamport kernel operating on h's column parts as they arrive
-           (``parts``) and writing h0 itself (``fold_h0``), at 1792 and 1152, traced, and the steps points.
-``exchange`` Table 1's rows, ``fold_h0`` and the exchange options (copies of the exchange, one packed
-           store per row, the 16-byte preset, weak L2 loads) at 1792 and 1152, traced, without waiting, and
-           the steps points.
+``exchange`` Table 1's rows, ``fold_h0`` and the exchange options (copies of the exchange, the 16-byte
+           preset, weak L2 loads, the issue-first poll) at 1792 and 1152, traced, without waiting, and the
+           steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -90,8 +87,9 @@ CONFIGS = {
 #: 1.62 -> 2.14 with them); naive and wide without launch bounds, the faster choice at both 1152 and 1792
 #: (results/persistent_rnn.md, Launch bounds; record ``sweeps.run3.bounds``); Lamport: h0 written by the kernel,
 #: the 16-byte preset, all loads of h issued at once after a 300-cycle spin (results/persistent_rnn.md, Table 1 and
-#: What the step is made of: 1.375 / 1.362 us/step at 1792 / 1152)
-LAMPORT_RING = {"load": "relaxed"}
+#: What the step is made of: 1.375 / 1.362 us/step at 1792 / 1152); ``LAMPORT_PREVIOUS``: the Lamport row before
+#: the issue-first poll, which the exchange options are timed beside
+LAMPORT_PREVIOUS = {"load": "relaxed"}
 TABLE1_OPTIONS = {"naive": {"grid_sync": "atomic", "load": "relaxed", "bound_registers": False},
                   "wide": {"grid_sync": "atomic", "load": "relaxed", "vector": True, "bound_registers": False},
                   "bank_aware": {"grid_sync": "atomic", "load": "relaxed", "vector": True},
@@ -113,18 +111,15 @@ def problem(hidden: int, density: float, batch: int, steps: int, dtype, seed: in
     return u, mask, bp, h0
 
 
-def layout_for(u, mask, tpr: int, aware: bool, bounds=()):
+def layout_for(u, mask, tpr: int, aware: bool):
     lay = balance(u, mask, tpr=tpr)
-    return bank_aware(lay, width=4 * u.dtype.itemsize, bounds=bounds) if aware else lay
+    return bank_aware(lay, width=4 * u.dtype.itemsize) if aware else lay
 
 
-def plan_for(u, mask, config: str, tpr: int, batch: int = 4, order_parts: bool = True, **kw):
-    """Table 1 configuration ``config`` with options ``kw``; with ``parts`` the bank-aware layout orders each
-    row's pairs by part (``order_parts=False``: the plain bank-aware order, for comparison)."""
+def plan_for(u, mask, config: str, tpr: int, batch: int = 4, **kw):
+    """Table 1 configuration ``config`` with options ``kw``."""
     scheme, sync, aware = CONFIGS[config]
-    parts = kw.get("parts", 1)
-    bounds = gpu_rnn.part_columns(u.shape[0], parts)[1:-1] if parts > 1 and order_parts else ()
-    return gpu_rnn.PersistentRNN(layout_for(u, mask, tpr, aware, bounds), batch, scheme=scheme, sync=sync, **kw)
+    return gpu_rnn.PersistentRNN(layout_for(u, mask, tpr, aware), batch, scheme=scheme, sync=sync, **kw)
 
 
 def _save(out, name, records):
@@ -218,17 +213,8 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("bank_aware", {"grid_sync": "atomic", "load": "relaxed", "vector": True}),
     ("lamport", {"load": "cg", "vector": True}),
     ("bank_aware", {"grid_sync": "atomic", "load": "cg"}),
-    ("lamport", {"load": "relaxed", "ring": True}),
-    ("lamport", {"load": "relaxed", "cluster": 4}),
-    ("lamport", {"load": "relaxed", "cluster": 2, "vector": True}),
-    ("lamport", {"load": "relaxed", "ring": True, "cluster": 4, "vector": True}),
     ("lamport", {"load": "relaxed", "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "parts": 2}),
-    ("lamport", {"load": "relaxed", "parts": 3, "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "parts": 2, "fold_h0": True, "reduce": "shfl"}),
-    ("lamport", {"load": "relaxed", "parts": 4, "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "parts": 2, "passes": "uniform", "fold_h0": True}),
-    ("lamport", {"load": "relaxed", "vector": True, "parts": 3, "reduce": "shfl"}),
+    ("lamport", {"load": "relaxed", "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
     ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "copies": 3}),
     ("lamport", {"load": "relaxed", "preset": "vector", "double_buffer": True}),
@@ -243,7 +229,7 @@ def sanitize(only=None):
     """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps.
 
     ``only``: just the float16 variants whose options name one of these options (comma-separated, e.g.
-    ``vector`` or ``ring,cluster``)."""
+    ``vector`` or ``copies,fold_h0``)."""
     ok = True
     for dt in ("float32", "float16") if only is None else ("float16",):
         u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
@@ -672,41 +658,20 @@ def final(out=None):
     return records
 
 
-# -- the Lamport ring and thread-block clusters --------------------------------------------------
+# -- variants timed side by side (the exchange options) ------------------------------------------
 
-_R = {"load": "relaxed"}
-#: Table 1's options with the Lamport row before the issue-first poll (``LAMPORT_RING``): the rows the ring,
-#: column-parts and exchange-option variants are timed beside
-_TABLE1_BASELINE = {**TABLE1_OPTIONS, "lamport": LAMPORT_RING}
-#: Candidates for the 1.5 us/step target at 1792 (results/persistent_rnn.md, The Lamport ring; record
-#: ``persistent_rnn_ring.json``), (label, Table 1 configuration, options[, tpr]): Table 1's four rows as the bench
-#: builds them, then thread-block clusters (a block loads 1 / cluster of h from L2 and stores it into the shared
-#: memory of every block of its cluster). ``ring=True`` (the exchange re-armed in the kernel, one launch a run) is
-#: not among them: its per-step fence costs about 3.2 us (4.88 us/step).
-RING_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
-    ("lamport cluster2", "lamport", {**_R, "cluster": 2}),
-    ("lamport cluster4", "lamport", {**_R, "cluster": 4}),
-    ("lamport cluster8", "lamport", {**_R, "cluster": 8}),
-    ("lamport cluster2 vector", "lamport", {**_R, "cluster": 2, "vector": True}),
-    ("lamport cluster4 vector", "lamport", {**_R, "cluster": 4, "vector": True}),
-    ("lamport cluster8 vector", "lamport", {**_R, "cluster": 8, "vector": True}),
-    ("lamport cluster16 vector", "lamport", {**_R, "cluster": 16, "vector": True}),
-    # with clusters a thread holds 1 / cluster of h's words: registers to spare for more pairs or more blocks
-    ("lamport cluster4 tpr8", "lamport", {**_R, "cluster": 4}, 8),
-    ("lamport cluster4 rpb8", "lamport", {**_R, "cluster": 4, "rows_per_block": 8}),
-]
-#: the variants also timed at 16, 64 and 1024 steps at layer 1792 (fixed cost per launch vs slope)
-RING_STEPS = ("lamport", "lamport cluster2", "lamport cluster4", "lamport cluster4 vector", "lamport cluster8 vector")
+#: Table 1's options with the Lamport row before the issue-first poll (``LAMPORT_PREVIOUS``): the rows the
+#: exchange options are timed beside
+_TABLE1_BASELINE = {**TABLE1_OPTIONS, "lamport": LAMPORT_PREVIOUS}
 _VARIANT_COLUMNS = ["hidden", "variant", "steps", "us_per_step", "p10", "p90", "blocks", "threads", "regs", "local",
-               "correct", "max_err", "timeouts", "error"]
+                    "correct", "max_err", "timeouts", "error"]
 
 
-def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), steps_points=(16, 64, 1024),
-                   traced=("lamport", "lamport cluster4", "lamport cluster4 vector")) -> list:
-    """Every variant ``(label, config, options[, tpr])`` (tpr 16 if not given) at 256 steps (1792 first), some
-    traced at 1792, then the steps points at 1792; each checked against the reference over its first 64 steps.
-    Default: :data:`RING_VARIANTS`."""
-    variants = [(v + (16,))[:4] for v in (RING_VARIANTS if variants is None else variants)]
+def variant_tasks(variants, step_variants, sizes=(1792, 1152), steps_points=(16, 64, 1024), traced=()) -> list:
+    """Every variant ``(label, config, options[, tpr])`` (tpr 16 if not given) at 256 steps (1792 first), those
+    named in ``traced`` traced at 1792, then the steps points at 1792 of those named in ``step_variants``; each
+    checked against the reference over its first 64 steps."""
+    variants = [(v + (16,))[:4] for v in variants]
     one = dict(rpb_mult=1, check_steps=64)
     tasks = [(explore_one, dict(hidden=h, label=label, config=c, kw=kw, tpr=tpr, **one))
              for h in sizes for label, c, kw, tpr in variants]
@@ -717,55 +682,7 @@ def ring_tasks(variants=None, step_variants=RING_STEPS, sizes=(1792, 1152), step
     return tasks
 
 
-def ring(out=None, jobs=8):
-    """:data:`RING_VARIANTS` (Table 1's rows and the clusters), traces, steps points."""
-    from sparsekit.gpu.cluster import launch_mode
-    print("cluster launch mode:", launch_mode())
-    records = run_parallel(ring_tasks(), jobs, out, "ring")
-    _table(records, _VARIANT_COLUMNS)
-    traced = [r for r in records if "step_ns" in r]
-    _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
-                    "operate_ns", "reduce_write_ns", "polls"])
-    _save(out, "ring", records)
-    return records
-
-
-# -- operate on h's column parts as they arrive; h0 written by the kernel -----------
-
 _RF = {"load": "relaxed", "fold_h0": True}
-#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, then the Lamport kernel with h0 written by the
-#: kernel (one launch less per run), and h's columns in parts, each polled, stored and operated on in turn (results/
-#: persistent_rnn.md, Column parts, cp.async, staggered loads)
-PARTS_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
-    ("lamport fold", "lamport", _RF),
-    ("lamport parts2 uniform fold", "lamport", {**_RF, "parts": 2, "passes": "uniform"}),
-]
-PARTS_STEPS = ("lamport", "lamport fold", "lamport parts2 uniform fold")
-PARTS_TRACED = ("lamport", "lamport parts2 uniform fold")
-#: Column parts with register loads of h and each thread's own pass bounds (the same section: the loads of all
-#: parts finish together, nothing overlaps); ``ring_tasks(PARTS_REGISTER_VARIANTS)`` times them
-PARTS_REGISTER_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
-    ("lamport fold", "lamport", _RF),
-    ("lamport parts2", "lamport", {**_R, "parts": 2}),
-    ("lamport parts2 fold", "lamport", {**_RF, "parts": 2}),
-    ("lamport parts3 fold", "lamport", {**_RF, "parts": 3}),
-    ("lamport parts4 fold", "lamport", {**_RF, "parts": 4}),
-    # the plain bank-aware order: fewer pairs in the early passes, fewer bank conflicts
-    ("lamport parts2 unordered fold", "lamport", {**_RF, "parts": 2, "order_parts": False}),
-    ("lamport parts2 shfl fold", "lamport", {**_RF, "parts": 2, "reduce": "shfl"}),
-    ("lamport parts3 shfl fold", "lamport", {**_RF, "parts": 3, "reduce": "shfl"}),
-    ("lamport parts2 fold tpr8", "lamport", {**_RF, "parts": 2}, 8),        # more pairs per thread to overlap
-]
-
-
-def parts(out=None, jobs=8):
-    """``PARTS_VARIANTS`` at 1792 and 1152 (256 steps), some traced, the steps points at 1792; then the steps
-    points of the fastest Lamport variant at 1792 if it is not among ``PARTS_STEPS``."""
-    records = run_parallel(ring_tasks(PARTS_VARIANTS, PARTS_STEPS, traced=PARTS_TRACED), jobs, out, "parts")
-    records += _steps_of_fastest(records, PARTS_VARIANTS, PARTS_STEPS, jobs)
-    _tables(records, "pass_fraction")
-    _save(out, "parts", records)
-    return records
 
 
 def _steps_of_fastest(records, variants, measured, jobs):
@@ -778,22 +695,21 @@ def _steps_of_fastest(records, variants, measured, jobs):
         return []
     print("fastest at 1792:", best)
     chosen = [v for v in variants if v[0] == best]
-    return run_parallel(ring_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
+    return run_parallel(variant_tasks(chosen, (best,), sizes=(1792,), traced=(best,))[1:], jobs)
 
 
 def _tables(records, extra_column):
-    """The ring and exchange tables: every record (the ring's columns and ``extra_column``), then the traced ones."""
+    """The variants' tables: every record (``_VARIANT_COLUMNS`` and ``extra_column``), then the traced ones."""
     _table(records, _VARIANT_COLUMNS + [extra_column])
     traced = [r for r in records if "step_ns" in r]
     _table(traced, ["hidden", "variant", "us_per_step", "clock_ghz", "step_ns", "load_wait_ns", "store_sync_ns",
                     "operate_ns", "reduce_write_ns", "polls"])
 
 
-# -- copies of the exchange (fewer readers per L2 line of h), one packed store per row, 16-byte preset --
+# -- copies of the exchange (fewer readers per L2 line of h), 16-byte preset, issue-first poll --
 
 _RFV = {**_RF, "preset": "vector"}
-#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, the best of the column-parts variants (``fold_h0``),
-#: then the exchange options (results/persistent_rnn.md, Copies of the exchange): the 16-byte preset, ``copies``
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, ``fold_h0``, then the exchange options (results/persistent_rnn.md, Copies of the exchange): the 16-byte preset, ``copies``
 #: copies of the exchange (each L2 line of h read by 1 / copies of the blocks), weak L2 loads (``cg``), and
 #: ``poll="issue"`` (the step's loads issued back to back with constant offsets, then checked: the SASS of
 #: ``poll="batch"`` computes each address behind its check)
@@ -827,10 +743,10 @@ ISSUE_DELAY_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold issue d1000 cg", "lamport", {**_RFI, "issue_delay": 1000, "load": "cg"}),
     ("lamport fold issue d600 vector", "lamport", {**_RFI, "issue_delay": 600, "vector": True}),
 ]
-#: Table 1 with its Lamport row (issue-first poll, 300-cycle spin), the row before it (``LAMPORT_RING``) beside it,
+#: Table 1 with its Lamport row (issue-first poll, 300-cycle spin), the row before it (``LAMPORT_PREVIOUS``) beside it,
 #: the delays around 300 (results/persistent_rnn.md, Table 1 and What the step is made of)
 EXCHANGE_VARIANTS = [(c, c, TABLE1_OPTIONS[c]) for c in CONFIGS] + [
-    ("lamport previous", "lamport", LAMPORT_RING),
+    ("lamport previous", "lamport", LAMPORT_PREVIOUS),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
 ] + [(f"lamport fold issue d{d}", "lamport", {**_RFI, "issue_delay": d}) for d in (200, 250, 350, 400)] + [
     ("lamport issue d300", "lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 300}),
@@ -848,7 +764,7 @@ def exchange(out=None, jobs=8, variants=None):
     """``EXCHANGE_VARIANTS`` at 1792 and 1152 (256 steps), some traced or also timed without waiting at 1792, the
     steps points at 1792; then the steps points of the fastest Lamport variant at 1792 if not among them."""
     variants = EXCHANGE_VARIANTS if variants is None else variants
-    tasks = ring_tasks(variants, EXCHANGE_STEPS, traced=EXCHANGE_TRACED)
+    tasks = variant_tasks(variants, EXCHANGE_STEPS, traced=EXCHANGE_TRACED)
     tasks += [(explore_one, dict(hidden=1792, label=label + " no_wait", config=c, kw=kw, tpr=16, rpb_mult=1,
                                  check_steps=64, ablate="no_wait"))
               for label, c, kw in variants if label in EXCHANGE_NO_WAIT]
@@ -881,7 +797,7 @@ def offline_registers(sync, npt, tpr, words, batch=4, dtype="float16", **opts):
     a1, a2, a3 = (types.Array(t, n, "C") for t, n in ((val, 1), (val, 2), (val, 3)))
     sig = (types.Array(val, 2, "C"), types.Array(types.uint32 if opts.get("index16") else types.int16, 2, "C"),
            a3, a1, types.Array(types.uint32, 1, "C"), a3, a3, a2, types.Array(types.int64, 1, "C"),
-           types.Array(types.int32, 1, "C"), a2, types.Array(types.int32, 1, "C")) + (types.int64,) * 5
+           types.Array(types.int32, 1, "C"), a2) + (types.int64,) * 5
     bounds = (opts["threads"], 1) if opts.get("threads") else None
     use = offline.usage(offline.build(kernel, sig, (9, 0), launch_bounds=bounds, want_ptx=False).report)
     return use.registers, use.spill_store_bytes + use.stack_bytes   # stack: arrays demoted to local memory
@@ -1128,7 +1044,6 @@ def explore_one(hidden, label, config, tpr, rpb_mult, kw, steps=256, dtype="floa
                    blocks=plan.grid, threads=plan.split.threads_per_block, npt=plan.layout.npt,
                    smem=plan.smem, regs=plan.resources.get("registers"), local=plan.resources.get("local_bytes"),
                    timeouts=timeouts, max_err=err,
-                   pass_fraction=None if plan.pass_fraction is None else [round(float(f), 3) for f in plan.pass_fraction],
                    correct=bool(err <= ref_rnn.tolerance(u.dtype, plan.layout.kpad)) and timeouts == 0)
         if traced:
             tr = summarize_trace(stamps, plan.sync)
@@ -1456,7 +1371,7 @@ def main(argv=None):
         t0 = time.time()
         {"check": check, "time": time_table, "sweep": sweep, "lstm": lstm_table, "explore": explore,
          "capacity": capacity, "final": final, "ablate": ablate, "ds2": ds2, "rest": rest,
-         "launch_bounds": launch_bounds, "ring": ring, "parts": parts, "exchange": exchange}[part](args.out)
+         "launch_bounds": launch_bounds, "exchange": exchange}[part](args.out)
         print(f"[{part} took {time.time() - t0:.0f} s]")
         sys.stdout.flush()
 

@@ -1134,8 +1134,6 @@ NOT_ENTRY_POINTS = {
     "gpu.sparsify24.tile_mask_source": "code generator",
     "gpu.persistent_rnn.step_stride": "sizes", "gpu.persistent_rnn.shared_bytes": "sizes",
     "gpu.persistent_rnn.max_hidden": "sizes", "gpu.persistent_rnn.shared_limit": "no argument",
-    "gpu.persistent_rnn.part_columns": "sizes", "gpu.persistent_rnn.pass_bounds": "of a validated RNNLayout",
-    "gpu.persistent_rnn.pass_pairs": "of a validated RNNLayout",
     "gpu.device_ell.DeviceELL": "built by gpu.device_ell.prepare (covered)",
     "gpu.device_ell.rhs": "the operand check of the USpMM launchers (covered through them)",
 }

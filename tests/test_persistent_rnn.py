@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sparsekit.gpu import persistent_rnn as gpu_rnn
@@ -77,28 +77,10 @@ def test_table1_configs_match_reference(config, problem):
     assert err <= tolerance(u.dtype, lay.kpad), (config, err)
 
 
-@pytest.mark.parametrize("cluster", [2, 4])
-def test_simulated_cluster_loads_all_of_h(cluster):
-    """The simulator's cluster is one block (``cluster_rank()`` 0, cluster stores kept in the block), so that block
-    loads every word of h: with 9 units x 4 batch (36 words) and a 32-thread block, a share of ``1 / cluster``
-    left words 32..35 unloaded (found by hypothesis; ``CL`` is 1 under the simulator since)."""
-    rng = np.random.default_rng(13)
-    hidden, steps = 9, 1
-    u = _scaled(np.where(rng.random((hidden, hidden)) < 0.5, rng.uniform(-1, 1, (hidden, hidden)), 0.0), np.float32)
-    bp = rng.uniform(0, 1, (steps, 4, hidden)).astype(np.float32)
-    h0 = rng.uniform(0, 1, (4, hidden)).astype(np.float32)
-    lay = bank_aware(balance(u, tpr=1), width=4 * u.dtype.itemsize)
-    got = gpu_rnn.PersistentRNN(lay, 4, sync="lamport", activation="tanh", rows_per_block=_one_block(hidden, 1),
-                                cluster=cluster)(bp, h0, steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps, "tanh")
-    assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
-
-
-def _poll_fits(opts: dict, parts: int = 1) -> dict:
-    """``poll="issue"`` leaves out chunk, parts, pipeline, cluster and ring
-    (``test_copies_preset_bad_configuration``): where options drawn with it include one, poll by rounds."""
-    clash = parts > 1 or any(opts.get(k) for k in ("chunk", "pipeline", "ring", "cluster"))
-    if opts.get("poll") == "issue" and clash:
+def _poll_fits(opts: dict) -> dict:
+    """``poll="issue"`` leaves out chunk and pipeline (``test_copies_preset_bad_configuration``): where options
+    drawn with it include one, poll by rounds."""
+    if opts.get("poll") == "issue" and any(opts.get(k) for k in ("chunk", "pipeline")):
         opts["poll"] = "batch"
     return opts
 
@@ -114,9 +96,7 @@ def tunables(draw):
         opts["grid_sync"] = draw(st.sampled_from(gpu_rnn.GRID_SYNCS))
     else:
         opts.update(pipeline=draw(st.booleans()) and not opts["chunk"], poll=draw(st.sampled_from(gpu_rnn.POLLS)),
-                    double_buffer=draw(st.booleans()), ring=draw(st.booleans()))
-        if not (opts["chunk"] or opts["pipeline"] or opts["reduce"] == "shfl"):
-            opts["cluster"] = draw(st.sampled_from([0, 2, 4]))
+                    double_buffer=draw(st.booleans()))
         _poll_fits(opts)
     return sync, opts
 
@@ -124,7 +104,7 @@ def tunables(draw):
 @given(problem=problems(batch=4), tun=tunables())
 def test_tunables_match_reference(problem, tun):
     """16-bit packed indices, load kind, chunked load stage, the inline grid barrier, Lamport's pipeline,
-    poll pattern, double buffer, ring, cluster (a cluster of one block here), reduce kind (the simulator has no
+    poll pattern, double buffer, reduce kind (the simulator has no
     shuffles: it runs the shared reduction, the shuffles are checked on the GPU and by
     tests/compile/test_persistent_rnn_shfl_compile.py), 16-byte loads and stores of h."""
     u, bp, h0, steps, tpr, activation = problem
@@ -322,10 +302,9 @@ def test_index16_refuses_more_than_65536_columns():
         gpu_rnn.PersistentRNN(lay, 4, index16=True, rows_per_block=32)
 
 
-# -- the Lamport ring and clusters (the simulator: one block, a cluster of one) ----------------
+# -- h0 in the exchange; relaunch after a spin timeout ------------------------------------------
 
-@pytest.mark.parametrize("kw", [{}, {"ring": True}, {"cluster": 4}, {"ring": True, "cluster": 2, "vector": True},
-                                {"fold_h0": True}, {"fold_h0": True, "parts": 2}])
+@pytest.mark.parametrize("kw", [{}, {"fold_h0": True}])
 def test_initial_negative_zero_is_a_value(kw):
     """h0 may hold -0.0, Lamport's "not written yet": it is passed on as +0.0, which gives the same sums."""
     u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float16)
@@ -336,38 +315,6 @@ def test_initial_negative_zero_is_a_value(kw):
     got = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, spin_limit=1 << 12, max_relaunch=0, **kw)(bp, h0, 3)
     want = ref_rnn.rnn_forward(u, bp, h0, 3)
     assert np.abs(got.astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
-
-
-@settings(max_examples=8)   # two runs per example: keeps the module near a minute on 2 cores
-@given(problem=problems(batch=4))
-def test_ring_is_armed_again_after_every_run(problem):
-    """ring: runs on the same buffers need no preset: after each run every slot holds -0.0 again and the
-    next run gives the same states."""
-    from numba import cuda
-    u, bp, h0, steps, tpr, activation = problem
-    lay = balance(u, tpr=tpr)
-    plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(u.shape[0], tpr),
-                                 ring=True)
-    xchg, status = plan.buffers(steps)
-    want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
-    for _ in range(2):
-        hs = cuda.device_array((steps, 4, u.shape[0]), dtype=u.dtype)
-        plan.enqueue(cuda.to_device(bp), cuda.to_device(h0), steps, xchg, hs, status)
-        ring = xchg.copy_to_host()
-        assert (ring == 0).all() and np.signbit(ring).all()
-        assert np.abs(hs.copy_to_host().astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
-    assert xchg.size == gpu_rnn.RING_SLOTS * plan.stride
-
-
-def test_ring_resume_after_timeouts():
-    """ring with spin_limit=1: whatever times out is resumed from the recorded progress and the result is exact."""
-    u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
-    bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
-    h0 = np.ones((4, 8), dtype=np.float32)
-    lay = balance(u, tpr=4)
-    plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=True, spin_limit=1, max_relaunch=64)
-    got = plan(bp, h0, 5)
-    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, lay.kpad)
 
 
 # (copies: spin_limit 4096 for the relaunch, since in the simulator a thread polls h_t while the lanes 0 of
@@ -400,78 +347,49 @@ def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
         plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=6)
 
 
-def test_ring_and_cluster_bad_configuration():
+def test_retired_options_are_refused():
+    """The Lamport ring, thread-block clusters and column parts were measured slower than the default everywhere
+    (experiments/results/persistent_rnn.md, Options measured slower) and retired: a plan refuses them by name."""
     lay, _, _ = _inputs()
-    with pytest.raises(ValueError, match="sync: ring and cluster are options of the Lamport kernel"):
-        gpu_rnn.PersistentRNN(lay, 4, sync="barrier", ring=True, rows_per_block=8)
-    with pytest.raises(ValueError, match="sync: ring and cluster are options of the Lamport kernel"):
-        gpu_rnn.PersistentRNN(lay, 4, sync="barrier", cluster=2, rows_per_block=8)
-    for kw in ({"cluster": 1}, {"cluster": 2, "chunk": 1}, {"cluster": 2, "pipeline": True},
-               {"cluster": 2, "reduce": "shfl"}):
-        with pytest.raises(ValueError, match="cluster: a cluster is 2..16 blocks"):
+    for kw in ({"ring": True}, {"cluster": 2}, {"parts": 2}, {"passes": "uniform"}):
+        with pytest.raises(TypeError, match=next(iter(kw))):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **kw)
-    with pytest.raises(ValueError, match="cluster"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, cluster=32)
-    with pytest.raises(TypeError, match="ring: expected a bool"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, ring=1)
 
 
-# -- operating on h's column parts as they arrive; h0 written by the kernel ---------
+# -- h0 written by the kernel (fold_h0) -----------------------------------------------------------
 
 @st.composite
-def parts_options(draw):
-    """(parts, ordered by part, options): every option that combines with ``parts`` (or ``fold_h0``
-    alone)."""
-    parts = draw(st.integers(1, gpu_rnn.MAX_PARTS))
-    opts = {"fold_h0": draw(st.booleans()), "index16": draw(st.booleans()),
-            "vector": draw(st.booleans()),
+def fold_h0_options(draw):
+    """Options that combine with ``fold_h0``."""
+    opts = {"index16": draw(st.booleans()), "vector": draw(st.booleans()),
             "reduce": draw(st.sampled_from(gpu_rnn.REDUCES)), "double_buffer": draw(st.booleans()),
-            "passes": draw(st.sampled_from(gpu_rnn.PASSES)),
             "poll": draw(st.sampled_from(gpu_rnn.POLLS)), "load": draw(st.sampled_from(gpu_rnn.LOADS))}
-    return parts, draw(st.booleans()), _poll_fits(opts, parts)
+    return _poll_fits(opts)
 
 
-@given(problem=problems(batch=4), po=parts_options())
-def test_parts_and_fold_h0_match_reference(problem, po):
-    """parts: whether or not the layout's pairs come part by part (bank_aware with the part bounds, or the plain
-    bank-aware order), every pass reads only columns that have arrived and the states equal the reference's;
-    fold_h0: the kernel's own copy of h0 gives the same states."""
+@given(problem=problems(batch=4), opts=fold_h0_options())
+def test_fold_h0_matches_reference(problem, opts):
+    """fold_h0: the kernel's own copy of h0 into exchange slot 0 gives the reference's states."""
     u, bp, h0, steps, tpr, activation = problem
-    parts, ordered, opts = po
     hidden = u.shape[0]
     # 16-byte groups (vector) need a step of h that is whole groups (test_bad_configuration: refused)
     opts["vector"] = opts["vector"] and hidden * 4 * u.dtype.itemsize % 16 == 0
-    bounds = gpu_rnn.part_columns(hidden, parts)[1:-1] if ordered and parts > 1 else ()
-    lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize, bounds=bounds)
+    lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
     plan = gpu_rnn.PersistentRNN(lay, 4, activation=activation, rows_per_block=_one_block(hidden, tpr),
-                                 parts=parts, **opts)
+                                 fold_h0=True, **opts)
     got = plan(bp, h0, steps)
     want = ref_rnn.rnn_forward(u, bp, h0, steps, activation)
     assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
 
 
-def test_part_columns_and_pass_bounds():
-    """Part p is columns [H p / parts, H (p + 1) / parts); a thread's pass p ends at its first pair of a later
-    part (pairs of a part operated before the part arrives would read stale h)."""
-    assert gpu_rnn.part_columns(10, 3) == [0, 0, 4, 10]            # part starts rounded down to 4 columns
-    assert gpu_rnn.part_columns(1792, 2) == [0, 896, 1792]
-    # tpr 2: lane 0 holds slots 0, 2, 4, 6 (columns 0, 6, 2, 3), lane 1 slots 1, 3, 5, 7 (columns 5, 1, 7, 4)
-    lay = RNNLayout(np.ones((8, 8), np.float32), np.tile(np.array([0, 5, 6, 1, 2, 7, 3, 4], np.int32), (8, 1)),
-                    (8, 8), 2, 64)
-    assert gpu_rnn.pass_bounds(lay, 2)[0].tolist() == [1, 0]        # parts: columns 0-3 | 4-7
-    assert gpu_rnn.pass_bounds(lay, 3)[0].tolist() == [0, 0, 1, 0]  # parts: none | 0-3 | 4-7
-    assert np.allclose(gpu_rnn.pass_pairs(lay, 2), [1 / 8, 7 / 8])
-    assert np.allclose(gpu_rnn.pass_pairs(lay, 3), [0, 1 / 8, 7 / 8])
-
-
 @pytest.mark.parametrize("parts", [2, 3, 4])
 def test_bank_aware_bounds_keep_the_rows_and_order_pairs_by_part(parts):
     """bank_aware(bounds=...): each row a permutation of its pairs and padding (to_dense unchanged), slots
-    filled part by part, and every thread's passes hold all its pairs of each part; no bounds: the old order."""
+    filled part by part; no bounds: the old order."""
     rng = np.random.default_rng(parts)
     u = (rng.standard_normal((40, 40)) * (rng.random((40, 40)) < 0.3)).astype(np.float32)
     lay = balance(u, tpr=4)
-    bounds = gpu_rnn.part_columns(40, parts)[1:-1]
+    bounds = [40 * p // parts // 4 * 4 for p in range(1, parts)]    # part starts rounded down to 4 columns
     aware = bank_aware(lay, width=8, bounds=bounds)
     assert np.array_equal(aware.to_dense(), lay.to_dense())
     plain = bank_aware(lay, width=8)
@@ -480,25 +398,20 @@ def test_bank_aware_bounds_keep_the_rows_and_order_pairs_by_part(parts):
     part = np.searchsorted(bounds, aware.indices, side="right")
     for r in range(40):
         assert (np.diff(part[r][real[r]]) >= 0).all()               # real pairs' parts ascend over slots
-    fractions = gpu_rnn.pass_pairs(aware, parts)
-    assert fractions[:-1].sum() > gpu_rnn.pass_pairs(plain, parts)[:-1].sum()
     with pytest.raises(ValueError, match="bounds: expected non-decreasing column bounds"):
         bank_aware(lay, bounds=[20, 10])
 
 
-def test_parts_trace_and_fold_h0_planted_stall():
-    """parts: the trace's stages stay in order (stage 1-2: part 0 polled and in shared memory); fold_h0: a
-    planted stall (start=1, slot 0 never written) is resumed from step 0 with h0 written again."""
+def test_fold_h0_planted_stall_resumes_with_h0():
+    """fold_h0: a planted stall (start=1, slot 0 never written) is resumed from step 0 with h0 written again."""
     from numba import cuda
     u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
     bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
     h0 = np.ones((4, 8), dtype=np.float32)
-    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, parts=2, fold_h0=True, trace=True,
-                                 spin_limit=4, max_relaunch=1)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, fold_h0=True, spin_limit=4,
+                                 max_relaunch=1)
     got = plan(bp, h0, 5)
     assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= tolerance(u.dtype, 2)
-    stamps = plan.trace_cycles()
-    assert (np.diff(stamps[..., :5], axis=-1) >= 0).all() and (stamps[..., 5] >= 2).all()   # a round per part
     d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
     xchg, status = plan.buffers(5)
     plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
@@ -510,16 +423,10 @@ def test_parts_trace_and_fold_h0_planted_stall():
     assert hs.copy_to_host().tobytes() == got.tobytes()
 
 
-def test_parts_and_fold_h0_bad_configuration():
+def test_fold_h0_bad_configuration():
     lay, _, _ = _inputs()
-    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"cluster": 2}, {"ring": True}, {"pipeline": True}):
-        with pytest.raises(ValueError, match="parts: operating on h's column parts as they arrive"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=2, **kw)
-    with pytest.raises(ValueError, match="parts"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, parts=gpu_rnn.MAX_PARTS + 1)
-    for kw in ({"sync": "barrier"}, {"ring": True}):
-        with pytest.raises(ValueError, match="fold_h0: an option of the Lamport kernel without the ring"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=True, **kw)
+    with pytest.raises(ValueError, match="fold_h0: an option of the Lamport kernel"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=True, sync="barrier")
     with pytest.raises(TypeError, match="fold_h0: expected a bool"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)
 
@@ -580,16 +487,14 @@ def test_copies_fill_every_copy(preset, dtype):
 
 def test_copies_preset_bad_configuration():
     lay, _, _ = _inputs()
-    for kw in ({"sync": "barrier"}, {"ring": True}, {"cluster": 2}):
-        with pytest.raises(ValueError, match="copies: copies of the exchange are an option of the Lamport kernel"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=2, **kw)
+    with pytest.raises(ValueError, match="copies: copies of the exchange are an option of the Lamport kernel"):
+        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=2, sync="barrier")
     for bad in (0, gpu_rnn.MAX_COPIES + 1):
         with pytest.raises(ValueError, match="copies"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=bad)
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
-    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"parts": 2}, {"pipeline": True}, {"ring": True},
-               {"cluster": 2}):
+    for kw in ({"sync": "barrier"}, {"chunk": 1}, {"pipeline": True}):
         with pytest.raises(ValueError, match="poll: 'issue' is an option of the Lamport kernel without chunk"):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, poll="issue", **kw)
     with pytest.raises(ValueError, match="issue_delay: a delay before the loads of poll='issue'"):

@@ -1,4 +1,4 @@
-"""Thread-block clusters (sm_90) for persistent kernels: rank, stores into a peer block's shared memory, barrier.
+"""Thread-block clusters (sm_90): rank, loads from a peer block's shared memory, barrier, launch.
 
 Numba (numba-cuda 0.30) has no cluster launch and no cluster intrinsics. The
 launch side: :func:`sparsekit.device.require_cluster` sets the kernel's
@@ -12,25 +12,17 @@ and depth are all set: a width alone made every launch fail with
 ``CUDA_ERROR_INVALID_CLUSTER_SIZE``). The device side is inline PTX:
 
 * :func:`cluster_rank`: ``%cluster_ctarank``, this block's rank in its cluster;
-* :func:`st_cluster_u32` / :func:`st_cluster_v4`: ``mapa`` maps the generic
-  address of a shared-memory element to the same element of the block of
-  rank ``rank`` in the cluster (distributed shared memory), then one 4- or
-  16-byte store there;
 * :func:`ld_cluster`: ``mapa.shared::cluster`` + ``ld.shared::cluster``: a 32-bit word at a
   shared-window byte address of the block of rank ``rank`` (a split-K reduction's loads);
 * :func:`cluster_sync`: ``barrier.cluster.arrive.release`` +
   ``barrier.cluster.wait.acquire``: every thread of every block of the
-  cluster has arrived, and the stores before the arrival (local and remote)
-  are visible after the wait;
+  cluster has arrived, and the stores before the arrival are visible
+  after the wait;
 * :func:`cluster_probe`: a kernel that records rank, cluster size and cluster
   id of every block, to verify on a GPU that a launch really runs in clusters.
 
-:func:`max_active_clusters` asks the driver how many clusters of a kernel can
-be resident at once (``cuOccupancyMaxActiveClusters``): the co-residency check
-of a persistent launch in clusters.
-
 Under the CUDA simulator (one block at a time, no clusters) a cluster has one
-block: the rank is 0, a store to rank 0 is a plain store, a load from any rank reads this
+block: the rank is 0, a load from any rank reads this
 block's shared memory (a kernel that simulates several ranks in one block keeps them at
 different addresses) and the cluster barrier is the block barrier.
 """
@@ -41,11 +33,7 @@ from numba import config, cuda, typeof
 
 from sparsekit.numba_compat import core_stream, kernel_function, pack_arguments
 
-__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "st_cluster_u32", "st_cluster_v4", "ld_cluster",
-           "cluster_probe", "max_active_clusters", "launch", "launch_mode", "MAX_CLUSTER"]
-
-#: The largest cluster the H100 allows (above 8 blocks a non-portable size).
-MAX_CLUSTER = 16
+__all__ = ["cluster_rank", "cluster_size", "cluster_sync", "ld_cluster", "cluster_probe", "launch", "launch_mode"]
 
 if config.ENABLE_CUDASIM:
     def cluster_rank():
@@ -68,22 +56,10 @@ if config.ENABLE_CUDASIM:
         """The element of a 32-bit shared ``array`` at byte offset ``addr`` (simulator: of this block)."""
         return array[int(addr) // array.dtype.itemsize]
 
-    def st_cluster_u32(array, i, rank, value):
-        """``array[i] = value`` in the shared memory of the block of rank ``rank`` (simulator: this block)."""
-        array[i] = value
-
-    def st_cluster_v4(array, i, rank, v0, v1, v2, v3):
-        """``array[i:i + 4] = v0..v3`` in the block of rank ``rank`` (simulator: this block)."""
-        array[i] = v0
-        array[i + 1] = v1
-        array[i + 2] = v2
-        array[i + 3] = v3
-
 else:
     from llvmlite import ir
     from numba import types
     from numba.core.errors import TypingError
-    from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
     def _sreg(name, reg):
@@ -112,27 +88,6 @@ else:
             return context.get_dummy_value()
         return types.void(), codegen
 
-    def _check_store(name, array, index, rank):
-        if not (isinstance(array, types.Array) and array.ndim == 1 and array.dtype in (types.uint32, types.int32)):
-            raise TypingError(f"{name}: expected a 1-D uint32 or int32 shared array, got {array}")
-        if not isinstance(index, types.Integer) or not isinstance(rank, types.Integer):
-            raise TypingError(f"{name}: expected integer index and rank, got {index}, {rank}")
-
-    def _remote_store(context, builder, sig, args, nvalues):
-        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
-        i = context.cast(builder, args[1], sig.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, sig.args[0], ary, [i], wraparound=False)
-        rank = context.cast(builder, args[2], sig.args[2], types.uint32)
-        values = [context.cast(builder, v, t, types.uint32) for v, t in zip(args[3:], sig.args[3:])]
-        i32 = ir.IntType(32)
-        regs = ", ".join(f"${k + 2}" for k in range(nvalues))
-        st = f"st.u32 [%ra], {regs};" if nvalues == 1 else f"st.v4.u32 [%ra], {{{regs}}};"
-        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ptr.type, i32] + [i32] * nvalues),
-                           "{\n\t.reg .b64 %ra;\n\tmapa.u64 %ra, $0, $1;\n\t" + st + "\n\t}",
-                           "l,r," + ",".join(["r"] * nvalues) + ",~{memory}", side_effect=True)
-        builder.call(asm, [ptr, rank] + values)
-        return context.get_dummy_value()
-
     @intrinsic
     def ld_cluster(typingctx, array, addr, rank):
         """The element of a 32-bit shared ``array`` at shared-window byte address ``addr`` (as
@@ -152,31 +107,6 @@ else:
                                "ld.shared::cluster.b32 $0, [%ra];\n\t}", "=r,r,r", side_effect=True)
             return builder.bitcast(builder.call(asm, [a, r]), context.get_value_type(sig.return_type))
         return sig, codegen
-
-    @intrinsic
-    def st_cluster_u32(typingctx, array, index, rank, value):
-        """``array[index] = value`` in the shared memory of the cluster's block of rank ``rank``
-        (``mapa`` + ``st.u32`` on the generic address; 1-D uint32/int32 shared array)."""
-        _check_store("st_cluster_u32", array, index, rank)
-        if not isinstance(value, types.Integer):
-            raise TypingError(f"st_cluster_u32: expected an integer value, got {value}")
-
-        def codegen(context, builder, sig, args):
-            return _remote_store(context, builder, sig, args, 1)
-        return types.void(array, index, rank, value), codegen
-
-    @intrinsic
-    def st_cluster_v4(typingctx, array, index, rank, v0, v1, v2, v3):
-        """``array[index:index + 4] = v0..v3`` in the block of rank ``rank``, one 16-byte store
-        (``index`` a multiple of 4 and the array 16-byte aligned: the caller guarantees it)."""
-        _check_store("st_cluster_v4", array, index, rank)
-        for v in (v0, v1, v2, v3):
-            if not isinstance(v, types.Integer):
-                raise TypingError(f"st_cluster_v4: expected integer values, got {v}")
-
-        def codegen(context, builder, sig, args):
-            return _remote_store(context, builder, sig, args, 4)
-        return types.void(array, index, rank, v0, v1, v2, v3), codegen
 
 
 @cuda.jit
@@ -253,23 +183,3 @@ def launch(dispatcher, compiled, args, blocks, threads: int, shared: int, size: 
     core_launch(stream, config, kernel_function(compiled).kernel, *kernelargs)
     for writeback in writebacks:
         writeback()
-
-
-def max_active_clusters(compiled, size: int, blocks: int, threads: int, shared: int) -> int:
-    """How many clusters of ``size`` blocks of a compiled kernel can be resident at once
-    (``cuOccupancyMaxActiveClusters`` for a launch of ``blocks`` x ``threads`` with ``shared`` bytes of
-    dynamic shared memory). The kernel's cluster width must already be set
-    (:func:`sparsekit.device.require_cluster`)."""
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    fn = driver.cuKernelGetFunction(kernel_function(compiled).handle)
-    cfg = binding.CUlaunchConfig()
-    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = blocks, 1, 1
-    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
-    cfg.sharedMemBytes = shared
-    attr = binding.CUlaunchAttribute()
-    attr.id = binding.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = size, 1, 1
-    cfg.attrs = [attr]
-    cfg.numAttrs = 1
-    return int(driver.cuOccupancyMaxActiveClusters(fn, cfg))

@@ -99,51 +99,13 @@ barrier made the wide kernels slower than the naive one (4.30 against 3.60
 us/step); ``vector=True`` (4 of each) gives 2.45 (bank-aware 2.35)
 (``experiments/results/persistent_rnn.md``).
 
-Two Lamport options (both correct, tested and sanitizer-clean on the H100,
-both slower there; ``experiments/results/persistent_rnn.md``):
-
-* ``ring=True``: the exchange is a ring of ``RING_SLOTS`` (4) slots, armed
-  to -0.0 once when the buffers are made; the kernel writes ``h_in`` (``h0``,
-  or the last finished state on a relaunch) into its first slot itself, so a
-  run is one launch (no preset, no h0 copy). In step ``t`` the thread that
-  writes element ``e`` of ``h_{t+1}`` also re-arms ``e`` in ``h_{t-1}``'s
-  slot: every block has finished reading ``h_{t-1}``, since every block wrote
-  its part of ``h_t`` after reading it. Each thread issues a
-  ``fence.acq_rel.gpu`` after its poll of every step: it acquires ``h_t``
-  (so its later polls see slots re-armed by others) and releases its own
-  re-arm of the previous step before the ``h_{t+1}`` it writes; a reader
-  sees ``h_{t+2}`` (released after the re-arm) before it polls the re-armed
-  slot at ``t + 3``, hence four slots. The last block to finish (an arrival
-  counter) re-arms the one slot still holding a value. Each block records
-  its finished steps (``progress``); after a spin timeout the launcher
-  re-arms the ring and relaunches from the least of them. Measured at 1792:
-  the fixed cost per launch falls from 8.3 to 5.6 us (fit of 16 and 256
-  steps), but the fence costs about 3.2 us per step (4.88 against 1.66
-  us/step).
-* ``cluster=C`` (2..16): blocks run in thread-block clusters of ``C``
-  (``sparsekit/gpu/cluster.py``); a block loads only its ``1 / C`` share of
-  ``h_{t-1}`` from L2 (the cluster's threads split the words) and stores it
-  into the shared memory of every block of its cluster (``mapa`` +
-  ``st.shared::cluster``), then a cluster barrier (release / acquire). Two
-  h buffers, so that a block ahead never overwrites what a slower block of
-  its cluster still reads (the step's cluster barrier orders them); the
-  reduce stage then needs only a warp barrier. A spin timeout in any block
-  is stored into the abort flag of every block of its cluster before the
-  barrier, so the cluster leaves together. Measured at 1792: the L2 load
-  stage falls from 1.03 to 0.62 us (C = 4, 16-byte loads) but the stores to
-  the cluster and its barrier take 1.08 us against 0.26 us for the local
-  copy and block barrier: 2.34 against 1.60 us/step.
-
-Two more Lamport options (correct and sanitizer-clean on the H100; none reaches
-the 1.5 us/step target; ``experiments/results/persistent_rnn.md``):
+One more Lamport option (correct and sanitizer-clean on the H100;
+``experiments/results/persistent_rnn.md``):
 
 * ``fold_h0=True``: the kernel writes h0 into slot 0 (a run is the preset and
   the kernel): the fixed cost per launch falls from 9.1-9.7 to 7.3-7.5 us,
-  the step stays (1.600-1.603 against 1.609-1.613 us/step at 1792).
-* ``parts=P``: h's columns in ``P`` parts, each polled, stored and operated
-  on behind its own block barrier. Register loads of later parts do not stay
-  in flight over a block barrier (the barrier waits for them), so nothing
-  overlaps and every part adds a barrier: 2.05-3.55 against 1.61 us/step.
+  the step stays (1.600-1.603 against 1.609-1.613 us/step at 1792); part of
+  Table 1's Lamport row.
 
 The issue-first poll (``experiments/results/persistent_rnn.md``): the load
 stage's time was mostly the code of ``poll="batch"``: ptxas computes each
@@ -165,7 +127,7 @@ load, ~290 before a thread's 16th load leaves, in the SASS).
 
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
-``rows_per_block >= H`` there; a cluster is that one block.
+``rows_per_block >= H`` there.
 """
 from __future__ import annotations
 
@@ -176,19 +138,17 @@ from functools import lru_cache
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
 
-from sparsekit.gpu import cluster as clusters
-from sparsekit.gpu.cluster import MAX_CLUSTER, cluster_rank, cluster_sync, max_active_clusters, st_cluster_u32, st_cluster_v4
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.sync_primitives import clock64, fence_acq_rel_gpu, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
+from sparsekit.gpu.sync_primitives import clock64, ld_relaxed_u32, ld_volatile_u32, ld_x4_f32, unpack16
 from sparsekit.gpu.vector_loads import store4
 from sparsekit.arrays import cdiv, operand, output, result
 from sparsekit.checks import check_int
-from sparsekit.device import allow_dynamic_shared, require_cluster
+from sparsekit.device import allow_dynamic_shared
 from sparsekit.rnn_layout import RNNLayout, check_layout, split, thread_packed_indices
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
-           "TRACE_PHASES", "MAX_PARTS", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
-           "max_hidden", "shared_limit", "part_columns", "pass_bounds", "pass_pairs", "PASSES", "PRESETS", "MAX_COPIES"]
+           "TRACE_PHASES", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
+           "max_hidden", "shared_limit", "PRESETS", "MAX_COPIES"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -208,12 +168,6 @@ TRACE_PHASES = ("start", "loaded", "shared", "operated", "written", "synced_or_p
 #: the -0.0 bit patterns of one 32-bit word
 _NEG0_F32 = 0x80000000
 _NEG0_F16 = 0x8000
-#: exchange slots of the Lamport ring (``ring=True``): slot t % RING_SLOTS holds h_t. Four, not three: a slot is
-#: re-armed one step after its last read, and the re-arm must be released (fence) a step before the write that
-#: readers see before they poll the slot again.
-RING_SLOTS = 4
-#: most column parts of h a Lamport step can operate on as they arrive (``parts``)
-MAX_PARTS = 4
 
 
 # ---------------------------------------------------------------------------
@@ -285,85 +239,74 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False, ring: bool = False, cluster: int = 0, parts: int = 1, fold_h0: bool = False,
-            uniform: tuple = (), copies: int = 1,
-            issue_delay: int = 0):
+            vector: bool = False, fold_h0: bool = False, copies: int = 1, issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
-    ``npt``, ``tpr`` and ``batch`` size register arrays and unrolled loops, so
-    they must be constants; ``words`` is the number of 32-bit words of ``h``
-    each thread moves per step (``ceil(stride * itemsize / 4 / threads)``);
-    ``pipeline`` (Lamport) issues the loads of the next step's input before
-    the operate stage; ``cell="lstm"`` gives every thread ``npt`` pairs of
-    each of the four gate rows of its hidden unit (Appendix B); ``poll``
-    (Lamport): ``"batch"`` reissues all still-pending words every round,
-    ``"lead"`` waits on one pending word alone between rounds (less L2
-    traffic), ``"issue"`` issues every word's load at the step's start
-    with no check (addresses from the thread's first word plus constant
-    offsets) and only checks in the first round (``"batch"`` checks each
-    word of a preset register copy before its load, and ptxas computes each
-    address behind that check: ~18 instructions per load, from the SASS);
-    ``double_buffer`` (Lamport): ``h`` alternates between two shared
-    buffers, so the reduce stage needs only a warp barrier; ``index16``: the
-    indices arrive packed two per uint32 (``rnn_layout.thread_packed_indices``)
-    and stay packed in registers; ``trace``: thread 0 of each block records
-    ``clock64`` at the stage boundaries of every step (``TRACE_PHASES``);
-    ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
-    ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``);
-    ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
-    scope), ``"relaxed"`` (``ld.relaxed.gpu``) or ``"cg"`` (a weak
-    ``ld.global.cg``, cached in L2 only); ``chunk`` (> 0): a thread
-    moves its words of h ``chunk`` at a time (fewer registers for large
-    layers, one L2 round trip per chunk; no Lamport pipeline then);
-    ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
-    memory behind a barrier, ``"shfl"`` with warp shuffles (a row's threads
-    share a warp, ``tpr <= 32``): a reduce-scatter over the batch samples
-    (``log2(min(B, tpr))`` halving levels, then butterflies), no shared memory
-    and no barrier in the reduce stage; the one block barrier that keeps the
-    next step's copy of ``h`` from overwriting what slower warps still read is
-    then taken while the next step's loads are in flight (single buffer) or
-    not needed (``double_buffer``). The simulator has no shuffles: it runs the
-    shared reduction instead. ``threads`` (> 0): the block size every launch
-    uses, a compile-time constant (the load stage's word offsets become
-    immediates) and ptxas's launch bounds ``(threads, 1)``: it then keeps
-    registers at or below 64K / threads so that one block fits an SM
-    (spilling if it must: the launcher reports ``local_bytes``) instead of
-    refusing the launch. ``vector`` (wide scheme, no chunks, a whole number of
-    16-byte groups of h): a thread moves its words of h as 16-byte groups,
-    ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
-    ``st.shared.v4``, a quarter of the load and store instructions; Lamport
-    reloads a group while any of its four words is pending. ``ring`` (Lamport):
-    the exchange is a ring of ``RING_SLOTS`` slots re-armed inside the
-    kernel, ``h_in`` is written into it by the kernel, and each block records
-    its progress (``PersistentRNN`` describes the protocol). ``cluster``
-    (Lamport, > 0): blocks run in clusters of ``cluster`` (the simulator: 1);
-    a block loads only its share of ``h_{t-1}`` from L2 and stores it into the
-    shared memory of every block of its cluster, then a cluster barrier.
-    ``parts`` (Lamport, 2..``MAX_PARTS``; 1 = off): h's columns are split in
-    ``parts`` ranges (``part_columns``); a step issues the loads of all of
-    them, then per part polls its words, stores them to shared memory, takes
-    a block barrier and operates on the pairs whose columns have arrived, so
-    the later parts' loads are in flight during the earlier parts' operate
-    stage; ``words`` is then ``parts`` times a thread's words per part, and
-    the thread's pass bounds ride after its indices in ``idx``
-    (``PersistentRNN``). ``fold_h0`` (Lamport): a launch that starts at step
-    0 writes ``h_in`` (h0) into exchange slot 0 itself (no separate copy).
-    ``uniform`` (``parts``; a tuple
-    of ``parts - 1`` pair counts, default ``()``: the thread's own bounds from
-    ``idx``): pass ``p`` operates on pairs ``uniform[p - 1] .. uniform[p] -
-    1`` of every thread, compile-time bounds, so each pass is branch-free
-    straight-line code whose shared loads the compiler can overlap (the
-    run-time bounds put every pair behind a branch of its own). ``copies``
-    (Lamport, no ring or cluster; 1 = off): the exchange holds ``copies``
-    copies of every step's h (slot ``t``, copy ``c`` at ``(t * copies + c) *
-    stride``); the writer of an element stores it into every copy, block
-    ``b`` reads copy ``(b + t) % copies`` at step ``t``, so each L2 line of h
-    is read by ``1 / copies`` of the blocks (the rotation with ``t`` lets a
-    one-block simulator run read every copy). ``issue_delay`` (``poll="issue"``): clock cycles a thread spins
-    (``clock64``) between writing its part of ``h_t`` and issuing the loads of
-    ``h_t``, so that fewer of them reach L2 before the other blocks' writes
-    (a load that returns -0.0 costs a whole further round trip).
+    The factory reads in phases: the compile-time constants, then the kernels'
+    device functions by stage (set-up, load, operate, reduce), then the two
+    kernels (grid barrier, Lamport) that run those stages every step.
+
+    * ``npt``, ``tpr``, ``batch`` size register arrays and unrolled loops, so
+      they must be constants; ``words``: the 32-bit words of ``h`` each thread
+      moves per step (``ceil(stride * itemsize / 4 / threads)``).
+    * ``cell="lstm"``: every thread holds ``npt`` pairs of each of the four
+      gate rows of its hidden unit (Appendix B).
+    * ``pipeline`` (Lamport): the loads of the next step's input are issued
+      before the operate stage.
+    * ``poll`` (Lamport): ``"batch"`` reissues all still-pending words every
+      round; ``"lead"`` waits on one pending word alone between rounds (less
+      L2 traffic); ``"issue"`` issues every word's load at the step's start
+      with no check (addresses from the thread's first word plus constant
+      offsets) and only checks in the first round (``"batch"`` checks each
+      word of a preset register copy before its load, and ptxas computes each
+      address behind that check: ~18 instructions per load, from the SASS).
+      ``issue_delay``: clock cycles a thread spins (``clock64``) between
+      writing its part of ``h_t`` and issuing the loads of ``h_t``, so that
+      fewer of them reach L2 before the other blocks' writes (a load that
+      returns -0.0 costs a whole further round trip).
+    * ``double_buffer`` (Lamport): ``h`` alternates between two shared
+      buffers, so the reduce stage needs only a warp barrier.
+    * ``index16``: the indices arrive packed two per uint32
+      (``rnn_layout.thread_packed_indices``) and stay packed in registers.
+    * ``trace``: thread 0 of each block records ``clock64`` at the stage
+      boundaries of every step (``TRACE_PHASES``).
+    * ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
+      ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``).
+    * ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
+      scope), ``"relaxed"`` (``ld.relaxed.gpu``) or ``"cg"`` (a weak
+      ``ld.global.cg``, cached in L2 only).
+    * ``chunk`` (> 0): a thread moves its words of h ``chunk`` at a time (fewer
+      registers for large layers, one L2 round trip per chunk; no Lamport
+      pipeline then).
+    * ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
+      memory behind a barrier, ``"shfl"`` with warp shuffles (a row's threads
+      share a warp, ``tpr <= 32``): a reduce-scatter over the batch samples
+      (``log2(min(B, tpr))`` halving levels, then butterflies), no shared
+      memory and no barrier in the reduce stage; the one block barrier that
+      keeps the next step's copy of ``h`` from overwriting what slower warps
+      still read is then taken while the next step's loads are in flight
+      (single buffer) or not needed (``double_buffer``). The simulator has no
+      shuffles: it runs the shared reduction instead.
+    * ``threads`` (> 0): the block size every launch uses, a compile-time
+      constant (the load stage's word offsets become immediates) and ptxas's
+      launch bounds ``(threads, 1)``: it then keeps registers at or below
+      64K / threads so that one block fits an SM (spilling if it must: the
+      launcher reports ``local_bytes``) instead of refusing the launch.
+    * ``vector`` (wide scheme, no chunks, a whole number of 16-byte groups of
+      h): a thread moves its words of h as 16-byte groups,
+      ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
+      ``st.shared.v4``, a quarter of the load and store instructions; Lamport
+      reloads a group while any of its four words is pending.
+    * ``fold_h0`` (Lamport): a launch that starts at step 0 writes ``h_in``
+      (h0) into exchange slot 0 itself (no separate copy).
+    * ``copies`` (Lamport; 1 = off): the exchange holds ``copies`` copies of
+      every step's h (slot ``t``, copy ``c`` at ``(t * copies + c) *
+      stride``); the writer of an element stores it into every copy, block
+      ``b`` reads copy ``(b + t) % copies`` at step ``t``, so each L2 line of h
+      is read by ``1 / copies`` of the blocks (the rotation with ``t`` lets a
+      one-block simulator run read every copy).
     """
+    # -- compile-time constants ------------------------------------------------------------------------------------
     NPT, TPR, B, PF = npt, tpr, batch, words
     WIDE = scheme == "wide"
     TANH = activation == "tanh"
@@ -375,16 +318,10 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     DELAY = issue_delay
     IDX16 = index16
     TRACE = trace
-    NBUF = 2 if (double_buffer or cluster) and sync == "lamport" else 1
+    NBUF = 2 if double_buffer and sync == "lamport" else 1
     ld_word, ld_group = _H_LOADS[load]
     CHUNKED = 0 < chunk < PF
-    PARTS = parts
-    # words of h a thread holds in registers at once (parts: per part, in PARTS arrays)
-    CHW = chunk if CHUNKED else PF // PARTS
-    CHW1, CHW2, CHW3 = (CHW if PARTS > p else 1 for p in (1, 2, 3))   # the other parts' arrays (1: unused)
-    NSPLIT = max(PARTS - 1, 1)                         # a thread's pass bounds (parts)
-    UNIFORM = len(uniform) > 0
-    U1, U2, U3 = (tuple(uniform) + (NPT,) * 3)[:3]     # uniform: where passes 0, 1, 2 end
+    CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
     FOLD = fold_h0
     COPIES = copies
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
@@ -403,13 +340,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     LOG_S = S.bit_length() - 1
     NS = B // S
     NT = threads                                       # block size if fixed at compile time (else 0)
-    RING = ring
-    CLUSTER = cluster > 0
-    # blocks per cluster (the share of h a block loads: 1 / CL); the simulator's cluster is one block (its
-    # cluster_rank() is 0 and its cluster stores stay in the block), which loads all of h and takes the block barrier
-    CL = 1 if config.ENABLE_CUDASIM else max(cluster, 1)
-    CSYNC = CLUSTER and not config.ENABLE_CUDASIM
-    NEG0 = float32(-0.0)
     VEC = 4 if vector else 1                           # words of h per load / store instruction
     # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
     NBO = NS if SHFL else (B + TPR - 1) // TPR
@@ -422,6 +352,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     NPH = len(TRACE_PHASES)
     nb_dtype = typeof(np.zeros(1, dtype)).dtype
     idx_dtype = uint32 if IDX16 else int32
+
+    # -- scalar helpers --------------------------------------------------------------------------------------------
 
     @inlined
     def activate(s):
@@ -444,6 +376,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             steps = tr.shape[0] // (cuda.gridDim.x * NPH)
             tr[(cuda.blockIdx.x * steps + t) * NPH + phase] = value
 
+    # -- set-up: a thread's pairs, cell state and bias in registers ------------------------------------------------
+
     @inlined
     def load_weights(vals, idx, row, hidden, lane, active, w, j):
         """Every thread keeps its npt <index, value> pairs (per gate row) in registers for all steps."""
@@ -452,6 +386,15 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 w[g * NPT + i] = vals[g * hidden + row, lane + i * TPR] if active else 0
             for i in range(NJ):                        # IDX16: word i holds pairs 2i and 2i + 1
                 j[g * NJ + i] = idx_dtype(idx[g * hidden + row, lane + i * TPR]) if active else 0
+
+    @inlined
+    def load_cell(cs, c0, t_start, row, lane, active, c):
+        """LSTM: c_{t_start - 1} of the owned (unit, sample) outputs (c0, or what a previous launch stored)."""
+        for q in range(NBO):
+            b = owned(lane, q)
+            c[q] = float32(0.0)
+            if LSTM and active and b < B:
+                c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
 
     @inlined
     def owned(lane, q):
@@ -479,18 +422,37 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 for g in range(G):
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
+    # -- load stage: h_{t-1} from the exchange (global) into registers, then shared memory -------------------------
+
+    @inlined
+    def read_slot(t):
+        """Exchange slot (of ``stride`` elements) this block reads h_t from: copy ``(block + t) % copies`` of
+        step t (``copies``: every copy holds all of h_t)."""
+        return t * COPIES + (cuda.blockIdx.x + t) % COPIES
+
     @inlined
     def word(tid, k, nthreads, n_words):
         """Word of h (per step) that is this thread's ``k``-th, or ``n_words`` if it has none.
 
         Consecutive threads, consecutive words (coalesced); with ``VEC = 4``
         consecutive threads take consecutive 4-word groups, slot ``k`` is word
-        ``k % 4`` of the thread's group ``k // 4``. In a cluster, ``tid`` is
-        the thread's index among the cluster's ``CL`` blocks (rank-major).
+        ``k % 4`` of the thread's group ``k // 4``.
         """
         m = k // VEC
-        e = (tid + m * CL * (NT if NT else nthreads)) * VEC + k % VEC
+        e = (tid + m * (NT if NT else nthreads)) * VEC + k % VEC
         return e if e < n_words else n_words
+
+    @inlined
+    def load_group(xchg_words, i, pf, k):
+        """Words ``i .. i + VEC - 1`` of the exchange buffer into ``pf[k .. k + VEC - 1]``, one instruction."""
+        if VEC == 4:
+            v0, v1, v2, v3 = ld_group(xchg_words, i)
+            pf[k] = v0
+            pf[k + 1] = v1
+            pf[k + 2] = v2
+            pf[k + 3] = v3
+        else:
+            pf[k] = ld_word(xchg_words, i)
 
     @inlined
     def issue_loads(xchg_words, base, kb, pf, tid, nthreads, n_words):
@@ -523,6 +485,21 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     load_group(xchg_words, first + (k // VEC) * step, pf, k)
 
     @inlined
+    def is_pending(v):
+        """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
+        if F16:
+            return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
+        return v == uint32(_NEG0_F32)
+
+    @inlined
+    def group_pending(pf, k):
+        """Whether any word of the group at slot ``k`` still holds Lamport's preset."""
+        pending = False
+        for m in range(VEC):
+            pending = pending or is_pending(pf[k + m])
+        return pending
+
+    @inlined
     def any_pending(pf, tid, nthreads, n_words):
         """``poll="issue"``: whether any of this thread's words of h (``issue_all``'s) still holds -0.0.
 
@@ -543,184 +520,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             if int32((k // VEC) * step) < lim and group_pending(pf, k):
                 pending = True
         return pending
-
-    @inlined
-    def load_group(xchg_words, i, pf, k):
-        """Words ``i .. i + VEC - 1`` of the exchange buffer into ``pf[k .. k + VEC - 1]``, one instruction."""
-        if VEC == 4:
-            v0, v1, v2, v3 = ld_group(xchg_words, i)
-            pf[k] = v0
-            pf[k + 1] = v1
-            pf[k + 2] = v2
-            pf[k + 3] = v3
-        else:
-            pf[k] = ld_word(xchg_words, i)
-
-    @inlined
-    def group_pending(pf, k):
-        """Whether any word of the group at slot ``k`` still holds Lamport's preset."""
-        pending = False
-        for m in range(VEC):
-            pending = pending or is_pending(pf[k + m])
-        return pending
-
-    @inlined
-    def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
-        """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
-        if VEC == 4:                                   # wide only: 16-byte stores, as loaded
-            for k in range(0, CHW, VEC):
-                e = word(tid, kb + k, nthreads, n_words)
-                if e < n_words:
-                    store4(h_words, woff + e, (pf[k], pf[k + 1], pf[k + 2], pf[k + 3]))
-            return
-        for k in range(CHW):
-            e = word(tid, kb + k, nthreads, n_words)
-            if e < n_words:
-                v = pf[k]
-                if WIDE:                               # interleaved h[j * 4 + b], as in global
-                    h_words[woff + e] = v
-                elif F16:                              # naive, float16: two elements per word
-                    for m in range(2):
-                        el = 2 * e + m
-                        if el < hidden * B:
-                            h_u16[2 * woff + (el % B) * hidden + el // B] = uint16(v >> uint32(16 * m))
-                else:                                  # naive, float32: batch-major h[b * H + j]
-                    if e < hidden * B:
-                        h_words[woff + (e % B) * hidden + e // B] = v
-
-    @inlined
-    def store_cluster(h_words, woff, pf, vt, nthreads, n_words):
-        """Cluster load stage, second half: this thread's words of h (wide layout, as loaded) into the shared
-        memory buffer at word ``woff`` of every block of the cluster (distributed shared memory)."""
-        for k in range(0, CHW, VEC):
-            e = word(vt, k, nthreads, n_words)
-            if e < n_words:
-                for r in range(CL):
-                    if VEC == 4:
-                        st_cluster_v4(h_words, woff + e, r, pf[k], pf[k + 1], pf[k + 2], pf[k + 3])
-                    else:
-                        st_cluster_u32(h_words, woff + e, r, pf[k])
-
-    @inlined
-    def operate(h_sh, hoff, hidden, w, j, acc):
-        """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
-        for q in range(G * B):
-            acc[q] = float32(0.0)
-        for g in range(G):
-            for i in range(NPT):
-                pair(h_sh, hoff, hidden, w, j, acc, g, i)
-
-    @inlined
-    def operate_range(h_sh, hoff, hidden, w, j, acc, lo, hi):
-        """One pass of the operate stage over parts (``parts``): this thread's pairs ``lo <= i < hi`` only
-        (run-time bounds of the thread; every pair is unrolled and predicated), accumulating onto ``acc``."""
-        for i in range(NPT):
-            if i >= lo and i < hi:
-                pair(h_sh, hoff, hidden, w, j, acc, 0, i)
-
-    @inlined
-    def pair(h_sh, hoff, hidden, w, j, acc, g, i):
-        """acc[g, b] += value[i] * activation_in_shm[index[i]] for the thread's pair i of gate row g."""
-        wi = float32(w[g * NPT + i])
-        ji = unpack16(j[g * NJ + i // 2], i % 2) if IDX16 else j[g * NPT + i]
-        if WIDE:                                       # Section 4.1: one ld.shared.v4 brings 4 samples
-            a0, a1, a2, a3 = ld_x4_f32(h_sh, hoff + ji * 4)
-            acc[g * B + 0] += wi * a0
-            acc[g * B + 1] += wi * a1
-            acc[g * B + 2] += wi * a2
-            acc[g * B + 3] += wi * a3
-        else:                                          # naive: one scalar load per sample
-            for b in range(B):
-                acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
-
-    @inlined
-    def shfl_reduce(acc, lane):
-        """The row's tpr partials of every accumulator, summed with warp shuffles (``reduce="shfl"``).
-
-        Levels with offsets tpr/2, tpr/4, ...: the first LOG_S halve the
-        samples a lane holds (it keeps one half, sends the other, adds what its
-        partner sent), the rest are butterflies; afterwards ``acc[g * B + q]``
-        holds gate g of sample ``owned(lane, q)``, summed over the row.
-        """
-        for lv in range(LOG_S):
-            off = TPR >> (lv + 1)
-            half = B >> (lv + 1)
-            upper = (lane & off) != 0
-            for g in range(G):
-                for i in range(B // 2):
-                    if i < half:
-                        lo = acc[g * B + i]
-                        hi = acc[g * B + i + half]
-                        got = cuda.shfl_xor_sync(0xFFFFFFFF, lo if upper else hi, off)
-                        acc[g * B + i] = (hi if upper else lo) + got
-        for lv in range(LOG_S, LOG_TPR):
-            off = TPR >> (lv + 1)
-            for g in range(G):
-                for i in range(NS):
-                    acc[g * B + i] += cuda.shfl_xor_sync(0xFFFFFFFF, acc[g * B + i], off)
-
-    @inlined
-    def partial(red, red_off, acc, r_local, lane, q, g, b):
-        """Gate g of output q summed over the row: from the shuffles' registers, or the partials in shared memory."""
-        if SHFL:
-            return acc[g * B + q]
-        s = float32(0.0)
-        for k in range(TPR):
-            s += red[red_off + (r_local * TPR + k) * G * B + g * B + b]
-        return s
-
-    @inlined
-    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                         hidden, cs, c, wslot, rslot):
-        """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
-
-        h_t goes to ``hs`` and to exchange slot ``t + 1`` (ring: slot ``wslot``,
-        none if negative; ``rslot`` >= 0: this thread also re-arms its element
-        of that slot to -0.0). LSTM: the same thread owns (unit, sample) at every step
-        and keeps c_{t-1} in a register (``c``), rounded to the dtype as the
-        reference does.
-        """
-        if SHFL:
-            shfl_reduce(acc, lane)
-        else:
-            for q in range(G * B):
-                red[red_off + tid * G * B + q] = acc[q]
-            if WARP_REDUCE:
-                cuda.syncwarp()
-            else:
-                cuda.syncthreads()
-        for q in range(NBO):
-            b = owned(lane, q)
-            if active and b < B:
-                if LSTM:
-                    zi = float32(bp[q * G]) + partial(red, red_off, acc, r_local, lane, q, 0, b)
-                    zf = float32(bp[q * G + 1]) + partial(red, red_off, acc, r_local, lane, q, 1, b)
-                    zg = float32(bp[q * G + 2]) + partial(red, red_off, acc, r_local, lane, q, 2, b)
-                    zo = float32(bp[q * G + 3]) + partial(red, red_off, acc, r_local, lane, q, 3, b)
-                    c_new = nb_dtype(sigmoid(zf) * c[q] + sigmoid(zi) * math.tanh(zg))   # stored dtype
-                    cs[t, b, row] = c_new
-                    c[q] = float32(c_new)
-                    y = zero_band(sigmoid(zo) * math.tanh(c[q]))
-                else:
-                    s = partial(red, red_off, acc, r_local, lane, q, 0, b)
-                    y = zero_band(activate(s + float32(bp[q])))
-                if not RING:
-                    for cp in range(COPIES):
-                        xchg[(wslot * COPIES + cp) * stride + row * B + b] = y
-                elif wslot >= 0:
-                    xchg[wslot * stride + row * B + b] = y
-                if RING and rslot >= 0:
-                    xchg[rslot * stride + row * B + b] = NEG0
-                hs[t, b, row] = y
-
-    @inlined
-    def load_cell(cs, c0, t_start, row, lane, active, c):
-        """LSTM: c_{t_start - 1} of the owned (unit, sample) outputs (c0, or what a previous launch stored)."""
-        for q in range(NBO):
-            b = owned(lane, q)
-            c[q] = float32(0.0)
-            if LSTM and active and b < B:
-                c[q] = float32(c0[b, row]) if t_start == 0 else float32(cs[t_start - 1, b, row])
 
     @inlined
     def poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit):
@@ -761,61 +560,134 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         return pending, polls
 
     @inlined
-    def part_word(p, hidden):
-        """First word of part ``p`` of a step's h (``part_columns``: from column ``hidden * p // parts`` rounded
-        down to 4, so parts start at 16-byte groups; every column is ``B * ITEM / 4`` whole words, batch 4)."""
-        col = hidden if p == PARTS else hidden * p // PARTS // 4 * 4
-        return col * B * ITEM // 4
+    def store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden):
+        """Load stage, second half: registers to shared memory (buffer at word ``woff``) in the operate layout."""
+        if VEC == 4:                                   # wide only: 16-byte stores, as loaded
+            for k in range(0, CHW, VEC):
+                e = word(tid, kb + k, nthreads, n_words)
+                if e < n_words:
+                    store4(h_words, woff + e, (pf[k], pf[k + 1], pf[k + 2], pf[k + 3]))
+            return
+        for k in range(CHW):
+            e = word(tid, kb + k, nthreads, n_words)
+            if e < n_words:
+                v = pf[k]
+                if WIDE:                               # interleaved h[j * 4 + b], as in global
+                    h_words[woff + e] = v
+                elif F16:                              # naive, float16: two elements per word
+                    for m in range(2):
+                        el = 2 * e + m
+                        if el < hidden * B:
+                            h_u16[2 * woff + (el % B) * hidden + el // B] = uint16(v >> uint32(16 * m))
+                else:                                  # naive, float32: batch-major h[b * H + j]
+                    if e < hidden * B:
+                        h_words[woff + (e % B) * hidden + e // B] = v
+
+    # -- operate stage (Section 3.3) -------------------------------------------------------------------------------
 
     @inlined
-    def issue_part(xchg_words, base, pf, p, tid, nthreads, hidden):
-        """The loads of this thread's words of part ``p`` of h (into ``pf``), back to back."""
-        lo = part_word(p, hidden)
-        issue_loads(xchg_words, base + lo, 0, pf, tid, nthreads, part_word(p + 1, hidden) - lo)
+    def operate(h_sh, hoff, hidden, w, j, acc):
+        """Operate stage: acc[b] += value[i] * activation_in_shm[index[i]] (Section 3.3)."""
+        for q in range(G * B):
+            acc[q] = float32(0.0)
+        for g in range(G):
+            for i in range(NPT):
+                pair(h_sh, hoff, hidden, w, j, acc, g, i)
 
     @inlined
-    def part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, p, tid, nthreads, hidden, spin_limit, abort,
-                  w, j, acc, sp, tr, t):
-        """One pass of a step with ``parts``: poll part ``p``'s words (their loads were issued at the step's
-        start), store them to shared memory, block barrier, operate on this thread's pairs of pass ``p``
-        (``sp[p - 1] .. sp[p] - 1``; the last pass takes the rest). Returns the poll rounds."""
-        lo = part_word(p, hidden)
-        n = part_word(p + 1, hidden) - lo
-        pending, rounds = poll(xchg_words, base + lo, 0, pf, tid, nthreads, n, spin_limit)
-        if pending:
-            abort[0] = 1
-        if p == 0:
-            stamp(tr, t, 1, clock64())
-        store_words(h_words, h_u16, woff + lo, 0, pf, tid, nthreads, n, hidden)
-        cuda.syncthreads()
-        if p == 0:
-            stamp(tr, t, 2, clock64())
-        if UNIFORM:                                    # compile-time bounds (p is a constant once inlined)
-            lo = 0 if p == 0 else (U1 if p == 1 else (U2 if p == 2 else U3))
-            hi = NPT if p == PARTS - 1 else (U1 if p == 0 else (U2 if p == 1 else U3))
+    def pair(h_sh, hoff, hidden, w, j, acc, g, i):
+        """acc[g, b] += value[i] * activation_in_shm[index[i]] for the thread's pair i of gate row g."""
+        wi = float32(w[g * NPT + i])
+        ji = unpack16(j[g * NJ + i // 2], i % 2) if IDX16 else j[g * NPT + i]
+        if WIDE:                                       # Section 4.1: one ld.shared.v4 brings 4 samples
+            a0, a1, a2, a3 = ld_x4_f32(h_sh, hoff + ji * 4)
+            acc[g * B + 0] += wi * a0
+            acc[g * B + 1] += wi * a1
+            acc[g * B + 2] += wi * a2
+            acc[g * B + 3] += wi * a3
+        else:                                          # naive: one scalar load per sample
+            for b in range(B):
+                acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
+
+    # -- reduce stage: the row's partials, b'_t, g, h_t written ----------------------------------------------------
+
+    @inlined
+    def shfl_reduce(acc, lane):
+        """The row's tpr partials of every accumulator, summed with warp shuffles (``reduce="shfl"``).
+
+        Levels with offsets tpr/2, tpr/4, ...: the first LOG_S halve the
+        samples a lane holds (it keeps one half, sends the other, adds what its
+        partner sent), the rest are butterflies; afterwards ``acc[g * B + q]``
+        holds gate g of sample ``owned(lane, q)``, summed over the row.
+        """
+        for lv in range(LOG_S):
+            off = TPR >> (lv + 1)
+            half = B >> (lv + 1)
+            upper = (lane & off) != 0
+            for g in range(G):
+                for i in range(B // 2):
+                    if i < half:
+                        lo = acc[g * B + i]
+                        hi = acc[g * B + i + half]
+                        got = cuda.shfl_xor_sync(0xFFFFFFFF, lo if upper else hi, off)
+                        acc[g * B + i] = (hi if upper else lo) + got
+        for lv in range(LOG_S, LOG_TPR):
+            off = TPR >> (lv + 1)
+            for g in range(G):
+                for i in range(NS):
+                    acc[g * B + i] += cuda.shfl_xor_sync(0xFFFFFFFF, acc[g * B + i], off)
+
+    @inlined
+    def partial(red, red_off, acc, r_local, lane, q, g, b):
+        """Gate g of output q summed over the row: from the shuffles' registers, or the partials in shared memory."""
+        if SHFL:
+            return acc[g * B + q]
+        s = float32(0.0)
+        for k in range(TPR):
+            s += red[red_off + (r_local * TPR + k) * G * B + g * B + b]
+        return s
+
+    @inlined
+    def reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
+                         hidden, cs, c):
+        """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
+
+        h_t goes to ``hs`` and to exchange slot ``t + 1`` (every copy). LSTM: the same
+        thread owns (unit, sample) at every step and keeps c_{t-1} in a register
+        (``c``), rounded to the dtype as the reference does.
+        """
+        if SHFL:
+            shfl_reduce(acc, lane)
         else:
-            lo = sp[p - 1] if p > 0 else 0
-            hi = sp[p] if p < PARTS - 1 else NPT
-        operate_range(h_sh, woff * 4 // ITEM, hidden, w, j, acc, lo, hi)
-        return rounds
+            for q in range(G * B):
+                red[red_off + tid * G * B + q] = acc[q]
+            if WARP_REDUCE:
+                cuda.syncwarp()
+            else:
+                cuda.syncthreads()
+        for q in range(NBO):
+            b = owned(lane, q)
+            if active and b < B:
+                if LSTM:
+                    zi = float32(bp[q * G]) + partial(red, red_off, acc, r_local, lane, q, 0, b)
+                    zf = float32(bp[q * G + 1]) + partial(red, red_off, acc, r_local, lane, q, 1, b)
+                    zg = float32(bp[q * G + 2]) + partial(red, red_off, acc, r_local, lane, q, 2, b)
+                    zo = float32(bp[q * G + 3]) + partial(red, red_off, acc, r_local, lane, q, 3, b)
+                    c_new = nb_dtype(sigmoid(zf) * c[q] + sigmoid(zi) * math.tanh(zg))   # stored dtype
+                    cs[t, b, row] = c_new
+                    c[q] = float32(c_new)
+                    y = zero_band(sigmoid(zo) * math.tanh(c[q]))
+                else:
+                    s = partial(red, red_off, acc, r_local, lane, q, 0, b)
+                    y = zero_band(activate(s + float32(bp[q])))
+                for cp in range(COPIES):
+                    xchg[((t + 1) * COPIES + cp) * stride + row * B + b] = y
+                hs[t, b, row] = y
 
-    @inlined
-    def read_slot(t):
-        """Exchange slot (of ``stride`` elements) this block reads h_t from: ring ``t % RING_SLOTS``; else copy
-        ``(block + t) % copies`` of step t (``copies``: every copy holds all of h_t)."""
-        if RING:
-            return t % RING_SLOTS
-        return t * COPIES + (cuda.blockIdx.x + t) % COPIES
+    # -- the kernels: set-up, then per step load, operate, reduce and synchronize ----------------------------------
 
-    @inlined
-    def is_pending(v):
-        """A 32-bit word of h still holding Lamport's -0.0 preset (either half for float16)."""
-        if F16:
-            return (v & uint32(0xFFFF)) == uint32(_NEG0_F16) or (v >> uint32(16)) == uint32(_NEG0_F16)
-        return v == uint32(_NEG0_F32)
-
-    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in, progress,   # arrays
-                       hidden, stride, t_start, t_stop, spin_limit):                  # sizes
+    def barrier_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in,   # arrays
+                       hidden, stride, t_start, t_stop, spin_limit):                       # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -855,7 +727,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             operate(h_sh, 0, hidden, w, j, acc)
             stamp(tr, t, 3, clock64())
             reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                             hidden, cs, c, t + 1, -1)
+                             hidden, cs, c)
             stamp(tr, t, 4, clock64())
             # synchronize: global barrier (Section 3.2)
             if CG_SYNC:
@@ -880,8 +752,8 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     return
             stamp(tr, t, 5, clock64())
 
-    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in, progress,   # arrays
-                       hidden, stride, t_start, t_stop, spin_limit):                                    # sizes
+    def lamport_kernel(vals, idx, bprime, xchg, xchg_words, hs, cs, c0, tr, status, h_in,   # arrays
+                       hidden, stride, t_start, t_stop, spin_limit):                       # sizes
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         r_local = tid // TPR
@@ -896,40 +768,28 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
         buf_words = (stride * ITEM + 15) // 16 * 4       # one h buffer, in words (16-byte aligned)
         red_off = NBUF * buf_words
         n_words = stride * ITEM // 4
-        # cluster: this thread's index among the cluster's threads; it loads that share of h from L2
-        vt = cluster_rank() * (NT if NT else nthreads) + tid if CLUSTER else tid
         w = cuda.local.array(NW, nb_dtype)
         j = cuda.local.array(NWJ, idx_dtype)
         acc = cuda.local.array(NACC, float32)
-        pf = cuda.local.array(CHW, uint32)                # this thread's words of the next input (parts: part 0)
-        pf1 = cuda.local.array(CHW1, uint32)              # parts: the words of parts 1, 2, 3
-        pf2 = cuda.local.array(CHW2, uint32)
-        pf3 = cuda.local.array(CHW3, uint32)
-        sp = cuda.local.array(NSPLIT, int32)              # parts: where this thread's pass p ends (pairs)
+        pf = cuda.local.array(CHW, uint32)                # this thread's words of the next input
         bp = cuda.local.array(NBP, nb_dtype)
         c = cuda.local.array(NBO, float32)
         load_weights(vals, idx, row, hidden, lane, active, w, j)
         load_cell(cs, c0, t_start, row, lane, active, c)
-        if PARTS > 1 and not UNIFORM:                    # the pass bounds, after the thread's indices
-            for p in range(PARTS - 1):
-                sp[p] = int32(idx[row, NJ * TPR + lane + p * TPR]) if active else NPT
         if tid == 0:
             abort[0] = 0
-        if RING or (FOLD and t_start == 0):              # h_in is this launch's first input, written like an h_t
+        if FOLD and t_start == 0:                        # h_in (h0) is this launch's first input, written like an h_t
             for q in range(NBO):
                 b = owned(lane, q)
                 if active and b < B:
-                    for cp in range(COPIES):                 # (ring: one copy, slot t_start % RING_SLOTS)
-                        xchg[((t_start % RING_SLOTS if RING else 0) + cp) * stride + row * B + b] = zero_band(
-                            float32(h_in[b, row]))
-        if CSYNC:                                        # every block of the cluster runs and has abort = 0
-            cluster_sync()
-        elif RING or FOLD:                               # (the block's own part of h_in is not waited for)
+                    for cp in range(COPIES):
+                        xchg[cp * stride + row * B + b] = zero_band(float32(h_in[b, row]))
+        if FOLD:                                         # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
         if ISSUE:
             issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words, False)
-        elif not CHUNKED and PARTS == 1:
-            issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, vt, nthreads, n_words)
+        elif not CHUNKED:
+            issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, tid, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
@@ -942,108 +802,44 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
             base = read_slot(t) * n_words
             woff = (t % NBUF) * buf_words
-            if PARTS > 1:            # issue every part's loads, then per part: poll, store, barrier, operate
-                if SHFL and NBUF == 1:                   # every warp's operate(t-1) read h before it is replaced
-                    cuda.syncthreads()
-                issue_part(xchg_words, base, pf, 0, tid, nthreads, hidden)
-                issue_part(xchg_words, base, pf1, 1, tid, nthreads, hidden)
-                if PARTS > 2:
-                    issue_part(xchg_words, base, pf2, 2, tid, nthreads, hidden)
-                if PARTS > 3:
-                    issue_part(xchg_words, base, pf3, 3, tid, nthreads, hidden)
-                for q in range(G * B):
-                    acc[q] = float32(0.0)
-                polls = part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf, 0, tid, nthreads, hidden,
-                                  spin_limit, abort, w, j, acc, sp, tr, t)
-                if PARTS > 1:
-                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf1, 1, tid, nthreads, hidden,
-                                       spin_limit, abort, w, j, acc, sp, tr, t)
-                if PARTS > 2:
-                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf2, 2, tid, nthreads, hidden,
-                                       spin_limit, abort, w, j, acc, sp, tr, t)
-                if PARTS > 3:
-                    polls += part_pass(xchg_words, base, h_words, h_u16, h_sh, woff, pf3, 3, tid, nthreads, hidden,
-                                       spin_limit, abort, w, j, acc, sp, tr, t)
-                stamp(tr, t, 3, clock64())
-                if abort[0] != 0:                        # (set before the last pass's barrier) leave together
-                    if tid == 0:
-                        cuda.atomic.max(status, 0, 1)
-                    return
-            else:
-                if SHFL and not CHUNKED and not PIPELINE and not ISSUE and t > t_start:
-                    issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
-                if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
-                    cuda.syncthreads()
-                if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
-                    pending = False
-                    polls = 0
-                    for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
-                        for k in range(CHW):
-                            pf[k] = PENDING
-                        pend, rounds = poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit)
-                        pending = pending or pend
-                        polls += rounds
-                        store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
-                else:
-                    pending, polls = poll(xchg_words, base, 0, pf, vt, nthreads, n_words, spin_limit)
-                if RING:
-                    # acquire h_t before this thread's later loads (of slots re-armed by other threads) and release
-                    # the re-arms this thread stored last step before the h_{t+1} it stores this step
-                    fence_acq_rel_gpu()
-                if pending:
-                    if CLUSTER:                              # the whole cluster leaves at this step
-                        for r in range(CL):
-                            st_cluster_u32(abort, 0, r, 1)
-                    else:
-                        abort[0] = 1
-                stamp(tr, t, 1, clock64())
-                if CLUSTER:                                  # this thread's share of h into every block of the cluster
-                    store_cluster(h_words, woff, pf, vt, nthreads, n_words)
-                elif not CHUNKED:
-                    store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
-                if CSYNC:
-                    cluster_sync()
-                else:
-                    cuda.syncthreads()
-                stamp(tr, t, 2, clock64())
-                if RING and tid == 0:
-                    progress[cuda.blockIdx.x] = t            # this block's outputs of steps < t are written
-                if abort[0] != 0:                            # timed out: leave together, host resumes
-                    if tid == 0:
-                        cuda.atomic.max(status, 0, 1)
-                    return
-                if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                    issue_loads(xchg_words, read_slot(t + 1) * n_words, 0, pf, tid, nthreads, n_words)
-                elif not CHUNKED and not SHFL and not ISSUE:
+            if SHFL and not CHUNKED and not PIPELINE and not ISSUE and t > t_start:
+                issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
+            if SHFL and NBUF == 1:                       # every warp's operate(t-1) read h before it is replaced
+                cuda.syncthreads()
+            if CHUNKED:                                  # CHW words at a time: fewer registers, a round trip each
+                pending = False
+                polls = 0
+                for kb in range(0, (n_words + nthreads - 1) // nthreads, CHW):
                     for k in range(CHW):
-                        pf[k] = PENDING                      # loaded in the next load stage
-                operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
-                stamp(tr, t, 3, clock64())
-            if RING:      # h_{t+1} into its slot (the last one is not read again); re-arm h_{t-1}'s slot: every
-                # block has read it, since every block wrote its part of h_t after reading h_{t-1}
-                wslot = (t + 1) % RING_SLOTS if t + 1 < t_stop else -1
-                rslot = (t - 1) % RING_SLOTS if t > t_start else -1
+                        pf[k] = PENDING
+                    pend, rounds = poll(xchg_words, base, kb, pf, tid, nthreads, n_words, spin_limit)
+                    pending = pending or pend
+                    polls += rounds
+                    store_words(h_words, h_u16, woff, kb, pf, tid, nthreads, n_words, hidden)
             else:
-                wslot = t + 1
-                rslot = -1
+                pending, polls = poll(xchg_words, base, 0, pf, tid, nthreads, n_words, spin_limit)
+            if pending:
+                abort[0] = 1
+            stamp(tr, t, 1, clock64())
+            if not CHUNKED:
+                store_words(h_words, h_u16, woff, 0, pf, tid, nthreads, n_words, hidden)
+            cuda.syncthreads()
+            stamp(tr, t, 2, clock64())
+            if abort[0] != 0:                            # timed out: leave together, host resumes
+                if tid == 0:
+                    cuda.atomic.max(status, 0, 1)
+                return
+            if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
+                issue_loads(xchg_words, read_slot(t + 1) * n_words, 0, pf, tid, nthreads, n_words)
+            elif not CHUNKED and not SHFL and not ISSUE:
+                for k in range(CHW):
+                    pf[k] = PENDING                      # loaded in the next load stage
+            operate(h_sh, woff * 4 // ITEM, hidden, w, j, acc)
+            stamp(tr, t, 3, clock64())
             reduce_and_write(red, red_off, acc, tid, r_local, lane, row, active, t, bp, xchg, stride, hs,
-                             hidden, cs, c, wslot, rslot)
+                             hidden, cs, c)
             stamp(tr, t, 4, clock64())
             stamp(tr, t, 5, polls)
-        if RING:
-            # the last block to finish re-arms h_{t_stop - 1}'s slot, the only one still holding a value
-            cuda.syncthreads()
-            if tid == 0:
-                progress[cuda.blockIdx.x] = t_stop
-                cuda.threadfence()
-                arrived = cuda.atomic.add(status, 1, 1) + 1
-                abort[0] = 1 if arrived % cuda.gridDim.x == 0 else 0
-                cuda.threadfence()
-            cuda.syncthreads()
-            if abort[0] != 0 and t_stop > t_start:
-                last = ((t_stop - 1) % RING_SLOTS) * n_words
-                for e in range(tid, n_words, nthreads):
-                    xchg_words[last + e] = PENDING
 
     body = barrier_kernel if sync == "barrier" else lamport_kernel
     if threads and not config.ENABLE_CUDASIM:                 # the simulator takes no launch bounds
@@ -1124,45 +920,6 @@ def shared_limit() -> int:
     return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
-def part_columns(hidden: int, parts: int) -> list[int]:
-    """Column bounds of h's ``parts`` (``parts=``): part ``p`` starts at column ``hidden * p // parts`` rounded
-    down to a multiple of 4 (whole 16-byte groups of h for ``vector``), the last ends at
-    ``hidden``: the rows of the blocks in that share of the grid."""
-    return [hidden * p // parts // 4 * 4 for p in range(parts)] + [hidden]
-
-
-def _pass_of_slots(layout: RNNLayout, parts: int) -> np.ndarray:
-    """Part of each slot's column, ``(rows, npt, tpr)`` in the order a thread holds its pairs."""
-    cols = layout.indices.astype(np.int64).reshape(layout.shape[0], layout.npt, layout.tpr)
-    return np.searchsorted(np.asarray(part_columns(layout.shape[1], parts)[1:-1]), cols, side="right")
-
-
-def pass_bounds(layout: RNNLayout, parts: int) -> np.ndarray:
-    """Per thread, where its passes end (``parts=``): ``(rows, (parts - 1) * tpr)``, entry ``[r, lane + p * tpr]``
-    = how many of thread ``lane``'s leading pairs (slots ``lane, lane + tpr, ...``) have columns in parts ``<= p``.
-
-    Pass ``p`` operates on pairs ``bounds[p - 1] .. bounds[p] - 1`` after part ``p`` is in shared memory (the
-    last pass on the rest), so every pair reads a column that has arrived, whatever the order; a layout whose
-    thread's pairs come part by part (``bank_aware(..., bounds=...)``, or ascending columns) operates each pair
-    as soon as its part is there."""
-    part = _pass_of_slots(layout, parts)                                      # [row, i, lane]
-    rows, npt, tpr = part.shape
-    out = np.zeros((rows, parts - 1, tpr), dtype=np.int32)
-    for p in range(parts - 1 if npt else 0):                                  # (no pairs: every pass empty)
-        later = part > p
-        out[:, p] = np.where(later.any(axis=1), later.argmax(axis=1), npt)
-    return out.reshape(rows, -1)
-
-
-def pass_pairs(layout: RNNLayout, parts: int) -> np.ndarray:
-    """Fraction of all pair slots operated in each pass (``parts=``): how much work overlaps later parts' loads."""
-    b = pass_bounds(layout, parts).reshape(layout.shape[0], parts - 1, layout.tpr).astype(np.int64)
-    ends = np.concatenate([b, np.full(b[:, :1].shape, layout.npt)], axis=1)
-    starts = np.concatenate([np.zeros(b[:, :1].shape, np.int64), b], axis=1)
-    n = (ends - starts).sum(axis=(0, 2))
-    return n / max(n.sum(), 1)
-
-
 POLLS = ("batch", "lead", "issue")
 GRID_SYNCS = ("cg", "atomic")
 LOADS = ("volatile", "relaxed", "cg")
@@ -1171,8 +928,6 @@ REDUCES = ("shared", "shfl")
 PRESETS = ("element", "vector")
 #: most copies of the exchange (``copies``)
 MAX_COPIES = 8
-#: parts: a thread's pass bounds, its own (run time) or the least over all threads (compile time)
-PASSES = ("thread", "uniform")
 
 
 @dataclass
@@ -1194,40 +949,23 @@ class PersistentRNN:
     * ``bound_registers``: the block size compiled in and launch bounds of one block per SM, so
       ptxas keeps the registers that fit (default on);
     * ``vector``: 16-byte loads and stores of h's words (wide scheme);
-    * ``ring`` (Lamport): a ring of exchange slots re-armed in the kernel, one launch per run;
-    * ``cluster`` (Lamport): thread-block clusters of that many blocks sharing the load of h through
-      distributed shared memory; needs chunk=0, pipeline=False, reduce="shared";
-    * ``parts`` (Lamport RNN, 2..``MAX_PARTS``): h's columns in that many parts (``part_columns``); a
-      step issues the loads of every part, then polls, stores and operates part by part, a block
-      barrier each, so the later parts' loads are in flight while the earlier ones are operated on.
-      Thread ``lane`` of row ``r`` operates in pass ``p`` on its pairs ``pass_bounds[p - 1] ..
-      pass_bounds[p] - 1`` (the pairs whose columns lie in parts ``<= p``, leading in its slot order;
-      appended to the indices on the device). Any layout is correct; the overlap needs the pairs
-      ordered by part: ``balance``'s ascending columns are, a bank-aware layout should come from
-      ``bank_aware(..., bounds=part_columns(H, parts)[1:-1])``. Needs chunk=0, no cluster, ring or
-      pipeline;
-    * ``passes`` (with parts): ``"thread"``, each thread's own pass bounds at run time, or
-      ``"uniform"``, the least over all threads as compile-time constants (branch-free passes, fewer
-      pairs in the early ones);
-    * ``fold_h0`` (Lamport without the ring): the kernel writes h0 into exchange slot 0 itself, so a
+    * ``fold_h0`` (Lamport): the kernel writes h0 into exchange slot 0 itself, so a
       run is the preset and the kernel, two launches instead of three;
-    * ``copies`` (Lamport without ring or cluster, 1..``MAX_COPIES``): the exchange holds that many
+    * ``copies`` (Lamport, 1..``MAX_COPIES``): the exchange holds that many
       copies of every step's h, every element is written into each, and block ``b`` reads copy
       ``(b + t) % copies`` at step ``t``: each L2 line of h is read by ``1 / copies`` of the blocks
       (the preset grows by the same factor);
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
-    * ``poll="issue"`` (Lamport without chunk, parts, pipeline, cluster, ring): a step
+    * ``poll="issue"`` (Lamport without chunk and pipeline): a step
       issues all of a thread's loads of h at once, addressed at constant offsets, then checks them
       (``_kernel``); ``issue_delay``: clock cycles to spin before those loads;
     * ``trace=True`` records per-stage clock64 stamps of every block and step in
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
-    The options ring, cluster and parts were each slower than the default at layer
-    1792, fold_h0 not (``persistent_rnn.md``); they stay as measured alternatives. ``poll="issue"`` with
-    ``issue_delay=300``, ``fold_h0`` and ``preset="vector"`` is Table 1's Lamport row (1.375 us/step at 1792
-    against 1.60); ``copies`` was slower. ``grid``: blocks launched (with ``cluster``, the blocks rounded up to
-    whole clusters; the extra blocks only pass h on).
+    ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and ``preset="vector"`` is Table 1's Lamport row
+    (1.375 us/step at 1792 against 1.60; ``persistent_rnn.md``); ``copies`` was slower. ``grid``: blocks
+    launched.
     """
 
     layout: RNNLayout
@@ -1250,28 +988,30 @@ class PersistentRNN:
     reduce: str = "shared"
     bound_registers: bool = True
     vector: bool = False
-    ring: bool = False
-    cluster: int = 0
-    parts: int = 1
     fold_h0: bool = False
-    passes: str = "thread"
     copies: int = 1
     preset: str = "element"
     issue_delay: int = 0
 
     def __post_init__(self):
+        check_layout(self.layout)   # again: its arrays may have changed since it was built, and the kernel trusts them
+        self._check_options()
+        words = self._size_launch()
+        self._build(words)
+
+    def _check_options(self) -> None:
+        """Validation: the layout's dtype and shape, each option's kind, and the combinations the kernel has."""
         lay = self.layout
-        check_layout(lay)      # again: its arrays may have changed since it was built, and the kernel trusts them
         if lay.dtype not in (np.dtype(np.float32), np.dtype(np.float16)):
             raise TypeError(f"layout: values must be float32 or float16, got {lay.dtype}")
         for name, value, allowed in (("scheme", self.scheme, SCHEMES), ("sync", self.sync, SYNCS),
                                      ("activation", self.activation, ACTIVATIONS), ("cell", self.cell, CELLS),
                                      ("poll", self.poll, POLLS), ("grid_sync", self.grid_sync, GRID_SYNCS),
                                      ("load", self.load, LOADS), ("reduce", self.reduce, REDUCES),
-                                     ("passes", self.passes, PASSES), ("preset", self.preset, PRESETS)):
+                                     ("preset", self.preset, PRESETS)):
             if value not in allowed:
                 raise ValueError(f"{name}: expected one of {allowed}, got {value!r}")
-        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "ring", "fold_h0"):
+        for name in ("pipeline", "double_buffer", "index16", "trace", "bound_registers", "vector", "fold_h0"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name}: expected a bool, got {type(getattr(self, name)).__name__}")
         self.gates = 4 if self.cell == "lstm" else 1
@@ -1299,47 +1039,29 @@ class PersistentRNN:
         if self.chunk and self.pipeline:
             raise ValueError("chunk: the Lamport pipeline prefetches all of a thread's words; use chunk=0 with it")
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
-        self.cluster = check_int(self.cluster, "cluster", minimum=0, maximum=MAX_CLUSTER)
-        if (self.ring or self.cluster) and self.sync != "lamport":
-            raise ValueError(f"sync: ring and cluster are options of the Lamport kernel, got sync={self.sync!r}")
-        if self.cluster == 1 or (self.cluster and (self.chunk or self.pipeline or self.reduce != "shared")):
-            raise ValueError(f"cluster: a cluster is 2..{MAX_CLUSTER} blocks and needs chunk=0, pipeline=False "
-                             f"and reduce='shared'; got cluster={self.cluster}, chunk={self.chunk}, "
-                             f"pipeline={self.pipeline}, reduce={self.reduce!r}")
-        self.parts = check_int(self.parts, "parts", minimum=1, maximum=MAX_PARTS)
-        if self.parts > 1 and (self.sync != "lamport" or self.cell != "rnn" or self.chunk
-                                                  or self.cluster or self.ring or self.pipeline):
-            raise ValueError(f"parts: operating on h's column parts as they arrive is an option of the "
-                             f"Lamport RNN kernel without chunk, cluster, ring and pipeline; got sync={self.sync!r}, "
-                             f"cell={self.cell!r}, chunk={self.chunk}, cluster={self.cluster}, ring={self.ring}, "
-                             f"pipeline={self.pipeline}")
-        if self.fold_h0 and (self.sync != "lamport" or self.ring):
-            raise ValueError(f"fold_h0: an option of the Lamport kernel without the ring (which writes h0 itself); "
-                             f"got sync={self.sync!r}, ring={self.ring}")
+        if self.fold_h0 and self.sync != "lamport":
+            raise ValueError(f"fold_h0: an option of the Lamport kernel; got sync={self.sync!r}")
         self.copies = check_int(self.copies, "copies", minimum=1, maximum=MAX_COPIES)
-        if self.copies > 1 and (self.sync != "lamport" or self.ring or self.cluster):
-            raise ValueError(f"copies: copies of the exchange are an option of the Lamport kernel without ring and "
-                             f"cluster; got sync={self.sync!r}, ring={self.ring}, cluster={self.cluster}")
+        if self.copies > 1 and self.sync != "lamport":
+            raise ValueError(f"copies: copies of the exchange are an option of the Lamport kernel; "
+                             f"got sync={self.sync!r}")
         self.issue_delay = check_int(self.issue_delay, "issue_delay", minimum=0, maximum=1 << 20)
         if self.issue_delay and self.poll != "issue":
             raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
-        if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.parts > 1
-                                     or self.pipeline or self.cluster or self.ring):
-            raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk, parts, "
-                             f"pipeline, cluster and ring; got sync={self.sync!r}, chunk={self.chunk}, "
-                             f"parts={self.parts}, pipeline={self.pipeline}, "
-                             f"cluster={self.cluster}, ring={self.ring}")
+        if self.poll == "issue" and (self.sync != "lamport" or self.chunk or self.pipeline):
+            raise ValueError(f"poll: 'issue' is an option of the Lamport kernel without chunk and pipeline; "
+                             f"got sync={self.sync!r}, chunk={self.chunk}, pipeline={self.pipeline}")
+
+    def _size_launch(self) -> int:
+        """Launch sizes: rows per block and grid, shared memory (refused past the device's limit), the exchange's
+        step stride; returns the words of h a thread moves per step."""
+        lay, hidden = self.layout, self.hidden
         if self.rows_per_block is None:
             self.rows_per_block = self._default_rows_per_block(hidden, lay.tpr)
         self.split = split(hidden, lay.tpr, self.rows_per_block)
-        # a cluster's blocks store into each other's h: two buffers, so that a block ahead never overwrites
-        # the h a slower block of its cluster still reads (the cluster barrier of the step between orders them)
-        self.buffers_h = 2 if (self.double_buffer or self.cluster) and self.sync == "lamport" else 1
+        self.buffers_h = 2 if self.double_buffer and self.sync == "lamport" else 1
         threads = self.split.threads_per_block
-        #: blocks per cluster in the kernel (the simulator runs one block: a cluster of one there)
-        self.cluster_blocks = 1 if config.ENABLE_CUDASIM else max(self.cluster, 1)
-        #: blocks launched: a whole number of clusters (blocks past the last row only pass h on)
-        self.grid = cdiv(self.split.blocks, self.cluster_blocks) * self.cluster_blocks
+        self.grid = self.split.blocks                     #: blocks launched
         itemsize = lay.dtype.itemsize
         partials = self.reduce == "shared" or bool(config.ENABLE_CUDASIM)   # the simulator has no shuffles
         self.smem = shared_bytes(hidden, self.batch, itemsize, threads, self.gates, self.buffers_h, partials)
@@ -1355,42 +1077,29 @@ class PersistentRNN:
                              f"launch must be one block (rows_per_block >= {hidden}), got {self.split.blocks} blocks")
         self.stride = step_stride(hidden, self.batch)
         n_words = self.stride * itemsize // 4
-        sharers = threads * self.cluster_blocks           # threads that load one step's h from L2 between them
-        words = cdiv(n_words, sharers)
-        if self.vector:
-            if self.scheme != "wide" or self.chunk or n_words % 4:
-                raise ValueError(f"vector: 16-byte groups of h need scheme='wide', chunk=0 and a step of h that is "
-                                 f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
-                                 f"{n_words * 4} bytes per step")
-            words = 4 * cdiv(n_words // 4, sharers)
-        uniform = ()
-        if self.parts > 1 and self.passes == "uniform":  # every thread's pass p: the least of the threads' bounds
-            least = pass_bounds(lay, self.parts).reshape(rows, self.parts - 1, lay.tpr).min(axis=(0, 2))
-            uniform = tuple(int(b) for b in least) if rows else (0,) * (self.parts - 1)
-        if self.parts > 1:                                # a thread's words of each part, times the parts
-            bounds = [c * self.batch * itemsize // 4 for c in part_columns(hidden, self.parts)]
-            vec = 4 if self.vector else 1
-            words = self.parts * vec * max(cdiv((hi - lo) // vec, threads) for lo, hi in zip(bounds, bounds[1:]))
+        if not self.vector:
+            return cdiv(n_words, threads)
+        if self.scheme != "wide" or self.chunk or n_words % 4:
+            raise ValueError(f"vector: 16-byte groups of h need scheme='wide', chunk=0 and a step of h that is "
+                             f"a whole number of 16-byte groups; got scheme={self.scheme!r}, chunk={self.chunk}, "
+                             f"{n_words * 4} bytes per step")
+        return 4 * cdiv(n_words // 4, threads)
+
+    def _build(self, words: int) -> None:
+        """The kernel for these options and the device arrays every launch shares (weights, placeholders)."""
+        lay = self.layout
+        threads = self.split.threads_per_block
         self.kernel = _kernel(self.sync, self.scheme, lay.dtype, lay.npt, lay.tpr, self.batch,
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector, self.ring, self.cluster, self.parts, self.fold_h0,
-                              uniform, self.copies, self.issue_delay)
-        #: parts: fraction of the pair slots operated in each pass (``pass_pairs``); None without parts
-        self.pass_fraction = None
+                              self.vector, self.fold_h0, self.copies, self.issue_delay)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
-        idx = thread_packed_indices(lay) if self.index16 else np.ascontiguousarray(lay.indices)
-        if self.parts > 1:
-            self.pass_fraction = (np.diff([0, *uniform, lay.npt]) / max(lay.npt, 1) if uniform
-                                  else pass_pairs(lay, self.parts))
-            idx = np.concatenate([idx, pass_bounds(lay, self.parts).astype(idx.dtype)], axis=1)
+        idx = thread_packed_indices(lay) if self.index16 else lay.indices
         self.idx = cuda.to_device(np.ascontiguousarray(idx))
         self._no_cell = (cuda.device_array((1, 1, 1), dtype=lay.dtype), cuda.device_array((1, 1), dtype=lay.dtype))
         self._trace = cuda.device_array(1, dtype=np.int64)
-        self._no_h = cuda.device_array((self.batch, hidden), dtype=lay.dtype)
-        #: ring: per block, the steps whose outputs it has written (read after a spin timeout)
-        self._progress = cuda.to_device(np.zeros(self.grid, dtype=np.int32))
+        self._no_h = cuda.device_array((self.batch, self.hidden), dtype=lay.dtype)
         self._checked = set()
         self.resources = {}          #: registers etc. of the compiled kernel (filled at the first launch)
         self.relaunches = 0          #: relaunches after spin timeouts in the last call
@@ -1407,11 +1116,11 @@ class PersistentRNN:
         return max(per_warp, min(rpb, 1024 // tpr // per_warp * per_warp))
 
     def _args(self, bprime, xchg, hs, status, t_start, t_stop, cs, c0, h_in=None):
-        """The kernel's arguments; ``h_in`` (ring): the ``(B, H)`` state the launch starts from."""
+        """The kernel's arguments; ``h_in`` (``fold_h0``): the ``(B, H)`` state the kernel writes into slot 0."""
         if cs is None:
             cs, c0 = self._no_cell
         return (self.vals, self.idx, bprime, xchg, xchg.view(np.uint32), hs, cs, c0, self._trace, status,
-                self._no_h if h_in is None else h_in, self._progress,
+                self._no_h if h_in is None else h_in,
                 self.hidden, self.stride, t_start, t_stop, self.spin_limit)
 
     def trace_cycles(self) -> np.ndarray:
@@ -1432,22 +1141,6 @@ class PersistentRNN:
             allow_dynamic_shared(compiled, self.smem)
         self.resources = {"registers": compiled.regs_per_thread, "local_bytes": compiled.local_mem_per_thread,
                           "max_threads_per_block": compiled.max_threads_per_block}
-        if self.cluster:
-            require_cluster(compiled, self.cluster)
-            try:
-                fit = max_active_clusters(compiled, self.cluster, self.grid, self.split.threads_per_block, self.smem)
-            except Exception as e:  # the driver cannot say: fall back to the blocks-only check below
-                self.resources["cluster_check"] = f"cuOccupancyMaxActiveClusters failed ({e}); blocks only"[:200]
-                fit = self.grid // self.cluster
-            if self.grid // self.cluster > fit:
-                raise ValueError(
-                    f"cluster: {self.grid // self.cluster} clusters of {self.cluster} blocks of "
-                    f"{self.split.threads_per_block} threads ({self.smem} B shared, {compiled.regs_per_thread} "
-                    f"registers per thread) cannot all be co-resident: at most {fit} clusters fit; a persistent "
-                    f"launch would deadlock. Use a smaller cluster or more rows per block.")
-            if "cluster_check" not in self.resources:
-                self._checked.add(argtypes)
-                return
         fit = compiled.max_cooperative_grid_blocks(self.split.threads_per_block, self.smem)
         if self.grid > fit:
             sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
@@ -1471,9 +1164,7 @@ class PersistentRNN:
         if steps > 0:
             xchg, status = self.buffers(steps)
             self.enqueue(bp.dev, h0o.dev, steps, xchg, hs, status, cs, c0o.dev if c0o else None)
-            if self.ring:
-                self._resume_ring(bp.dev, h0o.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None)
-            elif self.sync == "lamport":
+            if self.sync == "lamport":
                 self._resume(bp.dev, xchg, hs, status, steps, cs, c0o.dev if c0o else None, h0=h0o.dev)
             elif int(status.copy_to_host()[0]) != 0:
                 raise RuntimeError(f"persistent RNN: the grid barrier timed out after spin_limit={self.spin_limit} "
@@ -1505,16 +1196,10 @@ class PersistentRNN:
     def buffers(self, steps: int):
         """Device scratch for a run of ``steps``: the exchange buffer and the status flags.
 
-        The exchange holds ``h_0..h_T`` (preset by every launch), or with
-        ``ring=True`` ``RING_SLOTS`` slots armed to -0.0 here, once: every
-        launch that finishes leaves them armed again, so runs on the same
-        buffers need no preset. ``status``: [timeout flag, arrivals (grid
-        barrier; ring: blocks finished)]."""
-        if self.ring:
-            xchg = cuda.device_array(RING_SLOTS * self.stride, dtype=self.layout.dtype)
-            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
-        else:
-            xchg = cuda.device_array((steps + 1) * self.copies * self.stride, dtype=self.layout.dtype)
+        The exchange holds ``h_0..h_T`` (``copies`` copies of each; preset by
+        every Lamport launch). ``status``: [timeout flag, arrivals (grid
+        barrier)]."""
+        xchg = cuda.device_array((steps + 1) * self.copies * self.stride, dtype=self.layout.dtype)
         if self.trace and self._trace.size != self.grid * steps * len(TRACE_PHASES):
             self._trace = cuda.to_device(np.zeros(self.grid * steps * len(TRACE_PHASES), dtype=np.int64))
         return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))
@@ -1524,40 +1209,33 @@ class PersistentRNN:
 
         Lamport: preset every output slot to -0.0 and copy h0 into slot 0,
         then launch (``fold_h0``: the preset and the launch, the kernel writes
-        h0); with ``ring=True`` only the launch (the kernel writes h0
-        into the armed ring itself). A spin timeout shows in ``status[0]``
-        afterwards (``__call__`` handles it). ``cs``/``c0``: the LSTM's cell
-        states (output) and initial cell state. ``start`` (Lamport without
-        the ring): the first step the launch runs; a fault-injection hook:
+        h0). A spin timeout shows in ``status[0]`` afterwards (``__call__``
+        handles it). ``cs``/``c0``: the LSTM's cell states (output) and
+        initial cell state. ``start`` (Lamport): the first step the launch
+        runs; a fault-injection hook:
         started at 1 on the fresh preset, no block ever writes the h_1 every
         block waits for, so every spin times out whatever the timing (the
         GPU tests of the relaunch use it).
         """
         start = check_int(start, "start", minimum=0, maximum=steps)
-        if start and (self.ring or self.sync != "lamport"):
-            raise ValueError("start: only a Lamport run without the ring can start past step 0")
+        if start and self.sync != "lamport":
+            raise ValueError("start: only a Lamport run can start past step 0")
         n = self.hidden * self.batch
-        if not self.ring:
-            if self.sync == "lamport" and self.preset == "vector":
-                words = xchg.view(np.uint32)
-                _fill_words[cdiv(words.size, 4 * 256), 256](words, _neg0_word(self.layout.dtype))
-            elif self.sync == "lamport":
-                _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
-            if not self.fold_h0:
-                for cp in range(self.copies):
-                    _set_h0[cdiv(n, 256), 256](h0, xchg[cp * self.stride:(cp + 1) * self.stride])
+        if self.sync == "lamport" and self.preset == "vector":
+            words = xchg.view(np.uint32)
+            _fill_words[cdiv(words.size, 4 * 256), 256](words, _neg0_word(self.layout.dtype))
+        elif self.sync == "lamport":
+            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
+        if not self.fold_h0:
+            for cp in range(self.copies):
+                _set_h0[cdiv(n, 256), 256](h0, xchg[cp * self.stride:(cp + 1) * self.stride])
         args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0)
         self.check_coresident(args)
         self._launch(args)
 
     def _launch(self, args) -> None:
-        """One launch of the persistent kernel (in clusters with ``cluster``: ``sparsekit.gpu.cluster.launch``)."""
-        if self.cluster and not config.ENABLE_CUDASIM:
-            compiled = self.kernel.compile(tuple(typeof(a) for a in args))
-            clusters.launch(self.kernel, compiled, args, self.grid, self.split.threads_per_block, self.smem,
-                            self.cluster)
-        else:
-            self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
+        """One launch of the persistent kernel."""
+        self.kernel[self.grid, self.split.threads_per_block, 0, self.smem](*args)
 
     def _resume(self, bprime, xchg, hs, status, steps, cs=None, c0=None, h0=None):
         """After a spin timeout, relaunch from the first step whose outputs are incomplete (``fold_h0``: slot 0
@@ -1580,23 +1258,6 @@ class PersistentRNN:
                 raise ValueError("h0: a fold_h0 run resumed from step 0 writes h0 again; pass h0")
             status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
             args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0 if self.fold_h0 else None)
-            self._launch(args)
-
-    def _resume_ring(self, bprime, h0, xchg, hs, status, steps, cs=None, c0=None):
-        """Ring: after a spin timeout, re-arm the ring and relaunch from the first step some block has not
-        finished (``progress``), starting from the states written before it."""
-        self.relaunches = 0
-        while int(status.copy_to_host()[0]) != 0:
-            done = int(self._progress.copy_to_host()[:self.grid].min())
-            if done >= steps:                                    # finished after all
-                return
-            if self.relaunches == self.max_relaunch:
-                raise RuntimeError(f"persistent RNN: spins still timing out after {self.max_relaunch} relaunches "
-                                   f"(spin_limit={self.spin_limit}); blocks are not making progress")
-            self.relaunches += 1
-            _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
-            status.copy_to_device(np.zeros(status.shape, dtype=np.int32))
-            args = self._args(bprime, xchg, hs, status, done, steps, cs, c0, h0 if done == 0 else hs[done - 1])
             self._launch(args)
 
 

@@ -94,7 +94,7 @@ def test_shuffle_reduce_compiles_without_shared_partials(sync, cell, shuffles):
         (lambda t: types.Array(t, 3, "C"))
     f16 = types.float16
     sig = (a2(f16), a2(types.int16), a3(f16), a1(f16), a1(types.uint32), a3(f16), a3(f16), a2(f16),
-           a1(types.int64), a1(types.int32), a2(f16), a1(types.int32)) + (types.int64,) * 5
+           a1(types.int64), a1(types.int32), a2(f16)) + (types.int64,) * 5
     ptx = offline.lto_ptx(kernel, sig)
     assert len(re.findall(r"shfl\.sync", ptx)) == shuffles
     assert ".local" not in ptx and "bar.warp.sync" not in ptx

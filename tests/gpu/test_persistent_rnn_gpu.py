@@ -39,13 +39,11 @@ def _problem(hidden, density, steps, dtype, seed=0, batch=4):
 
 
 def _plan(u, mask, config, tpr, **kw):
-    """Table 1 configuration with options; with ``parts`` the bank-aware layout orders pairs by part."""
+    """Table 1 configuration with options."""
     scheme, sync, aware = CONFIGS[config]
     lay = balance(u, mask, tpr=tpr)
     if aware:
-        parts = kw.get("parts", 1)
-        bounds = gpu_rnn.part_columns(u.shape[0], parts)[1:-1] if parts > 1 else ()
-        lay = bank_aware(lay, width=4 * u.dtype.itemsize, bounds=bounds)
+        lay = bank_aware(lay, width=4 * u.dtype.itemsize)
     return gpu_rnn.PersistentRNN(lay, 4, scheme=scheme, sync=sync, **kw)
 
 
@@ -233,116 +231,13 @@ def test_launch_bounds_fit_a_layer_that_did_not():
     assert plan.resources["registers"] <= 65536 // plan.split.threads_per_block
 
 
-# -- the Lamport ring (exchange re-armed in the kernel) and thread-block clusters --------------
+# -- h0 written by the kernel; copies of the exchange, the 16-byte preset, the issue-first poll ----------
 
-RING_CLUSTER = [
-    {"load": "relaxed", "ring": True},
-    {"load": "relaxed", "ring": True, "vector": True},
-    {"load": "relaxed", "ring": True, "reduce": "shfl"},
-    {"load": "relaxed", "ring": True, "index16": True, "chunk": 4},
-    {"load": "relaxed", "cluster": 2},
-    {"load": "relaxed", "cluster": 4},
-    {"load": "relaxed", "cluster": 4, "vector": True},
-    {"load": "relaxed", "cluster": 8, "vector": True},
-    {"load": "relaxed", "ring": True, "cluster": 4},
-    {"load": "relaxed", "ring": True, "cluster": 4, "vector": True},
-    {"load": "relaxed", "ring": True, "cluster": 8, "vector": True},
-]
+FOLD_H0 = [{"fold_h0": True}, {"fold_h0": True, "reduce": "shfl"}, {"fold_h0": True, "vector": True},
+           {"fold_h0": True, "index16": True, "load": "volatile"}, {"fold_h0": True, "double_buffer": True}]
 
 
-def test_cluster_probe_shows_clusters():
-    """gpu.cluster.launch runs a kernel in clusters: each block sees rank blockIdx % size, the cluster size,
-    and cluster id blockIdx // size (the launch mode is the one gpu.cluster.launch_mode found)."""
-    from sparsekit.gpu.cluster import cluster_probe, launch_mode
-    print("cluster launch mode:", launch_mode())
-    for size in (2, 4, 8, 16):
-        got = cluster_probe(128, size)
-        b = np.arange(128)
-        assert (got[:, 0] == b % size).all() and (got[:, 1] == size).all() and (got[:, 2] == b // size).all(), size
-
-
-@pytest.mark.parametrize("kw", RING_CLUSTER, ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
-@pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
-def test_ring_and_cluster_match_reference_and_repeat(kw, hidden, dtype, tpr):
-    """Several layer sizes (1152 / 8 and 130 / 4 give grids that are not a multiple of every cluster size:
-    padded with blocks that only pass h on); repeated calls bitwise identical; the ring stays armed across runs
-    on the same buffers (enqueue twice, both exact)."""
-    steps = 40
-    u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + 2)
-    h0[0, :3] = -0.0                                   # an initial -0.0 must not read as "not written yet"
-    plan = _plan(u, mask, "lamport", tpr, **kw)
-    assert plan.grid > 1
-    a = _exact_and_repeatable(plan, u, bp, h0, steps)
-    if kw.get("ring"):
-        xchg, status = plan.buffers(steps)
-        d_bp, d_h0 = cuda.to_device(bp), cuda.to_device(h0)
-        for _ in range(2):
-            hs = cuda.device_array((steps, 4, hidden), dtype=dtype)
-            plan.enqueue(d_bp, d_h0, steps, xchg, hs, status)
-            assert hs.copy_to_host().tobytes() == a.tobytes()
-            assert int(status.copy_to_host()[0]) == 0
-            assert (np.signbit(xchg.copy_to_host()) & (xchg.copy_to_host() == 0)).all()   # all slots -0.0 again
-
-
-def test_ring_spin_timeouts_relaunch_and_finish():
-    """The ring has no planted stall (a ring run always starts at step 0): a spin limit of 1 poll times
-    out on the H200, and the relaunches finish with the reference's states."""
-    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
-    plan = _plan(u, mask, "lamport", 8, spin_limit=1, max_relaunch=64, load="relaxed", ring=True)
-    got = plan(bp, h0, 16)
-    assert plan.relaunches > 0
-    assert np.abs(got.astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
-        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-
-
-def test_cluster_planted_stall_relaunches_and_finishes():
-    """Clusters of 4 time out on the planted stall (every block waits for an h_1 no block writes) and one
-    relaunch finishes with the reference's states. (A spin limit of 1 alone does not time out reliably
-    with clusters: the words are often ready at the first poll.)"""
-    u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
-    plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", cluster=4)
-    d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
-    plan._resume(d_bp, xchg, hs, status, 16, h0=cuda.to_device(h0))
-    assert plan.relaunches == 1
-    assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 16)).max() <= \
-        ref_rnn.tolerance(u.dtype, plan.layout.kpad)
-
-
-def test_ring_lstm_multi_block():
-    hidden, steps = 1024, 5
-    u4, _, _, _ = _problem(hidden, 0.1, steps, np.float32, seed=9)
-    rng = np.random.default_rng(9)
-    u = np.concatenate([np.roll(u4, g, axis=1) for g in range(4)]).astype(np.float16)
-    bp = rng.uniform(-1, 1, (steps, 4, 4 * hidden)).astype(np.float16)
-    h0, c0 = (rng.uniform(-1, 1, (4, hidden)).astype(np.float16) for _ in range(2))
-    plan = gpu_rnn.PersistentRNN(bank_aware(balance(u, tpr=8), width=8, gates=4), 4, cell="lstm", ring=True,
-                                 cluster=4)
-    h, c = plan(bp, h0, steps, c0)
-    want_h, want_c = ref_rnn.lstm_forward(u, bp, h0, c0, steps)
-    tol = ref_rnn.lstm_tolerance(u.dtype, plan.layout.kpad, steps)
-    assert np.abs(h.astype(np.float64) - want_h).max() <= tol
-    assert np.abs(c.astype(np.float64) - want_c).max() <= tol
-
-
-def test_non_coresident_clusters_refused():
-    u, mask, bp, h0 = _problem(4096, 0.01, 2, np.float16, seed=2)
-    plan = _plan(u, mask, "lamport", 32, rows_per_block=1, cluster=2)    # 2048 clusters of 2 blocks
-    with pytest.raises(ValueError, match="cannot all be co-resident"):
-        plan(bp, h0, 2)
-
-
-# -- h's column parts operated on as they arrive; h0 written by the kernel ---------
-
-PARTS = [{"parts": 2}, {"parts": 3, "fold_h0": True}, {"parts": 4, "fold_h0": True}, {"fold_h0": True},
-         {"parts": 2, "fold_h0": True, "reduce": "shfl"}, {"parts": 2, "reduce": "shfl", "double_buffer": True},
-         {"parts": 2, "index16": True, "load": "volatile"}, {"parts": 3, "passes": "uniform"},
-         {"parts": 2, "passes": "uniform", "fold_h0": True, "vector": True}, {"parts": 4, "reduce": "shfl"},
-         {"parts": 3, "double_buffer": True, "passes": "uniform"}]
-
-
-@pytest.mark.parametrize("kw", [{"parts": 2}, {"parts": 2, "fold_h0": True}, {"fold_h0": True},
-                                {"parts": 2, "fold_h0": True, "vector": True},
-                                {"copies": 4}, {"copies": 2, "fold_h0": True, "preset": "vector"},
+@pytest.mark.parametrize("kw", [{"fold_h0": True}, {"fold_h0": True, "vector": True}, {"copies": 4}, {"copies": 2, "fold_h0": True, "preset": "vector"},
                                 {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
 def test_options_planted_stall_relaunches_and_finishes(kw):
@@ -358,24 +253,21 @@ def test_options_planted_stall_relaunches_and_finishes(kw):
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
-# -- copies of the exchange, the 16-byte preset ----------------------
-
 COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
           {"preset": "vector"}, {"copies": 3, "double_buffer": True},
-          {"copies": 2, "parts": 2, "passes": "uniform"}, {"poll": "issue"},
+          {"poll": "issue"},
           {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
           {"poll": "issue", "double_buffer": True, "load": "cg"},
           {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False},
           {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
 
 
-# (the ring/cluster/parts options' problems at seed hidden + 5, the copies/preset ones' at hidden + 7)
-@pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in PARTS] + [(kw, 7) for kw in COPIES],
+# (the fold_h0 options' problems at seed hidden + 5, the copies/preset ones' at hidden + 7)
+@pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in FOLD_H0] + [(kw, 7) for kw in COPIES],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else None)
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
 def test_options_match_reference_and_repeat(kw, seed, hidden, dtype, tpr):
-    """parts and fold_h0, copies, packed stores, preset and poll="issue": several layer
-    sizes and blocks per part (130 / 4: parts that split a block's rows); an h0 holding -0.0; repeated calls
+    """fold_h0, copies, preset and poll="issue": several layer sizes; an h0 holding -0.0; repeated calls
     bitwise identical."""
     steps = 40
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + seed)
