@@ -1448,3 +1448,221 @@ class TiledCSL(_Format):
         out = np.zeros(self.shape, dtype=bool)
         out[rows, cols] = True
         return out
+
+
+# ---------------------------------------------------------------------------
+# TiledBitmap (a bitmap per 8 x 8 cell: unstructured half-precision weights, tensor-core decode)
+# ---------------------------------------------------------------------------
+
+def _bitmap_position(rows: np.ndarray, cols: np.ndarray, ksteps: int):
+    """``(fragment, cell, bit)`` of entries at ``(rows, cols)`` in :class:`TiledBitmap`'s layout (``ksteps``
+    fragments a row of fragments)."""
+    rr, q = rows % 16, cols % 32
+    t, within = q // 8, q % 8
+    half = within % 4 // 2
+    fragment = rows // 16 * ksteps + cols // 32 * 2 + within // 4
+    cell = rr // 8 + 2 * half
+    bit = rr % 8 * 8 + 2 * t + within % 2
+    return fragment, cell, bit
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class TiledBitmap(_Format):
+    """A bitmap per 8 x 8 cell and the cell's kept values, grouped by 16 x 16 MMA fragment.
+
+    The design of SpInfer's tensor-core-aware bitmap encoding (EuroSys 2025): a kernel reads a fragment's
+    four 64-bit bitmaps and its packed values, and each lane of a warp finds its own two values of each
+    cell (a popcount of the bits before its pair) and places them straight into the registers of an
+    ``mma.m16n8k16`` A fragment: no shared-memory scatter. Bytes: 2 a kept value plus 1/8 a weight for the
+    bitmaps (and a 16-byte padding a fragment), so it beats dense 16-bit storage from any sparsity:
+    0.56 of dense at 50 %, 0.26 at 80 %, 0.16 at 90 %. Any pattern fits.
+
+    Layout. Fragment ``(rb, ks)`` covers rows ``16 rb .. 16 rb + 15`` and step ``ks`` of ``K`` padded to a
+    multiple of 32; fragments are numbered ``f = rb * ksteps + ks`` (``ksteps = 2 ceil(K / 32)``). Within
+    each 32-column group ``G = ks // 2`` the columns are permuted so that lane ``t`` of an MMA's column
+    quad reads its inputs of both steps in one 16-byte load: the fragment's logical column ``j`` (0-15) of
+    step ``s = ks % 2`` is column ``32 G + 8 (j % 8 // 2) + 4 s + 2 (j // 8) + j % 2``. Cells, in the MMA's
+    register order: 0 rows 0-7 and logical columns 0-7, 1 rows 8-15 and columns 0-7, 2 rows 0-7 and
+    columns 8-15, 3 rows 8-15 and columns 8-15; bit ``8 r + c`` of a cell is its row ``r``, logical
+    column ``c``. Record ``f`` in ``stream`` (uint32 words, 16-byte units from ``offsets[f]``): the low
+    halves (bits 0-31) of cells 0-3, their high halves, then the kept values as 16-bit patterns, cell by
+    cell in bit order, zero-padded to a multiple of 8. ``offsets[-1] * 4 == stream.size``.
+
+    >>> import numpy as np
+    >>> w = np.zeros((16, 32), dtype=np.float16)
+    >>> w[0, 0], w[0, 4], w[9, 2] = 1, 2, 3
+    >>> b = TiledBitmap.from_dense(w)
+    >>> b
+    <TiledBitmap shape=(16, 32) nnz=3 dtype=float16 words=24>
+    >>> [int(x) for x in b.offsets]           # two fragments (steps 0 and 1), each 32 bytes + 16 of values
+    [0, 3, 6]
+    >>> bool((b.to_dense() == w).all())
+    True
+    """
+
+    stream: np.ndarray
+    offsets: np.ndarray
+    shape: tuple[int, int]
+    value_dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "value_dtype", _half_dtype(self.value_dtype, "value_dtype"))
+        self.validate()
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value_dtype
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Fragments down and across: ``(ceil(M / 16), 2 ceil(K / 32))``."""
+        m, k = self.shape
+        return -(-m // 16), 2 * -(-k // 32)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.counts().sum())
+
+    def bitmaps(self) -> np.ndarray:
+        """The fragments' bitmap words, ``(fragments, 8)`` uint32: low halves of cells 0-3, then high halves."""
+        at = self.offsets[:-1, None] * 4 + np.arange(8)
+        return self.stream[at] if at.size else np.zeros((0, 8), np.uint32)
+
+    def counts(self) -> np.ndarray:
+        """Kept values a fragment (int64)."""
+        bits = np.unpackbits(self.bitmaps().view(np.uint8), axis=1)
+        return bits.sum(axis=1, dtype=np.int64)
+
+    def validate(self, full: bool = False) -> None:
+        check_array(self.stream, "stream", ndim=1, dtypes=(np.uint32,))
+        check_array(self.offsets, "offsets", ndim=1, dtypes=(np.int64,), shape=(self.grid[0] * self.grid[1] + 1,))
+        off = self.offsets
+        if off[0] != 0 or off[-1] * 4 != self.stream.size:
+            raise ValueError(f"offsets: should start at 0 and end at stream.size / 4 = {self.stream.size / 4:g} "
+                             f"(16-byte units), got {int(off[0])} and {int(off[-1])}")
+        if not full:
+            return
+        if (np.diff(off) < 2).any():
+            f = int(np.flatnonzero(np.diff(off) < 2)[0])
+            raise ValueError(f"offsets: fragment {f} is shorter than its 32 bytes of bitmaps")
+        want = 2 + -(-self.counts() // 8)
+        if (np.diff(off) != want).any():
+            f = int(np.flatnonzero(np.diff(off) != want)[0])
+            raise ValueError(f"offsets: fragment {f} spans {int(off[f + 1] - off[f])} 16-byte units, its bitmaps "
+                             f"keep {int(self.counts()[f])} values: expected {int(want[f])}")
+        rows, cols = self._coords()
+        if rows.size and (rows.max() >= self.shape[0] or cols.max() >= self.shape[1]):
+            raise ValueError(f"stream: a bitmap keeps an entry outside the {self.shape} matrix (its fragment "
+                             f"is cut by the edge)")
+        vals = self._values().view(self.value_dtype)
+        if vals.size and not np.isfinite(vals.astype(np.float32)).all():
+            raise ValueError("stream: values must be finite")
+
+    def _coords(self):
+        """Row and column of every kept entry, in storage order (fragment, cell, bit)."""
+        rb_ks = self.grid[1]
+        bits = np.unpackbits(self.bitmaps().view(np.uint8), axis=1, bitorder="little").reshape(-1, 2, 4, 32)
+        f, cell, half, b = np.nonzero(bits.transpose(0, 2, 1, 3))       # storage order: fragment, cell, bit
+        bit = 32 * half + b
+        r, c = bit // 8, bit % 8                                         # row and logical column in the cell
+        j = c + 8 * (cell // 2)                                          # logical column in the fragment
+        ks = f % rb_ks
+        rows = f // rb_ks * 16 + 8 * (cell % 2) + r
+        cols = ks // 2 * 32 + 8 * (j % 8 // 2) + 4 * (ks % 2) + 2 * (j // 8) + j % 2
+        return rows, cols
+
+    def _values(self) -> np.ndarray:
+        """The kept values' 16-bit patterns, in storage order."""
+        counts = self.counts()
+        start = np.repeat((self.offsets[:-1] * 4 + 8) * 2, counts)
+        rank = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return self.stream.view(np.uint16)[start + rank]
+
+    def _index_arrays(self):
+        return (self.offsets,)
+
+    def nbytes(self) -> NBytes:
+        """Values: the kept ones at 2 bytes; index data: the bitmaps, the padding and ``offsets``."""
+        v = 2 * self.nnz
+        i = 4 * int(self.stream.size) - v + int(self.offsets.nbytes)
+        return NBytes(v, i, v + i)
+
+    def __repr__(self) -> str:
+        return (f"<TiledBitmap shape={self.shape} nnz={self.nnz} dtype={self.dtype} words={self.stream.size}>")
+
+    @classmethod
+    def from_coords(cls, rows, cols, values, shape) -> "TiledBitmap":
+        """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order)."""
+        shape = _as_shape(shape)
+        values = np.asarray(values)
+        d = _half_dtype(values.dtype, "values")
+        check_array(values, "values", ndim=1, dtypes=None, finite=True)
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        for name, a in (("rows", rows), ("cols", cols)):
+            check_array(a, name, ndim=1, dtypes=None, shape=values.shape)
+        if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= shape[0] or cols.max() >= shape[1]):
+            raise ValueError(f"rows, cols: entries must lie inside the {shape} matrix")
+        m, k = shape
+        ksteps = 2 * -(-k // 32)
+        nfrag = -(-m // 16) * ksteps
+        fragment, cell, bit = _bitmap_position(rows, cols, ksteps)
+        key = (fragment * 4 + cell) * 64 + bit
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        if key.size > 1 and (np.diff(key) == 0).any():
+            raise ValueError("rows, cols: a position is given twice")
+        fragment, cell, bit = fragment[order], cell[order], bit[order]
+        counts = np.bincount(fragment, minlength=nfrag)
+        offsets = np.zeros(nfrag + 1, dtype=np.int64)
+        np.cumsum(2 + -(-counts // 8), out=offsets[1:])
+        stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
+        word = offsets[fragment] * 4 + cell + 4 * (bit // 32)
+        np.bitwise_or.at(stream, word, (np.uint32(1) << (bit % 32).astype(np.uint32)))
+        start = np.zeros(nfrag + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        at = (offsets[fragment] * 4 + 8) * 2 + np.arange(fragment.size) - start[fragment]
+        stream.view(np.uint16)[at] = values.view(np.uint16)[order]
+        return cls(stream, offsets, shape, d)
+
+    @classmethod
+    def from_dense(cls, dense, mask=None) -> "TiledBitmap":
+        """Store the entries of a float16/bfloat16 ``dense`` that ``mask`` keeps (default ``dense != 0``)."""
+        dense = check_array(dense, "dense", ndim=2, dtypes=None, finite=True)
+        _half_dtype(dense.dtype, "dense")
+        mask = dense != 0 if mask is None else check_array(mask, "mask", dtypes=(np.bool_,), shape=dense.shape)
+        rows, cols = np.nonzero(mask)
+        return cls.from_coords(rows, cols, dense[rows, cols], dense.shape)
+
+    @classmethod
+    def from_csr(cls, csr) -> "TiledBitmap":
+        """The entries of a :class:`CSR` (or any format with ``to_csr``) of float16/bfloat16 values."""
+        if not isinstance(csr, _Format):
+            raise TypeError(f"csr: expected a CSR (or another sparsekit format), got {type(csr).__name__}")
+        c = csr if isinstance(csr, CSR) else csr.to_csr()
+        rows = np.repeat(np.arange(c.shape[0]), np.diff(c.indptr))
+        return cls.from_coords(rows, c.indices, c.data, c.shape)
+
+    def to_csr(self) -> "CSR":
+        """The kept entries as a :class:`CSR` (int32 indices), explicit zeros included."""
+        self.validate(full=True)
+        rows, cols = self._coords()
+        vals = self._values().view(self.value_dtype)
+        order = np.lexsort((cols, rows))
+        indptr = np.zeros(self.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.shape[0]), out=indptr[1:])
+        return CSR(indptr, cols[order].astype(np.int32), vals[order], self.shape)
+
+    def to_dense(self) -> np.ndarray:
+        self.validate(full=True)
+        rows, cols = self._coords()
+        out = np.zeros(self.shape, dtype=self.dtype)
+        out[rows, cols] = self._values().view(self.dtype)
+        return out
+
+    def mask(self) -> np.ndarray:
+        self.validate(full=True)
+        rows, cols = self._coords()
+        out = np.zeros(self.shape, dtype=bool)
+        out[rows, cols] = True
+        return out

@@ -6,10 +6,13 @@ with it. Values are drawn from a bounded range with no zeros unless asked
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
 FLOAT_DTYPES = (np.float16, np.float32, np.float64)
+#: The 16-bit dtypes of the tensor-core kernels.
+HALVES = [np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 
 
 def dtypes(*, allowed=FLOAT_DTYPES):
@@ -226,3 +229,14 @@ def sparse_matrices(*, dtype=None, max_size: int = 12):
     return st.one_of(csr_matrices(dtype=dtype, max_size=max_size), coo_matrices(dtype=dtype, max_size=max_size),
                      ell_matrices(dtype=dtype, max_size=max_size), blocked_ell_matrices(dtype=dtype, max_size=max_size),
                      nm_matrices(dtype=dtype, max_size=max_size), bsr_matrices(dtype=dtype, max_size=max_size))
+
+
+@st.composite
+def sparse_halves(draw, *, max_rows=40, max_cols=80):
+    """A float16 or bfloat16 dense matrix with a random pattern (empty rows and tiles likely)."""
+    dtype = draw(st.sampled_from(HALVES))
+    m, k = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    keep = rng.random((m, k)) < draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
+    values = draw(dense_arrays((m, k), dtype=np.float32)).astype(dtype)
+    return np.where(keep, values, np.zeros((), dtype)).astype(dtype)

@@ -21,35 +21,10 @@ from hypothesis import strategies as st
 from sparsekit.gpu import spmm_tiled as gt
 from sparsekit.reference import spmm_tiled as rt
 from sparsekit.formats import CSR, TiledCSL
-from strategies import dense_arrays
+from spmm_close import assert_half_close as assert_close
+from strategies import HALVES, dense_arrays, sparse_halves
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-HALVES = [np.dtype(np.float16), BF16]
-U32 = 2.0 ** -24
-
-
-def assert_close(got, want, a_dense, b):
-    """``got`` vs ``want`` (both ``a_dense @ b`` rounded once to the 16-bit dtype; ``b`` is ``K x N``)."""
-    got = np.asarray(got)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    info = ml_dtypes.finfo(want.dtype)
-    a64, b64 = a_dense.astype(np.float64), b.astype(np.float64)
-    exact = a64 @ b64
-    bound = (2 * a_dense.shape[1] * U32 * (np.abs(a64) @ np.abs(b64)) + float(info.eps) * np.abs(exact)
-             + float(info.smallest_subnormal))
-    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    assert (err <= bound).all(), f"max excess error {np.max(err - bound):.3g}"
-
-
-@st.composite
-def sparse_halves(draw, *, max_rows=40, max_cols=80):
-    """A float16 or bfloat16 dense matrix with a random pattern (empty rows and tiles likely)."""
-    dtype = draw(st.sampled_from(HALVES))
-    m, k = draw(st.integers(1, max_rows)), draw(st.integers(1, max_cols))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    keep = rng.random((m, k)) < draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
-    values = draw(dense_arrays((m, k), dtype=np.float32)).astype(dtype)
-    return np.where(keep, values, np.zeros((), dtype)).astype(dtype)
 
 
 TILES = [(16, 16), (16, 32), (32, 16), (2, 8), (1, 128)]

@@ -7,7 +7,7 @@ Tolerance: the float32-accumulation bound of the existing tests (``assert_fp32_a
 tests/test_spmm.py), with the reduction length this kernel's arithmetic needs
 (:func:`sparsekit.gpu.uspmm_tc.error_reduction`: K' for float16 as for the CUDA-core kernels; 3 K' + 13
 for float32, where the 3xTF32 split costs up to ~12 float32 roundoffs per product). bfloat16: the
-16-bit tolerance of tests/test_spmm_tiled.py (``assert_close``, the same MMA's path): float32
+16-bit tolerance of tests/spmm_close.py (``assert_half_close``, the same MMA's path): float32
 accumulation of exact products, each result rounded once to bfloat16."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sparsekit.reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices, uniform_mask
 from test_spmm import assert_fp32_accumulated, rhs_for
-from test_spmm_tiled import assert_close
+from spmm_close import assert_half_close as assert_close
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 #: Every dtype the kernel takes: float16, bfloat16 (float16's path with the bf16 MMA) and float32.

@@ -21,14 +21,14 @@ __all__ = ["spmm_tiled", "spmm_tiled_linear"]
 
 
 def spmm_tiled(a, b: np.ndarray) -> np.ndarray:
-    """``C = A @ b`` (``M x N``, C-contiguous, in ``b.dtype``) for a TiledCSL ``A`` and a dense ``b``."""
+    """``C = A @ b`` (``M x N``, C-contiguous, in ``b.dtype``) for a TiledCSL (or TiledBitmap) ``A`` and a dense ``b``."""
     _check(b, a, "b", rows=0)
     c = a.to_dense().astype(np.float32) @ b.astype(np.float32)
     return np.ascontiguousarray(c.astype(a.dtype))
 
 
 def spmm_tiled_linear(a, x: np.ndarray) -> np.ndarray:
-    """``Y = x @ A^T`` (``N x M``) for a TiledCSL weight ``A`` (``M x K``) and ``x`` (``N x K``): a linear layer."""
+    """``Y = x @ A^T`` (``N x M``) for a TiledCSL (or TiledBitmap) weight ``A`` (``M x K``) and ``x`` (``N x K``): a linear layer."""
     _check(x, a, "x", rows=1)
     y = x.astype(np.float32) @ a.to_dense().astype(np.float32).T
     return np.ascontiguousarray(y.astype(a.dtype))

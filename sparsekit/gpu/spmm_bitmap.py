@@ -1,0 +1,348 @@
+"""Half-precision SpMM on tensor cores for a :class:`~sparsekit.formats.TiledBitmap` weight, decoded in registers:
+``C = A @ B``, or a linear layer's ``Y = X A^T``, for small and medium ``N``.
+
+Equals ``sparsekit/reference/spmm_bitmap.py``. The design of SpInfer (EuroSys 2025): a bitmap per 8 x 8 cell and
+the cell's kept values, read straight into the registers of ``mma.sync.m16n8k16``. Nothing goes through
+shared memory on the way in, so a block needs no barrier and the SM holds as many warps as its registers
+allow: the loads of many warps are in flight at once, which is what reading the weight at the memory's
+pace takes.
+
+Each warp owns a 16-row block of ``A`` (``rows`` warps of a block own consecutive ones and read the same
+columns of ``X``, which L1 then serves once) and a range of its 32-column groups (``slices`` warps of a block,
+and ``splits`` blocks, share a row's columns: split K). For each group, two fragments (k-steps):
+
+1. **Inputs**: lane ``(g, t)`` (``g = lane // 4``, ``t = lane % 4``) loads ``X[8 p + g, 32 G + 8 t .. + 8]``,
+   one 16-byte load an n-block ``p``: the B fragments (``b0, b1``) of both k-steps, because the format
+   permutes each group's columns to match (:class:`~sparsekit.formats.TiledBitmap`).
+2. **Bitmaps**: the fragment's 32 bytes (two 16-byte loads, the same for every lane: one transaction), four
+   cells' popcounts and their running sum: where each cell's values start.
+3. **Decode** (:func:`decode`): lane ``l`` holds the pair of bits ``2 l, 2 l + 1`` of each cell's 64
+   (half ``l // 16`` of it), exactly the two elements of that cell in its A-fragment register; the
+   popcount of the cell's bits below the pair is the index of its first value. Two 16-bit loads (only the
+   kept ones) and a shift give the register, zeros where the bitmap has none.
+4. **Multiply**: ``mma.sync.m16n8k16`` (float32 accumulators) per n-block; the record pointer moves past
+   the values (padded to 16 bytes).
+
+The slices of a block add their accumulators in shared memory (slice order); the splits of a row of
+blocks add theirs through a float32 workspace, the last block to finish in split order
+(:func:`sparsekit.gpu.split_k.split_ticket`), so the result is the same on every run; ``C`` is rounded once
+to the dtype.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import cuda, float32, int32, uint16, uint32
+from numba.cuda import config as cuda_config
+
+from sparsekit.arrays import cdiv, flat_view, operand, output, result
+from sparsekit.checks import check_int
+from sparsekit.formats import TiledBitmap
+from sparsekit.gpu.inline import inlined
+from sparsekit.gpu.launch import Buffers, check_int32, launch
+from sparsekit.gpu.mma import mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
+from sparsekit.gpu.split_k import split_ticket
+from sparsekit.gpu.vector_loads import aligned, load4
+
+__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "DeviceBitmap", "default_config", "MAX_N"]
+
+#: The widest ``B`` this kernel takes.
+MAX_N = 64
+#: Warps resident on the GPU that the default split aims for (132 SMs, 48 warps each).
+TARGET_WARPS = 132 * 48
+#: Fewest 32-column groups a warp's share of ``K`` should have (its fixed costs, the start and the sum of
+#: its partials, spread over at least this many).
+MIN_GROUPS = 4
+
+U = np.uint32
+SIM = bool(cuda_config.ENABLE_CUDASIM)
+
+
+def padded_n(n: int) -> int:
+    """``N`` rounded up to the MMA's width, a multiple of 8."""
+    return 8 * cdiv(int(n), 8)
+
+
+#: ``prmt`` byte selectors by the pair's two bits (entry ``p`` at bits ``16 p``): result bytes from ``v0``'s
+#: (0, 1), ``v1``'s (4, 5) or a zero byte of ``v0`` (2): 0 -> 0, 1 -> v0, 2 -> v0 << 16, 3 -> v0 | v1 << 16.
+PAIR_SELECTORS = (0x2210_2222, 0x5410_1022)
+
+
+def _pair_register_model(own, sh, v0, v1):
+    """NumPy model of :func:`pair_register` (the simulator runs it)."""
+    pair = (int(own) >> int(sh)) & 3
+    return np.uint32((int(v0) if pair & 1 else 0) | (((int(v1) if pair == 3 else int(v0)) << 16) if pair & 2 else 0))
+
+
+if SIM:
+    pair_register = _pair_register_model
+else:
+    from llvmlite import ir
+    from numba.cuda import types as nbtypes
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def pair_register(typingctx, own, sh, v0, v1):
+        """The A-fragment register of a lane from the bits ``sh, sh + 1`` of ``own`` and the two 16-bit values
+        ``v0, v1`` (zero-extended) that follow its kept bits below: ``0``, ``v0``, ``v0 << 16`` or
+        ``v0 | v1 << 16``. Five instructions of inline PTX: shift and mask the pair, a ``prmt`` that looks up
+        its byte selector in :data:`PAIR_SELECTORS`, a ``prmt`` that builds the register (the selects Numba
+        writes for the same take ten)."""
+        if not all(isinstance(x, nbtypes.Integer) for x in (own, sh, v0, v1)):
+            return None
+        lo, hi = PAIR_SELECTORS
+        asm = ("{ .reg .b32 p, q, s, t0, t1; shr.b32 p, $1, $2; and.b32 p, p, 3; mad.lo.u32 q, p, 34, 16; "
+               f"mov.b32 t0, {lo}; mov.b32 t1, {hi}; prmt.b32 s, t0, t1, q; prmt.b32 $0, $3, $4, s; }}")
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            values = [builder.trunc(v, i32) if v.type.width > 32 else builder.zext(v, i32) if v.type.width < 32
+                      else v for v in args]
+            return builder.call(ir.InlineAsm(ir.FunctionType(i32, [i32] * 4), asm, "=r,r,r,r,r"), values)
+
+        return nbtypes.uint32(own, sh, v0, v1), codegen
+
+
+@inlined
+def decode(s16, own, base, sh, below):
+    """The A-fragment register of one cell for this lane (:func:`pair_register`): the two values the bits
+    ``sh, sh + 1`` of ``own`` (this lane's half of the cell's bitmap) keep, zero halves where a bit is clear.
+    ``base``: the 16-bit index of the cell's first value (plus the kept bits of the low half, for a lane of the
+    high half); the kept bits of ``own`` below the pair (``below``: their mask) are the values before the
+    lane's. Both loads are made whatever the bits (within the record or its 16-byte tail): no branch, so the
+    warp's lanes never diverge."""
+    i = U(base + U(cuda.popc(U(own & below))))
+    return pair_register(own, sh, U(s16[i]), U(s16[i + 1]))
+
+
+@functools.cache
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int):
+    """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
+    splitting ``K`` in a block. ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
+    ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
+    nblocks = npad // 8
+    nacc = 4 * nblocks
+    nthreads = 32 * rows * slices
+    mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
+    # the partials of slices 1.. (without slices, a one-element stand-in)
+    partials = (slices - 1, rows, nacc, 32) if slices > 1 else (1, 1, 1, 1)
+
+    @inlined
+    def store(c, row, col, m, n, x):
+        """``C[row, col]`` (``linear``: ``Y[col, row]``) ``= x`` rounded once to the dtype, inside the matrix."""
+        if row < m and col < n:
+            at = col * m + row if linear else row * n + col
+            if bf16:
+                c[at] = round_bf16(x)
+            else:
+                c[at] = x
+
+    @cuda.jit
+    def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs):
+        shared = cuda.shared.array(partials, float32)
+        last = cuda.shared.array(1, int32)
+        tid = U(cuda.threadIdx.x)
+        lane, warp = tid & U(31), tid >> U(5)
+        r, sl = warp % U(rows), warp // U(rows)
+        strip, split, nsplit = cuda.blockIdx.x, cuda.blockIdx.y, cuda.gridDim.y
+        rb = U(strip * rows) + r                                 # this warp's 16-row block
+        g0 = U(split * groups // nsplit)                          # the block's groups, then the warp's slice
+        g1 = U((split + 1) * groups // nsplit)
+        ga = U(g0 + sl * (g1 - g0) // U(slices))
+        gb = U(g0 + (sl + U(1)) * (g1 - g0) // U(slices))
+        gq, t = lane >> U(2), lane & U(3)
+        high = lane >= U(16)                                      # this lane's bits are in the high halves
+        sh = U(U(2) * U(lane & U(15)))
+        below = U(U(U(1) << sh) - U(1))
+        acc = cuda.local.array(nacc, float32)
+        for j in range(nacc):
+            acc[j] = float32(0.0)
+        xw = cuda.local.array(nacc, uint32)
+        if U(U(16) * rb) < U(m) and ga < gb:
+            ptr = U(U(offsets[U(U(rb * U(groups)) * U(2) + U(2) * ga)]) * U(4))   # the record, in 32-bit words
+            xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
+            for _ in range(ga, gb):
+                for p in range(nblocks):                          # step 1: X[8 p + g, 32 G + 8 t ..]
+                    if U(U(8 * p) + gq) < U(n):
+                        w0, w1, w2, w3 = load4(x32, U(xat + U(8 * p) * U(xs)))
+                    else:
+                        w0, w1, w2, w3 = U(0), U(0), U(0), U(0)
+                    xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = w0, w1, w2, w3
+                xat = U(xat + U(16))
+                for s in range(2):
+                    l0, l1, l2, l3 = load4(s32, ptr)               # step 2: the cells' bitmaps
+                    h0, h1, h2, h3 = load4(s32, U(ptr + U(4)))
+                    c0, c1, c2, c3 = U(cuda.popc(l0)), U(cuda.popc(l1)), U(cuda.popc(l2)), U(cuda.popc(l3))
+                    n0 = U(c0 + U(cuda.popc(h0)))
+                    n1 = U(c1 + U(cuda.popc(h1)))
+                    n2 = U(c2 + U(cuda.popc(h2)))
+                    n3 = U(c3 + U(cuda.popc(h3)))
+                    # step 3: this lane's half of each cell; the first value's 16-bit index, the cells before it
+                    # and, for a lane of the high half, the cell's kept bits in the low half (selects)
+                    vals = U(U(U(2) * ptr) + U(16))
+                    a0 = decode(s16, h0 if high else l0, U(vals + (c0 if high else U(0))), sh, below)
+                    vals = U(vals + n0)
+                    a1 = decode(s16, h1 if high else l1, U(vals + (c1 if high else U(0))), sh, below)
+                    vals = U(vals + n1)
+                    a2 = decode(s16, h2 if high else l2, U(vals + (c2 if high else U(0))), sh, below)
+                    vals = U(vals + n2)
+                    a3 = decode(s16, h3 if high else l3, U(vals + (c3 if high else U(0))), sh, below)
+                    ptr = U(ptr + U(U(8) + U(U(U(U(n0 + n1) + U(n2 + n3)) + U(7)) >> U(3)) * U(4)))
+                    for p in range(nblocks):                      # step 4
+                        d = mma(a0, a1, a2, a3, xw[4 * p + 2 * s], xw[4 * p + 2 * s + 1],
+                                acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
+                        for e in range(4):
+                            acc[4 * p + e] = d[e]
+        if slices > 1:                                            # the slices' sum, in slice order
+            if sl > U(0):
+                for j in range(nacc):
+                    shared[sl - U(1), r, j, lane] = acc[j]
+            cuda.syncthreads()
+            if sl == U(0):
+                for q in range(slices - 1):
+                    for j in range(nacc):
+                        acc[j] += shared[q, r, j, lane]
+        # C fragment element e of n-block p: row 16 rb + g (+8 for e >= 2), column 8 p + 2 t + e % 2
+        row0 = rb * U(16) + gq
+        if nsplit == 1:
+            if sl == U(0):
+                for p in range(nblocks):
+                    for e in range(4):
+                        store(c, row0 + U(8 * (e // 2)), U(8 * p + e % 2) + U(2) * t, m, n, acc[4 * p + e])
+            return
+        nstrips = cuda.gridDim.x
+        if sl == U(0):                                            # partials, coalesced: [split][strip][r][j][lane]
+            for j in range(nacc):
+                ws[(((split * nstrips + strip) * rows + r) * nacc + j) * 32 + lane] = acc[j]
+        if not split_ticket(counters, nsplit, strip, last):      # the last block of the strip goes on
+            return
+        if sl == U(0):
+            for p in range(nblocks):
+                for e in range(4):
+                    j = 4 * p + e
+                    total = float32(0.0)
+                    for q in range(nsplit):                       # split order: the same sum on every run
+                        total += ws[(((q * nstrips + strip) * rows + r) * nacc + j) * 32 + lane]
+                    store(c, row0 + U(8 * (e // 2)), U(8 * p + e % 2) + U(2) * t, m, n, total)
+
+    return kernel
+
+
+@cuda.jit
+def stage_x(src, dst, n, k, kp, transposed):
+    """``dst`` (``N x kp`` halves, row-major) = ``X`` with its columns past ``K`` zero: ``src`` is ``X``
+    (``N x K``) or, ``transposed``, ``B`` (``K x N``, so ``X = B^T``). A thread an element of ``dst``."""
+    i = cuda.grid(1)
+    if i < n * kp:
+        row, col = i // kp, i % kp
+        if col < k:
+            dst[i] = src[col * n + row] if transposed else src[row * k + col]
+        else:
+            dst[i] = uint16(0)
+
+
+@dataclass(eq=False)
+class DeviceBitmap:
+    """A :class:`~sparsekit.formats.TiledBitmap` on the device, ready for :func:`spmm_bitmap`: the stream (and its
+    16-bit view), the fragments' offsets (int32, 16-byte units), the split-K tickets (zero between launches)
+    and scratch buffers (the float32 workspace, the staged ``X``). Launches sharing one must be ordered."""
+
+    host: TiledBitmap
+    stream: object
+    offsets: object
+    counters: object
+    buffers: Buffers = field(default_factory=Buffers)
+
+    @property
+    def shape(self):
+        return self.host.shape
+
+    @property
+    def dtype(self):
+        return self.host.dtype
+
+
+def prepare(a: TiledBitmap) -> DeviceBitmap:
+    """Copy ``a`` to the device once; the result is reused by every :func:`spmm_bitmap` call."""
+    if not isinstance(a, TiledBitmap):
+        raise TypeError(f"a: expected a TiledBitmap, got {type(a).__name__}")
+    check_int32(a.stream.size * 2, "a.stream", "halves", "the kernel's value indices are 32-bit")
+    a.validate(full=True)                      # the kernel trusts offsets and bitmaps: check them once
+    stream = cuda.to_device(np.concatenate([a.stream, np.zeros(4, np.uint32)]))   # a 16-byte tail: see decode
+    return DeviceBitmap(a, stream, cuda.to_device(a.offsets.astype(np.int32)),
+                        cuda.to_device(np.zeros(max(a.grid[0], 1), dtype=np.int32)))
+
+
+def default_config(m: int, k: int, n: int) -> dict:
+    """``{"rows", "slices", "splits"}`` for an ``M x K`` weight: 4 warps a block on consecutive row blocks, no
+    slices, and enough splits of ``K`` for about :data:`TARGET_WARPS` warps, each with at least
+    :data:`MIN_GROUPS` groups."""
+    rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
+    rows = 4
+    splits = max(1, min(cdiv(TARGET_WARPS, max(rowblocks, 1)), groups // MIN_GROUPS))
+    return {"rows": rows, "slices": 1, "splits": splits}
+
+
+def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None):
+    """``C = A @ b`` for a TiledBitmap (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
+    the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
+
+    Tunables (default :func:`default_config`): ``rows``, warps of a block on consecutive 16-row blocks;
+    ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``."""
+    return _run(a, b, "b", False, rows, slices, splits)
+
+
+def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None):
+    """``Y = x @ A^T`` for a TiledBitmap (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
+    ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M). Tunables as for
+    :func:`spmm_bitmap`."""
+    return _run(a, x, "x", True, rows, slices, splits)
+
+
+def _bits(dev):
+    """A 16-bit device array as uint16 bits (the kernels never see the value dtype)."""
+    return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
+
+
+def _run(a, b, name: str, linear: bool, rows, slices, splits):
+    dev = a if isinstance(a, DeviceBitmap) else prepare(a)
+    m, k = dev.shape
+    bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
+    kk, n = bop.dev.shape[::-1] if linear else bop.dev.shape
+    if kk != k:
+        want = f"(N, {k})" if linear else f"({k}, N)"
+        raise ValueError(f"{name}: expected shape {want} to multiply a {m}x{k} matrix, got {bop.dev.shape}")
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {MAX_N}")
+    c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
+    if m == 0:
+        return result(c, like=bop)
+    conf = default_config(m, k, n)
+    for key, value in (("rows", rows), ("slices", slices), ("splits", splits)):
+        if value is not None:
+            conf[key] = check_int(value, key, minimum=1)
+    if conf["rows"] * conf["slices"] > 32:
+        raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
+    groups = cdiv(k, 32)
+    kp = 32 * groups
+    bits = _bits(flat_view(bop.dev))
+    if kp == 0:                                         # no columns: C is zero (the kernel reads nothing)
+        bits = dev.buffers.get(np.uint16, 2)
+    elif not linear or k != kp or not aligned(bits, 8):  # X staged: N x kp, 16-byte rows, columns past K zero
+        xs = dev.buffers.get(np.uint16, n * kp)
+        launch(stage_x, cdiv(n * kp, 256), 256, (bits, xs, n, k, kp, not linear), "stage x")
+        bits = xs
+    splits = min(conf["splits"], max(groups, 1))
+    rowblocks = cdiv(m, 16)
+    strips = cdiv(rowblocks, conf["rows"])
+    npad = padded_n(n)
+    ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"])
+    cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
+    args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
+            m, n, groups, kp // 2)
+    launch(kernel, (strips, splits), 32 * conf["rows"] * conf["slices"], args,
+           f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}")
+    return result(c, like=bop)
