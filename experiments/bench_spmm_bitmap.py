@@ -74,10 +74,11 @@ def sweep(dev, x, dense_us):
     base = gb.default_config(m, k, x.shape[0])
     tried = []
     for rows in (2, 4, 8):
-        for slices in (1, 2, 4):
+        for slices in (2, 4):
             for f in (0.5, 1, 2):
-                splits = max(1, round(base["splits"] * f / slices))
-                tried.append(dict(rows=rows, slices=slices, splits=splits))
+                for ahead in (0, gb.AHEAD):
+                    splits = max(1, round(base["splits"] * base["slices"] * f / slices))
+                    tried.append(dict(rows=rows, slices=slices, splits=splits, ahead=ahead))
     results = []
     for tun in tried:
         t = point(f"sweep {tun}", lambda: timed(lambda: gb.spmm_bitmap_linear(dev, x, **tun)))

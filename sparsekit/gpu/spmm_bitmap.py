@@ -42,7 +42,7 @@ from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import Buffers, check_int32, launch
-from sparsekit.gpu.mma import mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
+from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load4
 
@@ -52,6 +52,8 @@ __all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "DeviceBitmap", "defa
 MAX_N = 64
 #: Warps resident on the GPU that the default split aims for (132 SMs, 48 warps each).
 TARGET_WARPS = 132 * 48
+#: Bytes of its stream a warp prefetches ahead of the record it reads (L2).
+AHEAD = 2048
 #: Fewest 32-column groups a warp's share of ``K`` should have (its fixed costs, the start and the sum of
 #: its partials, spread over at least this many).
 MIN_GROUPS = 4
@@ -105,6 +107,27 @@ else:
         return nbtypes.uint32(own, sh, v0, v1), codegen
 
 
+if SIM:
+    def prefetch_l2(addr):
+        """Simulator: nothing (a prefetch changes no result)."""
+else:
+    @intrinsic
+    def prefetch_l2(typingctx, addr):
+        """``prefetch.global.L2 [addr]``: start bringing the 128-byte line at the 64-bit global address ``addr``
+        into L2, without a register or a wait."""
+        if not isinstance(addr, nbtypes.Integer):
+            return None
+
+        def codegen(context, builder, sig, args):
+            i64 = ir.IntType(64)
+            a = builder.zext(args[0], i64) if args[0].type.width < 64 else args[0]
+            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64]), "prefetch.global.L2 [$0];", "l",
+                                      side_effect=True), [a])
+            return context.get_dummy_value()
+
+        return nbtypes.void(addr), codegen
+
+
 @inlined
 def decode(s16, own, base, sh, below):
     """The A-fragment register of one cell for this lane (:func:`pair_register`): the two values the bits
@@ -117,17 +140,27 @@ def decode(s16, own, base, sh, below):
     return pair_register(own, sh, U(s16[i]), U(s16[i + 1]))
 
 
+@inlined
+def load_x(x32, xat, p, gq, n, xs):
+    """Step 1: this lane's 16 bytes of ``X`` row ``8 p + g`` (``xat``: its word at row ``g``), zero past ``N``:
+    the B fragments of n-block ``p`` for both k-steps of the group."""
+    if U(U(8 * p) + gq) < U(n):
+        return load4(x32, U(xat + U(8 * p) * U(xs)))
+    return U(0), U(0), U(0), U(0)
+
+
 @functools.cache
-def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int):
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048):
     """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
-    splitting ``K`` in a block. ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
+    splitting ``K`` in a block, each warp prefetching its stream ``ahead`` bytes ahead of the record it reads
+    (0: no prefetch). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
     ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
     nblocks = npad // 8
     nacc = 4 * nblocks
     nthreads = 32 * rows * slices
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
-    # the partials of slices 1.. (without slices, a one-element stand-in)
-    partials = (slices - 1, rows, nacc, 32) if slices > 1 else (1, 1, 1, 1)
+    # the partials of one slice (without slices, a one-element stand-in)
+    partials = (rows, nacc, 32) if slices > 1 else (1, 1, 1)
 
     @inlined
     def store(c, row, col, m, n, x):
@@ -140,7 +173,7 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int):
                 c[at] = x
 
     @cuda.jit
-    def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs):
+    def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs, nbytes):
         shared = cuda.shared.array(partials, float32)
         last = cuda.shared.array(1, int32)
         tid = U(cuda.threadIdx.x)
@@ -160,17 +193,24 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int):
         for j in range(nacc):
             acc[j] = float32(0.0)
         xw = cuda.local.array(nacc, uint32)
+        xn = cuda.local.array(nacc, uint32)
         if U(U(16) * rb) < U(m) and ga < gb:
             ptr = U(U(offsets[U(U(rb * U(groups)) * U(2) + U(2) * ga)]) * U(4))   # the record, in 32-bit words
             xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
-            for _ in range(ga, gb):
-                for p in range(nblocks):                          # step 1: X[8 p + g, 32 G + 8 t ..]
-                    if U(U(8 * p) + gq) < U(n):
-                        w0, w1, w2, w3 = load4(x32, U(xat + U(8 * p) * U(xs)))
-                    else:
-                        w0, w1, w2, w3 = U(0), U(0), U(0), U(0)
-                    xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = w0, w1, w2, w3
+            base = global_addr(s32, 0)
+            for p in range(nblocks):                              # step 1 for the first group
+                xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
+            for grp in range(ga, gb):
+                if ahead:                                         # the stream 8 lines at a time, `ahead` bytes on
+                    at = U(U(U(ptr * U(4)) + U(ahead)) + U(U(128) * lane))
+                    if lane < U(8) and at < U(nbytes):
+                        prefetch_l2(base + at)
+                for j in range(nacc):                             # this group's inputs; the next group's in flight
+                    xw[j] = xn[j]
                 xat = U(xat + U(16))
+                if U(grp + 1) < gb:
+                    for p in range(nblocks):
+                        xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
                 for s in range(2):
                     l0, l1, l2, l3 = load4(s32, ptr)               # step 2: the cells' bitmaps
                     h0, h1, h2, h3 = load4(s32, U(ptr + U(4)))
@@ -195,15 +235,16 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int):
                                 acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
                         for e in range(4):
                             acc[4 * p + e] = d[e]
-        if slices > 1:                                            # the slices' sum, in slice order
-            if sl > U(0):
-                for j in range(nacc):
-                    shared[sl - U(1), r, j, lane] = acc[j]
-            cuda.syncthreads()
-            if sl == U(0):
-                for q in range(slices - 1):
+        if slices > 1:                                            # the slices' sum, in slice order, one
+            for q in range(1, slices):                            # slice's partials at a time
+                if sl == U(q):
                     for j in range(nacc):
-                        acc[j] += shared[q, r, j, lane]
+                        shared[r, j, lane] = acc[j]
+                cuda.syncthreads()
+                if sl == U(0):
+                    for j in range(nacc):
+                        acc[j] += shared[r, j, lane]
+                cuda.syncthreads()
         # C fragment element e of n-block p: row 16 rb + g (+8 for e >= 2), column 8 p + 2 t + e % 2
         row0 = rb * U(16) + gq
         if nsplit == 1:
@@ -276,29 +317,30 @@ def prepare(a: TiledBitmap) -> DeviceBitmap:
 
 
 def default_config(m: int, k: int, n: int) -> dict:
-    """``{"rows", "slices", "splits"}`` for an ``M x K`` weight: 4 warps a block on consecutive row blocks, no
-    slices, and enough splits of ``K`` for about :data:`TARGET_WARPS` warps, each with at least
-    :data:`MIN_GROUPS` groups."""
+    """``{"rows", "slices", "splits", "ahead"}`` for an ``M x K`` weight: blocks of 4 x 4 warps (4 consecutive row
+    blocks, ``K`` in 4 slices), enough splits of ``K`` for about :data:`TARGET_WARPS` warps, each warp with at
+    least :data:`MIN_GROUPS` groups, and :data:`AHEAD` bytes of prefetch."""
     rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
-    rows = 4
-    splits = max(1, min(cdiv(TARGET_WARPS, max(rowblocks, 1)), groups // MIN_GROUPS))
-    return {"rows": rows, "slices": 1, "splits": splits}
+    rows, slices = 4, 4
+    splits = max(1, min(cdiv(TARGET_WARPS, max(rowblocks, 1) * slices), groups // (MIN_GROUPS * slices)))
+    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD}
 
 
-def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None):
+def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None):
     """``C = A @ b`` for a TiledBitmap (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
     Tunables (default :func:`default_config`): ``rows``, warps of a block on consecutive 16-row blocks;
-    ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``."""
-    return _run(a, b, "b", False, rows, slices, splits)
+    ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``; ``ahead``, bytes a warp
+    prefetches ahead of its record (0: none)."""
+    return _run(a, b, "b", False, rows, slices, splits, ahead)
 
 
-def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None):
+def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None):
     """``Y = x @ A^T`` for a TiledBitmap (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M). Tunables as for
     :func:`spmm_bitmap`."""
-    return _run(a, x, "x", True, rows, slices, splits)
+    return _run(a, x, "x", True, rows, slices, splits, ahead)
 
 
 def _bits(dev):
@@ -306,7 +348,7 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def _run(a, b, name: str, linear: bool, rows, slices, splits):
+def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -320,9 +362,9 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits):
     if m == 0:
         return result(c, like=bop)
     conf = default_config(m, k, n)
-    for key, value in (("rows", rows), ("slices", slices), ("splits", splits)):
+    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead)):
         if value is not None:
-            conf[key] = check_int(value, key, minimum=1)
+            conf[key] = check_int(value, key, minimum=0 if key == "ahead" else 1)
     if conf["rows"] * conf["slices"] > 32:
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
     groups = cdiv(k, 32)
@@ -339,10 +381,10 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits):
     strips = cdiv(rowblocks, conf["rows"])
     npad = padded_n(n)
     ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
-    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"])
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"])
     cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
     args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
-            m, n, groups, kp // 2)
+            m, n, groups, kp // 2, dev.host.stream.size * 4)
     launch(kernel, (strips, splits), 32 * conf["rows"] * conf["slices"], args,
-           f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}")
+           f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}, ahead={conf['ahead']}")
     return result(c, like=bop)

@@ -18,10 +18,10 @@ U16, U32, I32, F32 = (types.Array(t, 1, "C") for t in (types.uint16, types.uint3
 
 
 @functools.cache
-def build(cc, npad, bf16, linear, rows, slices):
+def build(cc, npad, bf16, linear, rows, slices, ahead=2048):
     out = U16 if bf16 else types.Array(types.float16, 1, "C")
-    args = (U32, U16, I32, U32, out, F32, I32) + (types.int64,) * 4
-    return offline.build(sb._kernel(npad, bf16, linear, rows, slices), args, cc)
+    args = (U32, U16, I32, U32, out, F32, I32) + (types.int64,) * 5
+    return offline.build(sb._kernel(npad, bf16, linear, rows, slices, ahead), args, cc)
 
 
 def group_loop(ptx: str) -> list[str]:
@@ -47,7 +47,7 @@ def test_kernel(cc, setting):
     assert f".target sm_{cc[0]}{cc[1]}" in ptx
     kind = "bf16.bf16" if bf16 else "f16.f16"
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.f32") == 2 * npad // 8
-    assert "popc.b32" in ptx
+    assert "popc.b32" in ptx and "prefetch.global.L2" in ptx
     loop = group_loop(ptx)
     assert not [x for x in loop if "bar.sync" in x]
     assert sum(bool(re.match(r"ld\.global(\.nc)?\.v4\.u32", x)) for x in loop) == 4 + npad // 8
