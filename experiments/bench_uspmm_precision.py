@@ -95,10 +95,10 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
 
 def run_dense(shape) -> list[dict]:
     """Dense cuBLAS through PyTorch on problem ``shape``'s dense A (general float32 values): TF32 off, one TF32
-    product, and three TF32 products of the 3xTF32 split (:func:`sparsekit.gpu.mma.tf32_split`); empty without PyTorch."""
+    product, and three TF32 products of the 3xTF32 split (:func:`sparsekit.reference.mma.tf32_split`); empty without PyTorch."""
     from sparsekit.bench import cuda_torch
     from sparsekit.bench.uspmm import Problem
-    from sparsekit.gpu.mma import tf32_split
+    from sparsekit.reference.mma import tf32_split
     torch = cuda_torch()
     if torch is None:
         return []

@@ -1069,13 +1069,13 @@ GUARDED = ["sparsekit.formats", "sparsekit.prune", "sparsekit.io", "sparsekit.rn
 
 #: Modules with no entry point taking user data, each with the reason.
 UNGUARDED_MODULES = {
-    "sparsekit.gpu.cluster": "device functions and the cluster launch used by the persistent RNN",
+    "sparsekit.gpu.cluster": "device functions and the cluster launch used by the wgmma split-K kernel",
     "sparsekit.gpu.inline": "inline PTX helpers (device functions)",
     "sparsekit.gpu.launch": "the launch contract used by the launchers (sizes from validated operands)",
     "sparsekit.gpu.spmm_ell_rows": "takes plain arrays (values, indices, K) that sparsekit.torch.SparseLinear builds; its "
                          "refusals of bad operands are in tests/test_spmm_ell_rows.py",
-    "sparsekit.gpu.mma": "tensor-core device functions and their probes",
-    "sparsekit.gpu.wgmma": "wgmma device functions and their probes",
+    "sparsekit.gpu.mma": "tensor-core device functions (their probes are in tests/mma_probes.py)",
+    "sparsekit.gpu.wgmma": "wgmma device functions (the probe is in tests/mma_probes.py)",
     "sparsekit.gpu.sync_primitives": "device functions",
     "sparsekit.gpu.vector_loads": "device functions",
     "sparsekit.gpu.split_k": "device functions and buffers of the split-K reduction",

@@ -1,7 +1,8 @@
-"""sparsekit/gpu/mma.py under the CUDA simulator: the TF32 rounding model and the MMA fallbacks against NumPy.
+"""sparsekit/gpu/mma.py under the CUDA simulator against its NumPy models (sparsekit/reference/mma.py): the TF32 and
+bf16 roundings and the MMA fallbacks.
 
 The fallbacks gather the warp's fragments and give each lane exactly its own elements of
-``D = A @ B + C`` (fragment layout of the PTX ISA, :func:`sparsekit.gpu.mma.fragment_coords`); the probe
+``D = A @ B + C`` (fragment layout of the PTX ISA, :func:`sparsekit.reference.mma.fragment_coords`); the probe
 kernels (one MMA per warp) load fragments from row-major tiles, so a wrong layout in either
 the probes or the fallbacks shows up as a wrong product. The same probes run the real
 instructions in ``tests/gpu/test_uspmm_tc_gpu.py``.
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import mma_probes
-from sparsekit.gpu import mma
+from sparsekit.reference import mma as ref_mma
 from strategies import dense_arrays
 
 
@@ -38,7 +39,7 @@ def tf32_nearest_away(x: np.float32) -> np.float32:
 @given(bits=st.integers(0, 2**32 - 1))
 def test_tf32_round_is_nearest_ties_away(bits):
     x = np.uint32(bits).view(np.float32)
-    got = mma.tf32_round(x)
+    got = ref_mma.tf32_round(x)
     if not np.isfinite(x):
         assert np.uint32(got.view(np.uint32)) == bits                 # inf / NaN unchanged
         return
@@ -50,18 +51,18 @@ def test_tf32_round_ties_and_edges():
     one = np.float32(1.0)
     step = np.float32(2.0 ** -10)                                      # TF32 ulp at 1
     tie = np.float32(1.0 + 2.0 ** -11)                                 # halfway: away from zero
-    assert mma.tf32_round(tie) == one + step
-    assert mma.tf32_round(-tie) == -(one + step)
-    assert mma.tf32_round(np.nextafter(tie, np.float32(0))) == one
-    assert mma.tf32_round(np.float32(np.finfo(np.float32).max)) == np.inf
-    assert mma.tf32_round(np.float32(0.0)) == 0.0
+    assert ref_mma.tf32_round(tie) == one + step
+    assert ref_mma.tf32_round(-tie) == -(one + step)
+    assert ref_mma.tf32_round(np.nextafter(tie, np.float32(0))) == one
+    assert ref_mma.tf32_round(np.float32(np.finfo(np.float32).max)) == np.inf
+    assert ref_mma.tf32_round(np.float32(0.0)) == 0.0
 
 
 def test_tf32_probe_matches_model():
     x = np.random.default_rng(0).standard_normal(100).astype(np.float32)
     out = np.zeros_like(x)
     mma_probes.tf32_probe[1, 128](x, out)
-    np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
+    np.testing.assert_array_equal(out.view(np.uint32), ref_mma.tf32_round(x).view(np.uint32))
 
 
 def bf16_nearest_even(x: np.float32) -> int:
@@ -81,7 +82,7 @@ def bf16_nearest_even(x: np.float32) -> int:
 @given(bits=st.integers(0, 2**32 - 1))
 def test_bf16_bits_is_nearest_even(bits):
     x = np.uint32(bits).view(np.float32)
-    got = int(mma.bf16_bits(x))
+    got = int(ref_mma.bf16_bits(x))
     if np.isnan(x):
         assert got == 0x7FFF
     elif np.isinf(x):
@@ -93,9 +94,9 @@ def test_bf16_bits_is_nearest_even(bits):
 def test_bf16_pairs_and_probe_pack_low_half_first():
     lo = np.array([1.0, 1.0 + 2.0 ** -8, -3.0, 2.0 ** -130], np.float32)    # a tie (to even), a subnormal
     hi = np.array([2.0, 1.0 + 3 * 2.0 ** -8, np.inf, 0.0], np.float32)      # a tie up to even
-    want = mma.bf16_bits(lo) | (mma.bf16_bits(hi) << np.uint32(16))
+    want = ref_mma.bf16_bits(lo) | (ref_mma.bf16_bits(hi) << np.uint32(16))
     assert [int(v) for v in want[:3]] == [0x40003F80, 0x3F823F80, 0x7F80C040]
-    np.testing.assert_array_equal(mma.bf16_pairs(lo, hi).view(np.uint32), want)
+    np.testing.assert_array_equal(ref_mma.bf16_pairs(lo, hi).view(np.uint32), want)
     out = np.zeros(4, np.uint32)
     mma_probes.bf16x2_probe[1, 32](lo, hi, out)
     np.testing.assert_array_equal(out, want)
@@ -130,7 +131,7 @@ def test_mma_tf32_fallback_matches_numpy(data, nbatch):
     c = data.draw(dense_arrays((nbatch, 16, 8), dtype=np.float32))
     d = np.zeros_like(c)
     mma_probes.mma_probe_tf32[1, 32 * nbatch](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nbatch)
-    exact = mma.tf32_round(a).astype(np.float64) @ mma.tf32_round(b).astype(np.float64) + c
+    exact = ref_mma.tf32_round(a).astype(np.float64) @ ref_mma.tf32_round(b).astype(np.float64) + c
     _within_one_ulp(d, exact)
 
 
@@ -138,7 +139,7 @@ def test_fragment_coords_cover_each_tile_once():
     for shape, kdim in (("m16n8k16", 16), ("m16n8k8", 8)):
         seen = {"a": [], "b": [], "c": []}
         for lane in range(32):
-            for name, cells in mma.fragment_coords(shape, lane).items():
+            for name, cells in ref_mma.fragment_coords(shape, lane).items():
                 seen[name[0]] += cells
         assert sorted(seen["a"]) == [(r, k) for r in range(16) for k in range(kdim)]
         assert sorted(seen["b"]) == [(k, col) for k in range(kdim) for col in range(8)]
@@ -149,15 +150,15 @@ def test_ldmatrix_fallback_matches_model():
     tile = np.arange(256, dtype=np.float16).reshape(16, 16)
     out = np.zeros(128, dtype=np.uint32)
     mma_probes.ldmatrix_probe[1, 32](tile.ravel(), out)
-    np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
+    np.testing.assert_array_equal(out.reshape(32, 4), ref_mma.ldmatrix_expected(tile))
 
 
 def test_ldmatrix_gives_mma_b_fragments():
     """For B (16 x 8) row-major, registers 0 and 1 of lane l are the m16n8k16 fragments b0, b1."""
     b = np.arange(256, dtype=np.float16).reshape(16, 16)
-    got = mma.ldmatrix_expected(b)
+    got = ref_mma.ldmatrix_expected(b)
     for lane in range(32):
-        where = mma.fragment_coords("m16n8k16", lane)
+        where = ref_mma.fragment_coords("m16n8k16", lane)
         for reg, name in ((0, "b0"), (1, "b1")):
             halves = np.array([got[lane, reg]], dtype=np.uint32).view(np.float16)
             assert list(halves) == [b[r, c] for r, c in where[name]]

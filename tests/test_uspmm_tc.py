@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sparsekit.gpu import uspmm_tc as tc
-from sparsekit.gpu.mma import tf32_round, tf32_split
+from sparsekit.reference.mma import tf32_round, tf32_split
 from sparsekit.reference import uspmm as ru
 from sparsekit.formats import ELL
 from strategies import ell_matrices, uniform_mask
@@ -189,7 +189,7 @@ def three_tf32_model(a: np.ndarray, b: np.ndarray, kgroups: int = 1) -> np.ndarr
     of ``C`` and each 8 columns of K in order, ``c = f32(a_small @ b_big + c)``, ``c = f32(a_big @
     b_small + c)``, ``c = f32(a_big @ b_big + c)`` (16x8 @ 8x8 float64 products of the same
     C-ordered shape as :func:`sparsekit.gpu.mma.mma_m16n8k8_tf32_f32`'s fallback, rounded once per MMA), with
-    ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`sparsekit.gpu.mma.tf32_round`). Operands padded with
+    ``big = tf32(x)``, ``small = tf32(x - big)`` (:func:`sparsekit.reference.mma.tf32_round`). Operands padded with
     zeros to whole tiles, as the kernel's A tiles and B stages are. With ``kgroups = G``: K step ``s``
     (columns ``8s .. 8s+7``; each chunk holds a multiple of G steps) goes into accumulator ``s % G``,
     and ``c = ((c_0 + c_1) + c_2) + ...`` in float32 (the kernel pads K to whole chunks; the extra
@@ -264,7 +264,7 @@ def test_lean_float32_keeps_non_finite_b(presplit, monkeypatch):
 
 
 def test_tf32_split_is_the_lean_kernels_split():
-    """:func:`sparsekit.gpu.mma.tf32_split` (A's values split on the host, ``presplit``) gives the lean kernel's
+    """:func:`sparsekit.reference.mma.tf32_split` (A's values split on the host, ``presplit``) gives the lean kernel's
     split bit for bit: ``big`` by :func:`sparsekit.gpu.mma.to_tf32_finite`'s integer rounding, ``small =
     tf32(x - big)`` (exact difference; an infinity where ``big`` rounded up past the largest float32);
     for a non-finite ``x`` (never in an ELL: its values are finite) ``small`` is the NaN the GPU makes,

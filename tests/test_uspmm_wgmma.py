@@ -127,7 +127,7 @@ def test_tf32_exact_a_gives_the_bits_of_three_products(m, k, n, kprime, tunables
 def test_bf16_entries_pair_the_split_values():
     """``segment_entries(split="bf16")``: the same big values and offsets as the 3xTF32 entries, each small value
     replaced by the bits of ``(bf16(big), bf16(small))``."""
-    from sparsekit.gpu.mma import bf16_pairs
+    from sparsekit.reference.mma import bf16_pairs
     from sparsekit.gpu.uspmm import prepare
     from sparsekit.gpu.uspmm_tc import segment_entries
     rng = np.random.default_rng(7)
@@ -156,7 +156,7 @@ def test_edge_shapes(m, k, n, kprime, setting):
 def test_probe_matches_numpy():
     """One wgmma of the documented register and shared-memory layouts (the simulator's model; the GPU
     test runs the same probe on the tensor core)."""
-    from sparsekit.gpu.wgmma import probe_case
+    from mma_probes import probe_case
     d, exact, scale = probe_case()
     assert (np.abs(d - exact) <= 8 * 2.0 ** -24 * scale).all()
 

@@ -4,7 +4,7 @@ What you will learn
 -------------------
 1. the fragment layout of ``mma.sync.m16n8k16``: which elements of ``A``
    (16x16), ``B`` (16x8) and ``C`` (16x8) each of the warp's 32 lanes holds
-   (the table of ``sparsekit/gpu/mma.py``, :func:`sparsekit.gpu.mma.fragment_coords`);
+   (the table of ``sparsekit/gpu/mma.py``, :func:`sparsekit.reference.mma.fragment_coords`);
 2. one warp-level MMA through ``sparsekit/gpu/mma.py``'s intrinsic
    :func:`sparsekit.gpu.mma.mma_m16n8k16_f16_f32` against NumPy. Numba has no tensor-core API:
    on a GPU the call is one inline-PTX ``mma.sync`` instruction; on the CUDA
@@ -15,7 +15,7 @@ What you will learn
    multiply-adds are counted per sparsity, and the H100 timings are quoted
    from ``experiments/results/uspmm_tc.md``;
 4. float32 on tensor cores that only multiply TF32 (10-bit mantissas): split
-   each value into a TF32 big and small part (:func:`sparsekit.gpu.mma.tf32_split`) and
+   each value into a TF32 big and small part (:func:`sparsekit.reference.mma.tf32_split`) and
    add three products; what the split loses, and why the error bound counts
    the MMAs a product goes through (three for 3xTF32, two with bf16
    corrections: :func:`sparsekit.gpu.uspmm_tc.error_reduction`), with the H100's
@@ -49,7 +49,7 @@ SIM_TUNABLES = dict(bm=32, bn=16, kc=16, warps_m=2, warps_n=1)
 
 def owner_grid(shape: str, operand: str, rows: int, cols: int) -> np.ndarray:
     """``rows x cols`` array: the lane holding each element of ``operand`` ("a", "b" or "c")."""
-    from sparsekit.gpu.mma import fragment_coords
+    from sparsekit.reference.mma import fragment_coords
 
     grid = np.full((rows, cols), -1, dtype=int)
     for lane in range(32):
@@ -96,7 +96,7 @@ def quoted_errors(path: Path = PRECISION_RECORD) -> list[dict]:
 def split_demo(rng, kprime: int) -> dict:
     """Step 4's NumPy part: a row of ``kprime`` float32 products computed from TF32 parts, every product and sum
     exact (float64), so only the split's loss shows; errors in u = 2**-24 of ``sum |a b|``."""
-    from sparsekit.gpu.mma import tf32_split
+    from sparsekit.reference.mma import tf32_split
     a, b = (rng.standard_normal(kprime).astype(np.float32) for _ in range(2))
     (ab, as_), (bb, bs) = tf32_split(a), tf32_split(b)
     f64 = lambda x: x.astype(np.float64)                    # noqa: E731
@@ -138,9 +138,9 @@ def one_mma_kernel():
 
 
 def main(quick: bool = False) -> dict:
-    from sparsekit.gpu import mma
     from sparsekit.gpu import uspmm_tc as tc
     from sparsekit.reference import uspmm as ru
+    from sparsekit.reference.mma import fragment_coords
     from sparsekit.formats import ELL
     from sparsekit.prune import uniform
 
@@ -151,7 +151,7 @@ def main(quick: bool = False) -> dict:
     # Step 1. The fragment layout: lane l has g = l // 4, t = l % 4 (sparsekit/gpu/mma.py's table).
     print("Step 1: mma.sync.m16n8k16 fragments (g = lane // 4, t = lane % 4)")
     for lane in (0, 5):
-        regs = mma.fragment_coords("m16n8k16", lane)
+        regs = fragment_coords("m16n8k16", lane)
         print(f"  lane {lane:2d}: " + "; ".join(f"{name} {coords}" for name, coords in regs.items()))
     grids = {op: owner_grid("m16n8k16", op, r, c) for op, r, c in (("a", 16, 16), ("b", 16, 8), ("c", 16, 8))}
     for op, title in (("a", "A"), ("b", "B"), ("c", "C/D")):
@@ -221,7 +221,7 @@ def main(quick: bool = False) -> dict:
     demo = split_demo(rng, kprime)
     assert demo["big_rel"] <= 2.0 ** -11 and demo["rest_rel"] <= 2.0 ** -22   # TF32: 11 significant bits
     assert demo["three_u"] <= tc.SPLIT_ERROR_U < demo["tf32_u"]
-    print("\nStep 4: float32 from TF32 products (x = big + small, each a TF32 number: gpu.mma.tf32_split)")
+    print("\nStep 4: float32 from TF32 products (x = big + small, each a TF32 number: reference.mma.tf32_split)")
     print(f"  |x - big| <= {demo['big_rel']:.2g} |x|, |x - big - small| <= {demo['rest_rel']:.2g} |x| (2**-11, 2**-22)")
     print(f"  a row of K' = {kprime} products, every product and sum exact, error in u = 2**-24 of sum |a b|:")
     print(f"    one TF32 product (big x big):            {demo['tf32_u']:8.1f} u")

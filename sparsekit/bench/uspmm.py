@@ -61,7 +61,7 @@ class Problem:
 
         from numba import cuda
 
-        from sparsekit.gpu.mma import tf32_round
+        from sparsekit.reference.mma import tf32_round
         from sparsekit.gpu.uspmm import prepare
         from sparsekit.tune import make_ell
         self.m, self.k, self.n, self.sparsity, self.dtype, self.order = m, k, n, sparsity, np.dtype(dtype), order

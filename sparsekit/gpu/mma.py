@@ -47,7 +47,7 @@ literal struct, returned to Numba as a ``UniTuple``.
     m16n8k8 TF32 fragment: one instruction for four 32-bit loads.
 ``to_tf32_finite(x)``
     ``to_tf32(x)`` for finite ``x`` in two integer operations (``(bits + 0x1000) &
-    0xFFFFE000``, :func:`tf32_round`'s arithmetic; ``cvt.rna.tf32.f32`` costs four on sm_90:
+    0xFFFFE000``, :func:`sparsekit.reference.mma.tf32_round`'s arithmetic; ``cvt.rna.tf32.f32`` costs four on sm_90:
     compare, add, mask, select). Infinities map to themselves; a NaN may become an infinity or
     a zero, so it is only for a ``big`` part whose ``small = to_tf32(x - big)`` is NaN for every
     non-finite ``x`` (the 3xTF32 split): any MMA that sees that ``small`` returns NaN, as with
@@ -105,8 +105,10 @@ elements of ``D``. The simulator sums ``A @ B + C`` exactly (float64: the produc
 or TF32 values are exact) and rounds once to float32; the tensor core's own float32
 accumulation truncates and may differ in the last bits. ``ldmatrix_x4_trans`` gathers
 the warp's row addresses the same way; ``cp_async16`` copies at once (commit and wait
-do nothing). :func:`to_tf32` is emulated bit-exactly (:func:`tf32_round`, also used by
-the tests as the NumPy model).
+do nothing). :func:`to_tf32` and :func:`pack_bf16x2` are emulated bit-exactly by their NumPy models in
+:mod:`sparsekit.reference.mma` (:func:`~sparsekit.reference.mma.tf32_round`,
+:func:`~sparsekit.reference.mma.bf16x2_bits`), which also gives the fragment table above as
+:func:`~sparsekit.reference.mma.fragment_coords`.
 
 The probe kernels in ``tests/mma_probes.py`` (one MMA, one ldmatrix, or one rounding per
 thread/warp) are the tests' check of the table above, on the simulator and on the GPU.
@@ -121,97 +123,13 @@ from numba import float32, uint16
 from numba.cuda import config
 
 from sparsekit.gpu.inline import inlined
+from sparsekit.reference.mma import bf16x2_bits, fragment_coords, tf32_round
 
 __all__ = ["mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32", "mma_m16n8k8_tf32_f32", "to_tf32",
-           "pack_bf16x2", "round_bf16", "load_b32", "tf32_round", "widen_f16", "widen_bf16",
-           "tf32_split", "bf16_bits", "bf16x2_bits", "bf16_pairs",
+           "pack_bf16x2", "round_bf16", "load_b32", "widen_f16", "widen_bf16",
            "ldmatrix_x4_trans", "cp_async16", "cp_async_commit", "cp_async_wait", "ldmatrix_x4", "to_tf32_finite",
            "shared_addr", "global_addr", "cp_async16_raw", "cp_async8_raw", "cp_async4_raw", "ld_shared",
-           "ld_shared2", "ld_shared4", "st_shared",
-           "st_shared4",
-           "fragment_coords",
-           "ldmatrix_expected"]
-
-
-def tf32_round(x):
-    """NumPy model of ``cvt.rna.tf32.f32`` on a float32 scalar or array: add half a TF32 ulp
-    (``0x1000``) to the magnitude bits and clear the low 13 bits (nearest, ties away from
-    zero; a carry into the exponent is the correct rounding up, to infinity past the largest
-    TF32); infinities and NaNs pass unchanged."""
-    a = np.asarray(x, dtype=np.float32)
-    bits = a.view(np.uint32)
-    special = (bits & 0x7F800000) == 0x7F800000
-    rounded = ((bits.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
-    out = np.where(special, bits, rounded).view(np.float32)
-    return out if out.ndim else np.float32(out[()])
-
-
-def tf32_split(x):
-    """NumPy model of the lean float32 kernels' 3xTF32 split of float32 ``x`` (an array), bit for bit as
-    sm_90 computes it: ``(big, small)`` with ``big = to_tf32_finite(x)`` (``(bits + 0x1000) & 0xFFFFE000``,
-    wrapping) and ``small = cvt.rna.tf32.f32(x - big)``. For finite ``x`` the difference is exact and
-    ``small`` is :func:`tf32_round` of it. For an infinite or NaN ``x`` the difference is an infinity or a
-    NaN; a NaN comes out of the GPU's subtraction as ``0x7FFFFFFF`` and ptxas's ``cvt.rna`` (compare,
-    add for finite values, mask) turns it into ``0x7FFFE000``, which ``small`` holds here (NumPy's NaN
-    payloads differ; :func:`tf32_round` passes a NaN unchanged). ``sparsekit.gpu.uspmm_tc`` splits A's values
-    with this once, on the host, so its scatter only moves bits."""
-    a = np.asarray(x, dtype=np.float32)
-    big = ((a.view(np.uint32).astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
-    with np.errstate(invalid="ignore"):                                  # (inf - inf)
-        diff = a - big
-    small = np.where(np.isnan(diff), np.uint32(0x7FFFE000).view(np.float32), tf32_round(diff))
-    return big, small.astype(np.float32)
-
-
-def bf16_bits(x):
-    """NumPy model of ``cvt.rn.bf16.f32`` on float32 ``x``: the bf16 bits (as uint32), nearest, ties to even;
-    infinities pass, a NaN becomes ``0x7FFF`` (the canonical NaN)."""
-    a = np.asarray(x, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    out = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint32)
-    return np.where(np.isnan(a), np.uint32(0x7FFF), out)
-
-
-def bf16x2_bits(lo, hi):
-    """NumPy model of ``cvt.rn.bf16x2.f32``: :func:`bf16_bits` of ``lo`` and ``hi`` in one uint32, ``lo`` in the low
-    half."""
-    return (bf16_bits(lo) | (bf16_bits(hi) << np.uint32(16))).astype(np.uint32)
-
-
-def bf16_pairs(big, small):
-    """:func:`bf16x2_bits` of ``(big, small)`` as float32: what :mod:`sparsekit.gpu.uspmm_wgmma`'s bf16-correction scatter
-    stores for an entry (its bits only move)."""
-    return bf16x2_bits(big, small).view(np.float32)
-
-
-def ldmatrix_expected(tile: np.ndarray) -> np.ndarray:
-    """What the ldmatrix probe of ``tests/mma_probes.py`` must return for a 16x16 float16 ``tile``: ``(32, 4)`` uint32, lane
-    ``l`` register ``j`` = ``(T_j[2t, g], T_j[2t+1, g])`` (low half first), ``T_j`` the 8x8 tile ``j``
-    (rows ``8 * (j % 2)``, columns ``8 * (j // 2)``)."""
-    out = np.zeros((32, 4), dtype=np.uint32)
-    for lane in range(32):
-        g, t = lane // 4, lane % 4
-        for j in range(4):
-            sub = tile[8 * (j % 2): 8 * (j % 2) + 8, 8 * (j // 2): 8 * (j // 2) + 8]
-            out[lane, j] = np.array([sub[2 * t, g], sub[2 * t + 1, g]], dtype=np.float16).view(np.uint32)[0]
-    return out
-
-
-@functools.cache
-def fragment_coords(shape: str, lane: int) -> dict:
-    """``{register: [(row, col), ...]}`` of the table above for ``shape`` "m16n8k16" or
-    "m16n8k8" (elements in register order: low half first). The tests build fragments with it."""
-    g, t = lane // 4, lane % 4
-    if shape == "m16n8k16":
-        return {"a0": [(g, 2 * t), (g, 2 * t + 1)], "a1": [(g + 8, 2 * t), (g + 8, 2 * t + 1)],
-                "a2": [(g, 2 * t + 8), (g, 2 * t + 9)], "a3": [(g + 8, 2 * t + 8), (g + 8, 2 * t + 9)],
-                "b0": [(2 * t, g), (2 * t + 1, g)], "b1": [(2 * t + 8, g), (2 * t + 9, g)],
-                "c": [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]}
-    if shape == "m16n8k8":
-        return {"a0": [(g, t)], "a1": [(g + 8, t)], "a2": [(g, t + 4)], "a3": [(g + 8, t + 4)],
-                "b0": [(t, g)], "b1": [(t + 4, g)],
-                "c": [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]}
-    raise ValueError(f"shape: must be 'm16n8k16' or 'm16n8k8', got {shape!r}")
+           "ld_shared2", "ld_shared4", "st_shared", "st_shared4"]
 
 
 if config.ENABLE_CUDASIM:

@@ -135,7 +135,7 @@ arrays are padded to the slots the kernel scatters (:func:`segment_entries` with
 slots are all entries or padding (or, after the last chunk, all stale): one test a chunk replaces the
 sink selects and 64-bit compares of every slot. (5) Where the larger entry stages keep the setting's
 resident blocks (:func:`_presplit_fits`: the one-wave setting and the defaults, not ``TC_LARGE``), A's
-values come split on the host (``presplit``, :func:`sparsekit.gpu.mma.tf32_split`, bit for bit the kernel's split
+values come split on the host (``presplit``, :func:`sparsekit.reference.mma.tf32_split`, bit for bit the kernel's split
 of a finite value; ELL values are finite), staged as big and small pairs read with one 8-byte load:
 the scatter only moves bits. SASS executed per K chunk (sm_90, offline): one-wave 519 -> 422, ``TC_LARGE``
 855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=False`` (the default)
@@ -170,9 +170,9 @@ from numba.core.types import float16, uint8, uint16
 from numba.cuda import config as cuda_config
 
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.mma import (bf16_pairs, cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
+from sparsekit.gpu.mma import (cp_async16, cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ldmatrix_x4,
                      ldmatrix_x4_trans, load_b32, mma_m16n8k8_tf32_f32, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32,
-                     pack_bf16x2, shared_addr, tf32_split, to_tf32, to_tf32_finite)
+                     pack_bf16x2, shared_addr, to_tf32, to_tf32_finite)
 from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN
 from sparsekit.gpu.launch import DynamicShared as _DynamicShared
 from sparsekit.gpu.launch import launch as _launch
@@ -181,6 +181,7 @@ from sparsekit.gpu.device_ell import prepare, rhs
 from sparsekit.gpu.launch import WARP_SIZE
 from sparsekit.gpu.split_k import split_buffers, split_range, split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, store4, store8
+from sparsekit.reference.mma import bf16_pairs, tf32_split
 from sparsekit.arrays import cdiv, flat_view, output, result
 from sparsekit.checks import BFLOAT16, check_int
 
@@ -250,9 +251,9 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
     ``pad``: ``w`` raised to :func:`scatter_slots` of it, the slots the kernel scatters, so that every
     scattered slot is an entry or padding (the float32 lean scatter writes them all, no test per slot).
     ``split`` (float32): ``values`` is ``(ceil(K/seg), w, 2 Mp)``, row ``r``'s value ``v`` split as the lean
-    kernel splits it (:func:`sparsekit.gpu.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
+    kernel splits it (:func:`sparsekit.reference.mma.tf32_split`), ``big`` at ``[..., 2r]`` and ``small`` at ``[..., 2r+1]``:
     twice the rows, each 16-byte piece two rows' pairs, so the kernel copies them as it copies values.
-    ``split="bf16"``: ``small`` replaced by the bits of ``(bf16(big), bf16(small))`` (:func:`sparsekit.gpu.mma.bf16_pairs`),
+    ``split="bf16"``: ``small`` replaced by the bits of ``(bf16(big), bf16(small))`` (:func:`sparsekit.reference.mma.bf16_pairs`),
     what :mod:`sparsekit.gpu.uspmm_wgmma`'s ``precision="tf32+bf16"`` stores for the bf16 correction products.
     ``classes`` (:mod:`sparsekit.gpu.uspmm_wgmma`: the chunk width ``kc``, a multiple of ``4 seg``): segments of column
     classes instead of column ranges. Chunk ``ch`` (``kc`` columns) has ``tpr = kc / seg`` segments; chunk
@@ -316,7 +317,7 @@ def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False
 
 def tf32_exact(dell) -> bool:
     """Whether every value of the float32 matrix ``dell`` is a TF32 number: its 3xTF32 small part
-    (:func:`sparsekit.gpu.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
+    (:func:`sparsekit.reference.mma.tf32_split`) is zero, as for weights from float16 or bfloat16 or quantised ones. Then every
     ``b_big a_small`` product is zero and a kernel may leave that term out: the same sums, bit for bit. Tested as
     finite values whose 13 low float32 bits are clear (their split keeps them whole, small part 0; a few values near
     the smallest normal also have a zero small part, rounded away, and count as not exact: that only costs the

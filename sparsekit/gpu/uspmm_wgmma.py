@@ -69,7 +69,7 @@ of two ways that meet it (:func:`auto_precision`). ``"3xtf32"`` is the contract'
 products a multiply-add). ``"tf32+bf16"`` keeps ``b_big a_big`` in TF32 and computes both correction terms with one
 bf16 ``wgmma m64nNk16`` an 8-column step (bf16 runs at twice TF32's rate: a third less tensor-core work, which is
 what limits this kernel at one wave; ``experiments/results/uspmm_wgmma.md``). The entries' small values
-become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`sparsekit.gpu.mma.bf16_pairs`, on the host), stored by the
+become bf16 pairs ``(bf16(big), bf16(small))`` (:func:`sparsekit.reference.mma.bf16_pairs`, on the host), stored by the
 unchanged scatter where the small TF32 value went: in a bf16 view of that tile, column ``c`` holds K positions
 ``2c`` (big) and ``2c + 1`` (small), so the TF32 tile's descriptor serves the bf16 wgmma over the interleaved K.
 The consumers pack B's parts to match (``cvt.rn.bf16x2.f32`` of ``(small, big)``: the k16 fragment's pairs are

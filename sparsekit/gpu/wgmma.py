@@ -34,22 +34,19 @@ Under the CUDA simulator the names are Python functions: ``wgmma_tf32`` gathers 
 fragments, reads B where the descriptor points (byte offsets from the shared array's first element) and
 multiplies them once for the warpgroup (:func:`sparsekit.gpu.mma.warp_collective` over 128 threads); each thread adds
 the exact sums of products (float64) to its accumulators, rounded once to float32; the others do nothing.
-:func:`wgmma_probe` is the tests' check of the layouts above: ``tests/test_uspmm_wgmma.py`` runs it on the simulator,
-``tests/gpu/test_uspmm_wgmma_gpu.py`` on the GPU.
+The wgmma probe kernel of ``tests/mma_probes.py`` is the tests' check of the layouts above:
+``tests/test_uspmm_wgmma.py`` runs it on the simulator, ``tests/gpu/test_uspmm_wgmma_gpu.py`` on the GPU.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32
 from numba.cuda import config
 
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.mma import shared_addr
 
 U64 = np.uint64
 
-__all__ = ["wgmma_tf32", "wgmma_bf16", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc",
-           "wgmma_probe", "probe_case", "PROBE_N"]
+__all__ = ["wgmma_tf32", "wgmma_bf16", "wgmma_wait", "wgmma_fence", "wgmma_commit", "fence_proxy_async", "smem_desc"]
 
 if config.ENABLE_CUDASIM:
     import functools
@@ -243,58 +240,3 @@ def smem_desc(addr, lbo, sbo):
     """The wgmma descriptor (no swizzle) of the tile at shared byte address ``addr`` (see the module docstring);
     all three unsigned 64-bit."""
     return ((addr & U64(0x3FFFF)) >> U64(4)) | ((lbo >> U64(4)) << U64(16)) | ((sbo >> U64(4)) << U64(32))
-
-
-# ---------------------------------------------------------------------------
-# Probe kernel: one wgmma per warpgroup (the tests' check of the layouts above)
-# ---------------------------------------------------------------------------
-
-#: Columns of the probe's product (the wgmma's n; 8 accumulators a thread).
-PROBE_N = 16
-_PROBE_B = PROBE_N * 8                # B's elements
-_PROBE_ACC = PROBE_N // 2             # accumulators a thread
-
-
-@cuda.jit
-def wgmma_probe(a, bt, d):
-    """``d = a @ bt.T`` for ``a`` (64 x 8) and ``bt`` (``PROBE_N`` x 8, B transposed), flat float32 arrays of
-    TF32 values, with one 128-thread block: A from registers (lane ``4g + t`` of warp ``w``: rows
-    ``16w + g (+8)``, columns ``t (+4)``), B from shared memory through :func:`smem_desc` (K-major 8 x 4
-    core matrices: ``lbo = 128`` bytes between the two along K, ``sbo = 256`` between 8-column groups);
-    ``d`` flat 64 x ``PROBE_N``, accumulator ``4j + e`` at row ``16w + g + 8 (e >= 2)``, column
-    ``8j + 2t + e % 2``."""
-    sh = cuda.shared.array(_PROBE_B, float32)
-    t = cuda.threadIdx.x
-    if t < _PROBE_B:
-        col, k = t // 8, t % 8
-        sh[(col // 8) * 64 + (k // 4) * 32 + (col % 8) * 4 + k % 4] = bt[t]
-    fence_proxy_async()
-    cuda.syncthreads()
-    w, lane = t // 32, t % 32
-    g, tq = lane // 4, lane % 4
-    r = 16 * w + g
-    acc = cuda.local.array(_PROBE_ACC, float32)
-    for i in range(_PROBE_ACC):
-        acc[i] = float32(0.0)
-    wgmma_fence()
-    wgmma_tf32(acc, _PROBE_ACC, a[r * 8 + tq], a[(r + 8) * 8 + tq], a[r * 8 + tq + 4], a[(r + 8) * 8 + tq + 4],
-               smem_desc(U64(shared_addr(sh, 0)), U64(128), U64(256)), sh)
-    wgmma_commit()
-    wgmma_wait(acc, _PROBE_ACC, 0)
-    for j in range(PROBE_N // 8):
-        for e in range(4):
-            d[(r + 8 * (e // 2)) * PROBE_N + 8 * j + 2 * tq + e % 2] = acc[4 * j + e]
-
-
-def probe_case(seed: int = 3):
-    """:func:`wgmma_probe` on random TF32 operands: ``(d, exact, scale)``, its 64 x ``PROBE_N`` result, the float64
-    product and ``|A| @ |B|`` (the tests bound the error by a multiple of it: the simulator rounds once, the tensor
-    core truncates its sum)."""
-    from sparsekit.gpu.mma import tf32_round
-    rng = np.random.default_rng(seed)
-    a = tf32_round(rng.standard_normal((64, 8)).astype(np.float32))
-    bt = tf32_round(rng.standard_normal((PROBE_N, 8)).astype(np.float32))
-    d = np.zeros(64 * PROBE_N, np.float32)
-    wgmma_probe[1, 128](a.ravel(), bt.ravel(), d)
-    a64, b64 = a.astype(np.float64), bt.T.astype(np.float64)
-    return d.reshape(64, PROBE_N), a64 @ b64, np.abs(a64) @ np.abs(b64)

@@ -18,8 +18,8 @@ import re
 import pytest
 from numba import types
 
+import mma_probes
 from sparsekit.gpu import uspmm_wgmma as wg
-from sparsekit.gpu import wgmma
 from sparsekit import offline
 
 SM90A = (9, 0, "a")
@@ -63,9 +63,9 @@ def test_default_fits_its_launch_bounds():
 
 
 def test_probe_compiles_for_sm_90a():
-    ptx = offline.lto_ptx(wgmma.wgmma_probe, (types.Array(types.float32, 1, "C"),) * 3, SM90A)
+    ptx = offline.lto_ptx(mma_probes.wgmma_probe, (types.Array(types.float32, 1, "C"),) * 3, SM90A)
     assert ".target sm_90a" in ptx
-    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{wgmma.PROBE_N}k8.f32.tf32.tf32") == 1
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n{mma_probes.PROBE_N}k8.f32.tf32.tf32") == 1
 
 
 @functools.cache

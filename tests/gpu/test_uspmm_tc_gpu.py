@@ -16,7 +16,7 @@ def test_to_tf32_is_bit_exact():
     """cvt.rna.tf32.f32 against the NumPy model: random bit patterns (every exponent, subnormals
     included), exact ties, and the top of the range."""
     import mma_probes
-    from sparsekit.gpu import mma
+    from sparsekit.reference import mma as ref_mma
     rng = np.random.default_rng(0)
     bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32)
     ties = (rng.integers(0, 2**32, 4096, dtype=np.uint64).astype(np.uint32) & ~np.uint32(0x1FFF)) | np.uint32(0x1000)
@@ -25,7 +25,7 @@ def test_to_tf32_is_bit_exact():
     x = x[np.isfinite(x)]
     out = np.zeros_like(x)
     mma_probes.tf32_probe[(x.size + 255) // 256, 256](x, out)
-    np.testing.assert_array_equal(out.view(np.uint32), mma.tf32_round(x).view(np.uint32))
+    np.testing.assert_array_equal(out.view(np.uint32), ref_mma.tf32_round(x).view(np.uint32))
 
 
 def _tensor_core_bound(a64, b64, c, got, kdim):
@@ -64,7 +64,7 @@ def test_mma_f16_matches_numpy():
 
 def test_mma_tf32_matches_numpy():
     import mma_probes
-    from sparsekit.gpu import mma
+    from sparsekit.reference import mma as ref_mma
     rng = np.random.default_rng(2)
     nb = 64
     a = rng.standard_normal((nb, 16, 8)).astype(np.float32)
@@ -72,7 +72,7 @@ def test_mma_tf32_matches_numpy():
     c = rng.standard_normal((nb, 16, 8)).astype(np.float32)
     d = np.zeros_like(c)
     mma_probes.mma_probe_tf32[nb // 4, 128](a.ravel(), b.ravel(), c.ravel(), d.reshape(-1), nb)
-    _tensor_core_bound(mma.tf32_round(a).astype(np.float64), mma.tf32_round(b).astype(np.float64), c, d, 8)
+    _tensor_core_bound(ref_mma.tf32_round(a).astype(np.float64), ref_mma.tf32_round(b).astype(np.float64), c, d, 8)
 
 
 def configs(dtype: str) -> list[dict]:
@@ -133,11 +133,11 @@ def test_torch_tensors_in_and_out():
 
 def test_ldmatrix_trans_matches_model():
     import mma_probes
-    from sparsekit.gpu import mma
+    from sparsekit.reference import mma as ref_mma
     tile = np.random.default_rng(3).standard_normal((16, 16)).astype(np.float16)
     out = np.zeros(128, dtype=np.uint32)
     mma_probes.ldmatrix_probe[1, 32](tile.ravel(), out)
-    np.testing.assert_array_equal(out.reshape(32, 4), mma.ldmatrix_expected(tile))
+    np.testing.assert_array_equal(out.reshape(32, 4), ref_mma.ldmatrix_expected(tile))
 
 
 @pytest.mark.parametrize("splits", [1, 3])

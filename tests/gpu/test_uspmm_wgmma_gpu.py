@@ -20,21 +20,21 @@ def _needs_sm90():
 def test_probe_matches_numpy():
     """One wgmma: the tensor core truncates its float32 sum (8 exact products here), so within 9
     roundings of 2**-23 of the exact product."""
-    from sparsekit.gpu.wgmma import probe_case
+    from mma_probes import probe_case
     d, exact, scale = probe_case()
     assert (np.abs(d - exact) <= 9 * 2.0 ** -23 * scale).all()
 
 
 def test_bf16_pack_matches_model():
-    """``cvt.rn.bf16x2.f32`` on the GPU against :func:`sparsekit.gpu.mma.bf16_bits` (the host's packing of A's pairs)."""
+    """``cvt.rn.bf16x2.f32`` on the GPU against :func:`sparsekit.reference.mma.bf16_bits` (the host's packing of A's pairs)."""
     import mma_probes
-    from sparsekit.gpu import mma
+    from sparsekit.reference import mma as ref_mma
     rng = np.random.default_rng(3)
     lo = (rng.standard_normal(4096) * 2.0 ** rng.integers(-140, 120, 4096)).astype(np.float32)
     hi = (rng.standard_normal(4096) * 2.0 ** rng.integers(-20, 20, 4096)).astype(np.float32)
     out = np.zeros(4096, np.uint32)
     mma_probes.bf16x2_probe[16, 256](lo, hi, out)
-    np.testing.assert_array_equal(out, mma.bf16x2_bits(lo, hi))
+    np.testing.assert_array_equal(out, ref_mma.bf16x2_bits(lo, hi))
 
 
 @pytest.mark.parametrize("shape,tunables", [
