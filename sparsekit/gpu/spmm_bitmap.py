@@ -54,6 +54,9 @@ MAX_N = 64
 TARGET_WARPS = 132 * 48
 #: Bytes of its stream a warp prefetches ahead of the record it reads (L2).
 AHEAD = 2048
+#: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
+#: (wider, the registers that takes cost more warps an SM than the overlap gains).
+PIPELINED_X_BLOCKS = 2
 #: Fewest 32-column groups a warp's share of ``K`` should have (its fixed costs, the start and the sum of
 #: its partials, spread over at least this many).
 MIN_GROUPS = 4
@@ -150,14 +153,15 @@ def load_x(x32, xat, p, gq, n, xs):
 
 
 @functools.cache
-def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048):
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048, min_blocks: int = 0):
     """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
     splitting ``K`` in a block, each warp prefetching its stream ``ahead`` bytes ahead of the record it reads
-    (0: no prefetch). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
+    (0: no prefetch), ``min_blocks`` blocks an SM asked of the register allocator (0: none). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
     ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
     nblocks = npad // 8
     nacc = 4 * nblocks
     nthreads = 32 * rows * slices
+    pipelined_x = nblocks <= PIPELINED_X_BLOCKS
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
     # the partials of one slice (without slices, a one-element stand-in)
     partials = (rows, nacc, 32) if slices > 1 else (1, 1, 1)
@@ -172,7 +176,6 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
             else:
                 c[at] = x
 
-    @cuda.jit
     def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs, nbytes):
         shared = cuda.shared.array(partials, float32)
         last = cuda.shared.array(1, int32)
@@ -187,6 +190,8 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
         gb = U(g0 + (sl + U(1)) * (g1 - g0) // U(slices))
         gq, t = lane >> U(2), lane & U(3)
         high = lane >= U(16)                                      # this lane's bits are in the high halves
+        own = U(4) if high else U(0)                              # (words 4-7 of a record), else the low
+        other = U(U(4) - own)
         sh = U(U(2) * U(lane & U(15)))
         below = U(U(U(1) << sh) - U(1))
         acc = cuda.local.array(nacc, float32)
@@ -198,37 +203,43 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
             ptr = U(U(offsets[U(U(rb * U(groups)) * U(2) + U(2) * ga)]) * U(4))   # the record, in 32-bit words
             xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
             base = global_addr(s32, 0)
-            for p in range(nblocks):                              # step 1 for the first group
-                xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
+            if pipelined_x:                                       # step 1 for the first group
+                for p in range(nblocks):
+                    xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
             for grp in range(ga, gb):
                 if ahead:                                         # the stream 8 lines at a time, `ahead` bytes on
                     at = U(U(U(ptr * U(4)) + U(ahead)) + U(U(128) * lane))
                     if lane < U(8) and at < U(nbytes):
                         prefetch_l2(base + at)
-                for j in range(nacc):                             # this group's inputs; the next group's in flight
-                    xw[j] = xn[j]
-                xat = U(xat + U(16))
-                if U(grp + 1) < gb:
+                if pipelined_x:                                   # this group's inputs, the next group's in flight
+                    for j in range(nacc):
+                        xw[j] = xn[j]
+                    xat = U(xat + U(16))
+                    if U(grp + 1) < gb:
+                        for p in range(nblocks):
+                            xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
+                else:
                     for p in range(nblocks):
-                        xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
+                        xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
+                    xat = U(xat + U(16))
                 for s in range(2):
-                    l0, l1, l2, l3 = load4(s32, ptr)               # step 2: the cells' bitmaps
-                    h0, h1, h2, h3 = load4(s32, U(ptr + U(4)))
-                    c0, c1, c2, c3 = U(cuda.popc(l0)), U(cuda.popc(l1)), U(cuda.popc(l2)), U(cuda.popc(l3))
-                    n0 = U(c0 + U(cuda.popc(h0)))
-                    n1 = U(c1 + U(cuda.popc(h1)))
-                    n2 = U(c2 + U(cuda.popc(h2)))
-                    n3 = U(c3 + U(cuda.popc(h3)))
-                    # step 3: this lane's half of each cell; the first value's 16-bit index, the cells before it
-                    # and, for a lane of the high half, the cell's kept bits in the low half (selects)
+                    o0, o1, o2, o3 = load4(s32, U(ptr + own))      # step 2: this lane's half of the cells'
+                    p0, p1, p2, p3 = load4(s32, U(ptr + other))    # bitmaps, and the other half
+                    c0, c1, c2, c3 = U(cuda.popc(p0)), U(cuda.popc(p1)), U(cuda.popc(p2)), U(cuda.popc(p3))
+                    n0 = U(c0 + U(cuda.popc(o0)))
+                    n1 = U(c1 + U(cuda.popc(o1)))
+                    n2 = U(c2 + U(cuda.popc(o2)))
+                    n3 = U(c3 + U(cuda.popc(o3)))
+                    # step 3: the first value's 16-bit index, the cells before, and for a lane of the high half
+                    # the cell's kept bits in the low half
                     vals = U(U(U(2) * ptr) + U(16))
-                    a0 = decode(s16, h0 if high else l0, U(vals + (c0 if high else U(0))), sh, below)
+                    a0 = decode(s16, o0, U(vals + (c0 if high else U(0))), sh, below)
                     vals = U(vals + n0)
-                    a1 = decode(s16, h1 if high else l1, U(vals + (c1 if high else U(0))), sh, below)
+                    a1 = decode(s16, o1, U(vals + (c1 if high else U(0))), sh, below)
                     vals = U(vals + n1)
-                    a2 = decode(s16, h2 if high else l2, U(vals + (c2 if high else U(0))), sh, below)
+                    a2 = decode(s16, o2, U(vals + (c2 if high else U(0))), sh, below)
                     vals = U(vals + n2)
-                    a3 = decode(s16, h3 if high else l3, U(vals + (c3 if high else U(0))), sh, below)
+                    a3 = decode(s16, o3, U(vals + (c3 if high else U(0))), sh, below)
                     ptr = U(ptr + U(U(8) + U(U(U(U(n0 + n1) + U(n2 + n3)) + U(7)) >> U(3)) * U(4)))
                     for p in range(nblocks):                      # step 4
                         d = mma(a0, a1, a2, a3, xw[4 * p + 2 * s], xw[4 * p + 2 * s + 1],
@@ -268,7 +279,9 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
                         total += ws[(((q * nstrips + strip) * rows + r) * nacc + j) * 32 + lane]
                     store(c, row0 + U(8 * (e // 2)), U(8 * p + e % 2) + U(2) * t, m, n, total)
 
-    return kernel
+    if min_blocks and not SIM:                 # (the simulator's jit takes no launch bounds)
+        return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel)
+    return cuda.jit(kernel)
 
 
 @cuda.jit
@@ -323,24 +336,25 @@ def default_config(m: int, k: int, n: int) -> dict:
     rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
     rows, slices = 4, 4
     splits = max(1, min(cdiv(TARGET_WARPS, max(rowblocks, 1) * slices), groups // (MIN_GROUPS * slices)))
-    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD}
+    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD, "warps_per_sm": 0}
 
 
-def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None):
+def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None, warps_per_sm=None):
     """``C = A @ b`` for a TiledBitmap (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
     Tunables (default :func:`default_config`): ``rows``, warps of a block on consecutive 16-row blocks;
     ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``; ``ahead``, bytes a warp
-    prefetches ahead of its record (0: none)."""
-    return _run(a, b, "b", False, rows, slices, splits, ahead)
+    prefetches ahead of its record (0: none); ``warps_per_sm``, resident warps an SM the registers are capped
+    for (0: the compiler's choice)."""
+    return _run(a, b, "b", False, rows, slices, splits, ahead, warps_per_sm)
 
 
-def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None):
+def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None, warps_per_sm=None):
     """``Y = x @ A^T`` for a TiledBitmap (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M). Tunables as for
     :func:`spmm_bitmap`."""
-    return _run(a, x, "x", True, rows, slices, splits, ahead)
+    return _run(a, x, "x", True, rows, slices, splits, ahead, warps_per_sm)
 
 
 def _bits(dev):
@@ -348,7 +362,7 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
+def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead, warps_per_sm):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -362,9 +376,10 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     if m == 0:
         return result(c, like=bop)
     conf = default_config(m, k, n)
-    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead)):
+    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead),
+                       ("warps_per_sm", warps_per_sm)):
         if value is not None:
-            conf[key] = check_int(value, key, minimum=0 if key == "ahead" else 1)
+            conf[key] = check_int(value, key, minimum=0 if key in ("ahead", "warps_per_sm") else 1)
     if conf["rows"] * conf["slices"] > 32:
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
     groups = cdiv(k, 32)
@@ -381,7 +396,9 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     strips = cdiv(rowblocks, conf["rows"])
     npad = padded_n(n)
     ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
-    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"])
+    warps = conf["rows"] * conf["slices"]
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"],
+                     conf["warps_per_sm"] // warps)
     cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
     args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
             m, n, groups, kp // 2, dev.host.stream.size * 4)
