@@ -1526,6 +1526,7 @@ class TiledBitmap(_Format):
 
     def bitmaps(self) -> np.ndarray:
         """The fragments' bitmap words, ``(fragments, 8)`` uint32: low halves of cells 0-3, then high halves."""
+        self._check_records()
         at = self.offsets[:-1, None] * 4 + np.arange(8)
         return self.stream[at] if at.size else np.zeros((0, 8), np.uint32)
 
@@ -1543,9 +1544,7 @@ class TiledBitmap(_Format):
                              f"(16-byte units), got {int(off[0])} and {int(off[-1])}")
         if not full:
             return
-        if (np.diff(off) < 2).any():
-            f = int(np.flatnonzero(np.diff(off) < 2)[0])
-            raise ValueError(f"offsets: fragment {f} is shorter than its 32 bytes of bitmaps")
+        self._check_records()
         want = 2 + -(-self.counts() // 8)
         if (np.diff(off) != want).any():
             f = int(np.flatnonzero(np.diff(off) != want)[0])
@@ -1558,6 +1557,15 @@ class TiledBitmap(_Format):
         vals = self._values().view(self.value_dtype)
         if vals.size and not np.isfinite(vals.astype(np.float32)).all():
             raise ValueError("stream: values must be finite")
+
+    def _check_records(self) -> None:
+        """The cheap checks, and every record at least its 32 bytes of bitmaps: what :meth:`bitmaps` reads lies in
+        ``stream`` (an edited ``offsets`` array may no longer span it, or step back)."""
+        self.validate()
+        steps = np.diff(self.offsets)
+        if (steps < 2).any():
+            f = int(np.flatnonzero(steps < 2)[0])
+            raise ValueError(f"offsets: fragment {f} is shorter than its 32 bytes of bitmaps")
 
     def _coords(self):
         """Row and column of every kept entry, in storage order (fragment, cell, bit)."""
