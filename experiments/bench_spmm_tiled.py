@@ -17,33 +17,19 @@ Recorded in ``experiments/results/uspmm_decode.md`` ("The tensor-core tile kerne
 import argparse
 import sys
 import time
-import traceback
 
-import ml_dtypes
 import numpy as np
-from numba import cuda
 
+from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, on_device, point, shape, tiled, timed
 from sparsekit.gpu import spmm_tiled as gt
 from sparsekit.formats import TiledCSL
-from sparsekit.timing import measure, measured_bandwidth
+from sparsekit.timing import measured_bandwidth
 
 T0 = time.time()
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 SPARSITIES = [0.7, 0.8, 0.9]
 NS = [8, 16, 32, 64]
-REPEAT = 15
 BUDGET_S = 240          # past this many seconds the tunables sweep stops
-DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
-
-
-def shape(text: str) -> tuple[int, int]:
-    """``"MxK"`` -> ``(M, K)``."""
-    m, k = text.lower().split("x")
-    return int(m), int(k)
-
-
-def log(*args):
-    print(*args, flush=True)
 
 
 def uniform_mask(rng, m, k, sparsity):
@@ -52,39 +38,6 @@ def uniform_mask(rng, m, k, sparsity):
     r = rng.random((m, k), dtype=np.float32)
     thr = np.partition(r, kp - 1, axis=1)[:, kp - 1:kp]
     return r <= thr
-
-
-def tiled(bits, mask, tile, dtype):
-    """TiledCSL of the entries ``mask`` keeps (``bits``: their 16-bit patterns), entries found in tile order by a
-    transposed view (no sort), each tile padded to 4 words with sink words."""
-    m, k = mask.shape
-    tm, tk = tile
-    if tm == 1:
-        rows, cols = np.nonzero(mask)
-        tile_of, local, vals = rows, cols, bits[rows, cols]
-        ntiles = m
-    else:
-        view = (m // tm, tm, k // tk, tk)                     # (tile row, row, tile column, column): walked as
-        tr, tc, lr, lc = np.nonzero(mask.reshape(view).transpose(0, 2, 1, 3))   # (tile, local index) in order
-        tile_of = tr * (k // tk) + tc
-        local = lr * tk + lc
-        vals = bits.reshape(view).transpose(0, 2, 1, 3)[tr, tc, lr, lc]
-        ntiles = (m // tm) * (k // tk)
-    counts = np.bincount(tile_of, minlength=ntiles)
-    offsets = np.zeros(ntiles + 1, np.int64)
-    np.cumsum(-(-counts // 4) * 4, out=offsets[1:])
-    start = np.zeros(ntiles + 1, np.int64)
-    np.cumsum(counts, out=start[1:])
-    words = np.full(int(offsets[-1]), np.uint32(tm * tk) << np.uint32(16), np.uint32)
-    words[offsets[tile_of] + np.arange(tile_of.size) - start[tile_of]] = (
-        (local.astype(np.uint32) << np.uint32(16)) | vals.astype(np.uint32))
-    return TiledCSL(words, offsets, (m, k), tile, dtype)
-
-
-def on_device(a):
-    """gt.prepare without its full validation scan (the builder above is the tests' layout)."""
-    return gt.DeviceTiled(a, cuda.to_device(a.words), cuda.to_device(a.offsets.astype(np.int32)),
-                          int(np.diff(a.offsets).max()), cuda.to_device(np.zeros(a.grid[0], np.int32)))
 
 
 def config(d):
@@ -101,25 +54,6 @@ def config(d):
         nbytes = gt.shared_bytes(tm, tk, n, rounds, nthreads, True, stages, -(-d.host.grid[1] // gt.default_splits(d)))
         parts.append(f"N={n}: {stages} stages, {nbytes} B shared")
     return "; ".join(parts)
-
-
-def timed(fn):
-    return measure(fn, repeat=REPEAT, warmup=2).median_s * 1e6
-
-
-def error(y, ref, bound):
-    """Largest |y - ref| and whether every element is within ``bound``."""
-    d = (y.float() - ref).abs()
-    return d.max().item(), bool((d <= bound).all().item())
-
-
-def point(label, fn):
-    try:
-        return fn()
-    except Exception as err:   # a failed point is reported, the run goes on
-        log(f"FAIL {label}: {type(err).__name__}: {str(err)[:300]}")
-        traceback.print_exc(limit=3)
-        return None
 
 
 def main(argv=None):
@@ -162,9 +96,7 @@ def main(argv=None):
             log(f"# {m}x{k} {dname} {sp:.0%}: formatted in {time.time() - tb:.1f} s; {config(d_tile)}")
             for n in widths:
                 x = xs[n]
-                ref = x.float() @ wp32.t()
-                eps = 2.0 ** -7 if dname == "bfloat16" else 2.0 ** -10
-                bound = 2 * k * 2.0 ** -24 * (x.float().abs() @ wp32.abs().t()) + eps * ref.abs() + 1e-6
+                ref, bound = error_bound(x.float(), wp32, dname)
                 if n not in dense_us:
                     dense_us[n] = point("dense", lambda: timed(lambda: F.linear(x, wp)))
                 t_tile = t_row = e_tile = e_row = None
