@@ -31,7 +31,8 @@ module such as a torch layer or a decode kernel):
    ``INDEX_BADS`` (its stored-index classes through every reader, ``convert``
    and ``from_csr``, NaN values, empty matrices) and its constructor's rows in
    ``_constructor_cases``; a format whose indices are not one column-like
-   array gets its own edits, as ``TILED_EDITS`` does for ``TiledCSL``;
+   array gets its own edits, as ``TILED_EDITS`` does for ``TiledCSL`` and ``BITMAP_EDITS`` (with
+   ``_bitmap_cases``) for ``TiledBitmap``;
 4. anything else: cases from a builder (``_rnn_cases`` and its siblings, or a
    new one added to ``_all_cases``): ``Case(entry, class, call, exc, text)``,
    ``text`` the parts the message must hold, separated by ``|``; ``exc=None``
@@ -158,8 +159,11 @@ WEIGHT_TAKERS = {**{f"prune.{k}": v for k, v in PRUNERS.items()},
                  "rnn_layout.balance": (lambda w: rnn_layout.balance(w, tpr=2), "u")}
 # 4-D conv weights are accepted by pruners but not by formats (a format is a matrix).
 CONV_OK = {f"prune.{k}" for k in PRUNERS}
-# TiledCSL holds half-precision values only: its weight classes differ (float32 is a dtype error there).
+# TiledCSL and TiledBitmap hold half-precision values only: their weight classes differ (float32 is a dtype error
+# there).
 HALF = GOOD.astype(np.float16)
+HALF_FROM_DENSE = {"TiledCSL": lambda w: formats.TiledCSL.from_dense(w, tile=(4, 4)),
+                   "TiledBitmap": lambda w: formats.TiledBitmap.from_dense(w)}
 
 
 def _weight_cases() -> list[Case]:
@@ -170,9 +174,9 @@ def _weight_cases() -> list[Case]:
     tiled = {"not_2d": (HALF.reshape(-1), ValueError, "dense: expected a 2-D"),
              "float32": (GOOD, TypeError, "dense"), "nan": (_nan(HALF), ValueError, "dense: must be finite"),
              "inf": (_inf(HALF), ValueError, "dense: must be finite"), "not_array": (HALF.tolist(), TypeError, "dense")}
-    for bad, (w, exc, text) in tiled.items():
-        cases.append(Case("formats.TiledCSL.from_dense", bad, lambda w=w: formats.TiledCSL.from_dense(w, tile=(4, 4)),
-                          exc, text))
+    for name, from_dense in HALF_FROM_DENSE.items():
+        for bad, (w, exc, text) in tiled.items():
+            cases.append(Case(f"formats.{name}.from_dense", bad, lambda f=from_dense, w=w: f(w), exc, text))
     return cases
 
 
@@ -332,6 +336,100 @@ TILED_EDITS = {   # class -> (edit, text): the words hold a local index in their
 }
 
 
+def _bitmap(edit=None):
+    """``DENSE`` as a TiledBitmap: two fragments (columns 0, 1 and 4, 5 of the 8 rows), 16 values and 4 16-byte
+    units each (``offsets = [0, 4, 8]``); ``edit`` changes its arrays in place."""
+    b = formats.TiledBitmap.from_dense((DENSE / 8).astype(np.float16))
+    if edit is not None:
+        edit(b)
+    return b
+
+
+def _first_bit_below_the_edge(b):
+    """Fragment 0's first kept bit (cell 0, row 0) moved to cell 1 (row 8): the count stays, the entry lies below
+    the matrix's 8 rows."""
+    b.stream[0] &= ~np.uint32(1)
+    b.stream[1] |= np.uint32(1)
+
+
+def _set_stream_half(at: int, bits: int):
+    return lambda b: b.stream.view(np.uint16).__setitem__(at, bits)
+
+
+BITMAP_OFFSET_EDITS = {   # class -> (edit, text): the records' starts in 16-byte units
+    "offsets_not_spanning_stream": (lambda b: b.offsets.__setitem__(-1, 7),
+                                    "offsets: should start at 0 and end at stream.size / 4 = 8"),
+    "negative_index": (lambda b: b.offsets.__setitem__(1, -4), "offsets: fragment 0 is shorter than its 32 bytes"),
+    "unsorted_index": (lambda b: b.offsets.__setitem__(1, 9),           # (and past the stream's 8 units)
+                       "offsets: fragment 1 is shorter than its 32 bytes"),
+}
+BITMAP_EDITS = {   # the offsets' classes and the stream's; a bitmap cannot name a position twice (no duplicates)
+    **BITMAP_OFFSET_EDITS,
+    "record_too_short": (lambda b: b.stream.__setitem__(2, b.stream[2] | np.uint32(1)),   # (0, 2) kept: 17 values
+                         "offsets: fragment 0 spans 4 16-byte units, its bitmaps keep 17 values: expected 5"),
+    "index_out_of_range": (_first_bit_below_the_edge, "stream: a bitmap keeps an entry outside the (8, 8) matrix"),
+    "nan": (_set_stream_half(16, 0x7E00), "stream: values must be finite"),          # fragment 0's first value
+    "inf": (_set_stream_half(16, 0xFC00), "stream: values must be finite"),
+}
+
+
+def _bitmap_reads_its_stream(edit, method: str):
+    """``bitmaps``, ``counts`` or ``nbytes`` of a TiledBitmap whose stream (not offsets) is corrupt: what the stream
+    holds, read here without the format's code: each record's first 8 words, their set bits, the arrays' bytes
+    (values: 2 a set bit)."""
+    b = _bitmap(edit)
+    words = np.stack([b.stream[4 * o:4 * o + 8] for o in b.offsets[:-1]])
+    kept = np.array([sum(bin(int(w)).count("1") for w in record) for record in words])
+    total = 4 * b.stream.size + b.offsets.nbytes
+    want = {"bitmaps": words, "counts": kept,
+            "nbytes": formats.NBytes(2 * int(kept.sum()), total - 2 * int(kept.sum()), total)}[method]
+    got = getattr(b, method)()
+    assert np.array_equal(got, want) and np.asarray(got).dtype == np.asarray(want).dtype, (got, want)
+
+
+def _half_csr_past_the_edge():
+    """``DENSE`` in float16 as a CSR whose last column index is 8 (the constructor's cheap checks pass it)."""
+    csr = formats.CSR.from_dense(DENSE.astype(np.float16))
+    indices = csr.indices.copy()
+    indices[-1] = 8
+    return dataclasses.replace(csr, indices=indices)
+
+
+def _bitmap_cases() -> list[Case]:
+    """TiledBitmap's offsets and stream through every reader: refused by name; ``bitmaps``, ``counts``, ``nbytes``
+    (no full check) refuse an offset edit by name and give what the stream holds otherwise; empty matrices."""
+    cases = []
+    readers = {**READERS, "convert": lambda x: formats.convert(x, formats.COO)}
+    for bad, (edit, text) in BITMAP_EDITS.items():
+        for method, read in readers.items():
+            entry, name = ("formats.convert", f"{bad}:TiledBitmap") if method == "convert" else \
+                (f"formats.TiledBitmap.{method}", bad)
+            cases.append(Case(entry, name, lambda e=edit, r=read: r(_bitmap(e)), ValueError, text))
+        for method in ("bitmaps", "counts", "nbytes"):
+            if bad in BITMAP_OFFSET_EDITS:
+                cases.append(Case(f"formats.TiledBitmap.{method}", bad,
+                                  lambda e=edit, m=method: getattr(_bitmap(e), m)(), ValueError, text))
+            else:
+                cases.append(Case(f"formats.TiledBitmap.{method}", bad,
+                                  lambda e=edit, m=method: _bitmap_reads_its_stream(e, m)))
+    empty = np.zeros((0, 8), np.float16)
+    make = formats.TiledBitmap.from_dense
+    cases += [_gives("formats.TiledBitmap.from_dense", "empty", lambda: make(empty).to_dense(), _same_dense(empty)),
+              _gives("formats.TiledBitmap.mask", "empty", lambda: make(empty).mask(),
+                     lambda got: got.shape == (0, 8) and got.dtype == bool),
+              _gives("formats.TiledBitmap.to_csr", "empty", lambda: make(empty).to_csr(),
+                     lambda got: got.nnz == 0 and got.shape == (0, 8)),
+              _gives("formats.TiledBitmap.from_csr", "empty",
+                     lambda: formats.TiledBitmap.from_csr(formats.CSR.from_dense(empty)).to_dense(),
+                     _same_dense(empty)),
+              _gives("formats.TiledBitmap.counts", "empty", lambda: make(empty).counts(),
+                     lambda got: got.shape == (0,)),
+              Case("formats.TiledBitmap.from_csr", "index_out_of_range",
+                   lambda: formats.TiledBitmap.from_csr(_half_csr_past_the_edge()), ValueError,
+                   "entries must lie inside the (8, 8) matrix")]
+    return cases
+
+
 def _index_cases() -> list[Case]:
     """Unsorted indices through every reader, TiledCSL's words and offsets, shapes past an index dtype, SciPy
     values that are not finite in the dtype."""
@@ -349,21 +447,20 @@ def _index_cases() -> list[Case]:
             cases.append(Case(f"formats.TiledCSL.{method}", bad,
                               lambda e=edit, r=READERS[method]: r(_tiled(e)), ValueError, text))
     half = np.ones(2, np.float16)
-    for bad, call, exc, text in [
-            ("nan", lambda: formats.TiledCSL.from_coords([0], [1], np.array([np.nan], np.float16), (4, 4)),
-             ValueError, "values: must be finite"),
-            ("wrong_shape", lambda: formats.TiledCSL.from_coords([0, 1], [1], half, (4, 4)), ValueError, "cols: "),
-            ("index_out_of_range", lambda: formats.TiledCSL.from_coords([0, 9], [0, 1], half, (4, 4)), ValueError,
-             "rows, cols: entries must lie inside"),
-            ("negative_index", lambda: formats.TiledCSL.from_coords([0, 0], [0, -1], half, (4, 4)), ValueError,
-             "rows, cols: entries must lie inside"),
-            ("duplicate_index", lambda: formats.TiledCSL.from_coords([0, 0], [1, 1], half, (4, 4)), ValueError,
-             "rows, cols: a position is given twice"),
-            ("float32", lambda: formats.TiledCSL.from_coords([0], [1], np.ones(1, np.float32), (4, 4)), TypeError,
-             "values: dtype")]:
-        cases.append(Case("formats.TiledCSL.from_coords", bad, call, exc, text))
-    cases += [Case("formats.TiledCSL.from_csr", "wrong_type", lambda: formats.TiledCSL.from_csr(DENSE), TypeError,
-                   "csr: expected"),
+    for name in HALF_FROM_DENSE:
+        from_coords = getattr(formats, name).from_coords
+        for bad, args, exc, text in [
+                ("nan", ([0], [1], np.array([np.nan], np.float16)), ValueError, "values: must be finite"),
+                ("wrong_shape", ([0, 1], [1], half), ValueError, "cols: "),
+                ("index_out_of_range", ([0, 9], [0, 1], half), ValueError, "rows, cols: entries must lie inside"),
+                ("negative_index", ([0, 0], [0, -1], half), ValueError, "rows, cols: entries must lie inside"),
+                ("duplicate_index", ([0, 0], [1, 1], half), ValueError, "rows, cols: a position is given twice"),
+                ("float32", ([0], [1], np.ones(1, np.float32)), TypeError, "values: dtype")]:
+            cases.append(Case(f"formats.{name}.from_coords", bad, lambda f=from_coords, a=args: f(*a, (4, 4)), exc,
+                              text))
+        cases.append(Case(f"formats.{name}.from_csr", "wrong_type", lambda c=getattr(formats, name): c.from_csr(DENSE),
+                          TypeError, "csr: expected"))
+    cases += [
               Case("formats.TiledCSL.from_ell", "wrong_type", lambda: formats.TiledCSL.from_ell(DENSE), TypeError,
                    "ell: expected an ELL"),
               Case("formats.TiledCSL.row_tile", "negative", lambda: formats.TiledCSL.row_tile(-3), ValueError,
@@ -614,7 +711,7 @@ def _resolve_cases() -> list[Case]:
 
 def _launchers():
     """entry -> (call(a, b), good matrix, good operand, operand name, contracted axis of the operand)."""
-    from sparsekit.gpu import spmm, spmm_lessons, spmm_tiled, uspmm, uspmm_tc, uspmm_wgmma
+    from sparsekit.gpu import spmm, spmm_bitmap, spmm_lessons, spmm_tiled, uspmm, uspmm_tc, uspmm_wgmma
     from sparsekit.api import spmm as api_spmm
 
     rng = np.random.default_rng(0)
@@ -624,6 +721,7 @@ def _launchers():
     coo = formats.COO.from_dense(wu)
     bell = formats.BlockedELL.from_dense(w * prune.blocked_uniform(w, 0.5, 4), block=4)
     tiled = formats.TiledCSL.from_dense(wu.astype(np.float16), tile=(16, 16))
+    bitmap = formats.TiledBitmap.from_dense(wu.astype(np.float16))
     b = rng.standard_normal((16, 4)).astype(np.float32)
     x = np.ascontiguousarray(b.T)
     rows = {
@@ -636,6 +734,8 @@ def _launchers():
         "gpu.spmm.spmm_blocked_ell": (spmm.spmm_blocked_ell, bell, b, "b", 0),
         "gpu.spmm_tiled.spmm_tiled": (spmm_tiled.spmm_tiled, tiled, b.astype(np.float16), "b", 0),
         "gpu.spmm_tiled.spmm_tiled_linear": (spmm_tiled.spmm_tiled_linear, tiled, x.astype(np.float16), "x", 1),
+        "gpu.spmm_bitmap.spmm_bitmap": (spmm_bitmap.spmm_bitmap, bitmap, b.astype(np.float16), "b", 0),
+        "gpu.spmm_bitmap.spmm_bitmap_linear": (spmm_bitmap.spmm_bitmap_linear, bitmap, x.astype(np.float16), "x", 1),
         "api.spmm": (api_spmm, csr, b, "b", 0),
     }
     for lesson in ("thread_per_row", "warp_per_row", "smem_tiled", "warp_per_row_swizzled", "thread_group",
@@ -702,7 +802,7 @@ def _launcher_cases() -> list[Case]:
         cases.append(Case(entry, "nan_operand", lambda c=call, a=a, b=b, ax=axis: _check_product(c, a, _with_nan(b),
                                                                                                   ax)))
         empty = b[:, :0] if axis == 0 else b[:0]
-        if entry.startswith("gpu.spmm_tiled"):       # N from 1 to 64 by design, said so
+        if entry.startswith(("gpu.spmm_tiled", "gpu.spmm_bitmap")):       # N from 1 to 64 by design, said so
             cases.append(Case(entry, "empty", lambda c=call, a=a, e=empty: c(a, e), ValueError, f"{name}: "))
         else:
             cases.append(Case(entry, "empty", lambda c=call, a=a, e=empty, ax=axis: _check_product(c, a, e, ax)))
@@ -712,6 +812,10 @@ def _launcher_cases() -> list[Case]:
             edit, _ = TILED_EDITS["negative_index"]       # (a one-tile matrix: the edited offset is the last)
             cases.append(Case(entry, "negative_index", lambda c=call, a=a, b=b, e=edit: c(_tiled_like(a, e), b),
                               ValueError, "offsets: should"))
+        elif isinstance(a, formats.TiledBitmap):          # (two fragments: the edited offset is the middle one)
+            edit, text = BITMAP_EDITS["negative_index"]
+            cases.append(Case(entry, "negative_index", lambda c=call, a=a, b=b, e=edit: c(_tiled_like(a, e), b),
+                              ValueError, text))
         else:
             cases.append(Case(entry, "negative_index",
                               lambda c=call, a=a, b=b: c(_edited(a, _negative), b), ValueError, "must lie in"))
@@ -891,9 +995,10 @@ def _roofline_cases() -> list[Case]:
 
 def _all_cases(tmp: Path, monkeypatch) -> list[Case]:
     """Every case; ``tmp`` is where the cache cases write (nothing is written until a case runs)."""
-    return (_weight_cases() + _format_cases() + _index_cases() + _constructor_cases() + _scipy_cases()
-            + _io_cases() + _prune_cases() + _resolve_cases() + _launcher_cases() + _valid_input_cases()
-            + _sparsify24_cases() + _rnn_cases() + _cache_cases(tmp, monkeypatch) + _roofline_cases())
+    return (_weight_cases() + _format_cases() + _index_cases() + _bitmap_cases() + _constructor_cases()
+            + _scipy_cases() + _io_cases() + _prune_cases() + _resolve_cases() + _launcher_cases()
+            + _valid_input_cases() + _sparsify24_cases() + _rnn_cases() + _cache_cases(tmp, monkeypatch)
+            + _roofline_cases())
 
 
 @pytest.fixture(scope="module")
@@ -1064,8 +1169,8 @@ def test_every_typed_flag_uses_a_shared_type():
 #: Modules whose public functions (``__all__``, else every public function defined there) are entry points.
 GUARDED = ["sparsekit.formats", "sparsekit.prune", "sparsekit.io", "sparsekit.rnn_layout", "sparsekit.roofline",
            "sparsekit.api", "sparsekit.gpu.uspmm", "sparsekit.gpu.uspmm_tc", "sparsekit.gpu.uspmm_wgmma",
-           "sparsekit.gpu.spmm", "sparsekit.gpu.spmm_tiled", "sparsekit.gpu.spmm_lessons", "sparsekit.gpu.sparsify24",
-           "sparsekit.gpu.persistent_rnn", "sparsekit.gpu.device_ell"]
+           "sparsekit.gpu.spmm", "sparsekit.gpu.spmm_tiled", "sparsekit.gpu.spmm_bitmap", "sparsekit.gpu.spmm_lessons",
+           "sparsekit.gpu.sparsify24", "sparsekit.gpu.persistent_rnn", "sparsekit.gpu.device_ell"]
 
 #: Modules with no entry point taking user data, each with the reason.
 UNGUARDED_MODULES = {
@@ -1128,6 +1233,7 @@ NOT_ENTRY_POINTS = {
     "gpu.spmm.DeviceSparse": "built by gpu.spmm.prepare", "gpu.spmm.staged_tunables": "of a validated CSR and N",
     "gpu.spmm_tiled.DeviceTiled": "built by gpu.spmm_tiled.prepare",
     "gpu.spmm_tiled.shared_bytes": "sizes", "gpu.spmm_tiled.padded_n": "a size",
+    "gpu.spmm_bitmap.DeviceBitmap": "built by gpu.spmm_bitmap.prepare", "gpu.spmm_bitmap.default_config": "sizes",
     "gpu.spmm_lessons.DeviceCSR": "built by gpu.spmm_lessons.prepare",
     "gpu.spmm_lessons.tile_csc": "of a validated CSR (the smem_tiled lesson, covered)",
     "gpu.sparsify24.kernel_for": "compile-time choices", "gpu.sparsify24.auto_min_blocks": "compile-time choices",
@@ -1141,6 +1247,7 @@ NOT_ENTRY_POINTS = {
 #: Entry points reached through a case of another name (a method of a covered class, a re-export).
 REACHED_THROUGH = {
     "gpu.spmm.prepare": "gpu.spmm.spmm_csr", "gpu.spmm_tiled.prepare": "gpu.spmm_tiled.spmm_tiled",
+    "gpu.spmm_bitmap.prepare": "gpu.spmm_bitmap.spmm_bitmap",
     "gpu.spmm_lessons.prepare": "gpu.spmm_lessons.thread_per_row", "gpu.device_ell.prepare": "gpu.uspmm.uspmm",
 }
 
