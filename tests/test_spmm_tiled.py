@@ -222,12 +222,12 @@ def test_uspmm_decode_variant_equals_the_reference(dtype):
 def test_one_entry_point_for_every_format():
     """``sparsekit.spmm`` sends each format to its kernel; the result is the product either way."""
     import sparsekit
-    from sparsekit.formats import COO, ELL, BlockedELL
+    from sparsekit.formats import COO, ELL, BlockedELL, TiledBitmap
     rng = np.random.default_rng(2)
     blocks = np.array([[1, 1, 0, 0], [0, 1, 0, 1], [1, 0, 1, 0], [0, 0, 1, 1]])     # two 2x2 blocks a block row
     w = (np.kron(blocks, np.ones((2, 2))) * rng.standard_normal((8, 8))).astype(np.float16)
     b = rng.standard_normal((8, 3)).astype(np.float16)
-    for a in (TiledCSL.from_dense(w, tile=(16, 16)), CSR.from_dense(w), COO.from_dense(w),
+    for a in (TiledCSL.from_dense(w, tile=(16, 16)), TiledBitmap.from_dense(w), CSR.from_dense(w), COO.from_dense(w),
               BlockedELL.from_dense(w, block=2), ELL.from_dense(w)):
         dense = a.to_dense().astype(np.float32)
         assert_close(sparsekit.spmm(a, b), (dense @ b.astype(np.float32)).astype(np.float16), dense, b)
