@@ -1471,11 +1471,12 @@ class TiledBitmap(_Format):
     """A bitmap per 8 x 8 cell and the cell's kept values, grouped by 16 x 16 MMA fragment.
 
     The design of SpInfer's tensor-core-aware bitmap encoding (EuroSys 2025): a kernel reads a fragment's
-    four 64-bit bitmaps and its packed values, and each lane of a warp finds its own two values of each
-    cell (a popcount of the bits before its pair) and places them straight into the registers of an
-    ``mma.m16n8k16`` A fragment: no shared-memory scatter. Bytes: 2 a kept value plus 1/8 a weight for the
-    bitmaps (and a 16-byte padding a fragment), so it beats dense 16-bit storage from any sparsity:
-    0.56 of dense at 50 %, 0.26 at 80 %, 0.16 at 90 %. Any pattern fits.
+    four 64-bit bitmaps, the offsets of the cells' values and the packed values, and each lane of a warp
+    finds its own two values of each cell (a popcount of the bits before its pair, from the cell's offset)
+    and places them straight into the registers of an ``mma.m16n8k16`` A fragment: no shared-memory
+    scatter. Bytes: 2 a kept value plus 40 a 256-weight fragment (bitmaps and offsets) and its padding to
+    16 bytes, so it beats dense 16-bit storage from any sparsity: about 0.6 of dense at 50 %, 0.3 at 80 %,
+    0.2 at 90 %. Any pattern fits.
 
     Layout. Fragment ``(rb, ks)`` covers rows ``16 rb .. 16 rb + 15`` and step ``ks`` of ``K`` padded to a
     multiple of 32; fragments are numbered ``f = rb * ksteps + ks`` (``ksteps = 2 ceil(K / 32)``). Within
@@ -1485,8 +1486,11 @@ class TiledBitmap(_Format):
     register order: 0 rows 0-7 and logical columns 0-7, 1 rows 8-15 and columns 0-7, 2 rows 0-7 and
     columns 8-15, 3 rows 8-15 and columns 8-15; bit ``8 r + c`` of a cell is its row ``r``, logical
     column ``c``. Record ``f`` in ``stream`` (uint32 words, 16-byte units from ``offsets[f]``): the low
-    halves (bits 0-31) of cells 0-3, their high halves, then the kept values as 16-bit patterns, cell by
-    cell in bit order, zero-padded to a multiple of 8. ``offsets[-1] * 4 == stream.size``.
+    halves (bits 0-31) of cells 0-3, their high halves; two header words (:meth:`headers`): for the low
+    halves, byte 0 the record's length in 16-byte units and byte ``i`` (1-3) the values of cells before
+    ``i``; for the high halves, byte ``i`` the values before cell ``i``'s high half (those of the cells
+    before it and of its low half); then the kept values as 16-bit patterns, cell by cell in bit order,
+    zero-padded to a multiple of 16 bytes. ``offsets[-1] * 4 == stream.size``.
 
     >>> import numpy as np
     >>> w = np.zeros((16, 32), dtype=np.float16)
@@ -1494,8 +1498,10 @@ class TiledBitmap(_Format):
     >>> b = TiledBitmap.from_dense(w)
     >>> b
     <TiledBitmap shape=(16, 32) nnz=3 dtype=float16 words=24>
-    >>> [int(x) for x in b.offsets]           # two fragments (steps 0 and 1), each 32 bytes + 16 of values
+    >>> [int(x) for x in b.offsets]           # two fragments (steps 0 and 1), each 40 bytes + 8 of values
     [0, 3, 6]
+    >>> [hex(int(x)) for x in b.headers()[0]]   # 3 units, cells 1-3 after cell 0's 1 value | high halves
+    ['0x1010103', '0x2010101']
     >>> bool((b.to_dense() == w).all())
     True
     """
@@ -1535,6 +1541,24 @@ class TiledBitmap(_Format):
         bits = np.unpackbits(self.bitmaps().view(np.uint8), axis=1)
         return bits.sum(axis=1, dtype=np.int64)
 
+    def headers(self) -> np.ndarray:
+        """The fragments' two header words, ``(fragments, 2)`` uint32, as stored."""
+        at = self.offsets[:-1, None] * 4 + np.arange(8, 10)
+        return self.stream[at] if at.size else np.zeros((0, 2), np.uint32)
+
+    @staticmethod
+    def _header_words(bitmaps: np.ndarray) -> np.ndarray:
+        """The header words that ``bitmaps`` (``(fragments, 8)`` uint32) call for (:class:`TiledBitmap`'s layout)."""
+        half = np.unpackbits(bitmaps.view(np.uint8), axis=1).reshape(-1, 8, 32).sum(axis=2, dtype=np.int64)
+        low, high = half[:, :4], half[:, 4:]
+        before = np.cumsum(low + high, axis=1) - (low + high)          # values of the cells before each cell
+        length = -(-(40 + 2 * (low + high).sum(axis=1)) // 16)
+        a = np.concatenate([length[:, None], before[:, 1:]], axis=1)
+        b = before + low
+        shifts = np.arange(4, dtype=np.uint32) * np.uint32(8)
+        pack = lambda v: (v.astype(np.uint32) << shifts).sum(axis=1, dtype=np.uint32)
+        return np.stack([pack(a), pack(b)], axis=1)
+
     def validate(self, full: bool = False) -> None:
         check_array(self.stream, "stream", ndim=1, dtypes=(np.uint32,))
         check_array(self.offsets, "offsets", ndim=1, dtypes=(np.int64,), shape=(self.grid[0] * self.grid[1] + 1,))
@@ -1545,11 +1569,15 @@ class TiledBitmap(_Format):
         if not full:
             return
         self._check_records()
-        want = 2 + -(-self.counts() // 8)
+        want = -(-(40 + 2 * self.counts()) // 16)
         if (np.diff(off) != want).any():
             f = int(np.flatnonzero(np.diff(off) != want)[0])
             raise ValueError(f"offsets: fragment {f} spans {int(off[f + 1] - off[f])} 16-byte units, its bitmaps "
                              f"keep {int(self.counts()[f])} values: expected {int(want[f])}")
+        bad = (self.headers() != self._header_words(self.bitmaps())).any(axis=1)
+        if bad.any():
+            f = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"stream: the header of fragment {f} does not match its bitmaps (value offsets a cell)")
         rows, cols = self._coords()
         if rows.size and (rows.max() >= self.shape[0] or cols.max() >= self.shape[1]):
             raise ValueError(f"stream: a bitmap keeps an entry outside the {self.shape} matrix (its fragment "
@@ -1583,7 +1611,7 @@ class TiledBitmap(_Format):
     def _values(self) -> np.ndarray:
         """The kept values' 16-bit patterns, in storage order."""
         counts = self.counts()
-        start = np.repeat((self.offsets[:-1] * 4 + 8) * 2, counts)
+        start = np.repeat((self.offsets[:-1] * 4 + 10) * 2, counts)
         rank = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
         return self.stream.view(np.uint16)[start + rank]
 
@@ -1591,7 +1619,7 @@ class TiledBitmap(_Format):
         return (self.offsets,)
 
     def nbytes(self) -> NBytes:
-        """Values: the kept ones at 2 bytes; index data: the bitmaps, the padding and ``offsets``."""
+        """Values: the kept ones at 2 bytes; index data: the bitmaps, the headers, the padding and ``offsets``."""
         v = 2 * self.nnz
         i = 4 * int(self.stream.size) - v + int(self.offsets.nbytes)
         return NBytes(v, i, v + i)
@@ -1623,13 +1651,15 @@ class TiledBitmap(_Format):
         fragment, cell, bit = fragment[order], cell[order], bit[order]
         counts = np.bincount(fragment, minlength=nfrag)
         offsets = np.zeros(nfrag + 1, dtype=np.int64)
-        np.cumsum(2 + -(-counts // 8), out=offsets[1:])
+        np.cumsum(-(-(40 + 2 * counts) // 16), out=offsets[1:])
         stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
         word = offsets[fragment] * 4 + cell + 4 * (bit // 32)
         np.bitwise_or.at(stream, word, (np.uint32(1) << (bit % 32).astype(np.uint32)))
+        bitmaps = stream[offsets[:-1, None] * 4 + np.arange(8)] if nfrag else np.zeros((0, 8), np.uint32)
+        stream[offsets[:-1, None] * 4 + np.arange(8, 10)] = cls._header_words(bitmaps)
         start = np.zeros(nfrag + 1, dtype=np.int64)
         np.cumsum(counts, out=start[1:])
-        at = (offsets[fragment] * 4 + 8) * 2 + np.arange(fragment.size) - start[fragment]
+        at = (offsets[fragment] * 4 + 10) * 2 + np.arange(fragment.size) - start[fragment]
         stream.view(np.uint16)[at] = values.view(np.uint16)[order]
         return cls(stream, offsets, shape, d)
 

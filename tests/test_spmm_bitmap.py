@@ -32,7 +32,8 @@ def test_round_trip(w):
     assert a.dtype == w.dtype and a.nnz == np.count_nonzero(w != 0)
     assert (a.to_dense() == w).all() and (a.mask() == (w != 0)).all()
     assert a.nbytes().total == 4 * a.stream.size + a.offsets.nbytes
-    assert (np.diff(a.offsets) == 2 + -(-a.counts() // 8)).all()
+    assert (np.diff(a.offsets) == -(-(40 + 2 * a.counts()) // 16)).all()
+    assert (a.headers() == TiledBitmap._header_words(a.bitmaps())).all()
     csr = a.to_csr()
     assert (csr.to_dense() == w).all()
     same = TiledBitmap.from_csr(csr)
@@ -78,6 +79,10 @@ def test_bad_streams_refused():
     grown[0] = np.uint32(0xFFFFFFFF)              # 32 more values: the record is too short
     with pytest.raises(ValueError, match="16-byte units"):
         TiledBitmap(grown, a.offsets, a.shape, a.value_dtype).validate(full=True)
+    header = a.stream.copy()
+    header[9] += np.uint32(1 << 8)                # cell 1's values of the high halves one further on
+    with pytest.raises(ValueError, match="header of fragment 0"):
+        TiledBitmap(header, a.offsets, a.shape, a.value_dtype).validate(full=True)
     edge = np.zeros((20, 32), np.float16)
     edge[3, 25] = 1
     b = TiledBitmap.from_dense(edge)
@@ -85,7 +90,7 @@ def test_bad_streams_refused():
     with pytest.raises(ValueError, match="outside"):
         cut.validate(full=True)
     nan = a.stream.copy()
-    nan[8] = np.uint32(0x7E00)                    # the first value of fragment 0: NaN
+    nan[10] = np.uint32(0x7E00)                   # the first value of fragment 0: NaN
     with pytest.raises(ValueError, match="finite"):
         TiledBitmap(nan, a.offsets, a.shape, a.value_dtype).validate(full=True)
     with pytest.raises(TypeError, match="float16 or bfloat16"):

@@ -13,6 +13,8 @@ on tensor cores, as it is). Without PyTorch they are skipped.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from sparsekit.bench import cuda_torch
@@ -110,14 +112,21 @@ class Problem:
 
 
 def host_bytes(m: int, k: int, n: int, sparsity: float, dtype) -> int:
-    """About the most host memory :func:`bench_problem` holds at once for the problem, for refusing one that cannot
-    fit: per element of the dense A 32 bytes (the draw and pruning of :func:`sparsekit.tune.make_ell`, the dense
-    copy, float64 copies for the exact product) and 28 more per kept one (the ELL and the CSR baseline's
-    coordinates), of B 32 (both memory orders and the float64 copies), of C 56 (the float64 exact product and
-    ``|A| |B|``, the bound's temporaries, each result). tracemalloc measured 50-80 % of it at toy sizes on the
-    simulator (where device arrays are host arrays too)."""
-    density = 1.0 - sparsity
-    return int((32 + 28 * density) * m * k) + 32 * k * n + 56 * m * n
+    """About the most host memory :func:`bench_problem` holds at once for the problem on this process's backend,
+    for refusing one that cannot fit. Per element of the dense A 32 bytes (the draw and pruning of
+    :func:`sparsekit.tune.make_ell`, the dense copy, the float64 copy for the exact product) and per kept one 20
+    (the ELL, the CSR baseline and its coordinates); of B 8 and its own bytes (the float64 draw, or the float64
+    copy the exact product reads, and ``b_host``); of C 56 (the float64 exact product and ``|A| |B|``, on the host
+    wherever they are computed, the bound's temporaries, each result). Device arrays are host arrays under the
+    CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): 8 more a kept element (the ELL's copy) and twice B's own bytes
+    (``b`` and ``b_f``); without PyTorch on a GPU :meth:`Problem.exact` multiplies in NumPy: 8 more an element of
+    B (``|B|``). tracemalloc measured 50-90 % of it at toy sizes, each operand dominant in turn, on the simulator
+    and with device arrays and PyTorch's products off the traced host memory, as on a GPU."""
+    itemsize = np.dtype(dtype).itemsize
+    simulator = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    kept = 20 + 8 * simulator
+    per_b = 8 + itemsize + 2 * itemsize * simulator + 8 * (cuda_torch() is None)
+    return int((32 + kept * (1.0 - sparsity)) * m * k) + per_b * k * n + 56 * m * n
 
 
 def vendor_launches(p: Problem, *, coo: bool = True) -> dict:

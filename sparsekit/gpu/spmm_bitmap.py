@@ -14,12 +14,14 @@ and ``splits`` blocks, share a row's columns: split K). For each group, two frag
 1. **Inputs**: lane ``(g, t)`` (``g = lane // 4``, ``t = lane % 4``) loads ``X[8 p + g, 32 G + 8 t .. + 8]``,
    one 16-byte load an n-block ``p``: the B fragments (``b0, b1``) of both k-steps, because the format
    permutes each group's columns to match (:class:`~sparsekit.formats.TiledBitmap`).
-2. **Bitmaps**: the fragment's 32 bytes (two 16-byte loads, the same for every lane: one transaction), four
-   cells' popcounts and their running sum: where each cell's values start.
+2. **Bitmaps**: this lane's half of the fragment's four bitmaps (16 bytes) and the record's two header words:
+   loaded one record ahead (the header's first byte is the record's length), so they are in registers when
+   the record is decoded.
 3. **Decode** (:func:`decode`): lane ``l`` holds the pair of bits ``2 l, 2 l + 1`` of each cell's 64
    (half ``l // 16`` of it), exactly the two elements of that cell in its A-fragment register; the
-   popcount of the cell's bits below the pair is the index of its first value. Two 16-bit loads (only the
-   kept ones) and a shift give the register, zeros where the bitmap has none.
+   header byte of its half and cell plus the popcount of the kept bits below the pair is the index of its
+   first value. Two 16-bit loads (made whatever the bits) and a ``prmt`` give the register, zeros where the
+   bitmap has none.
 4. **Multiply**: ``mma.sync.m16n8k16`` (float32 accumulators) per n-block; the record pointer moves past
    the values (padded to 16 bytes).
 
@@ -44,15 +46,18 @@ from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import Buffers, check_int32, launch
 from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
 from sparsekit.gpu.split_k import split_ticket
-from sparsekit.gpu.vector_loads import aligned, load4
+from sparsekit.gpu.vector_loads import aligned, load2, load4
 
-__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "DeviceBitmap", "default_config", "MAX_N"]
+__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "MAX_N"]
 
 #: The widest ``B`` this kernel takes.
 MAX_N = 64
 #: Warps the default split aims for: about 31 an SM of the H200 (measured best at 4096^2 and 14336x4096, 80 %,
 #: N = 8 and 32: more warps an SM wait longer at the slices' and splits' sums than they gain in overlap).
 TARGET_WARPS = 4096
+#: Zero words after the stream: a warp loads the bitmaps and header one record past its last (40 bytes), and a
+#: lane the 16-bit word after its first value.
+TAIL_WORDS = 12
 #: Bytes of its stream a warp prefetches ahead of the record it reads (L2).
 AHEAD = 2048
 #: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
@@ -192,7 +197,6 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
         gq, t = lane >> U(2), lane & U(3)
         high = lane >= U(16)                                      # this lane's bits are in the high halves
         own = U(4) if high else U(0)                              # (words 4-7 of a record), else the low
-        other = U(U(4) - own)
         sh = U(U(2) * U(lane & U(15)))
         below = U(U(U(1) << sh) - U(1))
         acc = cuda.local.array(nacc, float32)
@@ -204,6 +208,8 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
             ptr = U(U(offsets[U(U(rb * U(groups)) * U(2) + U(2) * ga)]) * U(4))   # the record, in 32-bit words
             xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
             base = global_addr(s32, 0)
+            o0, o1, o2, o3 = load4(s32, U(ptr + own))                # the first record's half of the bitmaps
+            ha, hb = load2(s32, U(ptr + U(8)))                       # and its header
             if pipelined_x:                                       # step 1 for the first group
                 for p in range(nblocks):
                     xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
@@ -224,29 +230,26 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
                         xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
                     xat = U(xat + U(16))
                 for s in range(2):
-                    o0, o1, o2, o3 = load4(s32, U(ptr + own))      # step 2: this lane's half of the cells'
-                    p0, p1, p2, p3 = load4(s32, U(ptr + other))    # bitmaps, and the other half
-                    c0, c1, c2, c3 = U(cuda.popc(p0)), U(cuda.popc(p1)), U(cuda.popc(p2)), U(cuda.popc(p3))
-                    n0 = U(c0 + U(cuda.popc(o0)))
-                    n1 = U(c1 + U(cuda.popc(o1)))
-                    n2 = U(c2 + U(cuda.popc(o2)))
-                    n3 = U(c3 + U(cuda.popc(o3)))
-                    # step 3: the first value's 16-bit index, the cells before, and for a lane of the high half
-                    # the cell's kept bits in the low half
-                    vals = U(U(U(2) * ptr) + U(16))
-                    a0 = decode(s16, o0, U(vals + (c0 if high else U(0))), sh, below)
-                    vals = U(vals + n0)
-                    a1 = decode(s16, o1, U(vals + (c1 if high else U(0))), sh, below)
-                    vals = U(vals + n1)
-                    a2 = decode(s16, o2, U(vals + (c2 if high else U(0))), sh, below)
-                    vals = U(vals + n2)
-                    a3 = decode(s16, o3, U(vals + (c3 if high else U(0))), sh, below)
-                    ptr = U(ptr + U(U(8) + U(U(U(U(n0 + n1) + U(n2 + n3)) + U(7)) >> U(3)) * U(4)))
+                    # step 2: the next record's bitmaps and header in flight while this one is decoded (the
+                    # header's byte 0 is the record's length; past the warp's last record, the next row
+                    # block's or the stream's zero tail)
+                    nxt = U(ptr + U(U(ha & U(0xFF)) * U(4)))
+                    q0, q1, q2, q3 = load4(s32, U(nxt + own))
+                    na, nb = load2(s32, U(nxt + U(8)))
+                    # step 3: each cell's first value (16-bit index) from this lane's header word
+                    hdr = hb if high else ha
+                    vals = U(U(U(2) * ptr) + U(20))
+                    a0 = decode(s16, o0, U(vals + (U(hdr & U(0xFF)) if high else U(0))), sh, below)
+                    a1 = decode(s16, o1, U(vals + U(U(hdr >> U(8)) & U(0xFF))), sh, below)
+                    a2 = decode(s16, o2, U(vals + U(U(hdr >> U(16)) & U(0xFF))), sh, below)
+                    a3 = decode(s16, o3, U(vals + U(hdr >> U(24))), sh, below)
                     for p in range(nblocks):                      # step 4
                         d = mma(a0, a1, a2, a3, xw[4 * p + 2 * s], xw[4 * p + 2 * s + 1],
                                 acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
                         for e in range(4):
                             acc[4 * p + e] = d[e]
+                    ptr = nxt
+                    o0, o1, o2, o3, ha, hb = q0, q1, q2, q3, na, nb
         if slices > 1:                                            # the slices' sum, in slice order, one
             for q in range(1, slices):                            # slice's partials at a time
                 if sl == U(q):
@@ -324,8 +327,14 @@ def prepare(a: TiledBitmap) -> DeviceBitmap:
     if not isinstance(a, TiledBitmap):
         raise TypeError(f"a: expected a TiledBitmap, got {type(a).__name__}")
     check_int32(a.stream.size * 2, "a.stream", "halves", "the kernel's value indices are 32-bit")
-    a.validate(full=True)                      # the kernel trusts offsets and bitmaps: check them once
-    stream = cuda.to_device(np.concatenate([a.stream, np.zeros(4, np.uint32)]))   # a 16-byte tail: see decode
+    a.validate(full=True)                      # the kernel trusts offsets, bitmaps and headers: check them once
+    return upload(a)
+
+
+def upload(a: TiledBitmap) -> DeviceBitmap:
+    """:func:`prepare` without the full scan: for a TiledBitmap made by its constructors in this process
+    (``from_dense``, ``from_coords``, ``from_csr``), whose records are right by construction."""
+    stream = cuda.to_device(np.concatenate([a.stream, np.zeros(TAIL_WORDS, np.uint32)]))
     return DeviceBitmap(a, stream, cuda.to_device(a.offsets.astype(np.int32)),
                         cuda.to_device(np.zeros(max(a.grid[0], 1), dtype=np.int32)))
 

@@ -1,6 +1,7 @@
 """sparsekit/gpu/spmm_bitmap.py compiles for sm_80 and sm_90 offline, and the post-LTO PTX shows what it relies on:
-``mma.sync`` m16n8k16 in the value dtype with float32 accumulators; the bitmaps and ``X`` read 16 bytes at a
-time (``ld.global.v4``), the values by 16-bit loads; popcounts for the decode; no barrier in the group loop
+``mma.sync`` m16n8k16 in the value dtype with float32 accumulators; a lane's half of the bitmaps and ``X`` read 16
+bytes at a time (``ld.global.v4``), the header 8 (``ld.global.v2``), the values by 16-bit loads; popcounts for the
+decode; no barrier in the group loop
 (nothing goes through shared memory on the way in); no ``.local`` memory and no spill."""
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def test_kernel(cc, setting):
     assert "popc.b32" in ptx and "prefetch.global.L2" in ptx
     loop = group_loop(ptx)
     assert not [x for x in loop if "bar.sync" in x]
-    assert sum(bool(re.match(r"ld\.global(\.nc)?\.v4\.u32", x)) for x in loop) == 4 + npad // 8
+    assert sum(bool(re.match(r"ld\.global(\.nc)?\.v4\.u32", x)) for x in loop) == 2 + npad // 8
+    assert sum(bool(re.match(r"ld\.global(\.nc)?\.v2\.u32", x)) for x in loop) == 2
     assert sum(bool(re.match(r"ld\.global(\.nc)?\.u16", x)) for x in loop) == 16
     assert ".local" not in ptx
     use = offline.usage(report)
