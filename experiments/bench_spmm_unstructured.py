@@ -64,7 +64,7 @@ SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 SPARSITIES = [0.5, 0.7, 0.8, 0.9]
 NS = [8, 16, 32, 64, 256, 1024]
 DTYPE_NAMES = ["bfloat16", "float16"]
-BUDGET_S = 540.0        # a default run takes about 5 minutes; one running past 9 stops and writes what it has
+BUDGET_S = 540.0        # a default run takes about 5 minutes; one still going at 9 stops and writes what it has
 OUT = Path("experiments/results")
 
 DENSE, CUSPARSE, CUSPARSELT = "dense cuBLAS", "cuSPARSE CSR", "cuSPARSELt 2:4"
