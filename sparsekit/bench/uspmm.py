@@ -113,15 +113,15 @@ class Problem:
 
 def host_bytes(m: int, k: int, n: int, sparsity: float, dtype) -> int:
     """About the most host memory :func:`bench_problem` holds at once for the problem on this process's backend,
-    for refusing one that cannot fit. Per element of the dense A 32 bytes (the draw and pruning of
-    :func:`sparsekit.tune.make_ell`, the dense copy, the float64 copy for the exact product) and per kept one 20
-    (the ELL, the CSR baseline and its coordinates); of B 8 and its own bytes (the float64 draw, or the float64
-    copy the exact product reads, and ``b_host``); of C 56 (the float64 exact product and ``|A| |B|``, on the host
-    wherever they are computed, the bound's temporaries, each result). Device arrays are host arrays under the
-    CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): 8 more a kept element (the ELL's copy) and twice B's own bytes
-    (``b`` and ``b_f``); without PyTorch on a GPU :meth:`Problem.exact` multiplies in NumPy: 8 more an element of
-    B (``|B|``). tracemalloc measured 50-90 % of it at toy sizes, each operand dominant in turn, on the simulator
-    and with device arrays and PyTorch's products off the traced host memory, as on a GPU."""
+    for refusing one that cannot fit. Bytes per element of the dense A: 32 (the draw and pruning of
+    :func:`sparsekit.tune.make_ell`, the dense copy, the float64 copies for the exact product) and 20 more per
+    kept one (the ELL, the CSR baseline and its coordinates); of B: 8 and its own size (the float64 draw, then the
+    float64 copy the exact product reads; ``b_host``); of C: 56 (the float64 exact product and ``|A| |B|``, on the
+    host wherever they are computed, the bound's temporaries, each result). Under the CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``) device arrays are host arrays: 8 more per kept element (the ELL's copy) and twice
+    B's size (``b`` and ``b_f``). Without PyTorch on a GPU :meth:`Problem.exact` multiplies in NumPy: 8 more per
+    element of B (``|B|``). tracemalloc measured 36-97 % of it at toy sizes, each operand dominant in turn, on the
+    simulator and with device arrays and PyTorch's products off the traced memory, as on a GPU."""
     itemsize = np.dtype(dtype).itemsize
     simulator = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     kept = 20 + 8 * simulator
