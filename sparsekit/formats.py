@@ -1543,6 +1543,7 @@ class TiledBitmap(_Format):
 
     def headers(self) -> np.ndarray:
         """The fragments' two header words, ``(fragments, 2)`` uint32, as stored."""
+        self._check_records()
         at = self.offsets[:-1, None] * 4 + np.arange(8, 10)
         return self.stream[at] if at.size else np.zeros((0, 2), np.uint32)
 
@@ -1587,13 +1588,14 @@ class TiledBitmap(_Format):
             raise ValueError("stream: values must be finite")
 
     def _check_records(self) -> None:
-        """The cheap checks, and every record at least its 32 bytes of bitmaps: what :meth:`bitmaps` reads lies in
-        ``stream`` (an edited ``offsets`` array may no longer span it, or step back)."""
+        """The cheap checks, and every record at least the 3 16-byte units its bitmaps and header take: what
+        :meth:`bitmaps` and :meth:`headers` read lies in ``stream`` (an edited ``offsets`` array may no longer span
+        it, or step back)."""
         self.validate()
         steps = np.diff(self.offsets)
-        if (steps < 2).any():
-            f = int(np.flatnonzero(steps < 2)[0])
-            raise ValueError(f"offsets: fragment {f} is shorter than its 32 bytes of bitmaps")
+        if (steps < 3).any():
+            f = int(np.flatnonzero(steps < 3)[0])
+            raise ValueError(f"offsets: fragment {f} is shorter than the 3 16-byte units of its bitmaps and header")
 
     def _coords(self):
         """Row and column of every kept entry, in storage order (fragment, cell, bit)."""
