@@ -17,51 +17,17 @@ Recorded in ``experiments/results/spmm_bitmap.md``.
 """
 import argparse
 import time
-import traceback
 
-import ml_dtypes
 import numpy as np
 
-from sparsekit.formats import TiledBitmap
+from experiments.spmm_points import DTYPES, REPEAT, bitmap_on_device, error, error_bound, log, point, shape, timed
 from sparsekit.gpu import spmm_bitmap as gb
-from sparsekit.timing import measure, measured_bandwidth
+from sparsekit.timing import measured_bandwidth
 
 T0 = time.time()
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 SPARSITIES = [0.5, 0.6, 0.7, 0.8, 0.9]
 NS = [8, 16, 32, 64]
-REPEAT = 15
-DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
-
-
-def shape(text: str) -> tuple[int, int]:
-    """``"MxK"`` -> ``(M, K)``."""
-    m, k = text.lower().split("x")
-    return int(m), int(k)
-
-
-def log(*args):
-    print(*args, flush=True)
-
-
-def timed(fn):
-    return measure(fn, repeat=REPEAT, warmup=2).median_s * 1e6
-
-
-def point(label, fn):
-    try:
-        return fn()
-    except Exception as err:   # a failed point is reported, the run goes on
-        log(f"FAIL {label}: {type(err).__name__}: {str(err)[:300]}")
-        traceback.print_exc(limit=3)
-        return None
-
-
-def prepare_fast(bits, mask, dtype):
-    """The TiledBitmap of the entries ``mask`` keeps, on the device (built here, so ``upload`` skips the full
-    scan of ``prepare``)."""
-    rows, cols = np.nonzero(mask)
-    return gb.upload(TiledBitmap.from_coords(rows, cols, bits[rows, cols].view(dtype), mask.shape))
 
 
 def sweep(dev, x, dense_us):
@@ -124,7 +90,7 @@ def main(argv=None):
         for sp in args.sparsities:
             tb = time.time()
             mask = rng.random((m, k), dtype=np.float32) >= sp
-            dev = point("format", lambda: prepare_fast(bits, mask, ndt))
+            dev = point("format", lambda: bitmap_on_device(bits, mask, ndt))
             if dev is None:
                 continue
             nbytes = dev.host.nbytes().total
@@ -138,15 +104,8 @@ def main(argv=None):
                     dense_us[n] = point("dense", lambda: timed(lambda: F.linear(x, wp)))
                 if args.sweep:
                     point("sweep", lambda: sweep(dev, x, dense_us[n]))
-                ref = x.float() @ wp32.t()
-                eps = 2.0 ** -7 if dname == "bfloat16" else 2.0 ** -10
-                bound = 2 * k * 2.0 ** -24 * (x.float().abs() @ wp32.abs().t()) + eps * ref.abs() + 1e-6
-
-                def err():
-                    d = (gb.spmm_bitmap_linear(dev, x).float() - ref).abs()
-                    return d.max().item(), bool((d <= bound).all().item())
-
-                e = point("run", err)
+                ref, bound = error_bound(x.float(), wp32, dname)
+                e = point("run", lambda: error(gb.spmm_bitmap_linear(dev, x), ref, bound))
                 t = point(f"bitmap {m}x{k} {sp} N={n}", lambda: timed(lambda: gb.spmm_bitmap_linear(dev, x)))
                 lt = point("cusparselt", lambda: cusparselt_us(m, k, n, tdt)) if sp == 0.5 else None
                 fmt = lambda v: f"{v:7.1f}" if v else "   fail"

@@ -54,9 +54,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from experiments.bench_spmm_bitmap import prepare_fast
 from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point, shape
-from experiments.spmm_points import tiled
+from experiments.spmm_points import bitmap_on_device, tiled
 from sparsekit.experiment import save_figure
 from sparsekit.prune import magnitude, n_m
 
@@ -339,7 +338,7 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
     layer = Layer(m, k, sparsity, dname, wp, wp.float())
 
     def bitmap():
-        dev = prepare_fast(bits, mask, ndt)
+        dev = bitmap_on_device(bits, mask, ndt)
         return Kernel(lambda x, xt: gb.spmm_bitmap_linear(dev, x), True, gb.MAX_N,
                       lambda n: ("", dev.host.nbytes().total))
 

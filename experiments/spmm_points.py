@@ -8,9 +8,10 @@
   the kernels' tests' bound (float32 sums in another order, plus one rounding to the dtype);
 - :func:`tiled` and :func:`on_device`: a TiledCSL of a mask's entries without a sort, on the device without the
   full scan of ``prepare`` (the tests cover the builder's layout), since formatting a 14336 x 4096 weight
-  through the general constructor takes seconds.
+  through the general constructor takes seconds; :func:`bitmap_on_device` the same for a TiledBitmap.
 
-Used by ``experiments/bench_spmm_tiled.py`` and ``experiments/bench_spmm_unstructured.py``.
+Used by ``experiments/bench_spmm_tiled.py``, ``experiments/bench_spmm_bitmap.py`` and
+``experiments/bench_spmm_unstructured.py``.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import traceback
 import ml_dtypes
 import numpy as np
 
-from sparsekit.formats import TiledCSL
+from sparsekit.formats import TiledBitmap, TiledCSL
 from sparsekit.timing import measure
 
 #: Timed repeats a point (the median is reported).
@@ -109,3 +110,12 @@ def on_device(a):
 
     return gt.DeviceTiled(a, cuda.to_device(a.words), cuda.to_device(a.offsets.astype(np.int32)),
                           int(np.diff(a.offsets).max()), cuda.to_device(np.zeros(a.grid[0], np.int32)))
+
+
+def bitmap_on_device(bits, mask, dtype):
+    """The TiledBitmap of the entries ``mask`` keeps (``bits``: their 16-bit patterns), on the device through
+    ``upload`` (built here by its constructor, so without the full scan of ``prepare``)."""
+    from sparsekit.gpu import spmm_bitmap as gb
+
+    rows, cols = np.nonzero(mask)
+    return gb.upload(TiledBitmap.from_coords(rows, cols, bits[rows, cols].view(dtype), mask.shape))
