@@ -337,52 +337,52 @@ TILED_EDITS = {   # class -> (edit, text): the words hold a local index in their
 
 
 def _bitmap(edit=None):
-    """``DENSE`` as a TiledBitmap: two fragments (columns 0, 1 and 4, 5 of the 8 rows), 16 values and 4 16-byte
-    units each (``offsets = [0, 4, 8]``); ``edit`` changes its arrays in place."""
+    """``DENSE`` as a TiledBitmap: two fragments (columns 0, 1 and 4, 5 of the 8 rows), each 8 words of bitmaps, 2
+    of header and 16 values in 5 16-byte units (``offsets = [0, 5, 10]``); ``edit`` changes its arrays in place."""
     b = formats.TiledBitmap.from_dense((DENSE / 8).astype(np.float16))
     if edit is not None:
         edit(b)
     return b
 
 
-def _first_bit_below_the_edge(b):
-    """Fragment 0's first kept bit (cell 0, row 0) moved to cell 1 (row 8): the count stays, the entry lies below
-    the matrix's 8 rows."""
-    b.stream[0] &= ~np.uint32(1)
-    b.stream[1] |= np.uint32(1)
+def _first_bit_past_the_edge(b):
+    """Fragment 0's first kept bit (cell 0, row 0, column 0) moved to bit 6 of the same half of the cell (row 0,
+    column 24): the counts, the header and the record's length stay, the entry lies past the matrix's 8 columns."""
+    b.stream[0] = b.stream[0] & ~np.uint32(1) | np.uint32(1 << 6)
 
 
 def _set_stream_half(at: int, bits: int):
+    """An edit writing ``bits`` at 16-bit position ``at`` of the stream."""
     return lambda b: b.stream.view(np.uint16).__setitem__(at, bits)
 
 
 BITMAP_OFFSET_EDITS = {   # class -> (edit, text): the records' starts in 16-byte units
     "offsets_not_spanning_stream": (lambda b: b.offsets.__setitem__(-1, 7),
-                                    "offsets: should start at 0 and end at stream.size / 4 = 8"),
-    "negative_index": (lambda b: b.offsets.__setitem__(1, -4), "offsets: fragment 0 is shorter than its 32 bytes"),
-    "unsorted_index": (lambda b: b.offsets.__setitem__(1, 9),           # (and past the stream's 8 units)
-                       "offsets: fragment 1 is shorter than its 32 bytes"),
+                                    "offsets: should start at 0 and end at stream.size / 4"),
+    "negative_index": (lambda b: b.offsets.__setitem__(1, -4), "offsets: fragment 0 is shorter than the 3 16-byte"),
+    "unsorted_index": (lambda b: b.offsets.__setitem__(1, 9),           # (record 1 would read past the stream)
+                       "offsets: fragment 1 is shorter than the 3 16-byte"),
 }
 BITMAP_EDITS = {   # the offsets' classes and the stream's; a bitmap cannot name a position twice (no duplicates)
     **BITMAP_OFFSET_EDITS,
-    "record_too_short": (lambda b: b.stream.__setitem__(2, b.stream[2] | np.uint32(1)),   # (0, 2) kept: 17 values
-                         "offsets: fragment 0 spans 4 16-byte units, its bitmaps keep 17 values: expected 5"),
-    "index_out_of_range": (_first_bit_below_the_edge, "stream: a bitmap keeps an entry outside the (8, 8) matrix"),
-    "nan": (_set_stream_half(16, 0x7E00), "stream: values must be finite"),          # fragment 0's first value
-    "inf": (_set_stream_half(16, 0xFC00), "stream: values must be finite"),
+    "record_too_short": (lambda b: b.stream.__setitem__(2, b.stream[2] | np.uint32(0x0101_0103)),  # 5 more in cell 2
+                         "offsets: fragment 0 spans 5 16-byte units, its bitmaps keep 21 values: expected 6"),
+    "index_out_of_range": (_first_bit_past_the_edge, "stream: a bitmap keeps an entry outside the (8, 8) matrix"),
+    "nan": (_set_stream_half(20, 0x7E00), "stream: values must be finite"),          # fragment 0's first value
+    "inf": (_set_stream_half(20, 0xFC00), "stream: values must be finite"),
 }
 
 
 def _bitmap_reads_its_stream(edit, method: str):
-    """``bitmaps``, ``counts`` or ``nbytes`` of a TiledBitmap whose stream (not offsets) is corrupt: what the stream
-    holds, read here without the format's code: each record's first 8 words, their set bits, the arrays' bytes
-    (values: 2 a set bit)."""
+    """``bitmaps``, ``headers``, ``counts`` or ``nbytes`` of a TiledBitmap whose stream (not offsets) is corrupt:
+    what the stream holds, read here without the format's code: each record's first 8 words and the 2 after them,
+    the set bits of the 8, the arrays' bytes (values: 2 a set bit)."""
     b = _bitmap(edit)
     words = np.stack([b.stream[4 * o:4 * o + 8] for o in b.offsets[:-1]])
     kept = np.array([sum(bin(int(w)).count("1") for w in record) for record in words])
     total = 4 * b.stream.size + b.offsets.nbytes
-    want = {"bitmaps": words, "counts": kept,
-            "nbytes": formats.NBytes(2 * int(kept.sum()), total - 2 * int(kept.sum()), total)}[method]
+    want = {"bitmaps": words, "headers": np.stack([b.stream[4 * o + 8:4 * o + 10] for o in b.offsets[:-1]]),
+            "counts": kept, "nbytes": formats.NBytes(2 * int(kept.sum()), total - 2 * int(kept.sum()), total)}[method]
     got = getattr(b, method)()
     assert np.array_equal(got, want) and np.asarray(got).dtype == np.asarray(want).dtype, (got, want)
 
@@ -396,8 +396,9 @@ def _half_csr_past_the_edge():
 
 
 def _bitmap_cases() -> list[Case]:
-    """TiledBitmap's offsets and stream through every reader: refused by name; ``bitmaps``, ``counts``, ``nbytes``
-    (no full check) refuse an offset edit by name and give what the stream holds otherwise; empty matrices."""
+    """TiledBitmap's offsets and stream through every reader: refused by name; ``bitmaps``, ``headers``,
+    ``counts``, ``nbytes`` (no full check) refuse an offset edit by name and give what the stream holds otherwise;
+    empty matrices."""
     cases = []
     readers = {**READERS, "convert": lambda x: formats.convert(x, formats.COO)}
     for bad, (edit, text) in BITMAP_EDITS.items():
@@ -405,7 +406,7 @@ def _bitmap_cases() -> list[Case]:
             entry, name = ("formats.convert", f"{bad}:TiledBitmap") if method == "convert" else \
                 (f"formats.TiledBitmap.{method}", bad)
             cases.append(Case(entry, name, lambda e=edit, r=read: r(_bitmap(e)), ValueError, text))
-        for method in ("bitmaps", "counts", "nbytes"):
+        for method in ("bitmaps", "headers", "counts", "nbytes"):
             if bad in BITMAP_OFFSET_EDITS:
                 cases.append(Case(f"formats.TiledBitmap.{method}", bad,
                                   lambda e=edit, m=method: getattr(_bitmap(e), m)(), ValueError, text))
@@ -424,6 +425,8 @@ def _bitmap_cases() -> list[Case]:
                      _same_dense(empty)),
               _gives("formats.TiledBitmap.counts", "empty", lambda: make(empty).counts(),
                      lambda got: got.shape == (0,)),
+              _gives("formats.TiledBitmap.headers", "empty", lambda: make(empty).headers(),
+                     lambda got: got.shape == (0, 2)),
               Case("formats.TiledBitmap.from_csr", "index_out_of_range",
                    lambda: formats.TiledBitmap.from_csr(_half_csr_past_the_edge()), ValueError,
                    "entries must lie inside the (8, 8) matrix")]
@@ -819,7 +822,24 @@ def _launcher_cases() -> list[Case]:
         else:
             cases.append(Case(entry, "negative_index",
                               lambda c=call, a=a, b=b: c(_edited(a, _negative), b), ValueError, "must lie in"))
-    return cases
+    return cases + _upload_cases()
+
+
+def _upload_cases() -> list[Case]:
+    """``spmm_bitmap.upload`` (``prepare`` without the full scan, for a TiledBitmap its constructors made): the
+    cheap checks still refuse; what only the full scan finds is the caller's promise, not a case."""
+    from sparsekit.gpu import spmm_bitmap
+
+    edit, text = BITMAP_EDITS["offsets_not_spanning_stream"]
+    huge = np.broadcast_to(np.uint32(0), (2**30 + 4,))            # 2**31 + 8 halves that take no memory
+    return [Case("gpu.spmm_bitmap.upload", "dense_matrix", lambda: spmm_bitmap.upload(DENSE), TypeError,
+                 "a: expected a TiledBitmap"),
+            Case("gpu.spmm_bitmap.upload", "offsets_not_spanning_stream", lambda: spmm_bitmap.upload(_bitmap(edit)),
+                 ValueError, text),
+            Case("gpu.spmm_bitmap.upload", "int32_overflowing_shape",
+                 lambda: spmm_bitmap.upload(formats.TiledBitmap(huge, np.array([0, 3, 2**28 + 1]), (16, 16),
+                                                                np.float16)),
+                 ValueError, "a.stream: at most 2**31 - 1")]
 
 
 def _valid_input_cases() -> list[Case]:
