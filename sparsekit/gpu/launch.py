@@ -5,6 +5,7 @@ turns a block too large for the register file into a clear error.
   ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings.
 * :class:`DynamicShared`: a kernel launched with ``nbytes`` of dynamic shared memory.
 * :class:`Buffers`: scratch device buffers a recorded launch (:mod:`sparsekit.launch`) may keep the address of.
+* :class:`Prepared`: what a weight copied to the device once shares: its host format's shape and dtype.
 * :func:`opt_in`: above :data:`SHARED_LIMIT` a launch fails unless the compiled kernel's
   ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (Numba has no option for it);
   up to :data:`SHARED_OPTIN` on the H100 and H200.
@@ -19,7 +20,7 @@ from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "check_int32", "DynamicShared", "Buffers", "SHARED_LIMIT", "SHARED_OPTIN",
+__all__ = ["launch", "opt_in", "check_int32", "DynamicShared", "Buffers", "Prepared", "SHARED_LIMIT", "SHARED_OPTIN",
            "SMEM_ALIGN", "WARP_SIZE", "INT32_MAX"]
 
 #: Threads a warp.
@@ -87,6 +88,19 @@ class DynamicShared:
 
     def get_regs_per_thread(self):
         return self.kernel.get_regs_per_thread()
+
+
+class Prepared:
+    """A weight on the device (a dataclass with a ``host`` field, its format on the host): the host's shape and
+    dtype, which launchers read."""
+
+    @property
+    def shape(self):
+        return self.host.shape
+
+    @property
+    def dtype(self):
+        return self.host.dtype
 
 
 class Buffers:

@@ -43,7 +43,7 @@ from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.launch import Buffers, check_int32, launch
+from sparsekit.gpu.launch import Buffers, Prepared, check_int32, launch
 from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, load4
@@ -303,7 +303,7 @@ def stage_x(src, dst, n, k, kp, transposed):
 
 
 @dataclass(eq=False)
-class DeviceBitmap:
+class DeviceBitmap(Prepared):
     """A :class:`~sparsekit.formats.TiledBitmap` on the device, ready for :func:`spmm_bitmap`: the stream (and its
     16-bit view), the fragments' offsets (int32, 16-byte units), the split-K tickets (zero between launches)
     and scratch buffers (the float32 workspace, the staged ``X``). Launches sharing one must be ordered."""
@@ -313,14 +313,6 @@ class DeviceBitmap:
     offsets: object
     counters: object
     buffers: Buffers = field(default_factory=Buffers)
-
-    @property
-    def shape(self):
-        return self.host.shape
-
-    @property
-    def dtype(self):
-        return self.host.dtype
 
 
 def prepare(a: TiledBitmap) -> DeviceBitmap:

@@ -64,7 +64,8 @@ from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4, ldmatrix_x4,
                      ldmatrix_x4_trans, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16, shared_addr,
                      st_shared, st_shared4, widen_bf16, widen_f16)
-from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, check_int32, launch, opt_in
+from sparsekit.gpu.launch import (SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, Prepared, check_int32,
+                                  launch, opt_in)
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import load4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
@@ -611,7 +612,7 @@ def stage_transposed(x, xt, n, k, stride):
 
 
 @dataclass(eq=False)
-class DeviceTiled:
+class DeviceTiled(Prepared):
     """A :class:`~sparsekit.formats.TiledCSL` on the device, ready for :func:`spmm_tiled`.
 
     ``words``/``offsets`` are device copies; ``max_words`` is the largest tile (the word stage size);
@@ -626,14 +627,6 @@ class DeviceTiled:
     max_words: int
     counters: object
     buffers: Buffers = field(default_factory=Buffers)
-
-    @property
-    def shape(self):
-        return self.host.shape
-
-    @property
-    def dtype(self):
-        return self.host.dtype
 
     def scratch(self, floats: int):
         """The float32 workspace, at least ``floats`` long."""

@@ -11,6 +11,7 @@ import re
 import pytest
 from numba import types
 
+from ptx_loops import mma_loop
 from sparsekit import offline
 from sparsekit.gpu import spmm_bitmap as sb
 
@@ -24,16 +25,6 @@ def build(cc, npad, bf16, linear, rows, slices, ahead=2048):
     args = (U32, U16, I32, U32, out, F32, I32) + (types.int64,) * 5
     return offline.build(sb._kernel(npad, bf16, linear, rows, slices, ahead), args, cc)
 
-
-def group_loop(ptx: str) -> list[str]:
-    """The lines of the longest backward-branch loop that holds an ``mma.sync``."""
-    lines = [x.strip() for x in ptx.splitlines()]
-    labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"^(\$L__\w+):", x))}
-    mma = [i for i, x in enumerate(lines) if x.startswith("mma.sync")]
-    spans = [(labels[m.group(1)], i) for i, x in enumerate(lines)
-             if (m := re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", x)) and labels.get(m.group(1), i) < i]
-    lo, hi = max((s for s in spans if any(s[0] <= j <= s[1] for j in mma)), key=lambda s: s[1] - s[0])
-    return lines[lo:hi + 1]
 
 
 # (N padded, bf16, linear, rows, slices)
@@ -49,7 +40,7 @@ def test_kernel(cc, setting):
     kind = "bf16.bf16" if bf16 else "f16.f16"
     assert ptx.count(f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.f32") == 2 * npad // 8
     assert "popc.b32" in ptx and "prefetch.global.L2" in ptx
-    loop = group_loop(ptx)
+    loop = mma_loop(ptx)
     assert not [x for x in loop if "bar.sync" in x]
     assert sum(bool(re.match(r"ld\.global(\.nc)?\.v4\.u32", x)) for x in loop) == 2 + npad // 8
     assert sum(bool(re.match(r"ld\.global(\.nc)?\.v2\.u32", x)) for x in loop) == 2

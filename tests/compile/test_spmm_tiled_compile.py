@@ -16,8 +16,9 @@ import re
 import pytest
 from numba import types
 
-from sparsekit.gpu import spmm_tiled as st
+from ptx_loops import mma_loop
 from sparsekit import offline
+from sparsekit.gpu import spmm_tiled as st
 
 CCS = [(8, 0), (9, 0)]
 U16, U32, I32 = (types.Array(t, 1, "C") for t in (types.uint16, types.uint32, types.int32))
@@ -31,18 +32,6 @@ def out_type(bf16: bool):
 def tiled(cc, wm, warps, tk, npad, bf16, linear, vector_b, stages, rounds):
     args = (U32, I32, U16, out_type(bf16), types.Array(types.float32, 1, "C"), I32) + (types.int64,) * 3
     return offline.build(st._kernel(wm, warps, tk, npad, bf16, linear, vector_b, stages, rounds), args, cc)
-
-
-def tile_loop(ptx: str) -> list[str]:
-    """The lines of the per-tile loop: from the label a backward branch goes to, through that branch, for the
-    longest such range that holds an ``mma.sync``."""
-    lines = [x.strip() for x in ptx.splitlines()]
-    labels = {m.group(1): i for i, x in enumerate(lines) if (m := re.match(r"^(\$L__\w+):", x))}
-    mma = [i for i, x in enumerate(lines) if x.startswith("mma.sync")]
-    spans = [(labels[m.group(1)], i) for i, x in enumerate(lines)
-             if (m := re.search(r"bra(?:\.uni)?\s+(\$L__\w+);", x)) and labels.get(m.group(1), i) < i]
-    lo, hi = max((s for s in spans if any(s[0] <= j <= s[1] for j in mma)), key=lambda s: s[1] - s[0])
-    return lines[lo:hi + 1]
 
 
 @functools.cache
@@ -69,7 +58,7 @@ def test_tiled_kernel(cc, setting):
     assert ".local" not in ptx
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
-    loop = tile_loop(ptx)
+    loop = mma_loop(ptx)
     assert sum("bar.sync" in x for x in loop) == 1
     assert sum("st.shared.u16 [a]" in x for x in loop) == 4 * rounds
     if vector_b:                                         # (copying B element by element divides by N or TK)
