@@ -44,7 +44,8 @@ from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import Buffers, Prepared, check_int32, launch
-from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, round_bf16
+from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32
+from sparsekit.gpu.spmm_tiled import element_store
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, load4
 
@@ -173,15 +174,7 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
     # the partials of one slice (without slices, a one-element stand-in)
     partials = (rows, nacc, 32) if slices > 1 else (1, 1, 1)
 
-    @inlined
-    def store(c, row, col, m, n, x):
-        """``C[row, col]`` (``linear``: ``Y[col, row]``) ``= x`` rounded once to the dtype, inside the matrix."""
-        if row < m and col < n:
-            at = col * m + row if linear else row * n + col
-            if bf16:
-                c[at] = round_bf16(x)
-            else:
-                c[at] = x
+    store = element_store(bf16, linear)
 
     def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs, nbytes):
         shared = cuda.shared.array(partials, float32)

@@ -126,6 +126,22 @@ def value_store(lshift: int):
     return intrinsic(typer)
 
 
+@functools.cache
+def element_store(bf16: bool, linear: bool):
+    """``store(c, row, col, m, n, x)``: ``C[row, col]`` (``linear``: ``Y[col, row]``, ``Y = C^T``) ``= x`` rounded once
+    to the 16-bit dtype, where ``(row, col)`` lies inside the ``m x n`` matrix: the epilogue of the tensor-core
+    kernels (``c`` a float16 array, or uint16 bits for bfloat16)."""
+    @inlined
+    def store(c, row, col, m, n, x):
+        if row < m and col < n:
+            at = col * m + row if linear else row * n + col
+            if bf16:
+                c[at] = round_bf16(x)
+            else:
+                c[at] = x
+    return store
+
+
 def padded_n(n: int) -> int:
     """``N`` rounded up to the MMA's width: 8, 16, 32 or 64."""
     return max(8, 1 << (int(n) - 1).bit_length())
@@ -352,15 +368,7 @@ def _kernel(wm: int, warps: int, tk: int, npad: int, bf16: bool, linear: bool, v
                         for e in range(4):
                             acc[x + 4 + e] = d[e]
 
-    @inlined
-    def store(c, row, col, m, n, x):
-        """``C[row, col]`` (``linear``: ``Y[col, row]``) ``= x`` rounded once to the dtype, inside the matrix."""
-        if row < m and col < n:
-            at = col * m + row if linear else row * n + col
-            if bf16:
-                c[at] = round_bf16(x)
-            else:
-                c[at] = x
+    store = element_store(bf16, linear)
 
     @inlined
     def issue(words, b, s16, s32, tid, offs, u, stage, word_src, word_dst, brow, bcol, b_src, b_dst, bstep, k0, k, n):

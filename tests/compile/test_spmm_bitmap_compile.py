@@ -26,7 +26,6 @@ def build(cc, npad, bf16, linear, rows, slices, ahead=2048):
     return offline.build(sb._kernel(npad, bf16, linear, rows, slices, ahead), args, cc)
 
 
-
 # (N padded, bf16, linear, rows, slices)
 SETTINGS = [(8, False, True, 4, 1), (16, True, True, 4, 1), (32, True, False, 2, 2), (64, False, True, 4, 1)]
 
