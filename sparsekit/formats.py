@@ -1236,8 +1236,22 @@ def _half_dtype(dtype, name: str) -> np.dtype:
     return d
 
 
+class _HalfFormat(_Format):
+    """A format whose 16-bit values (float16 or bfloat16) sit in 32-bit words with their index data, so the value
+    dtype is a field of its own: ``value_dtype``."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "value_dtype", _half_dtype(self.value_dtype, "value_dtype"))
+        self.validate()
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value_dtype
+
+
 @dataclass(frozen=True, eq=False, repr=False)
-class TiledCSL(_Format):
+class TiledCSL(_HalfFormat):
     """Tile-local compressed list: the weight cut into ``tile = (TM, TK)`` tiles, each tile's stored
     entries one 32-bit word apiece.
 
@@ -1275,14 +1289,8 @@ class TiledCSL(_Format):
     value_dtype: np.dtype
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", _as_shape(self.shape))
         object.__setattr__(self, "tile", _as_blocksize(self.tile, "tile"))
-        object.__setattr__(self, "value_dtype", _half_dtype(self.value_dtype, "value_dtype"))
-        self.validate()
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.value_dtype
+        super().__post_init__()
 
     @property
     def sink(self) -> int:
@@ -1467,7 +1475,7 @@ def _bitmap_position(rows: np.ndarray, cols: np.ndarray, ksteps: int):
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class TiledBitmap(_Format):
+class TiledBitmap(_HalfFormat):
     """A bitmap per 8 x 8 cell and the cell's kept values, grouped by 16 x 16 MMA fragment.
 
     The design of SpInfer's tensor-core-aware bitmap encoding (EuroSys 2025): a kernel reads a fragment's
@@ -1510,15 +1518,6 @@ class TiledBitmap(_Format):
     offsets: np.ndarray
     shape: tuple[int, int]
     value_dtype: np.dtype
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", _as_shape(self.shape))
-        object.__setattr__(self, "value_dtype", _half_dtype(self.value_dtype, "value_dtype"))
-        self.validate()
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.value_dtype
 
     @property
     def grid(self) -> tuple[int, int]:

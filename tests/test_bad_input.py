@@ -1288,9 +1288,10 @@ def _public_callables(module_name: str) -> set[str]:
 def test_every_public_entry_point_is_in_the_matrix():
     covered = {c.entry for c in _all_cases(Path("/nonexistent"), None)}
     covered |= set(REACHED_THROUGH)
-    # a format class counts when its conversions and from_dense are in the matrix
+    # a format class counts when its conversions and from_dense are in the matrix (private bases such as
+    # _HalfFormat are not entry points: their methods are checked through the classes that inherit them)
     format_classes = {n for n, c in vars(formats).items() if isinstance(c, type) and issubclass(c, formats._Format)
-                      and c is not formats._Format}
+                      and not n.startswith("_")}
     covered |= {f"formats.{name}" for name in format_classes}
     methods = {f"formats.{name}.{m}" for name in format_classes for m in dir(getattr(formats, name))
                if not m.startswith("_") and callable(getattr(getattr(formats, name), m))}
