@@ -30,9 +30,8 @@ Parts (each prints a table and writes ``DIR/persistent_rnn_<part>.json``):
 ``launch_bounds`` ``rest`` and Table 1's rows at 1152 and 1792 with launch bounds
            (``bound_registers``) on and off, the wide rows also with and
            without 16-byte loads of h (``vector``), in one process pool.
-``exchange`` Table 1's rows, ``fold_h0`` and the exchange options (copies of the exchange, the 16-byte
-           preset, weak L2 loads, the issue-first poll) at 1792 and 1152, traced, without waiting, and the
-           steps points.
+``exchange`` Table 1's rows, ``fold_h0`` and the exchange options (the 16-byte preset, weak L2 loads,
+           the issue-first poll) at 1792 and 1152, traced, without waiting, and the steps points.
 ``ds2``    Appendix B's Deep Speech 2 LSTM layers (batch 1) with the shuffle
            reduction, chunked loads and launch bounds.
 ``lstm``   Appendix B (Tables 2-3): the persistent LSTM at the NMT and Deep
@@ -215,11 +214,10 @@ SANITIZE_VARIANTS = [(c, {}) for c in CONFIGS] + [
     ("bank_aware", {"grid_sync": "atomic", "load": "cg"}),
     ("lamport", {"load": "relaxed", "fold_h0": True}),
     ("lamport", {"load": "relaxed", "fold_h0": True, "reduce": "shfl", "double_buffer": True}),
-    ("lamport", {"load": "relaxed", "copies": 4, "fold_h0": True, "preset": "vector"}),
-    ("lamport", {"load": "relaxed", "copies": 3}),
+    ("lamport", {"load": "relaxed", "fold_h0": True, "preset": "vector"}),
     ("lamport", {"load": "relaxed", "preset": "vector", "double_buffer": True}),
     ("lamport", {"load": "relaxed", "poll": "issue", "fold_h0": True, "preset": "vector"}),
-    ("lamport", {"load": "relaxed", "poll": "issue", "vector": True, "copies": 2}),
+    ("lamport", {"load": "relaxed", "poll": "issue", "vector": True}),
     ("lamport", {"load": "relaxed", "poll": "issue", "issue_delay": 600, "fold_h0": True}),
     ("lamport", TABLE1_OPTIONS["lamport"]),
 ]
@@ -229,7 +227,7 @@ def sanitize(only=None):
     """Tiny multi-block runs of every configuration (for compute-sanitizer): 25 blocks, 6 steps.
 
     ``only``: just the float16 variants whose options name one of these options (comma-separated, e.g.
-    ``vector`` or ``copies,fold_h0``)."""
+    ``vector`` or ``preset,fold_h0``)."""
     ok = True
     for dt in ("float32", "float16") if only is None else ("float16",):
         u, mask, bp, h0 = problem(200, 0.1, 4, 6, np.dtype(dt), seed=5)
@@ -706,15 +704,15 @@ def _tables(records, extra_column):
                     "operate_ns", "reduce_write_ns", "polls"])
 
 
-# -- copies of the exchange (fewer readers per L2 line of h), 16-byte preset, issue-first poll --
+# -- exchange options: 16-byte preset, weak L2 loads, issue-first poll ---------------------------------------
 
 _RFV = {**_RF, "preset": "vector"}
-#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, ``fold_h0``, then the exchange options (results/persistent_rnn.md, Copies of the exchange): the 16-byte preset, ``copies``
-#: copies of the exchange (each L2 line of h read by 1 / copies of the blocks), weak L2 loads (``cg``), and
+#: (label, Table 1 configuration, options[, tpr]): Table 1's rows, ``fold_h0``, then the exchange options
+#: (results/persistent_rnn.md, Options measured slower): the 16-byte preset, weak L2 loads (``cg``), and
 #: ``poll="issue"`` (the step's loads issued back to back with constant offsets, then checked: the SASS of
 #: ``poll="batch"`` computes each address behind its check)
 _RFI = {**_RFV, "poll": "issue"}
-#: The exchange options of results/persistent_rnn.md, Copies of the exchange, with and without ``poll="issue"``;
+#: The exchange options of results/persistent_rnn.md, Options measured slower, with and without ``poll="issue"``;
 #: ``exchange(variants=EXCHANGE_OPTION_VARIANTS)`` times them
 EXCHANGE_OPTION_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold", "lamport", _RF),
@@ -723,11 +721,6 @@ EXCHANGE_OPTION_VARIANTS = [(c, c, _TABLE1_BASELINE[c]) for c in CONFIGS] + [
     ("lamport fold issue vector", "lamport", {**_RFI, "vector": True}),
     ("lamport fold issue db", "lamport", {**_RFI, "double_buffer": True}),
     ("lamport fold issue cg", "lamport", {**_RFI, "load": "cg"}),
-    ("lamport fold issue copies2", "lamport", {**_RFI, "copies": 2}),
-    ("lamport fold issue copies4", "lamport", {**_RFI, "copies": 4}),
-    ("lamport fold copies2", "lamport", {**_RFV, "copies": 2}),
-    ("lamport fold copies4", "lamport", {**_RFV, "copies": 4}),
-    ("lamport fold copies8", "lamport", {**_RFV, "copies": 8}),
     ("lamport fold cg", "lamport", {**_RFV, "load": "cg"}),
 ]
 #: ``poll="issue"`` with a spin of ``issue_delay`` cycles (150-1700) before the step's loads: issued at once right

@@ -78,7 +78,7 @@ def test_table1_configs_match_reference(config, problem):
 
 
 def _poll_fits(opts: dict) -> dict:
-    """``poll="issue"`` leaves out chunk and pipeline (``test_copies_preset_bad_configuration``): where options
+    """``poll="issue"`` leaves out chunk and pipeline (``test_preset_and_poll_bad_configuration``): where options
     drawn with it include one, poll by rounds."""
     if opts.get("poll") == "issue" and any(opts.get(k) for k in ("chunk", "pipeline")):
         opts["poll"] = "batch"
@@ -317,28 +317,19 @@ def test_initial_negative_zero_is_a_value(kw):
     assert np.abs(got.astype(np.float64) - want).max() <= tolerance(u.dtype, lay.kpad)
 
 
-# (copies: spin_limit 4096 for the relaunch, since in the simulator a thread polls h_t while the lanes 0 of
-# other rows may still be summing)
-@pytest.mark.parametrize("spin_limit, kw", [(4, {}), (4096, dict(copies=2, preset="vector"))],
-                         ids=["plain", "copies-preset"])
-def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
+@pytest.mark.parametrize("kw", [{}, dict(preset="vector")], ids=["plain", "vector-preset"])
+def test_planted_stall_times_out_and_the_relaunch_finishes(kw):
     """enqueue(start=1) on a fresh preset: the block waits for an h_1 nobody writes, so its spin times out
-    (the fault the GPU tests plant); the relaunch from step 0 (with copies: filling every copy again) then
-    gives the reference's states."""
+    (the fault the GPU tests plant); the relaunch from step 0 then gives the reference's states."""
     from numba import cuda
     u = _scaled(np.eye(8, dtype=np.float32) + 0.25, np.float32)
     bp = np.linspace(-1, 1, 5 * 4 * 8, dtype=np.float32).reshape(5, 4, 8)
     h0 = np.ones((4, 8), dtype=np.float32)
-    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=spin_limit, max_relaunch=1,
-                                 **kw)
+    plan = gpu_rnn.PersistentRNN(balance(u, tpr=4), 4, rows_per_block=8, spin_limit=4, max_relaunch=1, **kw)
     d_bp, hs = cuda.to_device(bp), cuda.device_array((5, 4, 8), dtype=np.float32)
     xchg, status = plan.buffers(5)
-    # the planted stall times out after 4 polls whatever the plan's limit (a launch argument): 4096 polls of
-    # every thread took 13 of the copies case's 16 s on the simulator; the relaunch runs with the plan's own
-    plan.spin_limit = 4
     plan.enqueue(d_bp, cuda.to_device(h0), 5, xchg, hs, status, start=1)
     assert int(status.copy_to_host()[0]) != 0
-    plan.spin_limit = spin_limit
     plan._resume(d_bp, xchg, hs, status, 5)
     assert plan.relaunches == 1
     assert np.abs(hs.copy_to_host().astype(np.float64) - ref_rnn.rnn_forward(u, bp, h0, 5)).max() <= \
@@ -348,10 +339,11 @@ def test_planted_stall_times_out_and_the_relaunch_finishes(spin_limit, kw):
 
 
 def test_retired_options_are_refused():
-    """The Lamport ring, thread-block clusters and column parts were measured slower than the default everywhere
-    (experiments/results/persistent_rnn.md, Options measured slower) and retired: a plan refuses them by name."""
+    """Copies of the exchange, the Lamport ring, thread-block clusters and column parts were measured slower than
+    the default everywhere (experiments/results/persistent_rnn.md, Options measured slower) and retired: a plan
+    refuses them by name."""
     lay, _, _ = _inputs()
-    for kw in ({"ring": True}, {"cluster": 2}, {"parts": 2}, {"passes": "uniform"}):
+    for kw in ({"copies": 2}, {"ring": True}, {"cluster": 2}, {"parts": 2}, {"passes": "uniform"}):
         with pytest.raises(TypeError, match=next(iter(kw))):
             gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, **kw)
 
@@ -431,27 +423,24 @@ def test_fold_h0_bad_configuration():
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, fold_h0=1)
 
 
-# -- copies of the exchange, the 16-byte preset ----------------------
+# -- the 16-byte preset, the issue-first poll ------------------------------------------------------
 
 @st.composite
-def copies_options(draw):
-    """The options ``copies``, ``preset`` and ``poll="issue"`` with those they combine with."""
+def exchange_options(draw):
+    """The options ``preset`` and ``poll="issue"`` with those they combine with."""
     poll = draw(st.sampled_from(gpu_rnn.POLLS))
     rounds = poll != "issue"                           # pipeline only with the polls by rounds
-    return {"copies": draw(st.integers(1, 4)),
-            "preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
+    return {"preset": draw(st.sampled_from(gpu_rnn.PRESETS)), "fold_h0": draw(st.booleans()),
             "index16": draw(st.booleans()), "poll": poll,
             "load": draw(st.sampled_from(gpu_rnn.LOADS)), "double_buffer": draw(st.booleans()),
             "pipeline": rounds and draw(st.booleans()), "vector": draw(st.booleans()),
             "issue_delay": 0 if rounds else draw(st.sampled_from([0, 50]))}
 
 
-@given(problem=problems(batch=4), opts=copies_options())
-def test_copies_and_preset_match_reference(problem, opts):
-    """copies: the block reads copy (block + t) % copies at step t, so one simulated block reads every copy and
-    each must hold h_t; preset="vector":
-    the same -0.0 bytes; poll="issue": all loads first, then checks (scalar words or 16-byte groups). All give
-    the reference's states."""
+@given(problem=problems(batch=4), opts=exchange_options())
+def test_preset_and_issue_poll_match_reference(problem, opts):
+    """preset="vector": the same -0.0 bytes; poll="issue": all loads first, then checks (scalar words or
+    16-byte groups). Both give the reference's states."""
     u, bp, h0, steps, tpr, activation = problem
     opts["vector"] = opts["vector"] and u.shape[0] * 4 * u.dtype.itemsize % 16 == 0     # whole 16-byte groups
     lay = bank_aware(balance(u, tpr=tpr), width=4 * u.dtype.itemsize)
@@ -463,9 +452,9 @@ def test_copies_and_preset_match_reference(problem, opts):
 
 @pytest.mark.parametrize("preset", gpu_rnn.PRESETS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_copies_fill_every_copy(preset, dtype):
-    """After a run every copy of every slot holds the same h_t (slot 0: h0), the states equal one copy's bit
-    for bit, and no -0.0 is left."""
+def test_exchange_holds_every_step(preset, dtype):
+    """After a run slot 0 of the exchange holds h0 and slot t + 1 h_t, bit for bit the states, and no -0.0 is
+    left (with h0 written by a separate launch or by the kernel)."""
     from numba import cuda
     u = _scaled(np.eye(12, dtype=np.float32) + 0.25, dtype)
     bp = np.linspace(-1, 1, 4 * 4 * 12, dtype=np.float32).reshape(4, 4, 12).astype(dtype)
@@ -473,25 +462,20 @@ def test_copies_fill_every_copy(preset, dtype):
     lay = balance(u, tpr=4)
     base = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16)(bp, h0, 4)
     for fold in (False, True):
-        plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16, copies=3, preset=preset, fold_h0=fold)
+        plan = gpu_rnn.PersistentRNN(lay, 4, rows_per_block=16, preset=preset, fold_h0=fold)
         d_bp, hs = cuda.to_device(bp), cuda.device_array((4, 4, 12), dtype=dtype)
         xchg, status = plan.buffers(4)
-        assert xchg.size == 5 * 3 * plan.stride
+        assert xchg.size == 5 * plan.stride
         plan.enqueue(d_bp, cuda.to_device(h0), 4, xchg, hs, status)
         assert hs.copy_to_host().tobytes() == base.tobytes()
-        slots = xchg.copy_to_host().reshape(5, 3, plan.stride)
-        assert (slots == slots[:, :1]).all() and not (np.signbit(slots) & (slots == 0)).any()
-        assert slots[0, 0].tobytes() == h0.T.copy().tobytes()
-        assert slots[1:, 0].reshape(4, 12, 4).transpose(0, 2, 1).tobytes() == base.tobytes()
+        slots = xchg.copy_to_host().reshape(5, plan.stride)
+        assert not (np.signbit(slots) & (slots == 0)).any()
+        assert slots[0].tobytes() == h0.T.copy().tobytes()
+        assert slots[1:].reshape(4, 12, 4).transpose(0, 2, 1).tobytes() == base.tobytes()
 
 
-def test_copies_preset_bad_configuration():
+def test_preset_and_poll_bad_configuration():
     lay, _, _ = _inputs()
-    with pytest.raises(ValueError, match="copies: copies of the exchange are an option of the Lamport kernel"):
-        gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=2, sync="barrier")
-    for bad in (0, gpu_rnn.MAX_COPIES + 1):
-        with pytest.raises(ValueError, match="copies"):
-            gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, copies=bad)
     with pytest.raises(ValueError, match="preset: expected one of"):
         gpu_rnn.PersistentRNN(lay, 4, rows_per_block=8, preset="memset")
     for kw in ({"sync": "barrier"}, {"chunk": 1}, {"pipeline": True}):

@@ -121,9 +121,8 @@ load, ~290 before a thread's 16th load leaves, in the SASS).
   of spinning first (300 on the H100) avoid that: 1.375 us/step at 1792 and
   1.362 at 1152 (Table 1's Lamport row; the library default stays
   ``"batch"``: the delay is tuned in clock cycles of one device).
-* ``copies``, ``preset="vector"``: measured, not adopted (copies showed
-  that the L2 lines of h are not the limit; the vector preset saves ~0.01
-  us/step).
+* ``preset="vector"``: measured, not adopted as the default (saves ~0.01
+  us/step); part of Table 1's Lamport row.
 
 Under the CUDA simulator only a single block can run a persistent kernel
 (the simulator runs blocks one after another), so the launcher requires
@@ -148,7 +147,7 @@ from sparsekit.rnn_layout import RNNLayout, check_layout, split, thread_packed_i
 
 __all__ = ["SCHEMES", "SYNCS", "ACTIVATIONS", "CELLS", "POLLS", "GRID_SYNCS", "LOADS", "REDUCES", "SHARED_LIMIT",
            "TRACE_PHASES", "PersistentRNN", "rnn_forward", "lstm_forward", "step_stride", "shared_bytes",
-           "max_hidden", "shared_limit", "PRESETS", "MAX_COPIES"]
+           "max_hidden", "shared_limit", "PRESETS"]
 
 SCHEMES = ("naive", "wide")
 SYNCS = ("barrier", "lamport")
@@ -239,7 +238,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
             double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
             load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False, fold_h0: bool = False, copies: int = 1, issue_delay: int = 0):
+            vector: bool = False, fold_h0: bool = False, issue_delay: int = 0):
     """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
 
     The factory reads in phases: the compile-time constants, then the kernels'
@@ -299,12 +298,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
       reloads a group while any of its four words is pending.
     * ``fold_h0`` (Lamport): a launch that starts at step 0 writes ``h_in``
       (h0) into exchange slot 0 itself (no separate copy).
-    * ``copies`` (Lamport; 1 = off): the exchange holds ``copies`` copies of
-      every step's h (slot ``t``, copy ``c`` at ``(t * copies + c) *
-      stride``); the writer of an element stores it into every copy, block
-      ``b`` reads copy ``(b + t) % copies`` at step ``t``, so each L2 line of h
-      is read by ``1 / copies`` of the blocks (the rotation with ``t`` lets a
-      one-block simulator run read every copy).
     """
     # -- compile-time constants ------------------------------------------------------------------------------------
     NPT, TPR, B, PF = npt, tpr, batch, words
@@ -323,7 +316,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     CHUNKED = 0 < chunk < PF
     CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
     FOLD = fold_h0
-    COPIES = copies
     # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
     # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
     # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (an H100 racecheck
@@ -423,12 +415,6 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
     # -- load stage: h_{t-1} from the exchange (global) into registers, then shared memory -------------------------
-
-    @inlined
-    def read_slot(t):
-        """Exchange slot (of ``stride`` elements) this block reads h_t from: copy ``(block + t) % copies`` of
-        step t (``copies``: every copy holds all of h_t)."""
-        return t * COPIES + (cuda.blockIdx.x + t) % COPIES
 
     @inlined
     def word(tid, k, nthreads, n_words):
@@ -652,7 +638,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                          hidden, cs, c):
         """Reduce stage: the row's tpr partials (shared memory or shuffles), + b'_t, g, write h_t.
 
-        h_t goes to ``hs`` and to exchange slot ``t + 1`` (every copy). LSTM: the same
+        h_t goes to ``hs`` and to exchange slot ``t + 1``. LSTM: the same
         thread owns (unit, sample) at every step and keeps c_{t-1} in a register
         (``c``), rounded to the dtype as the reference does.
         """
@@ -680,8 +666,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 else:
                     s = partial(red, red_off, acc, r_local, lane, q, 0, b)
                     y = zero_band(activate(s + float32(bp[q])))
-                for cp in range(COPIES):
-                    xchg[((t + 1) * COPIES + cp) * stride + row * B + b] = y
+                xchg[(t + 1) * stride + row * B + b] = y
                 hs[t, b, row] = y
 
     # -- the kernels: set-up, then per step load, operate, reduce and synchronize ----------------------------------
@@ -782,14 +767,13 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for q in range(NBO):
                 b = owned(lane, q)
                 if active and b < B:
-                    for cp in range(COPIES):
-                        xchg[cp * stride + row * B + b] = zero_band(float32(h_in[b, row]))
+                    xchg[row * B + b] = zero_band(float32(h_in[b, row]))
         if FOLD:                                         # (the block's own part of h_in is not waited for)
             cuda.syncthreads()
         if ISSUE:
-            issue_all(xchg_words, read_slot(t_start) * n_words, pf, tid, nthreads, n_words, False)
+            issue_all(xchg_words, t_start * n_words, pf, tid, nthreads, n_words, False)
         elif not CHUNKED:
-            issue_loads(xchg_words, read_slot(t_start) * n_words, 0, pf, tid, nthreads, n_words)
+            issue_loads(xchg_words, t_start * n_words, 0, pf, tid, nthreads, n_words)
         for t in range(t_start, t_stop):
             stamp(tr, t, 0, clock64())
             load_bias(bprime, t, hidden, row, lane, active, bp)   # off the critical path: ready by the reduce
@@ -798,9 +782,9 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     start = clock64()
                     while clock64() - start < DELAY:
                         pass
-                issue_all(xchg_words, read_slot(t) * n_words, pf, tid, nthreads, n_words, False)
+                issue_all(xchg_words, t * n_words, pf, tid, nthreads, n_words, False)
             # load: poll until none of this thread's words is -0.0 (bounded), copy them to shared memory
-            base = read_slot(t) * n_words
+            base = t * n_words
             woff = (t % NBUF) * buf_words
             if SHFL and not CHUNKED and not PIPELINE and not ISSUE and t > t_start:
                 issue_loads(xchg_words, base, 0, pf, tid, nthreads, n_words)   # in flight over the barrier
@@ -830,7 +814,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     cuda.atomic.max(status, 0, 1)
                 return
             if PIPELINE and t + 1 < t_stop:              # software pipeline: issue h_t's loads now
-                issue_loads(xchg_words, read_slot(t + 1) * n_words, 0, pf, tid, nthreads, n_words)
+                issue_loads(xchg_words, (t + 1) * n_words, 0, pf, tid, nthreads, n_words)
             elif not CHUNKED and not SHFL and not ISSUE:
                 for k in range(CHW):
                     pf[k] = PENDING                      # loaded in the next load stage
@@ -926,8 +910,6 @@ LOADS = ("volatile", "relaxed", "cg")
 REDUCES = ("shared", "shfl")
 #: how a Lamport launch presets its exchange buffer to -0.0: an element per thread, or 16 bytes per thread
 PRESETS = ("element", "vector")
-#: most copies of the exchange (``copies``)
-MAX_COPIES = 8
 
 
 @dataclass
@@ -951,10 +933,6 @@ class PersistentRNN:
     * ``vector``: 16-byte loads and stores of h's words (wide scheme);
     * ``fold_h0`` (Lamport): the kernel writes h0 into exchange slot 0 itself, so a
       run is the preset and the kernel, two launches instead of three;
-    * ``copies`` (Lamport, 1..``MAX_COPIES``): the exchange holds that many
-      copies of every step's h, every element is written into each, and block ``b`` reads copy
-      ``(b + t) % copies`` at step ``t``: each L2 line of h is read by ``1 / copies`` of the blocks
-      (the preset grows by the same factor);
     * ``preset`` (Lamport): ``"element"`` presets the exchange with a store per element,
       ``"vector"`` with a 16-byte store per thread (the same bytes);
     * ``poll="issue"`` (Lamport without chunk and pipeline): a step
@@ -964,8 +942,7 @@ class PersistentRNN:
       ``trace_cycles()`` (for finding where a step's time goes; see ``TRACE_PHASES``).
 
     ``poll="issue"`` with ``issue_delay=300``, ``fold_h0`` and ``preset="vector"`` is Table 1's Lamport row
-    (1.375 us/step at 1792 against 1.60; ``persistent_rnn.md``); ``copies`` was slower. ``grid``: blocks
-    launched.
+    (1.375 us/step at 1792 against 1.60; ``persistent_rnn.md``). ``grid``: blocks launched.
     """
 
     layout: RNNLayout
@@ -989,7 +966,6 @@ class PersistentRNN:
     bound_registers: bool = True
     vector: bool = False
     fold_h0: bool = False
-    copies: int = 1
     preset: str = "element"
     issue_delay: int = 0
 
@@ -1041,10 +1017,6 @@ class PersistentRNN:
         self.max_relaunch = check_int(self.max_relaunch, "max_relaunch", minimum=0)
         if self.fold_h0 and self.sync != "lamport":
             raise ValueError(f"fold_h0: an option of the Lamport kernel; got sync={self.sync!r}")
-        self.copies = check_int(self.copies, "copies", minimum=1, maximum=MAX_COPIES)
-        if self.copies > 1 and self.sync != "lamport":
-            raise ValueError(f"copies: copies of the exchange are an option of the Lamport kernel; "
-                             f"got sync={self.sync!r}")
         self.issue_delay = check_int(self.issue_delay, "issue_delay", minimum=0, maximum=1 << 20)
         if self.issue_delay and self.poll != "issue":
             raise ValueError(f"issue_delay: a delay before the loads of poll='issue', got poll={self.poll!r}")
@@ -1093,7 +1065,7 @@ class PersistentRNN:
                               self.activation, words, self.pipeline, self.cell, self.poll,
                               self.buffers_h == 2, self.index16, self.trace, self.grid_sync, self.load,
                               min(self.chunk, words), self.reduce, threads if self.bound_registers else 0,
-                              self.vector, self.fold_h0, self.copies, self.issue_delay)
+                              self.vector, self.fold_h0, self.issue_delay)
         self.vals = cuda.to_device(np.ascontiguousarray(lay.values))
         idx = thread_packed_indices(lay) if self.index16 else lay.indices
         self.idx = cuda.to_device(np.ascontiguousarray(idx))
@@ -1196,10 +1168,9 @@ class PersistentRNN:
     def buffers(self, steps: int):
         """Device scratch for a run of ``steps``: the exchange buffer and the status flags.
 
-        The exchange holds ``h_0..h_T`` (``copies`` copies of each; preset by
-        every Lamport launch). ``status``: [timeout flag, arrivals (grid
-        barrier)]."""
-        xchg = cuda.device_array((steps + 1) * self.copies * self.stride, dtype=self.layout.dtype)
+        The exchange holds ``h_0..h_T`` (preset by every Lamport launch).
+        ``status``: [timeout flag, arrivals (grid barrier)]."""
+        xchg = cuda.device_array((steps + 1) * self.stride, dtype=self.layout.dtype)
         if self.trace and self._trace.size != self.grid * steps * len(TRACE_PHASES):
             self._trace = cuda.to_device(np.zeros(self.grid * steps * len(TRACE_PHASES), dtype=np.int64))
         return xchg, cuda.to_device(np.zeros(2, dtype=np.int32))
@@ -1227,8 +1198,7 @@ class PersistentRNN:
         elif self.sync == "lamport":
             _fill[cdiv(xchg.size, 256), 256](xchg, self.layout.dtype.type(-0.0))
         if not self.fold_h0:
-            for cp in range(self.copies):
-                _set_h0[cdiv(n, 256), 256](h0, xchg[cp * self.stride:(cp + 1) * self.stride])
+            _set_h0[cdiv(n, 256), 256](h0, xchg[:self.stride])
         args = self._args(bprime, xchg, hs, status, start, steps, cs, c0, h0)
         self.check_coresident(args)
         self._launch(args)

@@ -231,19 +231,18 @@ def test_launch_bounds_fit_a_layer_that_did_not():
     assert plan.resources["registers"] <= 65536 // plan.split.threads_per_block
 
 
-# -- h0 written by the kernel; copies of the exchange, the 16-byte preset, the issue-first poll ----------
+# -- h0 written by the kernel; the 16-byte preset, the issue-first poll ---------------------------------
 
 FOLD_H0 = [{"fold_h0": True}, {"fold_h0": True, "reduce": "shfl"}, {"fold_h0": True, "vector": True},
            {"fold_h0": True, "index16": True, "load": "volatile"}, {"fold_h0": True, "double_buffer": True}]
 
 
-@pytest.mark.parametrize("kw", [{"fold_h0": True}, {"fold_h0": True, "vector": True}, {"copies": 4}, {"copies": 2, "fold_h0": True, "preset": "vector"},
-                                {"poll": "issue", "fold_h0": True}],
+@pytest.mark.parametrize("kw", [{"fold_h0": True}, {"fold_h0": True, "vector": True},
+                                {"fold_h0": True, "preset": "vector"}, {"poll": "issue", "fold_h0": True}],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()))
 def test_options_planted_stall_relaunches_and_finishes(kw):
     """The planted stall (start=1): every block times out; fold_h0 left slot 0 unwritten, so the relaunch
-    starts at step 0 and writes h0 itself (with copies: fills every copy again); one relaunch, then the
-    reference's states."""
+    starts at step 0 and writes h0 itself; one relaunch, then the reference's states."""
     u, mask, bp, h0 = _problem(1152, 0.1, 16, np.float16, seed=1)
     plan = _plan(u, mask, "lamport", 8, spin_limit=1 << 12, max_relaunch=4, load="relaxed", **kw)
     d_bp, xchg, hs, status = _stalled_run(plan, bp, h0, 16)
@@ -253,21 +252,20 @@ def test_options_planted_stall_relaunches_and_finishes(kw):
         ref_rnn.tolerance(u.dtype, plan.layout.kpad)
 
 
-COPIES = [{"copies": 2}, {"copies": 4, "fold_h0": True, "preset": "vector"}, {"copies": 8, "load": "cg"},
-          {"preset": "vector"}, {"copies": 3, "double_buffer": True},
-          {"poll": "issue"},
-          {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True, "copies": 2},
-          {"poll": "issue", "double_buffer": True, "load": "cg"},
-          {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False},
-          {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
+EXCHANGE = [{"fold_h0": True, "preset": "vector"}, {"load": "cg"}, {"preset": "vector"}, {"double_buffer": True},
+            {"poll": "issue"},
+            {"poll": "issue", "fold_h0": True, "preset": "vector"}, {"poll": "issue", "vector": True},
+            {"poll": "issue", "double_buffer": True, "load": "cg"},
+            {"poll": "issue", "reduce": "shfl", "index16": True}, {"poll": "issue", "bound_registers": False},
+            {"poll": "issue", "issue_delay": 400, "fold_h0": True}, {"poll": "issue", "issue_delay": 1000, "load": "cg"}]
 
 
-# (the fold_h0 options' problems at seed hidden + 5, the copies/preset ones' at hidden + 7)
-@pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in FOLD_H0] + [(kw, 7) for kw in COPIES],
+# (the fold_h0 options' problems at seed hidden + 5, the preset and poll ones' at hidden + 7)
+@pytest.mark.parametrize("kw, seed", [(kw, 5) for kw in FOLD_H0] + [(kw, 7) for kw in EXCHANGE],
                          ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else None)
 @pytest.mark.parametrize("hidden, dtype, tpr", [(1792, np.float16, 16), (1152, np.float32, 8), (130, np.float16, 4)])
 def test_options_match_reference_and_repeat(kw, seed, hidden, dtype, tpr):
-    """fold_h0, copies, preset and poll="issue": several layer sizes; an h0 holding -0.0; repeated calls
+    """fold_h0, preset and poll="issue": several layer sizes; an h0 holding -0.0; repeated calls
     bitwise identical."""
     steps = 40
     u, mask, bp, h0 = _problem(hidden, 0.1, steps, dtype, seed=hidden + seed)
