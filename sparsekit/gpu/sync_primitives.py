@@ -11,14 +11,11 @@ docs/numba_notes.md ("Vector loads"): no indexing pattern yields ``ld.shared.v4`
 the vector's alignment, giving ``ld.shared.v4.f32`` (float32) or one 8-byte
 load of four halves (float16, widened to float32 in registers).
 
-Also: :func:`fence_acq_rel_gpu` (``fence.acq_rel.gpu``: the per-step fence of the Lamport ring, which
-re-arms exchange slots inside the kernel), :func:`clock64` (the SM's cycle counter, to trace where a step's time
-goes), :func:`bar_sync` / :func:`bar_arrive` (named barriers ``bar.sync id, count`` / ``bar.arrive id,
-count``: a producer/consumer hand-over between some of a block's warps, without the whole block's barrier),
-:func:`unpack16` (one 16-bit half of a packed 32-bit index word, as
-side-effecting inline PTX so LLVM cannot hoist the unpacking out of the time
-loop and keep every index unpacked in its own register, which would undo the
-packing).
+Also: :func:`clock64` (the SM's cycle counter, to trace where a step's time goes), :func:`bar_sync` /
+:func:`bar_arrive` (named barriers ``bar.sync id, count`` / ``bar.arrive id, count``: a producer/consumer
+hand-over between some of a block's warps, without the whole block's barrier), :func:`unpack16` (one 16-bit
+half of a packed 32-bit index word, as side-effecting inline PTX so LLVM cannot hoist the unpacking out of the
+time loop and keep every index unpacked in its own register, which would undo the packing).
 
 Under the CUDA simulator these intrinsics cannot run; plain-Python versions
 with the same results stand in (the simulator has no caches to bypass).
@@ -27,8 +24,8 @@ from __future__ import annotations
 
 from numba import config
 
-__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "fence_acq_rel_gpu", "bar_sync",
-           "bar_arrive", "warp_barrier"]
+__all__ = ["ld_volatile_u32", "ld_relaxed_u32", "ld_x4_f32", "clock64", "unpack16", "bar_sync", "bar_arrive",
+           "warp_barrier"]
 
 if config.ENABLE_CUDASIM:
     import time
@@ -60,9 +57,6 @@ if config.ENABLE_CUDASIM:
         """A cycle counter stand-in: nanoseconds of the host clock."""
         import time
         return np.int64(time.perf_counter_ns())
-
-    def fence_acq_rel_gpu():
-        """``fence.acq_rel.gpu`` (simulator: nothing to order)."""
 
     def unpack16(word, half):
         """Bits ``16 * half .. 16 * half + 15`` of a uint32 as int32."""
@@ -134,18 +128,6 @@ else:
             return builder.call(asm, [])
 
         return types.int64(), codegen
-
-    @intrinsic
-    def fence_acq_rel_gpu(typingctx):
-        """``fence.acq_rel.gpu``: this thread's earlier loads and stores are ordered before its later ones at
-        GPU scope (a release for later stores, an acquire for earlier loads); side-effecting, memory clobber."""
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "fence.acq_rel.gpu;", "~{memory}",
-                               side_effect=True)
-            builder.call(asm, [])
-            return context.get_dummy_value()
-
-        return types.void(), codegen
 
     def _named_barrier(name, op):
         def typer(typingctx, barrier, count):
