@@ -215,8 +215,7 @@ def split(rows: int, tpr: int, rows_per_block: int) -> Split:
     return Split(rows, tpr, rows_per_block, threads, -(-rows // rows_per_block), threads // _WARP)
 
 
-def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: int = 1,
-               bounds=()) -> RNNLayout:
+def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: int = 1) -> RNNLayout:
     """Appendix A, Algorithm 1: reorder each row so a warp's loads hit distinct banks.
 
     Slot ``p`` of row ``r`` is read by warp lane ``(r * tpr + p) % 32`` at the
@@ -241,14 +240,6 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
     ``gates`` (4 for an LSTM's ``(4H, H)`` weight): row ``r`` belongs to hidden
     unit ``r % H``, whose threads sit at lane offset ``(r % H) * tpr``.
 
-    ``bounds`` (non-decreasing column bounds ``c_1 <= c_2 <= ...``; default none):
-    the pairs are placed part by part, columns below ``c_1`` first: each
-    part's pairs fill the next consecutive slots (the last part may use the
-    slots up to ``kpad``), with the greedy run within that slot range, so a
-    thread's pairs come part by part (what the persistent RNN's ``parts``
-    option needs to operate on a part as soon as its columns arrive) and slot
-    ``p`` still gets bank ``(rot + p) % 32`` where the banks allow.
-
     Deviation from the listing: it tests ``Color(bank) > N``; with 0-based
     slots the bank is full at ``Color(bank) >= N``, which is what this does.
     """
@@ -262,9 +253,6 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
         raise ValueError(f"gates: the layout's {rows} rows are not {gates} gate blocks")
     units = rows // gates
     n = layout.kpad
-    bounds = np.asarray(bounds, dtype=np.int64)
-    if bounds.ndim != 1 or np.any(np.diff(bounds) < 0):
-        raise ValueError(f"bounds: expected non-decreasing column bounds, got {bounds.tolist()}")
     values = np.zeros_like(layout.values)
     indices = np.zeros_like(layout.indices)
     pad = layout.values == 0
@@ -273,27 +261,20 @@ def bank_aware(layout: RNNLayout, *, banks: int = BANKS, width: int = 4, gates: 
         used = np.zeros(n, dtype=bool)
         # real pairs first; a stored explicit zero is a real pair too, so only trailing padding is skipped
         real = n - _trailing_padding(pad[r], layout.indices[r])
-        part = np.searchsorted(bounds, layout.indices[r, :real].astype(np.int64), side="right")
-        start = 0
-        for q in range(bounds.size + 1):
-            mine = np.flatnonzero(part == q)                         # this part's pairs, in the row's order
-            end = n if q == bounds.size else start + mine.size       # its slot range [start, end)
-            # Color(bank): the part's first slot of that bank
-            color = [start + (bank - rot - start) % banks for bank in range(banks)]
-            for k in mine:
-                idx, val = layout.indices[r, k], layout.values[r, k]
-                index_t = int(idx)
-                bank = index_t % banks                               # find its bank
-                probe = 0
-                while color[bank] >= end:                            # Color(bank) is occupied:
-                    probe += 1                                       #   use an unfilled Color,
-                    bank = (index_t + (probe % (banks // group)) * group   # same-phase banks first
-                            + probe // (banks // group)) % banks
-                values[r, color[bank]] = val                         # Row_aware(Color(bank)) = <index, value>
-                indices[r, color[bank]] = idx
-                used[color[bank]] = True
-                color[bank] += banks                                 # Color(bank)'s next location
-            start = end
+        color = [(bank - rot) % banks for bank in range(banks)]     # Color(bank): the first slot of that bank
+        for k in range(real):
+            idx, val = layout.indices[r, k], layout.values[r, k]
+            index_t = int(idx)
+            bank = index_t % banks                                   # find its bank
+            probe = 0
+            while color[bank] >= n:                                  # Color(bank) is occupied:
+                probe += 1                                           #   use an unfilled Color,
+                bank = (index_t + (probe % (banks // group)) * group     # same-phase banks first
+                        + probe // (banks // group)) % banks
+            values[r, color[bank]] = val                             # Row_aware(Color(bank)) = <index, value>
+            indices[r, color[bank]] = idx
+            used[color[bank]] = True
+            color[bank] += banks                                     # Color(bank)'s next location
         for p in np.flatnonzero(~used):
             want = (rot + p) % banks
             indices[r, p] = want if want < cols else 0

@@ -374,26 +374,6 @@ def test_fold_h0_matches_reference(problem, opts):
     assert np.abs(got.astype(np.float64) - want.astype(np.float64)).max() <= tolerance(u.dtype, lay.kpad)
 
 
-@pytest.mark.parametrize("parts", [2, 3, 4])
-def test_bank_aware_bounds_keep_the_rows_and_order_pairs_by_part(parts):
-    """bank_aware(bounds=...): each row a permutation of its pairs and padding (to_dense unchanged), slots
-    filled part by part; no bounds: the old order."""
-    rng = np.random.default_rng(parts)
-    u = (rng.standard_normal((40, 40)) * (rng.random((40, 40)) < 0.3)).astype(np.float32)
-    lay = balance(u, tpr=4)
-    bounds = [40 * p // parts // 4 * 4 for p in range(1, parts)]    # part starts rounded down to 4 columns
-    aware = bank_aware(lay, width=8, bounds=bounds)
-    assert np.array_equal(aware.to_dense(), lay.to_dense())
-    plain = bank_aware(lay, width=8)
-    assert np.array_equal(bank_aware(lay, width=8, bounds=()).indices, plain.indices)
-    real = aware.values != 0
-    part = np.searchsorted(bounds, aware.indices, side="right")
-    for r in range(40):
-        assert (np.diff(part[r][real[r]]) >= 0).all()               # real pairs' parts ascend over slots
-    with pytest.raises(ValueError, match="bounds: expected non-decreasing column bounds"):
-        bank_aware(lay, bounds=[20, 10])
-
-
 def test_fold_h0_planted_stall_resumes_with_h0():
     """fold_h0: a planted stall (start=1, slot 0 never written) is resumed from step 0 with h0 written again."""
     from numba import cuda
