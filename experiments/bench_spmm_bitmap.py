@@ -37,9 +37,9 @@ def sweep(dev, x, dense_us):
     tried = []
     for rows, slices in ((2, 4), (4, 4), (4, 2), (2, 2), (8, 2)):
         for f in (0.5, 1, 2):
-            for warps_per_sm in (0, 48):
+            for ahead in (0, gb.AHEAD):
                 splits = max(1, round(base["splits"] * base["slices"] * base["rows"] * f / (slices * rows)))
-                tried.append(dict(rows=rows, slices=slices, splits=splits, warps_per_sm=warps_per_sm))
+                tried.append(dict(rows=rows, slices=slices, splits=splits, ahead=ahead))
     results = []
     for tun in tried:
         t = point(f"sweep {tun}", lambda: timed(lambda: gb.spmm_bitmap_linear(dev, x, **tun)))

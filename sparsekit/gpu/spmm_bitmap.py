@@ -161,10 +161,10 @@ def load_x(x32, xat, p, gq, n, xs):
 
 
 @functools.cache
-def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048, min_blocks: int = 0):
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048):
     """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
     splitting ``K`` in a block, each warp prefetching its stream ``ahead`` bytes ahead of the record it reads
-    (0: no prefetch), ``min_blocks`` blocks an SM asked of the register allocator (0: none). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
+    (0: no prefetch). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
     ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
     nblocks = npad // 8
     nacc = 4 * nblocks
@@ -277,8 +277,6 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
                         total += ws[(((q * nstrips + strip) * rows + r) * nacc + j) * 32 + lane]
                     store(c, row0 + U(8 * (e // 2)), U(8 * p + e % 2) + U(2) * t, m, n, total)
 
-    if min_blocks and not SIM:                 # (the simulator's jit takes no launch bounds)
-        return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel)
     return cuda.jit(kernel)
 
 
@@ -330,31 +328,30 @@ def upload(a: TiledBitmap) -> DeviceBitmap:
 
 
 def default_config(m: int, k: int, n: int) -> dict:
-    """``{"rows", "slices", "splits", "ahead", "warps_per_sm"}`` for an ``M x K`` weight: blocks of 4 x 4 warps (4
+    """``{"rows", "slices", "splits", "ahead"}`` for an ``M x K`` weight: blocks of 4 x 4 warps (4
     consecutive row blocks, ``K`` in 4 slices), splits of ``K`` for about :data:`TARGET_WARPS` warps, each warp with
     at least :data:`MIN_GROUPS` groups, :data:`AHEAD` bytes of prefetch, registers as the compiler chooses."""
     rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
     rows, slices = 4, 4
     splits = max(1, min(round(TARGET_WARPS / (max(rowblocks, 1) * slices)), groups // (MIN_GROUPS * slices)))
-    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD, "warps_per_sm": 0}
+    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD}
 
 
-def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None, warps_per_sm=None):
+def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None):
     """``C = A @ b`` for a TiledBitmap (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
     Tunables (default :func:`default_config`): ``rows``, warps of a block on consecutive 16-row blocks;
     ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``; ``ahead``, bytes a warp
-    prefetches ahead of its record (0: none); ``warps_per_sm``, resident warps an SM the registers are capped
-    for (0: the compiler's choice)."""
-    return _run(a, b, "b", False, rows, slices, splits, ahead, warps_per_sm)
+    prefetches ahead of its record (0: none)."""
+    return _run(a, b, "b", False, rows, slices, splits, ahead)
 
 
-def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None, warps_per_sm=None):
+def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None):
     """``Y = x @ A^T`` for a TiledBitmap (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M). Tunables as for
     :func:`spmm_bitmap`."""
-    return _run(a, x, "x", True, rows, slices, splits, ahead, warps_per_sm)
+    return _run(a, x, "x", True, rows, slices, splits, ahead)
 
 
 def _bits(dev):
@@ -362,7 +359,7 @@ def _bits(dev):
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
 
 
-def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead, warps_per_sm):
+def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
     bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
@@ -376,10 +373,9 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead, warps_per_s
     if m == 0:
         return result(c, like=bop)
     conf = default_config(m, k, n)
-    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead),
-                       ("warps_per_sm", warps_per_sm)):
+    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead)):
         if value is not None:
-            conf[key] = check_int(value, key, minimum=0 if key in ("ahead", "warps_per_sm") else 1)
+            conf[key] = check_int(value, key, minimum=0 if key == "ahead" else 1)
     if conf["rows"] * conf["slices"] > 32:
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
     groups = cdiv(k, 32)
@@ -396,9 +392,7 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead, warps_per_s
     strips = cdiv(rowblocks, conf["rows"])
     npad = padded_n(n)
     ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
-    warps = conf["rows"] * conf["slices"]
-    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"],
-                     conf["warps_per_sm"] // warps)
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"])
     cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
     args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
             m, n, groups, kp // 2, dev.host.stream.size * 4)
