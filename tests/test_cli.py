@@ -226,6 +226,8 @@ HOST_MEMORY = [
      "--m 1024 --k 1024 --n 512 --sparsity 0.5 --dtype float32"),
     (["tune", "--m", "1024", "--k", "2048", "--n", "256", "--sparsity", "0.9", "--dtype", "float16"],
      "--m 1024 --k 2048 --n 256 --sparsity 0.9 --dtype float16"),
+    (["bench", "uspmm", "--m", "2048", "--k", "1024", "--n", "64", "--sparsity", "0.8", "--dtype", "bfloat16"],
+     "--m 2048 --k 1024 --n 64 --sparsity 0.8 --dtype bfloat16"),
     (["bench", "sparsify24", "--m", "4096", "--k", "1024"], "--m 4096 --k 1024"),
     (["bench", "spmm", "--problem", "11", "--n", "4096", "--cpu-only"], "--problem 11 --n 4096 --sparsity 0.9"),
 ]
@@ -324,7 +326,7 @@ def _sparsify24_run(m, k):
 @pytest.mark.parametrize("case", [
     (_spmm_run, (512, 512, 64)), (_spmm_run, (64, 512, 512)), (_spmm_run, (512, 64, 512)),
     (_uspmm_run, (512, 512, 64, 0.0, "float32")), (_uspmm_run, (64, 512, 512, 0.6, "float16")),
-    (_uspmm_run, (512, 64, 512, 0.9, "float32")),
+    (_uspmm_run, (512, 64, 512, 0.9, "float32")), (_uspmm_run, (64, 512, 512, 0.6, "bfloat16")),
     (_sparsify24_run, (256, 512)), (_sparsify24_run, (64, 2048)),
 ], ids=lambda case: f"{case[0].__name__[1:-4]} {case[1]}")
 def test_host_memory_estimate_bounds_the_measured_peak(case):
@@ -337,3 +339,89 @@ def test_host_memory_estimate_bounds_the_measured_peak(case):
     run, estimate = make(*sizes)
     peak = _traced_peak(run)
     assert peak <= estimate <= 2.5 * peak, (peak, estimate)
+
+
+# ------------------------------------------------------------------------------------------- bfloat16 USpMM
+
+def _stand_in_measure(launch, *, repeat=30, warmup=3, flush_l2=True, batch=1):
+    """A stand-in for sparsekit.timing.measure on the simulator: run once, report 10 us."""
+    from sparsekit.timing import Measurement
+
+    launch()
+    return Measurement(1e-5, 1e-5, 1e-5, (1e-5,), batch, warmup, flush_l2, 0.0, 0)
+
+
+@pytest.mark.simulator("the command's plumbing with a stand-in timer; on a GPU, "
+                       "`sparsekit bench uspmm --dtype bfloat16` times it")
+@pytest.mark.parametrize("n, routed", [(8, "decode"), (72, "tensor_core")])
+def test_bench_uspmm_bfloat16_at_toy_size(n, routed, monkeypatch, capsys):
+    """``bench uspmm --dtype bfloat16`` end to end: the bfloat16 problem, only the kernels that take bfloat16, each
+    result within the exact product's bound; past the decode kernel's N = 64 it is n/a with the reason, and auto
+    runs the tensor-core kernel."""
+    from sparsekit import timing
+    from sparsekit.commands import uspmm as command
+
+    monkeypatch.setattr(command, "_need_gpu", lambda what: True)
+    monkeypatch.setattr(timing, "measure", _stand_in_measure)
+    argv = ["bench", "uspmm", "--m", "32", "--k", "32", "--n", str(n), "--sparsity", "0.5", "--dtype", "bfloat16",
+            "--repeat", "1"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(f"| 32 | 32 | {n} | 0.5 | bfloat16 |")]
+    ran = {row.split(" | ")[5]: row for row in rows if row.endswith("| True |")}
+    assert {"tensor cores", "heuristic", "auto"} <= set(ran)
+    assert not any(row.endswith("| False |") for row in rows)
+    assert f"auto ran: {routed}" in out
+    decode_refused = "decode: n/a, ValueError: b: N = 72 with the decode kernel (N <= 64)"
+    if n <= 64:
+        assert {"decode", "decode B col-major"} <= set(ran) and decode_refused not in out
+    else:
+        assert decode_refused in out
+    assert not any(name.startswith(("USpMM", "pipelined", "direct", "dense tile")) for name in ran)
+
+
+def test_tune_bfloat16_is_one_line(capsys):
+    """The tuner's search has no bfloat16 (its B is a Numba device array): refused in one line naming the route."""
+    assert cli.main(["tune", "--m", "32", "--k", "32", "--n", "8", "--sparsity", "0.5", "--dtype", "bfloat16"]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sparsekit tune: --dtype bfloat16 is not tuned"), lines
+    assert "sparsekit.router" in lines[0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tf32_weights_refuses_half_dtypes_in_one_line(dtype, capsys):
+    assert cli.main(["bench", "uspmm", "--m", "32", "--k", "32", "--n", "8", "--sparsity", "0.5", "--dtype", dtype,
+                     "--tf32-weights"]) == 2
+    assert capsys.readouterr().out.splitlines() == [
+        "--tf32-weights: float32 weights only (the float16 and bfloat16 kernels have no TF32 split), "
+        f"got --dtype {dtype}"]
+
+
+def test_host_memory_of_bfloat16_is_float16s():
+    """bfloat16 takes 2 bytes an element like float16: the same host-memory estimate, for both commands."""
+    from sparsekit.bench.uspmm import host_bytes
+    from sparsekit.commands.uspmm import _tune_host_bytes
+
+    sides = (1024, 2048, 64, 0.8)
+    assert host_bytes(*sides, "bfloat16") == host_bytes(*sides, "float16") < host_bytes(*sides, "float32")
+    args = {dtype: argparse.Namespace(m=1024, k=2048, n=64, dtype=dtype) for dtype in ("float16", "bfloat16")}
+    assert _tune_host_bytes(args["bfloat16"]) == _tune_host_bytes(args["float16"])
+
+
+def test_bfloat16_correct_is_float16s_bound_at_bfloat16s_roundoff():
+    """``Problem.correct`` for bfloat16: float32 accumulation (K' roundings of 2**-24) and one rounding to bfloat16
+    (unit roundoff 2**-8): float32 sums of the bfloat16 operands rounded once pass; a result off by 2**-6 of the
+    largest output does not."""
+    from sparsekit.bench.uspmm import Problem
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.reference import uspmm as reference
+
+    p = Problem(24, 40, 8, 0.5, "bfloat16", seed=3)
+    assert p.dtype == BFLOAT16 and p.ell.dtype == BFLOAT16 and p.b_host.dtype == BFLOAT16
+    want = reference.uspmm(p.ell, p.b_host)
+    assert want.dtype == BFLOAT16 and p.correct(want)
+    exact, _ = p.exact()
+    worst = np.unravel_index(np.argmax(np.abs(exact)), exact.shape)
+    off = want.astype(np.float64)
+    off[worst] += 2.0 ** -6 * abs(exact[worst])
+    assert not p.correct(off.astype(np.float32))

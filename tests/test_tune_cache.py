@@ -170,3 +170,22 @@ def test_tune_returns_its_winner_when_the_store_fails(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="could not store"):
         winner, records = tune.tune(ell, 32, configs=configs, repeat=3)
     assert winner == configs[0] and records[0]["correct"]
+
+
+def test_bfloat16_and_float16_winners_never_share_a_key(cache):
+    """Two weights of one shape, K' and index dtype, float16 and bfloat16 (prepared: the key reads the dtype the
+    launchers check, bfloat16, not the uint16 bits the kernels see): each finds its own winner only, and
+    ``config="auto"`` for bfloat16 does not take float16's (its CUDA-core kernels refuse bfloat16)."""
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.gpu.uspmm import prepare
+
+    f16, bf16 = (prepare(tune.make_ell(32, 64, 0.5, dtype, seed=1)) for dtype in (np.float16, BFLOAT16))
+    assert bf16.dtype == BFLOAT16 and bf16.host.kprime == f16.host.kprime
+    assert _key(bf16, 8) != _key(f16, 8) and "|bfloat16|" in _key(bf16, 8) and "|float16|" in _key(f16, 8)
+    tune_cache._store(_key(f16, 8), dict(config=CONFIG, median_us=2.0))
+    assert tune_cache.lookup(f16, 8, "C") == CONFIG
+    assert tune_cache.lookup(bf16, 8, "C") is None
+    assert tune_cache.resolve("auto", bf16, 8, "C") == dict(variant="decode")        # the router's choice
+    decode = dict(variant="decode")
+    tune_cache._store(_key(bf16, 8), dict(config=decode, median_us=1.0))
+    assert tune_cache.lookup(bf16, 8, "C") == decode and tune_cache.lookup(f16, 8, "C") == CONFIG

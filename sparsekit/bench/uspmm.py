@@ -6,18 +6,27 @@ sparsity, dtype) and a dict of providers in, one record per provider out, each w
 (:func:`sparsekit.timing.measure`, L2 flushed), TFLOP/s on the stored nonzeros (2 * nnz * N), % of the roofline
 speed of light (:func:`sparsekit.roofline.speed_of_light` of the ELL problem on the table's peaks), and
 ``correct`` (against a float64 product, within the float32-accumulation bound of ``tests/test_spmm.py``).
+A provider that cannot run the problem (a baseline that refuses bfloat16, a kernel past its widest N) gets
+``error``, the reason, instead of times.
+
+The dtype is float32, float16 or bfloat16 (``ml_dtypes.bfloat16``, :data:`sparsekit.checks.BFLOAT16`). bfloat16
+runs on the decode kernel (N <= 64) and the tensor-core kernel only, and Numba has no bfloat16 device arrays: B
+stays on the device as a ``torch.bfloat16`` tensor (the launchers view its bits); under the CUDA simulator, where
+device memory is host memory, it is passed as the NumPy array.
 
 Vendor baselines come from PyTorch when it is installed: cuSPARSE CSR (``torch.sparse_csr_tensor @ B``),
 cuSPARSE COO (``torch.sparse.mm``) and dense cuBLAS (``W @ B``; TF32 off, so float32 runs on CUDA cores; float16
-on tensor cores, as it is). Without PyTorch they are skipped.
+and bfloat16 on tensor cores, as they are). Without PyTorch they are skipped.
 """
 from __future__ import annotations
 
 import os
 
+import ml_dtypes
 import numpy as np
 
 from sparsekit.bench import cuda_torch
+from sparsekit.checks import BFLOAT16
 
 #: The unit roundoff of float32.
 U32 = 2.0 ** -24
@@ -31,8 +40,14 @@ def our_providers(dtype, *, quick: bool = False) -> dict:
     tensor-core kernel at its default setting (float32 as 3xTF32, ``results/uspmm_tc.md``); "wgmma"
     (float32 on a compute capability 9.0 GPU): :mod:`sparsekit.gpu.uspmm_wgmma` at its default (``results/uspmm_wgmma.md``;
     ``precision="auto"``: bf16 corrections where their bound is no looser than 3xTF32's, K' >= 124), "wgmma
-    3xtf32" the same with ``precision="3xtf32"`` pinned (three TF32 products whatever K')."""
+    3xtf32" the same with ``precision="3xtf32"`` pinned (three TF32 products whatever K'). bfloat16: only the
+    kernels that take it, the decode kernel (N <= 64; B row-major and column-major), the tensor-core kernel,
+    "heuristic" and "auto"; ``quick`` keeps the decode kernel, the tensor-core kernel and auto."""
     from sparsekit.tune import dense_tile, direct, pipelined, tensor_core
+    if np.dtype(dtype) == BFLOAT16:
+        provs = {"decode": dict(variant="decode"), "decode B col-major": dict(variant="decode", layout="F"),
+                 "tensor cores": tensor_core(), "heuristic": "heuristic", "auto": "auto"}
+        return {name: provs[name] for name in ("decode", "tensor cores", "auto")} if quick else provs
     provs = {
         "USpMM (1,8)": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
         "USpMM (1,8) B col-major": dict(variant="listing1", nwarp=1, vsize=8, vecsize=1, layout="F"),
@@ -73,8 +88,17 @@ class Problem:
         self.dell = prepare(self.ell)
         rng = np.random.default_rng(seed + 1)
         self.b_host = np.asarray(rng.standard_normal((k, n)).astype(dtype), order=order)
-        self.b = cuda.to_device(self.b_host)
-        self.b_f = cuda.to_device(np.asfortranarray(self.b_host))   # Eq. 2 / Listing 1's layout
+        if self.dtype == BFLOAT16:                        # no Numba bfloat16 arrays (the module docstring)
+            torch = cuda_torch()
+            if torch is None:
+                self.b, self.b_f = self.b_host, np.asfortranarray(self.b_host)
+            else:
+                b_c = torch_tensor(np.ascontiguousarray(self.b_host), torch).cuda()
+                self.b_f = b_c.t().contiguous().t()               # column-major: the transpose's rows
+                self.b = b_c if order == "C" else self.b_f
+        else:
+            self.b = cuda.to_device(self.b_host)
+            self.b_f = cuda.to_device(np.asfortranarray(self.b_host))   # Eq. 2 / Listing 1's layout
         self.dense = self.ell.to_dense()
         self._exact = None
 
@@ -98,12 +122,14 @@ class Problem:
     def correct(self, got, reduction=None) -> bool:
         """Within the float32-accumulation bound (tests/test_spmm.py, ``assert_fp32_accumulated``) of ``reduction``
         roundings (default K', a float32 dot product's; :func:`sparsekit.gpu.uspmm_tc.error_reduction` gives the tensor-core
-        kernels' own)."""
+        kernels' own), plus twice the output dtype's unit roundoff of ``|exact|`` (``ml_dtypes.finfo``, which knows
+        bfloat16: 2**-8 there, 2**-11 for float16) for its one rounding to nearest even."""
         exact, scale = self.exact()
         got = np.asarray(got, dtype=np.float64)
-        u_out = np.finfo(self.dtype).eps / 2
+        finfo = ml_dtypes.finfo(self.dtype)
+        u_out = float(finfo.eps) / 2
         reduction = self.ell.kprime if reduction is None else reduction
-        bound = reduction * U32 * scale + 2 * u_out * np.abs(exact) + np.finfo(self.dtype).smallest_subnormal
+        bound = reduction * U32 * scale + 2 * u_out * np.abs(exact) + float(finfo.smallest_subnormal)
         return bool((np.abs(got - exact) <= bound).all())
 
     def sol_s(self, device="H100") -> float:
@@ -121,7 +147,9 @@ def host_bytes(m: int, k: int, n: int, sparsity: float, dtype) -> int:
     (``NUMBA_ENABLE_CUDASIM=1``) device arrays are host arrays: 8 more per kept element (the ELL's copy) and twice
     B's size (``b`` and ``b_f``). Without PyTorch on a GPU :meth:`Problem.exact` multiplies in NumPy: 8 more per
     element of B (``|B|``). tracemalloc measured 36-97 % of it at toy sizes, each operand dominant in turn, on the
-    simulator and with device arrays and PyTorch's products off the traced memory, as on a GPU."""
+    simulator and with device arrays and PyTorch's products off the traced memory, as on a GPU. bfloat16 takes 2
+    bytes an element, like float16 (under the simulator B is the host array itself, its column-major copy, and the
+    bits a launch copies)."""
     itemsize = np.dtype(dtype).itemsize
     simulator = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     kept = 20 + 8 * simulator
@@ -129,22 +157,51 @@ def host_bytes(m: int, k: int, n: int, sparsity: float, dtype) -> int:
     return int((32 + kept * (1.0 - sparsity)) * m * k) + per_b * k * n + 56 * m * n
 
 
+def bfloat16_b_on_device() -> bool:
+    """Whether a bfloat16 B can stay on the device between launches: PyTorch sees a CUDA device (a
+    ``torch.bfloat16`` tensor), or the CUDA simulator runs (device memory is host memory). Otherwise every launch
+    would copy it from the host and the copy would be timed."""
+    return cuda_torch() is not None or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def torch_tensor(x: np.ndarray, torch):
+    """The C-contiguous NumPy array ``x`` as a CPU tensor of its dtype, no copy (``torch.from_numpy`` does not know
+    ``ml_dtypes.bfloat16``: its bits are viewed as ``torch.bfloat16``)."""
+    if x.dtype == BFLOAT16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def _refused(err: Exception):
+    """A launch that raises ``err``: a baseline whose setup refused the problem is recorded with the reason."""
+    def launch():
+        raise err
+    return launch
+
+
 def vendor_launches(p: Problem, *, coo: bool = True) -> dict:
     """name -> launch for the PyTorch baselines (empty without PyTorch); ``coo=False`` leaves
-    cuSPARSE COO out."""
+    cuSPARSE COO out. A sparse conversion PyTorch refuses (a dtype without a cuSPARSE kernel there) gives a
+    launch that raises its error, so that :func:`bench_problem` records the reason."""
     torch = cuda_torch()
     if torch is None:
         return {}
     torch.backends.cuda.matmul.allow_tf32 = False
-    tdt = torch.float16 if p.dtype == np.float16 else torch.float32
-    w = torch.from_numpy(p.dense).to(device="cuda", dtype=tdt)
-    b = torch.from_numpy(np.ascontiguousarray(p.b_host)).to(device="cuda", dtype=tdt)
-    csr = w.to_sparse_csr()
-    out = {"cuSPARSE CSR (torch)": lambda: torch.matmul(csr, b)}
+    w = torch_tensor(p.dense, torch).cuda()
+    b = torch_tensor(np.ascontiguousarray(p.b_host), torch).cuda()
+    conversions = {"cuSPARSE CSR (torch)": (w.to_sparse_csr, torch.matmul)}
     if coo:
-        coo_w = w.to_sparse_coo()
-        out["cuSPARSE COO (torch)"] = lambda: torch.sparse.mm(coo_w, b)
-    out["dense cuBLAS (torch" + (", tensor cores)" if p.dtype == np.float16 else ", TF32 off)")] = lambda: w @ b
+        conversions["cuSPARSE COO (torch)"] = (w.to_sparse_coo, torch.sparse.mm)
+    out = {}
+    for name, (convert, product) in conversions.items():
+        try:
+            sparse_w = convert()
+        except (RuntimeError, TypeError, NotImplementedError) as err:
+            out[name] = _refused(err)
+            continue
+        out[name] = lambda sparse_w=sparse_w, product=product: product(sparse_w, b)
+    half = p.dtype in (np.float16, BFLOAT16)
+    out["dense cuBLAS (torch" + (", tensor cores)" if half else ", TF32 off)")] = lambda: w @ b
     return out
 
 
@@ -160,11 +217,16 @@ def spmm_launches(p: Problem) -> dict:
 
 
 def to_host(x):
-    """A result on the host as a NumPy array: a Numba device array, a PyTorch tensor or an array."""
+    """A result on the host as a NumPy array of its dtype: a Numba device array, a PyTorch tensor (bfloat16 as
+    ``ml_dtypes.bfloat16``, its bits copied) or an array."""
     if hasattr(x, "copy_to_host"):
         return x.copy_to_host()
     if hasattr(x, "cpu"):                                  # torch tensor (dense result)
-        return x.cpu().numpy()
+        import torch
+        host = x.cpu()
+        if host.dtype == torch.bfloat16:
+            return host.view(torch.int16).numpy().view(BFLOAT16)
+        return host.numpy()
     return np.asarray(x)
 
 

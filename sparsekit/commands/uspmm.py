@@ -1,6 +1,7 @@
 """``sparsekit bench uspmm`` and ``sparsekit tune``: time and tune the USpMM kernels.
 
     sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32 [--tf32-weights]
+    sparsekit bench uspmm --m 4096 --k 4096 --n 16 --sparsity 0.8 --dtype bfloat16
     sparsekit tune --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float16
 
 ``bench uspmm`` prints one row per provider (our variants, ``config="auto"``,
@@ -8,14 +9,20 @@ our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
 installed): median and p10/p90 device time, TFLOP/s on the stored nonzeros, %
 of the roofline speed of light, speedup over cuSPARSE CSR, and whether the
 result matched a float64 product; then the configuration ``auto`` and ``heuristic`` chose (for the wgmma
-kernel with the precision it ran). ``tune`` times every configuration of
+kernel with the precision it ran); a provider that cannot run the problem is n/a with the reason. ``tune`` times every configuration of
 :func:`sparsekit.tune.space` (``--full``: the full grid) and caches the winner
 for ``config="auto"``.
-Both need a GPU (timings on the simulator would mean nothing).
+Both need a GPU (timings on the simulator would mean nothing). bfloat16 (``ml_dtypes.bfloat16``) runs on the
+decode kernel (N <= 64) and the tensor-core kernel only (:mod:`sparsekit.router`); ``bench uspmm`` keeps its B
+on the device as a PyTorch tensor (Numba has none of that dtype), and ``tune`` refuses it: its search keeps B in
+a Numba device array.
 """
 from __future__ import annotations
 
 from sparsekit.cli_types import declare_host_memory, repeat, seed, side, sparsity
+
+#: The values of ``--dtype``: A, B and C in one dtype, accumulation in float32.
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _problem_args(p) -> None:
@@ -24,8 +31,9 @@ def _problem_args(p) -> None:
     p.add_argument("--n", type=side, required=True, help="columns of B (batch x sequence)")
     p.add_argument("--sparsity", type=sparsity, required=True,
                    help="fraction of zeros of A, uniform per row, in [0, 1)")
-    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
-                   help="dtype of A, B and C (accumulation is float32) (default: %(default)s)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="dtype of A, B and C (accumulation is float32; bfloat16: the decode kernel up to N = 64 "
+                        "and the tensor-core kernel) (default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="random seed of A and B (default: %(default)s)")
 
 
@@ -64,6 +72,8 @@ def _tune_host_bytes(args) -> int:
     own bytes and 16 (the float64 ``|B|``), of C its own and 40 (each result in float64, the first one, their
     difference)."""
     import numpy as np
+
+    import sparsekit.checks  # noqa: F401  (registers bfloat16's name with NumPy, through ml_dtypes)
     itemsize = np.dtype(args.dtype).itemsize
     return 48 * args.m * args.k + (itemsize + 16) * args.k * args.n + (itemsize + 40) * args.m * args.n
 
@@ -78,11 +88,16 @@ def _need_gpu(what: str) -> bool:
 
 def cmd_bench(args) -> int:
     if args.tf32_weights and args.dtype != "float32":
-        print(f"--tf32-weights: float32 weights only (the float16 kernels have no TF32 split), got --dtype {args.dtype}")
+        print(f"--tf32-weights: float32 weights only (the float16 and bfloat16 kernels have no TF32 split), "
+              f"got --dtype {args.dtype}")
         return 2
     if not _need_gpu("sparsekit bench uspmm"):
         return 2
-    from sparsekit.bench.uspmm import TABLE_KEYS, bench_problem, markdown
+    from sparsekit.bench.uspmm import TABLE_KEYS, bench_problem, bfloat16_b_on_device, markdown
+    if args.dtype == "bfloat16" and not bfloat16_b_on_device():
+        print("sparsekit bench uspmm: --dtype bfloat16 needs PyTorch with CUDA (B stays on the device as a "
+              "torch.bfloat16 tensor: Numba has no bfloat16 arrays)")
+        return 2
     from sparsekit.device import info
     recs = bench_problem(args.m, args.k, args.n, args.sparsity, args.dtype, repeat=args.repeat, seed=args.seed,
                          tf32_a=args.tf32_weights)
@@ -92,11 +107,16 @@ def cmd_bench(args) -> int:
         if "config" in r:                                 # what "auto" / "heuristic" chose, precision included
             print(f"{r['provider']} ran: {r['config']}")
         if "error" in r:
-            print(f"{r['provider']}: {r['error']}")
+            print(f"{r['provider']}: n/a, {r['error']}")
     return 0 if all(r.get("correct", True) for r in recs) else 1
 
 
 def cmd_tune(args) -> int:
+    if args.dtype == "bfloat16":
+        print("sparsekit tune: --dtype bfloat16 is not tuned (the search keeps B in a Numba device array, which has "
+              "no bfloat16); config=\"auto\" routes it by sparsekit.router: the decode kernel up to N = 64, "
+              "float16's tensor-core setting above")
+        return 2
     if not _need_gpu("sparsekit tune"):
         return 2
     from sparsekit.bench.uspmm import markdown
