@@ -25,22 +25,22 @@ from sparsekit.cli_types import declare_host_memory, repeat, seed, side, sparsit
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-def _problem_args(p) -> None:
+def _problem_args(p, bfloat16: str) -> None:
+    """The problem's flags; ``bfloat16``: what ``--dtype bfloat16`` does in this command, for its help."""
     p.add_argument("--m", type=side, required=True, help="rows of the sparse A (out features)")
     p.add_argument("--k", type=side, required=True, help="columns of A, rows of B (in features)")
     p.add_argument("--n", type=side, required=True, help="columns of B (batch x sequence)")
     p.add_argument("--sparsity", type=sparsity, required=True,
                    help="fraction of zeros of A, uniform per row, in [0, 1)")
     p.add_argument("--dtype", choices=DTYPES, default="float32",
-                   help="dtype of A, B and C (accumulation is float32; bfloat16: the decode kernel up to N = 64 "
-                        "and the tensor-core kernel) (default: %(default)s)")
+                   help=f"dtype of A, B and C (accumulation is float32; bfloat16: {bfloat16}) (default: %(default)s)")
     p.add_argument("--seed", type=seed, default=0, help="random seed of A and B (default: %(default)s)")
 
 
 def add_bench(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("uspmm", help="USpMM variants vs cuSPARSE, cuBLAS and the roofline",
                                     description=__doc__.split("\n\n")[0])
-    _problem_args(p)
+    _problem_args(p, "the decode kernel up to N = 64 and the tensor-core kernel")
     p.add_argument("--repeat", type=repeat, default=30, help="timed repeats per provider (default: %(default)s)")
     p.add_argument("--tf32-weights", action="store_true",
                    help="round A's values to TF32 numbers, as float16 or bfloat16 weights cast to float32 are: the "
@@ -52,7 +52,7 @@ def add_bench(bench_subparsers) -> None:
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("tune", help="autotune USpMM for one problem and cache the winner",
                               description=__doc__.split("\n\n")[0])
-    _problem_args(p)
+    _problem_args(p, 'refused, not tuned; config="auto" routes it')
     p.add_argument("--order", choices=("C", "F"), default="C",
                    help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
     p.add_argument("--repeat", type=repeat, default=20, help="timed repeats per configuration (default: %(default)s)")
