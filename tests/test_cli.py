@@ -352,7 +352,7 @@ def _stand_in_measure(launch, *, repeat=30, warmup=3, flush_l2=True, batch=1):
 
 
 @pytest.mark.simulator("the command's plumbing with a stand-in timer; on a GPU, "
-                       "`sparsekit bench uspmm --dtype bfloat16` times it")
+                       "tests/gpu/test_bench_uspmm_bfloat16_gpu.py times it")
 @pytest.mark.parametrize("n, routed", [(8, "decode"), (72, "tensor_core")])
 def test_bench_uspmm_bfloat16_at_toy_size(n, routed, monkeypatch, capsys):
     """``bench uspmm --dtype bfloat16`` end to end: the bfloat16 problem, only the kernels that take bfloat16, each
