@@ -9,9 +9,9 @@ our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
 installed): median and p10/p90 device time, TFLOP/s on the stored nonzeros, %
 of the roofline speed of light, speedup over cuSPARSE CSR, and whether the
 result matched a float64 product; then the configuration ``auto`` and ``heuristic`` chose (for the wgmma
-kernel with the precision it ran); a provider that cannot run the problem is n/a with the reason. ``tune`` times every configuration of
-:func:`sparsekit.tune.space` (``--full``: the full grid) and caches the winner
-for ``config="auto"``.
+kernel with the precision it ran); a provider that cannot run the problem is n/a with the reason.
+``tune`` times every configuration of :func:`sparsekit.tune.space` (``--full``: the full grid) and caches the
+winner for ``config="auto"``.
 Both need a GPU (timings on the simulator would mean nothing). bfloat16 (``ml_dtypes.bfloat16``) runs on the
 decode kernel (N <= 64) and the tensor-core kernel only (:mod:`sparsekit.router`); ``bench uspmm`` keeps its B
 on the device as a PyTorch tensor (Numba has none of that dtype), and ``tune`` refuses it: its search keeps B in
@@ -115,7 +115,7 @@ def cmd_tune(args) -> int:
     if args.dtype == "bfloat16":
         print("sparsekit tune: --dtype bfloat16 is not tuned (the search keeps B in a Numba device array, which has "
               "no bfloat16); config=\"auto\" routes it by sparsekit.router: the decode kernel up to N = 64, "
-              "float16's tensor-core setting above")
+              "float16's tensor-core setting past it")
         return 2
     if not _need_gpu("sparsekit tune"):
         return 2
