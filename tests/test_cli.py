@@ -425,3 +425,20 @@ def test_bfloat16_correct_is_float16s_bound_at_bfloat16s_roundoff():
     off = want.astype(np.float64)
     off[worst] += 2.0 ** -6 * abs(exact[worst])
     assert not p.correct(off.astype(np.float32))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_bfloat16_goes_to_torch_and_back_bit_for_bit(order):
+    """The benchmark hands bfloat16 operands to PyTorch and reads its results back through the bits, no copy in,
+    strides kept (``torch.from_numpy`` does not know ``ml_dtypes.bfloat16``)."""
+    torch = pytest.importorskip("torch", reason="PyTorch (an optional extra) gives the vendor baselines")
+    from sparsekit.bench.uspmm import to_host, torch_tensor
+    from sparsekit.checks import BFLOAT16
+
+    x = np.asarray(np.random.default_rng(0).standard_normal((5, 7)).astype(BFLOAT16), order=order)
+    t = torch_tensor(x, torch)
+    assert t.dtype == torch.bfloat16 and t.stride() == tuple(s // x.itemsize for s in x.strides)
+    assert t.data_ptr() == x.ctypes.data                                       # a view: no copy
+    np.testing.assert_array_equal(t.float().numpy(), x.astype(np.float32))
+    back = to_host(t)
+    assert back.dtype == BFLOAT16 and np.array_equal(back.view(np.uint16), x.view(np.uint16))

@@ -165,7 +165,7 @@ def bfloat16_b_on_device() -> bool:
 
 
 def torch_tensor(x: np.ndarray, torch):
-    """The C-contiguous NumPy array ``x`` as a CPU tensor of its dtype, no copy (``torch.from_numpy`` does not know
+    """The NumPy array ``x`` as a CPU tensor of its dtype and strides, no copy (``torch.from_numpy`` does not know
     ``ml_dtypes.bfloat16``: its bits are viewed as ``torch.bfloat16``)."""
     if x.dtype == BFLOAT16:
         return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
