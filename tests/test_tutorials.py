@@ -58,3 +58,29 @@ def test_tensor_core_tutorial_quotes_measured_errors():
     tut = _load(next(p for p in TUTORIALS if p.name == "06_tensor_cores.py"))
     rows = tut.quoted_errors()
     assert {(r["kernel"], r["precision"]) for r in rows} >= {("wgmma", "3xtf32"), ("wgmma", "tf32+bf16")}
+
+
+def test_bitmap_tutorial_quotes_measured_table():
+    """Tutorial 08 prints H200 timings only by quoting experiments/results/spmm_bitmap.md: the table with its
+    columns, every timed cell as "us (speedup x)", the copy bandwidth and the two sentences on the other sparse
+    kernels must still be there (else it would print "table not found" or leave them out)."""
+    tut = _load(next(p for p in TUTORIALS if p.name == "08_bitmap_decode.py"))
+    table = tut.quoted_table()
+    assert len(table) > 1 and tuple(table[0][:len(tut.TABLE_HEADER)]) == tut.TABLE_HEADER
+    points = tut.measured(table)
+    assert len(points) == (len(table) - 1) * sum(h.startswith("N = ") for h in table[0])
+    assert tut.copy_bandwidth() is not None
+    sentences = tut.quoted_sentences()
+    assert [s[:len(start)] for s, start in zip(sentences, tut.SPARSE_SENTENCES)] == list(tut.SPARSE_SENTENCES)
+    assert all(s.endswith(".") for s in sentences)
+
+
+def test_bitmap_tutorial_claims_hold_for_the_quoted_table():
+    """What tutorial 08's step 5 says of the H200 table: slower than dense cuBLAS at every point, and from 50 % to
+    90 % the time falls far less than the bytes (the decode costs the same whatever a cell keeps)."""
+    tut = _load(next(p for p in TUTORIALS if p.name == "08_bitmap_decode.py"))
+    points = tut.measured(tut.quoted_table())
+    assert all(p["speedup"] < 1 for p in points)
+    for p50 in (p for p in points if p["sparsity"] == 0.5):
+        p90 = next(p for p in points if (p["shape"], p["n"], p["sparsity"]) == (p50["shape"], p50["n"], 0.9))
+        assert p90["us"] / p50["us"] > 2 * p90["bytes"] / p50["bytes"]
