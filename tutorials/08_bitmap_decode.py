@@ -44,7 +44,7 @@ BANDWIDTH = re.compile(r"copy bandwidth measured ([0-9.]+) TB/s")
 SPARSITIES = (0.5, 0.8, 0.9)
 #: Step 3's lane and cell: a lane of the high half (lane >= 16), in a cell of logical columns 8-15.
 LANE, CELL = 21, 2
-#: Small tiles for the simulator: 2 warps on consecutive row blocks, K in 2 slices (128 threads a block).
+#: Small blocks for the simulator: 2 warps on consecutive row blocks, K in 2 slices (128 threads a block).
 SIM_TUNABLES = dict(rows=2, slices=2, splits=1)
 
 
@@ -83,7 +83,7 @@ def decode_lane(b, f: int, lane: int, cell: int) -> dict:
     v0, v1 = int(halves[first]), int(halves[first + 1])      # both loads, whatever the bits
     pair = (own >> sh) & 3
     low_half = v0 if pair & 1 else 0                         # bit 0 kept: the first value is ours
-    high_half = (v1 if pair & 1 else v0) if pair & 2 else 0  # bit 1 kept: the next value
+    high_half = (v1 if pair & 1 else v0) if pair & 2 else 0  # bit 1 kept: the value after bit 0's, if any
     return dict(own=own, sh=sh, pair=pair, high=high, header=header, byte=byte, below=below, first=first,
                 v0=v0, v1=v1, register=low_half | high_half << 16)
 
