@@ -1519,6 +1519,13 @@ class TiledBitmap(_HalfFormat):
     shape: tuple[int, int]
     value_dtype: np.dtype
 
+    @staticmethod
+    def column(ks, j):
+        """The column of ``A`` that logical column ``j`` (0-15) of fragment step ``ks`` holds: the permutation of
+        each 32-column group that gives a lane both k-steps' inputs in one 16-byte load (works elementwise on
+        arrays)."""
+        return ks // 2 * 32 + 8 * (j % 8 // 2) + 4 * (ks % 2) + 2 * (j // 8) + j % 2
+
     @property
     def grid(self) -> tuple[int, int]:
         """Fragments down and across: ``(ceil(M / 16), 2 ceil(K / 32))``."""
@@ -1606,7 +1613,7 @@ class TiledBitmap(_HalfFormat):
         j = c + 8 * (cell // 2)                                          # logical column in the fragment
         ks = f % rb_ks
         rows = f // rb_ks * 16 + 8 * (cell % 2) + r
-        cols = ks // 2 * 32 + 8 * (j % 8 // 2) + 4 * (ks % 2) + 2 * (j // 8) + j % 2
+        cols = self.column(ks, j)
         return rows, cols
 
     def _values(self) -> np.ndarray:

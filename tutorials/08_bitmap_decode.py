@@ -48,15 +48,10 @@ LANE, CELL = 21, 2
 SIM_TUNABLES = dict(rows=2, slices=2, splits=1)
 
 
-def bitmap_column(group: int, step: int, j: int) -> int:
-    """The column of ``A`` that logical column ``j`` (0-15) of k-step ``step`` (0, 1) of 32-column group ``group``
-    stores (:class:`~sparsekit.formats.TiledBitmap`'s permutation)."""
-    return 32 * group + 8 * (j % 8 // 2) + 4 * step + 2 * (j // 8) + j % 2
-
-
 def fragment_block(dense: np.ndarray, rb: int, ks: int) -> np.ndarray:
     """The 16 x 16 block of ``dense`` that fragment ``(rb, ks)`` covers, columns in the fragment's logical order."""
-    cols = [bitmap_column(ks // 2, ks % 2, j) for j in range(16)]
+    from sparsekit.formats import TiledBitmap
+    cols = [TiledBitmap.column(ks, j) for j in range(16)]
     return dense[16 * rb: 16 * rb + 16, cols]
 
 
@@ -200,7 +195,7 @@ def main(quick: bool = False) -> dict:
     toy = np.where(rng.random((16, 32)) < 0.35, rng.integers(1, 10, (16, 32)), 0).astype(np.float32)
     g, t = LANE // 4, LANE % 4                               # step 3's lane: make sure its pair is kept
     for j, value in ((2 * t + 8, 7), (2 * t + 9, 3)):        # cell 2: rows 0-7, logical columns 8-15
-        toy[g, bitmap_column(0, 0, j)] = value
+        toy[g, TiledBitmap.column(0, j)] = value
     toy16 = toy.astype(BFLOAT16)
     b = TiledBitmap.from_dense(toy16)
     assert (b.to_dense() == toy16).all()
@@ -239,7 +234,7 @@ def main(quick: bool = False) -> dict:
     print("    lane t   step 0: b0    b1      step 1: b0    b1      one 16-byte load of X")
     perm = {}
     for lane_t in range(4):
-        cols = [[bitmap_column(0, s, j) for j in (2 * lane_t, 2 * lane_t + 1, 2 * lane_t + 8, 2 * lane_t + 9)]
+        cols = [[TiledBitmap.column(s, j) for j in (2 * lane_t, 2 * lane_t + 1, 2 * lane_t + 8, 2 * lane_t + 9)]
                 for s in range(2)]
         assert sorted(cols[0] + cols[1]) == list(range(8 * lane_t, 8 * lane_t + 8))
         perm[lane_t] = cols
@@ -248,11 +243,11 @@ def main(quick: bool = False) -> dict:
     out["permutation"] = perm
 
     # Step 3. One lane's decode by hand, then the whole warp's registers make the fragment's A tile.
-    from sparsekit.gpu.spmm_bitmap import _pair_register_model
+    from sparsekit.gpu.spmm_bitmap import pair_register_model
     from sparsekit.reference.mma import fragment_coords
 
     d = decode_lane(b, 0, LANE, CELL)
-    model = int(_pair_register_model(d["own"], d["sh"], d["v0"], d["v1"]))
+    model = int(pair_register_model(d["own"], d["sh"], d["v0"], d["v1"]))
     assert d["register"] == model
     (r0, c0), (r1, c1) = fragment_coords("m16n8k16", LANE)[f"a{CELL}"]
     halves = np.array([d["register"] & 0xFFFF, d["register"] >> 16], np.uint16).view(BFLOAT16)
@@ -265,7 +260,7 @@ def main(quick: bool = False) -> dict:
     print(f"  first value at half {d['first']} of the stream (= 2 x record word {int(b.offsets[0]) * 4} + 20 + "
           f"{d['byte']} + {d['below']}); loads v0 = 0x{d['v0']:04x}, v1 = 0x{d['v1']:04x}")
     print(f"  register = 0x{d['register']:08x} (low half {float(halves[0]):g}, high half {float(halves[1]):g}); "
-          f"spmm_bitmap._pair_register_model gives 0x{model:08x}")
+          f"spmm_bitmap.pair_register_model gives 0x{model:08x}")
     for f in range(b.grid[1]):
         tile = assemble_fragment(b, f).view(BFLOAT16)
         assert (tile == fragment_block(toy16, 0, f)).all()

@@ -83,14 +83,15 @@ def padded_n(n: int) -> int:
 PAIR_SELECTORS = (0x2210_2222, 0x5410_1022)
 
 
-def _pair_register_model(own, sh, v0, v1):
-    """NumPy model of :func:`pair_register` (the simulator runs it)."""
+def pair_register_model(own, sh, v0, v1):
+    """The NumPy model of :func:`pair_register`: the register a lane builds from its pair of bits and the two
+    16-bit values after its kept bits below (the simulator runs it; tutorial 08 decodes a lane by hand with it)."""
     pair = (int(own) >> int(sh)) & 3
     return np.uint32((int(v0) if pair & 1 else 0) | (((int(v1) if pair == 3 else int(v0)) << 16) if pair & 2 else 0))
 
 
 if SIM:
-    pair_register = _pair_register_model
+    pair_register = pair_register_model
 else:
     from llvmlite import ir
     from numba.cuda import types as nbtypes
