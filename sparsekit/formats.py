@@ -1249,6 +1249,20 @@ class _HalfFormat(_Format):
     def dtype(self) -> np.dtype:
         return self.value_dtype
 
+    @staticmethod
+    def _entries(rows, cols, values, shape):
+        """``(rows, cols, values, dtype)`` of ``from_coords``' entries, checked: 1-D of one length, int64
+        positions inside ``shape``, finite float16/bfloat16 values."""
+        values = np.asarray(values)
+        d = _half_dtype(values.dtype, "values")
+        check_array(values, "values", ndim=1, dtypes=None, finite=True)
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        for name, a in (("rows", rows), ("cols", cols)):
+            check_array(a, name, ndim=1, dtypes=None, shape=values.shape)
+        if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= shape[0] or cols.max() >= shape[1]):
+            raise ValueError(f"rows, cols: entries must lie inside the {shape} matrix")
+        return rows, cols, values, d
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TiledCSL(_HalfFormat):
@@ -1380,14 +1394,7 @@ class TiledCSL(_HalfFormat):
         """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order)."""
         shape = _as_shape(shape)
         tm, tk = _as_blocksize(tile, "tile")
-        values = np.asarray(values)
-        d = _half_dtype(values.dtype, "values")
-        check_array(values, "values", ndim=1, dtypes=None, finite=True)
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        for name, a in (("rows", rows), ("cols", cols)):
-            check_array(a, name, ndim=1, dtypes=None, shape=values.shape)
-        if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= shape[0] or cols.max() >= shape[1]):
-            raise ValueError(f"rows, cols: entries must lie inside the {shape} matrix")
+        rows, cols, values, d = cls._entries(rows, cols, values, shape)
         kt = -(-shape[1] // tk)
         ntiles = -(-shape[0] // tm) * kt
         tiles = rows // tm * kt + cols // tk
@@ -1639,14 +1646,7 @@ class TiledBitmap(_HalfFormat):
     def from_coords(cls, rows, cols, values, shape) -> "TiledBitmap":
         """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order)."""
         shape = _as_shape(shape)
-        values = np.asarray(values)
-        d = _half_dtype(values.dtype, "values")
-        check_array(values, "values", ndim=1, dtypes=None, finite=True)
-        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-        for name, a in (("rows", rows), ("cols", cols)):
-            check_array(a, name, ndim=1, dtypes=None, shape=values.shape)
-        if rows.size and (rows.min() < 0 or cols.min() < 0 or rows.max() >= shape[0] or cols.max() >= shape[1]):
-            raise ValueError(f"rows, cols: entries must lie inside the {shape} matrix")
+        rows, cols, values, d = cls._entries(rows, cols, values, shape)
         m, k = shape
         ksteps = 2 * -(-k // 32)
         nfrag = -(-m // 16) * ksteps
