@@ -163,6 +163,7 @@ without them, its code unchanged), ``lean`` (above; False: the kernel without it
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32
@@ -239,6 +240,7 @@ SM_SHARED = 233472
 STATIC_LIMIT = SHARED_LIMIT
 #: The kernel's index type: unsigned, so Numba emits no negative-index wraparound (see :func:`_tc_kernel`).
 U = np.uint64
+U0, U16 = U(0), U(16)
 
 
 def segment_entries(dell, seg: int, pad: bool = False, split: bool | str = False, classes: int = 0):
@@ -405,55 +407,82 @@ def scatter_slots(seg: int, w: int) -> int:
     return min(seg, -(-max(w, 1) // 4) * 4)
 
 
+class _Plan(NamedTuple):
+    """The compile-time constants of one tunable setting, the kernel's geometry: the tunables, then the
+    sizes derived from them (:func:`_plan`, where each is explained). Hashable, so the phases' factories
+    below are cached per setting and every kernel built for it shares their device functions."""
+    bm: int
+    bn: int
+    kc: int
+    warps_m: int
+    warps_n: int
+    half: bool
+    stages: int
+    slots: int
+    vec: bool
+    kgroups: int
+    lean: bool
+    presplit: bool
+    exact_a: bool
+    bf16: bool
+    nwg: int
+    nthreads: int
+    gthreads: int
+    wtm: int
+    wtn: int
+    mtiles: int
+    ntiles: int
+    frag_row: int
+    tile_type: object
+    mma16: object
+    item: int
+    vw: int
+    ew: int
+    sa: int
+    a_small: int
+    a_buf: int
+    a_all: int
+    sbn: int
+    b_buf: int
+    e_buf: int
+    all_b: int
+    all_e: int
+    er: int
+    all_ev: int
+    eo_byte: int
+    pend: int
+    tpr: int
+    seg: int
+    nslots: int
+    nvals: int
+    kstep: int
+    gks: int
+    per_ks: int
+    zvec: bool
+    per_row: int
+    bpieces: int
+    nbp: int
+    b_whole: bool
+    vpr: int
+    opr: int
+    vpieces: int
+    opieces: int
+    nvp: int
+    nop: int
+    v_whole: bool
+    o_whole: bool
+    rstep: int
+    lean_b: bool
+    lean_e: bool
+    lean32: bool
+
+
 @functools.cache
-def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
-               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False,
-               bf16: bool = False):
-    """The tensor-core kernel for one tunable setting (the launcher has checked it).
-
-    ``bf16`` (with ``half``): bfloat16 values as uint16 bits in every array but the float32 partials, the bf16
-    MMA in place of the float16 one, and ``C`` rounded to nearest even by :func:`sparsekit.gpu.mma.pack_bf16x2`; the rest is
-    the float16 kernel.
-
-    ``exact_a`` (float32): A's values are TF32 numbers (:func:`tf32_exact`), so the ``a_small b_big`` MMA, whose
-    products are all zero, is not issued: two MMAs a tile and K step instead of three, the same sums.
-
-    ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
-    :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
-    ``lean``: the same arithmetic with fewer instructions per K chunk (module docstring, "lean"): the
-    cp.async copies on byte addresses taken once per thread (:func:`sparsekit.gpu.mma.shared_addr`,
-    :func:`sparsekit.gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`),
-    the big parts of the 3xTF32 splits by :func:`sparsekit.gpu.mma.to_tf32_finite`; False compiles the kernel
-    without them. Float32 lean also stores every staged slot (no sink): it needs the entry arrays of
-    :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
-    ``presplit`` (float32 lean): A's values arrive split (:func:`segment_entries` with ``split``): the
-    entry stages hold big and small side by side and the scatter only moves them (no conversion).
-    ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
-    ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
-    moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
-    no code for it). ``ksplit``: a K split (a separate kernel too, launched with ``nsplit > 1``):
-    block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K chunks
-    (:func:`sparsekit.gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
-    arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
-    pipeline's stages follow the relative one ``j``), writes its float32 fragments to ``part[z]``;
-    the tile's last block sums the partials in a fixed order (``finish_split``, rounded once to
-    ``C``'s dtype). ``kgroups``: K groups of ``warps_m x warps_n`` warps (module docstring, step 6;
-    needs ``dynamic``: their sums pass through the dynamic buffer); 1 compiles the kernel without them.
-
-    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened; float32
-    lean: with ``pad``, and ``split`` where ``presplit``),
-    ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
-    float32), ``ticket`` (one int32 per output tile; both 1-element stand-ins without a split);
-    sizes ``m``, ``n``, ``k``, ``w`` (slots per segment), ``nsub`` (segments), ``mp`` (rows of the
-    entry arrays), ``nsplit`` (blocks per output tile along K).
-
-    Index arithmetic is unsigned (``U``, with unsigned constants): Numba wraps a negative signed
-    index around the array's length, which costs 64-bit compare/select sequences per access
-    (``experiments/results/uspmm_tc.md``, the post-LTO PTX reading); unsigned ones cannot be negative.
-    """
-    if kgroups > 1 and not dynamic:
-        raise ValueError("kgroups: the groups' sums go through the dynamic shared buffer (build with dynamic=True)")
+def _plan(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, stages: int, slots: int, vec: bool,
+          kgroups: int, lean: bool, presplit: bool, exact_a: bool, bf16: bool) -> _Plan:
+    """Geometry and constants (the kernel's phase 0): the warps' sub-tiles, the shared buffers' strides and
+    sizes (:func:`_geometry`), the pipeline's depth, a thread's A segment and staged slots, the 16-byte pieces
+    of a chunk's copies and which of them take the lean forms."""
     nwg = warps_m * warps_n                           # warps of one K group
     nthreads = WARP_SIZE * nwg * kgroups
     gthreads = nthreads // kgroups                    # threads of one K group
@@ -488,7 +517,6 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     vpieces, opieces = kc * vpr, kc * opr             # of a chunk's entry stage (all seg slots)
     nvp, nop = cdiv(vpieces, nthreads), cdiv(opieces, nthreads)
     v_whole, o_whole = vpieces % nthreads == 0, opieces % nthreads == 0
-    u0, u16 = U(0), U(16)
 
     # lean copies: a thread's pieces of a chunk are rows r0, r0 + rstep, ... of one column (B) or slots
     # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
@@ -500,6 +528,23 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     # lean float32 scatter: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so
     # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
     lean32 = lean and not half
+    return _Plan(bm=bm, bn=bn, kc=kc, warps_m=warps_m, warps_n=warps_n, half=half, stages=stages, slots=slots,
+                 vec=vec, kgroups=kgroups, lean=lean, presplit=presplit, exact_a=exact_a, bf16=bf16, nwg=nwg,
+                 nthreads=nthreads, gthreads=gthreads, wtm=wtm, wtn=wtn, mtiles=mtiles, ntiles=ntiles,
+                 frag_row=frag_row, tile_type=tile_type, mma16=mma16, item=item, vw=vw, ew=ew, sa=sa,
+                 a_small=a_small, a_buf=a_buf, a_all=a_all, sbn=sbn, b_buf=b_buf, e_buf=e_buf, all_b=all_b,
+                 all_e=all_e, er=er, all_ev=all_ev, eo_byte=eo_byte, pend=pend, tpr=tpr, seg=seg, nslots=nslots,
+                 nvals=nvals, kstep=kstep, gks=gks, per_ks=per_ks, zvec=zvec, per_row=per_row, bpieces=bpieces,
+                 nbp=nbp, b_whole=b_whole, vpr=vpr, opr=opr, vpieces=vpieces, opieces=opieces, nvp=nvp, nop=nop,
+                 v_whole=v_whole, o_whole=o_whole, rstep=rstep, lean_b=lean_b, lean_e=lean_e, lean32=lean32)
+
+
+@functools.cache
+def _b_copy(plan: _Plan):
+    """Step 2, the copies of B: ``issue_b``, one chunk's tile into its stage."""
+    kc, stages, vec, nthreads, tile_type = plan.kc, plan.stages, plan.vec, plan.nthreads, plan.tile_type
+    item, vw, sbn, b_buf, per_row, bpieces = plan.item, plan.vw, plan.sbn, plan.b_buf, plan.per_row, plan.bpieces
+    nbp, b_whole, rstep, lean_b = plan.nbp, plan.b_whole, plan.rstep, plan.lean_b
 
     @inlined
     def issue_b(ch, t, b, n, k, col0, sh_b, lb):
@@ -526,58 +571,70 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 if lean_b:                                               # row r0 + i * rstep, on addresses
                     ok = colok & (r0 + U(i * rstep) < krem)
                     cp_async16_raw(sh_b, dst0 + U(i * rstep * sbn * item), b,
-                                   src0 + U(i * rstep) * n * U(item) if ok else bgl, u16 if ok else u0)
+                                   src0 + U(i * rstep) * n * U(item) if ok else bgl, U16 if ok else U0)
                 elif vec:                                                # N % vw == 0: whole pieces
                     ok = (k0 + r < k) & (col0 + cc < n)
-                    cp_async16(sh_b, sbase + (r * U(sbn) + cc), b, k0 * n + (r * n + col0 + cc) if ok else u0,
-                               u16 if ok else u0)
+                    cp_async16(sh_b, sbase + (r * U(sbn) + cc), b, k0 * n + (r * n + col0 + cc) if ok else U0,
+                               U16 if ok else U0)
                 else:
                     gk = k0 + r
                     gc = col0 + cc
                     for e in range(vw):
                         ue = U(e)
                         sh_b[sbase + r * U(sbn) + cc + ue] = b[gk * n + gc + ue] if (gk < k) & (gc + ue < n) else zero
+    return issue_b
 
-    def entry_copier(npt: int, whole: bool, pieces: int, per_slot: int, rows: int, srows: int):
-        """Step 1a for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
-        offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
-        (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``lean_e``:
-        on byte addresses (``16 // rows`` bytes an element), ``eb`` (:func:`entry_bases`) and ``sgl``
-        (the array's first element) from the kernel (``srows``: the stage's rows a slot, ``bm``, or ``2 bm``
-        for presplit values, whose rows, row offset and strides the caller doubles): a thread's pieces are
-        slots ``slot0 + i * sstep``
-        (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same position ``ii`` in segments
-        ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its first piece in stage 0 / in
-        segment 0 of the entry array; pieces past the segments or rows read nothing (from ``sgl``).
-        Else ``eb`` and ``sgl`` are unused."""
-        sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
-        size = 16 // rows
 
-        @inlined
-        def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb, eb, sgl):
-            if lean_e:
-                hq0, live, dsh0, sgl0 = eb
-                nrem = nsub - qb                                         # segments left (> 0)
-            for i in range(npt):
-                p = t + U(i * nthreads)
-                if whole or p < U(pieces):
-                    slot = p // U(per_slot)
-                    r = (p % U(per_slot)) * U(rows)
-                    hq = slot // U(seg)
-                    ii = slot % U(seg)
-                    if lean_e:                                           # slot slot0 + i * sstep
-                        ok = live & (hq0 + U(i * sstep // seg) < nrem)
-                        cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * srows)) * U(size), src,
-                                       sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
-                                       u16 if ok else u0)
-                    elif ii < w:
-                        ok = (qb + hq < nsub) & (row0 + r < mp)
-                        cp_async16(dst, sbase + (slot * U(srows) + r), src,
-                                   qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else u0, u16 if ok else u0)
-        return copy
+@functools.cache
+def _entry_piece_copy(plan: _Plan, npt: int, whole: bool, pieces: int, per_slot: int, rows: int, srows: int):
+    """Step 1a, ``copy``, for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
+    offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
+    (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``lean_e``:
+    on byte addresses (``16 // rows`` bytes an element), ``eb`` (:func:`entry_bases`) and ``sgl``
+    (the array's first element) from the kernel (``srows``: the stage's rows a slot, ``bm``, or ``2 bm``
+    for presplit values, whose rows, row offset and strides the caller doubles): a thread's pieces are
+    slots ``slot0 + i * sstep``
+    (``sstep`` a multiple of ``seg`` where ``npt > 1``: the same position ``ii`` in segments
+    ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its first piece in stage 0 / in
+    segment 0 of the entry array; pieces past the segments or rows read nothing (from ``sgl``).
+    Else ``eb`` and ``sgl`` are unused."""
+    nthreads, seg, lean_e = plan.nthreads, plan.seg, plan.lean_e
+    sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
+    size = 16 // rows
 
-    copy_values = entry_copier(nvp, v_whole, vpieces, vpr, vw, er * bm)
-    copy_offsets = entry_copier(nop, o_whole, opieces, opr, 16, bm)
+    @inlined
+    def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb, eb, sgl):
+        if lean_e:
+            hq0, live, dsh0, sgl0 = eb
+            nrem = nsub - qb                                         # segments left (> 0)
+        for i in range(npt):
+            p = t + U(i * nthreads)
+            if whole or p < U(pieces):
+                slot = p // U(per_slot)
+                r = (p % U(per_slot)) * U(rows)
+                hq = slot // U(seg)
+                ii = slot % U(seg)
+                if lean_e:                                           # slot slot0 + i * sstep
+                    ok = live & (hq0 + U(i * sstep // seg) < nrem)
+                    cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * srows)) * U(size), src,
+                                   sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
+                                   U16 if ok else U0)
+                elif ii < w:
+                    ok = (qb + hq < nsub) & (row0 + r < mp)
+                    cp_async16(dst, sbase + (slot * U(srows) + r), src,
+                               qb * wmp + (hq * wmp + ii * mp + row0 + r) if ok else U0, U16 if ok else U0)
+    return copy
+
+
+@functools.cache
+def _entry_copy(plan: _Plan):
+    """Step 1a, the copies of the staged entries: ``entry_bases`` (a thread's lean addresses, taken once
+    before the K loop) and ``issue_e``, one chunk's values and offsets into their stage."""
+    bm, stages, vw, e_buf, er, tpr, seg = plan.bm, plan.stages, plan.vw, plan.e_buf, plan.er, plan.tpr, plan.seg
+    vpr, opr, vpieces, opieces, nvp, nop = plan.vpr, plan.opr, plan.vpieces, plan.opieces, plan.nvp, plan.nop
+    v_whole, o_whole = plan.v_whole, plan.o_whole
+    copy_values = _entry_piece_copy(plan, nvp, v_whole, vpieces, vpr, vw, er * bm)
+    copy_offsets = _entry_piece_copy(plan, nop, o_whole, opieces, opr, 16, bm)
 
     @inlined
     def entry_bases(t, per_slot, rows, srows, row0, w, mp, wmp, dst, src):
@@ -605,6 +662,79 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         copy_values(t, ev, U(er) * row0, w, U(er) * wmp, nsub, U(er) * mp, sh_ev, U(er) * sbase, qb,   # (presplit:
                     le[0], le[2])                                                             # rows of pairs)
         copy_offsets(t, eo, row0, w, wmp, nsub, mp, sh_eo, sbase, qb, le[1], le[3])
+    return entry_bases, issue_e
+
+
+@functools.cache
+def _slot_store(plan: _Plan):
+    """Step 1b, one staged slot's store into an A tile: ``put`` (float32: the 3xTF32 split of its value)."""
+    half, lean, presplit, nthreads, a_small = plan.half, plan.lean, plan.presplit, plan.nthreads, plan.a_small
+
+    @inlined
+    def put(sh_a, live, x, sink, v, vs):
+        """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
+        3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
+        difference is exact) at the same place of the small one (``a_small`` further; the sink's small
+        element is ``nthreads`` further). Splitting here, once per entry, replaces the split of every A
+        fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values.
+        ``presplit``: ``v`` and ``vs`` are big and small already (split on the host, bit for bit as here)."""
+        if half:
+            sh_a[x if live else sink] = v
+        elif presplit:
+            if live:
+                sh_a[x] = v
+                sh_a[x + U(a_small)] = vs
+        elif lean:                                                       # (live for the whole chunk: no sink)
+            hi = to_tf32_finite(v)                                       # (small is NaN for Inf/NaN v)
+            if live:
+                sh_a[x] = hi
+                sh_a[x + U(a_small)] = to_tf32(v - hi)
+        else:
+            hi = to_tf32(v)
+            sh_a[x if live else sink] = hi
+            sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
+    return put
+
+
+@functools.cache
+def _slot_front(plan: _Plan):
+    """Step 1b, the share of the next A tile's stores that follows one MMA K step: ``write_front`` (called
+    by the MMA step)."""
+    presplit, nslots, gks, per_ks, lean32 = plan.presplit, plan.nslots, plan.gks, plan.per_ks, plan.lean32
+    put = _slot_store(plan)
+
+    @inlined
+    def write_front(ks, base, sink, wl, offs, vals, sh_a):
+        """Step 1b, stores, the share after the thread's ``ks``-th K step of the chunk (of its group's
+        ``gks``): slots ``ks*per_ks ..`` (the first ``per_ks`` of the
+        registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
+        places (register renaming once unrolled; the same code for every ``ks``)."""
+        for i in range(min(per_ks, nslots)):
+            if not lean32:
+                live = U(ks * per_ks + i) < wl
+            elif gks * per_ks == nslots:                                 # (every share full: no slot past nslots)
+                live = wl != U0
+            else:
+                live = (U(ks * per_ks + i) < U(nslots)) & (wl != U0)
+            put(sh_a, live, base + offs[i], sink, vals[i], vals[nslots + i] if presplit else vals[i])
+        for i in range(nslots - per_ks):
+            offs[i] = offs[i + per_ks]
+            vals[i] = vals[i + per_ks]
+            if presplit:
+                vals[nslots + i] = vals[nslots + i + per_ks]
+    return write_front
+
+
+@functools.cache
+def _densify(plan: _Plan):
+    """Step 1b, the densify step: the next A tile built from the staged entries, a thread a segment. The K
+    loop spreads it out: ``stage_slots`` loads a chunk's slots into registers, ``zero_segment`` clears the
+    segment, and the MMA step stores the slots between its K steps (:func:`_slot_front`); ``scatter`` does
+    all three at once for the prologue's A tile 0."""
+    bm, half, stages, presplit, tile_type = plan.bm, plan.half, plan.stages, plan.presplit, plan.tile_type
+    vw, ew, sa, a_small, a_buf, e_buf, seg = plan.vw, plan.ew, plan.sa, plan.a_small, plan.a_buf, plan.e_buf, plan.seg
+    nslots, zvec, lean32 = plan.nslots, plan.zvec, plan.lean32
+    put = _slot_store(plan)
 
     @inlined
     def stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo):
@@ -639,30 +769,6 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     sh_a[base + U(e * a_small + z)] = zero
 
     @inlined
-    def put(sh_a, live, x, sink, v, vs):
-        """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
-        3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
-        difference is exact) at the same place of the small one (``a_small`` further; the sink's small
-        element is ``nthreads`` further). Splitting here, once per entry, replaces the split of every A
-        fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values.
-        ``presplit``: ``v`` and ``vs`` are big and small already (split on the host, bit for bit as here)."""
-        if half:
-            sh_a[x if live else sink] = v
-        elif presplit:
-            if live:
-                sh_a[x] = v
-                sh_a[x + U(a_small)] = vs
-        elif lean:                                                       # (live for the whole chunk: no sink)
-            hi = to_tf32_finite(v)                                       # (small is NaN for Inf/NaN v)
-            if live:
-                sh_a[x] = hi
-                sh_a[x + U(a_small)] = to_tf32(v - hi)
-        else:
-            hi = to_tf32(v)
-            sh_a[x if live else sink] = hi
-            sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
-
-    @inlined
     def write_slots(base, sink, wl, offs, vals, sh_a):
         """Step 1b, stores: slot ``i`` to its column of the segment at ``base``, or to this thread's
         ``sink`` element where ``i >= wl`` (past the matrix's ``w``: stale stage contents). Branch-free.
@@ -673,26 +779,6 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 vals[nslots + i] if presplit else vals[i])
 
     @inlined
-    def write_front(ks, base, sink, wl, offs, vals, sh_a):
-        """Step 1b, stores, the share after the thread's ``ks``-th K step of the chunk (of its group's
-        ``gks``): slots ``ks*per_ks ..`` (the first ``per_ks`` of the
-        registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
-        places (register renaming once unrolled; the same code for every ``ks``)."""
-        for i in range(min(per_ks, nslots)):
-            if not lean32:
-                live = U(ks * per_ks + i) < wl
-            elif gks * per_ks == nslots:                                 # (every share full: no slot past nslots)
-                live = wl != u0
-            else:
-                live = (U(ks * per_ks + i) < U(nslots)) & (wl != u0)
-            put(sh_a, live, base + offs[i], sink, vals[i], vals[nslots + i] if presplit else vals[i])
-        for i in range(nslots - per_ks):
-            offs[i] = offs[i + per_ks]
-            vals[i] = vals[i + per_ks]
-            if presplit:
-                vals[nslots + i] = vals[nslots + i + per_ks]
-
-    @inlined
     def scatter(ch, abuf, t, arow, h, w, offs, vals, sh_ev, sh_eo, sh_a):
         """Step 1b in one go (the prologue's A tile 0): stage, zero, write. One thread per segment:
         program order, no barrier between the three."""
@@ -700,6 +786,16 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         stage_slots(ch, h, arow, offs, vals, sh_ev, sh_eo)
         zero_segment(base, sh_a)
         write_slots(base, U(2 * a_buf) + t, w, offs, vals, sh_a)
+    return stage_slots, zero_segment, scatter
+
+
+@functools.cache
+def _mma_f16(plan: _Plan):
+    """Step 3 for float16 and bfloat16, the MMA step: ``mma_f16``, with the densify step's stores between
+    its K steps."""
+    kgroups, mtiles, ntiles, mma16, sa, sbn = plan.kgroups, plan.mtiles, plan.ntiles, plan.mma16, plan.sa, plan.sbn
+    gks = plan.gks
+    write_front = _slot_front(plan)
 
     @inlined
     def mma_f16(sh_a, sh_b, ab, bb, wm0, wn0, wk0, lane, acc, afr, bfr, nbase, sink, wl, offs, vals):
@@ -712,7 +808,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         g = lane // U(4)
         tq = lane % U(4)
         arow0 = ab + (wm0 + g) * U(sa) + U(2) * tq + wk0                 # A[g, 2tq] of the warp's first tile
-        brow0 = bb + (lane % u16 + wk0) * U(sbn) + wn0 + (lane // u16) * U(8)   # lane l: row l%16, n-tile l//16
+        brow0 = bb + (lane % U16 + wk0) * U(sbn) + wn0 + (lane // U16) * U(8)   # lane l: row l%16, n-tile l//16
         for i in range(gks):
             ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, 2tq..], A[r+8, ..], +8 cols
@@ -736,6 +832,16 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
             write_front(i, nbase, sink, wl, offs, vals, sh_a)
+    return mma_f16
+
+
+@functools.cache
+def _mma_tf32(plan: _Plan):
+    """Step 3 for float32, the 3xTF32 MMA step: ``mma_tf32`` (B fragments split by ``split``), with the
+    densify step's stores between its K steps."""
+    kgroups, lean, exact_a, mtiles, ntiles = plan.kgroups, plan.lean, plan.exact_a, plan.mtiles, plan.ntiles
+    sa, a_small, sbn, gks = plan.sa, plan.a_small, plan.sbn, plan.gks
+    write_front = _slot_front(plan)
 
     @inlined
     def split(x, big, small, i, j):
@@ -793,38 +899,48 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, 2] = d[2]
                     acc[mt, nt, 3] = d[3]
             write_front(i, nbase, sink, wl, offs, vals, sh_a)
+    return mma_tf32
 
-    def fragment_store(to_bf16: bool):
-        """The store of a warp's fragments into a 2-D array: ``to_bf16`` for a bfloat16 ``C`` (uint16 bits),
-        else for an array of a dtype the float32 sums are cast to (float32 partials, a float16 or float32 ``C``)."""
 
-        @inlined
-        def store(out, frag, r0, c0, um, un):
-            """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
-            lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
-            ``c0 + 8 nt + {0, 1}`` (2tq and 2tq+1), rounded to ``out``'s dtype (``to_bf16``: both columns
-            rounded to bfloat16, nearest even, by one ``cvt.rn.bf16x2.f32``, stored as two 16-bit halves)."""
-            for mt in range(mtiles):
-                for nt in range(ntiles):
-                    col = c0 + U(nt * 8)
-                    for hh in range(2):
-                        rr = r0 + U(mt * 16 + 8 * hh)
-                        if rr < um:
-                            if to_bf16:
-                                pair = pack_bf16x2(frag[mt, nt, 2 * hh], frag[mt, nt, 2 * hh + 1])
-                                if col < un:
-                                    out[rr, col] = uint16(pair & np.uint32(0xFFFF))
-                                if col + U(1) < un:
-                                    out[rr, col + U(1)] = uint16(pair >> np.uint32(16))
-                            else:
-                                if col < un:
-                                    out[rr, col] = frag[mt, nt, 2 * hh]
-                                if col + U(1) < un:
-                                    out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
-        return store
+@functools.cache
+def _fragment_store(mtiles: int, ntiles: int, to_bf16: bool):
+    """The epilogue's store of a warp's ``mtiles x ntiles`` fragments into a 2-D array: ``to_bf16`` for a
+    bfloat16 ``C`` (uint16 bits), else for an array of a dtype the float32 sums are cast to (float32 partials,
+    a float16 or float32 ``C``)."""
 
-    store_fragments = fragment_store(False)            # float32 partials (and a float16 or float32 C)
-    store_c = fragment_store(bf16)                     # C
+    @inlined
+    def store(out, frag, r0, c0, um, un):
+        """A warp's C fragments ``frag[mt, nt, 0..3]`` into the 2-D ``out`` (``um x un`` valid): this
+        lane's elements are rows ``r0 + 16 mt + {0, 8}`` (fragment rows g and g+8), columns
+        ``c0 + 8 nt + {0, 1}`` (2tq and 2tq+1), rounded to ``out``'s dtype (``to_bf16``: both columns
+        rounded to bfloat16, nearest even, by one ``cvt.rn.bf16x2.f32``, stored as two 16-bit halves)."""
+        for mt in range(mtiles):
+            for nt in range(ntiles):
+                col = c0 + U(nt * 8)
+                for hh in range(2):
+                    rr = r0 + U(mt * 16 + 8 * hh)
+                    if rr < um:
+                        if to_bf16:
+                            pair = pack_bf16x2(frag[mt, nt, 2 * hh], frag[mt, nt, 2 * hh + 1])
+                            if col < un:
+                                out[rr, col] = uint16(pair & np.uint32(0xFFFF))
+                            if col + U(1) < un:
+                                out[rr, col + U(1)] = uint16(pair >> np.uint32(16))
+                        else:
+                            if col < un:
+                                out[rr, col] = frag[mt, nt, 2 * hh]
+                            if col + U(1) < un:
+                                out[rr, col + U(1)] = frag[mt, nt, 2 * hh + 1]
+    return store
+
+
+@functools.cache
+def _split_finish(plan: _Plan):
+    """The epilogue of a K split: ``finish_split``, the hand-over of the blocks' float32 partials to the
+    tile's last block, which sums them (``add_fragments``) and stores ``C``."""
+    bf16, mtiles, ntiles, frag_row = plan.bf16, plan.mtiles, plan.ntiles, plan.frag_row
+    store_fragments = _fragment_store(mtiles, ntiles, False)  # float32 partials
+    store_c = _fragment_store(mtiles, ntiles, bf16)
 
     @inlined
     def add_fragments(frag, parts, q, r0, c0, um, un, row):
@@ -878,6 +994,14 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             for q in range(nsplit):
                 add_fragments(acc, part, U(q), r0, c0, um, un, row)
             store_c(c, acc, r0, c0, um, un)
+    return finish_split
+
+
+@functools.cache
+def _group_reduce(plan: _Plan):
+    """Step 6, the K groups' sums: ``reduce_groups``."""
+    bm, bn, kgroups, gthreads, mtiles = plan.bm, plan.bn, plan.kgroups, plan.gthreads, plan.mtiles
+    ntiles = plan.ntiles
 
     @inlined
     def reduce_groups(acc, grp, tl, red):
@@ -887,22 +1011,94 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
         fragment positions, so groups ``1 ..`` write their ``acc`` to ``red`` (the dynamic buffer,
         ``bm * bn`` floats a group; element ``e`` of thread ``tl`` at ``e * gthreads + tl``:
         consecutive lanes, consecutive words) and, after a barrier, group 0 reads them in that layout."""
-        if grp != u0:
+        if grp != U0:
             base = (grp - U(1)) * U(bm * bn) + tl
             for mt in range(mtiles):
                 for nt in range(ntiles):
                     for x in range(4):
                         red[base + U(((mt * ntiles + nt) * 4 + x) * gthreads)] = acc[mt, nt, x]
         cuda.syncthreads()
-        if grp == u0:
+        if grp == U0:
             for q in range(kgroups - 1):
                 for mt in range(mtiles):
                     for nt in range(ntiles):
                         for x in range(4):
                             acc[mt, nt, x] += red[tl + U(q * bm * bn + ((mt * ntiles + nt) * 4 + x) * gthreads)]
+    return reduce_groups
+
+
+@functools.cache
+def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
+               stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
+               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False,
+               bf16: bool = False):
+    """The tensor-core kernel for one tunable setting (the launcher has checked it): its geometry
+    (:func:`_plan`), then a body that runs the phases in order, each a device function of a factory cached
+    per setting (:func:`_entry_copy`, :func:`_densify`, :func:`_b_copy`, :func:`_mma_f16` or :func:`_mma_tf32`,
+    :func:`_group_reduce`, :func:`_split_finish` or :func:`_fragment_store`).
+
+    ``bf16`` (with ``half``): bfloat16 values as uint16 bits in every array but the float32 partials, the bf16
+    MMA in place of the float16 one, and ``C`` rounded to nearest even by :func:`sparsekit.gpu.mma.pack_bf16x2`; the rest is
+    the float16 kernel.
+
+    ``exact_a`` (float32): A's values are TF32 numbers (:func:`tf32_exact`), so the ``a_small b_big`` MMA, whose
+    products are all zero, is not issued: two MMAs a tile and K step instead of three, the same sums.
+
+    ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
+    :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
+    ``lean``: the same arithmetic with fewer instructions per K chunk (module docstring, "lean"): the
+    cp.async copies on byte addresses taken once per thread (:func:`sparsekit.gpu.mma.shared_addr`,
+    :func:`sparsekit.gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`),
+    the big parts of the 3xTF32 splits by :func:`sparsekit.gpu.mma.to_tf32_finite`; False compiles the kernel
+    without them. Float32 lean also stores every staged slot (no sink): it needs the entry arrays of
+    :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
+    ``presplit`` (float32 lean): A's values arrive split (:func:`segment_entries` with ``split``): the
+    entry stages hold big and small side by side and the scatter only moves them (no conversion).
+    ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
+    ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
+    moves by 16-byte cp.async (else element by element; a separate kernel, so the common one carries
+    no code for it). ``ksplit``: a K split (a separate kernel too, launched with ``nsplit > 1``):
+    block ``(x, y, z)`` multiplies only the ``z``-th of ``nsplit`` runs of K chunks
+    (:func:`sparsekit.gpu.uspmm._split_range`: chunks ``q0 .. q1-1``; the block's views of ``b`` and the entry
+    arrays start at chunk ``q0``, so the copies address the absolute chunk ``q0 + j`` while the
+    pipeline's stages follow the relative one ``j``), writes its float32 fragments to ``part[z]``;
+    the tile's last block sums the partials in a fixed order (``finish_split``, rounded once to
+    ``C``'s dtype). ``kgroups``: K groups of ``warps_m x warps_n`` warps (module docstring, step 6;
+    needs ``dynamic``: their sums pass through the dynamic buffer); 1 compiles the kernel without them.
+
+    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened; float32
+    lean: with ``pad``, and ``split`` where ``presplit``),
+    ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
+    float32), ``ticket`` (one int32 per output tile; both 1-element stand-ins without a split);
+    sizes ``m``, ``n``, ``k``, ``w`` (slots per segment), ``nsub`` (segments), ``mp`` (rows of the
+    entry arrays), ``nsplit`` (blocks per output tile along K).
+
+    Index arithmetic is unsigned (``U``, with unsigned constants): Numba wraps a negative signed
+    index around the array's length, which costs 64-bit compare/select sequences per access
+    (``experiments/results/uspmm_tc.md``, the post-LTO PTX reading); unsigned ones cannot be negative.
+    """
+    if kgroups > 1 and not dynamic:
+        raise ValueError("kgroups: the groups' sums go through the dynamic shared buffer (build with dynamic=True)")
+    plan = _plan(bm, bn, kc, warps_m, warps_n, half, stages, slots, vec, kgroups, lean, presplit, exact_a, bf16)
+    nwg, nthreads, gthreads, wtm, wtn = plan.nwg, plan.nthreads, plan.gthreads, plan.wtm, plan.wtn
+    mtiles, ntiles, tile_type, vw, sa, a_buf = plan.mtiles, plan.ntiles, plan.tile_type, plan.vw, plan.sa, plan.a_buf
+    a_all, sbn, b_buf, all_b, all_e, er = plan.a_all, plan.sbn, plan.b_buf, plan.all_b, plan.all_e, plan.er
+    all_ev, eo_byte, pend, tpr, seg, nslots = plan.all_ev, plan.eo_byte, plan.pend, plan.tpr, plan.seg, plan.nslots
+    nvals, kstep, per_row, vpr, opr, lean_b = plan.nvals, plan.kstep, plan.per_row, plan.vpr, plan.opr, plan.lean_b
+    lean_e = plan.lean_e
+    # the phases, as device functions (steps of the module docstring)
+    entry_bases, issue_e = _entry_copy(plan)                             # 1a. entries into their stages
+    stage_slots, zero_segment, scatter = _densify(plan)                  # 1b. the next A tile, densified
+    issue_b = _b_copy(plan)                                              # 2. B into its stages
+    mma_f16, mma_tf32 = _mma_f16(plan), _mma_tf32(plan)                  # 3. the MMAs (with 1b's stores)
+    reduce_groups = _group_reduce(plan)                                  # 6. the K groups' sums
+    finish_split = _split_finish(plan)                                   # epilogue: a K split's hand-over,
+    store_c = _fragment_store(mtiles, ntiles, bf16)                      # or C's store
 
     @cuda.jit
     def kernel(ev, eo, b, c, part, ticket, m, n, k, w, nsub, mp, nsplit):
+        # Geometry: this thread's lane and warp, its K group (6), the warp's sub-tile of C (3), the
+        # block's tile and, with a K split, its run of K chunks.
         t = U(cuda.threadIdx.x)
         lane = t % U(WARP_SIZE)
         warp = t // U(WARP_SIZE)
@@ -912,7 +1108,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             grp = warp // U(nwg)                                         # the chunks' K steps grp,
             wi = warp % U(nwg)                                           # grp + kgroups, ...
         else:
-            grp = u0
+            grp = U0
             wi = warp
         wm0 = (wi // U(warps_n)) * U(wtm)                                # the warp's sub-tile, in the block
         wn0 = (wi % U(warps_n)) * U(wtn)
@@ -931,6 +1127,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             unsub = unsub - U(q0 * tpr)
         else:
             nchunks = (k + kc - 1) // kc
+        # Shared buffers (5): two A tiles and the sink, the B stages, the entry stages (values, offsets).
         if dynamic:                                                      # one dynamic buffer, carved:
             dyn = cuda.shared.array(0, tile_type, alignment=SMEM_ALIGN)  # [A tiles, sink | B | entry values |
             dyn8 = cuda.shared.array(0, uint8, alignment=SMEM_ALIGN)     #  entry offsets] (16-byte aligned)
@@ -945,24 +1142,26 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             sh_b = cuda.shared.array(all_b, tile_type, alignment=SMEM_ALIGN)        # `stages` B tiles
             sh_ev = cuda.shared.array(all_ev, tile_type, alignment=SMEM_ALIGN)      # `stages` entry stages:
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
+        # lean: this thread's copy addresses (1a, 2) and ldmatrix row (3), taken once before the K loop
         if lean_b:                                                       # this thread's copy addresses
             br0 = t // U(per_row)                                        # (lean): B row and column of its
             bcc = (t % U(per_row)) * U(vw)                               # first piece
             lb = (br0, col0 + bcc < un, shared_addr(sh_b, br0 * U(sbn) + bcc),
-                  global_addr(b, br0 * un + col0 + bcc), global_addr(b, u0))
+                  global_addr(b, br0 * un + col0 + bcc), global_addr(b, U0))
         else:
-            lb = (u0, False, np.uint32(0), u0, u0)
+            lb = (U0, False, np.uint32(0), U0, U0)
         if lean and not half:                                            # ldmatrix row of lane l (step 3)
-            ash = shared_addr(sh_a, (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // u16)
+            ash = shared_addr(sh_a, (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // U16)
                               + wk0)
         else:
             ash = np.uint32(0)
         if lean_e:
             le = (entry_bases(t, vpr, vw, U(er * bm), U(er) * row0, uw, U(er) * ump, U(er) * uwmp, sh_ev, ev),
                   entry_bases(t, opr, 16, U(bm), row0, uw, ump, uwmp, sh_eo, eo),
-                  global_addr(ev, u0), global_addr(eo, u0))
+                  global_addr(ev, U0), global_addr(eo, U0))
         else:
-            le = ((u0, False, np.uint32(0), u0), (u0, False, np.uint32(0), u0), u0, u0)
+            le = ((U0, False, np.uint32(0), U0), (U0, False, np.uint32(0), U0), U0, U0)
+        # Registers: the A segment this thread densifies (1), the warp's fragments (3), the staged slots (1b).
         arow = t % U(bm)                                                 # this thread's A segment: row arow,
         h = t // U(bm)                                                   # columns h*seg .. (h+1)*seg
         sink = U(2 * a_buf) + t                                          # where slots past w are written
@@ -983,8 +1182,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                     acc[mt, nt, x] = 0.0
         # Prologue: copy groups {B0, E0, E1}, {B1, E2}, ..., {B(S-2), E(S-1)} in flight, wait for the
         # first, build A tile 0.
-        issue_b(u0, t, b, un, uk, col0, sh_b, lb)
-        issue_e(u0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
+        issue_b(U0, t, b, un, uk, col0, sh_b, lb)
+        issue_e(U0, t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         if 1 < nchunks:
             issue_e(U(1), t, ev, eo, row0, uw, uwmp, unsub, ump, sh_ev, sh_eo, le)
         cp_async_commit()
@@ -1002,14 +1201,14 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             cp_async_commit()
         cp_async_wait(pend)
         cuda.syncthreads()
-        scatter(u0, u0, t, arow, h, uw, offs, vals, sh_ev, sh_eo, sh_a)
+        scatter(U0, U0, t, arow, h, uw, offs, vals, sh_ev, sh_eo, sh_a)
         cuda.syncthreads()
         for j in range(nchunks):
             uj = U(j)
             p = uj % U(2)
             # 1b (loads). The staged slots of chunk j+1 (landed before the previous barrier) into
             # registers; after the last chunk they are stale and all go to the sink (wl = 0).
-            wl = uw if j + 1 < nchunks else u0
+            wl = uw if j + 1 < nchunks else U0
             stage_slots(uj + U(1), h, arow, offs, vals, sh_ev, sh_eo)
             # 4. copies of B(j+S-1) and E(j+S) in flight (their stages were last read before the previous
             # barrier)
@@ -1031,10 +1230,11 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
             cuda.syncthreads()
-        # 6. the K groups' sums into group 0 (fixed order), which stores them
+        # Epilogue. 6. the K groups' sums into group 0 (fixed order), which stores them: with a K split,
+        # through the partials and the tile's ticket to the last block (rounded once), else into C
         if kgroups > 1:
             reduce_groups(acc, grp, t % U(gthreads), red)
-        lead = grp == u0
+        lead = grp == U0
         if ksplit:
             finish_split(c, part, ticket, acc, row0 + wm0 + g, col0 + wn0 + U(2) * tq, um, un, nsplit, sh_eo, lead)
         elif lead:
