@@ -95,6 +95,7 @@ against 53.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32
@@ -128,6 +129,7 @@ SIM = bool(cuda_config.ENABLE_CUDASIM)
 U = np.uint64
 S32 = np.uint32                                        # shared-window byte addresses (kept in 32 bits)
 WG = 128                                               # threads of a warpgroup
+u0, u1, u16 = U(0), U(1), U(16)                        # the device code's unsigned constants
 
 
 def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int = 1, producers: int = 0) -> int:
@@ -145,22 +147,80 @@ def shared_bytes(bm: int, bn: int, kc: int, stages: int, slots: int, split: int 
     return pipeline + split * 4 * bm * bn if SIM else max(pipeline, 4 * bm * bn)
 
 
-@functools.cache
-def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
-                  split: int = 1, producers: int = 0, bf16: bool = False, exact_a: bool = False):
-    """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
+@inlined
+def _rot(x, n):
+    """``(x + 1) % n`` for ``x < n``, without a division."""
+    y = x + u1
+    return y if y < U(n) else u0
 
-    ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
-    the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
-    by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
-    blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
-    summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
-    and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
-    ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring); ``exact_a`` (3xTF32
-    only): A's values are TF32 numbers (:func:`sparsekit.gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
-    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`sparsekit.gpu.uspmm_tc.segment_entries` with
-    ``pad``, ``split`` and ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``,
-    ``n``, ``k``, ``w`` (slots) and ``mp`` (rows of the entry arrays)."""
+
+@inlined
+def _rot_by(x, d, n):
+    """``(x + d) % n`` for ``x < n``, ``d <= n``, without a division."""
+    y = x + U(d)
+    return y if y < U(n) else y - U(n)
+
+
+class _Plan(NamedTuple):
+    """The compile-time constants of one setting, the kernel's geometry: the tunables, then the sizes derived
+    from them (:func:`_plan`, where each is explained). Hashable, so the phases' factories below are cached
+    per setting and every kernel built for it shares their device functions."""
+    bm: int
+    bn: int
+    kc: int
+    stages: int
+    slots: int
+    vec: bool
+    split: int
+    producers: int
+    bf16: bool
+    exact_a: bool
+    ncons: int
+    nthreads: int
+    workers: int
+    tpr: int
+    seg: int
+    nacc: int
+    a_tile: int
+    a_buf: int
+    sbn: int
+    b_buf: int
+    nbuf: int
+    a_all: int
+    per_row: int
+    rstep: int
+    nbp: int
+    ev_buf: int
+    ob: int
+    eo_buf: int
+    copy_offsets: object
+    lead: int
+    se: int
+    ev0: int
+    eo0: int
+    ksteps: int
+    frag_small: object
+    nfrag: int
+    pend: int
+    pend_first: int
+    lbo: object
+    sbo: object
+    bpt: int
+    parts: int
+    part_bytes: int
+    red0: int
+    red_step: int
+    workers_bar: int
+    full0: int
+    empty0: int
+    jper: int
+
+
+@functools.cache
+def _plan(bm: int, bn: int, kc: int, stages: int, slots: int, vec: bool, split: int, producers: int, bf16: bool,
+          exact_a: bool) -> _Plan:
+    """Geometry and constants (phase 0): the warpgroups' roles, the shared buffers' sizes and where they start,
+    a thread's segment and copies, the pipeline's depth, the K parts and the named barriers."""
     ncons = WG * (bn // 64)                           # threads that multiply (warpgroups of 64 columns of B)
     nthreads = ncons + producers
     workers = producers or ncons                      # threads that copy and scatter
@@ -194,7 +254,6 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     pend = stages - 2
     pend_first = stages - 1                           # the prologue: chunk 0's entries landed
     lbo, sbo = U(128), U(32 * kc)
-    u0, u1, u16 = U(0), U(1), U(16)
     bpt = 1 if SIM else split                         # blocks a tile (GPU: one cluster, a K part a block)
     parts = split if SIM else 1                       # K parts a block computes
     part_bytes = 4 * bm * bn                          # one partial tile, word i * ncons + t: thread t's acc[i]
@@ -204,210 +263,24 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
     #                                                   the scatter's warp barrier); warp specialised: an A buffer
     #                                                   built (nbuf), an A buffer's wgmma done (nbuf)
     jper = nacc // 4 // split                         # accumulator quads a K part writes to C
+    return _Plan(bm=bm, bn=bn, kc=kc, stages=stages, slots=slots, vec=vec, split=split, producers=producers,
+                 bf16=bf16, exact_a=exact_a, ncons=ncons, nthreads=nthreads, workers=workers, tpr=tpr, seg=seg,
+                 nacc=nacc, a_tile=a_tile, a_buf=a_buf, sbn=sbn, b_buf=b_buf, nbuf=nbuf, a_all=a_all,
+                 per_row=per_row, rstep=rstep, nbp=nbp, ev_buf=ev_buf, ob=ob, eo_buf=eo_buf,
+                 copy_offsets=copy_offsets, lead=lead, se=se, ev0=ev0, eo0=eo0, ksteps=ksteps,
+                 frag_small=frag_small, nfrag=nfrag, pend=pend, pend_first=pend_first, lbo=lbo, sbo=sbo, bpt=bpt,
+                 parts=parts, part_bytes=part_bytes, red0=red0, red_step=red_step, workers_bar=workers_bar,
+                 full0=full0, empty0=empty0, jper=jper)
 
-    @inlined
-    def rot(x, n):
-        """``(x + 1) % n`` for ``x < n``, without a division."""
-        y = x + u1
-        return y if y < U(n) else u0
 
-    @inlined
-    def rot_by(x, d, n):
-        """``(x + d) % n`` for ``x < n``, ``d <= n``, without a division."""
-        y = x + U(d)
-        return y if y < U(n) else y - U(n)
-
-    @inlined
-    def entry_bases(item, row0, w, mp, sa, ev, eo):
-        """The staged entries of this thread's ``item`` (``row * tpr + segment`` of the block's rows): its values'
-        and offsets' stage-0 shared byte addresses (slot pair ``i`` of the values: ``+ 16 i workers``), their
-        chunk-0 global addresses (the arrays' start where the row lies past ``mp``: the copies then read nothing),
-        whether the row lies within, the global bytes of a chunk of values and of offsets, and of a slot pair, and
-        the arrays' start addresses (what a copy that reads nothing names)."""
-        ok = row0 + item // U(tpr) < mp
-        g = row0 * U(tpr) + item                                         # its piece of a slot pair / of offsets
-        pair = mp * U(tpr * 16)
-        return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * U(ob)), global_addr(ev, g * U(4) if ok else u0),
-                global_addr(eo, g * U(ob // 4) if ok else u0), ok, w // U(2) * pair, mp * U(tpr * ob), pair,
-                global_addr(ev, u0), global_addr(eo, u0))
-
-    @inlined
-    def issue_entries(ch, st, eb, ev, eo, sh, sh32):
-        """Chunk ``ch``'s entries of this thread's item (``slots`` of them) into entry stage ``st`` by cp.async
-        (nothing read past the arrays' rows). ``eb``: :func:`entry_bases`."""
-        vdst, odst, vsrc, osrc, ok, vchunk, ochunk, vpair, evgl, eogl = eb
-        vs = vsrc + ch * vchunk
-        for i in range(slots // 2):
-            cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vpair if ok else evgl,
-                           u16 if ok else u0)
-        copy_offsets(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, U(ob) if ok else u0)
-
-    @inlined
-    def scatter(st, ab, eb, rbz, rbs, sh, sh32):
-        """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
-        (all before any store), zero its share of its row's band in both tiles, a warp barrier (the band's
-        other classes are zeroed by the lanes beside it), write the entries in slot order (padding, value 0 at
-        offset 0, comes first, so it never overwrites an entry). ``eb[0]``/``eb[1]``: its values and offsets in
-        stage 0; ``rbz``: the first 16 bytes it zeroes, ``rbs``: its class's word in its band's first core
-        matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks, each 8 lanes'
-        16-byte zeroes to 8 rows' banks."""
-        offs = cuda.local.array(slots, np.uint32)
-        big = cuda.local.array(slots, float32)
-        small = cuda.local.array(slots, float32)
-        evr, eor = eb[0], eb[1]                                          # (entry_bases)
-        for i in range(slots // 2):
-            quad = ld_shared4(sh, evr + st * U(ev_buf) + U(i * 16 * workers))
-            big[2 * i], small[2 * i], big[2 * i + 1], small[2 * i + 1] = quad
-        if ob == 4:
-            w0 = ld_shared(sh32, eor + st * U(eo_buf))
-            words = (w0, w0, w0, w0)
-        elif ob == 8:
-            w01 = ld_shared2(sh32, eor + st * U(eo_buf))
-            words = (w01[0], w01[1], w01[1], w01[1])
-        else:
-            words = ld_shared4(sh32, eor + st * U(eo_buf))
-        for i in range(slots):
-            offs[i] = (words[i // 4] >> U(8 * (i % 4))) & U(255)
-        zero = float32(0.0)
-        base = rbz + ab * U(a_buf)
-        for z in range(seg // 4):
-            st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
-            st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
-        if SIM:                                                          # (no warp barrier there: the workers')
-            bar_sync(U(workers_bar), U(workers))
-        else:
-            cuda.syncwarp()
-        base = rbs + ab * U(a_buf)
-        for i in range(slots):                                           # offset g: g core matrices on
-            x = base + (offs[i] << U(7))
-            st_shared(sh, x, big[i])
-            st_shared(sh, x + U(a_tile * 4), small[i])
-
-    @inlined
-    def b_limits(k, n, gc, r0, blim):
-        """``blim[i]``: the chunks for which this thread's ``i``-th piece of B (row ``r0 + i * rstep`` of the
-        chunk, columns ``gc .. gc + 3``) lies within B (0: its columns lie past N)."""
-        for i in range(nbp):
-            left = max(np.int64(k) - np.int64(r0 + U(i * rstep)), np.int64(0))
-            blim[i] = S32((left + np.int64(kc - 1)) // np.int64(kc)) if gc < n else S32(0)
-
-    @inlined
-    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b):
-        """B's chunk ``ch`` into stage ``st`` (zeros past K and N): this thread's pieces, rows ``r0 + i * rstep``
-        at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows; ``bgl0`` its chunk-0 address,
-        ``bstep`` the bytes of ``rstep`` rows, ``blim`` from :func:`b_limits`), else by plain loads and stores."""
-        k0 = ch * U(kc)
-        dst = bsh0 + st * U(b_buf)
-        src = bgl0 + k0 * n * U(4)
-        zero = float32(0.0)
-        for i in range(nbp):
-            if vec:
-                ok = S32(ch) < blim[i]
-                cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i) * bstep if ok else bgl,
-                               u16 if ok else u0)
-            else:
-                row = k0 + r0 + U(i * rstep)
-                x = row * n + gc
-                st_shared4(sh, dst + U(i * rstep * sbn * 4), b[x] if (row < k) & (gc < n) else zero,
-                           b[x + u1] if (row < k) & (gc + u1 < n) else zero,
-                           b[x + U(2)] if (row < k) & (gc + U(2) < n) else zero,
-                           b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
-
-    @inlined
-    def mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh):
-        """Steps 1-3 of a chunk: B's fragments from stage ``jb`` split into ``bfb``/``bfs`` (``bf16``: ``bfs``
-        holds packed bf16 (small, big) pairs), the wgmmas on A buffer ``ja``, committed; returns when the previous
-        chunk's group is done."""
-        for ks in range(ksteps):                                         # fragments of B^T, split
-            for e in range(4):
-                x = ld_shared(sh, fb[e % 2] + jb * U(b_buf) + U((ks * 8 + (e // 2) * 4) * sbn * 4))
-                hi = to_tf32_finite(x)
-                bfb[4 * ks + e] = hi
-                if bf16:                                                 # bf16 (small, big): register e of the
-                    bfs[4 * ks + e] = pack_bf16x2(x - hi, hi)            # k16 fragment, K pairs 2c, 2c + 1
-                else:
-                    bfs[4 * ks + e] = to_tf32(x - hi)
-        wgmma_fence()
-        da = d0 + ja * U(a_buf >> 4)
-        for ks in range(ksteps):
-            dbig = da + U(ks * 16)                                       # (256 bytes: two core matrices)
-            dsmall = dbig + U(a_tile * 4 >> 4)
-            f = 4 * ks
-            if bf16:                                                     # both corrections in one bf16 k16:
-                wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # the small tile's
-            else:                                                        # (big, small) pairs; or 3xTF32's two
-                if not exact_a:                                          # (a TF32-exact A: a_small is all 0)
-                    wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
-                wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
-            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)   # b_big a_big
-        wgmma_commit()
-        wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
-
-    @inlined
-    def step(j, ja, jb, end, fb, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, uk, un,
-             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b):
-        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
-        ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
-        mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
-        na, nb_ = rot(ja, 3), rot(jb, stages)
-        if j + u1 < end:                                                 # 4. the next A tile (its buffer's
-            scatter(nb_, na, eb, rbz, rbs, sh, sh32)                     # wgmma: chunk j-2, done)
-        fence_proxy_async()                                              # (before the copies: it waits for
-        jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
-        if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
-            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-        if j + U(stages) < end:                                          # the entries of chunk j + stages
-            issue_entries(j + U(stages), jb, eb, ev, eo, sh, sh32)
-        cp_async_commit()
-        cp_async_wait(pend)
-        cuda.syncthreads()
-        return na, nb_
-
-    @inlined
-    def produce(lo, hi, rbz, rbs, ev, eo, eb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
-                blim, sh, sh32, b):
-        """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
-        chunk ``j``: wait until the consumers are done with chunk ``j - nbuf`` (its A buffer; B stages of chunks
-        up to ``j - nbuf + 1``), copy chunk ``j + lead``, wait for its own copies of chunk ``j`` (the scatter reads only
-        those), build its share of chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full
-        barrier (the consumers wait for every producer's arrival: every B copy of chunk ``j`` landed)."""
-        for s_ in range(lead):
-            if lo + U(s_) < hi:
-                issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(lo + U(s_), U(s_), eb, ev, eo, sh, sh32)
-            cp_async_commit()
-        ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
-        for j0 in range(lo, hi):
-            j = U(j0)
-            if j >= lo + U(nbuf):
-                bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - nbuf's wgmma done
-            if j + U(lead) < hi:
-                issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
-                issue_entries(j + U(lead), je, eb, ev, eo, sh, sh32)
-            cp_async_commit()
-            cp_async_wait(lead)                                          # this thread's copies of chunk j
-            scatter(rot_by(je, se - lead, se), ja, eb, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
-            fence_proxy_async()
-            bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
-            ja, jb, je = rot(ja, nbuf), rot(jb, stages), rot(je, se)
-
-    @inlined
-    def consume(lo, hi, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh):
-        """A consumer thread's chunks ``lo .. hi - 1`` (warp specialised): per chunk wait at its A buffer's
-        full barrier, steps 1-3, and once the previous chunk's wgmma is done tell the producers (for the
-        chunks they wait for: up to ``hi - nbuf - 1``); two fragment sets alternate, as in :func:`step`."""
-        ja, jb = u0, u0
-        for j0 in range(lo, hi):
-            j = U(j0)
-            bar_sync(U(full0) + ja, U(nthreads))
-            if (j - lo) % U(2) == u0:
-                mma_chunk(ja, jb, fb, d0, acc, bfb0, bfs0, sh)
-            else:
-                mma_chunk(ja, jb, fb, d0, acc, bfb1, bfs1, sh)
-            if (j > lo) & (j + U(nbuf - 1) < hi):                        # chunk j - 1 done
-                bar_arrive(U(empty0) + rot_by(ja, nbuf - 1, nbuf), U(nthreads))
-            ja, jb = rot(ja, nbuf), rot(jb, stages)
-        wgmma_wait(acc, nacc, 0)
+@functools.cache
+def _setup(plan: _Plan):
+    """Phase 0, a thread's addresses taken once: ``worker_setup`` (copying and scattering) and ``consumer_setup``
+    (fragments and A's descriptor)."""
+    bm, kc, vec, tpr, seg, sbn, a_all = plan.bm, plan.kc, plan.vec, plan.tpr, plan.seg, plan.sbn, plan.a_all
+    per_row, rstep, lbo, sbo = plan.per_row, plan.rstep, plan.lbo, plan.sbo
+    entry_bases, _ = _entry_copy(plan)
+    b_limits, _ = _b_copy(plan)
 
     @inlined
     def worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev, eo, sh, sh32, b, blim):
@@ -450,6 +323,265 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         fb = (S32(row + ((((nb >> U(2)) ^ (tq << u1)) << U(2)) + (nb & U(3))) * U(4)),
               S32(row + (((((nb >> U(2)) + U(2)) ^ (tq << u1)) << U(2)) + (nb & U(3))) * U(4)))
         return tq, nb, fb, smem_desc(sa, lbo, sbo)
+    return worker_setup, consumer_setup
+
+
+@functools.cache
+def _entry_copy(plan: _Plan):
+    """Step 4's entry copies: ``entry_bases`` (a thread's staged entries, addresses taken once) and
+    ``issue_entries`` (one chunk's entries into an entry stage)."""
+    slots, workers, tpr, ev_buf, ob, eo_buf = plan.slots, plan.workers, plan.tpr, plan.ev_buf, plan.ob, plan.eo_buf
+    copy_offsets, ev0, eo0 = plan.copy_offsets, plan.ev0, plan.eo0
+
+    @inlined
+    def entry_bases(item, row0, w, mp, sa, ev, eo):
+        """The staged entries of this thread's ``item`` (``row * tpr + segment`` of the block's rows): its values'
+        and offsets' stage-0 shared byte addresses (slot pair ``i`` of the values: ``+ 16 i workers``), their
+        chunk-0 global addresses (the arrays' start where the row lies past ``mp``: the copies then read nothing),
+        whether the row lies within, the global bytes of a chunk of values and of offsets, and of a slot pair, and
+        the arrays' start addresses (what a copy that reads nothing names)."""
+        ok = row0 + item // U(tpr) < mp
+        g = row0 * U(tpr) + item                                         # its piece of a slot pair / of offsets
+        pair = mp * U(tpr * 16)
+        return (S32(sa + U(ev0) + item * u16), S32(sa + U(eo0) + item * U(ob)), global_addr(ev, g * U(4) if ok else u0),
+                global_addr(eo, g * U(ob // 4) if ok else u0), ok, w // U(2) * pair, mp * U(tpr * ob), pair,
+                global_addr(ev, u0), global_addr(eo, u0))
+
+    @inlined
+    def issue_entries(ch, st, eb, ev, eo, sh, sh32):
+        """Chunk ``ch``'s entries of this thread's item (``slots`` of them) into entry stage ``st`` by cp.async
+        (nothing read past the arrays' rows). ``eb``: :func:`entry_bases`."""
+        vdst, odst, vsrc, osrc, ok, vchunk, ochunk, vpair, evgl, eogl = eb
+        vs = vsrc + ch * vchunk
+        for i in range(slots // 2):
+            cp_async16_raw(sh, vdst + st * U(ev_buf) + U(i * 16 * workers), ev, vs + U(i) * vpair if ok else evgl,
+                           u16 if ok else u0)
+        copy_offsets(sh32, odst + st * U(eo_buf), eo, osrc + ch * ochunk if ok else eogl, U(ob) if ok else u0)
+    return entry_bases, issue_entries
+
+
+@functools.cache
+def _b_copy(plan: _Plan):
+    """Step 4's B copies: ``b_limits`` (the chunks each of a thread's pieces lies within B) and ``issue_b`` (one
+    chunk of B into its stage)."""
+    kc, vec, sbn, b_buf, rstep, nbp = plan.kc, plan.vec, plan.sbn, plan.b_buf, plan.rstep, plan.nbp
+
+    @inlined
+    def b_limits(k, n, gc, r0, blim):
+        """``blim[i]``: the chunks for which this thread's ``i``-th piece of B (row ``r0 + i * rstep`` of the
+        chunk, columns ``gc .. gc + 3``) lies within B (0: its columns lie past N)."""
+        for i in range(nbp):
+            left = max(np.int64(k) - np.int64(r0 + U(i * rstep)), np.int64(0))
+            blim[i] = S32((left + np.int64(kc - 1)) // np.int64(kc)) if gc < n else S32(0)
+
+    @inlined
+    def issue_b(ch, st, k, n, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b):
+        """B's chunk ``ch`` into stage ``st`` (zeros past K and N): this thread's pieces, rows ``r0 + i * rstep``
+        at columns ``gc .. gc + 3``, by cp.async (``vec``: 16-byte rows; ``bgl0`` its chunk-0 address,
+        ``bstep`` the bytes of ``rstep`` rows, ``blim`` from :func:`b_limits`), else by plain loads and stores."""
+        k0 = ch * U(kc)
+        dst = bsh0 + st * U(b_buf)
+        src = bgl0 + k0 * n * U(4)
+        zero = float32(0.0)
+        for i in range(nbp):
+            if vec:
+                ok = S32(ch) < blim[i]
+                cp_async16_raw(sh, dst + U(i * rstep * sbn * 4), b, src + U(i) * bstep if ok else bgl,
+                               u16 if ok else u0)
+            else:
+                row = k0 + r0 + U(i * rstep)
+                x = row * n + gc
+                st_shared4(sh, dst + U(i * rstep * sbn * 4), b[x] if (row < k) & (gc < n) else zero,
+                           b[x + u1] if (row < k) & (gc + u1 < n) else zero,
+                           b[x + U(2)] if (row < k) & (gc + U(2) < n) else zero,
+                           b[x + U(3)] if (row < k) & (gc + U(3) < n) else zero)
+    return b_limits, issue_b
+
+
+@functools.cache
+def _scatter(plan: _Plan):
+    """Step 4's densify: ``scatter``, a thread's staged entries into its segment of the next A tile."""
+    slots, workers, seg, a_tile, a_buf = plan.slots, plan.workers, plan.seg, plan.a_tile, plan.a_buf
+    ev_buf, ob, eo_buf, workers_bar = plan.ev_buf, plan.ob, plan.eo_buf, plan.workers_bar
+
+    @inlined
+    def scatter(st, ab, eb, rbz, rbs, sh, sh32):
+        """This thread's segment of the A tile in entry stage ``st`` into A buffer ``ab``: read its staged slots
+        (all before any store), zero its share of its row's band in both tiles, a warp barrier (the band's
+        other classes are zeroed by the lanes beside it), write the entries in slot order (padding, value 0 at
+        offset 0, comes first, so it never overwrites an entry). ``eb[0]``/``eb[1]``: its values and offsets in
+        stage 0; ``rbz``: the first 16 bytes it zeroes, ``rbs``: its class's word in its band's first core
+        matrix, in buffer 0 (byte addresses). A warp's 8 rows x 4 classes store to 32 banks, each 8 lanes'
+        16-byte zeroes to 8 rows' banks."""
+        offs = cuda.local.array(slots, np.uint32)
+        big = cuda.local.array(slots, float32)
+        small = cuda.local.array(slots, float32)
+        evr, eor = eb[0], eb[1]                                          # (entry_bases)
+        for i in range(slots // 2):
+            quad = ld_shared4(sh, evr + st * U(ev_buf) + U(i * 16 * workers))
+            big[2 * i], small[2 * i], big[2 * i + 1], small[2 * i + 1] = quad
+        if ob == 4:
+            w0 = ld_shared(sh32, eor + st * U(eo_buf))
+            words = (w0, w0, w0, w0)
+        elif ob == 8:
+            w01 = ld_shared2(sh32, eor + st * U(eo_buf))
+            words = (w01[0], w01[1], w01[1], w01[1])
+        else:
+            words = ld_shared4(sh32, eor + st * U(eo_buf))
+        for i in range(slots):
+            offs[i] = (words[i // 4] >> U(8 * (i % 4))) & U(255)
+        zero = float32(0.0)
+        base = rbz + ab * U(a_buf)
+        for z in range(seg // 4):
+            st_shared4(sh, base + U(z * 128), zero, zero, zero, zero)
+            st_shared4(sh, base + U(z * 128 + a_tile * 4), zero, zero, zero, zero)
+        if SIM:                                                          # (no warp barrier there: the workers')
+            bar_sync(U(workers_bar), U(workers))
+        else:
+            cuda.syncwarp()
+        base = rbs + ab * U(a_buf)
+        for i in range(slots):                                           # offset g: g core matrices on
+            x = base + (offs[i] << U(7))
+            st_shared(sh, x, big[i])
+            st_shared(sh, x + U(a_tile * 4), small[i])
+    return scatter
+
+
+@functools.cache
+def _mma_chunk(plan: _Plan):
+    """Steps 1-3: ``mma_chunk``, a chunk's B fragments split, its wgmmas issued and committed, the previous
+    chunk's group waited for."""
+    bf16, exact_a, nacc, a_tile, a_buf, sbn = plan.bf16, plan.exact_a, plan.nacc, plan.a_tile, plan.a_buf, plan.sbn
+    b_buf, ksteps = plan.b_buf, plan.ksteps
+
+    @inlined
+    def mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh):
+        """Steps 1-3 of a chunk: B's fragments from stage ``jb`` split into ``bfb``/``bfs`` (``bf16``: ``bfs``
+        holds packed bf16 (small, big) pairs), the wgmmas on A buffer ``ja``, committed; returns when the previous
+        chunk's group is done."""
+        for ks in range(ksteps):                                         # fragments of B^T, split
+            for e in range(4):
+                x = ld_shared(sh, fb[e % 2] + jb * U(b_buf) + U((ks * 8 + (e // 2) * 4) * sbn * 4))
+                hi = to_tf32_finite(x)
+                bfb[4 * ks + e] = hi
+                if bf16:                                                 # bf16 (small, big): register e of the
+                    bfs[4 * ks + e] = pack_bf16x2(x - hi, hi)            # k16 fragment, K pairs 2c, 2c + 1
+                else:
+                    bfs[4 * ks + e] = to_tf32(x - hi)
+        wgmma_fence()
+        da = d0 + ja * U(a_buf >> 4)
+        for ks in range(ksteps):
+            dbig = da + U(ks * 16)                                       # (256 bytes: two core matrices)
+            dsmall = dbig + U(a_tile * 4 >> 4)
+            f = 4 * ks
+            if bf16:                                                     # both corrections in one bf16 k16:
+                wgmma_bf16(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dsmall, sh)   # the small tile's
+            else:                                                        # (big, small) pairs; or 3xTF32's two
+                if not exact_a:                                          # (a TF32-exact A: a_small is all 0)
+                    wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dsmall, sh)
+                wgmma_tf32(acc, nacc, bfs[f], bfs[f + 1], bfs[f + 2], bfs[f + 3], dbig, sh)
+            wgmma_tf32(acc, nacc, bfb[f], bfb[f + 1], bfb[f + 2], bfb[f + 3], dbig, sh)   # b_big a_big
+        wgmma_commit()
+        wgmma_wait(acc, nacc, 1)                                         # 3. chunk j-1's wgmma done
+    return mma_chunk
+
+
+@functools.cache
+def _pipeline_step(plan: _Plan):
+    """Steps 1-5 of one chunk in the single-role kernel: ``step``."""
+    stages, pend = plan.stages, plan.pend
+    _, issue_entries = _entry_copy(plan)
+    _, issue_b = _b_copy(plan)
+    scatter = _scatter(plan)
+    mma_chunk = _mma_chunk(plan)
+
+    @inlined
+    def step(j, ja, jb, end, fb, rbz, rbs, d0, acc, bfb, bfs, ev, eo, eb, uk, un,
+             gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, sh32, b):
+        """Chunk ``j`` (module docstring, steps 1-5); ``ja = j % 3`` (its A buffer), ``jb = j % stages``.
+        ``end``: the K part's end (chunks). Returns the next chunk's ``(ja, jb)``."""
+        mma_chunk(ja, jb, fb, d0, acc, bfb, bfs, sh)
+        na, nb_ = _rot(ja, 3), _rot(jb, stages)
+        if j + u1 < end:                                                 # 4. the next A tile (its buffer's
+            scatter(nb_, na, eb, rbz, rbs, sh, sh32)                     # wgmma: chunk j-2, done)
+        fence_proxy_async()                                              # (before the copies: it waits for
+        jp = jb + U(stages - 1) if jb == u0 else jb - u1                 # the thread's copies in flight)
+        if j + U(stages - 1) < end:                                      # B's chunk j + stages - 1,
+            issue_b(j + U(stages - 1), jp, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+        if j + U(stages) < end:                                          # the entries of chunk j + stages
+            issue_entries(j + U(stages), jb, eb, ev, eo, sh, sh32)
+        cp_async_commit()
+        cp_async_wait(pend)
+        cuda.syncthreads()
+        return na, nb_
+    return step
+
+
+@functools.cache
+def _warp_specialised(plan: _Plan):
+    """The warp-specialised loop: ``produce`` (the producers' copies and scatters) and ``consume`` (the
+    consumers' steps 1-3), meeting at named barriers."""
+    stages, nthreads, nacc, nbuf, lead, se = plan.stages, plan.nthreads, plan.nacc, plan.nbuf, plan.lead, plan.se
+    full0, empty0 = plan.full0, plan.empty0
+    _, issue_entries = _entry_copy(plan)
+    _, issue_b = _b_copy(plan)
+    scatter = _scatter(plan)
+    mma_chunk = _mma_chunk(plan)
+
+    @inlined
+    def produce(lo, hi, rbz, rbs, ev, eo, eb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep,
+                blim, sh, sh32, b):
+        """A producer thread's chunks ``lo .. hi - 1`` (warp specialised): copies ``lead`` chunks ahead; per
+        chunk ``j``: wait until the consumers are done with chunk ``j - nbuf`` (its A buffer; B stages of chunks
+        up to ``j - nbuf + 1``), copy chunk ``j + lead``, wait for its own copies of chunk ``j`` (the scatter reads only
+        those), build its share of chunk ``j``'s A tile, ``fence.proxy.async``, arrive at the buffer's full
+        barrier (the consumers wait for every producer's arrival: every B copy of chunk ``j`` landed)."""
+        for s_ in range(lead):
+            if lo + U(s_) < hi:
+                issue_b(lo + U(s_), U(s_), uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+                issue_entries(lo + U(s_), U(s_), eb, ev, eo, sh, sh32)
+            cp_async_commit()
+        ja, jb, je = u0, U(lead % stages), U(lead % se)                 # (jb, je: the stages of chunk j + lead)
+        for j0 in range(lo, hi):
+            j = U(j0)
+            if j >= lo + U(nbuf):
+                bar_sync(U(empty0) + ja, U(nthreads))                   # chunk j - nbuf's wgmma done
+            if j + U(lead) < hi:
+                issue_b(j + U(lead), jb, uk, un, gc, r0, bsh0, bgl0, bgl, bstep, blim, sh, b)
+                issue_entries(j + U(lead), je, eb, ev, eo, sh, sh32)
+            cp_async_commit()
+            cp_async_wait(lead)                                          # this thread's copies of chunk j
+            scatter(_rot_by(je, se - lead, se), ja, eb, rbz, rbs, sh, sh32)   # (entry stage of chunk j)
+            fence_proxy_async()
+            bar_arrive(U(full0) + ja, U(nthreads))                       # A tile and B of chunk j ready
+            ja, jb, je = _rot(ja, nbuf), _rot(jb, stages), _rot(je, se)
+
+    @inlined
+    def consume(lo, hi, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh):
+        """A consumer thread's chunks ``lo .. hi - 1`` (warp specialised): per chunk wait at its A buffer's
+        full barrier, steps 1-3, and once the previous chunk's wgmma is done tell the producers (for the
+        chunks they wait for: up to ``hi - nbuf - 1``); two fragment sets alternate, as in :func:`step`."""
+        ja, jb = u0, u0
+        for j0 in range(lo, hi):
+            j = U(j0)
+            bar_sync(U(full0) + ja, U(nthreads))
+            if (j - lo) % U(2) == u0:
+                mma_chunk(ja, jb, fb, d0, acc, bfb0, bfs0, sh)
+            else:
+                mma_chunk(ja, jb, fb, d0, acc, bfb1, bfs1, sh)
+            if (j > lo) & (j + U(nbuf - 1) < hi):                        # chunk j - 1 done
+                bar_arrive(U(empty0) + _rot_by(ja, nbuf - 1, nbuf), U(nthreads))
+            ja, jb = _rot(ja, nbuf), _rot(jb, stages)
+        wgmma_wait(acc, nacc, 0)
+    return produce, consume
+
+
+@functools.cache
+def _epilogue(plan: _Plan):
+    """The epilogue: ``store_partial`` (split K: a part's accumulators into shared memory) and ``finish`` (C,
+    from the accumulators or the summed parts)."""
+    bm, bn, split, ncons, nacc, parts = plan.bm, plan.bn, plan.split, plan.ncons, plan.nacc, plan.parts
+    red0, red_step, jper = plan.red0, plan.red_step, plan.jper
 
     @inlined
     def store_partial(acc, q, ct, sa, sh):
@@ -489,6 +621,39 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                         if inside or ((rr < um) & (cc < un)):
                             c[rr, cc] = total
             cluster_sync()                                               # (no block leaves while its partial is read)
+    return store_partial, finish
+
+
+@functools.cache
+def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks: int = 1, vec: bool = True,
+                  split: int = 1, producers: int = 0, bf16: bool = False, exact_a: bool = False):
+    """The kernel for one setting (the launcher has checked it; module docstring for the algorithm).
+
+    ``slots``: the staged slots of a segment (the padded entries' ``w``); ``min_blocks``: resident blocks an SM
+    the registers are capped for; ``vec``: B's rows start on 16-byte boundaries (N a multiple of 4), so B moves
+    by cp.async, else by plain loads (a kernel of its own); ``split``: K parts a tile (a cluster of ``split``
+    blocks on the GPU, module docstring; the simulator computes the parts one after another in one block,
+    summed in the same order); ``producers``: 0, or the threads (128 or 256: one or two warpgroups) that copy
+    and build the A tiles while the other warpgroups only multiply (module docstring; no split K); ``bf16``:
+    ``precision="tf32+bf16"`` (the entries' small values are bf16 pairs, module docstring); ``exact_a`` (3xTF32
+    only): A's values are TF32 numbers (:func:`sparsekit.gpu.uspmm_tc.tf32_exact`), so ``b_big a_small``, whose products are
+    all zero, is not issued. Arguments: ``ev``, ``eo`` (flattened :func:`sparsekit.gpu.uspmm_tc.segment_entries` with
+    ``pad``, ``split`` and ``classes``), ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), sizes ``m``,
+    ``n``, ``k``, ``w`` (slots) and ``mp`` (rows of the entry arrays).
+
+    Its geometry is :func:`_plan`; the body runs the phases in order, each a device function of a factory
+    cached per setting (:func:`_setup`, :func:`_entry_copy`, :func:`_b_copy`, :func:`_scatter`,
+    :func:`_mma_chunk`, :func:`_pipeline_step` or :func:`_warp_specialised`, :func:`_epilogue`)."""
+    plan = _plan(bm, bn, kc, stages, slots, vec, split, producers, bf16, exact_a)
+    nthreads, nacc, nbp, frag_small, nfrag = plan.nthreads, plan.nacc, plan.nbp, plan.frag_small, plan.nfrag
+    pend, pend_first, bpt, parts = plan.pend, plan.pend_first, plan.bpt, plan.parts
+    worker_setup, consumer_setup = _setup(plan)                      # 0. addresses taken once
+    _, issue_entries = _entry_copy(plan)                             # 4. the entries into their stages
+    _, issue_b = _b_copy(plan)                                       # 4. B into its stages
+    scatter = _scatter(plan)                                         # 4. the next A tile, densified
+    step = _pipeline_step(plan)                                      # 1-5. one chunk
+    produce, consume = _warp_specialised(plan)                       # the same, warp specialised
+    store_partial, finish = _epilogue(plan)                          # epilogue: split K's parts, C
 
     @cuda.jit
     def kernel(ev, eo, b, c, m, n, k, w, mp):
@@ -500,7 +665,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         sh = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)        # [A0, A1, A2 (big, small) | B | values |
         sh32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)        #  offsets]
         sa = U(shared_addr(sh, u0))
-        blim = cuda.local.array(nbp, np.uint32)
+        blim = cuda.local.array(nbp, np.uint32)                          # 0. addresses, accumulators, fragments
         rbz, rbs, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(t, row0, col0, un, uk, uw, ump, sa, ev,
                                                                               eo, sh, sh32, b, blim)
         tq, nb, fb, d0 = consumer_setup(t, sa)
@@ -530,8 +695,8 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
             fence_proxy_async()
             cuda.syncthreads()
             ja, jb = u0, u0
-            for j0 in range(lo, hi, 2):
-                uj = U(j0)
+            for j0 in range(lo, hi, 2):                                  # steps 1-5, two chunks a turn (the
+                uj = U(j0)                                               # fragment sets swap roles)
                 ja, jb = step(uj, ja, jb, hi, fb, rbz, rbs, d0, acc, bfb0, bfs0, ev, eo, eb, uk, un, gc, r0, bsh0,
                               bgl0, bgl, bstep, blim, sh, sh32, b)
                 if uj + u1 < hi:
@@ -542,7 +707,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
                 cp_async_wait(0)                                         # memory, over the pipeline's buffers
                 cuda.syncthreads()                                       # (every warpgroup's wgmma done)
                 store_partial(acc, q, t, sa, sh)
-        finish(acc, rank, t, tq, nb, row0, col0, um, un, sa, sh, c)
+        finish(acc, rank, t, tq, nb, row0, col0, um, un, sa, sh, c)     # epilogue: C (split K: the parts summed)
 
     @cuda.jit
     def ws_kernel(ev, eo, b, c, m, n, k, w, mp):
@@ -557,7 +722,7 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         sh32 = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)
         sa = U(shared_addr(sh, u0))
         producer = t < U(producers)
-        blim = cuda.local.array(nbp, np.uint32)
+        blim = cuda.local.array(nbp, np.uint32)                          # 0. as in kernel, by role
         pt = t if producer else u0
         rbz, rbs, gc, r0, bsh0, bgl0, bgl, bstep, eb = worker_setup(pt, row0, col0, un, uk, uw, ump, sa, ev,
                                                                               eo, sh, sh32, b, blim)
@@ -570,10 +735,10 @@ def _wgmma_kernel(bm: int, bn: int, kc: int, stages: int, slots: int, min_blocks
         bfs1 = cuda.local.array(nfrag, frag_small)
         for i in range(nacc):
             acc[i] = float32(0.0)
-        if producer:
+        if producer:                                                     # steps 4-5 (copies, scatter)
             produce(u0, nch, rbz, rbs, ev, eo, eb, uk, un, gc, r0, bsh0, bgl0, bgl,
                     bstep, blim, sh, sh32, b)
-        else:
+        else:                                                            # steps 1-3, then the epilogue
             consume(u0, nch, fb, d0, acc, bfb0, bfs0, bfb1, bfs1, sh)
             finish(acc, u0, ct, tq, nb, row0, col0, um, un, sa, sh, c)
 
