@@ -39,13 +39,13 @@ import numpy as np
 from numba import cuda, float32, int32, uint16, uint32
 from numba.cuda import config as cuda_config
 
-from sparsekit.arrays import cdiv, flat_view, operand, output, result
+from sparsekit.arrays import cdiv, flat_view, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import Buffers, Prepared, check_int32, launch
 from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32
-from sparsekit.gpu.spmm_tiled import element_store
+from sparsekit.gpu.spmm_tiled import element_store, half_operands, uint16_bits
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, load4
 
@@ -169,7 +169,6 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
     ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
     nblocks = npad // 8
     nacc = 4 * nblocks
-    nthreads = 32 * rows * slices
     pipelined_x = nblocks <= PIPELINED_X_BLOCKS
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
     # the partials of one slice (without slices, a one-element stand-in)
@@ -355,22 +354,10 @@ def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None)
     return _run(a, x, "x", True, rows, slices, splits, ahead)
 
 
-def _bits(dev):
-    """A 16-bit device array as uint16 bits (the kernels never see the value dtype)."""
-    return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
-
-
 def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
-    bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
-    kk, n = bop.dev.shape[::-1] if linear else bop.dev.shape
-    if kk != k:
-        want = f"(N, {k})" if linear else f"({k}, N)"
-        raise ValueError(f"{name}: expected shape {want} to multiply a {m}x{k} matrix, got {bop.dev.shape}")
-    if not 1 <= n <= MAX_N:
-        raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {MAX_N}")
-    c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
+    bop, n, c = half_operands(dev, b, name, linear, MAX_N)
     if m == 0:
         return result(c, like=bop)
     conf = default_config(m, k, n)
@@ -381,7 +368,7 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
     groups = cdiv(k, 32)
     kp = 32 * groups
-    bits = _bits(flat_view(bop.dev))
+    bits = uint16_bits(flat_view(bop.dev))
     if kp == 0:                                         # no columns: C is zero (the kernel reads nothing)
         bits = dev.buffers.get(np.uint16, 2)
     elif not linear or k != kp or not aligned(bits, 8):  # X staged: N x kp, 16-byte rows, columns past K zero
@@ -394,7 +381,7 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
     npad = padded_n(n)
     ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
     kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"])
-    cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
+    cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
     args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
             m, n, groups, kp // 2, dev.host.stream.size * 4)
     launch(kernel, (strips, splits), 32 * conf["rows"] * conf["slices"], args,

@@ -29,7 +29,8 @@ from numba import cuda, float32, uint16, uint32
 
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
-from sparsekit.gpu.spmm_tiled import ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed
+from sparsekit.gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
+                                      uint16_bits)
 from sparsekit.gpu.sync_primitives import warp_barrier
 from sparsekit.gpu.vector_loads import load4, store4
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
@@ -220,17 +221,13 @@ def _value_dtype(vop) -> np.dtype:
     return BFLOAT16 if vop.dev.dtype == np.uint16 else np.dtype(vop.dev.dtype)
 
 
-def _bits(dev):
-    return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
-
-
 def _rows(values, indices, k):
     """The checked operands: values (float16, bfloat16, or uint16 holding bfloat16's bits, as a device copy
     of bfloat16 data is), indices (int16/uint16 bits), their flat 16-bit views."""
     check_rows(values, indices, k)
     vop = operand(values, "values", dtypes=_VALUE_DTYPES, ndim=2, order="C")
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
-    return vop, _bits(flat_view(vop.dev)), _bits(flat_view(iop.dev))
+    return vop, uint16_bits(flat_view(vop.dev)), uint16_bits(flat_view(iop.dev))
 
 
 def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None,
@@ -252,9 +249,9 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     y = output((n, m), dtype, like=xop)
     if m == 0:
         return result(y, like=xop)
-    xbits = _bits(flat_view(xop.dev))
+    xbits = uint16_bits(flat_view(xop.dev))
     bf16 = dtype.name == "bfloat16"
-    yflat = flat_view(y) if not bf16 else _bits(flat_view(y))
+    yflat = flat_view(y) if not bf16 else uint16_bits(flat_view(y))
     stride = 8 * cdiv(n, 8) if n > 1 else 1
     nbytes = 2 * k * stride
     if x_in_shared is None:
@@ -297,7 +294,7 @@ def densify_ell_rows(values, indices, k: int, *, out=None, in_shared: bool | Non
         w = like.dev
     if not (m and k):
         return result(w, like=like)
-    wbits = _bits(flat_view(w))
+    wbits = uint16_bits(flat_view(w))
     wide = k % 8 == 0
     warps = min(DENSIFY_WARPS, (SHARED_OPTIN - 1024) // (2 * k))
     if in_shared is None:

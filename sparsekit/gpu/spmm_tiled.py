@@ -670,9 +670,24 @@ def default_splits(a: DeviceTiled, target_blocks: int = 528) -> int:
     return max(1, min(cdiv(target_blocks, rows), kt // 2 or 1))
 
 
-def _bits(dev):
+def uint16_bits(dev):
     """A 16-bit device array as uint16 bits (the kernels never see the value dtype)."""
     return dev if dev.dtype == np.uint16 else dev.view(np.uint16)
+
+
+def half_operands(dev, b, name: str, linear: bool, max_n: int, wider: str = ""):
+    """``(operand, N, C)`` for a product of the prepared half-precision weight ``dev`` (``M x K``) and ``b``
+    (``K x N``, or ``linear``: ``X``, ``N x K``), row-major in the weight's dtype, ``1 <= N <= max_n`` (``wider``:
+    what the refusal of a wider ``N`` adds); ``C`` allocated (``N x M`` for ``linear``, else ``M x N``)."""
+    m, k = dev.shape
+    bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
+    rows, n = bop.dev.shape[::-1] if linear else bop.dev.shape
+    if rows != k:
+        want = f"(N, {k})" if linear else f"({k}, N)"
+        raise ValueError(f"{name}: expected shape {want} to multiply a {m}x{k} matrix, got {bop.dev.shape}")
+    if not 1 <= n <= max_n:
+        raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {max_n}{wider}")
+    return bop, n, output((n, m) if linear else (m, n), dev.dtype, like=bop)
 
 
 def spmm_tiled(a, b, *, splits=None, stages=None, unroll=None, rows_per_warp=None):
@@ -695,19 +710,12 @@ def spmm_tiled_linear(a, x, *, splits=None, stages=None, unroll=None, rows_per_w
 def _run(a, b, name: str, linear: bool, splits, stages, unroll=None, rows_per_warp=None):
     dev = a if isinstance(a, DeviceTiled) else prepare(a)
     m, k = dev.shape
-    bop = operand(b, name, dtypes=(dev.dtype,), ndim=2, order="C")
-    rows, n = bop.dev.shape[::-1] if linear else bop.dev.shape
-    if rows != k:
-        want = f"(N, {k})" if linear else f"({k}, N)"
-        raise ValueError(f"{name}: expected shape {want} to multiply a {m}x{k} matrix, got {bop.dev.shape}")
-    if not 1 <= n <= MAX_N:
-        raise ValueError(f"{name}: N = {n}; this kernel takes 1 to {MAX_N} (wider products are not bound "
-                         f"by reading the weight: use sparsekit.gpu.uspmm)")
-    c = output((n, m) if linear else (m, n), dev.dtype, like=bop)
+    bop, n, c = half_operands(dev, b, name, linear, MAX_N, " (wider products are not bound by reading the weight: "
+                                                           "use sparsekit.gpu.uspmm)")
     if m == 0:
         return result(c, like=bop)
-    bits = _bits(flat_view(bop.dev))
-    cflat = flat_view(c) if dev.dtype == np.float16 else _bits(flat_view(c))
+    bits = uint16_bits(flat_view(bop.dev))
+    cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
     if dev.host.tile[0] == 1:
         stride = 8 * cdiv(n, 8) if linear and n > 1 else n
         if linear and n > 1:                    # X (N x K) staged as B = X^T, its rows 16-byte aligned
