@@ -337,18 +337,24 @@ TILED_EDITS = {   # class -> (edit, text): the words hold a local index in their
 
 
 def _bitmap(edit=None):
-    """``DENSE`` as a TiledBitmap: two fragments (columns 0, 1 and 4, 5 of the 8 rows), each 8 words of bitmaps, 2
-    of header and 16 values in 5 16-byte units (``offsets = [0, 5, 10]``); ``edit`` changes its arrays in place."""
+    """``DENSE`` as a TiledBitmap: two fragments (columns 0, 1 and 4, 5 of the 8 rows), each its 16-byte unit of
+    bitmaps (cell 0's ``0x11111111``: lanes 0, 4, .., 28, a pair of row 0-7 each) and 8 pairs in 2 more units
+    (``offsets = [0, 3, 6]``); ``edit`` changes its arrays in place."""
     b = formats.TiledBitmap.from_dense((DENSE / 8).astype(np.float16))
     if edit is not None:
         edit(b)
     return b
 
 
-def _first_bit_past_the_edge(b):
-    """Fragment 0's first kept bit (cell 0, row 0, column 0) moved to bit 6 of the same half of the cell (row 0,
-    column 24): the counts, the header and the record's length stay, the entry lies past the matrix's 8 columns."""
-    b.stream[0] = b.stream[0] & ~np.uint32(1) | np.uint32(1 << 6)
+def _first_pair_past_the_edge(b):
+    """Fragment 0's first marked pair (cell 0, lane 0: row 0, columns 0, 1) moved to lane 1 (row 0, logical columns
+    2, 3: columns 8, 9): the counts and the record's length stay, the pair lies past the matrix's 8 columns."""
+    b.stream[0] = b.stream[0] & ~np.uint32(1) | np.uint32(2)
+
+
+def _five_more_pairs(fragment: int):
+    """An edit marking lanes 0-4 of cell 2 of ``fragment``: 13 pairs in a record of room for 8."""
+    return lambda b: b.stream.__setitem__(4 * b.offsets[fragment] + 2, np.uint32(0x1F))
 
 
 def _set_stream_half(at: int, bits: int):
@@ -359,30 +365,39 @@ def _set_stream_half(at: int, bits: int):
 BITMAP_OFFSET_EDITS = {   # class -> (edit, text): the records' starts in 16-byte units
     "offsets_not_spanning_stream": (lambda b: b.offsets.__setitem__(-1, 7),
                                     "offsets: should start at 0 and end at stream.size / 4"),
-    "negative_index": (lambda b: b.offsets.__setitem__(1, -4), "offsets: fragment 0 is shorter than the 3 16-byte"),
-    "unsorted_index": (lambda b: b.offsets.__setitem__(1, 9),           # (record 1 would read past the stream)
-                       "offsets: fragment 1 is shorter than the 3 16-byte"),
+    "negative_index": (lambda b: b.offsets.__setitem__(1, -4),
+                       "offsets: fragment 0 is shorter than the 16-byte unit of its bitmaps"),
+    "unsorted_index": (lambda b: b.offsets.__setitem__(1, 7),           # (record 1 would start past the stream)
+                       "offsets: fragment 1 is shorter than the 16-byte unit of its bitmaps"),
 }
 BITMAP_EDITS = {   # the offsets' classes and the stream's; a bitmap cannot name a position twice (no duplicates)
     **BITMAP_OFFSET_EDITS,
-    "record_too_short": (lambda b: b.stream.__setitem__(2, b.stream[2] | np.uint32(0x0101_0103)),  # 5 more in cell 2
-                         "offsets: fragment 0 spans 5 16-byte units, its bitmaps keep 21 values: expected 6"),
-    "index_out_of_range": (_first_bit_past_the_edge, "stream: a bitmap keeps an entry outside the (8, 8) matrix"),
-    "nan": (_set_stream_half(20, 0x7E00), "stream: values must be finite"),          # fragment 0's first value
-    "inf": (_set_stream_half(20, 0xFC00), "stream: values must be finite"),
+    "record_too_short": (_five_more_pairs(0),              # (its pairs run on into record 1)
+                         "offsets: fragment 0 spans 3 16-byte units, its bitmaps mark 13 pairs: expected 5"),
+    "record_past_stream": (_five_more_pairs(1),            # (the last record: its pairs run past the stream)
+                           "offsets: fragment 1 spans 3 16-byte units, its bitmaps mark 13 pairs: expected 5"),
+    "index_out_of_range": (_first_pair_past_the_edge, "stream: a bitmap marks an entry outside the (8, 8) matrix"),
+    "nan": (_set_stream_half(8, 0x7E00), "stream: values must be finite"),   # fragment 0's first pair, low half
+    "inf": (_set_stream_half(8, 0xFC00), "stream: values must be finite"),
+}
+#: The readers without the full check that still refuse a stream edit, by class: ``nbytes`` reads every marked
+#: pair, and the last record's cannot lie past the stream.
+BITMAP_STREAM_REFUSALS = {
+    "record_past_stream": {"nbytes": "offsets: the bitmaps mark more pairs than the stream holds"},
 }
 
 
 def _bitmap_reads_its_stream(edit, method: str):
-    """``bitmaps``, ``headers``, ``counts`` or ``nbytes`` of a TiledBitmap whose stream (not offsets) is corrupt:
-    what the stream holds, read here without the format's code: each record's first 8 words and the 2 after them,
-    the set bits of the 8, the arrays' bytes (values: 2 a set bit)."""
+    """``masks``, ``counts`` or ``nbytes`` of a TiledBitmap whose stream (not offsets) is corrupt: what the stream
+    holds, read here without the format's code: each record's first 4 words, their set bits, the arrays' bytes
+    (values: 2 a nonzero half of the words after a record's bitmaps, as many as they mark)."""
     b = _bitmap(edit)
-    words = np.stack([b.stream[4 * o:4 * o + 8] for o in b.offsets[:-1]])
-    kept = np.array([sum(bin(int(w)).count("1") for w in record) for record in words])
+    masks = np.stack([b.stream[4 * o:4 * o + 4] for o in b.offsets[:-1]])
+    marked = np.array([sum(bin(int(w)).count("1") for w in record) for record in masks])
+    pairs = np.concatenate([b.stream[4 * o + 4:4 * o + 4 + n] for o, n in zip(b.offsets[:-1], marked)])
+    values = 2 * int(np.count_nonzero(pairs.view(np.uint16)))
     total = 4 * b.stream.size + b.offsets.nbytes
-    want = {"bitmaps": words, "headers": np.stack([b.stream[4 * o + 8:4 * o + 10] for o in b.offsets[:-1]]),
-            "counts": kept, "nbytes": formats.NBytes(2 * int(kept.sum()), total - 2 * int(kept.sum()), total)}[method]
+    want = {"masks": masks, "counts": marked, "nbytes": formats.NBytes(values, total - values, total)}[method]
     got = getattr(b, method)()
     assert np.array_equal(got, want) and np.asarray(got).dtype == np.asarray(want).dtype, (got, want)
 
@@ -396,9 +411,9 @@ def _half_csr_past_the_edge():
 
 
 def _bitmap_cases() -> list[Case]:
-    """TiledBitmap's offsets and stream through every reader: refused by name; ``bitmaps``, ``headers``,
-    ``counts``, ``nbytes`` (no full check) refuse an offset edit by name and give what the stream holds otherwise;
-    empty matrices."""
+    """TiledBitmap's offsets and stream through every reader: refused by name; ``masks``, ``counts``, ``nbytes``
+    (no full check) refuse an offset edit by name, and a stream edit where :data:`BITMAP_STREAM_REFUSALS` says,
+    and give what the stream holds otherwise; empty matrices."""
     cases = []
     readers = {**READERS, "convert": lambda x: formats.convert(x, formats.COO)}
     for bad, (edit, text) in BITMAP_EDITS.items():
@@ -406,10 +421,11 @@ def _bitmap_cases() -> list[Case]:
             entry, name = ("formats.convert", f"{bad}:TiledBitmap") if method == "convert" else \
                 (f"formats.TiledBitmap.{method}", bad)
             cases.append(Case(entry, name, lambda e=edit, r=read: r(_bitmap(e)), ValueError, text))
-        for method in ("bitmaps", "headers", "counts", "nbytes"):
-            if bad in BITMAP_OFFSET_EDITS:
+        for method in ("masks", "counts", "nbytes"):
+            refusal = text if bad in BITMAP_OFFSET_EDITS else BITMAP_STREAM_REFUSALS.get(bad, {}).get(method)
+            if refusal:
                 cases.append(Case(f"formats.TiledBitmap.{method}", bad,
-                                  lambda e=edit, m=method: getattr(_bitmap(e), m)(), ValueError, text))
+                                  lambda e=edit, m=method: getattr(_bitmap(e), m)(), ValueError, refusal))
             else:
                 cases.append(Case(f"formats.TiledBitmap.{method}", bad,
                                   lambda e=edit, m=method: _bitmap_reads_its_stream(e, m)))
@@ -424,9 +440,11 @@ def _bitmap_cases() -> list[Case]:
                      lambda: formats.TiledBitmap.from_csr(formats.CSR.from_dense(empty)).to_dense(),
                      _same_dense(empty)),
               _gives("formats.TiledBitmap.counts", "empty", lambda: make(empty).counts(),
-                     lambda got: got.shape == (0,)),
-              _gives("formats.TiledBitmap.headers", "empty", lambda: make(empty).headers(),
-                     lambda got: got.shape == (0, 2)),
+                     lambda got: got.shape == (0,) and got.dtype == np.int64),
+              _gives("formats.TiledBitmap.masks", "empty", lambda: make(empty).masks(),
+                     lambda got: got.shape == (0, 4) and got.dtype == np.uint32),
+              _gives("formats.TiledBitmap.nbytes", "empty", lambda: make(empty).nbytes(),
+                     lambda got: got == formats.NBytes(0, 8, 8)),
               Case("formats.TiledBitmap.from_csr", "index_out_of_range",
                    lambda: formats.TiledBitmap.from_csr(_half_csr_past_the_edge()), ValueError,
                    "entries must lie inside the (8, 8) matrix")]
@@ -831,7 +849,7 @@ def _upload_cases() -> list[Case]:
     from sparsekit.gpu import spmm_bitmap
 
     edit, text = BITMAP_EDITS["offsets_not_spanning_stream"]
-    huge = np.broadcast_to(np.uint32(0), (2**30 + 4,))            # 2**31 + 8 halves that take no memory
+    huge = np.broadcast_to(np.uint32(0), (2**30 + 4,))            # 2**32 + 16 bytes that take no memory
     return [Case("gpu.spmm_bitmap.upload", "dense_matrix", lambda: spmm_bitmap.upload(DENSE), TypeError,
                  "a: expected a TiledBitmap"),
             Case("gpu.spmm_bitmap.upload", "offsets_not_spanning_stream", lambda: spmm_bitmap.upload(_bitmap(edit)),

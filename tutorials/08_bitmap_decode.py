@@ -1,21 +1,27 @@
-"""Tutorial 8: a bitmap per 8x8 cell, decoded by each lane straight into its tensor-core registers.
+"""Tutorial 8: a bitmap per 8x8 cell, a bit per lane's register, decoded by each lane straight into its tensor-core
+registers.
 
 What you will learn
 -------------------
 1. unstructured pruning *loads as sparse and computes as dense*: the weight travels compressed and is
    multiplied densely on tensor cores, so what matters is its bytes. Dense, :class:`~sparsekit.formats.TiledCSL`
-   (a 32-bit (value, index) word a kept weight) and :class:`~sparsekit.formats.TiledBitmap` (a bit a position
-   and 16 bits a kept weight) at 50 / 80 / 90 % (``nbytes()``), and where the bitmap stops beating the list;
-2. the TiledBitmap layout: a 16 x 16 MMA fragment is four 8 x 8 cells, each a 64-bit bitmap; a record holds the
-   bitmap words, two header words of value offsets and the packed values. The columns of each 32-column group
-   are permuted so that lane ``t`` of a quad reads its B inputs of both k-steps in one 16-byte load;
-3. one lane's decode by hand (``sparsekit/gpu/spmm_bitmap.py``'s :func:`~sparsekit.gpu.spmm_bitmap.decode`):
-   its pair of bits, the header byte, the popcount of the kept bits below the pair, two 16-bit loads and the
-   register they make (checked against the kernel's NumPy model of ``pair_register``); then all 32 lanes'
-   registers put where :func:`sparsekit.reference.mma.fragment_coords` says, which must give back the dense block;
+   (a 32-bit (value, index) word a kept weight) and :class:`~sparsekit.formats.TiledBitmap` (a bit a pair of
+   adjacent weights, and the pair as a 32-bit word when either is kept) at 50 / 80 / 90 % (``nbytes()``), and
+   where the bitmap stops beating the list;
+2. the TiledBitmap layout: a 16 x 16 MMA fragment is four 8 x 8 cells; lane ``l = 4 g + t`` of a warp holds, of
+   each cell, one 32-bit register (row ``g``, logical columns ``2 t, 2 t + 1``), so a cell's bitmap is 32 bits, bit
+   ``l`` for lane ``l``'s pair. A record is the four bitmaps (16 bytes), then the marked pairs, cell by cell,
+   lanes ascending. The columns of each 32-column group are permuted so that lane ``t`` of a quad reads its B
+   inputs of both k-steps in one 16-byte load;
+3. one lane's decode by hand, as step 3 of ``sparsekit/gpu/spmm_bitmap.py``
+   (:func:`~sparsekit.gpu.spmm_bitmap.pair_word`) does it: its bit, the popcounts of the earlier cells' bitmaps
+   (where the cell's words start), the popcount of the bits below its own (which word is its), one 32-bit load
+   and a select; then all 32 lanes' registers put where :func:`sparsekit.reference.mma.fragment_coords` says,
+   which must give back the dense block;
 4. the kernel, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`, against ``sparsekit/reference/spmm_bitmap.py``;
-5. what the H200 measured, quoted from ``experiments/results/spmm_bitmap.md``: where it is the fastest sparse
-   kernel, and why it is still slower than dense cuBLAS (instructions a cell and load latency, not bytes).
+5. what the H200 measured, quoted from ``experiments/results/spmm_bitmap.md``: its table of times against dense
+   cuBLAS and its reading of them against the other sparse kernels; from the table, the share of the copy
+   bandwidth the kernel reaches and how its time follows its bytes.
 
 Without a GPU the kernel runs on the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) at toy size, with small
 tunables; nothing is timed.
@@ -24,6 +30,7 @@ Run it: ``python tutorials/08_bitmap_decode.py`` (``--quick`` for toy sizes).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -32,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parents[1] / "experiments" / "results" / "spmm_bitmap.md"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "experiments" / "results" / "spmm_bitmap.md"
 #: The start of the quoted table's header row, cell by cell.
 TABLE_HEADER = ("shape (M x K)", "sparsity", "bytes / dense", "dense", "N = 8", "N = 16", "N = 32", "N = 64")
 #: The paragraph of RESULTS that compares the other sparse kernels, and the sentences of it step 5 quotes.
@@ -42,10 +50,13 @@ SPARSE_SENTENCES = ("TiledBitmap is the fastest sparse kernel", "The row kernel 
 BANDWIDTH = re.compile(r"copy bandwidth measured ([0-9.]+) TB/s")
 #: Sparsities of step 1.
 SPARSITIES = (0.5, 0.8, 0.9)
-#: Step 3's lane and cell: a lane of the high half (lane >= 16), in a cell of logical columns 8-15.
+#: How far the table's "bytes / dense" may lie from step 1's (its two decimals, and its larger shapes).
+BYTES_TOLERANCE = 0.01
+#: Step 3's lane and cell: lane 21 (row 5, logical columns 2, 3 of its cell) in cell 2 (rows 0-7, columns 8-15).
 LANE, CELL = 21, 2
-#: Small blocks for the simulator: 2 warps on consecutive row blocks, K in 2 slices (128 threads a block).
-SIM_TUNABLES = dict(rows=2, slices=2, splits=1)
+#: Small blocks for the simulator: 2 warps on consecutive row blocks, K in 2 slices (128 threads a block), the
+#: smallest ring (4 chunks, one in flight).
+SIM_TUNABLES = dict(rows=2, slices=2, splits=1, stages=4)
 
 
 def fragment_block(dense: np.ndarray, rb: int, ks: int) -> np.ndarray:
@@ -55,32 +66,52 @@ def fragment_block(dense: np.ndarray, rb: int, ks: int) -> np.ndarray:
     return dense[16 * rb: 16 * rb + 16, cols]
 
 
+def lane_pairs(block: np.ndarray, cell: int) -> np.ndarray:
+    """The 32 lanes' pairs of cell ``cell`` of a 16 x 16 fragment ``block``, ``(32, 2)``: row ``l = 4 g + t`` is row
+    ``g``, logical columns ``2 t, 2 t + 1`` of the cell (cell 0 rows 0-7 and columns 0-7, 1 rows 8-15, 2 columns
+    8-15, 3 both)."""
+    return block[8 * (cell % 2): 8 * (cell % 2) + 8, 8 * (cell // 2): 8 * (cell // 2) + 8].reshape(32, 2)
+
+
 def digits(values) -> str:
     """A row of small whole values as digits, ``.`` for a zero."""
     return " ".join(f"{int(v)}" if v else "." for v in values)
 
 
-def decode_lane(b, f: int, lane: int, cell: int) -> dict:
-    """Lane ``lane``'s A-fragment register of cell ``cell`` of record ``f``, as ``sparsekit/gpu/spmm_bitmap.py``'s
-    step 3 computes it, every intermediate value returned. The stream gets the kernel's zero tail
-    (:func:`~sparsekit.gpu.spmm_bitmap.upload`): the second load may fall past the last record."""
-    from sparsekit.gpu.spmm_bitmap import TAIL_WORDS
+def span(values, scale: float = 1, decimals: int = 2) -> str:
+    """``min-max`` of ``values`` times ``scale`` (one number when they agree at ``decimals`` decimals)."""
+    low, high = (f"{scale * v:.{decimals}f}" for v in (min(values), max(values)))
+    return low if low == high else f"{low}-{high}"
 
-    halves = np.concatenate([b.stream, np.zeros(TAIL_WORDS, np.uint32)]).view(np.uint16)
-    rec = int(b.offsets[f]) * 4                              # the record's first 32-bit word
-    high = lane >= 16                                        # bits 32-63 of the cell: words 4-7
-    own = int(b.stream[rec + cell + 4 * high])
-    sh = 2 * (lane % 16)                                     # this lane's pair in its half
-    header = int(b.stream[rec + 8 + high])                   # word 8 for the low halves, 9 for the high
-    byte = (header >> (8 * cell)) & 0xFF if high or cell else 0   # low half, cell 0: byte 0 is the length
-    below = bin(own & ((1 << sh) - 1)).count("1")            # kept bits before the pair: values before ours
-    first = 2 * rec + 20 + byte + below                      # values start after 10 words = 20 halves
-    v0, v1 = int(halves[first]), int(halves[first + 1])      # both loads, whatever the bits
-    pair = (own >> sh) & 3
-    low_half = v0 if pair & 1 else 0                         # bit 0 kept: the first value is ours
-    high_half = (v1 if pair & 1 else v0) if pair & 2 else 0  # bit 1 kept: the value after bit 0's, if any
-    return dict(own=own, sh=sh, pair=pair, high=high, header=header, byte=byte, below=below, first=first,
-                v0=v0, v1=v1, register=low_half | high_half << 16)
+
+def say(text: str, indent: str = "  ") -> None:
+    """Print a paragraph of prose, wrapped to the tutorial's width."""
+    print(textwrap.fill(text, 116, initial_indent=indent, subsequent_indent=indent))
+
+
+def popc(x: int) -> int:
+    """The set bits of ``x`` (``popc`` in the kernel)."""
+    return bin(x).count("1")
+
+
+def decode_lane(b, f: int, lane: int, cell: int) -> dict:
+    """Lane ``lane``'s A-fragment register of cell ``cell`` of record ``f``, as step 3 of
+    ``sparsekit/gpu/spmm_bitmap.py`` computes it (here in 32-bit words of ``stream``, where the kernel counts bytes
+    of its shared-memory ring), every intermediate value returned."""
+    record = int(b.offsets[f]) * 4                           # the record's first word: its four bitmaps
+    masks = [int(m) for m in b.stream[record:record + 4]]    # one 16-byte load
+    mask = masks[cell]
+    earlier = [popc(m) for m in masks[:cell]]                # the pairs the earlier cells store
+    first = record + 4 + sum(earlier)                        # the cell's first word (the kernel's w0 .. w3)
+    lanebit = 1 << lane
+    below = popc(mask & (lanebit - 1))                       # the pairs of lower lanes: the words before ours
+    index = first + below
+    # the load is made whatever bit l says (no branch); a lane without a pair may reach the word after the record's
+    # pairs, past the stream for the last record: zero here (the kernel's load stays in its ring, whatever it holds)
+    loaded = int(b.stream[index]) if index < b.stream.size else 0
+    register = loaded if mask & lanebit else 0               # the select: no pair stored, a zero register
+    return dict(record=record, masks=masks, mask=mask, lanebit=lanebit, earlier=earlier, first=first, below=below,
+                index=index, loaded=loaded, register=register)
 
 
 def assemble_fragment(b, f: int) -> np.ndarray:
@@ -97,6 +128,33 @@ def assemble_fragment(b, f: int) -> np.ndarray:
             tile[r0, c0], tile[r1, c1] = reg & 0xFFFF, reg >> 16
     assert (tile >= 0).all()                                 # every element came from one lane
     return tile.astype(np.uint16)
+
+
+def byte_counts(m: int, k: int, sparsities=SPARSITIES, seed: int = 0) -> dict:
+    """Step 1: an ``m x k`` bfloat16 weight (standard normal, ``seed``) pruned by magnitude at each sparsity, stored
+    as TiledCSL and as TiledBitmap: ``{s: {dense, csl, bitmap, bitmap_index, pairs}}``, bytes (``nbytes()``) and
+    the pairs the bitmap stores."""
+    from sparsekit.arrays import BFLOAT16
+    from sparsekit.formats import TiledBitmap, TiledCSL
+    from sparsekit.prune import magnitude
+
+    w = np.random.default_rng(seed).standard_normal((m, k)).astype(np.float32)
+    sizes = {}
+    for s in sparsities:
+        mask = magnitude(w, s)
+        w16 = np.where(mask, w, 0).astype(BFLOAT16)
+        bitmap = TiledBitmap.from_dense(w16, mask)
+        sizes[s] = dict(dense=2 * m * k, csl=TiledCSL.from_dense(w16, mask).nbytes().total,
+                        bitmap=bitmap.nbytes().total, bitmap_index=bitmap.nbytes().indices,
+                        pairs=int(bitmap.counts().sum()))
+    return sizes
+
+
+def table_bytes_match(sizes: dict, points: list[dict]) -> bool:
+    """Whether the table's "bytes / dense" is step 1's bitmap bytes over dense at every sparsity both have (within
+    :data:`BYTES_TOLERANCE`): the table measured this layout."""
+    return all(abs(p["bytes"] - sizes[p["sparsity"]]["bitmap"] / sizes[p["sparsity"]]["dense"]) <= BYTES_TOLERANCE
+               for p in points if p["sparsity"] in sizes)
 
 
 def quoted_table(path: Path = RESULTS) -> list[list[str]]:
@@ -151,51 +209,96 @@ def measured(table: list[list[str]]) -> list[dict]:
     return out
 
 
+def report_measured(sizes: dict, path: Path = RESULTS) -> dict:
+    """Step 5: the H200 table of ``path``, the page's reading of it against the other sparse kernels, and what
+    follows from the table (against dense, the share of the copy bandwidth, how time follows bytes); whatever
+    ``path`` lacks is left out. ``sizes``: step 1's bytes, which say whether the table measured this layout."""
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"\nStep 5: measured on the H200 (quoted from {shown}; Y = X W^T, bfloat16, device us, speedup over dense "
+          "cuBLAS in brackets)")
+    table = quoted_table(path)
+    if not table:
+        print("    (table not found in the results file)")
+        return dict(quoted_rows=0)
+    for row in table:
+        print("    " + " | ".join(f"{c:>13s}" for c in row))
+    points = measured(table)
+    for n in sorted({p["n"] for p in points}):
+        at = [p["speedup"] for p in points if p["n"] == n]
+        print(f"  N = {n:2d}: {span(at)}x dense cuBLAS")
+    faster = sum(p["speedup"] > 1 for p in points)
+    print(f"  Faster than dense cuBLAS at {faster} of the {len(points)} measured points.")
+    same_layout = table_bytes_match(sizes, points)
+    if not same_layout:
+        listed = {p["sparsity"]: p["bytes"] for p in points if p["sparsity"] in sizes}
+        say("Its bytes / dense (" + ", ".join(f"{b:.2f} at {100 * s:.0f} %" for s, b in listed.items()) + ") are "
+            "not this layout's (step 1: " + ", ".join(f"{sizes[s]['bitmap'] / sizes[s]['dense']:.2f}" for s in listed)
+            + "): its times are of another layout, until experiments/bench_spmm_bitmap.py measures this one.")
+    sentences = quoted_sentences(path)
+    if sentences:
+        say("The page's reading against the other sparse kernels (the tile and row kernels of "
+            "sparsekit/gpu/spmm_tiled.py, on step 1's TiledCSL):")
+        for sentence in sentences:
+            say(sentence, indent="    ")
+    bandwidth = copy_bandwidth(path)
+    used = [p["bytes"] * 2 * p["m"] * p["k"] / (p["us"] * 1e-6) / bandwidth for p in points] if bandwidth else []
+    if used:
+        dense_used = [2 * p["m"] * p["k"] / (p["dense_us"] * 1e-6) / bandwidth for p in points]
+        say(f"Its bytes are read at {span(used, 100, 0)} % of the measured copy bandwidth ({bandwidth / 1e12:.2f} "
+            f"TB/s); dense cuBLAS reads its 2 B a weight at {span(dense_used, 100, 0)} %.")
+    falls = [(p90["us"] / p50["us"], p90["bytes"] / p50["bytes"]) for p50 in points if p50["sparsity"] == 0.5
+             for p90 in points if p90["sparsity"] == 0.9 and (p90["shape"], p90["n"]) == (p50["shape"], p50["n"])]
+    if falls:
+        say(f"From 50 % to 90 % its bytes fall to {span([b for _, b in falls])} of the 50 % bytes, its time to "
+            f"{span([t for t, _ in falls])} of the 50 % time.")
+    return dict(quoted_rows=len(table), points=len(points), faster=faster, same_layout=same_layout,
+                quoted_sentences=len(sentences), bandwidth_used=used, falls=falls)
+
+
 def main(quick: bool = False) -> dict:
     from sparsekit.arrays import BFLOAT16
-    from sparsekit.formats import TiledBitmap, TiledCSL
+    from sparsekit.formats import TiledBitmap
     from sparsekit.gpu import spmm_bitmap as gb
     from sparsekit.prune import magnitude
     from sparsekit.reference import spmm_bitmap as rb
+    from sparsekit.reference.mma import fragment_coords
 
     on_gpu = os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
     rng = np.random.default_rng(0)
     out = {}
-    table = quoted_table()
-    quoted_bytes = {r["sparsity"]: r["bytes"] for r in measured(table)} if table else {}
 
     # Step 1. Bytes: the product is dense on tensor cores, so the format's job is to load fewer bytes.
     m, k = (256, 512) if quick else (1024, 1024)
-    w = rng.standard_normal((m, k)).astype(np.float32)
+    sizes = byte_counts(m, k)
     print(f"Step 1: a {m}x{k} bfloat16 weight pruned by magnitude (any pattern), stored three ways")
-    print("  sparsity   dense bytes   TiledCSL (4 B a kept)   TiledBitmap (1 bit a position + 2 B a kept)")
-    sizes = {}
-    for s in SPARSITIES:
-        mask = magnitude(w, s)
-        w16 = np.where(mask, w, 0).astype(BFLOAT16)
-        dense, csl, bmp = 2 * m * k, TiledCSL.from_dense(w16, mask).nbytes(), TiledBitmap.from_dense(w16, mask).nbytes()
-        sizes[s] = dict(dense=dense, csl=csl.total, bitmap=bmp.total, bitmap_index=bmp.indices)
-        print(f"  {s:8.0%}   {dense:11d}   {csl.total:11d} ({csl.total / dense:.2f})   "
-              f"{bmp.total:11d} ({bmp.total / dense:.2f}, of it {bmp.indices} index)")
-        if s in quoted_bytes:                                # the same ratio the H200 table lists
-            assert abs(bmp.total / dense - quoted_bytes[s]) <= 0.01, (s, bmp.total / dense, quoted_bytes[s])
-    index_a_weight = sizes[0.5]["bitmap_index"] / (m * k)    # the same at every sparsity: a bit a position
-    assert max(abs(v["bitmap_index"] / (m * k) - index_a_weight) for v in sizes.values()) < 0.01
-    crossover = 1 - index_a_weight / 2                       # where the list's 2 B index a kept weight costs as much
-    assert sizes[0.5]["csl"] >= sizes[0.5]["dense"] > sizes[0.5]["bitmap"]
+    print("  sparsity   dense bytes   TiledCSL (4 B a kept weight)   TiledBitmap (4 B a stored pair, then bitmaps)")
+    for s, v in sizes.items():
+        print(f"  {100 * s:6.0f} %   {v['dense']:11d}   {v['csl']:11d} ({v['csl'] / v['dense']:.2f})          "
+              f"{v['bitmap']:11d} ({v['bitmap'] / v['dense']:.2f}; {v['pairs']} pairs, {v['bitmap_index']} B index)")
+    shares = {s: v["pairs"] / (m * k / 2) for s, v in sizes.items()}
+    assert all(abs(share - (1 - s * s)) < 0.01 for s, share in shares.items())   # a pair is stored unless both go
+    fixed = {s: (v["bitmap"] - 4 * v["pairs"]) / (m * k) for s, v in sizes.items()}   # B a weight besides the pairs
+    assert max(fixed.values()) - min(fixed.values()) < 0.01                     # whatever is kept
+    fixed_a_weight = fixed[SPARSITIES[0]]
+    crossover = 1 - math.sqrt(fixed_a_weight / 2)            # 4 (1 - s) = 2 (1 - s^2) + fixed: 2 (1 - s)^2 = fixed
+    low, high = sizes[SPARSITIES[0]], sizes[SPARSITIES[-1]]
+    assert low["csl"] >= low["dense"] > low["bitmap"]
     assert all((v["csl"] < v["bitmap"]) == (s > crossover) for s, v in sizes.items())
-    print(f"  The bitmap's index data cost {index_a_weight:.3f} B a weight whatever is kept (1 bit = 0.125 B, then")
-    print("  8 B of header and 8 B of offset a 256-weight fragment, and padding to 16 B); the list pays 2 B of index")
-    print(f"  a KEPT weight, 2 (1 - s) B a weight: more than the bitmap below s = {crossover:.1%}. At 50 % the list")
-    print(f"  loads {sizes[0.5]['csl'] / sizes[0.5]['dense']:.2f} of dense's bytes, the bitmap "
-          f"{sizes[0.5]['bitmap'] / sizes[0.5]['dense']:.2f}; past {crossover:.1%} the list is the smaller.")
+    say("A pair of adjacent weights (one lane's register) is stored as a 32-bit word unless both are pruned: "
+        "1 - s^2 of the pairs at sparsity s (here " +
+        ", ".join(f"{share:.3f} at {100 * s:.0f} %" for s, share in shares.items()) + "). So the bitmap pays "
+        f"2 (1 - s^2) B a weight where the list pays 4 (1 - s), and {fixed_a_weight:.3f} B a weight whatever is kept "
+        "(16 B of bitmaps and 8 B of offset a 256-weight fragment, padding to 16 B); its index data are these and the "
+        f"zero halves of its pairs. The list is the smaller once 2 (1 - s)^2 < {fixed_a_weight:.3f}, past "
+        f"s = {100 * crossover:.1f} %: at {100 * SPARSITIES[0]:.0f} % the list loads {low['csl'] / low['dense']:.2f} "
+        f"of dense's bytes and the bitmap {low['bitmap'] / low['dense']:.2f}; at {100 * SPARSITIES[-1]:.0f} % the "
+        f"list {high['csl'] / high['dense']:.2f} and the bitmap {high['bitmap'] / high['dense']:.2f}.")
     out["bytes"] = sizes
 
     # Step 2. The layout of one record, on a 16 x 32 weight with small whole values (two fragments: k-steps 0, 1).
     toy = np.where(rng.random((16, 32)) < 0.35, rng.integers(1, 10, (16, 32)), 0).astype(np.float32)
-    g, t = LANE // 4, LANE % 4                               # step 3's lane: make sure its pair is kept
-    for j, value in ((2 * t + 8, 7), (2 * t + 9, 3)):        # cell 2: rows 0-7, logical columns 8-15
-        toy[g, TiledBitmap.column(0, j)] = value
+    g, t = LANE // 4, LANE % 4                               # step 3's pair: of its two weights, only the high kept
+    toy[g, TiledBitmap.column(0, 8 + 2 * t)], toy[g, TiledBitmap.column(0, 9 + 2 * t)] = 0, 7
     toy16 = toy.astype(BFLOAT16)
     b = TiledBitmap.from_dense(toy16)
     assert (b.to_dense() == toy16).all()
@@ -207,28 +310,32 @@ def main(quick: bool = False) -> dict:
           "cols 8-15)")
     for r in range(16):
         print(f"    {digits(block[r, :8])}   {digits(block[r, 8:])}" + ("\n" if r == 7 else ""))
-    words, (ha, hb) = b.bitmaps()[0], b.headers()[0]
-    for cell in range(4):                                    # bit 8 r + c of a cell is its row r, column c
-        bits = int(words[cell]) | int(words[cell + 4]) << 32
-        rows, cols = (8 * (cell % 2), 8 * (cell % 2) + 8), (8 * (cell // 2), 8 * (cell // 2) + 8)
-        want = sum(1 << (8 * r + c) for r in range(8) for c in range(8) if block[rows[0] + r, cols[0] + c])
-        assert bits == want
-        print(f"  cell {cell}: bitmap 0x{bits:016x} = low word 0x{int(words[cell]):08x} (rows 0-3), "
-              f"high word 0x{int(words[cell + 4]):08x} (rows 4-7)")
-    bytes_a, bytes_b = [(int(ha) >> 8 * i) & 0xFF for i in range(4)], [(int(hb) >> 8 * i) & 0xFF for i in range(4)]
-    print(f"  header word 8 = 0x{int(ha):08x}: bytes {bytes_a}: the record is {bytes_a[0]} 16-byte units, cells 1-3 "
-          "start after that many values")
-    print(f"  header word 9 = 0x{int(hb):08x}: bytes {bytes_b}: each cell's high half starts after that many values")
-    count = int(b.counts()[0])
-    values = b.stream.view(np.uint16)[int(b.offsets[0]) * 8 + 20:][:count].view(BFLOAT16)
-    assert bytes_a[0] == int(b.offsets[1] - b.offsets[0]) == -(-(40 + 2 * count) // 16)
-    cells = [block[8 * (c % 2): 8 * (c % 2) + 8, 8 * (c // 2): 8 * (c // 2) + 8].ravel() for c in range(4)]
-    assert [float(v) for v in values] == [float(v) for v in np.concatenate(cells) if v]   # bit 8 r + c: row-major
-    print(f"  then the {count} kept values, cell by cell in bit order (row by row), each cell from its header byte:")
-    starts = [0] + bytes_a[1:] + [count]
+    masks = b.masks()[0]
+    print("  the record's words 0-3, one bitmap a cell: bit l = 4 g + t for lane l's pair (row g, logical columns 2t,")
+    print("  2t+1), set when either weight is kept; below, rows g = 0-7, each its pairs t = 0-3:")
     for cell in range(4):
-        kept = [int(v) for v in values[starts[cell]: starts[cell + 1]].astype(np.float32)]
-        print(f"    cell {cell} (values {starts[cell]}-{starts[cell + 1] - 1}, high half from {bytes_b[cell]}): {kept}")
+        marked = lane_pairs(block, cell).any(axis=1)
+        assert int(masks[cell]) == sum(1 << lane for lane in np.flatnonzero(marked))
+        rows = " ".join("".join("1" if x else "." for x in marked[4 * r: 4 * r + 4]) for r in range(8))
+        print(f"    cell {cell}: 0x{int(masks[cell]):08x}   {rows}")
+    record, count = int(b.offsets[0]) * 4, int(b.counts()[0])
+    words = b.stream[record + 4: record + 4 + count]
+    print("  then the marked pairs, one word each (low half column 2t, high half 2t+1, a pruned weight a zero half),")
+    print("  cell by cell, lanes ascending (lane: low high):")
+    at = 0
+    for cell in range(4):
+        pairs = lane_pairs(block, cell)
+        lanes = np.flatnonzero(pairs.any(axis=1))
+        halves = words[at: at + lanes.size].view(np.uint16).view(BFLOAT16).astype(np.float32).reshape(-1, 2)
+        assert (halves == pairs[lanes]).all()
+        listed = "  ".join(f"{lane}: {digits(pair)}" for lane, pair in zip(lanes, halves))
+        print(textwrap.fill(f"cell {cell}, words {4 + at}-{3 + at + lanes.size}: {listed}", 112,
+                            initial_indent="    ", subsequent_indent="      "))
+        at += lanes.size
+    units = 1 + -(-count // 4)
+    assert units == int(b.offsets[1] - b.offsets[0])
+    print(f"  {count} pairs: the record is 1 + ceil({count} / 4) = {units} 16-byte units ({4 * units - 4 - count} zero "
+          f"word(s) of padding); record 1 starts at unit {int(b.offsets[1])}")
     print("  Column permutation: lane t of a quad (lanes 4g + t) needs B rows 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1) of")
     print("  both k-steps; the format stores those logical columns in A's (and X's) columns 8t..8t+7:")
     print("    lane t   step 0: b0    b1      step 1: b0    b1      one 16-byte load of X")
@@ -243,29 +350,32 @@ def main(quick: bool = False) -> dict:
     out["permutation"] = perm
 
     # Step 3. One lane's decode by hand, then the whole warp's registers make the fragment's A tile.
-    from sparsekit.gpu.spmm_bitmap import pair_register_model
-    from sparsekit.reference.mma import fragment_coords
-
     d = decode_lane(b, 0, LANE, CELL)
-    model = int(pair_register_model(d["own"], d["sh"], d["v0"], d["v1"]))
-    assert d["register"] == model
     (r0, c0), (r1, c1) = fragment_coords("m16n8k16", LANE)[f"a{CELL}"]
     halves = np.array([d["register"] & 0xFFFF, d["register"] >> 16], np.uint16).view(BFLOAT16)
-    assert [float(v) for v in halves] == [block[r0, c0], block[r1, c1]]
-    print(f"\nStep 3: lane {LANE} (g = {LANE // 4}, t = {LANE % 4}) decodes its register a{CELL} of fragment (0, 0)")
-    print(f"  its elements (fragment_coords): ({r0}, {c0}) and ({r1}, {c1}) = bits {2 * LANE} and {2 * LANE + 1} of "
-          f"cell {CELL}: lane {LANE} >= 16, so bits {d['sh']}, {d['sh'] + 1} of the high word 0x{d['own']:08x}")
-    print(f"  pair of bits = {d['pair']:02b} (bit 1, bit 0); header word 9 byte {CELL} = {d['byte']} values before "
-          f"this half; popcount of the {d['sh']} bits below the pair = {d['below']}")
-    print(f"  first value at half {d['first']} of the stream (= 2 x record word {int(b.offsets[0]) * 4} + 20 + "
-          f"{d['byte']} + {d['below']}); loads v0 = 0x{d['v0']:04x}, v1 = 0x{d['v1']:04x}")
-    print(f"  register = 0x{d['register']:08x} (low half {float(halves[0]):g}, high half {float(halves[1]):g}); "
-          f"spmm_bitmap.pair_register_model gives 0x{model:08x}")
+    assert [float(v) for v in halves] == [block[r0, c0], block[r1, c1]] == [0, 7]
+    assert d["mask"] & d["lanebit"] and d["earlier"] == [popc(int(x)) for x in masks[:CELL]]
+    clear = [lane for lane in range(32) if not d["mask"] >> lane & 1]
+    assert all(decode_lane(b, 0, lane, CELL)["register"] == 0 for lane in clear)
+    print(f"\nStep 3: lane {LANE} (g = {g}, t = {t}) decodes its register a{CELL} of fragment (0, 0)")
+    say(f"Its elements (fragment_coords): ({r0}, {c0}) and ({r1}, {c1}), row g and logical columns 8 + 2t, 9 + 2t: "
+        f"its pair of cell {CELL}. The four bitmaps, one 16-byte load at the record's start: " +
+        ", ".join(f"0x{x:08x}" for x in d["masks"]) + f". Cell {CELL}'s words start after the bitmaps and the pairs "
+        f"of cells 0-{CELL - 1}: word {d['record']} + 4 + " + " + ".join(map(str, d["earlier"])) + f" = {d['first']} "
+        "(" + ", ".join(f"popc(0x{x:08x}) = {n}" for x, n in zip(d["masks"], d["earlier"])) + "). "
+        f"Bit {LANE} of bitmap {CELL} is set; the bits below it, 0x{d['mask']:08x} & 0x{d['lanebit'] - 1:08x}, "
+        f"count {d['below']}: the pairs of lower lanes, stored before its own. One 32-bit load of word "
+        f"{d['first']} + {d['below']} = {d['index']}: 0x{d['loaded']:08x}, kept by the select (bit {LANE} set).")
+    say(f"register = 0x{d['register']:08x}: low half {float(halves[0]):g} (the weight at ({r0}, {c0}) is pruned), "
+        f"high half {float(halves[1]):g}")
+    say(f"The {len(clear)} lanes whose bit of bitmap {CELL} is clear load a word too and select zero. The kernel counts the same "
+        "in bytes of its ring (w1 = w0 + 4 popc(m0), ...), and the popcount of all four bitmaps gives the record's "
+        "length: where the next one starts.")
     for f in range(b.grid[1]):
         tile = assemble_fragment(b, f).view(BFLOAT16)
         assert (tile == fragment_block(toy16, 0, f)).all()
-    print("  all 32 lanes x 4 registers of fragments (0, 0) and (0, 1), placed by fragment_coords, equal the dense "
-          "16x16 blocks (columns permuted)")
+    say("All 32 lanes x 4 registers of fragments (0, 0) and (0, 1), placed by fragment_coords, equal the dense "
+        "16x16 blocks (columns permuted).")
     out["lane"] = d
 
     # Step 4. The kernel: every lane of every warp does step 3, then mma.sync, on the simulator or the GPU.
@@ -284,46 +394,12 @@ def main(quick: bool = False) -> dict:
     assert (err <= bound).all(), float((err - bound).max())
     print(f"\nStep 4: gpu.spmm_bitmap.spmm_bitmap_linear, Y = X A^T, A {m}x{k} 70 % sparse ({a!r}), X {n}x{k} "
           f"bfloat16, {'defaults' if on_gpu else SIM_TUNABLES}")
-    print(f"  max |kernel Y - reference Y| = {float(err.max()):.3g}, within the bound of float32 sums rounded once "
-          f"to bfloat16 everywhere (K = {k}: the last group cut inside, X staged with zero columns)")
+    say(f"max |kernel Y - reference Y| = {float(err.max()):.3g}, within the bound of float32 sums rounded once "
+        f"to bfloat16 everywhere (K = {k}: the last group cut inside, X staged with zero columns)")
     out["kernel_error"] = float(err.max())
 
     # Step 5. What the H200 measured (quoted from the results file, so the numbers cannot drift).
-    print(f"\nStep 5: measured on the H200 (quoted from {RESULTS.relative_to(RESULTS.parents[2])}; Y = X W^T, "
-          "bfloat16, device us, speedup over dense cuBLAS in brackets)")
-    if not table:
-        print("    (table not found in the results file)")
-        out["quoted_rows"] = 0
-        return out
-    for row in table:
-        print("    " + " | ".join(f"{c:>13s}" for c in row))
-    points = measured(table)
-    for n_ in sorted({p["n"] for p in points}):
-        at = [p["speedup"] for p in points if p["n"] == n_]
-        print(f"  N = {n_:2d}: {min(at):.2f}-{max(at):.2f}x dense cuBLAS")
-    assert all(p["speedup"] < 1 for p in points)
-    print("  It is slower than dense cuBLAS at every measured point. Against the other sparse kernels (same file; the")
-    print("  tile and row kernels of sparsekit/gpu/spmm_tiled.py, on step 1's TiledCSL):")
-    for sentence in quoted_sentences():
-        print(textwrap.fill(sentence, 112, initial_indent="    ", subsequent_indent="    "))
-    bandwidth = copy_bandwidth()
-    used = [p["bytes"] * 2 * p["m"] * p["k"] / (p["us"] * 1e-6) / bandwidth for p in points] if bandwidth else []
-    falls = [(p90["us"] / p50["us"], p90["bytes"] / p50["bytes"]) for p50 in points if p50["sparsity"] == 0.5
-             for p90 in points if p90["sparsity"] == 0.9 and (p90["shape"], p90["n"]) == (p50["shape"], p50["n"])]
-    assert falls and all(time > 2 * byte for time, byte in falls)   # time falls far less than the bytes
-    print("  Why not faster: not bytes but instructions and latency.")
-    if used:
-        print(f"  - it reads its bytes at {100 * min(used):.0f}-{100 * max(used):.0f} % of the measured copy bandwidth "
-              f"({bandwidth / 1e12:.2f} TB/s);")
-    print(f"  - from 50 % to 90 % its bytes fall to {min(b_ for _, b_ in falls):.2f} but its time only to "
-          f"{min(t_ for t_, _ in falls):.2f}-{max(t_ for t_, _ in falls):.2f} of the 50 % time: step 3 costs the same")
-    print("    whatever a cell keeps (header byte, popcount, two 16-bit loads, two prmt: about 12 instructions a cell,")
-    print("    four cells a fragment), and the MMA waits on the two value loads, which wait on the bitmap and header;")
-    if bandwidth:
-        dense_used = [2 * p["m"] * p["k"] / (p["dense_us"] * 1e-6) / bandwidth for p in points]
-        print(f"  - dense cuBLAS reads all 2 B a weight, with nothing to decode, at {100 * min(dense_used):.0f}-"
-              f"{100 * max(dense_used):.0f} % of the copy bandwidth: more bytes, read faster.")
-    out.update(quoted_rows=len(table), quoted_sentences=len(quoted_sentences()), bandwidth_used=used, falls=falls)
+    out.update(report_measured(sizes))
     return out
 
 
