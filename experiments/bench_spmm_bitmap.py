@@ -31,15 +31,13 @@ NS = [8, 16, 32, 64]
 
 
 def sweep(dev, x, dense_us):
-    """Tunables around the default for one weight and ``x``."""
+    """Tunables around the default for one weight and ``x``: blocks of 4 to 16 warps, rings of 4 and 8 chunks
+    (where a block's rings fit 48 KB), 1 to 8 splits."""
     m, k = dev.shape
-    base = gb.default_config(m, k, x.shape[0])
-    tried = []
-    for rows, slices in ((2, 4), (4, 4), (4, 2), (2, 2), (8, 2)):
-        for f in (0.5, 1, 2):
-            for ahead in (0, gb.AHEAD):
-                splits = max(1, round(base["splits"] * base["slices"] * base["rows"] * f / (slices * rows)))
-                tried.append(dict(rows=rows, slices=slices, splits=splits, ahead=ahead))
+    tried = [dict(rows=rows, slices=slices, splits=splits, stages=stages)
+             for rows, slices in ((4, 4), (2, 4), (4, 2), (8, 2), (2, 2), (4, 1))
+             for stages in (4, 8) if rows * slices * (stages * gb.CHUNK + gb.MAX_RECORD) <= 48 * 1024 - 4
+             for splits in (1, 2, 4, 8)]
     results = []
     for tun in tried:
         t = point(f"sweep {tun}", lambda: timed(lambda: gb.spmm_bitmap_linear(dev, x, **tun)))
@@ -47,7 +45,7 @@ def sweep(dev, x, dense_us):
             results.append((t, tun))
     results.sort(key=lambda r: r[0])
     t_def = timed(lambda: gb.spmm_bitmap_linear(dev, x))
-    log(f"#   sweep {m}x{k} N={x.shape[0]}: default {base} {t_def:.1f} us (dense {dense_us:.1f}); best: "
+    log(f"#   sweep {m}x{k} N={x.shape[0]}: default {t_def:.1f} us (dense {dense_us:.1f}); best: "
         + "; ".join(f"{t:.1f} {tun}" for t, tun in results[:4]) + f"; worst {results[-1][0]:.1f}")
 
 

@@ -1469,29 +1469,29 @@ class TiledCSL(_HalfFormat):
 # TiledBitmap (a bitmap per 8 x 8 cell: unstructured half-precision weights, tensor-core decode)
 # ---------------------------------------------------------------------------
 
-def _bitmap_position(rows: np.ndarray, cols: np.ndarray, ksteps: int):
-    """``(fragment, cell, bit)`` of entries at ``(rows, cols)`` in :class:`TiledBitmap`'s layout (``ksteps``
-    fragments a row of fragments)."""
+def _pair_position(rows: np.ndarray, cols: np.ndarray, ksteps: int):
+    """``(fragment, cell, lane, half)`` of entries at ``(rows, cols)`` in :class:`TiledBitmap`'s layout
+    (``ksteps`` fragments a row of fragments)."""
     rr, q = rows % 16, cols % 32
     t, within = q // 8, q % 8
-    half = within % 4 // 2
     fragment = rows // 16 * ksteps + cols // 32 * 2 + within // 4
-    cell = rr // 8 + 2 * half
-    bit = rr % 8 * 8 + 2 * t + within % 2
-    return fragment, cell, bit
+    cell = rr // 8 + 2 * (within % 4 // 2)
+    return fragment, cell, rr % 8 * 4 + t, within % 2
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TiledBitmap(_HalfFormat):
-    """A bitmap per 8 x 8 cell and the cell's kept values, grouped by 16 x 16 MMA fragment.
+    """A bitmap per 8 x 8 cell, a bit per pair of adjacent weights (one tensor-core register), and the pairs it
+    marks, grouped by 16 x 16 MMA fragment.
 
-    The design of SpInfer's tensor-core-aware bitmap encoding (EuroSys 2025): a kernel reads a fragment's
-    four 64-bit bitmaps, the offsets of the cells' values and the packed values, and each lane of a warp
-    finds its own two values of each cell (a popcount of the bits before its pair, from the cell's offset)
-    and places them straight into the registers of an ``mma.m16n8k16`` A fragment: no shared-memory
-    scatter. Bytes: 2 a kept value plus 40 a 256-weight fragment (bitmaps and offsets) and its padding to
-    16 bytes, so it beats dense 16-bit storage from any sparsity: about 0.6 of dense at 50 %, 0.3 at 80 %,
-    0.2 at 90 %. Any pattern fits.
+    After SpInfer's tensor-core-aware bitmaps (EuroSys 2025), at the granularity of the MMA's registers: lane
+    ``l`` of a warp holds, of each 8 x 8 cell of an ``mma.m16n8k16`` A fragment, one 32-bit register (two
+    weights of a row), so a cell's bitmap is 32 bits, bit ``l`` for lane ``l``'s pair, and the cell's stored
+    words are the pairs with a kept weight. A lane decodes its register with a popcount of the bits below
+    its own, one 32-bit load and a select: no shared-memory scatter, no assembly of halves. Bytes: 4 a
+    stored pair plus 16 a 256-weight fragment (its bitmaps) and the padding to 16 bytes; a pair is stored
+    when either weight is kept (``1 - s^2`` of them at sparsity ``s``): with ``offsets``, 0.81 of dense 16-bit
+    storage at 50 %, 0.57 at 70 %, 0.42 at 80 %, 0.25 at 90 %. Any pattern fits.
 
     Layout. Fragment ``(rb, ks)`` covers rows ``16 rb .. 16 rb + 15`` and step ``ks`` of ``K`` padded to a
     multiple of 32; fragments are numbered ``f = rb * ksteps + ks`` (``ksteps = 2 ceil(K / 32)``). Within
@@ -1499,24 +1499,22 @@ class TiledBitmap(_HalfFormat):
     quad reads its inputs of both steps in one 16-byte load: the fragment's logical column ``j`` (0-15) of
     step ``s = ks % 2`` is column ``32 G + 8 (j % 8 // 2) + 4 s + 2 (j // 8) + j % 2``. Cells, in the MMA's
     register order: 0 rows 0-7 and logical columns 0-7, 1 rows 8-15 and columns 0-7, 2 rows 0-7 and
-    columns 8-15, 3 rows 8-15 and columns 8-15; bit ``8 r + c`` of a cell is its row ``r``, logical
-    column ``c``. Record ``f`` in ``stream`` (uint32 words, 16-byte units from ``offsets[f]``): the low
-    halves (bits 0-31) of cells 0-3, their high halves; two header words (:meth:`headers`): for the low
-    halves, byte 0 the record's length in 16-byte units and byte ``i`` (1-3) the values of cells before
-    ``i``; for the high halves, byte ``i`` the values before cell ``i``'s high half (those of the cells
-    before it and of its low half); then the kept values as 16-bit patterns, cell by cell in bit order,
-    zero-padded to a multiple of 16 bytes. ``offsets[-1] * 4 == stream.size``.
+    columns 8-15, 3 rows 8-15 and columns 8-15. Lane ``l = 4 g + t`` of a cell is its row ``g``, logical
+    columns ``2 t, 2 t + 1``. Record ``f`` in ``stream`` (uint32 words, 16-byte units from ``offsets[f]``): the
+    four cells' bitmaps (:meth:`masks`), then each marked pair as a word (logical column ``2 t`` in the low
+    16 bits, ``2 t + 1`` in the high; a weight not kept is a zero half), cell by cell, lanes ascending,
+    zero-padded to a multiple of 16 bytes. ``offsets[-1] * 4 == stream.size``. Zero weights are never stored.
 
     >>> import numpy as np
     >>> w = np.zeros((16, 32), dtype=np.float16)
     >>> w[0, 0], w[0, 4], w[9, 2] = 1, 2, 3
     >>> b = TiledBitmap.from_dense(w)
     >>> b
-    <TiledBitmap shape=(16, 32) nnz=3 dtype=float16 words=24>
-    >>> [int(x) for x in b.offsets]           # two fragments (steps 0 and 1), each 40 bytes + 8 of values
-    [0, 3, 6]
-    >>> [hex(int(x)) for x in b.headers()[0]]   # 3 units, cells 1-3 after cell 0's 1 value | high halves
-    ['0x1010103', '0x2010101']
+    <TiledBitmap shape=(16, 32) nnz=3 dtype=float16 words=16>
+    >>> [int(x) for x in b.offsets]           # two fragments (steps 0 and 1), each bitmaps + one unit of pairs
+    [0, 2, 4]
+    >>> [hex(int(x)) for x in b.masks()[0]]   # lane 0 of cell 0 (row 0), lane 4 of cell 3 (row 9)
+    ['0x1', '0x0', '0x0', '0x10']
     >>> bool((b.to_dense() == w).all())
     True
     """
@@ -1541,37 +1539,18 @@ class TiledBitmap(_HalfFormat):
 
     @property
     def nnz(self) -> int:
-        return int(self.counts().sum())
+        """Stored weights: the nonzero halves of the stored pairs."""
+        return int(np.count_nonzero(self._halves()))
 
-    def bitmaps(self) -> np.ndarray:
-        """The fragments' bitmap words, ``(fragments, 8)`` uint32: low halves of cells 0-3, then high halves."""
+    def masks(self) -> np.ndarray:
+        """The fragments' cell bitmaps, ``(fragments, 4)`` uint32 (bit ``l`` of cell ``c``: lane ``l``'s pair)."""
         self._check_records()
-        at = self.offsets[:-1, None] * 4 + np.arange(8)
-        return self.stream[at] if at.size else np.zeros((0, 8), np.uint32)
+        at = self.offsets[:-1, None] * 4 + np.arange(4)
+        return self.stream[at] if at.size else np.zeros((0, 4), np.uint32)
 
     def counts(self) -> np.ndarray:
-        """Kept values a fragment (int64)."""
-        bits = np.unpackbits(self.bitmaps().view(np.uint8), axis=1)
-        return bits.sum(axis=1, dtype=np.int64)
-
-    def headers(self) -> np.ndarray:
-        """The fragments' two header words, ``(fragments, 2)`` uint32, as stored."""
-        self._check_records()
-        at = self.offsets[:-1, None] * 4 + np.arange(8, 10)
-        return self.stream[at] if at.size else np.zeros((0, 2), np.uint32)
-
-    @staticmethod
-    def _header_words(bitmaps: np.ndarray) -> np.ndarray:
-        """The header words that ``bitmaps`` (``(fragments, 8)`` uint32) call for (:class:`TiledBitmap`'s layout)."""
-        half = np.unpackbits(bitmaps.view(np.uint8), axis=1).reshape(-1, 8, 32).sum(axis=2, dtype=np.int64)
-        low, high = half[:, :4], half[:, 4:]
-        before = np.cumsum(low + high, axis=1) - (low + high)          # values of the cells before each cell
-        length = -(-(40 + 2 * (low + high).sum(axis=1)) // 16)
-        a = np.concatenate([length[:, None], before[:, 1:]], axis=1)
-        b = before + low
-        shifts = np.arange(4, dtype=np.uint32) * np.uint32(8)
-        pack = lambda v: (v.astype(np.uint32) << shifts).sum(axis=1, dtype=np.uint32)
-        return np.stack([pack(a), pack(b)], axis=1)
+        """Stored pairs a fragment (int64)."""
+        return np.unpackbits(self.masks().view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
 
     def validate(self, full: bool = False) -> None:
         check_array(self.stream, "stream", ndim=1, dtypes=(np.uint32,))
@@ -1583,58 +1562,77 @@ class TiledBitmap(_HalfFormat):
         if not full:
             return
         self._check_records()
-        want = -(-(40 + 2 * self.counts()) // 16)
+        counts = self.counts()
+        want = 1 + -(-counts // 4)
         if (np.diff(off) != want).any():
             f = int(np.flatnonzero(np.diff(off) != want)[0])
             raise ValueError(f"offsets: fragment {f} spans {int(off[f + 1] - off[f])} 16-byte units, its bitmaps "
-                             f"keep {int(self.counts()[f])} values: expected {int(want[f])}")
-        bad = (self.headers() != self._header_words(self.bitmaps())).any(axis=1)
-        if bad.any():
-            f = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"stream: the header of fragment {f} does not match its bitmaps (value offsets a cell)")
-        rows, cols = self._coords()
-        if rows.size and (rows.max() >= self.shape[0] or cols.max() >= self.shape[1]):
-            raise ValueError(f"stream: a bitmap keeps an entry outside the {self.shape} matrix (its fragment "
+                             f"mark {int(counts[f])} pairs: expected {int(want[f])}")
+        rows, cols = self._pair_coords()
+        words = self._words()
+        m, k = self.shape
+        outside = (rows >= m) | (cols >= k) | ((cols + 1 >= k) & (words >> np.uint32(16) != 0))
+        if outside.any():
+            raise ValueError(f"stream: a bitmap marks an entry outside the {self.shape} matrix (its fragment "
                              f"is cut by the edge)")
-        vals = self._values().view(self.value_dtype)
+        if (words == 0).any():
+            raise ValueError("stream: a bitmap marks a pair whose weights are both zero (zeros are not stored)")
+        vals = self._halves().view(self.value_dtype)
         if vals.size and not np.isfinite(vals.astype(np.float32)).all():
             raise ValueError("stream: values must be finite")
 
     def _check_records(self) -> None:
-        """The cheap checks, and every record at least the 3 16-byte units its bitmaps and header take: what
-        :meth:`bitmaps` and :meth:`headers` read lies in ``stream`` (an edited ``offsets`` array may no longer span
-        it, or step back)."""
+        """The cheap checks, and every record at least the 16-byte unit of its bitmaps: what :meth:`masks` reads
+        lies in ``stream`` (an edited ``offsets`` array may no longer span it, or step back)."""
         self.validate()
         steps = np.diff(self.offsets)
-        if (steps < 3).any():
-            f = int(np.flatnonzero(steps < 3)[0])
-            raise ValueError(f"offsets: fragment {f} is shorter than the 3 16-byte units of its bitmaps and header")
+        if (steps < 1).any():
+            f = int(np.flatnonzero(steps < 1)[0])
+            raise ValueError(f"offsets: fragment {f} is shorter than the 16-byte unit of its bitmaps")
 
-    def _coords(self):
-        """Row and column of every kept entry, in storage order (fragment, cell, bit)."""
-        rb_ks = self.grid[1]
-        bits = np.unpackbits(self.bitmaps().view(np.uint8), axis=1, bitorder="little").reshape(-1, 2, 4, 32)
-        f, cell, half, b = np.nonzero(bits.transpose(0, 2, 1, 3))       # storage order: fragment, cell, bit
-        bit = 32 * half + b
-        r, c = bit // 8, bit % 8                                         # row and logical column in the cell
-        j = c + 8 * (cell // 2)                                          # logical column in the fragment
-        ks = f % rb_ks
-        rows = f // rb_ks * 16 + 8 * (cell % 2) + r
-        cols = self.column(ks, j)
+    def _pairs(self):
+        """``(fragment, cell, lane)`` of every stored pair, in storage order."""
+        bits = np.unpackbits(self.masks().view(np.uint8), axis=1, bitorder="little").reshape(-1, 4, 32)
+        return np.nonzero(bits)
+
+    def _words(self) -> np.ndarray:
+        """The stored pairs' words, in storage order (a record's pairs after its bitmaps; none past its length:
+        :meth:`validate` checks the lengths first)."""
+        counts = self.counts()
+        start = np.repeat(self.offsets[:-1] * 4 + 4, counts)
+        rank = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        at = start + rank
+        if at.size and at.max() >= self.stream.size:
+            raise ValueError("offsets: the bitmaps mark more pairs than the stream holds")
+        return self.stream[at]
+
+    def _pair_coords(self):
+        """Row and (even) column of the low weight of every stored pair, in storage order."""
+        f, cell, lane = self._pairs()
+        ks = f % self.grid[1]
+        rows = f // self.grid[1] * 16 + 8 * (cell % 2) + lane // 4
+        cols = self.column(ks, 2 * (lane % 4) + 8 * (cell // 2))
         return rows, cols
 
-    def _values(self) -> np.ndarray:
-        """The kept values' 16-bit patterns, in storage order."""
-        counts = self.counts()
-        start = np.repeat((self.offsets[:-1] * 4 + 10) * 2, counts)
-        rank = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return self.stream.view(np.uint16)[start + rank]
+    def _halves(self) -> np.ndarray:
+        """The stored pairs' 16-bit halves, low then high a pair, in storage order."""
+        return self._words().view(np.uint16)
+
+    def _coords(self):
+        """Row, column and 16-bit pattern of every stored nonzero weight, in storage order."""
+        rows, cols = self._pair_coords()
+        halves = self._halves().reshape(-1, 2)
+        keep = halves != 0
+        r = np.repeat(rows, 2).reshape(-1, 2)[keep]
+        c = (np.repeat(cols, 2).reshape(-1, 2) + np.array([0, 1]))[keep]
+        return r, c, halves[keep]
 
     def _index_arrays(self):
         return (self.offsets,)
 
     def nbytes(self) -> NBytes:
-        """Values: the kept ones at 2 bytes; index data: the bitmaps, the headers, the padding and ``offsets``."""
+        """Values: the stored weights at 2 bytes; index data: the bitmaps, the zero halves of stored pairs, the
+        padding and ``offsets``."""
         v = 2 * self.nnz
         i = 4 * int(self.stream.size) - v + int(self.offsets.nbytes)
         return NBytes(v, i, v + i)
@@ -1644,36 +1642,35 @@ class TiledBitmap(_HalfFormat):
 
     @classmethod
     def from_coords(cls, rows, cols, values, shape) -> "TiledBitmap":
-        """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order)."""
+        """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order; zeros dropped)."""
         shape = _as_shape(shape)
         rows, cols, values, d = cls._entries(rows, cols, values, shape)
         m, k = shape
         ksteps = 2 * -(-k // 32)
         nfrag = -(-m // 16) * ksteps
-        fragment, cell, bit = _bitmap_position(rows, cols, ksteps)
-        key = (fragment * 4 + cell) * 64 + bit
-        order = np.argsort(key, kind="stable")
-        key = key[order]
-        if key.size > 1 and (np.diff(key) == 0).any():
+        fragment, cell, lane, half = _pair_position(rows, cols, ksteps)
+        key = ((fragment * 4 + cell) * 32 + lane) * 2 + half
+        if key.size > 1 and (np.diff(np.sort(key)) == 0).any():
             raise ValueError("rows, cols: a position is given twice")
-        fragment, cell, bit = fragment[order], cell[order], bit[order]
-        counts = np.bincount(fragment, minlength=nfrag)
+        keep = values.astype(np.float32) != 0
+        key, half, bits = key[keep], half[keep], values.view(np.uint16)[keep].astype(np.uint32)
+        pair, at = np.unique(key // 2, return_inverse=True)          # storage order: fragment, cell, lane
+        words = np.zeros(pair.size, np.uint32)
+        np.bitwise_or.at(words, at, bits << (np.uint32(16) * half.astype(np.uint32)))
+        f, cell, lane = pair // 128, pair // 32 % 4, pair % 32
+        counts = np.bincount(f, minlength=nfrag)
         offsets = np.zeros(nfrag + 1, dtype=np.int64)
-        np.cumsum(-(-(40 + 2 * counts) // 16), out=offsets[1:])
+        np.cumsum(1 + -(-counts // 4), out=offsets[1:])
         stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
-        word = offsets[fragment] * 4 + cell + 4 * (bit // 32)
-        np.bitwise_or.at(stream, word, (np.uint32(1) << (bit % 32).astype(np.uint32)))
-        bitmaps = stream[offsets[:-1, None] * 4 + np.arange(8)] if nfrag else np.zeros((0, 8), np.uint32)
-        stream[offsets[:-1, None] * 4 + np.arange(8, 10)] = cls._header_words(bitmaps)
+        np.bitwise_or.at(stream, offsets[f] * 4 + cell, np.uint32(1) << lane.astype(np.uint32))
         start = np.zeros(nfrag + 1, dtype=np.int64)
         np.cumsum(counts, out=start[1:])
-        at = (offsets[fragment] * 4 + 10) * 2 + np.arange(fragment.size) - start[fragment]
-        stream.view(np.uint16)[at] = values.view(np.uint16)[order]
+        stream[offsets[f] * 4 + 4 + np.arange(f.size) - start[f]] = words
         return cls(stream, offsets, shape, d)
 
     @classmethod
     def from_dense(cls, dense, mask=None) -> "TiledBitmap":
-        """Store the entries of a float16/bfloat16 ``dense`` that ``mask`` keeps (default ``dense != 0``)."""
+        """Store the nonzero entries of a float16/bfloat16 ``dense`` that ``mask`` keeps (default all)."""
         dense = check_array(dense, "dense", ndim=2, dtypes=None, finite=True)
         _half_dtype(dense.dtype, "dense")
         mask = dense != 0 if mask is None else check_array(mask, "mask", dtypes=(np.bool_,), shape=dense.shape)
@@ -1682,7 +1679,7 @@ class TiledBitmap(_HalfFormat):
 
     @classmethod
     def from_csr(cls, csr) -> "TiledBitmap":
-        """The entries of a :class:`CSR` (or any format with ``to_csr``) of float16/bfloat16 values."""
+        """The nonzero entries of a :class:`CSR` (or any format with ``to_csr``) of float16/bfloat16 values."""
         if not isinstance(csr, _Format):
             raise TypeError(f"csr: expected a CSR (or another sparsekit format), got {type(csr).__name__}")
         c = csr if isinstance(csr, CSR) else csr.to_csr()
@@ -1690,25 +1687,24 @@ class TiledBitmap(_HalfFormat):
         return cls.from_coords(rows, c.indices, c.data, c.shape)
 
     def to_csr(self) -> "CSR":
-        """The kept entries as a :class:`CSR` (int32 indices), explicit zeros included."""
+        """The stored weights as a :class:`CSR` (int32 indices)."""
         self.validate(full=True)
-        rows, cols = self._coords()
-        vals = self._values().view(self.value_dtype)
+        rows, cols, bits = self._coords()
         order = np.lexsort((cols, rows))
         indptr = np.zeros(self.shape[0] + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=self.shape[0]), out=indptr[1:])
-        return CSR(indptr, cols[order].astype(np.int32), vals[order], self.shape)
+        return CSR(indptr, cols[order].astype(np.int32), bits[order].view(self.value_dtype), self.shape)
 
     def to_dense(self) -> np.ndarray:
         self.validate(full=True)
-        rows, cols = self._coords()
+        rows, cols, bits = self._coords()
         out = np.zeros(self.shape, dtype=self.dtype)
-        out[rows, cols] = self._values().view(self.dtype)
+        out[rows, cols] = bits.view(self.dtype)
         return out
 
     def mask(self) -> np.ndarray:
         self.validate(full=True)
-        rows, cols = self._coords()
+        rows, cols, _ = self._coords()
         out = np.zeros(self.shape, dtype=bool)
         out[rows, cols] = True
         return out

@@ -9,6 +9,8 @@ turns a block too large for the register file into a clear error.
 * :func:`opt_in`: above :data:`SHARED_LIMIT` a launch fails unless the compiled kernel's
   ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` was raised first (Numba has no option for it);
   up to :data:`SHARED_OPTIN` on the H100 and H200.
+* :func:`resident_blocks`: how many blocks of a kernel the GPU holds at once (a grid of that many runs in
+  one wave, every SM busy to the end).
 * :func:`check_int32`: a size a kernel keeps in 32 bits (for speed) refused past :data:`INT32_MAX` by the
   launcher, before anything is allocated or launched (docs/limits.md lists them).
 """
@@ -20,7 +22,7 @@ from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "check_int32", "DynamicShared", "Buffers", "Prepared", "SHARED_LIMIT", "SHARED_OPTIN",
+__all__ = ["launch", "opt_in", "resident_blocks", "check_int32", "DynamicShared", "Buffers", "Prepared", "SHARED_LIMIT", "SHARED_OPTIN",
            "SMEM_ALIGN", "WARP_SIZE", "INT32_MAX"]
 
 #: Threads a warp.
@@ -36,6 +38,7 @@ SMEM_ALIGN = None if cuda_config.ENABLE_CUDASIM else 16
 INT32_MAX = 2**31 - 1
 
 _OPTED_IN: set = set()
+_RESIDENT: dict = {}
 #: Callbacks ``(kernel, grid, block, args)`` told of every launch (:func:`sparsekit.launch.record`).
 OBSERVERS: list = []
 
@@ -73,6 +76,21 @@ def opt_in(kernel, args, nbytes: int) -> None:
     if key not in _OPTED_IN:                           # (compile() takes Numba's compile lock even when cached)
         allow_dynamic_shared(kernel.compile(signature), nbytes)
         _OPTED_IN.add(key)
+
+
+def resident_blocks(kernel, args, threads: int) -> int | None:
+    """Blocks of ``threads`` threads of ``kernel`` (compiled for ``args``) that the GPU holds at once, all SMs
+    together (the occupancy calculator's answer for its registers and shared memory); None under the
+    simulator. Once per kernel, block size and argument types."""
+    if cuda_config.ENABLE_CUDASIM:
+        return None
+    from numba import typeof
+
+    signature = tuple(typeof(a) for a in args)
+    key = (id(kernel), signature, threads)
+    if key not in _RESIDENT:
+        _RESIDENT[key] = int(kernel.compile(signature).max_cooperative_grid_blocks(threads))
+    return _RESIDENT[key]
 
 
 class DynamicShared:

@@ -1,29 +1,27 @@
 """Half-precision SpMM on tensor cores for a :class:`~sparsekit.formats.TiledBitmap` weight, decoded in registers:
 ``C = A @ B``, or a linear layer's ``Y = X A^T``, for small and medium ``N``.
 
-Equals ``sparsekit/reference/spmm_bitmap.py``. The design of SpInfer (EuroSys 2025): a bitmap per 8 x 8 cell and
-the cell's kept values, read straight into the registers of ``mma.sync.m16n8k16``. Nothing goes through
-shared memory on the way in, so a block needs no barrier and the SM holds as many warps as its registers
-allow: the loads of many warps are in flight at once, which is what reading the weight at the memory's
-pace takes.
+Equals ``sparsekit/reference/spmm_bitmap.py``. After SpInfer (EuroSys 2025): a bitmap per 8 x 8 cell and the
+cell's kept weights, read into the registers of ``mma.sync.m16n8k16``; here a bit stands for one lane's
+register (a pair of weights), so a lane's decode is a popcount, one load and a select.
 
 Each warp owns a 16-row block of ``A`` (``rows`` warps of a block own consecutive ones and read the same
 columns of ``X``, which L1 then serves once) and a range of its 32-column groups (``slices`` warps of a block,
-and ``splits`` blocks, share a row's columns: split K). For each group, two fragments (k-steps):
+and ``splits`` blocks, share a row's columns: split K). The warp's records are one contiguous run of the
+stream:
 
-1. **Inputs**: lane ``(g, t)`` (``g = lane // 4``, ``t = lane % 4``) loads ``X[8 p + g, 32 G + 8 t .. + 8]``,
+1. **Ring**: the warp copies its run through a ring of ``stages`` chunks of :data:`CHUNK` bytes in shared
+   memory with ``cp.async`` (16 bytes a lane), ``stages - 3`` chunks ahead of the one it decodes, so kilobytes
+   of the stream are in flight a warp without a register; the ring's first :data:`MAX_RECORD` bytes are
+   mirrored past its end, so a record is contiguous in shared memory wherever it starts.
+2. **Inputs**: lane ``(g, t)`` (``g = lane // 4``, ``t = lane % 4``) loads ``X[8 p + g, 32 G + 8 t .. + 8]``,
    one 16-byte load an n-block ``p``: the B fragments (``b0, b1``) of both k-steps, because the format
-   permutes each group's columns to match (:class:`~sparsekit.formats.TiledBitmap`).
-2. **Bitmaps**: this lane's half of the fragment's four bitmaps (16 bytes) and the record's two header words:
-   loaded one record ahead (the header's first byte is the record's length), so they are in registers when
-   the record is decoded.
-3. **Decode** (:func:`decode`): lane ``l`` holds the pair of bits ``2 l, 2 l + 1`` of each cell's 64
-   (half ``l // 16`` of it), exactly the two elements of that cell in its A-fragment register; the
-   header byte of its half and cell plus the popcount of the kept bits below the pair is the index of its
-   first value. Two 16-bit loads (made whatever the bits) and a ``prmt`` give the register, zeros where the
-   bitmap has none.
-4. **Multiply**: ``mma.sync.m16n8k16`` (float32 accumulators) per n-block; the record pointer moves past
-   the values (padded to 16 bytes).
+   permutes each group's columns to match; the next group's while this one is decoded.
+3. **Decode** (:func:`pair_word`): the record's four cell bitmaps in one 16-byte shared load; lane ``l``'s
+   register of cell ``c`` is the word after the cell's marked pairs of lower lanes (a popcount of the bitmap
+   below bit ``l``), zero where bit ``l`` is clear. The popcounts of whole bitmaps place the cells' words and
+   give the record's length.
+4. **Multiply**: ``mma.sync.m16n8k16`` (float32 accumulators) per n-block.
 
 The slices of a block add their accumulators in shared memory (slice order); the splits of a row of
 blocks add theirs through a float32 workspace, the last block to finish in split order
@@ -43,25 +41,24 @@ from sparsekit.arrays import cdiv, flat_view, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.launch import Buffers, Prepared, check_int32, launch
-from sparsekit.gpu.mma import global_addr, mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32
+from sparsekit.gpu.launch import SHARED_LIMIT, Buffers, Prepared, check_int32, launch, resident_blocks
+from sparsekit.gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4,
+                               mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, shared_addr)
 from sparsekit.gpu.spmm_tiled import element_store, half_operands, uint16_bits
 from sparsekit.gpu.split_k import split_ticket
-from sparsekit.gpu.vector_loads import aligned, load2, load4
+from sparsekit.gpu.vector_loads import aligned, load4
 
 __all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "MAX_N"]
 
 #: The widest ``B`` this kernel takes.
 MAX_N = 64
-#: Warps the default split aims for: about 31 an SM of the H200 (measured best at 4096^2 and 14336x4096, 80 %,
-#: N = 8 and 32: more warps an SM wait longer at the slices' and splits' sums than they gain in overlap).
-TARGET_WARPS = 4096
-#: Zero words after the stream: a warp loads the bitmaps and header one record past its last (40 bytes), and a
-#: lane the 16-bit word after its first value.
-TAIL_WORDS = 12
-#: Bytes of its stream a warp prefetches into L2 ahead of the record it reads (1-4 KB within 1-8 % at 14336x4096
-#: and 4096^2, 80 %, N = 8 and 32; into L1 instead the same).
-AHEAD = 2048
+#: Bytes a warp copies into its ring in one step (16 a lane).
+CHUNK = 512
+#: The longest record: four bitmaps and 128 pairs.
+MAX_RECORD = 528
+#: Chunks in a warp's ring (one in flight ahead of the decoded one: more stages take shared memory, and so
+#: warps, for no gain at 14336x4096 and 4096x14336, 50-90 %, N = 8-32).
+STAGES = 4
 #: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
 #: (wider, the registers that takes cost more warps an SM than the overlap gains).
 PIPELINED_X_BLOCKS = 2
@@ -78,106 +75,94 @@ def padded_n(n: int) -> int:
     return 8 * cdiv(int(n), 8)
 
 
-#: ``prmt`` byte selectors by the pair's two bits (entry ``p`` at bits ``16 p``): result bytes from ``v0``'s
-#: (0, 1), ``v1``'s (4, 5) or a zero byte of ``v0`` (2): 0 -> 0, 1 -> v0, 2 -> v0 << 16, 3 -> v0 | v1 << 16.
-PAIR_SELECTORS = (0x2210_2222, 0x5410_1022)
-
-
-def pair_register_model(own, sh, v0, v1):
-    """The NumPy model of :func:`pair_register`: the register a lane builds from its pair of bits and the two
-    16-bit values after its kept bits below (the simulator runs it; tutorial 08 decodes a lane by hand with it)."""
-    pair = (int(own) >> int(sh)) & 3
-    return np.uint32((int(v0) if pair & 1 else 0) | (((int(v1) if pair == 3 else int(v0)) << 16) if pair & 2 else 0))
-
-
 if SIM:
-    pair_register = pair_register_model
+    from sparsekit.gpu.mma import warp_collective
+
+    def lanes_meet():
+        """Simulator: the warp's 32 lanes meet (a 32-party barrier)."""
+        warp_collective(None, len)
+
+    def float_bits(x):
+        """Simulator: the bits of a float32 as a uint32."""
+        return np.float32(x).view(np.uint32)
+
+    def bits_float(w):
+        """Simulator: the float32 with the bits of a uint32."""
+        return np.uint32(w).view(np.float32)
 else:
-    from llvmlite import ir
-    from numba.cuda import types as nbtypes
-    from numba.cuda.extending import intrinsic
+    from numba.cuda.libdevice import float_as_int, int_as_float
 
-    @intrinsic
-    def pair_register(typingctx, own, sh, v0, v1):
-        """The A-fragment register of a lane from the bits ``sh, sh + 1`` of ``own`` and the two 16-bit values
-        ``v0, v1`` (zero-extended) that follow its kept bits below: ``0``, ``v0``, ``v0 << 16`` or
-        ``v0 | v1 << 16``. Five instructions of inline PTX: shift and mask the pair, a ``prmt`` that looks up
-        its byte selector in :data:`PAIR_SELECTORS`, a ``prmt`` that builds the register (the selects Numba
-        writes for the same take ten)."""
-        if not all(isinstance(x, nbtypes.Integer) for x in (own, sh, v0, v1)):
-            return None
-        lo, hi = PAIR_SELECTORS
-        asm = ("{ .reg .b32 p, q, s, t0, t1; shr.b32 p, $1, $2; and.b32 p, p, 3; mad.lo.u32 q, p, 34, 16; "
-               f"mov.b32 t0, {lo}; mov.b32 t1, {hi}; prmt.b32 s, t0, t1, q; prmt.b32 $0, $3, $4, s; }}")
+    @cuda.jit(device=True, inline=True)
+    def lanes_meet():
+        """``__syncwarp()``: the warp's lanes meet, their shared-memory accesses ordered."""
+        cuda.syncwarp()
 
-        def codegen(context, builder, sig, args):
-            i32 = ir.IntType(32)
-            values = [builder.trunc(v, i32) if v.type.width > 32 else builder.zext(v, i32) if v.type.width < 32
-                      else v for v in args]
-            return builder.call(ir.InlineAsm(ir.FunctionType(i32, [i32] * 4), asm, "=r,r,r,r,r"), values)
+    @cuda.jit(device=True, inline=True)
+    def float_bits(x):
+        """The bits of a float32 as a uint32."""
+        return U(float_as_int(x))
 
-        return nbtypes.uint32(own, sh, v0, v1), codegen
-
-
-if SIM:
-    def prefetch_l2(addr):
-        """Simulator: nothing (a prefetch changes no result)."""
-else:
-    @intrinsic
-    def prefetch_l2(typingctx, addr):
-        """``prefetch.global.L2 [addr]``: start bringing the 128-byte line at the 64-bit global address ``addr``
-        into L2, without a register or a wait."""
-        if not isinstance(addr, nbtypes.Integer):
-            return None
-
-        def codegen(context, builder, sig, args):
-            i64 = ir.IntType(64)
-            a = builder.zext(args[0], i64) if args[0].type.width < 64 else args[0]
-            builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64]), "prefetch.global.L2 [$0];", "l",
-                                      side_effect=True), [a])
-            return context.get_dummy_value()
-
-        return nbtypes.void(addr), codegen
+    @cuda.jit(device=True, inline=True)
+    def bits_float(w):
+        """The float32 with the bits of a uint32."""
+        return int_as_float(int32(w))
 
 
 @inlined
-def decode(s16, own, base, sh, below):
-    """The A-fragment register of one cell for this lane (:func:`pair_register`): the two values the bits
-    ``sh, sh + 1`` of ``own`` (this lane's half of the cell's bitmap) keep, zero halves where a bit is clear.
-    ``base``: the 16-bit index of the cell's first value (plus the kept bits of the low half, for a lane of the
-    high half); the kept bits of ``own`` below the pair (``below``: their mask) are the values before the
-    lane's. Both loads are made whatever the bits (within the record or its 16-byte tail): no branch, so the
-    warp's lanes never diverge."""
-    i = U(base + U(cuda.popc(U(own & below))))
-    return pair_register(own, sh, U(s16[i]), U(s16[i + 1]))
+def pair_word(ring, at, mask, lanebit, lanes_below):
+    """Step 3: this lane's register of one cell, from the cell's bitmap ``mask`` and the shared address ``at``
+    of its first word: the word after the marked pairs of lower lanes, zero where the cell has no pair for
+    this lane (the load is made either way, within the record or the ring's mirror: no branch)."""
+    w = ld_shared(ring, U(at + U(U(4) * U(cuda.popc(U(mask & lanes_below))))))
+    return w if U(mask & lanebit) != U(0) else U(0)
 
 
 @inlined
 def load_x(x32, xat, p, gq, n, xs):
-    """Step 1: this lane's 16 bytes of ``X`` row ``8 p + g`` (``xat``: its word at row ``g``), zero past ``N``:
+    """Step 2: this lane's 16 bytes of ``X`` row ``8 p + g`` (``xat``: its word at row ``g``), zero past ``N``:
     the B fragments of n-block ``p`` for both k-steps of the group."""
     if U(U(8 * p) + gq) < U(n):
         return load4(x32, U(xat + U(8 * p) * U(xs)))
     return U(0), U(0), U(0), U(0)
 
 
+@inlined
+def copy_chunk(ring, home, s32, src, off, total, ring_bytes, wrap):
+    """Step 1: this lane's 16 bytes of the warp's run at byte ``off`` (nothing past its ``total`` bytes) into
+    the ring at ``home``, and into the mirror past the ring's end when they land in its first
+    :data:`MAX_RECORD` bytes."""
+    if off < total:
+        slot = U(off & wrap)
+        cp_async16_raw(ring, U(home + slot), s32, src + off, U(16))
+        if slot < U(MAX_RECORD):
+            cp_async16_raw(ring, U(U(home + ring_bytes) + slot), s32, src + off, U(16))
+
+
 @functools.cache
-def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: int = 2048):
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages: int):
     """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
-    splitting ``K`` in a block, each warp prefetching its stream ``ahead`` bytes ahead of the record it reads
-    (0: no prefetch). ``linear``: the result is ``Y`` (``N x M``), else ``C`` (``M x N``), row-major.
-    ``x32``: the staged ``X`` (``N x 32 groups`` halves, as 32-bit words, ``xs`` words a row)."""
+    splitting ``K`` in a block, each warp's ring ``stages`` chunks long. ``linear``: the result is ``Y``
+    (``N x M``), else ``C`` (``M x N``), row-major. ``x32``: the staged ``X`` (``N x 32 groups`` halves, as
+    32-bit words, ``xs`` words a row).
+
+    A record spans at most three chunks, so the chunk refilled (``stages - 3`` after the newest landed one) is
+    one the record being decoded starts after; ``__syncwarp`` before a refill (every lane is past it) and
+    after the wait (every lane's copies have landed)."""
     nblocks = npad // 8
     nacc = 4 * nblocks
     pipelined_x = nblocks <= PIPELINED_X_BLOCKS
     mma = mma_m16n8k16_bf16_f32 if bf16 else mma_m16n8k16_f16_f32
-    # the partials of one slice (without slices, a one-element stand-in)
-    partials = (rows, nacc, 32) if slices > 1 else (1, 1, 1)
-
+    lookahead = stages - 3
+    ring_bytes = stages * CHUNK
+    ring_words = (ring_bytes + MAX_RECORD) // 4
+    wrap = ring_bytes - 1
+    ring_size = rows * slices * ring_words
+    assert stages & (stages - 1) == 0 and lookahead >= 1, stages
+    assert slices == 1 or rows * nacc * 32 <= ring_size, "the slices' sum reuses the rings"
     store = element_store(bf16, linear)
 
-    def kernel(s32, s16, offsets, x32, c, ws, counters, m, n, groups, xs, nbytes):
-        shared = cuda.shared.array(partials, float32)
+    def kernel(s32, offsets, x32, c, ws, counters, m, n, groups, xs):
+        ring = cuda.shared.array(ring_size, uint32)
         last = cuda.shared.array(1, int32)
         tid = U(cuda.threadIdx.x)
         lane, warp = tid & U(31), tid >> U(5)
@@ -189,29 +174,31 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
         ga = U(g0 + sl * (g1 - g0) // U(slices))
         gb = U(g0 + (sl + U(1)) * (g1 - g0) // U(slices))
         gq, t = lane >> U(2), lane & U(3)
-        high = lane >= U(16)                                      # this lane's bits are in the high halves
-        own = U(4) if high else U(0)                              # (words 4-7 of a record), else the low
-        sh = U(U(2) * U(lane & U(15)))
-        below = U(U(U(1) << sh) - U(1))
+        lanebit = U(U(1) << lane)
+        lanes_below = U(lanebit - U(1))
+        home = shared_addr(ring, warp * U(ring_words))
         acc = cuda.local.array(nacc, float32)
         for j in range(nacc):
             acc[j] = float32(0.0)
         xw = cuda.local.array(nacc, uint32)
         xn = cuda.local.array(nacc, uint32)
         if U(U(16) * rb) < U(m) and ga < gb:
-            ptr = U(U(offsets[U(U(rb * U(groups)) * U(2) + U(2) * ga)]) * U(4))   # the record, in 32-bit words
+            f0 = U(U(rb * U(groups)) * U(2) + U(2) * ga)
+            start = U(U(offsets[f0]) * U(16))                     # the warp's run: bytes start .. start + total
+            total = U(U(U(offsets[U(f0 + U(2) * (gb - ga))]) * U(16)) - start)
+            nchunks = U(U(total + U(CHUNK - 1)) // U(CHUNK))
+            src = global_addr(s32, 0) + start
+            mine = U(U(16) * lane)
+            for q in range(lookahead):                            # step 1: the first chunks in flight
+                copy_chunk(ring, home, s32, src, U(U(q * CHUNK) + mine), total, U(ring_bytes), U(wrap))
+                cp_async_commit()
+            ready = U(0)                                          # chunks of the run in the ring
+            rel = U(0)                                            # the record's byte offset in the run
             xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
-            base = global_addr(s32, 0)
-            o0, o1, o2, o3 = load4(s32, U(ptr + own))                # the first record's half of the bitmaps
-            ha, hb = load2(s32, U(ptr + U(8)))                       # and its header
-            if pipelined_x:                                       # step 1 for the first group
+            if pipelined_x:                                       # step 2 for the first group
                 for p in range(nblocks):
                     xn[4 * p], xn[4 * p + 1], xn[4 * p + 2], xn[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
             for grp in range(ga, gb):
-                if ahead:                                         # the stream 8 lines at a time, `ahead` bytes on
-                    at = U(U(U(ptr * U(4)) + U(ahead)) + U(U(128) * lane))
-                    if lane < U(8) and at < U(nbytes):
-                        prefetch_l2(base + at)
                 if pipelined_x:                                   # this group's inputs, the next group's in flight
                     for j in range(nacc):
                         xw[j] = xn[j]
@@ -224,35 +211,46 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, ahead: 
                         xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
                     xat = U(xat + U(16))
                 for s in range(2):
-                    # step 2: the next record's bitmaps and header in flight while this one is decoded (the
-                    # header's byte 0 is the record's length; past the warp's last record, the next row
-                    # block's or the stream's zero tail)
-                    nxt = U(ptr + U(U(ha & U(0xFF)) * U(4)))
-                    q0, q1, q2, q3 = load4(s32, U(nxt + own))
-                    na, nb = load2(s32, U(nxt + U(8)))
-                    # step 3: each cell's first value (16-bit index) from this lane's header word
-                    hdr = hb if high else ha
-                    vals = U(U(U(2) * ptr) + U(20))
-                    a0 = decode(s16, o0, U(vals + (U(hdr & U(0xFF)) if high else U(0))), sh, below)
-                    a1 = decode(s16, o1, U(vals + U(U(hdr >> U(8)) & U(0xFF))), sh, below)
-                    a2 = decode(s16, o2, U(vals + U(U(hdr >> U(16)) & U(0xFF))), sh, below)
-                    a3 = decode(s16, o3, U(vals + U(hdr >> U(24))), sh, below)
+                    # step 1: the chunks this record may reach have landed, one more in flight a chunk
+                    need = min(U(U(rel + U(MAX_RECORD - 1)) // U(CHUNK)), U(nchunks - U(1)))
+                    while ready <= need:
+                        lanes_meet()
+                        copy_chunk(ring, home, s32, src, U(U(U(ready + U(lookahead)) * U(CHUNK)) + mine), total,
+                                   U(ring_bytes), U(wrap))
+                        cp_async_commit()
+                        cp_async_wait(lookahead)
+                        lanes_meet()
+                        ready = U(ready + U(1))
+                    # step 3: the cells' bitmaps, their words' addresses, this lane's registers
+                    at = U(home + U(rel & U(wrap)))
+                    m0, m1, m2, m3 = ld_shared4(ring, at)
+                    p0, p1, p2 = U(cuda.popc(m0)), U(cuda.popc(m1)), U(cuda.popc(m2))
+                    w0 = U(at + U(16))
+                    w1 = U(w0 + U(U(4) * p0))
+                    w2 = U(w1 + U(U(4) * p1))
+                    w3 = U(w2 + U(U(4) * p2))
+                    a0 = pair_word(ring, w0, m0, lanebit, lanes_below)
+                    a1 = pair_word(ring, w1, m1, lanebit, lanes_below)
+                    a2 = pair_word(ring, w2, m2, lanebit, lanes_below)
+                    a3 = pair_word(ring, w3, m3, lanebit, lanes_below)
                     for p in range(nblocks):                      # step 4
                         d = mma(a0, a1, a2, a3, xw[4 * p + 2 * s], xw[4 * p + 2 * s + 1],
                                 acc[4 * p], acc[4 * p + 1], acc[4 * p + 2], acc[4 * p + 3])
                         for e in range(4):
                             acc[4 * p + e] = d[e]
-                    ptr = nxt
-                    o0, o1, o2, o3, ha, hb = q0, q1, q2, q3, na, nb
-        if slices > 1:                                            # the slices' sum, in slice order, one
-            for q in range(1, slices):                            # slice's partials at a time
+                    pairs = U(U(p0 + p1) + U(p2 + U(cuda.popc(m3))))
+                    rel = U(rel + U(U(16) + U(U(U(pairs + U(3)) >> U(2)) * U(16))))     # bitmaps + words, padded
+            cp_async_wait(0)
+        if slices > 1:                                            # the slices' sum through the (idle) ring, in
+            cuda.syncthreads()                                    # slice order, one slice's partials at a time
+            for q in range(1, slices):
                 if sl == U(q):
                     for j in range(nacc):
-                        shared[r, j, lane] = acc[j]
+                        ring[(r * nacc + j) * 32 + lane] = float_bits(acc[j])
                 cuda.syncthreads()
                 if sl == U(0):
                     for j in range(nacc):
-                        acc[j] += shared[r, j, lane]
+                        acc[j] += bits_float(ring[(r * nacc + j) * 32 + lane])
                 cuda.syncthreads()
         # C fragment element e of n-block p: row 16 rb + g (+8 for e >= 2), column 8 p + 2 t + e % 2
         row0 = rb * U(16) + gq
@@ -295,9 +293,9 @@ def stage_x(src, dst, n, k, kp, transposed):
 
 @dataclass(eq=False)
 class DeviceBitmap(Prepared):
-    """A :class:`~sparsekit.formats.TiledBitmap` on the device, ready for :func:`spmm_bitmap`: the stream (and its
-    16-bit view), the fragments' offsets (int32, 16-byte units), the split-K tickets (zero between launches)
-    and scratch buffers (the float32 workspace, the staged ``X``). Launches sharing one must be ordered."""
+    """A :class:`~sparsekit.formats.TiledBitmap` on the device, ready for :func:`spmm_bitmap`: the stream, the
+    fragments' offsets (int32, 16-byte units), the split-K tickets (zero between launches) and scratch buffers
+    (the float32 workspace, the staged ``X``). Launches sharing one must be ordered."""
 
     host: TiledBitmap
     stream: object
@@ -310,62 +308,70 @@ def prepare(a: TiledBitmap) -> DeviceBitmap:
     """Copy ``a`` to the device once; the result is reused by every :func:`spmm_bitmap` call."""
     if not isinstance(a, TiledBitmap):
         raise TypeError(f"a: expected a TiledBitmap, got {type(a).__name__}")
-    a.validate(full=True)                      # the kernel trusts offsets, bitmaps and headers: check them once
+    a.validate(full=True)                      # the kernel trusts offsets and bitmaps: check them once
     return upload(a)
 
 
 def upload(a: TiledBitmap) -> DeviceBitmap:
     """:func:`prepare` without the full scan: for a TiledBitmap made by its constructors in this process
     (``from_dense``, ``from_coords``, ``from_csr``), whose records are right by construction. The cheap checks
-    still run (the type, the arrays, offsets spanning the stream, value indices within 32 bits)."""
+    still run (the type, the arrays, offsets spanning the stream, byte offsets within 32 bits)."""
     if not isinstance(a, TiledBitmap):
         raise TypeError(f"a: expected a TiledBitmap, got {type(a).__name__}")
-    check_int32(a.stream.size * 2, "a.stream", "halves", "the kernel's value indices are 32-bit")
+    check_int32(a.stream.size * 4, "a.stream", "bytes", "the kernel's offsets in a warp's run are 32-bit")
     a.validate()
-    stream = cuda.to_device(np.concatenate([a.stream, np.zeros(TAIL_WORDS, np.uint32)]))
-    return DeviceBitmap(a, stream, cuda.to_device(a.offsets.astype(np.int32)),
+    return DeviceBitmap(a, cuda.to_device(a.stream), cuda.to_device(a.offsets.astype(np.int32)),
                         cuda.to_device(np.zeros(max(a.grid[0], 1), dtype=np.int32)))
 
 
-def default_config(m: int, k: int, n: int) -> dict:
-    """``{"rows", "slices", "splits", "ahead"}`` for an ``M x K`` weight: blocks of 4 x 4 warps (4
-    consecutive row blocks, ``K`` in 4 slices), splits of ``K`` for about :data:`TARGET_WARPS` warps, each warp with
-    at least :data:`MIN_GROUPS` groups, :data:`AHEAD` bytes of prefetch, registers as the compiler chooses."""
+def default_config(m: int, k: int, n: int, resident: int | None = None) -> dict:
+    """``{"rows", "slices", "splits", "stages"}`` for an ``M x K`` weight: blocks of 4 x 4 warps (4 consecutive
+    row blocks, ``K`` in 4 slices), rings of :data:`STAGES` chunks, and as many splits of ``K`` as fill the
+    ``resident`` blocks the GPU holds at once (one wave: measured best against twice as many, or twice as many
+    warps in smaller blocks, at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32), each warp with at least
+    :data:`MIN_GROUPS` groups; one split when ``resident`` is None (the simulator)."""
     rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
     rows, slices = 4, 4
-    splits = max(1, min(round(TARGET_WARPS / (max(rowblocks, 1) * slices)), groups // (MIN_GROUPS * slices)))
-    return {"rows": rows, "slices": slices, "splits": splits, "ahead": AHEAD}
+    strips = max(cdiv(rowblocks, rows), 1)
+    splits = max(1, min((resident or 0) // strips, groups // (MIN_GROUPS * slices)))
+    return {"rows": rows, "slices": slices, "splits": splits, "stages": STAGES}
 
 
-def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, ahead=None):
+def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, stages=None):
     """``C = A @ b`` for a TiledBitmap (or :func:`prepare`'d) ``A`` (M x K) and a dense row-major ``b`` (K x N,
     the same 16-bit dtype, ``N <= 64``); returns ``C`` (M x N, row-major) as the kind of array ``b`` is.
 
     Tunables (default :func:`default_config`): ``rows``, warps of a block on consecutive 16-row blocks;
-    ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``; ``ahead``, bytes a warp
-    prefetches ahead of its record (0: none)."""
-    return _run(a, b, "b", False, rows, slices, splits, ahead)
+    ``slices``, warps of a block splitting ``K``; ``splits``, blocks splitting ``K``; ``stages``, chunks in a
+    warp's ring (a power of two, at least 4)."""
+    return _run(a, b, "b", False, rows, slices, splits, stages)
 
 
-def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, ahead=None):
+def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, stages=None):
     """``Y = x @ A^T`` for a TiledBitmap (or :func:`prepare`'d) weight ``A`` (M x K, out x in) and a row-major
     ``x`` (N x K, ``N <= 64``): a linear layer without bias; returns ``Y`` (N x M). Tunables as for
     :func:`spmm_bitmap`."""
-    return _run(a, x, "x", True, rows, slices, splits, ahead)
+    return _run(a, x, "x", True, rows, slices, splits, stages)
 
 
-def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
+def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
     bop, n, c = half_operands(dev, b, name, linear, MAX_N)
     if m == 0:
         return result(c, like=bop)
     conf = default_config(m, k, n)
-    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("ahead", ahead)):
+    for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("stages", stages)):
         if value is not None:
-            conf[key] = check_int(value, key, minimum=0 if key == "ahead" else 1)
-    if conf["rows"] * conf["slices"] > 32:
+            conf[key] = check_int(value, key, minimum=4 if key == "stages" else 1)
+    if conf["stages"] & (conf["stages"] - 1):
+        raise ValueError(f"stages: a power of two (the ring wraps by a mask), got {conf['stages']}")
+    threads = 32 * conf["rows"] * conf["slices"]
+    if threads > 1024:
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
+    if conf["rows"] * conf["slices"] * (conf["stages"] * CHUNK + MAX_RECORD) > SHARED_LIMIT - 4:
+        raise ValueError(f"rows * slices * stages: the rings of a block's {conf['rows'] * conf['slices']} warps "
+                         f"({conf['stages']} chunks of {CHUNK} bytes each) exceed 48 KB of shared memory")
     groups = cdiv(k, 32)
     kp = 32 * groups
     bits = uint16_bits(flat_view(bop.dev))
@@ -375,15 +381,18 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, ahead):
         xs = dev.buffers.get(np.uint16, n * kp)
         launch(stage_x, cdiv(n * kp, 256), 256, (bits, xs, n, k, kp, not linear), "stage x")
         bits = xs
-    splits = min(conf["splits"], max(groups, 1))
     rowblocks = cdiv(m, 16)
     strips = cdiv(rowblocks, conf["rows"])
     npad = padded_n(n)
-    ws = dev.buffers.get(np.float32, max(splits * strips * conf["rows"] * 4 * npad * 4, 1) if splits > 1 else 1)
-    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["ahead"])
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["stages"])
     cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
-    args = (dev.stream, dev.stream.view(np.uint16), dev.offsets, bits.view(np.uint32), cflat, ws, dev.counters,
-            m, n, groups, kp // 2, dev.host.stream.size * 4)
-    launch(kernel, (strips, splits), 32 * conf["rows"] * conf["slices"], args,
-           f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}, ahead={conf['ahead']}")
+    head = (dev.stream, dev.offsets, bits.view(np.uint32), cflat)
+    tail = (dev.counters, m, n, groups, kp // 2)
+    if splits is None:
+        resident = resident_blocks(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, threads)
+        conf["splits"] = default_config(m, k, n, resident)["splits"]
+    splits = min(conf["splits"], max(groups, 1))
+    ws = dev.buffers.get(np.float32, splits * strips * conf["rows"] * 16 * npad if splits > 1 else 1)
+    launch(kernel, (strips, splits), threads, head + (ws,) + tail,
+           f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}, stages={conf['stages']}")
     return result(c, like=bop)

@@ -1,5 +1,5 @@
 """sparsekit/gpu/spmm_bitmap.py on a real GPU: both forms, float16 and bfloat16, N from 1 to 64, default and
-explicit tunables (slices and splits of K), against the float32 product of the same operands; repeated runs
+explicit tunables (slices and splits of K, ring lengths), against the float32 product of the same operands; repeated runs
 bit-identical (the slices' and splits' partials are added in a fixed order); PyTorch tensors in, a tensor
 out."""
 from __future__ import annotations
@@ -45,7 +45,8 @@ def test_matches_reference_and_repeats(dtype, sparsity, n, linear):
 
 
 @pytest.mark.parametrize("tunables", [dict(rows=1, slices=1, splits=1), dict(rows=2, slices=4, splits=3),
-                                      dict(rows=8, slices=1, splits=16), dict(rows=4, slices=2, splits=40)], ids=str)
+                                      dict(rows=8, slices=1, splits=16), dict(rows=4, slices=2, splits=40),
+                                      dict(rows=2, slices=2, splits=5, stages=8)], ids=str)
 def test_tunables(tunables):
     from sparsekit.gpu import spmm_bitmap as gb
     from sparsekit.reference import spmm_bitmap as rb
