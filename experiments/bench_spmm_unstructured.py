@@ -14,9 +14,10 @@ cast to bfloat16 and float16; N in {8, 16, 32, 64, 256, 1024}. Kernels, each in 
                    pruned 2:4 by magnitude (:func:`sparsekit.prune.n_m`), checked against its own product
 ``bitmap``         :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear` on a TiledBitmap (N <= 64)
 ``tiled``          :func:`sparsekit.gpu.spmm_tiled.spmm_tiled_linear` on a TiledCSL of 64 x 64 tiles (N <= 64)
-``csr``            :func:`sparsekit.gpu.spmm.spmm_csr` in its default configuration (``config="auto"``: bfloat16
-                   with N <= 64 runs the TiledCSL row kernel, otherwise the staged CSR kernel with
-                   ``staged_tunables``; the record's ``note`` names the route). It computes ``C = A @ B``, so it
+``csr``            :func:`sparsekit.gpu.spmm.spmm_csr` in its default configuration (``config="auto"``,
+                   :func:`sparsekit.gpu.spmm.auto_route`: half precision with N <= 64 runs the TiledCSL row
+                   kernel or the TiledBitmap kernel, otherwise the staged CSR kernel with ``staged_tunables``;
+                   the record's ``note`` names the route). It computes ``C = A @ B``, so it
                    is timed, as cuSPARSE is, with ``B = X^T`` made contiguous once outside the timing; its
                    ``C`` is ``Y^T``
 =================  ==========================================================================================
@@ -349,12 +350,18 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
 
     def csr():
         dev = gs.prepare(CSR.from_dense(dense, mask), CSR)
-        if dname == "bfloat16" and min(widths) <= gt.MAX_N:
-            dev.tiled_rows()                  # the bfloat16 route's TiledCSL rows, built here rather than in a point
+        routes = {gs.auto_route(dev, n) for n in widths}
+        if "rows" in routes:
+            dev.tiled_rows()                  # the half-precision routes' formats, built here rather than in a point
+        if "bitmap" in routes:
+            dev.bitmap()
 
         def describe(n):
-            if dname == "bfloat16" and n <= gt.MAX_N:
+            route = gs.auto_route(dev, n)
+            if route == "rows":
                 return "TiledCSL rows (spmm_tiled row kernel)", dev.tiled_rows().host.nbytes().total
+            if route == "bitmap":
+                return "TiledBitmap (spmm_bitmap)", dev.bitmap().host.nbytes().total
             return f"staged CSR {gs.staged_tunables(dev, n)}", dev.host.nbytes().total
 
         return Kernel(lambda x, xt: gs.spmm_csr(dev, xt), False, None, describe)

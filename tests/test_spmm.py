@@ -243,3 +243,19 @@ def test_spmm_csr_default_is_the_staged_choice(monkeypatch):
     assert seen == [staged, gs.PLAIN, dict(gs.PLAIN, swizzle=True)]
     with pytest.raises(TypeError, match="unknown tunable"):
         gs.spmm_csr(a, b, warps=2)
+
+
+def test_auto_route_follows_the_rule():
+    """``spmm_csr(config="auto")``: half precision up to N = 64 on tensor cores (TiledBitmap), the TiledCSL row
+    kernel at N <= 8 under a quarter of the entries kept; float32 and wider B on the staged CSR kernel."""
+    from sparsekit.formats import CSR
+    from sparsekit.gpu import spmm as gs
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 64)).astype(np.float16)
+    sparse = gs.prepare(CSR.from_dense(np.where(rng.random(w.shape) < 0.1, w, 0)), CSR)
+    half = gs.prepare(CSR.from_dense(np.where(rng.random(w.shape) < 0.5, w, 0)), CSR)
+    wide = gs.prepare(CSR.from_dense(np.where(rng.random(w.shape) < 0.1, w, 0).astype(BFLOAT16)), CSR)
+    single = gs.prepare(CSR.from_dense(np.where(rng.random(w.shape) < 0.1, w, 0).astype(np.float32)), CSR)
+    assert [gs.auto_route(sparse, n) for n in (1, 8, 9, 64, 65)] == ["rows", "rows", "bitmap", "bitmap", "staged"]
+    assert [gs.auto_route(half, n) for n in (1, 8, 64)] == ["bitmap"] * 3
+    assert gs.auto_route(wide, 8) == "rows" and gs.auto_route(single, 8) == "staged"

@@ -43,6 +43,9 @@ from numba import cuda, float32, int32
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import check_int32
 from sparsekit.gpu.mma import round_bf16, widen_bf16
+from sparsekit.gpu.spmm_bitmap import MAX_N as BITMAP_MAX_N
+from sparsekit.gpu.spmm_bitmap import prepare as prepare_bitmap
+from sparsekit.gpu.spmm_bitmap import spmm_bitmap
 from sparsekit.gpu.spmm_tiled import MAX_N as TILED_MAX_N
 from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
 from sparsekit.gpu.spmm_tiled import spmm_tiled
@@ -50,12 +53,20 @@ from sparsekit.gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
 from sparsekit.checks import BFLOAT16, check_int
-from sparsekit.formats import COO, CSR, BlockedELL, TiledCSL
+from sparsekit.formats import COO, CSR, BlockedELL, TiledBitmap, TiledCSL
 
-__all__ = ["DeviceSparse", "prepare", "spmm_csr", "staged_tunables", "spmm_coo", "spmm_blocked_ell"]
+__all__ = ["DeviceSparse", "prepare", "spmm_csr", "auto_route", "staged_tunables", "spmm_coo", "spmm_blocked_ell"]
 
 WARP_SIZE = 32
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
+_HALVES = (np.dtype(np.float16), BFLOAT16)
+#: ``config="auto"`` for float16 and bfloat16 up to :data:`BITMAP_MAX_N` columns of ``B``: the TiledCSL row kernel
+#: for ``N`` up to this and a density below :data:`ROW_KERNEL_DENSITY`, else the TiledBitmap tensor-core kernel
+#: (H200, magnitude-pruned 4096^2, 14336x4096 and 4096x14336: the row kernel 1.08-1.60x dense at N = 8 and
+#: 80-90 % against the bitmap kernel's 0.88-1.12x; the bitmap kernel faster at 50-70 % and from N = 16:
+#: experiments/results/spmm_unstructured.md).
+ROW_KERNEL_MAX_N = 8
+ROW_KERNEL_DENSITY = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -282,9 +293,14 @@ class DeviceSparse(DeviceMatrix):
 
     def tiled_rows(self):
         """The CSR's rows as a :class:`~sparsekit.formats.TiledCSL` prepared for the row kernel of
-        :mod:`sparsekit.gpu.spmm_tiled` (what bfloat16 runs on); built once."""
+        :mod:`sparsekit.gpu.spmm_tiled` (half precision at decode widths); built once."""
         return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_csr(
             self.host, tile=TiledCSL.row_tile(self.shape[1]))), device=False)
+
+    def bitmap(self):
+        """The CSR as a :class:`~sparsekit.formats.TiledBitmap` prepared for :mod:`sparsekit.gpu.spmm_bitmap`
+        (half precision up to 64 columns of ``B``); built once."""
+        return self.cached("bitmap", lambda: prepare_bitmap(TiledBitmap.from_csr(self.host)), device=False)
 
 
 _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), BlockedELL: ("values", "indices")}
@@ -319,8 +335,9 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     ``config="auto"`` (the default, when no tunable is given): :func:`staged_tunables` for the matrix and
     ``N`` (on the H200 within 10 % of the best configuration on each of the DL SpMM suite's 20 problems
     and 1.8x cuSPARSE; on the H100 2.0-7.9x faster than the plain kernel on magnitude-pruned ResNet-50 and
-    Transformer layers: experiments/results/teaching.md); bfloat16 with ``N <= 64``: the row kernel of
-    :mod:`sparsekit.gpu.spmm_tiled` on the rows as TiledCSL. ``config=None`` or any explicit tunable: :data:`PLAIN`
+    Transformer layers: experiments/results/teaching.md); float16 and bfloat16 with ``N <= 64``: the row kernel of
+    :mod:`sparsekit.gpu.spmm_tiled` on the rows as TiledCSL where ``N <= 8`` and under a quarter of the entries are
+    kept, else :mod:`sparsekit.gpu.spmm_bitmap` on the matrix as TiledBitmap (:data:`ROW_KERNEL_DENSITY`). ``config=None`` or any explicit tunable: :data:`PLAIN`
     updated by the tunables given. float32, float16 and bfloat16 (its bits widened exactly, float32
     sums, one rounding to nearest even at the store) in every kernel.
 
@@ -344,8 +361,12 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     if config not in ("auto", None):
         raise ValueError(f"config: must be 'auto' or None, got {config!r}")
     shape = np.shape(b)
-    if dev.dtype == BFLOAT16 and config == "auto" and not tunables and len(shape) == 2 and shape[1] <= TILED_MAX_N:
-        return spmm_tiled(dev.tiled_rows(), b)                    # decode widths: the tile-local rows' kernel
+    if config == "auto" and not tunables and len(shape) == 2:
+        route = auto_route(dev, shape[1])
+        if route == "rows":
+            return spmm_tiled(dev.tiled_rows(), b)
+        if route == "bitmap":
+            return spmm_bitmap(dev.bitmap(), b)
     bop = _rhs(b, dev)
     chosen = dict(PLAIN, **tunables)
     if config == "auto" and not tunables:
@@ -353,6 +374,19 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
         if not aligned(bop.dev, chosen["vector"]):                # (an offset view of B: scalar loads)
             chosen["vector"] = 1
     return _spmm_csr(dev, bop, **chosen)
+
+
+def auto_route(dev: DeviceSparse, n: int) -> str:
+    """The kernel ``spmm_csr(config="auto")`` runs for a prepared CSR and ``N`` columns of ``B``: ``"rows"`` (the
+    TiledCSL row kernel: half precision, ``N <= 8``, under :data:`ROW_KERNEL_DENSITY` of the entries kept),
+    ``"bitmap"`` (the TiledBitmap tensor-core kernel: half precision, ``N <= 64``) or ``"staged"`` (the staged CSR
+    kernel with :func:`staged_tunables`)."""
+    if dev.dtype in _HALVES and n <= BITMAP_MAX_N:
+        m, k = dev.shape
+        if n <= min(ROW_KERNEL_MAX_N, TILED_MAX_N) and dev.host.nnz < ROW_KERNEL_DENSITY * m * k:
+            return "rows"
+        return "bitmap"
+    return "staged"
 
 
 def _spmm_csr(dev, bop, *, swizzle, cols_per_lane, warps_per_block, warps_per_row, vector, unroll):
