@@ -21,7 +21,7 @@ import numpy as np
 
 from sparsekit.checks import BFLOAT16
 
-__all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS", "PRECISIONS", "DECODE",
+__all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS", "PRECISIONS", "DECODE", "BITMAP",
            "LISTING1", "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4",
            "WARP_SPLIT_W1", "wide_warps", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "tc_small_grid",
            "DECODE_BF16_MAX_N", "bf16_tensor_core",
@@ -29,8 +29,9 @@ __all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 #: Every variant a configuration may name: ``sparsekit.gpu.uspmm``'s CUDA-core kernels, the tensor-core kernels of
-#: ``sparsekit.gpu.uspmm_tc`` and ``sparsekit.gpu.uspmm_wgmma``, and the decode path (``sparsekit.gpu.spmm_tiled``'s row kernel).
-VARIANTS = ("listing1", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core", "wgmma", "decode")
+#: ``sparsekit.gpu.uspmm_tc`` and ``sparsekit.gpu.uspmm_wgmma``, the decode path (``sparsekit.gpu.spmm_tiled``'s row kernel)
+#: and the weight's entries as a TiledBitmap on tensor cores (``sparsekit.gpu.spmm_bitmap``).
+VARIANTS = ("listing1", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core", "wgmma", "decode", "bitmap")
 #: The values of the wgmma kernel's ``precision``.
 PRECISIONS = ("auto", "3xtf32", "tf32+bf16")
 
@@ -174,6 +175,18 @@ DECODE_MAX_N = 16
 #: The widest N of the decode kernel (``sparsekit.gpu.spmm_tiled.MAX_N``); wider bfloat16 products with a row-major B run on
 #: the tensor cores (:func:`bf16_tensor_core`).
 DECODE_BF16_MAX_N = 64
+#: float16 and bfloat16 from N = 8 to BITMAP_MAX_N columns, tensor cores allowed: the weight's entries as a TiledBitmap
+#: (``sparsekit.gpu.spmm_bitmap``), whose time depends on the density only (experiments/results/spmm_bitmap.md,
+#: H200, Llama shapes): at N = 8 0.76-1.00x dense at 50-70 % where the decode path's row kernel is 0.58-0.88x
+#: (uspmm_decode.md), which stays from 75 % (BITMAP_MIN_DENSITY: 1.04-1.7x against 0.90-1.12x); at N = 16-32
+#: 0.65-1.04x against 0.09-0.73x; float16 past DECODE_MAX_N up to BITMAP_F16_MAX_DENSITY (measured to 50 %)
+#: against the tensor-core kernel's 60-61 us at 4096^2, N = 16-64 (44-48 us at N = 64). Measured on weights of
+#: BITMAP_MIN_WEIGHTS entries and more; smaller weights keep the routes below.
+BITMAP = Config("bitmap")
+BITMAP_MAX_N = 64
+BITMAP_MIN_WEIGHTS = 4096 * 4096
+BITMAP_MIN_DENSITY = 0.25
+BITMAP_F16_MAX_DENSITY = 0.5
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
 
@@ -286,6 +299,14 @@ def _few(p: Problem, half: bool, *ns: int) -> bool:
     return p.few_columns and p.half == half and p.n in ns
 
 
+def _bitmap(p: Problem) -> bool:
+    """Half precision at 8 <= N <= :data:`BITMAP_MAX_N`, tensor cores allowed, where :data:`BITMAP` was measured
+    faster than the row kernel and float16's tensor-core kernel."""
+    return (p.tensor_cores and (p.half or p.dtype == BFLOAT16) and 8 <= p.n <= BITMAP_MAX_N
+            and p.m * p.k >= BITMAP_MIN_WEIGHTS and (p.n > 8 or p.density >= BITMAP_MIN_DENSITY)
+            and (p.dtype == BFLOAT16 or p.n <= DECODE_MAX_N or p.density <= BITMAP_F16_MAX_DENSITY))
+
+
 def _bf16_wide(p: Problem) -> bool:
     """bfloat16 past the decode kernel's N with a row-major B, tensor cores allowed: :func:`bf16_tensor_core`."""
     return p.dtype == BFLOAT16 and p.n > DECODE_BF16_MAX_N and p.order == "C" and p.tensor_cores
@@ -310,6 +331,7 @@ def bf16_tensor_core(p: Problem) -> Config:
 
 RULES = (
     # every dtype and order
+    Rule(_bitmap, BITMAP, "spmm_bitmap.md: 14336x4096 80 % N = 32 48.9 us against the row kernel's 167.8 (uspmm_decode.md)"),
     Rule(_bf16_wide, bf16_tensor_core, "uspmm_tc.md: float16's tensor-core rules below (the same kernel, bf16 MMA)"),
     Rule(lambda p: p.dtype == BFLOAT16 or (p.half and p.n <= DECODE_MAX_N), DECODE, "uspmm_decode.md"),
     Rule(lambda p: p.order != "C", LISTING1, "uspmm.md: the one kernel of a column-major B"),

@@ -1269,6 +1269,7 @@ NOT_ENTRY_POINTS = {
     "gpu.uspmm_wgmma.auto_precision": "of a DeviceELL", "gpu.uspmm_wgmma.shared_bytes": "sizes of its own tunables",
     "gpu.uspmm_wgmma.supported": "no argument",
     "gpu.spmm.DeviceSparse": "built by gpu.spmm.prepare", "gpu.spmm.staged_tunables": "of a validated CSR and N",
+    "gpu.spmm.auto_route": "of a prepared CSR and N (as staged_tunables)",
     "gpu.spmm_tiled.DeviceTiled": "built by gpu.spmm_tiled.prepare",
     "gpu.spmm_tiled.shared_bytes": "sizes", "gpu.spmm_tiled.padded_n": "a size",
     "gpu.spmm_bitmap.DeviceBitmap": "built by gpu.spmm_bitmap.prepare", "gpu.spmm_bitmap.default_config": "sizes",

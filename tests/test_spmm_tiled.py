@@ -215,8 +215,42 @@ def test_uspmm_decode_variant_equals_the_reference(dtype):
         assert got.shape == (20, 1)
         assert_close(got, reference(ell, np.ascontiguousarray(vector)), ell.to_dense(), vector)
     if dtype == BF16:
-        with pytest.raises(ValueError, match="bfloat16 runs on the decode kernel only"):
+        with pytest.raises(ValueError, match="bfloat16 runs on the decode and bitmap kernels only"):
             uspmm(ell, b, variant="direct")
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_uspmm_bitmap_variant_equals_the_reference(dtype):
+    """``sparsekit.gpu.uspmm.uspmm(variant="bitmap")``: the uniform weight's entries as a TiledBitmap on tensor cores,
+    either order of B; past N = 64 refused by name."""
+    from sparsekit.formats import ELL
+    from sparsekit.gpu.uspmm import prepare, uspmm
+    from sparsekit.prune import uniform
+    from sparsekit.reference.uspmm import uspmm as reference
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((40, 96)).astype(np.float32)
+    mask = uniform(w, 0.7)
+    ell = ELL.from_dense(np.where(mask, w, 0).astype(dtype), mask, index_dtype=np.int16)
+    dell = prepare(ell)
+    b = rng.standard_normal((96, 12)).astype(dtype)
+    assert_close(uspmm(dell, b, variant="bitmap"), reference(ell, b), ell.to_dense(), b)
+    got = uspmm(dell, np.asfortranarray(b), variant="bitmap")
+    assert got.flags.f_contiguous
+    assert_close(np.ascontiguousarray(got), reference(ell, b), ell.to_dense(), b)
+    with pytest.raises(ValueError, match="N = 65 with the bitmap kernel"):
+        uspmm(dell, np.zeros((96, 65), dtype), variant="bitmap")
+
+
+@pytest.mark.parametrize("dtype, n, sparsity, variant", [
+    (np.float16, 8, 0.5, "bitmap"), (np.float16, 8, 0.8, "decode"), (np.float16, 1, 0.5, "decode"),
+    (np.float16, 32, 0.7, "bitmap"), (np.float16, 32, 0.3, "tensor_core"), (BF16, 64, 0.3, "bitmap"),
+    (BF16, 65, 0.7, "tensor_core"), (np.float32, 16, 0.7, None)])
+def test_uspmm_auto_routes_llama_shapes_to_the_bitmap_kernel(dtype, n, sparsity, variant):
+    """At 4096^2 (the measured shape): TiledBitmap from N = 8 to 64, the row kernel at N = 8 from 75 % and below
+    N = 8, float16's tensor-core kernel above half density past N = 16; float32 never."""
+    from sparsekit.tune import heuristic
+    got = heuristic(4096, 4096, n, round((1 - sparsity) * 4096), np.dtype(dtype), "C").get("variant")
+    assert got == variant if variant else got not in ("bitmap", "decode")
 
 
 def test_one_entry_point_for_every_format():

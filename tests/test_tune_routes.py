@@ -92,8 +92,8 @@ def test_the_table_covers_every_kind_of_route():
     """The grid reaches every variant the router sends to, and many settings of each."""
     configs = json.loads(TABLE.read_text())["configs"]
     variants = {dict(c)["variant"] for c in configs}
-    assert variants == {"decode", "listing1", "pipelined", "direct", "dense_tile", "warp_split", "tensor_core",
-                        "wgmma"}
+    assert variants == {"decode", "bitmap", "listing1", "pipelined", "direct", "dense_tile", "warp_split",
+                        "tensor_core", "wgmma"}
     assert len(configs) >= 38
 
 
@@ -134,17 +134,22 @@ def test_every_rule_decides_some_case_of_the_grid():
 
 def test_bfloat16_past_the_decode_kernel_takes_float16s_tensor_core_setting():
     """bfloat16 (no CUDA-core kernel takes it) stays on the decode kernel up to its widest N, with a column-major B
-    and with ``tensor_cores=False``; wider with a row-major B it runs on the tensor cores, at float16's setting for
-    the same problem wherever float16 runs on them (the same kernel with the bf16 MMA)."""
+    and with ``tensor_cores=False`` (but where the bitmap kernel's rule holds: :func:`sparsekit.router._bitmap`);
+    wider with a row-major B it runs on the tensor cores, at float16's setting for the same problem wherever
+    float16 runs on them (the same kernel with the bf16 MMA)."""
     from sparsekit.gpu.spmm_tiled import MAX_N
-    from sparsekit.router import DECODE_BF16_MAX_N
+    from sparsekit.router import DECODE_BF16_MAX_N, Problem, _bitmap
     assert DECODE_BF16_MAX_N == MAX_N
     half = np.dtype(np.float16)
-    same = 0
+    same = bitmap = 0
     for dtype, n, order, m, k, kprime, wgmma, tc, few in cases():
         if dtype != BFLOAT16:
             continue
         got = routed(dtype, n, order, m, k, kprime, wgmma, tc, few)
+        if _bitmap(Problem(m, k, n, kprime, dtype, order, tensor_cores=tc, few_columns=few, wgmma=wgmma)):
+            assert got == dict(variant="bitmap"), (n, order, m, k, kprime, tc)
+            bitmap += 1
+            continue
         if n <= DECODE_BF16_MAX_N or order != "C" or not tc:
             assert got == dict(variant="decode"), (n, order, m, k, kprime, tc)
             continue
@@ -153,7 +158,7 @@ def test_bfloat16_past_the_decode_kernel_takes_float16s_tensor_core_setting():
         if float16["variant"] == "tensor_core":
             assert got == float16, (n, m, k, kprime, few)
             same += 1
-    assert same > 1000
+    assert same > 1000 and bitmap > 100
 
 
 def test_bfloat16_where_float16_keeps_to_the_cuda_cores():
@@ -187,7 +192,7 @@ def test_config_names_every_tunable_of_the_launchers():
     cuda_core = {name for name, p in run.items() if p.kind is p.KEYWORD_ONLY}
     tensor = {name for dtype in uspmm_tc.DEFAULTS for name in uspmm_tc.DEFAULTS[dtype]} | set(uspmm_wgmma.DEFAULTS)
     assert {f.name for f in dataclasses.fields(Config)} == cuda_core | tensor
-    assert set(VARIANTS) == set(uspmm.VARIANTS) | {"tensor_core", "wgmma", "decode"}
+    assert set(VARIANTS) == set(uspmm.VARIANTS) | {"tensor_core", "wgmma", "decode", "bitmap"}
     assert set(PRECISIONS) == set(uspmm_wgmma.PRECISIONS) | {uspmm_wgmma.DEFAULTS["precision"]}
 
 

@@ -527,8 +527,8 @@ def test_bfloat16_variants():
     assert_within_bound(gu.uspmm(ell, b, variant="tensor_core", **TUNABLES[BF16][0]), want, ell, b)
     assert_within_bound(gu.uspmm(ell, b, config="heuristic"), want, ell, b)
     for variant in ("listing1", "direct", "dense_tile", "warp_split"):
-        with pytest.raises(ValueError, match=r"variant: bfloat16 runs on the decode kernel only for N <= 64 "
-                                             r"\(variant='decode'\) and on the tensor-core kernel at any N"):
+        with pytest.raises(ValueError, match=r"variant: bfloat16 runs on the decode and bitmap kernels only for N <= 64 "
+                                             r"\(variant='decode' or 'bitmap'\) and on the tensor-core kernel at any N"):
             gu.uspmm(ell, b, variant=variant)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparsekit.gpu.spmm_bitmap import prepare as prepare_bitmap
 from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
 from sparsekit.arrays import DeviceMatrix, cdiv, operand
 from sparsekit.checks import BFLOAT16
-from sparsekit.formats import ELL, TiledCSL
+from sparsekit.formats import ELL, TiledBitmap, TiledCSL
 
 __all__ = ["DeviceELL", "prepare", "rhs", "DTYPES"]
 
@@ -53,6 +54,11 @@ class DeviceELL(DeviceMatrix):
         """The rows as a :class:`~sparsekit.formats.TiledCSL` prepared for :mod:`sparsekit.gpu.spmm_tiled`'s row
         kernel (the decode path); built once."""
         return self.cached("tiled_rows", lambda: prepare_tiled(TiledCSL.from_ell(self.host)), device=False)
+
+    def bitmap(self):
+        """The weight's entries as a :class:`~sparsekit.formats.TiledBitmap` prepared for :mod:`sparsekit.gpu.spmm_bitmap`
+        (tensor cores at N = 8-64); built once."""
+        return self.cached("bitmap", lambda: prepare_bitmap(TiledBitmap.from_csr(self.host)), device=False)
 
     def ell_rows(self):
         """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`sparsekit.gpu.spmm_ell_rows`

@@ -83,6 +83,8 @@ from sparsekit.gpu.device_ell import DeviceELL, prepare, rhs
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
 from sparsekit.gpu.launch import launch as _launch
+from sparsekit.gpu.spmm_bitmap import MAX_N as BITMAP_MAX_N
+from sparsekit.gpu.spmm_bitmap import spmm_bitmap, spmm_bitmap_linear
 from sparsekit.gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
 from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
 from sparsekit.gpu.spmm_tiled import MAX_N as MAX_DECODE_N
@@ -1204,7 +1206,9 @@ def uspmm(ell, b, *, config=None, **tunables):
     the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
     capability 9.0 GPU): :func:`sparsekit.gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
     or "tf32+bf16"), or ``variant="decode"`` (float16 or bfloat16, N <= 64): the memory-bound row kernels,
-    :mod:`sparsekit.gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above.
+    :mod:`sparsekit.gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above,
+    or ``variant="bitmap"`` (float16 or bfloat16, N <= 64): the weight's entries as a TiledBitmap on tensor cores
+    (:mod:`sparsekit.gpu.spmm_bitmap`).
     """
     dell = prepare(ell)
     bop, order = rhs(b, dell, "b")
@@ -1222,9 +1226,16 @@ def uspmm(ell, b, *, config=None, **tunables):
         if order == "C":
             return spmm_tiled(dell.tiled_rows(), b)
         return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T
+    if variant == "bitmap":                        # the weight's entries on tensor cores (sparsekit.router.BITMAP)
+        if bop.dev.shape[1] > BITMAP_MAX_N:
+            raise ValueError(f"b: N = {bop.dev.shape[1]} with the bitmap kernel (N <= {BITMAP_MAX_N})")
+        if order == "C":
+            return spmm_bitmap(dell.bitmap(), b)
+        return spmm_bitmap_linear(dell.bitmap(), b.T).T      # a column-major B is a row-major X = B^T
     if dell.dtype == BFLOAT16 and variant != "tensor_core":
-        raise ValueError(f"variant: bfloat16 runs on the decode kernel only for N <= 64 (variant='decode') and on "
-                         f"the tensor-core kernel at any N (variant='tensor_core'), got {variant!r}")
+        raise ValueError(f"variant: bfloat16 runs on the decode and bitmap kernels only for N <= 64 "
+                         f"(variant='decode' or 'bitmap') and on the tensor-core kernel at any N "
+                         f"(variant='tensor_core'), got {variant!r}")
     if variant in ("tensor_core", "wgmma"):        # routed (sparsekit.router) or a tuned winner
         if variant == "tensor_core":
             from sparsekit.gpu.uspmm_tc import run as run_tensor
