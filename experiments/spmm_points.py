@@ -4,8 +4,9 @@
   median of :data:`REPEAT`, L2 flushed before each repeat, host dispatch hidden behind a spin kernel);
 - :func:`point`: runs one point, and where it raises prints ``FAIL`` with the reason and returns None, so a run
   goes on past a failure;
-- :func:`error_bound` and :func:`error`: a result against the float32 product of the same 16-bit operands, within
-  the kernels' tests' bound (float32 sums in another order, plus one rounding to the dtype);
+- :func:`error_bound` (from :mod:`sparsekit.bench.spmm`, which ``sparsekit bench spmm --dtype`` checks with) and
+  :func:`error`: a result against the float32 product of the same 16-bit operands, within the kernels' tests'
+  bound (float32 sums in another order, plus one rounding to the dtype);
 - :func:`tiled` and :func:`on_device`: a TiledCSL of a mask's entries without a sort, on the device without the
   full scan of ``prepare`` (the tests cover the builder's layout), since formatting a 14336 x 4096 weight
   through the general constructor takes seconds; :func:`bitmap_on_device` the same for a TiledBitmap.
@@ -20,14 +21,13 @@ import traceback
 import ml_dtypes
 import numpy as np
 
+from sparsekit.bench.spmm import error_bound
 from sparsekit.formats import TiledBitmap, TiledCSL
 from sparsekit.timing import measure
 
 #: Timed repeats a point (the median is reported).
 REPEAT = 15
 DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
-#: Unit roundoff of each dtype: the one rounding of a result to it.
-ROUNDING = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10}
 
 
 def shape(text: str) -> tuple[int, int]:
@@ -59,14 +59,6 @@ def point(label, fn):
         log(f"FAIL {label}: {type(err).__name__}: {str(err)[:300]}")
         traceback.print_exc(limit=3)
         return None
-
-
-def error_bound(x32, w32, dname: str):
-    """Elementwise bound on ``|Y - X W^T|`` (float32 tensors ``x32``: N x K, ``w32``: M x K) for a result of
-    float32 sums in any order (``2 K u32`` of the absolute product) rounded once to ``dname``."""
-    k = x32.shape[1]
-    ref = x32 @ w32.t()
-    return ref, 2 * k * 2.0 ** -24 * (x32.abs() @ w32.abs().t()) + ROUNDING[dname] * ref.abs() + 1e-6
 
 
 def error(y, ref, bound):

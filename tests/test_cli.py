@@ -229,7 +229,10 @@ HOST_MEMORY = [
     (["bench", "uspmm", "--m", "2048", "--k", "1024", "--n", "64", "--sparsity", "0.8", "--dtype", "bfloat16"],
      "--m 2048 --k 1024 --n 64 --sparsity 0.8 --dtype bfloat16"),
     (["bench", "sparsify24", "--m", "4096", "--k", "1024"], "--m 4096 --k 1024"),
-    (["bench", "spmm", "--problem", "11", "--n", "4096", "--cpu-only"], "--problem 11 --n 4096 --sparsity 0.9"),
+    (["bench", "spmm", "--problem", "11", "--n", "4096", "--cpu-only"],
+     "--problem 11 --n 4096 --sparsity 0.9 --dtype float32"),
+    (["bench", "spmm", "--problem", "11", "--n", "4096", "--dtype", "bfloat16"],
+     "--problem 11 --n 4096 --sparsity 0.9 --dtype bfloat16"),
 ]
 
 
@@ -266,8 +269,8 @@ def test_bench_spmm_matrix_past_the_host_memory_is_one_line(tmp_path, monkeypatc
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        f"sparsekit bench spmm: error: --matrix {path} (40x30, nnz 30) --n 16 need about 79.9 KiB of host memory, "
-        "more than the 1000 B available (stated by the test)"]
+        f"sparsekit bench spmm: error: --matrix {path} (40x30, nnz 30) --n 16 --dtype float32 need about 79.9 KiB of "
+        "host memory, more than the 1000 B available (stated by the test)"]
 
 
 def test_available_host_bytes_reads_meminfo_else_sysconf(tmp_path, monkeypatch):
@@ -305,6 +308,19 @@ def _spmm_run(m, k, n):
     return run, host_bytes(m, k, n, round(0.1 * m * k))
 
 
+def _spmm_half_run(m, k, n, sparsity, dtype):
+    from sparsekit.bench.spmm import HalfCheck, half_problem, host_bytes, suite_matrix
+    from sparsekit.formats import TiledBitmap, TiledCSL
+
+    def run():                    # bench_gpu_half's host side: the 16-bit problem, the formats, a checked result
+        csr, b, _ = suite_matrix(m, k, n, sparsity)
+        csr16, b16 = half_problem(csr, b, dtype)
+        formats = TiledBitmap.from_csr(csr16), TiledCSL.from_csr(csr16, tile=TiledCSL.row_tile(k))
+        HalfCheck(csr16.to_dense(), b16)(np.zeros((m, n), b16.dtype))
+        return formats
+    return run, host_bytes(m, k, n, round((1 - sparsity) * m * k), dtype)
+
+
 def _uspmm_run(m, k, n, sparsity, dtype):
     from sparsekit.bench.uspmm import Problem, host_bytes, spmm_launches, to_host
 
@@ -325,6 +341,8 @@ def _sparsify24_run(m, k):
 
 @pytest.mark.parametrize("case", [
     (_spmm_run, (512, 512, 64)), (_spmm_run, (64, 512, 512)), (_spmm_run, (512, 64, 512)),
+    (_spmm_half_run, (512, 512, 64, 0.9, "bfloat16")), (_spmm_half_run, (64, 512, 512, 0.5, "float16")),
+    (_spmm_half_run, (512, 64, 512, 0.9, "float16")), (_spmm_half_run, (256, 512, 16, 0.0, "bfloat16")),
     (_uspmm_run, (512, 512, 64, 0.0, "float32")), (_uspmm_run, (64, 512, 512, 0.6, "float16")),
     (_uspmm_run, (512, 64, 512, 0.9, "float32")), (_uspmm_run, (64, 512, 512, 0.6, "bfloat16")),
     (_sparsify24_run, (256, 512)), (_sparsify24_run, (64, 2048)),
