@@ -349,13 +349,12 @@ def our_half_providers(csr16, b_dev) -> dict:
 
 def torch_half_providers(csr16, a16: np.ndarray, b16: np.ndarray, torch, device: str = "cuda") -> dict:
     """Dense cuBLAS and cuSPARSE CSR in the 16-bit dtype through ``torch`` on ``device``: ``A @ B`` of the dense
-    ``a16`` (``2 M K`` bytes; reduced-precision reductions off, so it sums in float32 as the check assumes) and
+    ``a16`` (``2 M K`` bytes; PyTorch's own settings: the dense product a model runs, its check saying whether
+    its sums stay within the float32 bound) and
     of a ``torch.sparse_csr_tensor`` (int64 indices: values, indices and row pointers counted); a conversion or
     product PyTorch refuses in the dtype gives the reason instead."""
     from sparsekit.bench.uspmm import torch_tensor
 
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     tb = torch_tensor(b16, torch).to(device)
     td = torch_tensor(a16, torch).to(device)
     out = {DENSE: HalfProvider(lambda: td @ tb, 2 * a16.size, "dense")}
