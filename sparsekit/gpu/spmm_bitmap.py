@@ -302,6 +302,9 @@ class DeviceBitmap(Prepared):
     offsets: object
     counters: object
     buffers: Buffers = field(default_factory=Buffers)
+    #: The default splits by (``N``, form, rows, slices, stages), resolved on the first call (the occupancy query
+    #: types every argument).
+    default_splits: dict = field(default_factory=dict)
 
 
 def prepare(a: TiledBitmap) -> DeviceBitmap:
@@ -330,11 +333,14 @@ def default_config(m: int, k: int, n: int, resident: int | None = None) -> dict:
     ``resident`` blocks the GPU holds at once (one wave: measured best against twice as many, or twice as many
     warps in smaller blocks, at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32), each warp with at least
     :data:`MIN_GROUPS` groups; one split when ``resident`` is None (the simulator)."""
-    rowblocks, groups = cdiv(m, 16), cdiv(k, 32)
-    rows, slices = 4, 4
-    strips = max(cdiv(rowblocks, rows), 1)
-    splits = max(1, min((resident or 0) // strips, groups // (MIN_GROUPS * slices)))
-    return {"rows": rows, "slices": slices, "splits": splits, "stages": STAGES}
+    return {"rows": 4, "slices": 4, "splits": _splits(m, k, 4, 4, resident), "stages": STAGES}
+
+
+def _splits(m: int, k: int, rows: int, slices: int, resident: int | None) -> int:
+    """Splits of ``K`` that fill ``resident`` blocks of ``rows x slices`` warps (one when None), each warp with at
+    least :data:`MIN_GROUPS` groups."""
+    strips = max(cdiv(cdiv(m, 16), rows), 1)
+    return max(1, min((resident or 0) // strips, cdiv(k, 32) // (MIN_GROUPS * slices)))
 
 
 def spmm_bitmap(a, b, *, rows=None, slices=None, splits=None, stages=None):
@@ -388,9 +394,12 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
     head = (dev.stream, dev.offsets, bits.view(np.uint32), cflat)
     tail = (dev.counters, m, n, groups, kp // 2)
-    if splits is None:
-        resident = resident_blocks(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, threads)
-        conf["splits"] = default_config(m, k, n, resident)["splits"]
+    if splits is None:                                  # fill the resident blocks: once per (N, form, block shape)
+        key = (n, linear, conf["rows"], conf["slices"], conf["stages"])
+        if key not in dev.default_splits:
+            resident = resident_blocks(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, threads)
+            dev.default_splits[key] = _splits(m, k, conf["rows"], conf["slices"], resident)
+        conf["splits"] = dev.default_splits[key]
     splits = min(conf["splits"], max(groups, 1))
     ws = dev.buffers.get(np.float32, splits * strips * conf["rows"] * 16 * npad if splits > 1 else 1)
     launch(kernel, (strips, splits), threads, head + (ws,) + tail,
