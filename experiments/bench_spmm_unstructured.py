@@ -34,10 +34,12 @@ what was measured is written either way: ``DIR/spmm_unstructured.json`` (every r
 against the baselines) and ``DIR/spmm_unstructured.png`` (speedup over dense against sparsity, a panel per shape
 and dtype).
 
-It needs a CUDA GPU and PyTorch with CUDA: ``X``, the baselines and the checks are PyTorch CUDA tensors, which
-the CUDA simulator does not provide, so there is no toy run on the simulator;
-``tests/test_bench_spmm_unstructured.py`` covers the parts that need no GPU (options, estimate, budget stop,
-records, JSON and plot).
+The sweep needs a CUDA GPU and PyTorch with CUDA: ``X``, the baselines and the checks are PyTorch CUDA tensors,
+which the CUDA simulator does not provide; ``tests/test_bench_spmm_unstructured.py`` covers the parts that need
+no GPU (options, estimate, budget stop, records, JSON and plot).
+
+``sparsekit reproduce --only spmm_unstructured`` runs it too (``--quick``: 4096^2 at 50 and 90 %, N = 8 and 32,
+bfloat16); without a GPU it checks ``spmm_csr``'s default route and the bitmap kernel at a toy shape instead.
 
     python -m experiments.bench_spmm_unstructured --out DIR     # every point: about 5 minutes on an H200
     python -m experiments.bench_spmm_unstructured --shapes 4096x4096 --sparsities 0.8 0.9 --widths 8 32 --dtypes bfloat16
@@ -57,7 +59,8 @@ import numpy as np
 
 from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point, shape
 from experiments.spmm_points import bitmap_on_device, tiled
-from sparsekit.experiment import save_figure
+from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
+from sparsekit.formats import TiledBitmap
 from sparsekit.prune import magnitude, n_m
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -461,10 +464,11 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> int:
-    args = parse(argv)
-    budget = Budget(args.budget_s)
-    est = estimate_s(args.shapes, args.sparsities, args.widths, args.dtypes)
+def measure_sweep(shapes, sparsities, widths, dtypes, budget_s: float, out: Path, command: str):
+    """The sweep on the GPU: every point of ``shapes x sparsities x dtypes`` at ``widths`` until ``budget_s``, its
+    records written to ``out`` (:func:`write`); returns ``(records, stopped, written)``."""
+    budget = Budget(budget_s)
+    est = estimate_s(shapes, sparsities, widths, dtypes)
     log(f"# estimated {est['total']:.0f} s on an H200 (" + ", ".join(f"{k} {v:.0f} s" for k, v in est.items()
                                                               if k != "total") + f"); budget {budget.seconds:.0f} s")
     import torch
@@ -476,12 +480,11 @@ def main(argv=None) -> int:
     log(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; copy bandwidth {bw / 1e12:.2f} TB/s; "
         f"times in us (median of {REPEAT}, L2 flushed); Nx = dense / kernel; %bw = weight bytes / time / copy "
         f"bandwidth; ok = within the float32 bound")
-    plan = [(m, k, s, d) for m, k in args.shapes for s in args.sparsities for d in args.dtypes]
-    records, stopped = sweep(plan, args.widths, budget, functools.partial(build, widths=args.widths),
+    plan = [(m, k, s, d) for m, k in shapes for s in sparsities for d in dtypes]
+    records, stopped = sweep(plan, widths, budget, functools.partial(build, widths=widths),
                              functools.partial(bench, bandwidth=bw))
-    written = write(records, args.out, command="python -m experiments.bench_spmm_unstructured " + " ".join(
-        sys.argv[1:] if argv is None else argv), device=torch.cuda.get_device_name(), torch=torch.__version__,
-        bandwidth=bw, estimate_s=est, elapsed_s=budget.elapsed(), stopped_by_budget=stopped)
+    written = write(records, out, command=command, device=torch.cuda.get_device_name(), torch=torch.__version__,
+                    bandwidth=bw, estimate_s=est, elapsed_s=budget.elapsed(), stopped_by_budget=stopped)
     bad = [r for r in records if r["status"] == "FAIL" or r["correct"] is False]
     log("# best of ours a point (speedup over dense; ours against cuSPARSE CSR and cuSPARSELt):")
     for row in summarize(records):
@@ -491,8 +494,74 @@ def main(argv=None) -> int:
     log(f"# {len(records)} records, {len(bad)} failed or out of bound; "
         f"{'stopped by the budget; ' if stopped else ''}wrote " + ", ".join(map(str, written))
         + f"; done at {budget.elapsed():.0f} s")
+    return records, stopped, written
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    measure_sweep(args.shapes, args.sparsities, args.widths, args.dtypes, args.budget_s, args.out,
+                  "python -m experiments.bench_spmm_unstructured " + " ".join(sys.argv[1:] if argv is None else argv))
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# sparsekit reproduce
+# ---------------------------------------------------------------------------------------------------------------
+
+#: The simulator's toy weight (M, K): K cuts a 32-column group, M a 16-row block.
+TOY = (40, 150)
+#: ``reproduce --quick`` on a GPU: one shape, the ends of the sparsity range, a decode and a wider N, bfloat16.
+QUICK = dict(shapes=[(4096, 4096)], sparsities=[0.5, 0.9], widths=[8, 32], dtypes=["bfloat16"])
+
+
+def check_toy(seed: int = 0) -> list[dict]:
+    """On the simulator: ``spmm_csr``'s default route and the bitmap kernel on a magnitude-pruned toy weight
+    (50 and 90 %, both dtypes, N = 8 and 24) against the float32 product of the same 16-bit operands, within the
+    tests' bound; the TiledBitmap's bytes against dense."""
+    from sparsekit.formats import CSR
+    from sparsekit.gpu import spmm as gs
+    from sparsekit.gpu import spmm_bitmap as gb
+
+    m, k = TOY
+    out = []
+    for dname in DTYPE_NAMES:
+        ndt = DTYPES[dname]
+        for sparsity in (0.5, 0.9):
+            mask = magnitude(weight(m, k), sparsity)
+            dense = np.where(mask, weight(m, k), 0).astype(ndt)
+            csr = gs.prepare(CSR.from_dense(dense, mask), CSR)
+            bitmap = gb.prepare(TiledBitmap.from_csr(csr.host))
+            for n in (8, 24):
+                b = np.random.default_rng(seed + n).standard_normal((k, n)).astype(ndt)
+                ref, bound = error_bound(b.T.astype(np.float32), dense.astype(np.float32), dname)
+                for kernel, run in ((f"csr auto ({gs.auto_route(csr, n)})", lambda: gs.spmm_csr(csr, b)),
+                                    ("bitmap", lambda: gb.spmm_bitmap(bitmap, b))):
+                    err = np.abs(np.asarray(run()).astype(np.float32).T - ref)
+                    out.append(dict(shape=f"{m}x{k}", dtype=dname, sparsity=sparsity, n=n, kernel=kernel,
+                                    bitmap_bytes_vs_dense=round(bitmap.host.nbytes().total / (2 * m * k), 3),
+                                    max_abs_error=float(err.max()), correct=bool((err <= bound).all())))
+    return out
+
+
+def run(ctx: Context) -> Section:
+    if not ctx.on_gpu:
+        return Section("Unstructured half-precision SpMM (toy check on the simulator)",
+                       text="`spmm_csr`'s default route and the TiledBitmap kernel against the float32 product at "
+                            "a toy shape; timings need a GPU.", tables=[Table("Toy check", check_toy(ctx.seed))])
+    sizes = QUICK if ctx.quick else dict(shapes=SHAPES, sparsities=SPARSITIES, widths=NS, dtypes=DTYPE_NAMES)
+    records, stopped, written = measure_sweep(**sizes, budget_s=BUDGET_S, out=ctx.out_dir,
+                                              command="sparsekit reproduce --only spmm_unstructured"
+                                                      + (" --quick" if ctx.quick else ""))
+    text = ("Magnitude-pruned weights at Llama layer shapes: the fastest of ours against dense cuBLAS, cuSPARSE "
+            "CSR and cuSPARSELt 2:4" + (" (stopped by its budget)." if stopped else "."))
+    return Section("Unstructured half-precision SpMM against dense, cuSPARSE and cuSPARSELt", text=text,
+                   tables=[Table("Best of ours a point", summarize(records))],
+                   figures=[Path(w).name for w in written if str(w).endswith(".png")])
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+EXPERIMENT = Experiment("spmm_unstructured", "Unstructured magnitude-pruned half-precision SpMM at LLM layer shapes",
+                        "spmm-course-slides.txt", run)

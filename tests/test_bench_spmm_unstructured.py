@@ -179,3 +179,14 @@ def test_a_small_run_on_the_gpu_is_correct(tmp_path):
     assert len(ours) == 2 * 2 * 2 * a_layer and all(r["correct"] for r in ours)
     assert all(r["bytes"] and r["us"] > 0 for r in ours)
     assert (tmp_path / "spmm_unstructured.png").stat().st_size > 0
+
+
+def test_reproduce_toy_check_is_correct_on_every_route():
+    """``sparsekit reproduce --only spmm_unstructured``'s check without a GPU (on a GPU the same kernels): spmm_csr's default route (the row kernel at
+    N = 8 and 90 %, TiledBitmap otherwise) and the bitmap kernel within the tests' bound, both dtypes."""
+    from experiments import bench_spmm_unstructured as bu
+    recs = bu.check_toy()
+    assert recs and all(r["correct"] for r in recs)
+    routes = {(r["dtype"], r["sparsity"], r["n"]): r["kernel"] for r in recs if r["kernel"].startswith("csr")}
+    assert routes[("bfloat16", 0.9, 8)] == "csr auto (rows)" and routes[("float16", 0.5, 24)] == "csr auto (bitmap)"
+    assert bu.EXPERIMENT.name == "spmm_unstructured"
