@@ -56,8 +56,8 @@ MAX_N = 64
 CHUNK = 512
 #: The longest record: four bitmaps and 128 pairs.
 MAX_RECORD = 528
-#: Chunks in a warp's ring (one in flight ahead of the decoded one: more stages take shared memory, and so
-#: warps, for no gain at 14336x4096 and 4096x14336, 50-90 %, N = 8-32).
+#: Chunks in a warp's ring, one in flight ahead of the decoded one (8, five ahead, took shared memory and so warps:
+#: 3-10 % slower at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32; experiments/results/spmm_bitmap.md).
 STAGES = 4
 #: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
 #: (wider, the registers that takes cost more warps an SM than the overlap gains).
