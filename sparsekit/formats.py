@@ -1469,14 +1469,8 @@ class TiledCSL(_HalfFormat):
 # TiledBitmap (a bitmap per 8 x 8 cell: unstructured half-precision weights, tensor-core decode)
 # ---------------------------------------------------------------------------
 
-def _pair_position(rows: np.ndarray, cols: np.ndarray, ksteps: int):
-    """``(fragment, cell, lane, half)`` of entries at ``(rows, cols)`` in :class:`TiledBitmap`'s layout
-    (``ksteps`` fragments a row of fragments)."""
-    rr, q = rows % 16, cols % 32
-    t, within = q // 8, q % 8
-    fragment = rows // 16 * ksteps + cols // 32 * 2 + within // 4
-    cell = rr // 8 + 2 * (within % 4 // 2)
-    return fragment, cell, rr % 8 * 4 + t, within % 2
+#: Entries of the padded 16-bit block a TiledBitmap constructor fills at once (a strip of rows, all columns): 32 MB.
+_BITMAP_STRIP_ENTRIES = 1 << 24
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -1568,16 +1562,18 @@ class TiledBitmap(_HalfFormat):
             f = int(np.flatnonzero(np.diff(off) != want)[0])
             raise ValueError(f"offsets: fragment {f} spans {int(off[f + 1] - off[f])} 16-byte units, its bitmaps "
                              f"mark {int(counts[f])} pairs: expected {int(want[f])}")
-        rows, cols = self._pair_coords()
         words = self._words()
+        f, cell, lane = self._pairs()
+        cut = self._cut()[f]                              # only fragments the edge cuts can reach past it
+        rows, cols = self._pair_coords((f[cut], cell[cut], lane[cut]))
         m, k = self.shape
-        outside = (rows >= m) | (cols >= k) | ((cols + 1 >= k) & (words >> np.uint32(16) != 0))
+        outside = (rows >= m) | (cols >= k) | ((cols + 1 >= k) & (words[cut] >> np.uint32(16) != 0))
         if outside.any():
             raise ValueError(f"stream: a bitmap marks an entry outside the {self.shape} matrix (its fragment "
                              f"is cut by the edge)")
         if (words == 0).any():
             raise ValueError("stream: a bitmap marks a pair whose weights are both zero (zeros are not stored)")
-        vals = self._halves().view(self.value_dtype)
+        vals = words.view(np.uint16).view(self.value_dtype)
         if vals.size and not np.isfinite(vals.astype(np.float32)).all():
             raise ValueError("stream: values must be finite")
 
@@ -1599,16 +1595,26 @@ class TiledBitmap(_HalfFormat):
         """The stored pairs' words, in storage order (a record's pairs after its bitmaps; none past its length:
         :meth:`validate` checks the lengths first)."""
         counts = self.counts()
-        start = np.repeat(self.offsets[:-1] * 4 + 4, counts)
-        rank = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        at = start + rank
+        at = np.arange(int(counts.sum())) + np.repeat(self.offsets[:-1] * 4 + 4 - (np.cumsum(counts) - counts), counts)
         if at.size and at.max() >= self.stream.size:
             raise ValueError("offsets: the bitmaps mark more pairs than the stream holds")
         return self.stream[at]
 
-    def _pair_coords(self):
-        """Row and (even) column of the low weight of every stored pair, in storage order."""
-        f, cell, lane = self._pairs()
+    def _cut(self) -> np.ndarray:
+        """Per fragment: whether the matrix's edge cuts it (the last row block when ``M`` is not a multiple of 16,
+        the last 32-column group when ``K`` is not one of 32)."""
+        rbs, ksteps = self.grid
+        cut = np.zeros((rbs, ksteps), bool)
+        if self.shape[0] % 16:
+            cut[-1] = True
+        if self.shape[1] % 32:
+            cut[:, -2:] = True
+        return cut.ravel()
+
+    def _pair_coords(self, pairs=None):
+        """Row and (even) column of the low weight of every stored pair (or of ``pairs``: ``(fragment, cell,
+        lane)`` arrays as :meth:`_pairs` gives them), in storage order."""
+        f, cell, lane = self._pairs() if pairs is None else pairs
         ks = f % self.grid[1]
         rows = f // self.grid[1] * 16 + 8 * (cell % 2) + lane // 4
         cols = self.column(ks, 2 * (lane % 4) + 8 * (cell // 2))
@@ -1640,42 +1646,93 @@ class TiledBitmap(_HalfFormat):
     def __repr__(self) -> str:
         return (f"<TiledBitmap shape={self.shape} nnz={self.nnz} dtype={self.dtype} words={self.stream.size}>")
 
+    @staticmethod
+    def _strip_words(bits: np.ndarray) -> np.ndarray:
+        """The pair words ``(fragments, 4, 32)`` of a strip of whole row blocks: ``bits`` (``16 R x 32 G``, the 16-bit
+        patterns, zero where nothing is stored) reordered in one transpose: row ``16 rb + 8 a + g`` and column
+        ``32 G + 8 t + 4 s + 2 b + h`` is half ``h`` of lane ``4 g + t`` of cell ``a + 2 b`` of fragment
+        ``(rb, 2 G + s)`` (:meth:`column`)."""
+        rbs, groups = bits.shape[0] // 16, bits.shape[1] // 32
+        order = bits.reshape(rbs, 2, 8, groups, 4, 2, 2, 2).transpose(0, 3, 5, 6, 1, 2, 4, 7)
+        return np.ascontiguousarray(order).view(np.uint32).reshape(rbs * groups * 2, 4, 32)
+
+    @classmethod
+    def _from_strips(cls, strips, shape, d) -> "TiledBitmap":
+        """Assemble the records from the pair words of consecutive strips (:meth:`_strip_words`): a pair is stored
+        where its word is nonzero."""
+        masks, counts, pairs = [], [], []
+        for words in strips:
+            stored = words != 0
+            masks.append(np.packbits(stored, axis=2, bitorder="little").view("<u4").reshape(-1, 4))
+            counts.append(stored.sum(axis=(1, 2), dtype=np.int64))
+            pairs.append(words[stored])                               # fragment, cell, lane order
+        masks = np.concatenate(masks) if masks else np.zeros((0, 4), np.uint32)
+        counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+        pairs = np.concatenate(pairs) if pairs else np.zeros(0, np.uint32)
+        offsets = np.zeros(counts.size + 1, dtype=np.int64)
+        np.cumsum(1 + -(-counts // 4), out=offsets[1:])
+        stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
+        stream[(offsets[:-1, None] * 4 + np.arange(4)).ravel()] = masks.ravel()
+        shift = offsets[:-1] * 4 + 4 - (np.cumsum(counts) - counts)  # pair i of the run goes to word i + shift
+        stream[np.arange(pairs.size) + np.repeat(shift, counts)] = pairs
+        return cls(stream, offsets, shape, d)
+
+    @staticmethod
+    def _strip_rows(shape) -> int:
+        """Rows a strip holds: whole row blocks, about :data:`_BITMAP_STRIP_ENTRIES` entries of the padded width."""
+        return 16 * max(1, _BITMAP_STRIP_ENTRIES // (16 * 32 * max(-(-shape[1] // 32), 1)))
+
     @classmethod
     def from_coords(cls, rows, cols, values, shape) -> "TiledBitmap":
-        """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order; zeros dropped)."""
+        """From entries ``values[i]`` at ``(rows[i], cols[i])`` (distinct positions, any order; zeros dropped).
+        The entries are placed strip by strip of rows into a padded 16-bit block and reordered by
+        :meth:`_strip_words`."""
         shape = _as_shape(shape)
         rows, cols, values, d = cls._entries(rows, cols, values, shape)
         m, k = shape
-        ksteps = 2 * -(-k // 32)
-        nfrag = -(-m // 16) * ksteps
-        fragment, cell, lane, half = _pair_position(rows, cols, ksteps)
-        key = ((fragment * 4 + cell) * 32 + lane) * 2 + half
-        if key.size > 1 and (np.diff(np.sort(key)) == 0).any():
-            raise ValueError("rows, cols: a position is given twice")
-        keep = values.astype(np.float32) != 0
-        key, half, bits = key[keep], half[keep], values.view(np.uint16)[keep].astype(np.uint32)
-        pair, at = np.unique(key // 2, return_inverse=True)          # storage order: fragment, cell, lane
-        words = np.zeros(pair.size, np.uint32)
-        np.bitwise_or.at(words, at, bits << (np.uint32(16) * half.astype(np.uint32)))
-        f, cell, lane = pair // 128, pair // 32 % 4, pair % 32
-        counts = np.bincount(f, minlength=nfrag)
-        offsets = np.zeros(nfrag + 1, dtype=np.int64)
-        np.cumsum(1 + -(-counts // 4), out=offsets[1:])
-        stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
-        np.bitwise_or.at(stream, offsets[f] * 4 + cell, np.uint32(1) << lane.astype(np.uint32))
-        start = np.zeros(nfrag + 1, dtype=np.int64)
-        np.cumsum(counts, out=start[1:])
-        stream[offsets[f] * 4 + 4 + np.arange(f.size) - start[f]] = words
-        return cls(stream, offsets, shape, d)
+        width = 32 * -(-k // 32)
+        if rows.size > 1 and (np.diff(rows) < 0).any():
+            order = np.argsort(rows, kind="stable")
+            rows, cols, values = rows[order], cols[order], values[order]
+        bits = values.view(np.uint16)
+        zero = values.astype(np.float32) == 0                          # -0.0 too: zeros are not stored
+        step = cls._strip_rows(shape)
+
+        def strips():
+            for r0 in range(0, 16 * -(-m // 16), step):
+                r1 = min(r0 + step, 16 * -(-m // 16))
+                lo, hi = np.searchsorted(rows, [r0, r1])
+                block = np.zeros((r1 - r0, width), np.uint16)
+                seen = np.zeros(block.shape, bool)
+                seen[rows[lo:hi] - r0, cols[lo:hi]] = True
+                if int(seen.sum()) != hi - lo:
+                    raise ValueError("rows, cols: a position is given twice")
+                block[rows[lo:hi] - r0, cols[lo:hi]] = np.where(zero[lo:hi], np.uint16(0), bits[lo:hi])
+                yield cls._strip_words(block)
+
+        return cls._from_strips(strips(), shape, d)
 
     @classmethod
     def from_dense(cls, dense, mask=None) -> "TiledBitmap":
         """Store the nonzero entries of a float16/bfloat16 ``dense`` that ``mask`` keeps (default all)."""
         dense = check_array(dense, "dense", ndim=2, dtypes=None, finite=True)
-        _half_dtype(dense.dtype, "dense")
-        mask = dense != 0 if mask is None else check_array(mask, "mask", dtypes=(np.bool_,), shape=dense.shape)
-        rows, cols = np.nonzero(mask)
-        return cls.from_coords(rows, cols, dense[rows, cols], dense.shape)
+        d = _half_dtype(dense.dtype, "dense")
+        if mask is not None:
+            check_array(mask, "mask", dtypes=(np.bool_,), shape=dense.shape)
+        m, k = dense.shape
+        height, width = 16 * -(-m // 16), 32 * -(-k // 32)
+        step = cls._strip_rows(dense.shape)
+
+        def strips():
+            for r0 in range(0, height, step):
+                r1 = min(r0 + step, height)
+                block = np.zeros((r1 - r0, width), np.uint16)
+                part = dense[r0:min(r1, m)]
+                keep = part != 0 if mask is None else mask[r0:min(r1, m)] & (part != 0)
+                block[:part.shape[0], :k] = np.where(keep, part.view(np.uint16), np.uint16(0))
+                yield cls._strip_words(block)
+
+        return cls._from_strips(strips(), dense.shape, d)
 
     @classmethod
     def from_csr(cls, csr) -> "TiledBitmap":

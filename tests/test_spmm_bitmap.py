@@ -64,6 +64,22 @@ def test_lane_layout():
                     assert a.nnz == 1 and a.counts()[1 - s] == 0
 
 
+def test_constructors_work_strip_by_strip(monkeypatch):
+    """The constructors fill a padded block a strip of rows at a time: with strips of one row block, entries in any
+    order give the same records as one strip, and a position given twice is found in whichever strip it falls."""
+    import sparsekit.formats as formats
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((70, 90)) * (rng.random((70, 90)) < 0.4)).astype(np.float16)
+    whole = TiledBitmap.from_dense(w)
+    monkeypatch.setattr(formats, "_BITMAP_STRIP_ENTRIES", 16)
+    rows, cols = np.nonzero(w)
+    order = rng.permutation(rows.size)
+    for a in (TiledBitmap.from_dense(w), TiledBitmap.from_coords(rows[order], cols[order], w[rows, cols][order], w.shape)):
+        assert (a.stream == whole.stream).all() and (a.offsets == whole.offsets).all()
+    with pytest.raises(ValueError, match="twice"):
+        TiledBitmap.from_coords([60, 3, 60], [5, 1, 5], np.ones(3, np.float16), w.shape)
+
+
 def test_zeros_are_not_stored():
     """A kept zero has no place in the layout (a pair is stored for its nonzero weights): the mask's zero
     entries are dropped, and so are zeros given as entries."""
