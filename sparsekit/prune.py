@@ -82,11 +82,23 @@ def _nearest(target: float) -> int:
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
-    """Mask keeping the ``k`` largest scores along the last axis; ties: lower index wins."""
-    order = np.argsort(-scores, axis=-1, kind="stable")
-    keep = np.zeros(scores.shape, dtype=bool)
-    np.put_along_axis(keep, order[..., :k], True, axis=-1)
-    return keep
+    """Mask keeping the ``k`` largest scores along the last axis; ties: lower index wins. The ``k``-th largest
+    score from a partition (linear time, where a sort of a 14336 x 4096 weight takes seconds): every larger
+    score is kept, and of those equal to it the first ones in index order (scores are finite)."""
+    n = scores.shape[-1]
+    if k <= 0 or n == 0:
+        return np.zeros(scores.shape, dtype=bool)
+    if k >= n:
+        return np.ones(scores.shape, dtype=bool)
+    flat = scores.reshape(-1, n)
+    kth = np.partition(flat, n - k, axis=-1)[:, n - k:n - k + 1]
+    keep = flat > kth
+    wanted = k - keep.sum(axis=-1)                               # ties to keep a row, lowest indices first
+    rows, cols = np.nonzero(flat == kth)                         # row by row, columns ascending
+    first = np.searchsorted(rows, np.arange(flat.shape[0]))
+    kept = np.arange(rows.size) - first[rows] < wanted[rows]
+    keep[rows[kept], cols[kept]] = True
+    return keep.reshape(scores.shape)
 
 
 def _uniform_kprimes(scores: list[np.ndarray], sparsity: float) -> list[int]:
