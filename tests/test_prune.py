@@ -457,3 +457,17 @@ def test_bad_halving_schedule(kw, exc, pattern):
 
 def test_docstring_examples_run():
     assert doctest.testmod(prune).failed == 0
+
+
+@given(data=st.data())
+def test_top_is_the_stable_order_of_scores_with_ties(data):
+    """The partition behind every pruner keeps exactly what a stable descending sort keeps: the ``k`` largest
+    scores along the last axis, equal ones by lower index (scores from a few values, so ties are common)."""
+    shape = data.draw(st.lists(st.integers(1, 7), min_size=1, max_size=3).map(tuple))
+    scores = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=int(np.prod(shape)),
+                                         max_size=int(np.prod(shape))))).reshape(shape)
+    k = data.draw(st.integers(0, shape[-1] + 1))
+    order = np.argsort(-scores, axis=-1, kind="stable")
+    want = np.zeros(shape, dtype=bool)
+    np.put_along_axis(want, order[..., :k], True, axis=-1)
+    assert (prune._top(scores, k) == want).all()
