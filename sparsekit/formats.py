@@ -1399,10 +1399,15 @@ class TiledCSL(_HalfFormat):
         ntiles = -(-shape[0] // tm) * kt
         tiles = rows // tm * kt + cols // tk
         local = rows % tm * tk + cols % tk
-        order = np.lexsort((local, tiles))
-        tiles, local = tiles[order], local[order]
-        if tiles.size > 1 and ((np.diff(tiles) == 0) & (np.diff(local) == 0)).any():
-            raise ValueError("rows, cols: a position is given twice")
+        key = tiles * (tm * tk) + local                               # storage order: tile, then local index
+        steps = np.diff(key)
+        if (steps > 0).all():                                          # already in order (row tiles of a CSR)
+            order = np.arange(key.size)
+        else:
+            order = np.argsort(key, kind="stable")
+            if (np.diff(key[order]) == 0).any():
+                raise ValueError("rows, cols: a position is given twice")
+            tiles, local = tiles[order], local[order]
         counts = np.bincount(tiles, minlength=ntiles)
         padded = -(-counts // 4) * 4
         offsets = np.zeros(ntiles + 1, dtype=np.int64)
