@@ -58,7 +58,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point, shape
-from experiments.spmm_points import bitmap_on_device, tiled
+from experiments.spmm_points import tiled
 from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.formats import TiledBitmap
 from sparsekit.prune import magnitude, n_m
@@ -341,8 +341,14 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
     wp = torch.from_numpy(np.where(mask, bits, np.uint16(0)).view(np.int16)).cuda().view(tdt)
     layer = Layer(m, k, sparsity, dname, wp, wp.float())
 
+    @functools.cache
+    def sparse():
+        """The pruned weight as a prepared CSR, once: ``csr`` runs it and ``bitmap`` its TiledBitmap (the one
+        ``spmm_csr``'s bitmap route builds), so each format is built once a point."""
+        return gs.prepare(CSR.from_dense(dense, mask), CSR)
+
     def bitmap():
-        dev = bitmap_on_device(bits, mask, ndt)
+        dev = sparse().bitmap()
         return Kernel(lambda x, xt: gb.spmm_bitmap_linear(dev, x), True, gb.MAX_N,
                       lambda n: ("", dev.host.nbytes().total))
 
@@ -352,7 +358,7 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
                       lambda n: ("", dev.host.nbytes().total))
 
     def csr():
-        dev = gs.prepare(CSR.from_dense(dense, mask), CSR)
+        dev = sparse()
         routes = {gs.auto_route(dev, n) for n in widths}
         if "rows" in routes:
             dev.tiled_rows()                  # the half-precision routes' formats, built here rather than in a point
