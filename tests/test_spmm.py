@@ -102,7 +102,7 @@ def test_reference_bad_rhs():
 # --- GPU kernels (sparsekit/gpu/spmm.py) against the references -------------------------------------------
 
 KERNEL_DTYPES = (np.float32, np.float16)
-#: The CSR kernels also take bfloat16 (COO and BlockedELL refuse it).
+#: The CSR kernels also take bfloat16 (the COO and BlockedELL kernels refuse it; their default runs it as CSR).
 CSR_DTYPES = (*KERNEL_DTYPES, BFLOAT16)
 
 
@@ -113,13 +113,15 @@ def _longest_row(a) -> int:
 
 @pytest.mark.parametrize("fmt,tunables", [
     ("csr", {}), ("csr", {"swizzle": True}), ("csr", {"swizzle": True, "cols_per_lane": 2, "warps_per_block": 3}),
-    ("coo", {}), ("blocked_ell", {}),
+    ("coo", {}), ("coo", {"config": None}), ("blocked_ell", {}), ("blocked_ell", {"config": None}),
 ])
 @given(data=st.data())
 def test_gpu_kernels_match_reference(fmt, tunables, data):
+    """Every format's default (the CSR kernels) in float32, float16 and bfloat16; the COO and BlockedELL kernels
+    of ``config=None`` in float32 and float16."""
     from sparsekit.gpu import spmm as gs
     build, spmm_ref = FORMATS[fmt]
-    dtype = data.draw(st.sampled_from(CSR_DTYPES if fmt == "csr" else KERNEL_DTYPES))
+    dtype = data.draw(st.sampled_from(CSR_DTYPES if fmt == "csr" or tunables != {"config": None} else KERNEL_DTYPES))
     a = data.draw(build(dtype=dtype, max_size=20))
     b = data.draw(rhs_for(a, max_n=40))
     got = getattr(gs, spmm_ref.__name__)(a, b, **tunables)
@@ -259,3 +261,81 @@ def test_auto_route_follows_the_rule():
     assert [gs.auto_route(sparse, n) for n in (1, 8, 9, 64, 65)] == ["rows", "rows", "bitmap", "bitmap", "staged"]
     assert [gs.auto_route(half, n) for n in (1, 8, 64)] == ["bitmap"] * 3
     assert gs.auto_route(wide, 8) == "rows" and gs.auto_route(single, 8) == "staged"
+
+
+# --- spmm_coo and spmm_blocked_ell: config="auto" runs the CSR kernels on the same stored entries -----------
+
+@given(a=st.one_of(coo_matrices(dtype=np.float32), coo_matrices(dtype=np.float16, index_dtype=np.int16),
+                   blocked_ell_matrices(dtype=np.float32), blocked_ell_matrices(dtype=BFLOAT16)))
+def test_as_csr_keeps_every_stored_entry(a):
+    """:func:`sparsekit.gpu.spmm.as_csr` (built without a dense copy) stores what ``to_csr`` does, explicit zeros
+    and their signs included."""
+    from sparsekit.gpu import spmm as gs
+    got, want = gs.as_csr(a).host, a.to_csr()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data.view(np.uint8), want.data.view(np.uint8))
+
+
+@pytest.mark.parametrize("fmt", ["coo", "blocked_ell"])
+def test_auto_runs_spmm_csr_on_the_csr_built_once(fmt, monkeypatch):
+    """The default call hands :func:`spmm_csr` (with its own ``config="auto"``) the CSR kept on the prepared
+    matrix, built on the first call only, and gives bit-identical results call after call; ``config=None``
+    runs the format's own kernel."""
+    from sparsekit.formats import COO, BlockedELL
+    from sparsekit.gpu import spmm as gs
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 12)).astype(np.float32)
+    mask = np.kron(np.array([[1, 0, 1], [0, 1, 1]], bool), np.ones((4, 4), bool)) & (rng.random(w.shape) < 0.7)
+    a = COO.from_dense(w, mask) if fmt == "coo" else BlockedELL.from_dense(w, mask, block=4)
+    b = rng.standard_normal((12, 5)).astype(np.float32)
+    prepared = gs.prepare(a, type(a))
+    built, seen = [], []
+    real_build, real_csr = gs._csr_of, gs.spmm_csr
+    monkeypatch.setattr(gs, "_csr_of", lambda host: built.append(host) or real_build(host))
+    monkeypatch.setattr(gs, "spmm_csr", lambda csr, rhs, **kw: seen.append((csr, kw)) or real_csr(csr, rhs, **kw))
+    spmm = getattr(gs, "spmm_" + fmt)
+    first, second = spmm(prepared, b), spmm(prepared, b, config="auto")
+    assert built == [a] and len(seen) == 2
+    assert seen[0][0] is seen[1][0] is gs.as_csr(prepared) and seen[0][1] == seen[1][1] == {}
+    np.testing.assert_array_equal(first.view(np.uint32), second.view(np.uint32))
+    own = spmm(prepared, b, config=None)
+    assert len(seen) == 2
+    assert_fp32_accumulated(first, getattr(ref, "spmm_" + fmt)(a, b), w * mask, b, reduction=int(mask.sum(1).max()))
+    assert_fp32_accumulated(own, getattr(ref, "spmm_" + fmt)(a, b), w * mask, b, reduction=int(mask.sum(1).max()))
+
+
+@pytest.mark.parametrize("fmt", ["coo", "blocked_ell"])
+def test_config_refused_unless_auto_or_none(fmt):
+    """A ``config`` other than ``"auto"``/None is a ``ValueError`` naming it; the format's own kernel
+    (``config=None``) refuses bfloat16, which the default takes; ``as_csr`` takes COO and BlockedELL only."""
+    from sparsekit.formats import COO, CSR, BlockedELL
+    from sparsekit.gpu import spmm as gs
+    w = np.ones((4, 4), np.float32)
+    build = (lambda x: COO.from_dense(x)) if fmt == "coo" else (lambda x: BlockedELL.from_dense(x, block=2))
+    spmm = getattr(gs, "spmm_" + fmt)
+    b = np.ones((4, 3), np.float32)
+    for bad in ("Auto", "fast", 1, True, np.array(["auto"])):
+        with pytest.raises(ValueError, match=r"config: must be 'auto' or None, got"):
+            spmm(build(w), b, config=bad)
+    name = "COO" if fmt == "coo" else "BlockedELL"
+    with pytest.raises(TypeError, match=f"a: {name} kernels take float32 or float16 \\(config=None\\), got bfloat16"):
+        spmm(build(w.astype(BFLOAT16)), b.astype(BFLOAT16), config=None)
+    assert spmm(build(w.astype(BFLOAT16)), b.astype(BFLOAT16)).dtype == BFLOAT16
+    with pytest.raises(TypeError, match="a: expected a sparsekit.formats.COO or BlockedELL"):
+        gs.as_csr(CSR.from_dense(w))
+
+
+def test_single_entry_point_passes_config_through():
+    """``sparsekit.spmm`` runs each format's default, and ``config=None`` reaches the format's own kernel."""
+    from sparsekit.api import spmm
+    from sparsekit.formats import COO, BlockedELL
+    w = np.arange(16, dtype=np.float32).reshape(4, 4)
+    b = np.ones((4, 2), np.float32)
+    for a in (COO.from_dense(w), BlockedELL.from_dense(w, block=2)):
+        for config in ("auto", None):
+            np.testing.assert_array_equal(spmm(a, b, config=config), w @ b)
+        np.testing.assert_array_equal(spmm(a, b), w @ b)
+        with pytest.raises(ValueError, match="config: must be"):
+            spmm(a, b, config="best")

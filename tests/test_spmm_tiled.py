@@ -279,4 +279,4 @@ def test_bfloat16_csr_runs_on_the_row_kernel():
     assert got.dtype == BF16
     assert_close(got, rt.spmm_tiled(TiledCSL.from_dense(w, tile=(16, 16)), b), w, b)
     with pytest.raises(TypeError, match="COO kernels take float32 or float16"):
-        gs.spmm_coo(COO.from_dense(w), b)
+        gs.spmm_coo(COO.from_dense(w), b, config=None)

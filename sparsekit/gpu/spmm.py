@@ -21,11 +21,15 @@ figures and the teaching track's examples of load balance:
     sums meet in shared memory in a fixed order (deterministic).
     :func:`staged_tunables` picks ``S`` and ``V`` for a problem; on the H100
     it beats cuSPARSE on all 20 suite problems (``experiments/results/teaching.md``).
-``spmm_coo(coo, b)``
+``spmm_coo(coo, b)``, ``spmm_blocked_ell(bell, b)``
+    by default (``config="auto"``) ``spmm_csr``'s automatic choice on the
+    same stored entries as CSR (:func:`as_csr`, built once per prepared
+    matrix): deterministic, and the staged kernel's balance and vector loads.
+``spmm_coo(coo, b, config=None)``
     one thread per (stored entry, column of ``B``), adding into ``C`` with
     float32 atomics: perfectly balanced, but the order of the additions (and
     so the last bits of the result) changes from run to run.
-``spmm_blocked_ell(bell, b)``
+``spmm_blocked_ell(bell, b, config=None)``
     one thread per element of ``C``; it walks the ``Kb`` block slots of its
     block row, the same count for every row (blocked-uniform sparsity).
 
@@ -55,7 +59,8 @@ from sparsekit.balance import row_swizzle
 from sparsekit.checks import BFLOAT16, check_int
 from sparsekit.formats import COO, CSR, BlockedELL, TiledBitmap, TiledCSL
 
-__all__ = ["DeviceSparse", "prepare", "spmm_csr", "auto_route", "staged_tunables", "spmm_coo", "spmm_blocked_ell"]
+__all__ = ["DeviceSparse", "prepare", "spmm_csr", "auto_route", "staged_tunables", "spmm_coo", "spmm_blocked_ell",
+           "as_csr"]
 
 WARP_SIZE = 32
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16)
@@ -307,13 +312,11 @@ _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), Bloc
 
 
 def prepare(a, cls) -> DeviceSparse:
-    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device (bfloat16: CSR only).
+    """Check ``a`` (an instance of ``cls``) fully and copy its arrays to the device (bfloat16 too: the COO and
+    blocked-ELL kernels refuse it at launch, their ``config="auto"`` runs it as CSR).
     A CSR has at most 2**31 - 1 rows: the kernels' launch orders (:meth:`DeviceSparse.identity`,
     :meth:`DeviceSparse.swizzle`) are int32 row numbers."""
     host = getattr(a, "host", a)
-    if cls is not CSR and getattr(host, "dtype", None) == BFLOAT16:
-        raise TypeError(f"a: {cls.__name__} kernels take float32 or float16; bfloat16 runs on CSR "
-                        f"(spmm_csr) or TiledCSL (gpu.spmm_tiled)")
     if cls is CSR and isinstance(host, CSR):
         check_int32(host.shape[0], "a.shape[0]", "rows", "the CSR kernels' launch orders are int32 row numbers")
     return DeviceSparse.from_host(a, cls, _FIELDS[cls], name="a", dtypes=_DTYPES,
@@ -457,35 +460,116 @@ def staged_tunables(csr, n: int) -> dict:
                 vector=vector, cols_per_lane=cols_per_lane)
 
 
-def spmm_coo(coo, b):
-    """``C = A @ b`` for ``A`` in COO: thread per (entry, column), float32 atomics
-    into a zeroed float32 ``C``, then one rounding to ``b``'s dtype. Not
-    bit-reproducible (the order of the atomic additions varies)."""
-    dev = prepare(coo, COO)
+def _check_config(config):
+    """``config`` of :func:`spmm_coo` and :func:`spmm_blocked_ell`: ``"auto"`` or None, else ``ValueError``."""
+    if not (config is None or (isinstance(config, str) and config == "auto")):
+        raise ValueError(f"config: must be 'auto' or None, got {config!r}")
+
+
+def _indptr(counts: np.ndarray) -> np.ndarray:
+    """CSR row pointers of rows holding ``counts`` entries (int32 where the total fits, else int64)."""
+    total = int(counts.sum())
+    indptr = np.zeros(len(counts) + 1, np.int32 if total <= np.iinfo(np.int32).max else np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr
+
+
+def _csr_of(host) -> CSR:
+    """The COO or BlockedELL ``host`` as a :class:`~sparsekit.formats.CSR` of the same stored entries, explicit
+    zeros included (so ``A @ b`` is the same for every ``b``, non-finite ones too), without a dense copy."""
+    m = host.shape[0]
+    if isinstance(host, COO):                   # canonical: sorted row-major, no duplicates -- a CSR's order
+        return CSR(_indptr(np.bincount(host.row, minlength=m)), host.col, host.data, host.shape)
+    bs, (mb, kb) = host.block, host.indices.shape
+    # values[r, s, i, j] sits at row r*bs + i, column indices[r, s]*bs + j; in the order (r, i, s, j) each row's
+    # columns ascend (the block columns of a block row ascend along s).
+    cols = host.indices.astype(np.int32)[:, :, None] * bs + np.arange(bs, dtype=np.int32)       # (mb, kb, bs)
+    cols = np.broadcast_to(cols[:, None], (mb, bs, kb, bs)).reshape(-1)
+    data = host.values.transpose(0, 2, 1, 3).reshape(-1)
+    return CSR(_indptr(np.full(m, kb * bs)), cols, data, host.shape)
+
+
+def as_csr(a) -> DeviceSparse:
+    """A COO or BlockedELL (or a :class:`DeviceSparse` of one, as :func:`prepare` makes) as a prepared CSR of the
+    same stored entries: what ``config="auto"`` of :func:`spmm_coo` and :func:`spmm_blocked_ell` multiplies.
+    Built in O(nnz) (no dense copy) and, for a prepared matrix, once: it is kept on it."""
+    host = getattr(a, "host", a)
+    if not isinstance(host, (COO, BlockedELL)):
+        raise TypeError(f"a: expected a sparsekit.formats.COO or BlockedELL (or a DeviceSparse of one), "
+                        f"got {type(host).__name__}")
+    dev = prepare(a, type(host))
+    return dev.cached("csr", lambda: prepare(_csr_of(dev.host), CSR), device=False)
+
+
+def _as_csr_or_own(a, b, config, cls, launch_own):
+    """What :func:`spmm_coo` and :func:`spmm_blocked_ell` share: ``config="auto"`` hands the matrix as CSR to
+    :func:`spmm_csr`; ``config=None`` checks ``b``, allocates ``C`` and has ``launch_own(dev, b_dev, c)`` fill it
+    (the format's own kernel, float32 or float16: it widens with ``float32(x)``)."""
+    _check_config(config)
+    dev = prepare(a, cls)
+    if config == "auto":
+        return spmm_csr(as_csr(dev), b)
+    if dev.dtype == BFLOAT16:
+        raise TypeError(f"a: {cls.__name__} kernels take float32 or float16 (config=None), got bfloat16; the "
+                        f"default config='auto' runs bfloat16 as CSR (spmm_csr)")
     bop = _rhs(b, dev)
-    m, n = dev.shape[0], bop.dev.shape[1]
-    c = output((m, n), dev.dtype, like=bop)
-    if m and n:
-        per_element = (cdiv(n, 32), cdiv(m, 8)), (32, 8)     # (grid, block)
-        acc = c if dev.dtype == np.float32 else cuda.device_array((m, n), np.float32)
-        _zero_kernel[per_element](acc)
-        nnz = dev.host.nnz
-        if nnz:
-            _coo_kernel[(cdiv(n, 32), cdiv(nnz, 8)), (32, 8)](
-                dev.arrays["row"], dev.arrays["col"], dev.arrays["data"], bop.dev, acc, nnz, n)
-        if acc is not c:
-            _cast_kernel[per_element](acc, c)
+    c = output((dev.shape[0], bop.dev.shape[1]), dev.dtype, like=bop)
+    if c.size:
+        launch_own(dev, bop.dev, c)
     return result(c, like=bop)
 
 
-def spmm_blocked_ell(bell, b):
-    """``C = A @ b`` for ``A`` in blocked-ELL: thread per element of ``C``,
-    walking the ``Kb`` block slots of its block row."""
-    dev = prepare(bell, BlockedELL)
-    bop = _rhs(b, dev)
-    m, n = dev.shape[0], bop.dev.shape[1]
-    c = output((m, n), dev.dtype, like=bop)
-    if m and n:
-        _blocked_ell_kernel[(cdiv(n, 32), cdiv(m, 8)), (32, 8)](
-            dev.arrays["values"], dev.arrays["indices"], bop.dev, c, m, n, dev.host.block)
-    return result(c, like=bop)
+def spmm_coo(coo, b, *, config="auto"):
+    """``C = A @ b`` for ``A`` in COO.
+
+    ``config="auto"`` (the default): :func:`spmm_csr` with its own ``config="auto"`` on the matrix as CSR
+    (:func:`as_csr`: a canonical COO's ``col`` and ``data`` are already a CSR's, only the row pointers are
+    counted; built once per prepared matrix). One kernel that sums each element of ``C`` in registers and
+    stores it once, where the atomic kernel adds ``nnz * N`` products into memory after a zeroing pass; no
+    atomics, so bit-identical from run to run; float32, float16 and bfloat16. Measured against ``config=None``
+    on the DL SpMM suite's 20 problems by ``python -m experiments.bench_teaching default-check``
+    (experiments/results/teaching.md).
+
+    ``config=None``: thread per (entry, column), float32 atomics into a zeroed float32 ``C``, then one rounding
+    to ``b``'s dtype (float32 and float16). Perfectly balanced, but not bit-reproducible (the order of the
+    atomic additions varies).
+    """
+    return _as_csr_or_own(coo, b, config, COO, _launch_coo)
+
+
+def _launch_coo(dev, b, c):
+    """``c = A @ b`` by :func:`_coo_kernel` (after zeroing a float32 accumulator; float16: rounded into ``c``)."""
+    m, n = c.shape
+    per_element = (cdiv(n, 32), cdiv(m, 8)), (32, 8)     # (grid, block)
+    acc = c if dev.dtype == np.float32 else cuda.device_array((m, n), np.float32)
+    _zero_kernel[per_element](acc)
+    nnz = dev.host.nnz
+    if nnz:
+        _coo_kernel[(cdiv(n, 32), cdiv(nnz, 8)), (32, 8)](
+            dev.arrays["row"], dev.arrays["col"], dev.arrays["data"], b, acc, nnz, n)
+    if acc is not c:
+        _cast_kernel[per_element](acc, c)
+
+
+def spmm_blocked_ell(bell, b, *, config="auto"):
+    """``C = A @ b`` for ``A`` in blocked-ELL.
+
+    ``config="auto"`` (the default): :func:`spmm_csr` with its own ``config="auto"`` on the matrix as CSR
+    (:func:`as_csr`: every stored entry of the kept blocks, explicit zeros included, so the result is the
+    blocked kernel's for every ``b``; built once per prepared matrix). The staged CSR kernel splits long rows
+    over warps, loads 4 columns of ``B`` per instruction and launches rows by length, none of which the
+    thread-per-element kernel does; float32, float16 and bfloat16. Measured against ``config=None`` on the DL
+    SpMM suite's 20 shapes (blocked-uniform, 4 x 4 blocks) by ``python -m experiments.bench_teaching
+    default-check`` (experiments/results/teaching.md).
+
+    ``config=None``: thread per element of ``C``, walking the ``Kb`` block slots of its block row (float32 and
+    float16).
+    """
+    return _as_csr_or_own(bell, b, config, BlockedELL, _launch_blocked_ell)
+
+
+def _launch_blocked_ell(dev, b, c):
+    """``c = A @ b`` by :func:`_blocked_ell_kernel`."""
+    m, n = c.shape
+    _blocked_ell_kernel[(cdiv(n, 32), cdiv(m, 8)), (32, 8)](
+        dev.arrays["values"], dev.arrays["indices"], b, c, m, n, dev.host.block)
