@@ -7,7 +7,7 @@ from torch import nn
 
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
-from sparsekit.torch.ops import dense_weight, forward, register, sparse_linear
+from sparsekit.torch.ops import bitmap_bytes, dense_weight, forward, register, sparse_linear
 
 __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 
@@ -46,12 +46,27 @@ class SparseLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` (``out x in``) stored as its kept entries only, as padded ELL rows
     (``sparsekit/reference/spmm_ell_rows.py``): ``values`` (the trainable Parameter, ``out x width``) and ``indices``
     (a buffer, int16 bits of each entry's column; ``in_features`` marks padding), ``width`` the longest row
-    rounded up to a multiple of 8. 4 bytes a kept weight in float16/bfloat16; nothing else is stored.
+    rounded up to a multiple of 8. 4 bytes a kept weight in float16/bfloat16; nothing else is stored but the
+    TiledBitmap of inference below, once built.
 
     Any pattern (uniform, 2:4, unstructured, or your own: :meth:`from_rows`). Gradients reach the kept
-    entries only, so fine-tuning keeps the pattern. float16 and bfloat16 run the sparse kernel on CUDA at
-    decode widths (``N <= 16`` rows of ``x``) and dense GEMM on the weight densified for the call beyond;
-    float32 the latter on CUDA; float64 the CPU (gradcheck). On CUDA without autograd and outside
+    entries only, so fine-tuning keeps the pattern. On CUDA, float16 and bfloat16 (for ``N`` rows of ``x``;
+    why: :mod:`sparsekit.torch.ops`, measured on the H200 at Llama shapes):
+
+    * ``N < 8``, and ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more):
+      the row kernel on the ELL rows, bound by reading 4 bytes a kept weight;
+    * without autograd (``torch.no_grad``, ``torch.inference_mode``), ``N = 8`` otherwise and ``N = 9..64``: the
+      tensor-core kernel on the weight as a :class:`~sparsekit.formats.TiledBitmap`, built from the rows on the
+      host at the first such call (a device sync, a second or two for a 14336x4096 weight), kept on the device
+      beside them (0.42 of the dense bytes at 80 %) and built again after the values or indices change as torch
+      counts it (an optimizer step, ``copy_``, in-place ops; a write through ``.data`` is not counted);
+    * with autograd, ``N <= 16``: the row kernel;
+    * wider ``x``: dense GEMM on the weight densified for the call.
+
+    float32 runs the last on CUDA; float64 the CPU (gradcheck). Each route's launches are recorded at its first
+    call and replayed after; a CUDA graph can capture the layer once it has run at that width outside the
+    capture (else RuntimeError). A captured bitmap route reads the TiledBitmap of its capture: after changing
+    the weight, run the layer again outside a capture and capture anew. On CUDA without autograd and outside
     ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time).
     """
 
@@ -107,12 +122,13 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.dim() == 2                               # (N, K): no reshapes (a few us of host time a call)
         x2 = x if flat else x.reshape(-1, self.in_features)
-        if x2.is_cuda and not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        inference = not torch.is_grad_enabled()
+        if x2.is_cuda and inference and not torch.compiler.is_compiling():
             if x2.dtype != self.values.dtype:
                 raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
-            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id)   # no op dispatch
+            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, True)   # no op dispatch
         else:
-            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id)
+            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id, inference)
         if not flat:
             y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
@@ -144,8 +160,8 @@ class SparseLinear(nn.Module):
         return dense
 
     def weight_bytes(self) -> int:
-        """Bytes of the stored weight (values and indices)."""
-        return sum(t.numel() * t.element_size() for t in (self.values, self.indices))
+        """Bytes of the stored weight: values and indices, and its TiledBitmap once built."""
+        return sum(t.numel() * t.element_size() for t in (self.values, self.indices)) + bitmap_bytes(self.weight_id)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -1,16 +1,33 @@
 """The sparse linear product as a ``torch.library`` custom op, with a fake (meta) kernel and autograd.
 
-``sparsekit::sparse_linear(x, values, indices, in_features, weight_id)`` is ``y = x @ W^T`` for a weight
-``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell_rows.py``): ``values`` and ``indices``
+``sparsekit::sparse_linear(x, values, indices, in_features, weight_id, inference=False)`` is ``y = x @ W^T`` for a
+weight ``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell_rows.py``): ``values`` and ``indices``
 (``M x W``, ``W`` a multiple of 8; column ``K`` marks padding; columns are read as unsigned 16-bit).
 
-* CUDA, float16/bfloat16, ``N <= KERNEL_MAX_N``: :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by
-  reading the weight's 4 bytes a kept entry; its launches are recorded once per (weight, ``N``) and replayed
-  with ``cuLaunchKernel`` on torch's current stream (:mod:`sparsekit.launch`): no host sync, no allocation
-  outside torch's allocator, so a CUDA graph can capture it.
-* CUDA, wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`,
-  recorded the same way, or torch's scatter for float32) and dense GEMM (cuBLAS); nothing dense is kept.
-* CPU: torch ops on the densified weight with float32 accumulation (float64 stays float64: ``gradcheck``).
+On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
+4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
+
+* ``N < 8``, and ``N = 8`` where rows hold at most a quarter of ``K``: the row kernel,
+  :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
+  (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.6 / 37.8 /
+  38.8: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
+* ``inference`` (no autograd) and ``8 <= N <= 64`` otherwise: the weight as a
+  :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
+  whose time hardly grows with ``N`` (``spmm_bitmap.md``: 0.76-1.12x dense at N = 8, 0.78-1.04x at 16, 0.65-0.88x
+  at 32, 0.37-0.55x at 64, against the row kernel's 0.47-1.32x at N = 8 and 0.20-0.87x at 16,
+  ``torch_decoder.md``). The TiledBitmap is built from the ELL rows on the host on the first such call, copied
+  to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
+* With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
+  TiledBitmap would be rebuilt for each).
+* Wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`,
+  or torch's scatter for float32) and dense GEMM (cuBLAS); nothing dense is kept.
+
+Each kernel's launches are recorded once per (weight, ``N``) and replayed with ``cuLaunchKernel`` on torch's
+current stream (:mod:`sparsekit.launch`): no host sync, no allocation outside torch's allocator, so a CUDA graph
+can capture them. Recording (and building the TiledBitmap) cannot happen inside a capture: the first call at a
+width must come before it (the warm-up ``torch.cuda.graph`` asks for), else :class:`RuntimeError`.
+
+On the CPU: torch ops on the densified weight with float32 accumulation (float64 stays float64: ``gradcheck``).
 
 Autograd: ``dX = dY @ W`` (the densified weight) and the gradient of the kept entries only,
 ``dvalues[m, j] = (dY^T x)[m, indices[m, j]]`` (zero at padding), so training keeps the pattern.
@@ -22,18 +39,46 @@ import weakref
 
 import torch
 
-__all__ = ["sparse_linear", "forward", "dense_weight", "register", "KERNEL_MAX_N", "KERNEL_DTYPES"]
+__all__ = ["sparse_linear", "forward", "route", "tiled_bitmap", "bitmap_bytes", "dense_weight", "register",
+           "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY", "KERNEL_DTYPES"]
 
-#: The widest ``x`` the row kernel multiplies; wider goes to dense GEMM on the densified weight. At
-#: ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity from
-#: 50 %; at ``N = 32`` it takes 2.5-10x dense cuBLAS (``experiments/results/uspmm_decode.md``).
+#: The widest ``x`` the row kernel multiplies while autograd records; wider goes to dense GEMM on the densified
+#: weight. At ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity
+#: from 50 %; at ``N = 32`` it takes 2.5-10x dense cuBLAS (``experiments/results/uspmm_decode.md``).
 KERNEL_MAX_N = 16
+#: Without autograd, ``x`` of ``BITMAP_MIN_N`` to ``BITMAP_MAX_N`` rows runs the TiledBitmap kernel, which pads ``x``
+#: to a multiple of 8 rows: its time at N = 8 is the least any narrower ``x`` could take, above the row kernel's
+#: below 8 (N = 1: 4.7-34.5 us against the bitmap kernel's 19.3-50.7 at N = 8; ``torch_decoder.md``,
+#: ``spmm_bitmap.md``). From N = 9 it is the faster (N = 16: 0.78-1.04x dense against 0.20-0.87x; the row
+#: kernel is faster there only at 4096x4096 90 %, 15.9 against 19.9 us).
+BITMAP_MIN_N = 8
+#: The bitmap kernel's widest ``x``; beyond, densify + GEMM. At N = 32 and 64 the kernel takes 0.65-0.88x and
+#: 0.37-0.55x dense cuBLAS (``spmm_bitmap.md``); densify + GEMM writes the dense weight, then reads it (batch 32
+#: decode end to end: 0.43-0.61x dense, ``torch_decoder.md``).
+BITMAP_MAX_N = 64
+#: At N = ``BITMAP_MIN_N``, the row kernel where a row stores at most this share of ``K`` (the layer's padded
+#: width over ``in_features``: what the row kernel reads, known without looking at the values). Device us at
+#: 4096x4096 / 14336x4096 / 4096x14336, row kernel against bitmap (``torch_decoder.md`` "One layer",
+#: ``spmm_bitmap.md``): 90 % 10.4 / 23.9 / 24.8 against 19.3 / 36.1 / 37.2; 80 % 16.0 / 37.7 / 36.5 against
+#: 19.6 / 37.8 / 38.8; 70 % 19.1 / 47.2 / 44.9 against 20.4 / 40.4 / 42.3; 50 % 24.2 / 63.5 / 61.7 against
+#: 23.3 / 46.5 / 50.7.
+BITMAP_MIN_DENSITY = 0.25
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 _WEIGHTS: dict = {}
 _IDS = itertools.count(1)
 _UNRECORDED = object()
+
+
+def route(n: int, width: int, in_features: int, inference: bool) -> str:
+    """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and a weight of ``width`` stored entries a row over
+    ``in_features`` columns: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"`` (densify +
+    GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
+    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and (n > BITMAP_MIN_N
+                                                           or width > BITMAP_MIN_DENSITY * in_features):
+        return "bitmap"
+    return "rows" if n <= KERNEL_MAX_N else "dense"
 
 
 def _columns(indices: torch.Tensor) -> torch.Tensor:
@@ -47,15 +92,42 @@ def dense_weight(values: torch.Tensor, indices: torch.Tensor, in_features: int) 
     return out.scatter(1, _columns(indices), values)[:, :in_features]
 
 
+def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
+    """``W`` of padded ELL rows (float16 or bfloat16) as a :class:`~sparsekit.formats.TiledBitmap` on the host: the
+    stored entries in row order, padding and zeros left out. Copies ``values`` and ``indices`` to the host."""
+    import numpy as np
+
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.formats import TiledBitmap
+
+    if values.dtype not in KERNEL_DTYPES:
+        raise ValueError(f"values: a TiledBitmap holds float16 or bfloat16, got {values.dtype}")
+    dtype = np.float16 if values.dtype == torch.float16 else BFLOAT16
+    halves = values.detach().view(torch.int16).cpu().numpy().view(dtype)    # torch has no NumPy bfloat16
+    columns = indices.cpu().numpy().view(np.uint16)
+    rows, at = np.nonzero(columns < in_features)                            # row by row: from_coords skips its sort
+    return TiledBitmap.from_coords(rows, columns[rows, at], halves[rows, at], (values.shape[0], in_features))
+
+
+def _refuse_in_capture(x: torch.Tensor, what: str) -> None:
+    """A RuntimeError naming ``what`` when a CUDA graph capture is under way on the current stream (work that
+    syncs with the host or allocates outside torch cannot be captured)."""
+    if x.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"sparse_linear: cannot {what} for x of shape {tuple(x.shape)} and {x.dtype} inside a "
+                           f"CUDA graph capture; call the layer once with such an x before capturing (the "
+                           f"warm-up torch.cuda.graph asks for)")
+
+
 class Prepared:
-    """One layer's launch plans (per ``N``, dtype, device and the addresses of its tensors) and the scratch
-    buffers they point at; dropped with its layer."""
+    """One layer's launch plans (per route, ``N``, dtype, device and the addresses of its tensors), the scratch
+    buffers they point at and the weight's TiledBitmap once built; dropped with its layer."""
 
     def __init__(self):
         from sparsekit.gpu.launch import Buffers
 
         self.plans: dict = {}
         self.buffers = Buffers()
+        self._bitmap = None                        # (what it was built from, DeviceBitmap)
 
     def _run(self, key, product, x, out_shape) -> torch.Tensor:
         """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
@@ -66,21 +138,53 @@ class Prepared:
         if plan is _UNRECORDED:
             from sparsekit.launch import record
 
+            _refuse_in_capture(x, "record the launches")
             out, self.plans[key] = record(product(), x, lambda t: t.new_empty(out_shape))
             return out
         out = x.new_empty(out_shape)
         plan(x.data_ptr(), out.data_ptr(), torch._C._cuda_getCurrentRawStream(x.get_device()))
         return out
 
-    def product(self, x, values, indices, in_features: int) -> torch.Tensor:
-        """``x @ W^T`` on CUDA (``x`` ``N x K`` C-contiguous, no grad, ``N <= KERNEL_MAX_N``, a kernel dtype)."""
-        key = (x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
+    def rows_product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` by the row kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, a kernel dtype)."""
+        key = ("rows", x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
 
         def product():
             from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
 
             return lambda t: spmm_ell_rows_linear(values.detach(), indices, in_features, t.detach(),
                                                   buffers=self.buffers)
+
+        return self._run(key, product, x, (x.shape[0], values.shape[0]))
+
+    def bitmap(self, values, indices, in_features: int):
+        """The weight as a :class:`~sparsekit.gpu.spmm_bitmap.DeviceBitmap`: built from the ELL rows on the host
+        (:func:`tiled_bitmap`) and copied to the device when first asked for; built again once ``values`` or
+        ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
+        step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data``), the launch plans of
+        the TiledBitmap it replaces dropped with it."""
+        source = (values.data_ptr(), values._version, indices.data_ptr(), indices._version, values.dtype)
+        if self._bitmap is None or self._bitmap[0] != source:
+            from sparsekit.gpu.spmm_bitmap import upload
+
+            _refuse_in_capture(values, "build the weight's TiledBitmap")
+            for key in [key for key in self.plans if key[0] == "bitmap"]:
+                del self.plans[key]
+            self._bitmap = None                    # the replaced one freed before the new one is made
+            self._bitmap = (source, upload(tiled_bitmap(values, indices, in_features)))
+        return self._bitmap[1]
+
+    def bitmap_product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` by the TiledBitmap kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, the values'
+        dtype). ``x`` not on a 16-byte boundary is staged by the launcher: its own plan."""
+        key = ("bitmap", x.shape[0], x.dtype, x.data_ptr() % 16 == 0, values.data_ptr(), values._version,
+               indices.data_ptr(), indices._version)
+
+        def product():
+            from sparsekit.gpu.spmm_bitmap import spmm_bitmap_linear
+
+            dev = self.bitmap(values, indices, in_features)
+            return lambda t: spmm_bitmap_linear(dev, t.detach())
 
         return self._run(key, product, x, (x.shape[0], values.shape[0]))
 
@@ -108,17 +212,24 @@ def register(owner) -> int:
     return wid
 
 
-def _on_kernel(x: torch.Tensor) -> bool:
-    return x.dtype in KERNEL_DTYPES and x.shape[0] <= KERNEL_MAX_N
+def bitmap_bytes(weight_id: int) -> int:
+    """Device bytes of the TiledBitmap kept for weight ``weight_id`` (its stream and offsets; 0 until built)."""
+    built = _WEIGHTS[weight_id]._bitmap
+    return 0 if built is None else sum(a.size * a.dtype.itemsize for a in (built[1].stream, built[1].offsets))
 
 
-def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
-            weight_id: int) -> torch.Tensor:
+def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int, weight_id: int,
+            inference: bool = False) -> torch.Tensor:
     """``x @ W^T`` on ``x``'s device (the op's body; also the eager fast path of the layer)."""
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
-        if _on_kernel(x):
-            return prep.product(x if x.is_contiguous() else x.contiguous(), values, indices, in_features)
+        if x.dtype in KERNEL_DTYPES:
+            kernel = route(x.shape[0], values.shape[1], in_features, inference)
+            if kernel != "dense":
+                x = x if x.is_contiguous() else x.contiguous()
+                if kernel == "rows":
+                    return prep.rows_product(x, values, indices, in_features)
+                return prep.bitmap_product(x, values, indices, in_features)
         return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     return (x.to(acc) @ dense_weight(values, indices, in_features).to(acc).T).to(x.dtype)
@@ -126,20 +237,23 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
 
 @torch.library.custom_op("sparsekit::sparse_linear", mutates_args=())
 def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
-                  weight_id: int) -> torch.Tensor:
-    """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``."""
+                  weight_id: int, inference: bool = False) -> torch.Tensor:
+    """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``. ``inference``:
+    no gradient will be asked of this call (the layer passes ``not torch.is_grad_enabled()``), so the weight may
+    be read from a TiledBitmap kept between calls (:func:`route`); inside the op autograd's recording cannot be
+    seen (its forward runs under ``no_grad``)."""
     if x.dtype != values.dtype:
         raise ValueError(f"x: dtype must be the weight's {values.dtype}, got {x.dtype}")
-    return forward(x, values, indices, in_features, weight_id)
+    return forward(x, values, indices, in_features, weight_id, inference)
 
 
 @sparse_linear.register_fake
-def _(x, values, indices, in_features, weight_id):
+def _(x, values, indices, in_features, weight_id, inference=False):
     return x.new_empty((x.shape[0], values.shape[0]))
 
 
 def _setup(ctx, inputs, output):
-    x, values, indices, in_features, weight_id = inputs
+    x, values, indices, in_features, weight_id, _ = inputs
     ctx.in_features, ctx.weight_id = in_features, weight_id
     ctx.save_for_backward(x, values, indices)
 
@@ -156,7 +270,7 @@ def _backward(ctx, grad):
         outer = grad.to(acc).T @ x.to(acc)                                 # (M x K) dY^T x
         outer = torch.nn.functional.pad(outer, (0, 1))                     # column K (padding): zero
         grad_values = outer.gather(1, _columns(indices)).to(values.dtype)
-    return grad_x, grad_values, None, None, None
+    return grad_x, grad_values, None, None, None, None
 
 
 sparse_linear.register_autograd(_backward, setup_context=_setup)

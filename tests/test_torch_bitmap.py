@@ -1,0 +1,145 @@
+"""SparseLinear's TiledBitmap route off the GPU: which kernel each width of ``x`` runs (the rule of
+sparsekit/torch/ops.py), the TiledBitmap built from the layer's padded ELL rows equal to its weight (float16 and
+bfloat16, any pattern, explicit zeros, columns past 32767), kept between calls and built again when the values
+or indices change as torch counts it, and, on the simulator (or a GPU), the bitmap kernel on it equal to the
+reference. The layer's CUDA path through it: tests/gpu/test_torch_bitmap_gpu.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from numba import cuda
+from numba.cuda import config as cuda_config
+
+torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
+
+from sparsekit.checks import BFLOAT16  # noqa: E402
+from sparsekit.reference.spmm_ell_rows import ell_rows_from_dense  # noqa: E402
+from sparsekit.torch import SparseLinear  # noqa: E402
+from sparsekit.torch import ops  # noqa: E402
+from spmm_close import assert_half_close  # noqa: E402
+from strategies import sparse_halves  # noqa: E402
+
+needs_device = pytest.mark.skipif(not cuda_config.ENABLE_CUDASIM and not cuda.is_available(),
+                                  reason="copies the TiledBitmap to a device: the simulator "
+                                         "(NUMBA_ENABLE_CUDASIM=1) or a GPU")
+TORCH_DTYPE = {np.dtype(np.float16): torch.float16, BFLOAT16: torch.bfloat16}
+
+
+def _rows(w: np.ndarray):
+    """Padded ELL rows of ``w`` as the layer stores them: ``(values, indices)`` torch tensors (int16 columns)."""
+    values, indices = ell_rows_from_dense(w)
+    return (torch.from_numpy(values.view(np.int16)).view(TORCH_DTYPE[w.dtype]),
+            torch.from_numpy(indices.view(np.int16)))
+
+
+def _dense(layer: SparseLinear) -> np.ndarray:
+    """The layer's weight as float32 NumPy."""
+    return layer.to_dense().weight.detach().float().numpy()
+
+
+def test_route_follows_the_measured_crossovers():
+    k = 4096
+    at_80, at_70 = 824, 1232                            # uniform 80 % and 70 % of 4096 columns, rows padded to 8
+    assert ops.route(1, at_70, k, True) == "rows" and ops.route(7, at_70, k, True) == "rows"
+    assert ops.route(8, at_80, k, True) == "rows" and ops.route(8, 1024, k, True) == "rows"     # 75 %: rows
+    assert ops.route(8, at_70, k, True) == "bitmap" and ops.route(8, 1032, k, True) == "bitmap"
+    for n in (9, 16, 17, 32, 64):
+        assert ops.route(n, at_80, k, True) == "bitmap"
+    assert ops.route(65, at_80, k, True) == "dense"
+    for n, want in ((1, "rows"), (8, "rows"), (16, "rows"), (17, "dense"), (64, "dense")):
+        assert ops.route(n, at_70, k, False) == want    # autograd recording: the values may change every call
+
+
+def test_bitmap_route_stays_within_the_kernel():
+    from sparsekit.gpu.spmm_bitmap import MAX_N
+
+    assert ops.BITMAP_MAX_N <= MAX_N and ops.BITMAP_MIN_N <= ops.KERNEL_MAX_N
+
+
+@given(w=sparse_halves(max_rows=40, max_cols=100))
+def test_tiled_bitmap_of_the_rows_is_the_weight(w):
+    values, indices = _rows(w)
+    bitmap = ops.tiled_bitmap(values, indices, w.shape[1])
+    bitmap.validate(full=True)
+    assert bitmap.shape == w.shape and bitmap.dtype == w.dtype
+    assert np.array_equal(bitmap.to_dense().astype(np.float32), w.astype(np.float32))
+
+
+def test_tiled_bitmap_leaves_out_padding_and_stored_zeros():
+    w = np.zeros((3, 40000), np.float16)                 # columns past 32767: int16 read unsigned
+    w[0, 39999], w[1, 5], w[2, 32768] = 1, 2, -3
+    values, indices = _rows(w)
+    values[1, 0] = 0                                     # a stored entry whose value is zero
+    bitmap = ops.tiled_bitmap(values, indices, 40000)
+    w[1, 5] = 0
+    assert bitmap.nnz == 2 and np.array_equal(bitmap.to_dense(), w)
+    with pytest.raises(ValueError, match="values: a TiledBitmap holds float16 or bfloat16"):
+        ops.tiled_bitmap(values.float(), indices, 40000)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("pattern", ["uniform", "unstructured"])
+def test_layer_bitmap_equals_its_weight(dtype, pattern):
+    torch.manual_seed(0)
+    layer = SparseLinear.from_dense(torch.nn.Linear(100, 37).to(dtype), pattern=pattern, sparsity=0.7)
+    bitmap = ops.tiled_bitmap(layer.values, layer.indices, 100)
+    assert np.array_equal(bitmap.to_dense().astype(np.float32), _dense(layer))
+
+
+@needs_device
+def test_bitmap_is_kept_and_built_again_when_the_weight_changes():
+    torch.manual_seed(1)
+    layer = SparseLinear.from_dense(torch.nn.Linear(64, 32).half(), sparsity=0.6)
+    prep = ops._WEIGHTS[layer.weight_id]
+    assert layer.weight_bytes() == layer.values.numel() * 2 + layer.indices.numel() * 2    # nothing built yet
+
+    def bitmap():
+        return prep.bitmap(layer.values, layer.indices, 64)
+
+    first = bitmap()
+    assert bitmap() is first and np.array_equal(first.host.to_dense().astype(np.float32), _dense(layer))
+    assert layer.weight_bytes() == (layer.values.numel() * 2 + layer.indices.numel() * 2
+                                    + first.stream.size * 4 + first.offsets.size * 4)
+    prep.plans[("bitmap", 8)] = prep.plans[("rows", 8)] = None      # plans of the old bitmap go with it
+    with torch.no_grad():
+        layer.values.mul_(2)                             # in place: torch counts it (values._version)
+    doubled = bitmap()
+    assert doubled is not first and ("bitmap", 8) not in prep.plans and ("rows", 8) in prep.plans
+    assert np.array_equal(doubled.host.to_dense().astype(np.float32), _dense(layer))
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    layer(torch.randn(4, 64).half()).float().square().sum().backward()
+    optimizer.step()
+    stepped = bitmap()
+    assert stepped is not doubled and np.array_equal(stepped.host.to_dense().astype(np.float32), _dense(layer))
+    other = SparseLinear.from_dense(torch.nn.Linear(64, 32).half(), sparsity=0.9)
+    layer.load_state_dict(other.state_dict())            # another width: other tensors
+    assert np.array_equal(bitmap().host.to_dense().astype(np.float32), _dense(other))
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [8, 13])
+def test_bitmap_kernel_on_the_layers_bitmap_equals_the_pruned_product(dtype, n):
+    """K = 72 cuts a 32-column group (x staged with zero columns); 40 rows cut a 16-row block."""
+    from sparsekit.gpu.spmm_bitmap import spmm_bitmap_linear
+
+    torch.manual_seed(n)
+    layer = SparseLinear.from_dense(torch.nn.Linear(72, 40, bias=False).to(dtype), pattern="unstructured",
+                                    sparsity=0.6)
+    dev = ops._WEIGHTS[layer.weight_id].bitmap(layer.values, layer.indices, 72)
+    w = _dense(layer)                                    # the pruned weight, exact in float32
+    x = np.random.default_rng(n).standard_normal((n, 72)).astype(dev.dtype)
+    got = spmm_bitmap_linear(dev, x)
+    want = (x.astype(np.float32) @ w.T).astype(dev.dtype)    # float32 sums, rounded once
+    assert_half_close(got.T, want.T, w, x.T)
+
+
+def test_op_takes_the_inference_flag():
+    layer = SparseLinear.from_dense(torch.nn.Linear(8, 3), sparsity=0.5)
+    x = torch.randn(4, 8)
+    torch.library.opcheck(torch.ops.sparsekit.sparse_linear.default,
+                          (x, layer.values.detach(), layer.indices, 8, layer.weight_id, True))
+    op = torch.ops.sparsekit.sparse_linear
+    assert torch.equal(op(x, layer.values, layer.indices, 8, layer.weight_id, True),
+                       op(x, layer.values, layer.indices, 8, layer.weight_id))
