@@ -7,6 +7,7 @@ Not an experiment module (``experiments/teaching.py`` is); run it as a script::
     python -m experiments.bench_teaching cpu-conv [--quick]      # the slides' 3x3 conv layers: im2col + SpMM vs BLAS
     python -m experiments.bench_teaching specialize [--quick]    # SparseRT-style kernels: compile vs run time
     python -m experiments.bench_teaching gpu [--quick] [--out DIR]   # lessons vs cuSPARSE/cuBLAS, conv vs cuDNN
+    python -m experiments.bench_teaching default-check [--out DIR]   # each SpMM function's default vs its best
     python -m experiments.bench_teaching sanitize                # each GPU lesson once, tiny (compute-sanitizer)
 
 Each benchmark is one function returning one record per configuration (times
@@ -307,11 +308,7 @@ def sweep_gpu(problems, *, repeat: int = 10, budget_s: float = float("inf"), tim
     with ``speedup_vs_cusparse`` (NaN without PyTorch); prints the best per problem and each
     provider's geometric mean. ``timer`` as for :func:`bench_gpu_problem`."""
     recs = []
-    start = time.perf_counter()
-    for num, m, k, n, use, s in problems:
-        if time.perf_counter() - start > budget_s:
-            print(f"time budget of {budget_s} s spent: problems from {num} on are not measured")
-            break
+    for num, m, k, n, use, s in within_budget(problems, budget_s):
         csr, b, a = suite_matrix(m, k, n, s)
         got = bench_gpu_problem(csr, b, a, repeat=repeat, providers=sweep_providers(csr, n), timer=timer)
         base = next((r["us"] for r in got if r["provider"] == "cuSPARSE CSR (torch)"), float("nan"))
@@ -335,6 +332,126 @@ def sweep_gpu(problems, *, repeat: int = 10, budget_s: float = float("inf"), tim
     print(f"\n## gpu_sweep_summary\n\n{markdown(summary)}\n\nthe default call within 10 % of the best: "
           f"{sum(x <= 1.1 for x in ratios)} of {len(ratios)} problems (worst {max(ratios, default=float('nan')):.2f}x)")
     return recs
+
+
+#: Where ``gpu-sweep`` records live in the repository: ``default-check`` re-times each problem's fastest
+#: ``spmm_csr`` configuration found there.
+SWEEP_RECORDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "teaching_gpu_sweep.json")
+#: Block side of the blocked-ELL problems (that of the USpMM baselines, ``experiments/bench_uspmm.py``).
+BLOCK = 4
+#: ``default-check``'s provider names of the COO and blocked-ELL calls: the default and the format's own kernel.
+COO_AUTO, COO_OWN = "spmm_coo auto", "spmm_coo config=None"
+BELL_AUTO, BELL_OWN = "spmm_blocked_ell auto", "spmm_blocked_ell config=None"
+
+
+def best_swept_csr(sweep: list[dict], problem: int) -> str | None:
+    """The fastest correct explicit ``spmm_csr`` configuration (a :func:`sweep_providers` name other than
+    :data:`DEFAULT_CALL`) among the ``gpu-sweep`` records ``sweep`` of ``problem``; None when there is none."""
+    mine = [r for r in sweep if r["problem"] == problem and r["correct"] and r["provider"].startswith("gpu.spmm")
+            and r["provider"] != DEFAULT_CALL]
+    return min(mine, key=lambda r: r["us"])["provider"] if mine else None
+
+
+def _timed_calls(csr, b, a, calls: dict, *, repeat: int, timer) -> dict:
+    """:func:`bench_gpu_problem` of ``calls`` (name -> ``launch(b_dev)``) on ``csr`` (its dense ``a``) times
+    ``b``: name -> record (cuSPARSE CSR and cuBLAS too, where PyTorch sees the GPU)."""
+    return {r["provider"]: r for r in bench_gpu_problem(csr, b, a, repeat=repeat, providers=calls, timer=timer)}
+
+
+def _default_over_best(recs: dict, default: str, other: str) -> float:
+    """``default``'s device time over the faster correct one of ``default`` and ``other`` (NaN if neither is)."""
+    ran = [recs[name]["us"] for name in (default, other) if recs[name]["correct"]]
+    return recs[default]["us"] / min(ran) if ran else float("nan")
+
+
+def check_defaults(problems, *, repeat: int = 10, budget_s: float = float("inf"), timer=None,
+                   sweep: list[dict] | None = None) -> tuple[list[dict], list[dict]]:
+    """Each SpMM function's default call against its other configurations on each suite problem:
+
+    - ``spmm_coo`` (``config="auto"``: the CSR kernels) against ``config=None`` (its atomic kernel), on the suite
+      matrix as COO;
+    - ``spmm_blocked_ell`` (``config="auto"``) against ``config=None`` (thread per element of C), on a
+      blocked-uniform matrix of the problem's shape and sparsity (:data:`BLOCK`-square blocks of an N(0, 1) draw,
+      :func:`sparsekit.prune.blocked_uniform`);
+    - ``spmm_csr`` (:data:`DEFAULT_CALL`) against the problem's fastest explicit configuration of the ``gpu-sweep``
+      records ``sweep`` (:func:`best_swept_csr`), timed again here; without one, against ``staged_tunables``
+      passed explicitly.
+
+    Returns ``(rows, detail)``: one row per problem (each function's default and best device us, the default
+    over the best, the one-time ``as_csr`` conversion in host ms, everything correct) and every timed record.
+    ``timer`` as for :func:`bench_gpu_problem`."""
+    from sparsekit.formats import COO, CSR, BlockedELL, convert
+    from sparsekit.gpu import spmm as gs
+    from sparsekit.prune import blocked_uniform
+
+    rows, detail = [], []
+    for num, m, k, n, use, s in within_budget(problems, budget_s):
+        csr, b, a = suite_matrix(m, k, n, s)
+        _, b_blocked, w = suite_matrix(m, k, n, 0.0)                 # a dense N(0, 1) draw of the shape
+        blocked = BlockedELL.from_dense(w, blocked_uniform(w, s, BLOCK), block=BLOCK)
+        coo, bell = gs.prepare(convert(csr, COO), COO), gs.prepare(blocked, BlockedELL)
+        convert_ms = {}
+        for name, dev in (("coo", coo), ("blocked_ell", bell)):
+            t0 = time.perf_counter()
+            gs.as_csr(dev)                                            # built once, kept on the prepared matrix
+            convert_ms[name] = (time.perf_counter() - t0) * 1e3
+        swept = sweep_providers(csr, n)
+        best_known = best_swept_csr(sweep or [], num)
+        if best_known not in swept:                                   # no record, or a name this grid lacks
+            best_known = "gpu.spmm staged (staged_tunables)"
+            p = gs.prepare(csr, CSR)
+            swept[best_known] = lambda x, p=p: gs.spmm_csr(p, x, **gs.staged_tunables(p, n))
+        calls = {COO_AUTO: lambda x: gs.spmm_coo(coo, x), COO_OWN: lambda x: gs.spmm_coo(coo, x, config=None),
+                 DEFAULT_CALL: swept[DEFAULT_CALL], best_known: swept[best_known]}
+        recs = _timed_calls(csr, b, a, calls, repeat=repeat, timer=timer)
+        blocked_calls = {BELL_AUTO: lambda x: gs.spmm_blocked_ell(bell, x),
+                         BELL_OWN: lambda x: gs.spmm_blocked_ell(bell, x, config=None)}
+        brecs = _timed_calls(gs.as_csr(bell).host, b_blocked, blocked.to_dense(), blocked_calls, repeat=repeat,
+                             timer=timer)
+        detail += [{"problem": num, "matrix": "magnitude", **r} for r in recs.values()]
+        detail += [{"problem": num, "matrix": f"blocked-uniform {BLOCK}x{BLOCK}", **r} for r in brecs.values()]
+        rows.append({
+            "problem": num, "M": m, "K": k, "N": n, "sparsity": s,
+            "coo_auto_us": recs[COO_AUTO]["us"], "coo_none_us": recs[COO_OWN]["us"],
+            "coo_default_over_best": _default_over_best(recs, COO_AUTO, COO_OWN),
+            "coo_convert_ms": convert_ms["coo"],
+            "bell_auto_us": brecs[BELL_AUTO]["us"], "bell_none_us": brecs[BELL_OWN]["us"],
+            "bell_default_over_best": _default_over_best(brecs, BELL_AUTO, BELL_OWN),
+            "bell_convert_ms": convert_ms["blocked_ell"],
+            "csr_default_us": recs[DEFAULT_CALL]["us"], "csr_best_known": best_known.removeprefix("gpu.spmm "),
+            "csr_best_known_us": recs[best_known]["us"],
+            "csr_default_over_best": _default_over_best(recs, DEFAULT_CALL, best_known),
+            "cusparse_us": recs.get("cuSPARSE CSR (torch)", {}).get("us"),
+            "all_correct": all(r["correct"] for r in (*recs.values(), *brecs.values()))})
+        row = rows[-1]
+        print(f"problem {num} ({m}x{k}x{n}): default / best: coo {row['coo_default_over_best']:.2f}x, blocked_ell "
+              f"{row['bell_default_over_best']:.2f}x, csr {row['csr_default_over_best']:.2f}x; "
+              f"all correct {row['all_correct']}", flush=True)
+    for fn, key in (("coo", "coo"), ("blocked_ell", "bell"), ("csr", "csr")):
+        ratios = [r[f"{key}_default_over_best"] for r in rows]
+        print(f"spmm_{fn}: the default call within 10 % of the best on {sum(x <= 1.1 for x in ratios)} of "
+              f"{len(ratios)} problems (worst {max(ratios, default=float('nan')):.2f}x)")
+    return rows, detail
+
+
+def _read_sweep(path: str) -> list[dict]:
+    """The ``gpu_sweep`` records of a ``gpu-sweep`` JSON at ``path`` (none when the file is missing)."""
+    if not os.path.exists(path):
+        print(f"no sweep records at {path}: spmm_csr's default is compared with staged_tunables given explicitly")
+        return []
+    with open(path) as f:
+        return json.load(f)["gpu_sweep"]
+
+
+def within_budget(problems, budget_s: float):
+    """The ``problems`` one by one while less than ``budget_s`` seconds have passed since the first (then a note
+    saying from which problem on none is measured)."""
+    start = time.perf_counter()
+    for prob in problems:
+        if time.perf_counter() - start > budget_s:
+            print(f"time budget of {budget_s} s spent: problems from {prob[0]} on are not measured")
+            return
+        yield prob
 
 
 def _selected(problems, numbers: str | None):
@@ -361,8 +478,11 @@ def geomean(xs) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=("loop-orders", "cpu-suite", "cpu-conv", "specialize", "gpu", "gpu-sweep",
-                                     "sanitize"))
-    ap.add_argument("--problems", default=None, help="gpu, gpu-sweep: comma-separated suite problem numbers")
+                                     "default-check", "sanitize"))
+    ap.add_argument("--problems", default=None,
+                    help="gpu, gpu-sweep, default-check: comma-separated suite problem numbers")
+    ap.add_argument("--sweep", default=SWEEP_RECORDS,
+                    help="default-check: the gpu-sweep JSON whose fastest spmm_csr configurations it re-times")
     ap.add_argument("--quick", action="store_true", help="toy sizes (CI)")
     ap.add_argument("--repeat", type=int, default=None, help="timed repeats per configuration")
     ap.add_argument("--out", default=None, help="folder for JSON results")
@@ -389,14 +509,14 @@ def main(argv=None) -> int:
     elif args.what == "gpu-sweep":
         out["gpu_sweep"] = sweep_gpu(_selected(suite_problems(args.quick), args.problems),
                                      repeat=args.repeat or 10, budget_s=args.budget_s)
+    elif args.what == "default-check":
+        out["default_check"], out["default_check_detail"] = check_defaults(
+            _selected(suite_problems(args.quick), args.problems), repeat=args.repeat or 10, budget_s=args.budget_s,
+            sweep=_read_sweep(args.sweep))
     else:
         rows, detail = [], []
-        start = time.perf_counter()
-        for prob in _selected(suite_problems(args.quick), args.problems):
+        for prob in within_budget(_selected(suite_problems(args.quick), args.problems), args.budget_s):
             num, m, k, n, use, s = prob
-            if time.perf_counter() - start > args.budget_s:
-                print(f"time budget of {args.budget_s} s spent: problems from {num} on are not measured")
-                break
             csr, b, a = suite_matrix(m, k, n, s)
             recs = bench_gpu_problem(csr, b, a, repeat=args.repeat or 20, tune=True)
             detail += [{"problem": num, **r} for r in recs]
@@ -414,7 +534,7 @@ def main(argv=None) -> int:
         sp = [r.get("speedup_vs_cusparse") for r in rows if r.get("speedup_vs_cusparse")]
         print(f"faster than cuSPARSE on {sum(x > 1 for x in sp)}/{len(sp)}; geomean {geomean(sp):.2f}x")
     for key, recs in out.items():
-        if key != "gpu_sweep":       # one record per (problem, configuration): JSON only, summary printed
+        if key not in ("gpu_sweep", "default_check_detail"):     # one record per (problem, configuration): JSON only
             print(f"\n## {key}\n\n{markdown(recs)}")
     if args.out:
         os.makedirs(args.out, exist_ok=True)

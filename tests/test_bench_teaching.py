@@ -94,3 +94,26 @@ def test_gpu_sweep_plumbing_on_the_simulator(monkeypatch):
     assert {r["provider"] for r in recs} >= {"staged", "7 row_split wpr=2", "4 warp_per_row_swizzled", bt.DEFAULT_CALL}
     assert [r["default_over_best"] for r in recs if "default_over_best" in r] == [1.0]   # every provider 1 us
     assert all(r["correct"] for r in recs)
+
+
+@pytest.mark.simulator("the default-check's plumbing with a stand-in timer; on a GPU, "
+                       "experiments/bench_teaching.py default-check times it")
+def test_default_check_plumbing_on_the_simulator(monkeypatch):
+    sweep = [{"problem": 1, "provider": name, "us": us, "correct": ok} for name, us, ok in (
+        (bt.DEFAULT_CALL, 0.5, True), ("gpu.spmm csr swizzle cpl=4", 0.1, False),
+        ("gpu.spmm staged wpr=2 wpb=4 vec=4 cpl=2", 0.9, True), ("4 warp_per_row_swizzled", 0.2, True))]
+    assert bt.best_swept_csr(sweep, 1) == "gpu.spmm staged wpr=2 wpb=4 vec=4 cpl=2"    # ours, explicit, correct
+    assert bt.best_swept_csr(sweep, 2) is None
+    one = {"gpu.spmm staged wpr=2 wpb=4 vec=4 cpl=2": dict(swizzle=True, warps_per_row=2, warps_per_block=4,
+                                                           vector=4, cols_per_lane=2)}
+    monkeypatch.setattr(bt, "split_configs", lambda n: one)      # one configuration: simulator time
+    rows, detail = bt.check_defaults([(1, 8, 16, 8, "toy", 0.5), (2, 8, 8, 4, "toy", 0.75)],
+                                     timer=_one_microsecond, sweep=sweep)
+    assert [r["csr_best_known"] for r in rows] == ["staged wpr=2 wpb=4 vec=4 cpl=2", "staged (staged_tunables)"]
+    assert all(r["all_correct"] for r in rows) and all(r["correct"] for r in detail)
+    assert {r["provider"] for r in detail} == {bt.COO_AUTO, bt.COO_OWN, bt.BELL_AUTO, bt.BELL_OWN, bt.DEFAULT_CALL,
+                                               "gpu.spmm staged wpr=2 wpb=4 vec=4 cpl=2",
+                                               "gpu.spmm staged (staged_tunables)"}
+    for key in ("coo", "bell", "csr"):                           # every call 1 us
+        assert [r[f"{key}_default_over_best"] for r in rows] == [1.0, 1.0]
+    assert all(r["coo_convert_ms"] > 0 and r["bell_convert_ms"] > 0 for r in rows)
