@@ -118,6 +118,17 @@ def test_bitmap_is_kept_and_built_again_when_the_weight_changes():
 
 
 @needs_device
+def test_bitmap_of_a_layer_made_under_inference_mode():
+    """Inference tensors keep no version counter: their bitmap is built once and kept."""
+    with torch.inference_mode():
+        layer = SparseLinear.from_dense(torch.nn.Linear(64, 32).to(torch.bfloat16), sparsity=0.7)
+        prep = ops._WEIGHTS[layer.weight_id]
+        first = prep.bitmap(layer.values, layer.indices, 64)
+    assert layer.values.is_inference() and prep.bitmap(layer.values, layer.indices, 64) is first
+    assert np.array_equal(first.host.to_dense().astype(np.float32), _dense(layer))
+
+
+@needs_device
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [8, 13])
 def test_bitmap_kernel_on_the_layers_bitmap_equals_the_pruned_product(dtype, n):
@@ -143,3 +154,15 @@ def test_op_takes_the_inference_flag():
     op = torch.ops.sparsekit.sparse_linear
     assert torch.equal(op(x, layer.values, layer.indices, 8, layer.weight_id, True),
                        op(x, layer.values, layer.indices, 8, layer.weight_id))
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_compiled_layer_tells_the_op_whether_autograd_records(grad):
+    """torch.compile traces the grad mode into the op's ``inference`` argument (inside the op autograd's
+    forward always runs under no_grad, so the op cannot tell)."""
+    layer = SparseLinear.from_dense(torch.nn.Linear(16, 8), sparsity=0.5)
+    with torch.set_grad_enabled(grad):
+        explained = torch._dynamo.explain(layer)(torch.randn(3, 16))
+    calls = [node for graph in explained.graphs for node in graph.graph.nodes
+             if node.target is torch.ops.sparsekit.sparse_linear.default]
+    assert explained.graph_break_count == 0 and len(calls) == 1 and calls[0].args[5] is (not grad)

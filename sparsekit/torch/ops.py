@@ -109,6 +109,11 @@ def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
     return TiledBitmap.from_coords(rows, columns[rows, at], halves[rows, at], (values.shape[0], in_features))
 
 
+def _version(t: torch.Tensor) -> int:
+    """torch's count of the in-place changes of ``t`` (an inference tensor keeps none: 0)."""
+    return 0 if t.is_inference() else t._version
+
+
 def _refuse_in_capture(x: torch.Tensor, what: str) -> None:
     """A RuntimeError naming ``what`` when a CUDA graph capture is under way on the current stream (work that
     syncs with the host or allocates outside torch cannot be captured)."""
@@ -161,9 +166,9 @@ class Prepared:
         """The weight as a :class:`~sparsekit.gpu.spmm_bitmap.DeviceBitmap`: built from the ELL rows on the host
         (:func:`tiled_bitmap`) and copied to the device when first asked for; built again once ``values`` or
         ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
-        step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data``), the launch plans of
-        the TiledBitmap it replaces dropped with it."""
-        source = (values.data_ptr(), values._version, indices.data_ptr(), indices._version, values.dtype)
+        step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data`` nor one to an inference
+        tensor), the launch plans of the TiledBitmap it replaces dropped with it."""
+        source = (values.data_ptr(), _version(values), indices.data_ptr(), _version(indices), values.dtype)
         if self._bitmap is None or self._bitmap[0] != source:
             from sparsekit.gpu.spmm_bitmap import upload
 
@@ -177,8 +182,8 @@ class Prepared:
     def bitmap_product(self, x, values, indices, in_features: int) -> torch.Tensor:
         """``x @ W^T`` by the TiledBitmap kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, the values'
         dtype). ``x`` not on a 16-byte boundary is staged by the launcher: its own plan."""
-        key = ("bitmap", x.shape[0], x.dtype, x.data_ptr() % 16 == 0, values.data_ptr(), values._version,
-               indices.data_ptr(), indices._version)
+        key = ("bitmap", x.shape[0], x.dtype, x.data_ptr() % 16 == 0, values.data_ptr(), _version(values),
+               indices.data_ptr(), _version(indices))
 
         def product():
             from sparsekit.gpu.spmm_bitmap import spmm_bitmap_linear

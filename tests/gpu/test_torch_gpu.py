@@ -1,6 +1,6 @@
 """sparsekit.torch on a real GPU: SparseLinear equals the dense layer with the pruned weight (float16,
-bfloat16, float32; the sparse kernel at decode widths, the densified weight beyond; uniform, 2:4 and
-unstructured), the recorded launches replay bit-identically on torch's current stream, inside a CUDA graph
+bfloat16, float32; the sparse kernels at decode widths, the densified weight beyond; uniform, 2:4 and
+unstructured; the TiledBitmap route in detail: test_torch_bitmap_gpu.py), the recorded launches replay bit-identically on torch's current stream, inside a CUDA graph
 and under torch.compile(fullgraph=True); gradients equal dense autograd; nothing but the sparse weight is
 kept on the device."""
 from __future__ import annotations
@@ -68,20 +68,23 @@ def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n):
 
 
 def test_only_the_sparse_weight_stays_on_the_device():
-    """After decode and prefill calls, the memory a layer holds is its values, indices, bias and the staged
-    x^T (a few KB): nothing dense, no second copy of the weight."""
+    """After decode and prefill calls, torch's allocator holds the layer's values, indices and bias only
+    (nothing dense); besides them the layer keeps the staged x^T (a few KB) and, once x of 9-64 rows ran, the
+    weight's TiledBitmap (about as many bytes again at 80 %)."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     layer = _layer(torch.bfloat16, sparsity=0.8, out_features=4096, in_features=4096, seed=6)
     torch.cuda.synchronize()
     held = torch.cuda.memory_allocated() - before
+    dense_bytes = 4096 * 4096 * 2
+    rows_bytes = layer.weight_bytes()
+    assert rows_bytes <= 0.41 * dense_bytes                            # 4 bytes a kept weight, 20 % kept
     with torch.no_grad():
-        for n in (1, 8, 64):
+        for n in (1, 8, 64, 65):
             layer(torch.randn(n, 4096, device="cuda", dtype=torch.bfloat16))
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() - before <= held * 1.01
-    dense_bytes = 4096 * 4096 * 2
-    assert layer.weight_bytes() <= 0.41 * dense_bytes                 # 4 bytes a kept weight, 20 % kept
+    assert rows_bytes + 0.30 * dense_bytes <= layer.weight_bytes() <= rows_bytes + 0.43 * dense_bytes
 
 
 def test_cuda_graph_capture_and_replay():

@@ -1,0 +1,119 @@
+"""SparseLinear's TiledBitmap route on a real GPU: without autograd, float16 and bfloat16, every width of ``x``
+across the routes' boundaries (row kernel, bitmap kernel, densify + GEMM) equals the dense product of the pruned
+weight; the bitmap kernel's launches are recorded and replayed bit-identically on torch's current stream (also
+for an ``x`` off a 16-byte boundary, which the launcher stages), with no launcher or bitmap build on the host
+after the first call; the bitmap is built again after an in-place change of the values and after an optimizer
+step; a CUDA graph captures and replays it, and a capture before the first call is refused by name."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
+
+from sparsekit.torch import SparseLinear, ops  # noqa: E402
+from test_torch_gpu import _check, _layer  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def _plan_kinds(layer) -> set:
+    """The routes a layer has recorded plans for."""
+    return {key[0] for key in ops._WEIGHTS[layer.weight_id].plans}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n, sparsity, route", [(7, 0.6, "rows"), (8, 0.8, "rows"), (8, 0.6, "bitmap"),
+                                                (9, 0.8, "bitmap"), (16, 0.9, "bitmap"), (17, 0.8, "bitmap"),
+                                                (33, 0.7, "bitmap"), (64, 0.8, "bitmap"), (65, 0.8, "dense")])
+@pytest.mark.parametrize("shape", [(512, 1024), (500, 1000)], ids=["512x1024", "500x1000"])
+def test_layer_equals_pruned_dense_across_the_routes(dtype, n, sparsity, route, shape):
+    """500x1000 cuts a 16-row block and a 32-column group (x staged with zero columns)."""
+    layer = _layer(dtype, sparsity=sparsity, out_features=shape[0], in_features=shape[1], seed=n)
+    assert ops.route(n, layer.values.shape[1], shape[1], True) == route
+    with torch.no_grad():
+        for seed in (1, 2):                              # the first call records, the second replays
+            torch.manual_seed(seed)
+            x = torch.randn(n, shape[1], device="cuda", dtype=dtype)
+            _check(layer(x), layer, x)
+    assert _plan_kinds(layer) == {route}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [8, 32, 64])
+def test_bitmap_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n, monkeypatch):
+    from sparsekit.gpu import spmm_bitmap
+
+    layer = _layer(dtype, sparsity=0.5, seed=3)
+    prep = ops._WEIGHTS[layer.weight_id]
+    with torch.no_grad():
+        layer(torch.randn(n, 1024, device="cuda", dtype=dtype))
+        buffer = torch.randn(n * 1024 + 1, device="cuda", dtype=dtype)
+        layer(buffer[1:].view(n, 1024))                  # 2 bytes off a 16-byte boundary: x staged, its own plan
+    plans = {key: plan for key, plan in prep.plans.items() if key[0] == "bitmap"}
+    assert len(plans) == 2 and all(plan is not None for plan in plans.values())
+    dev = prep.bitmap(layer.values, layer.indices, 1024)
+    x = torch.randn(n, 1024, device="cuda", dtype=dtype)
+    want = spmm_bitmap.spmm_bitmap_linear(dev, x)        # an ordinary launch on Numba's stream
+    shifted = torch.empty(n * 1024 + 1, device="cuda", dtype=dtype)[1:].view(n, 1024)
+    shifted.copy_(x)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a replay launched through Numba or built the TiledBitmap again")
+
+    monkeypatch.setattr(spmm_bitmap, "spmm_bitmap_linear", refuse)
+    monkeypatch.setattr(ops, "tiled_bitmap", refuse)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        got = [torch.ops.sparsekit.sparse_linear(t, layer.values, layer.indices, 1024, layer.weight_id, True)
+               for t in (x, shifted)]
+    torch.cuda.current_stream().wait_stream(side)
+    assert all(torch.equal(y, want) for y in got)
+
+
+def test_bitmap_is_built_again_when_the_values_change():
+    torch.manual_seed(7)
+    dense = torch.nn.Linear(1024, 512, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = SparseLinear.from_dense(dense, sparsity=0.7)
+    x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        before = layer(x)
+        layer.values.mul_(2)                             # counted by torch (values._version)
+        assert torch.equal(layer(x), 2 * before)         # a power of two: every sum and rounding scales exactly
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    layer(x).float().square().mean().backward()          # autograd: the row kernel, no bitmap
+    optimizer.step()
+    with torch.no_grad():
+        y = layer(x)
+    w = layer.to_dense().weight.float()
+    exact = x.double() @ w.double().T
+    bound = 2 * 1024 * 2.0 ** -24 * (x.double().abs() @ w.double().abs().T) + 2 * 2.0 ** -8 * exact.abs()
+    assert bool(((y.double() - exact).abs() <= bound).all())
+
+
+def test_cuda_graph_capture_and_replay_of_the_bitmap_route():
+    layer = _layer(torch.bfloat16, sparsity=0.7, seed=8)
+    static_x = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer(static_x)                                  # build and record outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = layer(static_x)
+        fresh = torch.randn(16, 1024, device="cuda", dtype=torch.bfloat16)
+        static_x.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, layer(fresh))
+        assert "bitmap" in _plan_kinds(layer)
+
+
+def test_capture_before_the_first_call_is_refused():
+    layer = _layer(torch.float16, sparsity=0.7, seed=9)
+    x = torch.randn(32, 1024, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="inside a CUDA graph capture; call the layer once"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            layer(x)
+    with torch.no_grad():                                # the layer works after
+        _check(layer(x), layer, x)
