@@ -9,10 +9,10 @@
 :class:`~sparsekit.formats.TiledCSL`  :func:`sparsekit.gpu.spmm_tiled.spmm_tiled` (float16/bfloat16, N <= 64)  ``K x N``
 :class:`~sparsekit.formats.TiledBitmap`  :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap` (float16/bfloat16, N <= 64)  ``K x N``
 :class:`~sparsekit.formats.CSR`    :func:`sparsekit.gpu.spmm.spmm_csr` with its automatic tunables        ``K x N``
-:class:`~sparsekit.formats.COO`    :func:`sparsekit.gpu.spmm.spmm_coo` (``config="auto"``: the CSR kernels on    ``K x N``
-                                   the same entries; ``config=None``: its atomic kernel)
-:class:`~sparsekit.formats.BlockedELL`  :func:`sparsekit.gpu.spmm.spmm_blocked_ell` (``config="auto"``: the CSR     ``K x N``
-                                   kernels on the same entries; ``config=None``: its own)
+:class:`~sparsekit.formats.COO`    :func:`sparsekit.gpu.spmm.spmm_coo` (``config="auto"``: the CSR      ``K x N``
+                                   kernels on the same entries; ``config=None``: atomics)
+:class:`~sparsekit.formats.BlockedELL`  :func:`sparsekit.gpu.spmm.spmm_blocked_ell` (``config="auto"``:  ``K x N``
+                                   the CSR kernels on the same entries; ``config=None``: its own)
 =================================  ==========================================================  ==============
 
 A prepared matrix (``sparsekit.gpu.uspmm.prepare``, ``sparsekit.gpu.spmm_tiled.prepare``, ``sparsekit.gpu.spmm_bitmap.prepare``,
