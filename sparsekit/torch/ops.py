@@ -19,8 +19,9 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
 * With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
   TiledBitmap would be rebuilt for each).
-* Wider ``x`` (prefill) or float32: ``W`` densified for the call (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`,
-  or torch's scatter for float32) and dense GEMM (cuBLAS); nothing dense is kept.
+* Wider ``x`` (prefill: past 64 rows without autograd, past 16 with) or float32: ``W`` densified for the call
+  (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`, or torch's scatter for float32) and dense GEMM (cuBLAS);
+  nothing dense is kept.
 
 Each kernel's launches are recorded once per (weight, ``N``) and replayed with ``cuLaunchKernel`` on torch's
 current stream (:mod:`sparsekit.launch`): no host sync, no allocation outside torch's allocator, so a CUDA graph
@@ -46,11 +47,11 @@ __all__ = ["sparse_linear", "forward", "route", "tiled_bitmap", "bitmap_bytes", 
 #: weight. At ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity
 #: from 50 %; at ``N = 32`` it takes 2.5-10x dense cuBLAS (``experiments/results/uspmm_decode.md``).
 KERNEL_MAX_N = 16
-#: Without autograd, ``x`` of ``BITMAP_MIN_N`` to ``BITMAP_MAX_N`` rows runs the TiledBitmap kernel, which pads ``x``
-#: to a multiple of 8 rows: its time at N = 8 is the least any narrower ``x`` could take, above the row kernel's
-#: below 8 (N = 1: 4.7-34.5 us against the bitmap kernel's 19.3-50.7 at N = 8; ``torch_decoder.md``,
-#: ``spmm_bitmap.md``). From N = 9 it is the faster (N = 16: 0.78-1.04x dense against 0.20-0.87x; the row
-#: kernel is faster there only at 4096x4096 90 %, 15.9 against 19.9 us).
+#: Without autograd, ``x`` of ``BITMAP_MIN_N`` to ``BITMAP_MAX_N`` rows runs the TiledBitmap kernel, which pads
+#: ``x`` to a multiple of 8 rows: narrower, it would take about its N = 8 time, above the row kernel's there
+#: (N = 1: 4.7-34.5 us against the bitmap kernel's 19.3-50.7 at N = 8; ``torch_decoder.md``, ``spmm_bitmap.md``).
+#: From N = 9 it is the faster (N = 16: 0.78-1.04x dense against 0.20-0.87x; the row kernel is faster there only
+#: at 4096x4096 90 %, 15.9 against 19.9 us).
 BITMAP_MIN_N = 8
 #: The bitmap kernel's widest ``x``; beyond, densify + GEMM. At N = 32 and 64 the kernel takes 0.65-0.88x and
 #: 0.37-0.55x dense cuBLAS (``spmm_bitmap.md``); densify + GEMM writes the dense weight, then reads it (batch 32
