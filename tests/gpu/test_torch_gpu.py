@@ -87,18 +87,22 @@ def test_only_the_sparse_weight_stays_on_the_device():
     assert rows_bytes + 0.30 * dense_bytes <= layer.weight_bytes() <= rows_bytes + 0.43 * dense_bytes
 
 
-def test_cuda_graph_capture_and_replay():
-    layer = _layer(torch.float16, seed=4)
-    static_x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
-    layer(static_x)                                        # record outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_y = layer(static_x)
-    fresh = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
-    static_x.copy_(fresh)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(static_y, layer(fresh))
+@pytest.mark.parametrize("dtype, n, grad, route", [(torch.float16, 1, True, "rows"),
+                                                   (torch.bfloat16, 16, False, "bitmap")])
+def test_cuda_graph_capture_and_replay(dtype, n, grad, route):
+    layer = _layer(dtype, sparsity=0.7, seed=4)
+    static_x = torch.randn(n, 1024, device="cuda", dtype=dtype)
+    with torch.set_grad_enabled(grad):
+        layer(static_x)                                    # record (and build the bitmap) outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = layer(static_x)
+        fresh = torch.randn(n, 1024, device="cuda", dtype=dtype)
+        static_x.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, layer(fresh))
+    assert {key[0] for key in _WEIGHTS[layer.weight_id].plans} == {route}
 
 
 @pytest.mark.parametrize("n", [4, 32])
