@@ -1286,7 +1286,8 @@ NOT_ENTRY_POINTS = {
 
 #: Entry points reached through a case of another name (a method of a covered class, a re-export).
 REACHED_THROUGH = {
-    "gpu.spmm.prepare": "gpu.spmm.spmm_csr", "gpu.spmm_tiled.prepare": "gpu.spmm_tiled.spmm_tiled",
+    "gpu.spmm.prepare": "gpu.spmm.spmm_csr", "gpu.spmm.as_csr": "gpu.spmm.spmm_coo",
+    "gpu.spmm_tiled.prepare": "gpu.spmm_tiled.spmm_tiled",
     "gpu.spmm_bitmap.prepare": "gpu.spmm_bitmap.spmm_bitmap",
     "gpu.spmm_lessons.prepare": "gpu.spmm_lessons.thread_per_row", "gpu.device_ell.prepare": "gpu.uspmm.uspmm",
 }
