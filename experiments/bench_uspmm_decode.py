@@ -1,9 +1,9 @@
-"""Uniform-sparse weights at LLM decode shapes: ``sparsekit/gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
+"""Uniform-sparse weights at LLM decode shapes: ``uspmm(config="auto")`` against dense cuBLAS, in half precision.
 
 On a GPU: the sweep of :mod:`sparsekit.bench.uspmm_decode` (Llama-style layer shapes, uniform sparsity 50-90 %,
-N = 1 to 64, float16 and bfloat16, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR; ``sparsekit bench
+N = 1 to 128, float16 and bfloat16, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR; ``sparsekit bench
 uspmm-decode`` runs it too), its crossover table (the largest ``N`` at which ours still beats dense) and plot.
-On the simulator (``reproduce --quick`` without a GPU): correctness of the row kernel at a toy shape.
+On the simulator (``reproduce --quick`` without a GPU): correctness of every route at a toy shape.
 """
 from __future__ import annotations
 
@@ -18,18 +18,20 @@ TOY = (96, 160)
 
 
 def check_toy(seed: int = 0) -> list[dict]:
-    """Correctness at a toy shape, every dtype and a few N (runs on the simulator)."""
-    from sparsekit.gpu import spmm_tiled
-    from sparsekit.reference.spmm_tiled import spmm_tiled as reference
+    """Correctness at a toy shape, every dtype, the decode and bitmap routes at a few N (runs on the simulator)."""
+    from sparsekit.gpu.uspmm import prepare, uspmm
+    from sparsekit.reference.uspmm import uspmm as reference
 
     out = []
     for dname in DTYPES:
-        tiled, pruned, _ = pruned_weight(*TOY, 0.8, value_dtype(dname), seed)
-        for n in (1, 8):
+        ell, _, _ = pruned_weight(*TOY, 0.8, value_dtype(dname), seed)
+        dell = prepare(ell)
+        for variant, n in (("decode", 1), ("decode", 8), ("bitmap", 8), ("bitmap", 16)):
             b = np.random.default_rng(seed + n).standard_normal((TOY[1], n)).astype(value_dtype(dname))
-            got = spmm_tiled.spmm_tiled(tiled, b).astype(np.float32)
-            want = reference(tiled, b).astype(np.float32)
-            out.append(dict(shape=f"{TOY[0]}x{TOY[1]}", dtype=dname, n=n, max_abs_error=float(np.abs(got - want).max()),
+            got = np.asarray(uspmm(dell, b, variant=variant)).astype(np.float32)
+            want = reference(ell, b).astype(np.float32)
+            out.append(dict(shape=f"{TOY[0]}x{TOY[1]}", dtype=dname, route=variant, n=n,
+                            max_abs_error=float(np.abs(got - want).max()),
                             correct=bool(np.allclose(got, want, rtol=2.0 ** -7, atol=1e-3))))
     return out
 
@@ -38,7 +40,7 @@ def run(ctx: Context) -> Section:
     if not ctx.on_gpu:
         recs = check_toy(ctx.seed)
         return Section("Decode-shape SpMM (toy check on the simulator)",
-                       text="Correctness of the row kernel at a toy shape; timings need a GPU.",
+                       text="Correctness of the decode and bitmap routes at a toy shape; timings need a GPU.",
                        tables=[Table("Toy check", recs)])
     shapes, sps, ns = (QUICK_SHAPES, QUICK_SPARSITIES, QUICK_NS) if ctx.quick else (SHAPES, SPARSITIES, NS)
     recs, bw = sweep(shapes, sps, ns, DTYPES, seed=ctx.seed, progress=ctx.progress)

@@ -238,6 +238,18 @@ def test_a_wrong_or_failing_provider_is_recorded_not_hidden():
     assert math.isnan(recs["fails"]["us"])
 
 
+def test_exit_status_fails_on_our_kernels_only():
+    """Ours off the bound or failed: exit status 1; a baseline off the bound (cuSPARSE's 16-bit sums) is reported
+    and the status stays 0; a provider that did not run (``correct`` None) is no failure."""
+    def rec(provider, correct):
+        return {"provider": provider, "correct": correct}
+
+    baselines = [rec(bench.DENSE, True), rec(bench.CUSPARSE, False)]
+    assert bench.half_exit_status([rec("spmm_bitmap", True), rec("spmm_tiled row kernel", None), *baselines]) == 0
+    assert bench.half_exit_status([rec("spmm_bitmap", False), *baselines]) == 1
+    assert bench.half_exit_status([rec("spmm_bitmap", True), rec(bench.DENSE, False)]) == 0
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_torch_baselines_in_the_dtype(dtype):
     """The PyTorch baselines (here on PyTorch's CPU, where its sparse CSR product refuses 16-bit values): dense in

@@ -1,13 +1,16 @@
-"""Uniform-sparse weights at LLM decode shapes: ``sparsekit/gpu/spmm_tiled.py`` against dense cuBLAS, in half precision.
+"""Uniform-sparse weights at LLM decode shapes: ``uspmm(config="auto")`` against dense cuBLAS, in half precision.
 
 At the batch sizes of decoding (``N`` = 1 to 128 tokens) a linear layer is bound by reading its weight.
-This benchmark times the row kernel of :mod:`sparsekit.gpu.spmm_tiled` (TiledCSL rows: 4 bytes a kept weight) on
+This benchmark times what a user's call runs, ``sparsekit.gpu.uspmm.uspmm(weight, b, config="auto")`` on a
+prepared weight (the router's kernel for the shape, dtype and ``N``, named in each record's ``route``: the ELL-rows
+or TiledCSL row kernel, TiledBitmap on tensor cores, or the tensor-core tile kernel), on
 the layer shapes of a Llama-style model (4096 x 4096 attention, 14336 x 4096 and 4096 x 14336 MLP),
 uniform sparsity 50-90 %, float16 and bfloat16, against what a user runs instead: dense cuBLAS in the same
 dtype (``torch.nn.functional.linear``), cuSPARSELt 2:4 at 50 % (``to_sparse_semi_structured``) and
 cuSPARSE CSR (``torch.sparse.mm``). Device time (``sparsekit.timing.measure``: CUDA events behind a spin
-kernel, L2 flushed, median), the weight's compressed bytes and the share of the measured copy bandwidth
-they reach, and the one-time cost of pruning, formatting and ``prepare``. ``B`` is row-major ``K x N``
+kernel, L2 flushed, median), the compressed bytes of the format the route reads and the share of the measured
+copy bandwidth they reach, and the one-time cost of pruning, formatting and ``prepare`` (with the layouts the
+routes of the swept ``N`` build from the ELL). ``B`` is row-major ``K x N``
 (``C = A @ B``); at ``N = 1`` that is also the linear layer's ``x``.
 
 ``crossover`` gives, per shape, dtype and sparsity, the largest ``N`` at which ours still beats dense.
@@ -26,7 +29,7 @@ from sparsekit.experiment import save_figure
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 SPARSITIES = [0.5, 0.6, 0.7, 0.8, 0.9]
-NS = [1, 8, 16, 32, 64]
+NS = [1, 8, 16, 32, 64, 128]
 DTYPES = ["float16", "bfloat16"]
 QUICK_SHAPES, QUICK_SPARSITIES, QUICK_NS = [(4096, 4096)], [0.5, 0.8, 0.9], [1, 8, 16]
 
@@ -39,20 +42,33 @@ def value_dtype(name: str) -> np.dtype:
 
 
 def pruned_weight(m: int, k: int, sparsity: float, dtype: np.dtype, seed: int):
-    """A seeded N(0, 1) weight pruned uniformly (every row keeps its K' largest ``|w|``), as TiledCSL rows.
+    """A seeded N(0, 1) weight pruned uniformly (every row keeps its K' largest ``|w|``), as ELL.
 
-    Returns ``(tiled, dense_pruned, seconds)``: the seconds of pruning, formatting and nothing else
-    (``prepare`` is timed by the caller)."""
-    from sparsekit.formats import TiledCSL
+    Returns ``(ell, dense_pruned, seconds)``: the seconds of pruning and formatting (``prepare`` is timed by the
+    caller)."""
+    from sparsekit.formats import ELL
     from sparsekit.prune import uniform
 
     w = np.random.default_rng(seed).standard_normal((m, k), dtype=np.float32).astype(dtype)
     t0 = time.perf_counter()
     mask = uniform(w.astype(np.float32), sparsity)
-    rows, cols = np.nonzero(mask)
-    tiled = TiledCSL.from_coords(rows, cols, w[rows, cols], (m, k), tile=TiledCSL.row_tile(k))
+    ell = ELL.from_dense(w, mask, index_dtype=np.int16 if k <= 32768 else np.int32)
     seconds = time.perf_counter() - t0
-    return tiled, np.where(mask, w, np.zeros((), dtype)).astype(dtype), seconds
+    return ell, np.where(mask, w, np.zeros((), dtype)).astype(dtype), seconds
+
+
+def route_layout(dell, variant: str, n: int):
+    """``(builds, nbytes)``: a callable building (once, then cached on ``dell``) the layout ``variant`` reads at
+    ``N = n``, and that layout's bytes."""
+    if variant == "decode" and n == 1:
+        def arrays():
+            return dell.ell_rows()
+        return arrays, lambda: sum(int(a.nbytes) for a in dell.ell_rows())
+    if variant == "decode":
+        return dell.tiled_rows, lambda: dell.tiled_rows().host.nbytes().total
+    if variant == "bitmap":
+        return dell.bitmap, lambda: dell.bitmap().host.nbytes().total
+    return (lambda: None), lambda: dell.host.nbytes().total
 
 
 def _torch_dtype(name: str):
@@ -62,12 +78,12 @@ def _torch_dtype(name: str):
 
 
 def sweep(shapes, sparsities, ns, dtypes, *, repeat: int = 15, seed: int = 0, progress=lambda it, desc: it):
-    """One record per (shape, dtype, sparsity, N) on the GPU: times in microseconds, ``correct``."""
+    """One record per (shape, dtype, sparsity, N) on the GPU: times in microseconds, the route, ``correct``."""
     import torch
     import torch.nn.functional as F
     from numba import cuda
 
-    from sparsekit.gpu import spmm_tiled
+    from sparsekit.gpu.uspmm import prepare, resolved, uspmm
     from sparsekit.timing import measure, measured_bandwidth
 
     bandwidth = measured_bandwidth()
@@ -81,23 +97,27 @@ def sweep(shapes, sparsities, ns, dtypes, *, repeat: int = 15, seed: int = 0, pr
             xs = {n: bs[n].t().contiguous() for n in ns}
             dense = {n: measure(lambda: F.linear(xs[n], wd), repeat=repeat).median_s for n in ns}
             for s in sparsities:
-                tiled, pruned, prune_s = pruned_weight(m, k, s, value_dtype(dname), seed)
+                ell, pruned, prune_s = pruned_weight(m, k, s, value_dtype(dname), seed)
                 t0 = time.perf_counter()
-                prepared = spmm_tiled.prepare(tiled)
+                dell = prepare(ell)
+                routes = {n: resolved("auto", dell, n, "C").get("variant", "listing1") for n in ns}
+                layouts = {n: route_layout(dell, routes[n], n) for n in ns}
+                for build, _ in layouts.values():
+                    build()
                 cuda.synchronize()
                 prepare_s = time.perf_counter() - t0
                 wp = torch.from_numpy(pruned.view(np.int16)).to(dev).view(tdt)
                 extra = _baselines(wp, xs, bs, ns, s, repeat)
-                nbytes = tiled.nbytes().total
                 for n in ns:
-                    out = spmm_tiled.spmm_tiled(prepared, bs[n])
+                    out = uspmm(dell, bs[n], config="auto")
                     got = torch.as_tensor(out, device=dev).float()
                     want = wp.float() @ bs[n].float()
                     scale = wp.float().abs() @ bs[n].float().abs()
                     tol = 2 * k * 2.0 ** -24 * scale + 2.0 ** -7 * want.abs() + 1e-6
                     correct = bool(((got - want).abs() <= tol).all())
-                    t = measure(lambda: spmm_tiled.spmm_tiled(prepared, bs[n]), repeat=repeat).median_s
-                    records.append(dict(m=m, k=k, dtype=dname, sparsity=s, n=n, ours_us=t * 1e6,
+                    t = measure(lambda: uspmm(dell, bs[n], config="auto"), repeat=repeat).median_s
+                    nbytes = layouts[n][1]()
+                    records.append(dict(m=m, k=k, dtype=dname, sparsity=s, n=n, route=routes[n], ours_us=t * 1e6,
                                         dense_us=dense[n] * 1e6, cusparselt_us=extra.get(("cslt", n)),
                                         cusparse_csr_us=extra.get(("csr", n)), speedup=dense[n] / t,
                                         weight_mb=nbytes / 1e6, pct_bandwidth=100 * nbytes / t / bandwidth,

@@ -27,7 +27,7 @@ def _records(out: str) -> dict:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_bench_spmm_half_end_to_end(dtype):
     """Suite problem 11 (512 x 512 at 90 %) with N = 16: ``spmm_csr``'s default takes the bitmap route; ours, dense
-    cuBLAS and cuSPARSE CSR each timed (p10 <= median <= p90) and correct, with the weight's bytes and a share of
+    cuBLAS and cuSPARSE CSR each timed (p10 <= median <= p90) and ours correct, with the weight's bytes and a share of
     the copy bandwidth; the exit status 0. A cuSPARSE refusal of the dtype would read ``PyTorch refuses: ...``
     (then it is the one record without a time)."""
     pytest.importorskip("torch", reason="the dense and cuSPARSE baselines, and bfloat16's B, come from PyTorch")
@@ -44,7 +44,8 @@ def test_bench_spmm_half_end_to_end(dtype):
     for name, rec in recs.items():
         if name == CUSPARSE and rec["reason"].startswith("PyTorch refuses: "):
             continue
-        assert rec["correct"] == "True" and rec["reason"] == "", rec
+        # cuSPARSE's 16-bit product may leave the float32-sum bound: reported, the exit status stays 0
+        assert rec["correct"] in (("True", "False") if name == CUSPARSE else ("True",)) and rec["reason"] == "", rec
         us, p10, p90 = (float(rec[k]) for k in ("us", "p10_us", "p90_us"))
         assert 0 < p10 <= us <= p90 and math.isfinite(p90), rec
         assert 0 < float(rec["pct_bandwidth"]) < 100 and float(rec["speedup_vs_dense"]) > 0, rec
