@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from experiments.spmm_points import DTYPES, REPEAT, bitmap_on_device, error, error_bound, log, point, shape, timed
+from experiments.spmm_points import DTYPES, REPEAT, bitmap_on_device, error, error_bound, log, point, timed
+from sparsekit.cli_types import matrix_shape
 from sparsekit.gpu import spmm_bitmap as gb
 from sparsekit.timing import measured_bandwidth
 
@@ -63,7 +64,7 @@ def cusparselt_us(m, k, n, tdt):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", type=shape, default=SHAPES, help="weights MxK")
+    ap.add_argument("--shapes", nargs="+", type=matrix_shape, default=SHAPES, help="weights MxK")
     ap.add_argument("--widths", nargs="+", type=int, default=NS, help="N (rows of X)")
     ap.add_argument("--sparsities", nargs="+", type=float, default=SPARSITIES)
     ap.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=None,

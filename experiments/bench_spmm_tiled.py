@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, on_device, point, shape, tiled, timed
+from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, on_device, point, tiled, timed
+from sparsekit.cli_types import matrix_shape
 from sparsekit.gpu import spmm_tiled as gt
 from sparsekit.formats import TiledCSL
 from sparsekit.timing import measured_bandwidth
@@ -58,7 +59,7 @@ def config(d):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", type=shape, default=SHAPES, help="weights MxK")
+    ap.add_argument("--shapes", nargs="+", type=matrix_shape, default=SHAPES, help="weights MxK")
     ap.add_argument("--widths", nargs="+", type=int, default=NS, help="N (columns of X^T)")
     ap.add_argument("--sparsities", nargs="+", type=float, default=SPARSITIES)
     ap.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=None,

@@ -57,8 +57,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point, shape
+from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point
 from experiments.spmm_points import tiled
+from sparsekit.cli_types import matrix_shape
 from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
 from sparsekit.formats import TiledBitmap
 from sparsekit.prune import magnitude, n_m
@@ -453,7 +454,7 @@ def bench(layer: Layer, n: int, *, bandwidth: float) -> list[dict]:
 
 def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", type=shape, default=SHAPES, help="weights MxK")
+    ap.add_argument("--shapes", nargs="+", type=matrix_shape, default=SHAPES, help="weights MxK")
     ap.add_argument("--sparsities", nargs="+", type=float, default=SPARSITIES)
     ap.add_argument("--widths", nargs="+", type=int, default=NS, help="N (rows of X)")
     ap.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=DTYPE_NAMES)

@@ -30,12 +30,6 @@ REPEAT = 15
 DTYPES = {"bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
 
 
-def shape(text: str) -> tuple[int, int]:
-    """``"MxK"`` -> ``(M, K)``."""
-    m, k = text.lower().split("x")
-    return int(m), int(k)
-
-
 def log(*args):
     print(*args, flush=True)
 

@@ -11,8 +11,8 @@ command also declares the host memory its flags imply
 (:func:`declare_host_memory`), and :func:`sparsekit.cli.main` refuses it before it
 allocates when that passes the memory available (:func:`check_host_memory`).
 
->>> side("3"), seed("0"), sparsity("0.5")
-(3, 0, 0.5)
+>>> side("3"), seed("0"), sparsity("0.5"), matrix_shape("14336x4096")
+(3, 0, 0.5, (14336, 4096))
 >>> sparsity("nan")
 Traceback (most recent call last):
 ...
@@ -92,6 +92,17 @@ seed = integer(minimum=0)
 #: A sparsity: the fraction of zeros, in [0, 1).
 sparsity = fraction()
 
+
+
+def matrix_shape(text: str) -> tuple[int, int]:
+    """``"MxK"`` (or ``"MXK"``) -> ``(M, K)``, each side a :data:`side`."""
+    parts = text.lower().split("x")
+    try:
+        m, k = (side(part) for part in parts)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise argparse.ArgumentTypeError(f"must be MxK with each side an integer in 1..{MAX_SIDE} "
+                                         f"(e.g. 4096x14336), got {text!r}") from None
+    return m, k
 
 def out_folder(text: str) -> str:
     """A folder to write into: absent (it will be made) or an existing folder, not a file."""

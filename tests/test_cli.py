@@ -145,6 +145,7 @@ BAD_FLAGS = [
     (["roofline", "--model", "resnet50", "--batch", "0"], "--batch", "got '0'"),
     (["reproduce", "--seed", "-1"], "--seed", "got '-1'"),
     (["bench", "uspmm-decode", "--sparsity", "0.5", "1.5"], "--sparsity", "got '1.5'"),
+    (["bench", "uspmm-decode", "--shapes", "4096x0"], "--shapes", "got '4096x0'"),
 ]
 
 

@@ -3,14 +3,14 @@
     sparsekit bench uspmm-decode --quick
     sparsekit bench uspmm-decode --dtype bfloat16 --out results/
 
-Times the row kernel of ``sparsekit/gpu/spmm_tiled.py`` on 4096x4096, 14336x4096 and 4096x14336 weights pruned
-uniformly to 50-90 %, N = 1 to 64, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR (PyTorch); prints
+Times ``uspmm(config="auto")`` (the kernel the router picks, named in each record) on 4096x4096, 14336x4096 and
+4096x14336 weights (``--shapes``) pruned uniformly to 50-90 %, N = 1 to 128, against dense cuBLAS, cuSPARSELt 2:4 and cuSPARSE CSR (PyTorch); prints
 the table and the crossover (largest N faster than dense), writes ``uspmm_decode.json`` and a plot to
 ``--out``. Needs a GPU and PyTorch.
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import out_folder, sparsity
+from sparsekit.cli_types import matrix_shape, out_folder, sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -20,6 +20,8 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="one shape, three sparsities, N in 1, 8, 16")
     p.add_argument("--dtype", choices=["float16", "bfloat16", "both"], default="both",
                    help="value dtype (default: %(default)s)")
+    p.add_argument("--shapes", type=matrix_shape, nargs="+", default=None,
+                   help="weights MxK (default: 4096x4096 14336x4096 4096x14336; --quick 4096x4096)")
     p.add_argument("--sparsity", type=sparsity, nargs="+", default=None,
                    help="sparsities to run (default: 0.5 0.6 0.7 0.8 0.9; --quick 0.5 0.8 0.9)")
     p.add_argument("--out", type=out_folder, default="uspmm-decode-out", help="folder for the JSON record and the plot "
@@ -46,6 +48,7 @@ def cmd_bench_uspmm_decode(args) -> int:
     shapes, sps, ns = ((bench.QUICK_SHAPES, bench.QUICK_SPARSITIES, bench.QUICK_NS) if args.quick
                        else (bench.SHAPES, bench.SPARSITIES, bench.NS))
     sps = args.sparsity or sps
+    shapes = args.shapes or shapes
     dtypes = bench.DTYPES if args.dtype == "both" else [args.dtype]
     records, bandwidth = bench.sweep(shapes, sps, ns, dtypes)
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s\n")
@@ -53,6 +56,7 @@ def cmd_bench_uspmm_decode(args) -> int:
     print("\nLargest N at which the sparse product beats dense:\n")
     print(markdown_table(bench.crossover(records)))
     command = (f"sparsekit bench uspmm-decode{' --quick' if args.quick else ''} --dtype {args.dtype}"
+               + (" --shapes " + " ".join(f"{m}x{k}" for m, k in args.shapes) if args.shapes else "")
                + (" --sparsity " + " ".join(map(str, args.sparsity)) if args.sparsity else ""))
     bench.write_results(records, bandwidth, Path(args.out), command)
     print(f"\nwrote {args.out}/uspmm_decode.json and uspmm_decode.png")
