@@ -39,16 +39,18 @@ def _dense(layer: SparseLinear) -> np.ndarray:
 
 
 def test_route_follows_the_measured_crossovers():
-    k = 4096
+    k, big = 4096, dict(out_features=14336)
     at_80, at_70 = 824, 1232                            # uniform 80 % and 70 % of 4096 columns, rows padded to 8
-    assert ops.route(1, at_70, k, True) == "rows" and ops.route(7, at_70, k, True) == "rows"
-    assert ops.route(8, at_80, k, True) == "rows" and ops.route(8, 1024, k, True) == "rows"     # 75 %: rows
-    assert ops.route(8, at_70, k, True) == "bitmap" and ops.route(8, 1032, k, True) == "bitmap"
-    for n in (9, 16, 17, 32, 64):
-        assert ops.route(n, at_80, k, True) == "bitmap"
-    assert ops.route(65, at_80, k, True) == "dense"
+    assert ops.route(1, at_70, k, True, **big) == "rows" and ops.route(7, at_70, k, True, **big) == "rows"
+    assert ops.route(8, at_80, k, True, **big) == "rows" and ops.route(8, 1024, k, True, **big) == "rows"  # 75 %
+    assert ops.route(8, at_70, k, True, **big) == "bitmap" and ops.route(8, 1032, k, True, **big) == "bitmap"
+    for n in (9, 16, 17, 32, 33, 64):
+        assert ops.route(n, at_80, k, True, **big) == "bitmap"
+    assert ops.route(65, at_80, k, True, **big) == "dense"
+    for n, want in ((16, "bitmap"), (32, "bitmap"), (33, "dense"), (64, "dense")):
+        assert ops.route(n, at_80, k, True, out_features=4096) == want     # 4096^2: densify + GEMM past N = 32
     for n, want in ((1, "rows"), (8, "rows"), (16, "rows"), (17, "dense"), (64, "dense")):
-        assert ops.route(n, at_70, k, False) == want    # autograd recording: the values may change every call
+        assert ops.route(n, at_70, k, False, **big) == want    # autograd recording: the values may change every call
 
 
 def test_bitmap_route_stays_within_the_kernel():

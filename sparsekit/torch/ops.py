@@ -11,7 +11,8 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
   (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.6 / 37.8 /
   38.8: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
-* ``inference`` (no autograd) and ``8 <= N <= 64`` otherwise: the weight as a
+* ``inference`` (no autograd) and ``8 <= N <= 32`` otherwise, or up to ``N = 64`` on weights of at least
+  :data:`BITMAP_WIDE_MIN_WEIGHTS` entries: the weight as a
   :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
   whose time hardly grows with ``N`` (``spmm_bitmap.md``: 0.76-1.12x dense at N = 8, 0.78-1.04x at 16, 0.65-0.88x
   at 32, 0.37-0.55x at 64, against the row kernel's 0.47-1.32x at N = 8 and 0.20-0.87x at 16,
@@ -19,7 +20,7 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
 * With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
   TiledBitmap would be rebuilt for each).
-* Wider ``x`` (prefill: past 64 rows without autograd, past 16 with) or float32: ``W`` densified for the call
+* Wider ``x`` (prefill: past 64 rows without autograd, past 32 on smaller weights, past 16 with) or float32: ``W`` densified for the call
   (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`, or torch's scatter for float32) and dense GEMM (cuBLAS);
   nothing dense is kept.
 
@@ -57,6 +58,11 @@ BITMAP_MIN_N = 8
 #: 0.37-0.55x dense cuBLAS (``spmm_bitmap.md``); densify + GEMM writes the dense weight, then reads it (batch 32
 #: decode end to end: 0.43-0.61x dense, ``torch_decoder.md``).
 BITMAP_MAX_N = 64
+#: Past N = 32 the bitmap kernel only where the weight has at least this many entries. Through this layer on the
+#: H200, bfloat16 80 %, device us, bitmap against densify + GEMM (``sparse_linear.md``): N = 32 23.1 / 46.1 / 50.1
+#: against 27.2 / 81.9 / 105.7 at 4096x4096 / 14336x4096 / 4096x14336; N = 64 72.4 / 83.5 against 83.4 / 107.6 on
+#: the two MLP shapes, but 40.7 against 25.6 at 4096x4096 (its dense weight stays in L2 between densify and GEMM).
+BITMAP_WIDE_MIN_WEIGHTS = 2**25
 #: At N = ``BITMAP_MIN_N``, the row kernel where a row stores at most this share of ``K`` (the layer's padded
 #: width over ``in_features``: what the row kernel reads, known without looking at the values). Device us at
 #: 4096x4096 / 14336x4096 / 4096x14336, row kernel against bitmap (``torch_decoder.md`` "One layer",
@@ -72,12 +78,13 @@ _IDS = itertools.count(1)
 _UNRECORDED = object()
 
 
-def route(n: int, width: int, in_features: int, inference: bool) -> str:
-    """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and a weight of ``width`` stored entries a row over
-    ``in_features`` columns: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"`` (densify +
-    GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
-    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and (n > BITMAP_MIN_N
-                                                           or width > BITMAP_MIN_DENSITY * in_features):
+def route(n: int, width: int, in_features: int, inference: bool, *, out_features: int) -> str:
+    """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and an ``out_features x in_features`` weight of
+    ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"``
+    (densify + GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
+    wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
+    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and (n > BITMAP_MIN_N
+                                                                        or width > BITMAP_MIN_DENSITY * in_features):
         return "bitmap"
     return "rows" if n <= KERNEL_MAX_N else "dense"
 
@@ -230,7 +237,7 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
         if x.dtype in KERNEL_DTYPES:
-            kernel = route(x.shape[0], values.shape[1], in_features, inference)
+            kernel = route(x.shape[0], values.shape[1], in_features, inference, out_features=values.shape[0])
             if kernel != "dense":
                 x = x if x.is_contiguous() else x.contiguous()
                 if kernel == "rows":
