@@ -173,6 +173,7 @@ def plot(records, path: Path) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter
 
     panels = sorted({(f"{r['m']}x{r['k']}", r["dtype"]) for r in records}, key=lambda p: (p[1], p[0]))
     cols = min(3, len(panels))
@@ -187,6 +188,9 @@ def plot(records, path: Path) -> str:
         ax.plot(s, 0.5 / (1 - s), "k--", lw=1, label="bytes ceiling")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%gx"))      # 0.5x, 1x, 2x: not powers of ten
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%gx"))
+        ax.tick_params(axis="y", which="minor", labelsize=6)
         ax.set_title(f"{shape} {dname}", fontsize=9)
         ax.set_xlabel("sparsity")
     for row in axes:
