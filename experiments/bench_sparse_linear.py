@@ -1,13 +1,20 @@
 """Device time of one ``SparseLinear`` call against ``F.linear`` at decode widths, bfloat16, on a GPU::
 
     python -m experiments.bench_sparse_linear [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
+    python -m experiments.bench_sparse_linear --routes
 
-Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 (the sparse kernel)
-and 64 (dense GEMM on the weight densified for the call). Each product runs 50
+Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64, each on the
+route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row kernel, the TiledBitmap kernel
+or dense GEMM on the weight densified for the call). Each product runs 50
 times in a CUDA graph (no host cost) over 4 weights in rotation (so the MLP weights do not stay in L2); the
-time is a call's share. Prints ours, dense, the speedup, the weight's bytes over our time, and cuSPARSE
+time is a call's share. Prints ours, dense, the speedup, the bytes the route reads over our time, and cuSPARSE
 (``torch.sparse`` CSR of the same pruned weight times ``x^T``; "-" where torch refuses it). Recorded in
-``experiments/results/torch_decoder.md``.
+``experiments/results/sparse_linear.md``.
+
+``--routes``: one weight a shape (so 4096x4096 stays in L2), bfloat16 80 %, N = 1-64: the route taken, wall us per
+call (back to back, drained at the end) of ours and ``nn.Linear``, device us of ours, of the op without
+``inference`` (the route before the TiledBitmap: row kernel to N = 16, densify + GEMM beyond) and of
+``nn.Linear``; each point checked against the float64 product of the pruned weight.
 """
 from __future__ import annotations
 
@@ -36,6 +43,53 @@ def _cusparse(layers, x) -> str:
         return "-"
 
 
+def _route_bytes(layer, n: int) -> int:
+    """Bytes the layer's route reads at ``n`` rows of ``x`` without autograd: the TiledBitmap's or the ELL rows'
+    (densify + GEMM reads the rows, then writes and reads the dense weight: counted as the rows)."""
+    from sparsekit.torch import ops
+
+    kernel = ops.route(n, layer.values.shape[1], layer.in_features, True, out_features=layer.out_features)
+    if kernel == "bitmap":
+        return ops.bitmap_bytes(layer.weight_id)
+    return sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
+
+
+def routes(calls: int = 200, widths=(1, 8, 16, 32, 64)) -> bool:
+    """The ``--routes`` table (module docstring); True when every point is correct."""
+    import torch
+
+    from sparsekit.torch import SparseLinear, ops
+    from sparsekit.torch.bench import graph_time as seconds, wall_time
+
+    def correct(y, x, w) -> bool:          # float32 sums of the exact product, rounded once to bfloat16
+        exact = x.double() @ w.double().T
+        bound = 2 * w.shape[1] * 2.0 ** -24 * (x.double().abs() @ w.double().abs().T) + 2 * 2.0 ** -8 * exact.abs()
+        return bool(((y.double() - exact).abs() <= bound).all())
+
+    ok = True
+    print("shape N route | wall_ours_us wall_nn_us | dev_ours_us dev_before_us dev_nn_us speedup | correct")
+    for m, k in SHAPES:
+        torch.manual_seed(0)
+        layer = SparseLinear.from_dense(torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16),
+                                        sparsity=0.8)
+        pruned = layer.to_dense()
+        w = pruned.weight.detach()
+        op = torch.ops.sparsekit.sparse_linear
+        for n in widths:
+            x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                good = correct(layer(x), x, w) and correct(layer(x), x, w)        # recorded, then replayed
+                steps = (lambda: layer(x), lambda: op(x, layer.values, layer.indices, k, layer.weight_id),
+                         lambda: pruned(x))
+                dev_ours, dev_before, dev_nn = (seconds(s, calls) * 1e6 for s in steps)
+                wall_ours, wall_nn = (wall_time(s, calls) * 1e6 for s in (steps[0], steps[2]))
+            ok &= good
+            kernel = ops.route(n, layer.values.shape[1], k, True, out_features=m)
+            print(f"{m}x{k} {n} {kernel} | {wall_ours:.1f} {wall_nn:.1f} | {dev_ours:.1f} {dev_before:.1f} "
+                  f"{dev_nn:.1f} {dev_nn / dev_ours:.2f}x | {good}", flush=True)
+    return ok
+
+
 def main(pattern: str = "uniform", widths=WIDTHS) -> None:
     import torch
     import torch.nn.functional as F
@@ -54,7 +108,7 @@ def main(pattern: str = "uniform", widths=WIDTHS) -> None:
                     layers = [SparseLinear.from_dense(d, sparsity=sparsity, pattern=pattern) for d in dense]
                     ts = graph_time(lambda: [layer(x) for layer in layers]) / ROTATION
                     print(f"{m}x{k} {sparsity:.0%} N={n}: {ts:7.1f} {td:7.1f} {td / ts:5.2f}x "
-                          f"{layers[0].weight_bytes() / ts / 1e6:6.2f} {_cusparse(layers, x)}")
+                          f"{_route_bytes(layers[0], n) / ts / 1e6:6.2f} {_cusparse(layers, x)}")
 
 
 if __name__ == "__main__":
@@ -63,5 +117,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pattern", choices=("uniform", "unstructured", "2:4"), default="uniform")
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="rows of x (N)")
+    parser.add_argument("--routes", action="store_true", help="the routes' table (one weight a shape, 80 %%)")
     args = parser.parse_args()
+    if args.routes:
+        raise SystemExit(0 if routes() else 1)
     main(args.pattern, args.widths)

@@ -50,7 +50,7 @@ def graph_time(step, calls: int) -> float:
     return start.elapsed_time(end) * 1e-3 / calls
 
 
-def _wall_time(step, calls: int) -> float:
+def wall_time(step, calls: int) -> float:
     """Wall seconds per ``step()`` called back to back from the host, the queue drained at the end."""
     for _ in range(10):
         step()
@@ -80,7 +80,7 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
                            ("torch.matmul", lambda: torch.matmul(x, w.T))):
             with torch.no_grad():
                 step()
-                device, wall = graph_time(step, calls), _wall_time(step, calls)
+                device, wall = graph_time(step, calls), wall_time(step, calls)
             out.append(dict(problem=f"{m}x{k} N={n}", dtype=str(dtype).removeprefix("torch."), sparsity=sparsity,
                             product=name, device_us=round(device * 1e6, 2), wall_us=round(wall * 1e6, 2),
                             overhead_us=round((wall - device) * 1e6, 2)))
