@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from sparsekit.bench import cuda_torch
+from sparsekit.bench import cuda_torch, half_b_on_device
 
 def suite_matrix(m: int, k: int, n: int, sparsity: float, *, seed: int = 0):
     """``(csr, b, dense_a)``: magnitude-pruned N(0,1) ``m x k`` float32 weights and an N(0,1) ``k x n`` B."""
@@ -297,25 +297,6 @@ class HalfProvider(NamedTuple):
 
 def _skipped(fmt: str, reason: str) -> HalfProvider:
     return HalfProvider(None, None, fmt, reason)
-
-
-def half_b_on_device(b16: np.ndarray):
-    """``b16`` where the kernels read it without a copy a launch: a PyTorch CUDA tensor when PyTorch sees a GPU
-    (bfloat16 has no Numba array), else a Numba device array (float16) or, under the CUDA simulator, the array
-    itself (bfloat16: device memory is host memory there)."""
-    from numba import cuda
-
-    from sparsekit.bench.uspmm import torch_tensor
-
-    torch = cuda_torch()
-    if torch is not None:
-        return torch_tensor(b16, torch).cuda()
-    if b16.dtype == np.float16:
-        return cuda.to_device(b16)
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return b16
-    raise ValueError("b: a bfloat16 B stays on the device as a torch.bfloat16 tensor (Numba has no bfloat16 "
-                     "arrays): install PyTorch with CUDA")
 
 
 def our_half_providers(csr16, b_dev) -> dict:

@@ -25,7 +25,7 @@ import os
 import ml_dtypes
 import numpy as np
 
-from sparsekit.bench import cuda_torch
+from sparsekit.bench import cuda_torch, to_host, torch_tensor
 from sparsekit.checks import BFLOAT16
 
 #: The unit roundoff of float32.
@@ -164,14 +164,6 @@ def bfloat16_b_on_device() -> bool:
     return cuda_torch() is not None or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def torch_tensor(x: np.ndarray, torch):
-    """The NumPy array ``x`` as a CPU tensor of its dtype and strides, no copy (``torch.from_numpy`` does not know
-    ``ml_dtypes.bfloat16``: its bits are viewed as ``torch.bfloat16``)."""
-    if x.dtype == BFLOAT16:
-        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(x)
-
-
 def _refused(err: Exception):
     """A launch that raises ``err``: a baseline whose setup refused the problem is recorded with the reason."""
     def launch():
@@ -214,20 +206,6 @@ def spmm_launches(p: Problem) -> dict:
         return {}
     return {"ours CSR warp/row": lambda: gs.spmm_csr(csr, p.b),
             "ours CSR swizzled": lambda: gs.spmm_csr(csr, p.b, swizzle=True)}
-
-
-def to_host(x):
-    """A result on the host as a NumPy array of its dtype: a Numba device array, a PyTorch tensor (bfloat16 as
-    ``ml_dtypes.bfloat16``, its bits copied) or an array."""
-    if hasattr(x, "copy_to_host"):
-        return x.copy_to_host()
-    if hasattr(x, "cpu"):                                  # torch tensor (dense result)
-        import torch
-        host = x.cpu()
-        if host.dtype == torch.bfloat16:
-            return host.view(torch.int16).numpy().view(BFLOAT16)
-        return host.numpy()
-    return np.asarray(x)
 
 
 def bench_problem(m, k, n, sparsity, dtype, *, providers=None, vendors=True, repeat=30, seed=0,
