@@ -9,9 +9,14 @@ module makes those measurements by exhaustive search:
   tensor-core :data:`TC_SETTINGS` (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8) USpMM-Vec;
   column-major B); with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and grids of the
   other kernels' tunables. Configurations whose shared memory or block size the launcher would refuse are left out.
+  bfloat16 runs on three kernels only (:func:`sparsekit.gpu.uspmm.uspmm`): :data:`BF16_KERNELS` (the decode and
+  TiledBitmap kernels, N <= 64) and, with a row-major B, the tensor-core :data:`TC_SETTINGS` of float16 (the same
+  kernel with the bf16 MMA, whose setting :func:`sparsekit.router.bf16_tensor_core` takes from float16's rules).
 * :func:`tune` times every candidate with :func:`sparsekit.timing.measure` (device time, L2 flushed), checks each
   result against the first configuration's (a wrong answer is never a winner), stores the winner in the tune cache
-  (:mod:`sparsekit.tune_cache`) and returns all records. ``uspmm(..., config="auto")`` then runs the cached winner
+  (:mod:`sparsekit.tune_cache`, keyed by dtype: a float16 winner is never bfloat16's) and returns all records. A
+  bfloat16 B stays on the device as a ``torch.bfloat16`` tensor (Numba has no bfloat16 arrays), as in the
+  benchmarks (:func:`sparsekit.bench.half_b_on_device`). ``uspmm(..., config="auto")`` then runs the cached winner
   (:func:`resolve`), else the router's choice (:func:`heuristic`).
 
 A shape below is a tuple of one maker's positional arguments (:func:`pipelined`, :func:`direct`,
@@ -22,9 +27,11 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 
 from sparsekit import router
+from sparsekit.checks import BFLOAT16
 from sparsekit.router import Config, heuristic
 from sparsekit.tune_cache import cache_path, lookup, problem_key, resolve
 from sparsekit.tune_cache import _device_name, _store
@@ -32,7 +39,7 @@ from sparsekit.tune_cache import _device_name, _store
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE",
-           "TC_SETTINGS", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile", "split_configs",
+           "TC_SETTINGS", "BF16_KERNELS", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile", "split_configs",
            "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve", "tune", "make_ell",
            "WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"]
 F16, F32 = router.F16, router.F32
@@ -127,11 +134,17 @@ TC_ONE_WAVE = {F32: router.TC_ONE_WAVE.keywords()}
 TC_HALF_WAVE = {F32: router.TC_HALF_WAVE.keywords()}
 #: Tensor-core settings of :func:`space` (row-major B) per dtype: the defaults (with and without ``lean``),
 #: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
-#: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`.
+#: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`; bfloat16 float16's (the settings the router gives it:
+#: :func:`sparsekit.router.bf16_tensor_core`).
 TC_SETTINGS = {F16: (dict(), TC_DEFAULT[F16], TC_LARGE[F16], dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
                F32: (dict(), TC_DEFAULT[F32], TC_LARGE[F32], TC_ONE_WAVE[F32], TC_HALF_WAVE[F32])}
+TC_SETTINGS[BFLOAT16] = TC_SETTINGS[F16]
+#: The other kernels that take bfloat16, up to N = 64 and in either memory order of B: the decode path
+#: (:data:`sparsekit.router.DECODE`) and the TiledBitmap kernel (:data:`sparsekit.router.BITMAP`), each as
+#: ``uspmm`` runs it (with its own launch settings: ``uspmm`` passes them no tunables).
+BF16_KERNELS = (router.DECODE.tunables(), router.BITMAP.tunables())
 #: The routed wgmma settings (:mod:`sparsekit.router`), as :func:`sparsekit.gpu.uspmm_wgmma.uspmm`'s keywords.
 WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
     cfg.keywords() for cfg in (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF,
@@ -148,8 +161,13 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
     and the pipelined, direct, dense-tile and warp-split kernels over grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
+    bfloat16 (``full`` or not): :data:`BF16_KERNELS`, and for a row-major B its :data:`TC_SETTINGS`
+    (its other kernels refuse it).
     """
     from sparsekit.gpu.uspmm import SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes
+    if np.dtype(dtype) == BFLOAT16:
+        return [dict(cfg) for cfg in BF16_KERNELS] + ([tensor_core(**cfg) for cfg in TC_SETTINGS[BFLOAT16]]
+                                                      if order == "C" else [])
     if not full:
         if order != "C":
             return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
@@ -189,20 +207,27 @@ def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dty
 
 def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, repeat: int = 20, seed: int = 0,
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
-    """Time every configuration of :func:`space` (``full`` passed on; or ``configs``) on ``ell`` times a
-    random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
+    """Time every configuration of :func:`space` (``full`` passed on) and the router's choice for the problem
+    (``config="heuristic"``, where the space lacks it: a cached winner is never one the router beats), or
+    ``configs``, on ``ell`` times a random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
     float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`,
     :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
     (:mod:`sparsekit.gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
-    ``correct`` (bit pattern within float32 accumulation of the first
-    configuration's result: all must agree to 1e-3 relative to ``|A| |B|``);
-    a configuration the launcher refuses gets ``error`` instead of times.
+    ``correct`` (within float32 accumulation of the first configuration's
+    result: all must agree to 1e-3 of ``|A| |B|``, or to the output dtype's
+    ``eps`` of it where that is larger: bfloat16's 2**-7, as two sums a
+    float32 rounding apart may round to neighbouring bfloat16 values);
+    a configuration the launcher refuses gets ``error`` instead of times, and
+    a ``ValueError`` names the first refusal when no configuration runs.
+    B is a Numba device array, for bfloat16 a ``torch.bfloat16`` CUDA tensor
+    (:func:`sparsekit.bench.half_b_on_device`: PyTorch with CUDA needed).
     Needs a GPU (timing raises ``RuntimeError`` otherwise).
     """
     from numba import cuda
 
+    from sparsekit.bench import half_b_on_device, to_host
     from sparsekit.gpu.uspmm import prepare, uspmm
     from sparsekit.timing import measure, require_gpu
 
@@ -211,30 +236,36 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     m, k = dell.shape
     rng = np.random.default_rng(seed)
     b_host = np.asarray(rng.standard_normal((k, n)).astype(dell.dtype), order=order)
-    b = cuda.to_device(b_host)
+    b = half_b_on_device(b_host) if dell.dtype == BFLOAT16 else cuda.to_device(b_host)
     scale = (np.abs(dell.host.to_dense().astype(np.float64)) @ np.abs(b_host.astype(np.float64))).max()
+    tolerance = max(1e-3, float(ml_dtypes.finfo(dell.dtype).eps)) * scale
     if configs is None:
         from sparsekit.gpu import uspmm_wgmma
         wgmma = uspmm_wgmma.supported() and order == "C" and dell.dtype == np.float32
         routed = (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF, router.WGMMA_QUARTER,
                   router.WGMMA_EIGHTH)
         candidates = space(dell.dtype, order, full=full) + ([cfg.tunables() for cfg in routed] if wgmma else [])
+        chosen = resolve("heuristic", dell, n, order, wgmma=uspmm_wgmma.supported())
+        candidates += [] if chosen in candidates else [chosen]
     else:
         candidates = list(configs)
     records, first = [], None
     for cfg in (candidates if progress is None else progress(candidates)):
         try:
-            out = uspmm(dell, b, **cfg).copy_to_host().astype(np.float64)
+            out = to_host(uspmm(dell, b, **cfg)).astype(np.float64)
         except ValueError as err:            # e.g. a block too big for the register file
             records.append(dict(cfg, error=str(err), correct=False))
             continue
         if first is None:
             first = out
-        correct = bool(np.abs(out - first).max() <= 1e-3 * scale)
+        correct = bool(np.abs(out - first).max() <= tolerance)
         t = measure(lambda: uspmm(dell, b, **cfg), repeat=repeat, warmup=2)
         records.append(dict(cfg, median_us=t.median_s * 1e6, p10_us=t.p10_s * 1e6, p90_us=t.p90_s * 1e6,
                             correct=correct))
     good = [r for r in records if r["correct"]]
+    if not good:
+        raise ValueError(f"no configuration ran {m} x {k} {dell.dtype.name} times a {k} x {n} B in order {order!r}: "
+                         f"{next((r['error'] for r in records if 'error' in r), 'none agreed')}")
     best = min(good, key=lambda r: r["median_us"])
     winner = {key: best[key] for key in candidates[records.index(best)]}
     if store:

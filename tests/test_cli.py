@@ -399,14 +399,6 @@ def test_bench_uspmm_bfloat16_at_toy_size(n, routed, monkeypatch, capsys):
     assert not any(name.startswith(("USpMM", "pipelined", "direct", "dense tile")) for name in ran)
 
 
-def test_tune_bfloat16_is_one_line(capsys):
-    """The tuner's search has no bfloat16 (its B is a Numba device array): refused in one line naming the route."""
-    assert cli.main(["tune", "--m", "32", "--k", "32", "--n", "8", "--sparsity", "0.5", "--dtype", "bfloat16"]) == 2
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("sparsekit tune: --dtype bfloat16 is not tuned"), lines
-    assert "sparsekit.router" in lines[0]
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tf32_weights_refuses_half_dtypes_in_one_line(dtype, capsys):
     assert cli.main(["bench", "uspmm", "--m", "32", "--k", "32", "--n", "8", "--sparsity", "0.5", "--dtype", dtype,

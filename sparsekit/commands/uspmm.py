@@ -3,6 +3,7 @@
     sparsekit bench uspmm --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float32 [--tf32-weights]
     sparsekit bench uspmm --m 4096 --k 4096 --n 16 --sparsity 0.8 --dtype bfloat16
     sparsekit tune --m 1024 --k 1024 --n 1024 --sparsity 0.6 --dtype float16
+    sparsekit tune --m 1024 --k 1024 --n 16 --sparsity 0.8 --dtype bfloat16
 
 ``bench uspmm`` prints one row per provider (our variants, ``config="auto"``,
 our CSR baselines, cuSPARSE CSR/COO and dense cuBLAS through PyTorch when
@@ -13,9 +14,9 @@ kernel with the precision it ran); a provider that cannot run the problem is n/a
 ``tune`` times every configuration of :func:`sparsekit.tune.space` (``--full``: the full grid) and caches the
 winner for ``config="auto"``.
 Both need a GPU (timings on the simulator would mean nothing). bfloat16 (``ml_dtypes.bfloat16``) runs on the
-decode kernel (N <= 64) and the tensor-core kernel only (:mod:`sparsekit.router`); ``bench uspmm`` keeps its B
-on the device as a PyTorch tensor (Numba has none of that dtype), and ``tune`` refuses it: its search keeps B in
-a Numba device array.
+decode and TiledBitmap kernels (N <= 64) and the tensor-core kernel only (:mod:`sparsekit.router`; ``tune``
+searches those, :func:`sparsekit.tune.space`); both commands keep its B on the device as a PyTorch tensor (Numba
+has none of that dtype) and refuse it without PyTorch with CUDA.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def add_bench(bench_subparsers) -> None:
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("tune", help="autotune USpMM for one problem and cache the winner",
                               description=__doc__.split("\n\n")[0])
-    _problem_args(p, 'refused, not tuned; config="auto" routes it')
+    _problem_args(p, "the decode, TiledBitmap and tensor-core kernels; needs PyTorch with CUDA")
     p.add_argument("--order", choices=("C", "F"), default="C",
                    help="memory order of B: C (row-major) or F (Eq. 2, PyTorch Linear) (default: %(default)s)")
     p.add_argument("--repeat", type=repeat, default=20, help="timed repeats per configuration (default: %(default)s)")
@@ -112,17 +113,20 @@ def cmd_bench(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    if args.dtype == "bfloat16":
-        print("sparsekit tune: --dtype bfloat16 is not tuned (the search keeps B in a Numba device array, which has "
-              "no bfloat16); config=\"auto\" routes it by sparsekit.router: the decode kernel up to N = 64, "
-              "float16's tensor-core setting past it")
-        return 2
     if not _need_gpu("sparsekit tune"):
         return 2
-    from sparsekit.bench.uspmm import markdown
+    from sparsekit.bench.uspmm import bfloat16_b_on_device, markdown
+    if args.dtype == "bfloat16" and not bfloat16_b_on_device():
+        print("sparsekit tune: --dtype bfloat16 needs PyTorch with CUDA (B stays on the device as a "
+              "torch.bfloat16 tensor: Numba has no bfloat16 arrays)")
+        return 2
     from sparsekit.tune import cache_path, make_ell, tune
     ell = make_ell(args.m, args.k, args.sparsity, args.dtype, seed=args.seed)
-    winner, recs = tune(ell, args.n, order=args.order, full=args.full, repeat=args.repeat, seed=args.seed)
+    try:
+        winner, recs = tune(ell, args.n, order=args.order, full=args.full, repeat=args.repeat, seed=args.seed)
+    except ValueError as err:                     # no configuration takes the problem (e.g. bfloat16, F order, N > 64)
+        print(f"sparsekit tune: {err}")
+        return 2
     recs.sort(key=lambda r: r.get("median_us", float("inf")))             # refused configurations last
     keys = sorted({k for r in recs for k in r}, key=lambda k: (k in ("median_us", "p10_us", "p90_us", "correct"), k))
     print(markdown(recs[:15], keys))
