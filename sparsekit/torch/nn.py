@@ -53,8 +53,9 @@ class SparseLinear(nn.Module):
     entries only, so fine-tuning keeps the pattern. On CUDA, float16 and bfloat16 (for ``N`` rows of ``x``;
     why: :mod:`sparsekit.torch.ops`, measured on the H200 at Llama shapes):
 
-    * ``N < 8``, and ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more):
-      the row kernel on the ELL rows, bound by reading 4 bytes a kept weight;
+    * ``N < 8``, ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more) and
+      ``N = 9..16`` at most an eighth (87.5 %): the row kernel on the ELL rows, bound by reading 4 bytes a kept
+      weight;
     * without autograd (``torch.no_grad``, ``torch.inference_mode``), ``N = 8`` otherwise and ``N = 9..32`` (to 64
       on weights of 2**25 entries and more, :data:`sparsekit.torch.ops.BITMAP_WIDE_MIN_WEIGHTS`): the
       tensor-core kernel on the weight as a :class:`~sparsekit.formats.TiledBitmap`, built from the rows on the

@@ -7,7 +7,8 @@ weight ``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell
 On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
 4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
 
-* ``N < 8``, and ``N = 8`` where rows hold at most a quarter of ``K``: the row kernel,
+* ``N < 8``, ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most an
+  eighth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`): the row kernel,
   :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
   (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.6 / 37.8 /
   38.8: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
@@ -40,6 +41,8 @@ import itertools
 import weakref
 
 import torch
+
+from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 
 __all__ = ["sparse_linear", "forward", "route", "tiled_bitmap", "bitmap_bytes", "dense_weight", "register",
            "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY", "KERNEL_DTYPES"]
@@ -83,8 +86,9 @@ def route(n: int, width: int, in_features: int, inference: bool, *, out_features
     ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"``
     (densify + GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
-    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and (n > BITMAP_MIN_N
-                                                                        or width > BITMAP_MIN_DENSITY * in_features):
+    rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 87.5 %:
+        n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # 15.9 against 19.9 us at 4096^2 90 %
+    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and not rows_win:
         return "bitmap"
     return "rows" if n <= KERNEL_MAX_N else "dense"
 
