@@ -39,8 +39,8 @@ from sparsekit.tune_cache import _device_name, _store
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE",
-           "TC_SETTINGS", "BF16_KERNELS", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile", "split_configs",
-           "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve", "tune", "make_ell",
+           "TC_SETTINGS", "BF16_KERNELS", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile",
+           "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve", "tune", "make_ell",
            "WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"]
 F16, F32 = router.F16, router.F32
 
@@ -208,10 +208,10 @@ def make_ell(m: int, k: int, sparsity: float, dtype, *, seed: int = 0, index_dty
 def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, repeat: int = 20, seed: int = 0,
          store: bool = True, progress=None) -> tuple[dict, list[dict]]:
     """Time every configuration of :func:`space` (``full`` passed on) and the router's choice for the problem
-    (``config="heuristic"``, where the space lacks it: a cached winner is never one the router beats), or
-    ``configs``, on ``ell`` times a random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a compute capability 9.0 GPU,
-    float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`, :data:`WGMMA_WAVE`,
-    :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
+    (``config="heuristic"``, where the space lacks it: the cached winner never lost to it in the search), or
+    ``configs``, on ``ell`` times a random ``K x n`` B; return ``(winner, records)`` and cache the winner. On a
+    compute capability 9.0 GPU, float32 with a row-major B, :data:`WGMMA_LARGE`, :data:`WGMMA_MID`,
+    :data:`WGMMA_WAVE`, :data:`WGMMA_HALF`, :data:`WGMMA_QUARTER` and :data:`WGMMA_EIGHTH`
     (:mod:`sparsekit.gpu.uspmm_wgmma`) are tried too.
 
     Each record: the configuration, ``median_us``, ``p10_us``, ``p90_us`` and
