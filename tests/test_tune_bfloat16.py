@@ -121,6 +121,19 @@ def test_tune_of_a_column_major_bfloat16_b_searches_the_row_kernels(countdown):
 
 
 @pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
+def test_tune_past_n_64_records_the_row_kernels_refusals_and_runs_the_tensor_cores(countdown):
+    """Row-major B of 72 columns: the decode and TiledBitmap kernels refuse it by name (recorded, never a winner),
+    every tensor-core setting runs and agrees."""
+    ell, _ = _problem(n=72)
+    winner, records = tune.tune(ell, 72, repeat=1)
+    refused = {r["variant"]: r["error"] for r in records if "error" in r}
+    assert set(refused) == {"decode", "bitmap"} and all("N = 72" in why for why in refused.values())
+    ran = [r for r in records if "error" not in r]
+    assert len(ran) == len(tune.TC_SETTINGS[BFLOAT16]) and all(r["correct"] for r in ran)
+    assert winner["variant"] == "tensor_core"
+
+
+@pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
 def test_tune_refuses_by_name_what_no_bfloat16_kernel_takes(countdown):
     """A column-major bfloat16 B past N = 64: both kernels refuse it, the search says why and stores nothing."""
     ell, _ = _problem("F")
