@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from sparsekit.bench import cuda_torch
+from sparsekit.arrays import cuda_torch
 from sparsekit.bench.spmm import (Checker, bench_cpu_matrix, bench_gpu_problem, device_timer, spmm_bound,
                                   suite_matrix, tune_tiles, wall_time)
 

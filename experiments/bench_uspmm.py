@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from sparsekit.bench import cuda_torch
+from sparsekit.arrays import cuda_torch
 from sparsekit.bench.uspmm import TABLE_KEYS, U32, Problem, bench_problem, markdown, our_providers
 
 #: The headline table: (M, K, N, sparsity).

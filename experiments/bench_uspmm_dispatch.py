@@ -38,7 +38,7 @@ def main(argv=None) -> int:
 
     from numba import cuda
 
-    from sparsekit.bench import cuda_torch
+    from sparsekit.arrays import cuda_torch
     from sparsekit.bench.uspmm import Problem
     from sparsekit.gpu.uspmm import uspmm
     from sparsekit.gpu.uspmm_wgmma import supported

@@ -54,7 +54,7 @@ def measure_row(p, launch, precision: str, *, bound_u=None, **fields) -> dict:
     """One record: ``launch()`` (a float32 USpMM of problem ``p``) twice (bit-identical?), its largest error in u
     against ``bound_u`` (default: our kernels' bound for ``precision``), its median device time and % of the speed
     of light."""
-    from sparsekit.bench.uspmm import to_host
+    from sparsekit.arrays import to_host
     from sparsekit.gpu.uspmm_tc import error_reduction, tf32_exact
     from sparsekit.timing import measure
     exact, scale = p.exact()
@@ -96,7 +96,7 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
 def run_dense(shape) -> list[dict]:
     """Dense cuBLAS through PyTorch on problem ``shape``'s dense A (general float32 values): TF32 off, one TF32
     product, and three TF32 products of the 3xTF32 split (:func:`sparsekit.reference.mma.tf32_split`); empty without PyTorch."""
-    from sparsekit.bench import cuda_torch
+    from sparsekit.arrays import cuda_torch
     from sparsekit.bench.uspmm import Problem
     from sparsekit.reference.mma import tf32_split
     torch = cuda_torch()

@@ -117,7 +117,8 @@ def bench_layer(m: int, k: int, dtype, *, repeat: int, n: int = N, sparsity: flo
     """One record per provider for the problem (see the module docstring); ``settings``: argument tuples of
     ``make`` (:func:`warp_split`), those the launcher would refuse skipped (:func:`fits`);
     ``anchor``: ``config="heuristic"`` or ``config="auto"``, timed as the provider of that name."""
-    from sparsekit.bench.uspmm import Problem, config_name, to_host, vendor_launches
+    from sparsekit.bench.uspmm import Problem, config_name, vendor_launches
+    from sparsekit.arrays import to_host
     from sparsekit.gpu.uspmm import uspmm
     from sparsekit.timing import measure
     from sparsekit.tune import resolve

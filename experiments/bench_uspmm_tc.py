@@ -241,7 +241,8 @@ def tc_work_flops(p) -> float:
 
 def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, vendors=True) -> list[dict]:
     """One record per provider for one problem (see the module docstring)."""
-    from sparsekit.bench.uspmm import Problem, to_host, vendor_launches
+    from sparsekit.bench.uspmm import Problem, vendor_launches
+    from sparsekit.arrays import to_host
     from sparsekit.gpu.uspmm import uspmm as uspmm_simt
     from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.device import PEAKS
@@ -291,7 +292,7 @@ def check_providers(p, launches: dict) -> list[dict]:
     kernels, the error statistics and whether the repeat is bit-identical (or the error). With a
     "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical; so
     does each lean setting of :data:`LEAN_BASE` against its ``lean=False`` setting."""
-    from sparsekit.bench.uspmm import to_host
+    from sparsekit.arrays import to_host
     recs = []
     first = {}
     for name, launch in launches.items():

@@ -90,6 +90,7 @@ the interface dict, measured before the direct read above).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import weakref
@@ -102,7 +103,7 @@ from sparsekit.checks import BFLOAT16
 from sparsekit.numba_compat import cache_numba_type, numba_type
 
 __all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
-           "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype"]
+           "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype", "cuda_torch", "torch_tensor", "half_b_on_device", "to_host"]
 
 _UINT16 = np.dtype(np.uint16)
 
@@ -735,3 +736,51 @@ def result(dev, *, like: Operand):
         t = sys.modules["torch"].as_tensor(dev, device=src.device)
         return t.view(src.dtype) if bits_of_bf16 else t
     return sys.modules["cupy"].asarray(dev)
+
+
+# --- NumPy, Numba and PyTorch arrays for the benchmarks and the tuner ----------------------------------------
+
+def cuda_torch():
+    """PyTorch when it is installed and sees a CUDA device (its vendor baselines then run), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def torch_tensor(x: np.ndarray, torch):
+    """The NumPy array ``x`` as a CPU tensor of its dtype and strides, no copy (``torch.from_numpy`` does not know
+    ``ml_dtypes.bfloat16``: its bits are viewed as ``torch.bfloat16``)."""
+    if x.dtype == BFLOAT16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def half_b_on_device(b16: np.ndarray):
+    """``b16`` where the kernels read it without a copy a launch: a PyTorch CUDA tensor when PyTorch sees a GPU
+    (bfloat16 has no Numba array), else a Numba device array (float16) or, under the CUDA simulator, the array
+    itself (bfloat16: device memory is host memory there)."""
+    torch = cuda_torch()
+    if torch is not None:
+        return torch_tensor(b16, torch).cuda()
+    if b16.dtype == np.float16:
+        return cuda.to_device(b16)
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return b16
+    raise ValueError("b: a bfloat16 B stays on the device as a torch.bfloat16 tensor (Numba has no bfloat16 "
+                     "arrays): install PyTorch with CUDA")
+
+
+def to_host(x):
+    """A result on the host as a NumPy array of its dtype: a Numba device array, a PyTorch tensor (bfloat16 as
+    ``ml_dtypes.bfloat16``, its bits copied) or an array."""
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    if hasattr(x, "cpu"):                                  # torch tensor (dense result)
+        import torch
+        host = x.cpu()
+        if host.dtype == torch.bfloat16:
+            return host.view(torch.int16).numpy().view(BFLOAT16)
+        return host.numpy()
+    return np.asarray(x)

@@ -16,7 +16,7 @@ module makes those measurements by exhaustive search:
   result against the first configuration's (a wrong answer is never a winner), stores the winner in the tune cache
   (:mod:`sparsekit.tune_cache`, keyed by dtype: a float16 winner is never bfloat16's) and returns all records. A
   bfloat16 B stays on the device as a ``torch.bfloat16`` tensor (Numba has no bfloat16 arrays), as in the
-  benchmarks (:func:`sparsekit.bench.half_b_on_device`). ``uspmm(..., config="auto")`` then runs the cached winner
+  benchmarks (:func:`sparsekit.arrays.half_b_on_device`). ``uspmm(..., config="auto")`` then runs the cached winner
   (:func:`resolve`), else the router's choice (:func:`heuristic`).
 
 A shape below is a tuple of one maker's positional arguments (:func:`pipelined`, :func:`direct`,
@@ -222,12 +222,12 @@ def tune(ell, n: int, *, order: str = "C", configs=None, full: bool = False, rep
     a configuration the launcher refuses gets ``error`` instead of times, and
     a ``ValueError`` names the first refusal when no configuration runs.
     B is a Numba device array, for bfloat16 a ``torch.bfloat16`` CUDA tensor
-    (:func:`sparsekit.bench.half_b_on_device`: PyTorch with CUDA needed).
+    (:func:`sparsekit.arrays.half_b_on_device`: PyTorch with CUDA needed).
     Needs a GPU (timing raises ``RuntimeError`` otherwise).
     """
     from numba import cuda
 
-    from sparsekit.bench import half_b_on_device, to_host
+    from sparsekit.arrays import half_b_on_device, to_host
     from sparsekit.gpu.uspmm import prepare, uspmm
     from sparsekit.timing import measure, require_gpu
 

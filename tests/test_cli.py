@@ -323,7 +323,8 @@ def _spmm_half_run(m, k, n, sparsity, dtype):
 
 
 def _uspmm_run(m, k, n, sparsity, dtype):
-    from sparsekit.bench.uspmm import Problem, host_bytes, spmm_launches, to_host
+    from sparsekit.bench.uspmm import Problem, host_bytes, spmm_launches
+    from sparsekit.arrays import to_host
 
     def run():                    # bench_problem's host side: the problem, the CSR baseline, a checked result
         p = Problem(m, k, n, sparsity, dtype)
@@ -443,7 +444,7 @@ def test_bfloat16_goes_to_torch_and_back_bit_for_bit(order):
     """The benchmark hands bfloat16 operands to PyTorch and reads its results back through the bits, no copy in,
     strides kept (``torch.from_numpy`` does not know ``ml_dtypes.bfloat16``)."""
     torch = pytest.importorskip("torch", reason="PyTorch (an optional extra) gives the vendor baselines")
-    from sparsekit.bench.uspmm import to_host, torch_tensor
+    from sparsekit.arrays import to_host, torch_tensor
     from sparsekit.checks import BFLOAT16
 
     x = np.asarray(np.random.default_rng(0).standard_normal((5, 7)).astype(BFLOAT16), order=order)

@@ -25,7 +25,7 @@ import os
 import ml_dtypes
 import numpy as np
 
-from sparsekit.bench import cuda_torch, to_host, torch_tensor
+from sparsekit.arrays import cuda_torch, to_host, torch_tensor
 from sparsekit.checks import BFLOAT16
 
 #: The unit roundoff of float32.

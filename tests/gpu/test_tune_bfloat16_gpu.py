@@ -54,7 +54,7 @@ def test_tuned_bfloat16_winner_is_what_auto_runs(n, order, tmp_path, monkeypatch
     """Every configuration the kernels take is timed and correct (past N = 64 the decode and TiledBitmap kernels
     refuse, by name); ``uspmm(config="auto")`` then runs the winner: its result bit for bit, within the bound of the
     reference."""
-    from sparsekit.bench import torch_tensor, to_host
+    from sparsekit.arrays import torch_tensor, to_host
     from sparsekit.gpu.uspmm import prepare, resolved, uspmm
     from sparsekit.reference import uspmm as reference
 

@@ -106,7 +106,7 @@ def test_dispatch_benchmark_records_every_row(tmp_path):
     import json
 
     from experiments import bench_uspmm_dispatch as bench
-    from sparsekit.bench import cuda_torch
+    from sparsekit.arrays import cuda_torch
     assert bench.main(["--calls", "3", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "uspmm_dispatch.json").read_text())["rows"]
     timed = [r for r in rows if "problem" in r]
