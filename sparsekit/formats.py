@@ -621,6 +621,10 @@ class COO(_Format):
 # ELL (uniform sparsity)
 # ---------------------------------------------------------------------------
 
+#: Entries (rows x columns) :meth:`ELL.padded_from_csr` lays out densely at a time.
+_PAD_STRIP_ENTRIES = 1 << 22
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class ELL(_Format):
     """ELLPACK for uniform sparsity: every row stores exactly K' entries.
@@ -761,6 +765,46 @@ class ELL(_Format):
         out = np.zeros(self.shape, dtype=bool)
         out[np.arange(self.shape[0])[:, None], self.indices] = True
         return out
+
+    @classmethod
+    def padded_from_csr(cls, csr: "CSR", *, index_dtype=None) -> "ELL":
+        """Any CSR as ELL: every row padded to the longest with explicit zeros, at the lowest columns the row
+        leaves free (so columns still ascend and never repeat). The product is the CSR's for every right-hand
+        side; the padding is what the uniform kernels then also read (``kprime * M - nnz`` zeros).
+
+        >>> import numpy as np
+        >>> e = ELL.padded_from_csr(CSR.from_dense(np.array([[0., 2., 3.], [4., 0., 0.]], dtype=np.float32)))
+        >>> e.indices, e.values
+        (array([[1, 2],
+               [0, 1]], dtype=int16), array([[2., 3.],
+               [4., 0.]], dtype=float32))
+        """
+        if not isinstance(csr, CSR):
+            raise TypeError(f"csr: expected a CSR, got {type(csr).__name__}")
+        csr.validate(full=True)                                  # the layout below indexes with its columns
+        m, k = csr.shape
+        idt = np.dtype(np.int16 if k <= np.iinfo(np.int16).max else np.int32) if index_dtype is None \
+            else _index_dtype(index_dtype, ELL_INDEX_DTYPES)
+        counts = np.diff(csr.indptr.astype(np.int64))
+        width = int(counts.max()) if m else 0
+        values = np.zeros((m, width), dtype=csr.data.dtype, order="F")
+        indices = np.zeros((m, width), dtype=idt, order="F")
+        strip = max(1, _PAD_STRIP_ENTRIES // max(k, 1))
+        for r0 in range(0, m, strip):                        # a strip of rows at a time (about 10 bytes an entry)
+            r1 = min(m, r0 + strip)
+            lo, hi = int(csr.indptr[r0]), int(csr.indptr[r1])
+            rows = np.repeat(np.arange(r1 - r0), counts[r0:r1])
+            kept = np.zeros((r1 - r0, k), dtype=bool)
+            kept[rows, csr.indices[lo:hi]] = True
+            free = ~kept
+            pad = free & (np.cumsum(free, axis=1, dtype=np.int32) <= (width - counts[r0:r1])[:, None])
+            dense = np.zeros((r1 - r0, k), dtype=csr.data.dtype)
+            dense[rows, csr.indices[lo:hi]] = csr.data[lo:hi]
+            stored = kept | pad                                  # width entries in every row, in column order
+            _, cols = np.nonzero(stored)
+            values[r0:r1] = dense[stored].reshape(r1 - r0, width)
+            indices[r0:r1] = cols.astype(idt).reshape(r1 - r0, width)
+        return cls(values, indices, (m, k))
 
     def to_csr(self, *, index_dtype=None) -> CSR:
         self._check_stored_indices()

@@ -289,6 +289,14 @@ def _format_cases() -> list[Case]:
                               ValueError, "indices: ", "found 8"))
         cases.append(_refuses(f"formats.{name}.from_csr", "wrong_type", lambda tmp, c=cls: c.from_csr(DENSE),
                               TypeError, "csr: expected a CSR"))
+        if cls is formats.ELL:                                    # any CSR as ELL: rows padded to the longest
+            cases.append(_gives("formats.ELL.padded_from_csr", "empty",
+                                lambda tmp: formats.ELL.padded_from_csr(formats.CSR.from_dense(empty_dense)).to_dense(),
+                                _same_dense(empty_dense)))
+            cases.append(_refuses("formats.ELL.padded_from_csr", "index_out_of_range",
+                                  lambda tmp: formats.ELL.padded_from_csr(bad_csr), ValueError, "indices: ", "found 8"))
+            cases.append(_refuses("formats.ELL.padded_from_csr", "wrong_type",
+                                  lambda tmp: formats.ELL.padded_from_csr(DENSE), TypeError, "csr: expected a CSR"))
         if hasattr(cls, "to_scipy"):
             cases.append(_gives(f"formats.{name}.to_scipy", "empty",
                                 lambda tmp, n=name: MAKE[n](empty_dense, None).to_scipy().toarray(),

@@ -169,21 +169,23 @@ def test_host_memory_of_a_16_bit_problem():
 
 def _route_format(csr16, route: str):
     """The format ``spmm_csr``'s ``route`` reads, built here from the CSR as the brief of each kernel says."""
-    from sparsekit.formats import TiledBitmap, TiledCSL
+    from sparsekit.formats import ELL, TiledBitmap, TiledCSL
 
     return {"rows": lambda: TiledCSL.from_csr(csr16, tile=TiledCSL.row_tile(csr16.shape[1])),
-            "bitmap": lambda: TiledBitmap.from_csr(csr16), "staged": lambda: csr16}[route]()
+            "bitmap": lambda: TiledBitmap.from_csr(csr16), "ell": lambda: ELL.padded_from_csr(csr16),
+            "staged": lambda: csr16}[route]()
 
 
 @pytest.mark.simulator("the half-precision records with a stand-in timer; on a GPU, "
                        "tests/gpu/test_bench_spmm_half_gpu.py times them")
 @pytest.mark.parametrize("dtype, n, sparsity, route", [
-    ("bfloat16", 8, 0.9, "rows"), ("float16", 16, 0.5, "bitmap"), ("bfloat16", 72, 0.8, "staged")])
+    ("bfloat16", 8, 0.9, "rows"), ("float16", 16, 0.5, "bitmap"), ("bfloat16", 72, 0.8, "staged"),
+    ("float16", 72, 0.5, "ell")])
 def test_bench_gpu_half_records_on_the_simulator(dtype, n, sparsity, route):
     """Every provider has a record: ours correct and timed, with the bytes of its format and their share of the
     bandwidth; ``spmm_csr`` names ``auto_route``'s route; a kernel past its MAX_N and a PyTorch baseline PyTorch
     cannot run say why, with no time."""
-    from sparsekit.bench import cuda_torch
+    from sparsekit.arrays import cuda_torch
     from sparsekit.formats import CSR
     from sparsekit.gpu import spmm as gs
     from sparsekit.gpu import spmm_bitmap as gb
@@ -195,7 +197,7 @@ def test_bench_gpu_half_records_on_the_simulator(dtype, n, sparsity, route):
     auto = f"spmm_csr auto (route: {route})"
     assert list(recs) == [auto, *OURS, bench.DENSE, bench.CUSPARSE]
     formats = {auto: route, "spmm_bitmap": "bitmap", "spmm_tiled row kernel": "rows"}
-    names = {"rows": "TiledCSL 1x64", "bitmap": "TiledBitmap", "staged": "CSR"}
+    names = {"rows": "TiledCSL 1x64", "bitmap": "TiledBitmap", "ell": "ELL (rows padded)", "staged": "CSR"}
     for name, fmt in formats.items():
         rec = recs[name]
         assert rec["format"] == names[fmt]

@@ -175,6 +175,34 @@ def test_convert_to_ell_needs_uniform_rows(x):
         assert_same(convert(x, ELL).to_csr(), x)
 
 
+@given(x=csr_matrices(), strip=st.sampled_from([1, 7, 1 << 22]))
+def test_padded_ell_holds_the_csr_and_pads_at_the_lowest_free_columns(x, strip):
+    """Every row is as long as the longest; the stored entries are the CSR's (explicit zeros included) and the rest
+    are zeros at the lowest columns the row leaves free; columns ascend; the result does not depend on the strip
+    of rows laid out at a time."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sparsekit.formats, "_PAD_STRIP_ENTRIES", strip)
+        e = ELL.padded_from_csr(x)
+    e.validate(full=True)
+    counts = np.diff(x.indptr)
+    m, k = x.shape
+    assert e.kprime == (int(counts.max()) if m else 0)
+    assert e.indices.dtype == (np.int16 if k <= 32767 else np.int32)
+    dense = np.zeros(x.shape, dtype=x.dtype)
+    for r in range(m):
+        own = x.indices[x.indptr[r]:x.indptr[r + 1]]
+        dense[r, own] = x.data[x.indptr[r]:x.indptr[r + 1]]
+        free = np.setdiff1d(np.arange(k), own)[:e.kprime - len(own)]
+        np.testing.assert_array_equal(e.indices[r], np.sort(np.concatenate([own, free])))
+        assert (e.values[r][np.isin(e.indices[r], free)] == 0).all()
+    np.testing.assert_array_equal(e.to_dense(), dense)
+
+
+def test_padded_ell_refuses_other_formats():
+    with pytest.raises(TypeError, match="csr: expected a CSR, got COO"):
+        ELL.padded_from_csr(COO.from_dense(np.eye(2)))
+
+
 @given(x=ell_matrices(index_dtype=np.int32))
 def test_ell_to_csr_fast_path_matches_generic(x):
     assert_same(x.to_csr(), CSR.from_dense(x.to_dense(), x.mask()))

@@ -10,12 +10,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparsekit.reference import spmm as ref
 from sparsekit.checks import BFLOAT16
-from spmm_close import assert_spmm_close
+from spmm_close import assert_half_close, assert_spmm_close
 from strategies import blocked_ell_matrices, coo_matrices, csr_matrices, dense_arrays, ell_matrices
 
 U32 = 2.0 ** -24   # unit roundoff of float32, the accumulation dtype of every GPU kernel here
@@ -249,7 +249,8 @@ def test_spmm_csr_default_is_the_staged_choice(monkeypatch):
 
 def test_auto_route_follows_the_rule():
     """``spmm_csr(config="auto")``: half precision up to N = 64 on tensor cores (TiledBitmap), the TiledCSL row
-    kernel at N <= 8 under a quarter of the entries kept; float32 and wider B on the staged CSR kernel."""
+    kernel at N <= 8 under a quarter of the entries kept; wider, the rows padded to ELL where the padding is at
+    most ELL_MAX_PADDING of the entries; float32 and the rest on the staged CSR kernel."""
     from sparsekit.formats import CSR
     from sparsekit.gpu import spmm as gs
     rng = np.random.default_rng(0)
@@ -261,6 +262,34 @@ def test_auto_route_follows_the_rule():
     assert [gs.auto_route(sparse, n) for n in (1, 8, 9, 64, 65)] == ["rows", "rows", "bitmap", "bitmap", "staged"]
     assert [gs.auto_route(half, n) for n in (1, 8, 64)] == ["bitmap"] * 3
     assert gs.auto_route(wide, 8) == "rows" and gs.auto_route(single, 8) == "staged"
+    even = np.zeros(w.shape, bool)
+    even[:, ::4] = True                                   # 16 a row
+    even[:4, 1] = True                                    # 17 in four rows: 1 - 16.125 / 17 of padding
+    assert sparse.padding() > gs.ELL_MAX_PADDING and gs.auto_route(sparse, 65) == "staged"
+    for dtype, route in ((np.float16, "ell"), (BFLOAT16, "ell"), (np.float32, "staged")):
+        dev = gs.prepare(CSR.from_dense(w.astype(dtype), even), CSR)
+        assert dev.padding() == pytest.approx(1 - 16.125 / 17) and gs.auto_route(dev, 65) == route
+
+
+@settings(max_examples=6, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from([np.float16, BFLOAT16]))
+def test_the_padded_ell_route_equals_the_reference(data, dtype):
+    """Past N = 64 in half precision, rows of nearly equal length run as padded ELL through ``uspmm`` and equal the
+    CSR reference within float32 sums and one rounding."""
+    from sparsekit.formats import CSR
+    from sparsekit.gpu import spmm as gs
+    reference = ref.spmm_csr
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    m, k, n = data.draw(st.integers(1, 40)), data.draw(st.integers(16, 96)), data.draw(st.integers(65, 80))
+    keep = data.draw(st.integers(4, 12))                 # one entry more pads at most 1 / 5
+    mask = np.zeros((m, k), bool)
+    for r in range(m):                                    # keep or keep + 1 entries a row: little padding
+        mask[r, rng.choice(k, keep + int(rng.random() < 0.2), replace=False)] = True
+    a = CSR.from_dense(np.where(mask, rng.standard_normal((m, k)), 0).astype(dtype), mask)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    dev = gs.prepare(a, CSR)
+    assert gs.auto_route(dev, n) == "ell"
+    assert_half_close(gs.spmm_csr(dev, b), reference(a, b), a.to_dense(), b)
 
 
 # --- spmm_coo and spmm_blocked_ell: config="auto" runs the CSR kernels on the same stored entries -----------

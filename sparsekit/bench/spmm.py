@@ -23,7 +23,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from sparsekit.bench import cuda_torch, half_b_on_device
+from sparsekit.arrays import cuda_torch, half_b_on_device
 
 def suite_matrix(m: int, k: int, n: int, sparsity: float, *, seed: int = 0):
     """``(csr, b, dense_a)``: magnitude-pruned N(0,1) ``m x k`` float32 weights and an N(0,1) ``k x n`` B."""
@@ -312,7 +312,8 @@ def our_half_providers(csr16, b_dev) -> dict:
     dev = gs.prepare(csr16, CSR)
     n = b_dev.shape[1]
     formats = {"rows": ("TiledCSL %dx%d" % TiledCSL.row_tile(dev.shape[1]), dev.tiled_rows),   # name, prepared
-               "bitmap": ("TiledBitmap", dev.bitmap), "staged": ("CSR", lambda: dev)}
+               "bitmap": ("TiledBitmap", dev.bitmap), "ell": ("ELL (rows padded)", dev.padded_ell),
+               "staged": ("CSR", lambda: dev)}
     route = gs.auto_route(dev, n)
     fmt, prepared = formats[route]
     out = {f"spmm_csr auto (route: {route})": HalfProvider(lambda: gs.spmm_csr(dev, b_dev),
@@ -334,7 +335,7 @@ def torch_half_providers(csr16, a16: np.ndarray, b16: np.ndarray, torch, device:
     its sums stay within the float32 bound) and
     of a ``torch.sparse_csr_tensor`` (int64 indices: values, indices and row pointers counted); a conversion or
     product PyTorch refuses in the dtype gives the reason instead."""
-    from sparsekit.bench.uspmm import torch_tensor
+    from sparsekit.arrays import torch_tensor
 
     tb = torch_tensor(b16, torch).to(device)
     td = torch_tensor(a16, torch).to(device)
@@ -383,7 +384,7 @@ def bench_gpu_half(csr16, b16: np.ndarray, *, repeat: int = 20, timer=None, prov
     ``timer(launch) -> (median, p10, p90)`` seconds defaults to :func:`device_timer`; ``providers`` (name ->
     :class:`HalfProvider`) to :func:`half_providers`.
     """
-    from sparsekit.bench.uspmm import to_host
+    from sparsekit.arrays import to_host
     from sparsekit.timing import measured_bandwidth
 
     timer = device_timer(repeat) if timer is None else timer

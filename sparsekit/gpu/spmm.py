@@ -51,13 +51,15 @@ from sparsekit.gpu.spmm_bitmap import MAX_N as BITMAP_MAX_N
 from sparsekit.gpu.spmm_bitmap import prepare as prepare_bitmap
 from sparsekit.gpu.spmm_bitmap import spmm_bitmap
 from sparsekit.gpu.spmm_tiled import MAX_N as TILED_MAX_N
+from sparsekit.gpu.uspmm import prepare as prepare_ell
+from sparsekit.gpu.uspmm import uspmm
 from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
 from sparsekit.gpu.spmm_tiled import spmm_tiled
 from sparsekit.gpu.vector_loads import aligned, load2, load4
 from sparsekit.arrays import DeviceMatrix, cdiv, flat_view, operand, output, result
 from sparsekit.balance import row_swizzle
 from sparsekit.checks import BFLOAT16, check_int
-from sparsekit.formats import COO, CSR, BlockedELL, TiledBitmap, TiledCSL
+from sparsekit.formats import COO, CSR, ELL, BlockedELL, TiledBitmap, TiledCSL
 
 __all__ = ["DeviceSparse", "prepare", "spmm_csr", "auto_route", "staged_tunables", "spmm_coo", "spmm_blocked_ell",
            "as_csr"]
@@ -72,6 +74,13 @@ _HALVES = (np.dtype(np.float16), BFLOAT16)
 #: experiments/results/spmm_unstructured.md).
 ROW_KERNEL_MAX_N = 8
 ROW_KERNEL_DENSITY = 0.25
+#: Past :data:`BITMAP_MAX_N` columns, float16 and bfloat16 run as the rows padded to the longest
+#: (:meth:`~sparsekit.formats.ELL.padded_from_csr`) through ``uspmm(config="auto")``, whose routes there are the
+#: tensor-core tile kernels (measured on uniform weights: 0.21-0.29x dense at N = 128 on the Llama shapes,
+#: experiments/results/uspmm_decode.md), where the CUDA-core staged kernel takes 0.01-0.12x dense at N = 256-1024
+#: (spmm_unstructured.md) -- while the padding, which those kernels also read, is at most this share of the
+#: stored entries (magnitude pruning of a random 4096^2 weight at 80 %: 9 %).
+ELL_MAX_PADDING = 0.25
 
 
 # ---------------------------------------------------------------------------
@@ -307,6 +316,17 @@ class DeviceSparse(DeviceMatrix):
         (half precision up to 64 columns of ``B``); built once."""
         return self.cached("bitmap", lambda: prepare_bitmap(TiledBitmap.from_csr(self.host)), device=False)
 
+    def padded_ell(self):
+        """The CSR's rows padded to the longest (:meth:`~sparsekit.formats.ELL.padded_from_csr`) and prepared for
+        :func:`sparsekit.gpu.uspmm.uspmm` (half precision past 64 columns of ``B``); built once."""
+        return self.cached("padded_ell", lambda: prepare_ell(ELL.padded_from_csr(self.host)), device=False)
+
+    def padding(self) -> float:
+        """The share of :meth:`padded_ell`'s entries that are padding, from the row lengths alone."""
+        m = self.shape[0]
+        width = int(np.diff(self.host.indptr.astype(np.int64)).max()) if m else 0
+        return 1.0 - self.host.nnz / (m * width) if m * width else 0.0
+
 
 _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), BlockedELL: ("values", "indices")}
 
@@ -340,7 +360,9 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
     and 1.8x cuSPARSE; on the H100 2.0-7.9x faster than the plain kernel on magnitude-pruned ResNet-50 and
     Transformer layers: experiments/results/teaching.md); float16 and bfloat16 with ``N <= 64``: the row kernel of
     :mod:`sparsekit.gpu.spmm_tiled` on the rows as TiledCSL where ``N <= 8`` and under a quarter of the entries are
-    kept, else :mod:`sparsekit.gpu.spmm_bitmap` on the matrix as TiledBitmap (:data:`ROW_KERNEL_DENSITY`). ``config=None`` or any explicit tunable: :data:`PLAIN`
+    kept, else :mod:`sparsekit.gpu.spmm_bitmap` on the matrix as TiledBitmap (:data:`ROW_KERNEL_DENSITY`); wider,
+    the rows padded to ELL through :func:`sparsekit.gpu.uspmm.uspmm` (tensor cores) where the padding is at most
+    :data:`ELL_MAX_PADDING` of the entries (:func:`auto_route`). ``config=None`` or any explicit tunable: :data:`PLAIN`
     updated by the tunables given. float32, float16 and bfloat16 (its bits widened exactly, float32
     sums, one rounding to nearest even at the store) in every kernel.
 
@@ -370,6 +392,8 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
             return spmm_tiled(dev.tiled_rows(), b)
         if route == "bitmap":
             return spmm_bitmap(dev.bitmap(), b)
+        if route == "ell":
+            return uspmm(dev.padded_ell(), b, config="auto")
     bop = _rhs(b, dev)
     chosen = dict(PLAIN, **tunables)
     if config == "auto" and not tunables:
@@ -382,13 +406,16 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
 def auto_route(dev: DeviceSparse, n: int) -> str:
     """The kernel ``spmm_csr(config="auto")`` runs for a prepared CSR and ``N`` columns of ``B``: ``"rows"`` (the
     TiledCSL row kernel: half precision, ``N <= 8``, under :data:`ROW_KERNEL_DENSITY` of the entries kept),
-    ``"bitmap"`` (the TiledBitmap tensor-core kernel: half precision, ``N <= 64``) or ``"staged"`` (the staged CSR
-    kernel with :func:`staged_tunables`)."""
+    ``"bitmap"`` (the TiledBitmap tensor-core kernel: half precision, ``N <= 64``), ``"ell"`` (the rows padded to
+    ELL through ``uspmm(config="auto")``: half precision past ``N = 64`` with at most :data:`ELL_MAX_PADDING` of
+    padding) or ``"staged"`` (the staged CSR kernel with :func:`staged_tunables`)."""
     if dev.dtype in _HALVES and n <= BITMAP_MAX_N:
         m, k = dev.shape
         if n <= min(ROW_KERNEL_MAX_N, TILED_MAX_N) and dev.host.nnz < ROW_KERNEL_DENSITY * m * k:
             return "rows"
         return "bitmap"
+    if dev.dtype in _HALVES and dev.host.nnz and dev.padding() <= ELL_MAX_PADDING:
+        return "ell"
     return "staged"
 
 
