@@ -16,7 +16,8 @@ cast to bfloat16 and float16; N in {8, 16, 32, 64, 256, 1024}. Kernels, each in 
 ``tiled``          :func:`sparsekit.gpu.spmm_tiled.spmm_tiled_linear` on a TiledCSL of 64 x 64 tiles (N <= 64)
 ``csr``            :func:`sparsekit.gpu.spmm.spmm_csr` in its default configuration (``config="auto"``,
                    :func:`sparsekit.gpu.spmm.auto_route`: half precision with N <= 64 runs the TiledCSL row
-                   kernel or the TiledBitmap kernel, otherwise the staged CSR kernel with ``staged_tunables``;
+                   kernel or the TiledBitmap kernel, past it the rows padded to ELL through ``uspmm`` (tensor
+                   cores) where the padding is small, otherwise the staged CSR kernel with ``staged_tunables``;
                    the record's ``note`` names the route). It computes ``C = A @ B``, so it
                    is timed, as cuSPARSE is, with ``B = X^T`` made contiguous once outside the timing; its
                    ``C`` is ``Y^T``
@@ -365,6 +366,8 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
             dev.tiled_rows()                  # the half-precision routes' formats, built here rather than in a point
         if "bitmap" in routes:
             dev.bitmap()
+        if "ell" in routes:
+            dev.padded_ell()
 
         def describe(n):
             route = gs.auto_route(dev, n)
@@ -372,6 +375,8 @@ def build(m: int, k: int, sparsity: float, dname: str, *, widths) -> Layer:
                 return "TiledCSL rows (spmm_tiled row kernel)", dev.tiled_rows().host.nbytes().total
             if route == "bitmap":
                 return "TiledBitmap (spmm_bitmap)", dev.bitmap().host.nbytes().total
+            if route == "ell":
+                return "rows padded to ELL (uspmm auto)", dev.padded_ell().host.nbytes().total
             return f"staged CSR {gs.staged_tunables(dev, n)}", dev.host.nbytes().total
 
         return Kernel(lambda x, xt: gs.spmm_csr(dev, xt), False, None, describe)
