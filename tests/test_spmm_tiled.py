@@ -239,6 +239,13 @@ def test_uspmm_bitmap_variant_equals_the_reference(dtype):
     assert_close(np.ascontiguousarray(got), reference(ell, b), ell.to_dense(), b)
     with pytest.raises(ValueError, match="N = 65 with the bitmap kernel"):
         uspmm(dell, np.zeros((96, 65), dtype), variant="bitmap")
+    assert_close(uspmm(dell, b, variant="bitmap", rows=2, slices=1, splits=3, stages=8), reference(ell, b),
+                 ell.to_dense(), b)                       # the kernel's tunables pass through
+    with pytest.raises(TypeError, match=r"variant='bitmap' takes only \['rows', 'slices', 'splits', 'stages'\], "
+                                        r"got \['kc'\]"):
+        uspmm(dell, b, variant="bitmap", kc=64)
+    with pytest.raises(TypeError, match=r"variant='decode' takes no tunables, got \['splits'\]"):
+        uspmm(dell, b, variant="decode", splits=2)
 
 
 @pytest.mark.parametrize("dtype, n, sparsity, variant", [

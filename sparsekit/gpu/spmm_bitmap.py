@@ -48,10 +48,13 @@ from sparsekit.gpu.spmm_tiled import element_store, half_operands, uint16_bits
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load4
 
-__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "MAX_N"]
+__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "MAX_N",
+           "TUNABLES"]
 
 #: The widest ``B`` this kernel takes.
 MAX_N = 64
+#: The launch's tunables (:func:`spmm_bitmap`).
+TUNABLES = frozenset({"rows", "slices", "splits", "stages"})
 #: Bytes a warp copies into its ring in one step (16 a lane).
 CHUNK = 512
 #: The longest record: four bitmaps and 128 pairs.

@@ -84,6 +84,7 @@ from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, SMEM_ALIGN, WARP_SIZE, check_int32
 from sparsekit.gpu.launch import launch as _launch
 from sparsekit.gpu.spmm_bitmap import MAX_N as BITMAP_MAX_N
+from sparsekit.gpu.spmm_bitmap import TUNABLES as BITMAP_TUNABLES
 from sparsekit.gpu.spmm_bitmap import spmm_bitmap, spmm_bitmap_linear
 from sparsekit.gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
 from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
@@ -1208,13 +1209,20 @@ def uspmm(ell, b, *, config=None, **tunables):
     or "tf32+bf16"), or ``variant="decode"`` (float16 or bfloat16, N <= 64): the memory-bound row kernels,
     :mod:`sparsekit.gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above,
     or ``variant="bitmap"`` (float16 or bfloat16, N <= 64): the weight's entries as a TiledBitmap on tensor cores
-    (:mod:`sparsekit.gpu.spmm_bitmap`).
+    (:mod:`sparsekit.gpu.spmm_bitmap`, with its tunables ``rows``, ``slices``, ``splits``, ``stages``; "decode"
+    takes none).
     """
     dell = prepare(ell)
     bop, order = rhs(b, dell, "b")
     if config is not None:
         tunables = dict(resolved(config, dell, bop.dev.shape[1], order), **tunables)
     variant = tunables.get("variant")
+    if variant in ("decode", "bitmap"):
+        given = sorted(set(tunables) - {"variant"} - (BITMAP_TUNABLES if variant == "bitmap" else set()))
+        if given:
+            raise TypeError(f"uspmm: variant={variant!r} takes "
+                            + (f"only {sorted(BITMAP_TUNABLES)}" if variant == "bitmap" else "no tunables")
+                            + f", got {given}")
     if variant == "decode":                        # the memory-bound path of small N (sparsekit.router.DECODE)
         if bop.dev.shape[1] > MAX_DECODE_N:
             raise ValueError(f"b: N = {bop.dev.shape[1]} with the decode kernel (N <= {MAX_DECODE_N}); a "
@@ -1229,9 +1237,10 @@ def uspmm(ell, b, *, config=None, **tunables):
     if variant == "bitmap":                        # the weight's entries on tensor cores (sparsekit.router.BITMAP)
         if bop.dev.shape[1] > BITMAP_MAX_N:
             raise ValueError(f"b: N = {bop.dev.shape[1]} with the bitmap kernel (N <= {BITMAP_MAX_N})")
+        kept = {key: v for key, v in tunables.items() if key != "variant"}
         if order == "C":
-            return spmm_bitmap(dell.bitmap(), b)
-        return spmm_bitmap_linear(dell.bitmap(), b.T).T      # a column-major B is a row-major X = B^T
+            return spmm_bitmap(dell.bitmap(), b, **kept)
+        return spmm_bitmap_linear(dell.bitmap(), b.T, **kept).T      # a column-major B is a row-major X = B^T
     if dell.dtype == BFLOAT16 and variant != "tensor_core":
         raise ValueError(f"variant: bfloat16 runs on the decode and bitmap kernels only for N <= 64 "
                          f"(variant='decode' or 'bitmap') and on the tensor-core kernel at any N "
