@@ -209,7 +209,8 @@ def sharded_agreement(model: Decoder, rank: int, world: int, tokens: int = 16):
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
         repeats: int = 10, progress=lambda it, desc: it, tp: int = 1) -> list[dict]:
     """Decode (``batches``) and prefill (``prefills``, batch 1) tokens/s in each mode, dense and sparse;
-    the sparse rows carry the speedup over dense, the weight memory ratio and the output agreement.
+    the sparse rows carry the speedup over dense, the weight memory ratio (after the runs: the ELL rows and the
+    TiledBitmaps built for batches of 9-64) and the output agreement.
     ``tp > 1``: each model sharded over the ``torch.distributed`` group (this process is one rank; every
     rank runs the same steps), the rows also carry the sharded model's difference from the unsharded one."""
     import torch.distributed as dist
@@ -220,19 +221,22 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
         for sparsity in progress(sparsities, f"e2e {dtype}"):
             dense, model = _models(cfg, dtype, sparsity)
             err = agreement(dense, model) if sparsity else 0.0
-            memory = linear_weight_bytes(model) / linear_weight_bytes(dense)
+            dense_bytes = linear_weight_bytes(dense)
             tp_err = 0.0
             if tp > 1:
                 model, tp_err = sharded_agreement(model, rank, tp)
                 dense = model if not sparsity else None
+            rows = []
             for mode in modes:
                 for phase, batch, tokens, start in ([("decode", b, 1, decode_at) for b in batches]
                                                     + [("prefill", 1, t, 0) for t in prefills]):
                     rate = _tokens_per_s(_step_runner(model, mode, batch, tokens, start), batch, tokens, repeats)
-                    out.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity, mode=mode,
-                                    phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
-                                    weight_memory_vs_dense=round(memory, 3), max_relative_error=err, tp=tp,
-                                    tp_relative_difference=tp_err))
+                    rows.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity, mode=mode,
+                                     phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
+                                     max_relative_error=err, tp=tp, tp_relative_difference=tp_err))
+            # after the runs, with the TiledBitmaps they built; a rank holds 1 / tp of every weight
+            memory = tp * linear_weight_bytes(model) / dense_bytes
+            out.extend(dict(r, weight_memory_vs_dense=round(memory, 3)) for r in rows)
             del dense, model
             torch.cuda.empty_cache()
     base = {(r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]): r["tokens_per_s"]
