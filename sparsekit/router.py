@@ -21,7 +21,8 @@ import numpy as np
 
 from sparsekit.checks import BFLOAT16
 
-__all__ = ["Config", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS", "PRECISIONS", "DECODE", "BITMAP",
+__all__ = ["Config", "CLOSED_TUNABLES", "Problem", "Rule", "RULES", "route", "heuristic", "VARIANTS", "PRECISIONS",
+           "DECODE", "BITMAP",
            "LISTING1", "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4",
            "WARP_SPLIT_W1", "wide_warps", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE", "tc_small_grid",
            "DECODE_BF16_MAX_N", "bf16_tensor_core",
@@ -45,7 +46,9 @@ class Config:
     (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks). Tensor-core kernels: ``bm``
     x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``, ``lean``,
     ``splits`` (``sparsekit.gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
-    ``precision`` (``sparsekit.gpu.uspmm_wgmma``).
+    ``precision`` (``sparsekit.gpu.uspmm_wgmma``). The TiledBitmap kernel (``sparsekit.gpu.spmm_bitmap``):
+    ``rows`` x ``slices`` warps a block (consecutive 16-row blocks x slices of ``K``), ``splits``, ``stages``
+    (:data:`CLOSED_TUNABLES`: the decode and TiledBitmap kernels take no other tunable).
     """
 
     variant: str
@@ -59,6 +62,8 @@ class Config:
     kc: int | None = None
     warps_m: int | None = None
     warps_n: int | None = None
+    rows: int | None = None
+    slices: int | None = None
     stages: int | None = None
     unroll: int | None = None
     min_blocks: int | None = None
@@ -82,14 +87,23 @@ class Config:
     @classmethod
     def valid(cls, tunables) -> bool:
         """Whether ``tunables`` is a dict that names a known :data:`VARIANTS` and only :class:`Config`'s tunables,
-        each of its type (integers not negative; ``precision`` one of :data:`PRECISIONS`)."""
+        each of its type (integers not negative; ``precision`` one of :data:`PRECISIONS`), and for a variant of
+        :data:`CLOSED_TUNABLES` only those it takes (``rows`` and ``slices`` are the TiledBitmap kernel's alone)."""
         if not (isinstance(tunables, dict) and tunables.get("variant") in VARIANTS):
+            return False
+        variant, given = tunables["variant"], set(tunables) - {"variant"}
+        if not given <= CLOSED_TUNABLES.get(variant, given) or variant != "bitmap" and given & {"rows", "slices"}:
             return False
         kinds = _kinds()
         for name, value in tunables.items():
             if type(value) is not kinds.get(name) or (type(value) is int and value < 0):
                 return False
         return tunables.get("precision", "auto") in PRECISIONS
+
+
+#: The tunables of the variants whose launchers take no others (``uspmm`` refuses the rest by name): the decode path
+#: none, the TiledBitmap kernel ``sparsekit.gpu.spmm_bitmap.TUNABLES``.
+CLOSED_TUNABLES = {"decode": frozenset(), "bitmap": frozenset({"rows", "slices", "splits", "stages"})}
 
 
 @functools.cache

@@ -9,9 +9,10 @@ module makes those measurements by exhaustive search:
   tensor-core :data:`TC_SETTINGS` (row-major B), the paper's Listing 1 settings ((1, 8) USpMM, (2, 8) USpMM-Vec;
   column-major B); with ``full=True`` Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4 and grids of the
   other kernels' tunables. Configurations whose shared memory or block size the launcher would refuse are left out.
-  bfloat16 runs on three kernels only (:func:`sparsekit.gpu.uspmm.uspmm`): :data:`BF16_KERNELS` (the decode and
-  TiledBitmap kernels, N <= 64) and, with a row-major B, the tensor-core :data:`TC_SETTINGS` of float16 (the same
-  kernel with the bf16 MMA, whose setting :func:`sparsekit.router.bf16_tensor_core` takes from float16's rules).
+  Half precision adds the TiledBitmap kernel (N <= 64, either order): its defaults and :data:`BITMAP_SHAPES`
+  (:func:`bitmap_configs`). bfloat16 runs on three kernels only (:func:`sparsekit.gpu.uspmm.uspmm`): the decode
+  and TiledBitmap kernels (N <= 64) and, with a row-major B, the tensor-core :data:`TC_SETTINGS` of float16 (the
+  same kernel with the bf16 MMA, whose setting :func:`sparsekit.router.bf16_tensor_core` takes from float16's rules).
 * :func:`tune` times every candidate with :func:`sparsekit.timing.measure` (device time, L2 flushed), checks each
   result against the first configuration's (a wrong answer is never a winner), stores the winner in the tune cache
   (:mod:`sparsekit.tune_cache`, keyed by dtype: a float16 winner is never bfloat16's) and returns all records. A
@@ -20,8 +21,9 @@ module makes those measurements by exhaustive search:
   (:func:`resolve`), else the router's choice (:func:`heuristic`).
 
 A shape below is a tuple of one maker's positional arguments (:func:`pipelined`, :func:`direct`,
-:func:`dense_tile`, :func:`warp_split`); the routed settings are :class:`sparsekit.router.Config` values, named
-here also as the keywords of their launchers (``WGMMA_*``, ``TC_*``) and as warp-split shapes (``WARP_SPLIT_*``).
+:func:`dense_tile`, :func:`warp_split`, :func:`bitmap`); the routed settings are :class:`sparsekit.router.Config`
+values, named here also as the keywords of their launchers (``WGMMA_*``, ``TC_*``) and as warp-split shapes
+(``WARP_SPLIT_*``).
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ from sparsekit.tune_cache import _device_name, _store
 __all__ = ["LISTING1_SHAPES", "PIPELINED_SHAPES", "DIRECT_SHAPES", "DENSE_TILE_SHAPES", "SPLIT_SETTINGS",
            "WARP_SPLIT_S1", "WARP_SPLIT_S2", "WARP_SPLIT_S1C2", "WARP_SPLIT_W16", "WARP_SPLIT_W4", "WARP_SPLIT_W1",
            "WARP_SPLIT_SHAPES", "warp_split", "TC_LARGE", "TC_DEFAULT", "TC_ONE_WAVE", "TC_HALF_WAVE",
-           "TC_SETTINGS", "BF16_KERNELS", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile",
+           "TC_SETTINGS", "BITMAP_SHAPES", "BITMAP_FULL_GRID", "bitmap", "bitmap_fits",
+           "bitmap_configs", "tc_small_grid", "tensor_core", "pipelined", "direct", "dense_tile",
            "split_configs", "space", "problem_key", "cache_path", "lookup", "heuristic", "resolve", "tune", "make_ell",
            "WGMMA_LARGE", "WGMMA_MID", "WGMMA_WAVE", "WGMMA_HALF", "WGMMA_QUARTER", "WGMMA_EIGHTH"]
 F16, F32 = router.F16, router.F32
@@ -141,10 +144,40 @@ TC_SETTINGS = {F16: (dict(), TC_DEFAULT[F16], TC_LARGE[F16], dict(bm=64, bn=128,
                        for s in (1, 2, 4)),
                F32: (dict(), TC_DEFAULT[F32], TC_LARGE[F32], TC_ONE_WAVE[F32], TC_HALF_WAVE[F32])}
 TC_SETTINGS[BFLOAT16] = TC_SETTINGS[F16]
-#: The other kernels that take bfloat16, up to N = 64 and in either memory order of B: the decode path
-#: (:data:`sparsekit.router.DECODE`) and the TiledBitmap kernel (:data:`sparsekit.router.BITMAP`), each as
-#: ``uspmm`` runs it (with its own launch settings: ``uspmm`` passes them no tunables).
-BF16_KERNELS = (router.DECODE.tunables(), router.BITMAP.tunables())
+#: The TiledBitmap kernel's block shapes searched by default besides its own (4 x 4 warps, 4-chunk rings), as
+#: (rows, slices, stages): 16 warps as 8 x 2, 8 warps as 4 x 2 and 2 x 4 (a 4- or 8-chunk ring), 8 rows of one
+#: slice. ``splits`` stays the launcher's, which fills the GPU's resident blocks for each shape (one wave measured
+#: best against two: :func:`sparsekit.gpu.spmm_bitmap.default_config`). Seven settings in all, so that bfloat16's
+#: default search (15) fits the table ``sparsekit tune`` prints.
+BITMAP_SHAPES = ((8, 2, 4), (4, 2, 4), (2, 4, 4), (4, 2, 8), (2, 4, 8), (8, 1, 4))
+#: ``full=True``: every (rows, slices, stages) of these whose block the launcher takes (:func:`bitmap_fits`).
+BITMAP_FULL_GRID = ((1, 2, 4, 8), (1, 2, 4, 8), (4, 8, 16))
+
+
+def bitmap(rows: int, slices: int, stages: int) -> dict:
+    """The tunables of one TiledBitmap setting (:func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap`): ``rows`` x
+    ``slices`` warps a block, rings of ``stages`` chunks, the launcher's ``splits``."""
+    return Config("bitmap", rows=rows, slices=slices, stages=stages).tunables()
+
+
+def bitmap_fits(rows: int, slices: int, stages: int) -> bool:
+    """Whether :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap` launches a block of ``rows`` x ``slices`` warps with
+    rings of ``stages`` chunks: at most 1024 threads, and the warps' rings (with their mirrors) and the block's
+    one int32 within the static shared memory."""
+    from sparsekit.gpu.spmm_bitmap import CHUNK, MAX_RECORD
+    from sparsekit.gpu.uspmm import SHARED_LIMIT, WARP_SIZE
+    warps = rows * slices
+    return warps * WARP_SIZE <= 1024 and warps * (stages * CHUNK + MAX_RECORD) + 4 <= SHARED_LIMIT
+
+
+def bitmap_configs(full: bool = False) -> list[dict]:
+    """The TiledBitmap settings of :func:`space`: the launcher's defaults (:data:`sparsekit.router.BITMAP`), then
+    :data:`BITMAP_SHAPES`, or with ``full`` every other shape of :data:`BITMAP_FULL_GRID` that fits."""
+    from sparsekit.gpu.spmm_bitmap import default_config
+    default = default_config(16, 32, 8)
+    own = (default["rows"], default["slices"], default["stages"])
+    shapes = itertools.product(*BITMAP_FULL_GRID) if full else BITMAP_SHAPES
+    return [router.BITMAP.tunables()] + [bitmap(*shape) for shape in shapes if shape != own and bitmap_fits(*shape)]
 #: The routed wgmma settings (:mod:`sparsekit.router`), as :func:`sparsekit.gpu.uspmm_wgmma.uspmm`'s keywords.
 WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
     cfg.keywords() for cfg in (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF,
@@ -161,21 +194,24 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
     seconds per problem. ``full=True``: Listing 1 over :data:`LISTING1_SHAPES` x vecSize 1, 2, 4
     and the pipelined, direct, dense-tile and warp-split kernels over grids of their tunables.
     Configurations whose shared memory or block size the launcher would refuse are left out.
-    bfloat16 (``full`` or not): :data:`BF16_KERNELS`, and for a row-major B its :data:`TC_SETTINGS`
-    (its other kernels refuse it).
+    bfloat16: the decode kernel, the TiledBitmap settings of :func:`bitmap_configs` (``full`` passed on) and for
+    a row-major B its :data:`TC_SETTINGS` (its other kernels refuse it). Half precision (float16 as well, either
+    order) ends with the TiledBitmap settings, which take N <= 64 only: past it each is refused by name (a
+    record with ``error``).
     """
     from sparsekit.gpu.uspmm import SHARED_LIMIT, WARP_SIZE, dense_tile_shared_bytes, pipelined_shared_bytes
     if np.dtype(dtype) == BFLOAT16:
-        return [dict(cfg) for cfg in BF16_KERNELS] + ([tensor_core(**cfg) for cfg in TC_SETTINGS[BFLOAT16]]
-                                                      if order == "C" else [])
+        return ([router.DECODE.tunables()] + bitmap_configs(full)
+                + ([tensor_core(**cfg) for cfg in TC_SETTINGS[BFLOAT16]] if order == "C" else []))
+    bitmaps = bitmap_configs(full) if np.dtype(dtype) == F16 else []
     if not full:
         if order != "C":
             return [dict(variant="listing1", nwarp=1, vsize=8, vecsize=1),
-                    dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)]
+                    dict(variant="listing1", nwarp=2, vsize=8, vecsize=2)] + bitmaps
         return ([pipelined(*shape) for shape in PIPELINED_SHAPES] + [direct(*shape) for shape in DIRECT_SHAPES]
                 + [dense_tile(*shape) for shape in DENSE_TILE_SHAPES] + split_configs()
                 + [warp_split(*shape) for shape in WARP_SPLIT_SHAPES]
-                + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]])
+                + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]] + bitmaps)
     out = []
     for (nwarp, vsize), vecsize in itertools.product(LISTING1_SHAPES, (1, 2, 4)):
         if vsize * vsize * nwarp * WARP_SIZE * vecsize * 4 <= SHARED_LIMIT:
@@ -192,7 +228,7 @@ def space(dtype, order: str = "C", *, full: bool = False) -> list[dict]:
         for cpl, rpw, nwarp, unroll in itertools.product((2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 16), (4, 8)):
             out.append(warp_split(cpl, rpw, nwarp, unroll))
         out += split_configs() + [tensor_core(**cfg) for cfg in TC_SETTINGS[np.dtype(dtype)]]
-    return out
+    return out + bitmaps
 
 
 

@@ -16,49 +16,18 @@ from sparsekit.bench.uspmm import config_name
 from sparsekit.checks import BFLOAT16
 from sparsekit.reference import uspmm as reference
 from spmm_close import assert_half_close
+from tune_toys import K, M, N, SPARSITY, countdown, toy_problem  # noqa: F401 (countdown: a fixture)
 
 F16 = np.dtype(np.float16)
-#: The variants ``sparsekit.gpu.uspmm.uspmm`` runs for bfloat16.
-BF16_VARIANTS = {"decode", "bitmap", "tensor_core"}
-#: A toy problem: M x K, sparsity, N (a partial 8-column block: the kernels' edge paths).
-M, K, SPARSITY, N = 32, 64, 0.5, 9
-
-
-def _problem(order: str = "C", n: int = N, seed: int = 3):
-    ell = tune.make_ell(M, K, SPARSITY, BFLOAT16, seed=seed)
-    b = np.asarray(np.random.default_rng(seed).standard_normal((K, n)).astype(BFLOAT16), order=order)
-    return ell, b
-
-
-@pytest.fixture
-def countdown(tmp_path, monkeypatch):
-    """A private tune cache, the GPU check passed and a stand-in for ``sparsekit.timing.measure`` that runs the
-    launch once and reports 1 us less than the call before: the last configuration timed wins. Yields the cache."""
-    from sparsekit import timing
-
-    path = tmp_path / "uspmm.json"
-    monkeypatch.setenv("SPARSEKIT_TUNE_CACHE", str(path))
-    monkeypatch.setattr(timing, "require_gpu", lambda what: None)
-    calls = []
-
-    def measure(launch, *, repeat=30, warmup=3, flush_l2=True, batch=1):
-        launch()
-        calls.append(launch)
-        t = (1000 - len(calls)) * 1e-6
-        return timing.Measurement(t, t, t, (t,), batch, warmup, flush_l2, 0.0, 0)
-
-    monkeypatch.setattr(timing, "measure", measure)
-    return path
-
 
 # --- the space ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("full", [False, True], ids=["default", "full"])
 def test_the_bfloat16_space_is_its_three_kernels(full):
-    """Row-major B: the decode and TiledBitmap kernels and float16's tensor-core settings (the router gives bfloat16
-    float16's: the same kernel with the bf16 MMA); column-major B: the first two (the tensor-core kernel takes a
-    row-major B only). Every entry is a winner the cache keeps."""
-    rows = [dict(variant="decode"), dict(variant="bitmap")]
+    """Row-major B: the decode kernel, the TiledBitmap kernel's settings and float16's tensor-core settings (the
+    router gives bfloat16 float16's: the same kernel with the bf16 MMA); column-major B: the first two (the
+    tensor-core kernel takes a row-major B only). Every entry is a winner the cache keeps."""
+    rows = [dict(variant="decode")] + tune.bitmap_configs(full)
     c, f = tune.space(BFLOAT16, "C", full=full), tune.space(BFLOAT16, "F", full=full)
     assert c == rows + [tune.tensor_core(**cfg) for cfg in tune.TC_SETTINGS[F16]]
     assert f == rows
@@ -72,7 +41,7 @@ def test_every_bfloat16_configuration_equals_the_reference(order):
     """Each configuration of the bfloat16 space runs through ``uspmm`` and equals the NumPy reference within float32
     accumulation and one rounding to bfloat16, in B's memory order."""
     from sparsekit.gpu.uspmm import prepare, uspmm
-    ell, b = _problem(order)
+    ell, b = toy_problem(BFLOAT16, order)
     dell = prepare(ell)
     want = reference.uspmm(ell, b)
     for cfg in tune.space(BFLOAT16, order):
@@ -90,7 +59,7 @@ def test_tune_caches_bfloat16s_winner_under_its_own_key_and_auto_runs_it(countdo
     ``uspmm(config="auto")`` then runs it: here the last one timed, a tensor-core setting where the router would
     pick the decode kernel. The float16 weight of the same shape keeps the router's choice."""
     from sparsekit.gpu.uspmm import prepare, resolved, uspmm
-    ell, b = _problem()
+    ell, b = toy_problem(BFLOAT16)
     space = tune.space(BFLOAT16, "C")
     assert router.heuristic(M, K, N, ell.kprime, BFLOAT16, "C") in space          # (so nothing is added)
     winner, records = tune.tune(ell, N, repeat=1)
@@ -111,11 +80,14 @@ def test_tune_caches_bfloat16s_winner_under_its_own_key_and_auto_runs_it(countdo
 
 @pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
 def test_tune_of_a_column_major_bfloat16_b_searches_the_row_kernels(countdown):
-    """Column-major B: the decode and TiledBitmap kernels (their linear forms), the winner cached under order F."""
-    ell, _ = _problem("F")
+    """Column-major B: the decode kernel and the TiledBitmap kernel's settings (their linear forms), the winner (the
+    last timed) cached under order F."""
+    ell, _ = toy_problem(BFLOAT16, "F")
     winner, records = tune.tune(ell, N, order="F", repeat=1)
-    assert [r["variant"] for r in records] == ["decode", "bitmap"] and all(r["correct"] for r in records)
-    assert winner == dict(variant="bitmap")
+    bitmaps = tune.bitmap_configs()
+    assert [r["variant"] for r in records] == ["decode"] + ["bitmap"] * len(bitmaps)
+    assert all(r["correct"] for r in records)
+    assert winner == bitmaps[-1]
     [key] = json.loads(countdown.read_text())
     assert key.endswith("|bfloat16|int32|F")
 
@@ -124,10 +96,10 @@ def test_tune_of_a_column_major_bfloat16_b_searches_the_row_kernels(countdown):
 def test_tune_past_n_64_records_the_row_kernels_refusals_and_runs_the_tensor_cores(countdown):
     """Row-major B of 72 columns: the decode and TiledBitmap kernels refuse it by name (recorded, never a winner),
     every tensor-core setting runs and agrees."""
-    ell, _ = _problem(n=72)
+    ell, _ = toy_problem(BFLOAT16, n=72)
     winner, records = tune.tune(ell, 72, repeat=1)
-    refused = {r["variant"]: r["error"] for r in records if "error" in r}
-    assert set(refused) == {"decode", "bitmap"} and all("N = 72" in why for why in refused.values())
+    refused = [r for r in records if "error" in r]
+    assert {r["variant"] for r in refused} == {"decode", "bitmap"} and all("N = 72" in r["error"] for r in refused)
     ran = [r for r in records if "error" not in r]
     assert len(ran) == len(tune.TC_SETTINGS[BFLOAT16]) and all(r["correct"] for r in ran)
     assert winner["variant"] == "tensor_core"
@@ -136,7 +108,7 @@ def test_tune_past_n_64_records_the_row_kernels_refusals_and_runs_the_tensor_cor
 @pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
 def test_tune_refuses_by_name_what_no_bfloat16_kernel_takes(countdown):
     """A column-major bfloat16 B past N = 64: both kernels refuse it, the search says why and stores nothing."""
-    ell, _ = _problem("F")
+    ell, _ = toy_problem(BFLOAT16, "F")
     with pytest.raises(ValueError, match=r"no configuration ran 32 x 64 bfloat16 times a 64 x 72 B in order 'F': "
                                          r"b: N = 72 with the decode kernel \(N <= 64\)"):
         tune.tune(ell, 72, order="F", repeat=1)

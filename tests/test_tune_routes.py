@@ -186,12 +186,12 @@ def test_config_names_every_tunable_of_the_launchers():
     import dataclasses
     import inspect
 
-    from sparsekit.gpu import uspmm, uspmm_tc, uspmm_wgmma
+    from sparsekit.gpu import spmm_bitmap, uspmm, uspmm_tc, uspmm_wgmma
     from sparsekit.router import PRECISIONS, VARIANTS, Config
     run = inspect.signature(uspmm._run).parameters
     cuda_core = {name for name, p in run.items() if p.kind is p.KEYWORD_ONLY}
     tensor = {name for dtype in uspmm_tc.DEFAULTS for name in uspmm_tc.DEFAULTS[dtype]} | set(uspmm_wgmma.DEFAULTS)
-    assert {f.name for f in dataclasses.fields(Config)} == cuda_core | tensor
+    assert {f.name for f in dataclasses.fields(Config)} == cuda_core | tensor | spmm_bitmap.TUNABLES
     assert set(VARIANTS) == set(uspmm.VARIANTS) | {"tensor_core", "wgmma", "decode", "bitmap"}
     assert set(PRECISIONS) == set(uspmm_wgmma.PRECISIONS) | {uspmm_wgmma.DEFAULTS["precision"]}
 
