@@ -51,7 +51,9 @@ _stored = 0                    # winners stored by this process (:func:`stores`)
 
 def _valid_entry(entry) -> bool:
     """An entry as :func:`sparsekit.tune.tune` stores it: a dict whose ``config`` is a valid set of tunables
-    (:meth:`Config.valid`: a known variant, each tunable one this version's launchers take, of its type)."""
+    (:meth:`Config.valid`: a known variant, each tunable one this version's launchers take, of its type; for the
+    decode and TiledBitmap kernels only their own, e.g. a TiledBitmap winner's ``rows``, ``slices``, ``splits``,
+    ``stages``)."""
     return isinstance(entry, dict) and Config.valid(entry.get("config"))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import warnings
 
 import numpy as np
@@ -84,3 +85,120 @@ def test_every_bitmap_setting_equals_the_reference(dtype, order, n, full):
         assert got.dtype == dtype and (got.flags.f_contiguous if order == "F" else got.flags.c_contiguous), \
             config_name(cfg)
         assert_half_close(got, want, ell.to_dense(), b)
+
+
+# --- the winner, the cache and config="auto" --------------------------------------------------------------------------
+
+@pytest.fixture
+def bitmap_launches(monkeypatch):
+    """The keywords of every TiledBitmap launch ``uspmm`` makes (either form), the launches themselves unchanged."""
+    from sparsekit.gpu import uspmm as gpu_uspmm
+    launches = []
+
+    def recorded(launcher):
+        def launch(a, b, **tunables):
+            launches.append(tunables)
+            return launcher(a, b, **tunables)
+        return launch
+    for name in ("spmm_bitmap", "spmm_bitmap_linear"):
+        monkeypatch.setattr(gpu_uspmm, name, recorded(getattr(gpu_uspmm, name)))
+    return launches
+
+
+@pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
+@pytest.mark.parametrize("dtype", HALF, ids=lambda d: d.name)
+def test_a_tuned_bitmap_winner_round_trips_and_auto_launches_it(dtype, countdown, bitmap_launches):
+    """The search over the TiledBitmap settings (all correct) caches its winner, here the last timed, with its rows,
+    slices and stages; ``uspmm(config="auto")`` launches the kernel with exactly those, bit for bit the result of
+    naming them, within the bound of the reference."""
+    from sparsekit.gpu.uspmm import prepare, resolved, uspmm
+    ell, b = toy_problem(dtype, m=M, k=K)
+    configs = tune.bitmap_configs()
+    winner, records = tune.tune(ell, b.shape[1], configs=configs, repeat=1)
+    assert all(r["correct"] and "error" not in r for r in records)
+    assert winner == configs[-1] and {"rows", "slices", "stages"} <= set(winner)
+    [entry] = json.loads(countdown.read_text()).values()
+    assert entry["config"] == winner
+    dell = prepare(ell)
+    assert tune_cache.lookup(dell, b.shape[1], "C") == winner and resolved("auto", dell, b.shape[1], "C") == winner
+    bitmap_launches.clear()
+    got = uspmm(dell, b, config="auto")
+    assert bitmap_launches == [router.Config(**winner).keywords()]
+    np.testing.assert_array_equal(got.view(np.uint16), uspmm(dell, b, **winner).view(np.uint16))
+    assert_half_close(got, reference.uspmm(ell, b), ell.to_dense(), b)
+
+
+@pytest.mark.simulator("the cache read with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
+def test_a_cached_split_bitmap_winner_is_served_and_launched(countdown, bitmap_launches):
+    """A winner that also splits K (here column-major B: the linear form) is served without a warning and launched
+    with all four tunables."""
+    from sparsekit.gpu.uspmm import prepare, uspmm
+    ell, b = toy_problem(BFLOAT16, "F", m=M, k=K)
+    dell = prepare(ell)
+    n = b.shape[1]
+    winner = tune.bitmap(2, 4, 8) | dict(splits=2)
+    key = tune_cache.problem_key(tune_cache._device_name(), M, K, n, ell.kprime, BFLOAT16, ell.indices.dtype, "F")
+    tune_cache._store(key, dict(config=winner, median_us=1.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tune_cache.lookup(dell, n, "F") == winner
+        got = uspmm(dell, b, config="auto")
+    assert bitmap_launches == [dict(rows=2, slices=4, stages=8, splits=2)]
+    assert got.flags.f_contiguous
+    assert_half_close(got, reference.uspmm(ell, b), ell.to_dense(), b)
+
+
+# --- refusals ------------------------------------------------------------------------------------------------------
+
+def test_the_configs_bitmap_tunables_are_the_kernels():
+    from sparsekit.gpu.spmm_bitmap import TUNABLES
+    assert router.CLOSED_TUNABLES["bitmap"] == TUNABLES
+
+
+@pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
+def test_the_search_records_the_launchers_refusals_by_name(countdown):
+    """Settings the launcher refuses (a ring that does not wrap by a mask, no warps, more than 32 warps, rings past
+    48 KB) are recorded with the launcher's reason and never win."""
+    ell, _ = toy_problem(np.float16, m=M, k=K)
+    refused = {(4, 4, 6): r"stages: a power of two \(the ring wraps by a mask\), got 6",
+               (0, 4, 4): r"rows: must be >= 1, got 0",
+               (8, 8, 4): r"rows \* slices: a block has at most 32 warps, got 8 \* 8",
+               (4, 4, 8): r"rows \* slices \* stages: the rings of a block's 16 warps \(8 chunks of 512 bytes each\) "
+                          r"exceed 48 KB of shared memory"}
+    configs = [tune.bitmap(*shape) for shape in refused] + [router.BITMAP.tunables()]
+    winner, records = tune.tune(ell, 9, configs=configs, repeat=1)
+    for record, why in zip(records, refused.values()):
+        assert not record["correct"] and "median_us" not in record
+        assert re.fullmatch(why, record["error"]), record["error"]
+    assert records[-1]["correct"] and winner == router.BITMAP.tunables()
+
+
+STALE = [dict(variant="bitmap", nwarp=4), dict(variant="bitmap", rows=2, precision="auto"),
+         dict(variant="decode", stages=4), dict(variant="pipelined", nwarp=4, rows=2),
+         dict(variant="tensor_core", slices=2)]
+
+
+@pytest.mark.parametrize("config", STALE, ids=config_name)
+def test_tunables_a_kernel_does_not_take_are_a_stale_cache_entry(config, countdown):
+    """``rows`` and ``slices`` are the TiledBitmap kernel's alone, which (like the decode kernel) takes nothing else:
+    ``uspmm`` refuses such a configuration by name, and the cache ignores it with one warning, so ``config="auto"``
+    runs the router's choice instead of failing."""
+    from sparsekit.gpu.uspmm import prepare, uspmm
+    ell, b = toy_problem(np.float16, m=M, k=K)
+    dell = prepare(ell)
+    assert not router.Config.valid(config)
+    if config["variant"] in router.CLOSED_TUNABLES:
+        with pytest.raises(TypeError, match=rf"uspmm: variant='{config['variant']}' takes "):
+            uspmm(dell, b, **config)
+    key = tune_cache.problem_key(tune_cache._device_name(), M, K, 9, ell.kprime, np.float16, ell.indices.dtype, "C")
+    countdown.write_text(json.dumps({key: dict(config=config)}))
+    with pytest.warns(RuntimeWarning, match="1 entry without a config of tunables this version takes"):
+        assert tune_cache.lookup(dell, 9, "C") is None
+    assert tune_cache.resolve("auto", dell, 9, "C") == tune_cache.resolve("heuristic", dell, 9, "C")
+
+
+@pytest.mark.parametrize("value", ["4", -1, 2.0, True, None])
+def test_bitmap_tunables_of_another_type_are_invalid(value):
+    assert router.Config.valid(tune.bitmap(4, 2, 8))
+    for name in ("rows", "slices", "stages", "splits"):
+        assert not router.Config.valid(dict(tune.bitmap(4, 2, 8), **{name: value})), name

@@ -70,10 +70,12 @@ def test_malformed_file_counts_as_empty_with_one_warning(cache, text):
                                    {"config": {"nwarp": 4}}, {"config": {"variant": 3}}, "tiled", None,
                                    {"config": dict(CONFIG, bogus=3)}, {"config": dict(CONFIG, variant="gone")},
                                    {"config": dict(CONFIG, nwarp=-4)}, {"config": dict(CONFIG, nwarp="4")},
-                                   {"config": dict(CONFIG, batch=1.5)}],
+                                   {"config": dict(CONFIG, batch=1.5)}, {"config": dict(CONFIG, rows=2)},
+                                   {"config": dict(variant="bitmap", rows=2, nwarp=4)},
+                                   {"config": dict(variant="bitmap", slices=1.0)}],
                          ids=["empty", "no-config", "null-config", "list-config", "no-variant", "int-variant",
                               "string", "null", "stale-tunable", "stale-variant", "negative", "string-int",
-                              "float-value"])
+                              "float-value", "bitmap-tunable-elsewhere", "not-the-bitmap-kernels", "bitmap-float"])
 def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
     dell = _dell()
     good = _dell(m=32)
@@ -90,8 +92,9 @@ def test_malformed_entry_counts_as_absent_with_one_warning(cache, entry):
                                                   unroll=8, min_blocks=6),
                                     dict(variant="wgmma", precision="tf32+bf16", bm=128, bn=256, kc=16, stages=4),
                                     dict(variant="tensor_core", bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4),
-                                    dict(variant="decode")],
-                         ids=["pipelined", "warp_split", "wgmma", "tensor_core", "decode"])
+                                    dict(variant="decode"), dict(variant="bitmap"),
+                                    dict(variant="bitmap", rows=2, slices=4, stages=8, splits=3)],
+                         ids=["pipelined", "warp_split", "wgmma", "tensor_core", "decode", "bitmap", "bitmap-tuned"])
 def test_every_kind_of_tuned_winner_is_served(cache, config):
     """What tune can store (the variants and their tunables, the switches space() does not vary) is no stale entry."""
     dell = _dell()
