@@ -174,10 +174,12 @@ def bitmap_configs(full: bool = False) -> list[dict]:
     """The TiledBitmap settings of :func:`space`: the launcher's defaults (:data:`sparsekit.router.BITMAP`), then
     :data:`BITMAP_SHAPES`, or with ``full`` every other shape of :data:`BITMAP_FULL_GRID` that fits."""
     from sparsekit.gpu.spmm_bitmap import default_config
-    default = default_config(16, 32, 8)
+    default = default_config(16, 32, 8)                     # its block shape and ring are the same for every weight
     own = (default["rows"], default["slices"], default["stages"])
     shapes = itertools.product(*BITMAP_FULL_GRID) if full else BITMAP_SHAPES
     return [router.BITMAP.tunables()] + [bitmap(*shape) for shape in shapes if shape != own and bitmap_fits(*shape)]
+
+
 #: The routed wgmma settings (:mod:`sparsekit.router`), as :func:`sparsekit.gpu.uspmm_wgmma.uspmm`'s keywords.
 WGMMA_LARGE, WGMMA_MID, WGMMA_WAVE, WGMMA_HALF, WGMMA_QUARTER, WGMMA_EIGHTH = (
     cfg.keywords() for cfg in (router.WGMMA_LARGE, router.WGMMA_MID, router.WGMMA_WAVE, router.WGMMA_HALF,
