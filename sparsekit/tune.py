@@ -162,12 +162,13 @@ def bitmap(rows: int, slices: int, stages: int) -> dict:
 
 def bitmap_fits(rows: int, slices: int, stages: int) -> bool:
     """Whether :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap` launches a block of ``rows`` x ``slices`` warps with
-    rings of ``stages`` chunks: at most 1024 threads, and the warps' rings (with their mirrors) and the block's
-    one int32 within the static shared memory."""
-    from sparsekit.gpu.spmm_bitmap import CHUNK, MAX_RECORD
-    from sparsekit.gpu.uspmm import SHARED_LIMIT, WARP_SIZE
-    warps = rows * slices
-    return warps * WARP_SIZE <= 1024 and warps * (stages * CHUNK + MAX_RECORD) + 4 <= SHARED_LIMIT
+    rings of ``stages`` chunks (:func:`sparsekit.gpu.spmm_bitmap.check_block`)."""
+    from sparsekit.gpu.spmm_bitmap import check_block
+    try:
+        check_block(rows, slices, stages)
+    except ValueError:
+        return False
+    return True
 
 
 def bitmap_configs(full: bool = False) -> list[dict]:

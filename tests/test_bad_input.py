@@ -1281,6 +1281,7 @@ NOT_ENTRY_POINTS = {
     "gpu.spmm_tiled.DeviceTiled": "built by gpu.spmm_tiled.prepare",
     "gpu.spmm_tiled.shared_bytes": "sizes", "gpu.spmm_tiled.padded_n": "a size",
     "gpu.spmm_bitmap.DeviceBitmap": "built by gpu.spmm_bitmap.prepare", "gpu.spmm_bitmap.default_config": "sizes",
+    "gpu.spmm_bitmap.check_block": "sizes (its refusals: tests/test_tune_bitmap.py, through the launcher)",
     "formats.TiledBitmap.column": "the layout's column map: positions in, positions out",
     "gpu.spmm_lessons.DeviceCSR": "built by gpu.spmm_lessons.prepare",
     "gpu.spmm_lessons.tile_csc": "of a validated CSR (the smem_tiled lesson, covered)",

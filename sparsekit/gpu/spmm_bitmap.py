@@ -48,8 +48,8 @@ from sparsekit.gpu.spmm_tiled import element_store, half_operands, uint16_bits
 from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load4
 
-__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "MAX_N",
-           "TUNABLES"]
+__all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "check_block",
+           "MAX_N", "TUNABLES"]
 
 #: The widest ``B`` this kernel takes.
 MAX_N = 64
@@ -363,6 +363,19 @@ def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, stages=None
     return _run(a, x, "x", True, rows, slices, splits, stages)
 
 
+def check_block(rows: int, slices: int, stages: int) -> None:
+    """``ValueError`` unless a block of ``rows`` x ``slices`` warps with rings of ``stages`` chunks launches: a power
+    of two of chunks (the ring wraps by a mask), at most 32 warps, the rings (with their mirrors) and the block's
+    one int32 within the static shared memory."""
+    if stages & (stages - 1):
+        raise ValueError(f"stages: a power of two (the ring wraps by a mask), got {stages}")
+    if rows * slices > 32:
+        raise ValueError(f"rows * slices: a block has at most 32 warps, got {rows} * {slices}")
+    if rows * slices * (stages * CHUNK + MAX_RECORD) > SHARED_LIMIT - 4:
+        raise ValueError(f"rows * slices * stages: the rings of a block's {rows * slices} warps "
+                         f"({stages} chunks of {CHUNK} bytes each) exceed 48 KB of shared memory")
+
+
 def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     dev = a if isinstance(a, DeviceBitmap) else prepare(a)
     m, k = dev.shape
@@ -373,14 +386,8 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     for key, value in (("rows", rows), ("slices", slices), ("splits", splits), ("stages", stages)):
         if value is not None:
             conf[key] = check_int(value, key, minimum=4 if key == "stages" else 1)
-    if conf["stages"] & (conf["stages"] - 1):
-        raise ValueError(f"stages: a power of two (the ring wraps by a mask), got {conf['stages']}")
+    check_block(conf["rows"], conf["slices"], conf["stages"])
     threads = 32 * conf["rows"] * conf["slices"]
-    if threads > 1024:
-        raise ValueError(f"rows * slices: a block has at most 32 warps, got {conf['rows']} * {conf['slices']}")
-    if conf["rows"] * conf["slices"] * (conf["stages"] * CHUNK + MAX_RECORD) > SHARED_LIMIT - 4:
-        raise ValueError(f"rows * slices * stages: the rings of a block's {conf['rows'] * conf['slices']} warps "
-                         f"({conf['stages']} chunks of {CHUNK} bytes each) exceed 48 KB of shared memory")
     groups = cdiv(k, 32)
     kp = 32 * groups
     bits = uint16_bits(flat_view(bop.dev))
