@@ -322,10 +322,12 @@ class DeviceSparse(DeviceMatrix):
         return self.cached("padded_ell", lambda: prepare_ell(ELL.padded_from_csr(self.host)), device=False)
 
     def padding(self) -> float:
-        """The share of :meth:`padded_ell`'s entries that are padding, from the row lengths alone."""
-        m = self.shape[0]
-        width = int(np.diff(self.host.indptr.astype(np.int64)).max()) if m else 0
-        return 1.0 - self.host.nnz / (m * width) if m * width else 0.0
+        """The share of :meth:`padded_ell`'s entries that are padding, from the row lengths alone; computed once."""
+        def share():
+            m = self.shape[0]
+            width = int(np.diff(self.host.indptr.astype(np.int64)).max()) if m else 0
+            return 1.0 - self.host.nnz / (m * width) if m * width else 0.0
+        return self.cached("padding", share, device=False)
 
 
 _FIELDS = {CSR: ("indptr", "indices", "data"), COO: ("row", "col", "data"), BlockedELL: ("values", "indices")}
