@@ -171,3 +171,25 @@ def test_compiled_layer_tells_the_op_whether_autograd_records(grad):
     calls = [node for graph in explained.graphs for node in graph.graph.nodes
              if node.target is torch.ops.sparsekit.sparse_linear.default]
     assert explained.graph_break_count == 0 and len(calls) == 1 and calls[0].args[5] is (not grad)
+
+
+@pytest.mark.parametrize("use_bitmap", [True, False])
+def test_use_bitmap_false_keeps_the_rows_only(use_bitmap, monkeypatch):
+    """``use_bitmap=False`` (set by ``sparsify_`` on every layer it makes): the op is never told it may read a
+    TiledBitmap, so none is built, under ``no_grad`` too; True tells it so without autograd only."""
+    import sparsekit.torch.nn as snn
+    from sparsekit.torch import sparsify_
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    sparsify_(model, sparsity=0.5, use_bitmap=use_bitmap)
+    layers = [mod for mod in model if isinstance(mod, SparseLinear)]
+    assert len(layers) == 2 and all(layer.use_bitmap is use_bitmap for layer in layers)
+    flags = []
+    real = snn.sparse_linear
+    monkeypatch.setattr(snn, "sparse_linear", lambda *args: flags.append(args[5]) or real(*args))
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        model(x)
+    model(x)
+    assert flags == [use_bitmap, use_bitmap, False, False]
+    assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None for layer in layers)

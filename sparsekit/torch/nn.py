@@ -70,7 +70,13 @@ class SparseLinear(nn.Module):
     capture (else RuntimeError). A captured bitmap route reads the TiledBitmap of its capture: after changing
     the weight, run the layer again outside a capture and capture anew. On CUDA without autograd and outside
     ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time).
+
+    ``use_bitmap`` (default True): False keeps the weight in its ELL rows only (no second copy on the device),
+    at the routes taken with autograd: the row kernel to ``N = 16``, densify + GEMM beyond.
     """
+
+    #: Whether inference at ``N = 8..64`` may run on the weight's TiledBitmap (a second copy; class docstring).
+    use_bitmap: bool = True
 
     def __init__(self, in_features: int, out_features: int, width: int, *, bias: bool = True,
                  dtype: torch.dtype = torch.float32, device=None):
@@ -128,9 +134,10 @@ class SparseLinear(nn.Module):
         if x2.is_cuda and inference and not torch.compiler.is_compiling():
             if x2.dtype != self.values.dtype:
                 raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
-            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, True)   # no op dispatch
+            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, self.use_bitmap)  # no dispatch
         else:
-            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id, inference)
+            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id,
+                              inference and self.use_bitmap)
         if not flat:
             y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
@@ -170,11 +177,16 @@ class SparseLinear(nn.Module):
                 f"width={self.values.shape[1]}, bias={self.bias is not None}")
 
 
-def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None) -> nn.Module:
+def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None,
+              use_bitmap: bool = True) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``model`` for which ``filter_fn(module, name)`` is true
-    (all of them by default) with a :class:`SparseLinear` pruned to ``pattern`` at ``sparsity``."""
-    return replace_linears(model, lambda mod: SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity),
-                           filter_fn, "SparseLinear.from_dense")
+    (all of them by default) with a :class:`SparseLinear` pruned to ``pattern`` at ``sparsity``
+    (``use_bitmap``: :attr:`SparseLinear.use_bitmap`)."""
+    def make(mod):
+        layer = SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity)
+        layer.use_bitmap = bool(use_bitmap)
+        return layer
+    return replace_linears(model, make, filter_fn, "SparseLinear.from_dense")
 
 
 def replace_linears(model: nn.Module, make, filter_fn, single: str) -> nn.Module:
