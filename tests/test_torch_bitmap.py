@@ -193,3 +193,13 @@ def test_use_bitmap_false_keeps_the_rows_only(use_bitmap, monkeypatch):
     model(x)
     assert flags == [use_bitmap, use_bitmap, False, False]
     assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None for layer in layers)
+
+
+def test_the_layer_benchmark_counts_the_bytes_its_route_reads():
+    """``experiments/bench_sparse_linear.py``'s bandwidth column: the ELL rows' bytes where the row kernel or densify
+    + GEMM runs, the TiledBitmap's where the bitmap kernel does (once built)."""
+    from experiments.bench_sparse_linear import _route_bytes
+    layer = SparseLinear.from_dense(torch.nn.Linear(64, 32), sparsity=0.5)
+    rows = sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
+    assert _route_bytes(layer, 1) == rows and _route_bytes(layer, 65) == rows
+    assert _route_bytes(layer, 16) == ops.bitmap_bytes(layer.weight_id) == 0       # the bitmap route, not built yet
