@@ -291,6 +291,8 @@ def test_the_padded_ell_route_equals_the_reference(data, dtype):
     dev = gs.prepare(a, CSR)
     assert gs.auto_route(dev, n) == "ell"
     assert_half_close(gs.spmm_csr(dev, b), reference(a, b), a.to_dense(), b)
+    with pytest.raises(ValueError, match="b: expected a C-contiguous array"):
+        gs.spmm_csr(dev, np.asfortranarray(b))            # refused as the staged kernel refuses it
 
 
 # --- spmm_coo and spmm_blocked_ell: config="auto" runs the CSR kernels on the same stored entries -----------

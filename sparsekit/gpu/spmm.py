@@ -395,6 +395,7 @@ def spmm_csr(csr, b, *, config="auto", **tunables):
         if route == "bitmap":
             return spmm_bitmap(dev.bitmap(), b)
         if route == "ell":
+            _rhs(b, dev)                          # B row-major, as every spmm_csr kernel takes it (the same refusal)
             return uspmm(dev.padded_ell(), b, config="auto")
     bop = _rhs(b, dev)
     chosen = dict(PLAIN, **tunables)
