@@ -58,13 +58,13 @@ def routes(calls: int = 200, widths=(1, 8, 16, 32, 64)) -> bool:
     """The ``--routes`` table (module docstring); True when every point is correct."""
     import torch
 
+    from sparsekit.bench.spmm import error_bound
     from sparsekit.torch import SparseLinear, ops
     from sparsekit.torch.bench import graph_time as seconds, wall_time
 
-    def correct(y, x, w) -> bool:          # float32 sums of the exact product, rounded once to bfloat16
-        exact = x.double() @ w.double().T
-        bound = 2 * w.shape[1] * 2.0 ** -24 * (x.double().abs() @ w.double().abs().T) + 2 * 2.0 ** -8 * exact.abs()
-        return bool(((y.double() - exact).abs() <= bound).all())
+    def correct(y, x, w) -> bool:          # float32 sums in any order, rounded once to bfloat16
+        want, bound = error_bound(x.float(), w.float(), "bfloat16")
+        return bool(((y.float() - want).abs() <= bound).all())
 
     ok = True
     print("shape N route | wall_ours_us wall_nn_us | dev_ours_us dev_before_us dev_nn_us speedup | correct")
