@@ -68,6 +68,10 @@ PIPELINED_X_BLOCKS = 2
 #: Fewest 32-column groups a warp's share of ``K`` should have (its fixed costs, the start and the sum of
 #: its partials, spread over at least this many).
 MIN_GROUPS = 4
+#: Registers a thread gets at ``N <= 8``, where they fit without spilling: three 16-warp blocks an SM instead of the
+#: two that ptxas's own choice (48) leaves room for (the refill check by landed bytes, 3-11 % faster at N = 16-32,
+#: took N = 8 from 40 to 48 registers and made it 6-18 % slower; experiments/results/spmm_bitmap.md).
+NARROW_REGISTERS = 40
 
 U = np.uint32
 SIM = bool(cuda_config.ENABLE_CUDASIM)
@@ -189,13 +193,12 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages:
             f0 = U(U(rb * U(groups)) * U(2) + U(2) * ga)
             start = U(U(offsets[f0]) * U(16))                     # the warp's run: bytes start .. start + total
             total = U(U(U(offsets[U(f0 + U(2) * (gb - ga))]) * U(16)) - start)
-            nchunks = U(U(total + U(CHUNK - 1)) // U(CHUNK))
             src = global_addr(s32, 0) + start
             mine = U(U(16) * lane)
             for q in range(lookahead):                            # step 1: the first chunks in flight
                 copy_chunk(ring, home, s32, src, U(U(q * CHUNK) + mine), total, U(ring_bytes), U(wrap))
                 cp_async_commit()
-            ready = U(0)                                          # chunks of the run in the ring
+            landed = U(0)                                         # bytes of the run in the ring
             rel = U(0)                                            # the record's byte offset in the run
             xat = U(U(gq * U(xs)) + U(U(ga * U(16)) + U(t * U(4))))             # X[g, 32 G + 8 t], 32-bit words
             if pipelined_x:                                       # step 2 for the first group
@@ -214,16 +217,16 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages:
                         xw[4 * p], xw[4 * p + 1], xw[4 * p + 2], xw[4 * p + 3] = load_x(x32, xat, p, gq, n, xs)
                     xat = U(xat + U(16))
                 for s in range(2):
-                    # step 1: the chunks this record may reach have landed, one more in flight a chunk
-                    need = min(U(U(rel + U(MAX_RECORD - 1)) // U(CHUNK)), U(nchunks - U(1)))
-                    while ready <= need:
+                    # step 1: the bytes this record may reach have landed, one more chunk in flight a chunk
+                    need = min(U(rel + U(MAX_RECORD)), total)     # the record's longest end, or the run's
+                    while landed < need:
                         lanes_meet()
-                        copy_chunk(ring, home, s32, src, U(U(U(ready + U(lookahead)) * U(CHUNK)) + mine), total,
+                        copy_chunk(ring, home, s32, src, U(U(landed + U(lookahead * CHUNK)) + mine), total,
                                    U(ring_bytes), U(wrap))
                         cp_async_commit()
                         cp_async_wait(lookahead)
                         lanes_meet()
-                        ready = U(ready + U(1))
+                        landed = U(landed + U(CHUNK))
                     # step 3: the cells' bitmaps, their words' addresses, this lane's registers
                     at = U(home + U(rel & U(wrap)))
                     m0, m1, m2, m3 = ld_shared4(ring, at)
@@ -242,7 +245,7 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages:
                         for e in range(4):
                             acc[4 * p + e] = d[e]
                     pairs = U(U(p0 + p1) + U(p2 + U(cuda.popc(m3))))
-                    rel = U(rel + U(U(16) + U(U(U(pairs + U(3)) >> U(2)) * U(16))))     # bitmaps + words, padded
+                    rel = U(rel + U(U(U(pairs + U(7)) & U(0xFFFFFFFC)) * U(4)))   # 4 bitmap + pair words, to 16 B
             cp_async_wait(0)
         if slices > 1:                                            # the slices' sum through the (idle) ring, in
             cuda.syncthreads()                                    # slice order, one slice's partials at a time
@@ -278,7 +281,10 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages:
                         total += ws[(((q * nstrips + strip) * rows + r) * nacc + j) * 32 + lane]
                     store(c, row0 + U(8 * (e // 2)), U(8 * p + e % 2) + U(2) * t, m, n, total)
 
-    return cuda.jit(kernel)
+    if npad > 8 or SIM:                                           # (the simulator's jit takes no launch bounds)
+        return cuda.jit(kernel)
+    threads = 32 * rows * slices
+    return cuda.jit(kernel, launch_bounds=(threads, max(1, 65536 // (threads * NARROW_REGISTERS))))
 
 
 @cuda.jit
