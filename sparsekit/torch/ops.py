@@ -10,13 +10,13 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
 * ``N < 8``, ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most an
   eighth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`): the row kernel,
   :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
-  (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.6 / 37.8 /
-  38.8: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
+  (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.5 / 35.3 /
+  36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
 * ``inference`` (no autograd) and ``8 <= N <= 32`` otherwise, or up to ``N = 64`` on weights of at least
   :data:`BITMAP_WIDE_MIN_WEIGHTS` entries: the weight as a
   :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
-  whose time hardly grows with ``N`` (``spmm_bitmap.md``: 0.76-1.12x dense at N = 8, 0.78-1.04x at 16, 0.65-0.88x
-  at 32, 0.37-0.55x at 64, against the row kernel's 0.47-1.32x at N = 8 and 0.20-0.87x at 16,
+  whose time hardly grows with ``N`` (``spmm_bitmap.md``: 0.76-1.21x dense at N = 8, 0.82-1.13x at 16, 0.67-0.91x
+  at 32, 0.38-0.57x at 64, against the row kernel's 0.47-1.32x at N = 8 and 0.20-0.87x at 16,
   ``torch_decoder.md``). The TiledBitmap is built from the ELL rows on the host on the first such call, copied
   to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
 * With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
@@ -53,12 +53,12 @@ __all__ = ["sparse_linear", "forward", "route", "tiled_bitmap", "bitmap_bytes", 
 KERNEL_MAX_N = 16
 #: Without autograd, ``x`` of ``BITMAP_MIN_N`` to ``BITMAP_MAX_N`` rows runs the TiledBitmap kernel, which pads
 #: ``x`` to a multiple of 8 rows: narrower, it would take about its N = 8 time, above the row kernel's there
-#: (N = 1: 4.7-34.5 us against the bitmap kernel's 19.3-50.7 at N = 8; ``torch_decoder.md``, ``spmm_bitmap.md``).
-#: From N = 9 it is the faster (N = 16: 0.78-1.04x dense against 0.20-0.87x; the row kernel is faster there only
-#: at 4096x4096 90 %, 15.9 against 19.9 us).
+#: (N = 1: 4.7-34.5 us against the bitmap kernel's 19.0-49.8 at N = 8; ``torch_decoder.md``, ``spmm_bitmap.md``).
+#: From N = 9 it is the faster (N = 16: 0.82-1.13x dense against 0.20-0.87x; the row kernel is faster there only
+#: at 4096x4096 90 %, 15.9 against 19.3 us).
 BITMAP_MIN_N = 8
-#: The bitmap kernel's widest ``x``; beyond, densify + GEMM. At N = 32 and 64 the kernel takes 0.65-0.88x and
-#: 0.37-0.55x dense cuBLAS (``spmm_bitmap.md``); densify + GEMM writes the dense weight, then reads it (batch 32
+#: The bitmap kernel's widest ``x``; beyond, densify + GEMM. At N = 32 and 64 the kernel takes 0.67-0.91x and
+#: 0.38-0.57x dense cuBLAS (``spmm_bitmap.md``); densify + GEMM writes the dense weight, then reads it (batch 32
 #: decode end to end: 0.43-0.61x dense, ``torch_decoder.md``).
 BITMAP_MAX_N = 64
 #: Past N = 32 the bitmap kernel only where the weight has at least this many entries. Through this layer on the
@@ -69,9 +69,9 @@ BITMAP_WIDE_MIN_WEIGHTS = 2**25
 #: At N = ``BITMAP_MIN_N``, the row kernel where a row stores at most this share of ``K`` (the layer's padded
 #: width over ``in_features``: what the row kernel reads, known without looking at the values). Device us at
 #: 4096x4096 / 14336x4096 / 4096x14336, row kernel against bitmap (``torch_decoder.md`` "One layer",
-#: ``spmm_bitmap.md``): 90 % 10.4 / 23.9 / 24.8 against 19.3 / 36.1 / 37.2; 80 % 16.0 / 37.7 / 36.5 against
-#: 19.6 / 37.8 / 38.8; 70 % 19.1 / 47.2 / 44.9 against 20.4 / 40.4 / 42.3; 50 % 24.2 / 63.5 / 61.7 against
-#: 23.3 / 46.5 / 50.7.
+#: ``spmm_bitmap.md``): 90 % 10.4 / 23.9 / 24.8 against 19.0 / 33.7 / 35.8; 80 % 16.0 / 37.7 / 36.5 against
+#: 19.5 / 35.3 / 36.7 (90.2 against 91.5 over the three); 70 % 19.1 / 47.2 / 44.9 against 20.0 / 38.5 / 40.6;
+#: 50 % 24.2 / 63.5 / 61.7 against 23.2 / 44.6 / 49.8.
 BITMAP_MIN_DENSITY = 0.25
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
