@@ -138,8 +138,8 @@ resident blocks (:func:`_presplit_fits`: the one-wave setting and the defaults, 
 values come split on the host (``presplit``, :func:`sparsekit.reference.mma.tf32_split`, bit for bit the kernel's split
 of a finite value; ELL values are finite), staged as big and small pairs read with one 8-byte load:
 the scatter only moves bits. SASS executed per K chunk (sm_90, offline): one-wave 519 -> 422, ``TC_LARGE``
-855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=False`` (the default)
-compiles to the post-LTO PTX of the kernel before it.
+855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=True`` is the default
+(every routed setting measured it faster); ``lean=False`` compiles to the post-LTO PTX of the kernel before it.
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -158,7 +158,7 @@ Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16 and bfloat16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
 (resident blocks per SM the registers are capped for), ``splits`` (K split, above),
 ``kgroups`` (K groups, step 6; ``kc`` a multiple of ``kgroups`` MMA K steps; 1: the kernel
-without them, its code unchanged), ``lean`` (above; False: the kernel without it). :data:`DEFAULTS` per dtype.
+without them, its code unchanged), ``lean`` (above, the default; False: the kernel without it). :data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 
@@ -200,9 +200,9 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: bfloat16: float16's (the same kernel with the bf16 MMA: the same tiles, shared memory and instructions).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
-                                 kgroups=1, lean=False),
+                                 kgroups=1, lean=True),
     np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1,
-                                 kgroups=1, lean=False),
+                                 kgroups=1, lean=True),
 }
 DEFAULTS[BFLOAT16] = dict(DEFAULTS[np.dtype(np.float16)])
 #: The 16-bit value dtypes: one MMA of 16 x 8 x 16 a tile and K step, the A tile stored as it is (no split).

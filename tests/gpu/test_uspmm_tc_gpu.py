@@ -197,7 +197,7 @@ def test_lean_is_bit_identical_to_plain(problem, which):
     cfg = lean_configs(problem.dtype.name)[which]
     _bit_identical_within_bounds(problem, lean=True, **cfg)
     lean = uspmm(problem.dell, problem.b, lean=True, **cfg).copy_to_host()
-    plain = uspmm(problem.dell, problem.b, **cfg).copy_to_host()
+    plain = uspmm(problem.dell, problem.b, lean=False, **cfg).copy_to_host()
     assert (lean.view(np.uint8) == plain.view(np.uint8)).all()
 
 
