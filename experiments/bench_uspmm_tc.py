@@ -12,6 +12,7 @@ Run on a GPU::
     python -m experiments.bench_uspmm_tc --wave --only kg [--dtype float32]     # only the K-group settings
     python -m experiments.bench_uspmm_tc --lean [--out DIR]                      # float32, lean=True against False
     python -m experiments.bench_uspmm_tc --half-wave [--out DIR]                 # float32 grids of half a wave
+    python -m experiments.bench_uspmm_tc --lean-small                            # half, small grids: lean or not
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included): split it with
 ``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
@@ -452,6 +453,37 @@ KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "
         "pct_tc_peak", "speedup_vs_cusparse_csr", "correct", "bit_identical", "err_u", "err_vs_bound"]
 
 
+#: ``--lean-small``: the K-split problems and a 4096^2 weight at N = 128, on the routed small-grid setting.
+LEAN_SMALL_PROBLEMS = SPLIT_PROBLEMS + [(4096, 4096, 128, 0.80)]
+
+
+def lean_small_grid(repeat: int) -> bool:
+    """float16 and bfloat16 on :func:`sparsekit.router.tc_small_grid`'s setting: ``lean=False`` against ``lean=True``,
+    median us and whether the two results are bit-identical, one line a problem; True when every pair is."""
+    from sparsekit import router
+    from sparsekit.arrays import cdiv, to_host
+    from sparsekit.bench.uspmm import Problem
+    from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
+    from sparsekit.timing import measure
+    print("problem dtype: splits | lean=False us | lean=True us | plain / lean | bit-identical", flush=True)
+    same_everywhere = True
+    for dtype in ("float16", "bfloat16"):
+        for m, k, n, sp in LEAN_SMALL_PROBLEMS:
+            p = Problem(m, k, n, sp, dtype)
+            cfg = {key: v for key, v in router.tc_small_grid(k, cdiv(m, 32) * cdiv(n, 128)).tunables().items()
+                   if key not in ("variant", "lean")}
+            times, outs = [], []
+            for lean in (False, True):
+                launch = lambda lean=lean: uspmm_tc(p.dell, p.b, lean=lean, **cfg)
+                outs.append(to_host(launch()))
+                times.append(measure(launch, repeat=repeat, warmup=2).median_s * 1e6)
+            same = bool((outs[0].view(np.uint8) == outs[1].view(np.uint8)).all())
+            same_everywhere &= same
+            print(f"{m}x{k}x{n} {sp:.0%} {dtype}: {cfg['splits']} | {times[0]:6.1f} | {times[1]:6.1f} | "
+                  f"{times[0] / times[1]:4.2f}x | {same}", flush=True)
+    return same_everywhere
+
+
 def main(argv=None) -> int:
     from experiments.bench_uspmm import exit_status
     from sparsekit.bench.uspmm import markdown
@@ -467,6 +499,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
     ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
+    ap.add_argument("--lean-small", action="store_true", help="float16 and bfloat16: lean=True against False on the "
+                    "routed small-grid setting (LEAN_SMALL_PROBLEMS)")
     ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the one-wave setting "
                     "with 1, 2 (routed) and 4 splits against the defaults with splits (HALF_WAVE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier sparsekit/gpu/uspmm_tc.py, timed and compared too")
@@ -484,6 +518,8 @@ def main(argv=None) -> int:
         sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"],
                       lean_only=args.only == ["lean"])
         return 0
+    if args.lean_small:
+        return 0 if lean_small_grid(args.repeat) else 1
     which = next((w for w in ("splits", "b2", "fp32", "wave", "large", "lean", "half_wave") if getattr(args, w)), None)
     if which:
         previous = load_previous(args.previous) if args.previous else None
