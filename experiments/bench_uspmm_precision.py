@@ -42,8 +42,8 @@ U = 2.0 ** -24
 
 #: (problem, setting of :mod:`experiments.bench_uspmm_tc`) for the mma.sync kernel (float32 lean, the routed
 #: settings), general A against TF32 A
-TC_PROBLEMS = [((1024, 1024, 1024, 0.6), "LEAN_ONE_WAVE"), ((1024, 4096, 1024, 0.65), "LEAN_ONE_WAVE"),
-               ((1024, 1024, 16384, 0.6), "LEAN_LARGE")]
+TC_PROBLEMS = [((1024, 1024, 1024, 0.6), "ROUTED_ONE_WAVE"), ((1024, 4096, 1024, 0.65), "ROUTED_ONE_WAVE"),
+               ((1024, 1024, 16384, 0.6), "ROUTED_LARGE")]
 
 
 #: the float32 targets, with the dense cuBLAS rows (:func:`run_dense`)
@@ -88,7 +88,7 @@ def run_tc_problem(shape, setting: str) -> list[dict]:
     from experiments import bench_uspmm_tc
     from sparsekit.bench.uspmm import Problem
     from sparsekit.gpu.uspmm_tc import uspmm
-    cfg = dict(getattr(bench_uspmm_tc, setting), lean=True)
+    cfg = dict(getattr(bench_uspmm_tc, setting))
     return [measure_row(p, lambda p=p: uspmm(p.dell, p.b, **cfg), "3xtf32", kernel="mma.sync", setting=setting)
             for p in (Problem(*shape, "float32", seed=5, tf32_a=tf32_a) for tf32_a in (False, True))]
 

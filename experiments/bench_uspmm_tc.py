@@ -10,9 +10,7 @@ Run on a GPU::
     python -m experiments.bench_uspmm_tc --wave [--dtype float32] [--out DIR]    # grids of about one wave
     python -m experiments.bench_uspmm_tc --large [--dtype float32] [--out DIR]   # grids of many waves
     python -m experiments.bench_uspmm_tc --wave --only kg [--dtype float32]     # only the K-group settings
-    python -m experiments.bench_uspmm_tc --lean [--out DIR]                      # float32, lean=True against False
     python -m experiments.bench_uspmm_tc --half-wave [--out DIR]                 # float32 grids of half a wave
-    python -m experiments.bench_uspmm_tc --lean-small                            # half, small grids: lean or not
 
 ``--table --configs all`` for both dtypes takes over 100 s on the H100 (compilation included): split it with
 ``--dtype`` and ``--problems`` (indices into :data:`TABLE_PROBLEMS`) to fit a time limit.
@@ -179,33 +177,15 @@ LARGE_CONFIGS = {
                 ("tc 128x256 k32 w2x4 s3", dict(bm=128, bn=256, kc=32, warps_m=2, warps_n=4, stages=3), (1,)),
                 ("tc 64x256 k32 w1x4 s4 kg2", dict(bm=64, bn=256, kc=32, warps_m=1, warps_n=4, stages=4, kgroups=2),
                  (1,))]}
-#: ``--lean`` (float32): the kernel with ``lean=True`` (fewer instructions per K chunk, the same arithmetic)
-#: against ``lean=False`` for the routed settings: ``sparsekit.tune``'s one-wave (``TC_ONE_WAVE``) and
-#: many-wave (``TC_LARGE``) settings and the defaults, at one-wave and many-wave grids.
-LEAN_PROBLEMS = [(1024, 1024, 1024, 0.60), (1024, 1024, 1024, 0.90), (768, 768, 1024, 0.60), (1024, 1024, 2048, 0.60),
-                 (1024, 1024, 16384, 0.60)]
-LEAN_ONE_WAVE = dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4)
-LEAN_LARGE = dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)
-LEAN_CONFIGS = [("tc", {}), ("tc lean", dict(lean=True)),
-                ("tc one-wave 64x128 k32 w1x2 s4 kg4", LEAN_ONE_WAVE),
-                ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True)),
-                ("tc one-wave lean s5", dict(LEAN_ONE_WAVE, lean=True, stages=5)),
-                ("tc one-wave lean s3", dict(LEAN_ONE_WAVE, lean=True, stages=3)),
-                ("tc large 64x256 k16 w1x4 s4 b2", LEAN_LARGE),
-                ("tc large lean", dict(LEAN_LARGE, lean=True)),
-                ("tc large lean s3", dict(LEAN_LARGE, lean=True, stages=3)),
-                ("tc large lean s5", dict(LEAN_LARGE, lean=True, stages=5)),
-                ("tc large lean k32 s3", dict(LEAN_LARGE, lean=True, kc=32, stages=3))]
-#: ``--lean``: each lean setting's result must be bit-identical to this one's (``same_as_previous``).
-LEAN_BASE = {name: next(base for base, _cfg in LEAN_CONFIGS if "lean" not in base and base.split()[:2] == name.split()[:2])
-             if name.startswith(("tc one-wave", "tc large")) else "tc" for name, _ in LEAN_CONFIGS if "lean" in name}
+#: ``sparsekit.tune``'s float32 one-wave (``TC_ONE_WAVE``) and many-wave (``TC_LARGE``) settings.
+ROUTED_ONE_WAVE = dict(bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4)
+ROUTED_LARGE = dict(bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)
 #: ``--half-wave`` (float32): output grids of ``sms / 4`` to ``sms / 2`` tiles of 64 x 128, where
-#: ``sparsekit.tune.TC_HALF_WAVE`` is routed: the one-wave setting (``LEAN_ONE_WAVE`` with ``lean``:
+#: ``sparsekit.tune.TC_HALF_WAVE`` is routed: the one-wave setting (``ROUTED_ONE_WAVE``:
 #: ``sparsekit.tune.TC_ONE_WAVE``) at 1, 2 (routed) and 4 K splits, against the defaults with 1 and 2
-#: (routed before) and lean with 2 (experiments/results/uspmm_tc.md, Grids of half a wave: the split sum's L2 loads).
+#: (routed before; experiments/results/uspmm_tc.md, Grids of half a wave: the split sum's L2 loads).
 HALF_WAVE_PROBLEMS = [(512, 512, 1024, 0.60), (1024, 1024, 512, 0.60), (512, 512, 1024, 0.80), (1024, 1024, 512, 0.80)]
-HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc lean", dict(lean=True), (2,)),
-                     ("tc one-wave lean", dict(LEAN_ONE_WAVE, lean=True), (1, 2, 4))]
+HALF_WAVE_CONFIGS = [("tc", {}, (1, 2)), ("tc one-wave", ROUTED_ONE_WAVE, (1, 2, 4))]
 #: A second setting per dtype for the sanitizers and the GPU tests (several warps per row segment).
 ALT = {"float16": dict(bm=64, bn=64, kc=32, warps_m=2, warps_n=2),
        "float32": dict(bm=128, bn=64, kc=8, warps_m=4, warps_n=2)}
@@ -291,8 +271,7 @@ def bench_problem(m, k, n, sparsity, dtype, *, configs="default", repeat=30, ven
 def check_providers(p, launches: dict) -> list[dict]:
     """Run every launch twice (compiling it): one record per provider with ``correct`` and, for our
     kernels, the error statistics and whether the repeat is bit-identical (or the error). With a
-    "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical; so
-    does each lean setting of :data:`LEAN_BASE` against its ``lean=False`` setting."""
+    "tc previous default" provider, "tc default" records ``same_as_previous``: both results bit-identical."""
     from sparsekit.arrays import to_host
     recs = []
     first = {}
@@ -309,7 +288,7 @@ def check_providers(p, launches: dict) -> list[dict]:
             rec.update(error_stats(p, got), bit_identical=bool((got.view(np.uint8) == again.view(np.uint8)).all()))
         first[name] = got
         recs.append(rec)
-    pairs = dict(LEAN_BASE, **{"tc default": "tc previous default"})
+    pairs = {"tc default": "tc previous default"}
     for rec in recs:
         base = pairs.get(rec["provider"])
         if base in first and rec["provider"] in first:
@@ -340,12 +319,6 @@ def split_launches(p, which: str, previous=None, only=None) -> dict:
     from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
     from sparsekit.tune import heuristic
     dt = p.dtype.name
-    if which == "lean":
-        out = {name: (lambda cfg=cfg: uspmm_tc(p.dell, p.b, **cfg)) for name, cfg in LEAN_CONFIGS
-               if not only or name == "tc" or any(x in name for x in only)}
-        out["auto"] = lambda: uspmm_simt(p.dell, p.b, config="auto")
-        out.update(vendor_launches(p, coo=False))
-        return out
     if which in ("wave", "large", "half_wave"):
         configs = {"wave": WAVE_CONFIGS.get(dt), "large": LARGE_CONFIGS.get(dt), "half_wave": HALF_WAVE_CONFIGS}[which]
         out = {f"{name} splits={s}": (lambda cfg=cfg, s=s: uspmm_tc(p.dell, p.b, splits=s, **cfg))
@@ -382,7 +355,7 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     from sparsekit.bench.uspmm import Problem
     from sparsekit.device import info
     probs = {"splits": SPLIT_PROBLEMS, "b2": B2_PROBLEMS, "fp32": FP32_PROBLEMS, "wave": WAVE_PROBLEMS.get(dtype),
-             "large": LARGE_PROBLEMS.get(dtype), "lean": LEAN_PROBLEMS, "half_wave": HALF_WAVE_PROBLEMS}[which]
+             "large": LARGE_PROBLEMS.get(dtype), "half_wave": HALF_WAVE_PROBLEMS}[which]
     problems = [Problem(m, k, n, s, dtype) for (m, k, n, s) in probs]
     launches = {i: split_launches(p, which, previous, only) for i, p in enumerate(problems)}
     records = [check_providers(p, launches[i]) for i, p in enumerate(problems)]   # compile and check all,
@@ -409,16 +382,14 @@ def split_table(which: str, dtype: str, *, repeat: int, out=None, ready=None, go
     return flat
 
 
-def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lean_only: bool = False) -> None:
+def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False) -> None:
     """The kernel once per dtype (of ``dtypes``) at small odd shapes (for compute-sanitizer): several K
     chunks and both buffers, partial row and column tiles, the element-wise B path (N odd) and the
     16-byte one, K splits (3 and 2 blocks per tile: partials, tickets, the fixed-order sum), K groups
     (:data:`KGROUPS`: two, three and four groups, the groups' sum through shared memory; two and four with a K
     split);
-    ``kgroups_only``: only those (the kernel without groups is unchanged by them); ``lean_only``: with
-    ``lean=True`` only the default, the routed many-wave float32 setting (:data:`LEAN_LARGE`; float16: the
-    static :data:`ALT`), four K groups (float32: the one-wave setting; with a K split: the routed half-wave
-    setting) and two groups with a K split."""
+    and float32's routed many-wave setting (:data:`ROUTED_LARGE`); ``kgroups_only``: only the K groups (the
+    kernel without groups is unchanged by them)."""
     from sparsekit.bench.uspmm import Problem
     from sparsekit.gpu.uspmm_tc import uspmm
     for dtype in map(np.dtype, dtypes):
@@ -426,12 +397,9 @@ def sanitize_case(dtypes=("float32", "float16"), kgroups_only: bool = False, lea
             p = Problem(*shape, dtype)
             kg = KGROUPS[dtype.name]
             plain = (dict(), ALT[dtype.name], dict(splits=3), dict(ALT[dtype.name], splits=2)) \
-                + ((DYNAMIC,) if dtype == np.float16 else ())
+                + ((DYNAMIC,) if dtype == np.float16 else (ROUTED_LARGE,))
             split_groups = (dict(kg[0], splits=2), dict(kg[2], splits=2))
             cfgs = (() if kgroups_only else plain) + (kg[0], kg[1], kg[2]) + split_groups
-            if lean_only:
-                routed = LEAN_LARGE if dtype == np.float32 else ALT[dtype.name]
-                cfgs = tuple(dict(cfg, lean=True) for cfg in (dict(), routed, kg[2]) + split_groups)
             for cfg in cfgs:
                 assert p.correct(uspmm(p.dell, p.b, **cfg).copy_to_host()), (shape, dtype, cfg)
     print("sanitize case: the tensor-core kernel ran and matched")
@@ -453,37 +421,6 @@ KEYS = ["m", "k", "n", "sparsity", "dtype", "provider", "median_us", "p10_us", "
         "pct_tc_peak", "speedup_vs_cusparse_csr", "correct", "bit_identical", "err_u", "err_vs_bound"]
 
 
-#: ``--lean-small``: the K-split problems and a 4096^2 weight at N = 128, on the routed small-grid setting.
-LEAN_SMALL_PROBLEMS = SPLIT_PROBLEMS + [(4096, 4096, 128, 0.80)]
-
-
-def lean_small_grid(repeat: int) -> bool:
-    """float16 and bfloat16 on :func:`sparsekit.router.tc_small_grid`'s setting: ``lean=False`` against ``lean=True``,
-    median us and whether the two results are bit-identical, one line a problem; True when every pair is."""
-    from sparsekit import router
-    from sparsekit.arrays import cdiv, to_host
-    from sparsekit.bench.uspmm import Problem
-    from sparsekit.gpu.uspmm_tc import uspmm as uspmm_tc
-    from sparsekit.timing import measure
-    print("problem dtype: splits | lean=False us | lean=True us | plain / lean | bit-identical", flush=True)
-    same_everywhere = True
-    for dtype in ("float16", "bfloat16"):
-        for m, k, n, sp in LEAN_SMALL_PROBLEMS:
-            p = Problem(m, k, n, sp, dtype)
-            cfg = {key: v for key, v in router.tc_small_grid(k, cdiv(m, 32) * cdiv(n, 128)).tunables().items()
-                   if key not in ("variant", "lean")}
-            times, outs = [], []
-            for lean in (False, True):
-                launch = lambda lean=lean: uspmm_tc(p.dell, p.b, lean=lean, **cfg)
-                outs.append(to_host(launch()))
-                times.append(measure(launch, repeat=repeat, warmup=2).median_s * 1e6)
-            same = bool((outs[0].view(np.uint8) == outs[1].view(np.uint8)).all())
-            same_everywhere &= same
-            print(f"{m}x{k}x{n} {sp:.0%} {dtype}: {cfg['splits']} | {times[0]:6.1f} | {times[1]:6.1f} | "
-                  f"{times[0] / times[1]:4.2f}x | {same}", flush=True)
-    return same_everywhere
-
-
 def main(argv=None) -> int:
     from experiments.bench_uspmm import exit_status
     from sparsekit.bench.uspmm import markdown
@@ -498,16 +435,12 @@ def main(argv=None) -> int:
     ap.add_argument("--fp32", action="store_true", help="float32 by density (FP32_PROBLEMS) against the vendors")
     ap.add_argument("--wave", action="store_true", help="grids of about one wave: K splits, smaller tiles (WAVE_PROBLEMS)")
     ap.add_argument("--large", action="store_true", help="grids of many waves: larger warp tiles (LARGE_PROBLEMS)")
-    ap.add_argument("--lean", action="store_true", help="float32: lean=True against False (LEAN_PROBLEMS)")
-    ap.add_argument("--lean-small", action="store_true", help="float16 and bfloat16: lean=True against False on the "
-                    "routed small-grid setting (LEAN_SMALL_PROBLEMS)")
     ap.add_argument("--half-wave", action="store_true", help="float32 grids of half a wave: the one-wave setting "
                     "with 1, 2 (routed) and 4 splits against the defaults with splits (HALF_WAVE_PROBLEMS)")
     ap.add_argument("--previous", help="with --fp32: a copy of an earlier sparsekit/gpu/uspmm_tc.py, timed and compared too")
     ap.add_argument("--only", action="append", help="with --wave/--large: time only the settings whose name holds "
                                                    "this (repeatable), and the default 'tc'; with --sanitize, "
-                                                   "'kg': only the K-group settings, 'lean': every setting "
-                                                   "with lean=True")
+                                                   "'kg': only the K-group settings")
     ap.add_argument("--ready", help="with --splits/--b2/--fp32/--wave/--large: touch this file when every provider is checked")
     ap.add_argument("--go", help="with --splits/--b2/--fp32/--wave/--large: wait for this file before timing")
     ap.add_argument("--dtype", choices=["float32", "float16"], action="append", help="dtype(s) (default: both)")
@@ -515,16 +448,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="folder for the JSON records")
     args = ap.parse_args(argv)
     if args.sanitize:
-        sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"],
-                      lean_only=args.only == ["lean"])
+        sanitize_case(args.dtype or ("float32", "float16"), kgroups_only=args.only == ["kg"])
         return 0
-    if args.lean_small:
-        return 0 if lean_small_grid(args.repeat) else 1
-    which = next((w for w in ("splits", "b2", "fp32", "wave", "large", "lean", "half_wave") if getattr(args, w)), None)
+    which = next((w for w in ("splits", "b2", "fp32", "wave", "large", "half_wave") if getattr(args, w)), None)
     if which:
         previous = load_previous(args.previous) if args.previous else None
         recs = []
-        for d in ["float32"] if which in ("fp32", "lean", "half_wave") else args.dtype or ["float32", "float16"]:
+        for d in ["float32"] if which in ("fp32", "half_wave") else args.dtype or ["float32", "float16"]:
             recs += split_table(which, d, repeat=args.repeat, out=args.out, ready=args.ready, go=args.go,
                                 previous=previous, only=args.only)
         ours = [r for r in recs if "torch" not in r["provider"]]   # (cuSPARSE float16 misses the bound: reported)

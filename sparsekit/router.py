@@ -44,7 +44,7 @@ class Config:
     CUDA-core kernels (``sparsekit.gpu.uspmm``): ``nwarp``, ``vsize``, ``vecsize`` (Listing 1's NWarp, VSize, vecSize),
     ``cols_per_lane``, ``rows_per_warp``, ``kc`` (rows of B a shared tile), ``unroll``, ``min_blocks``
     (resident blocks an SM), ``splits`` (the K range of a tile over that many blocks). Tensor-core kernels: ``bm``
-    x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``, ``lean``,
+    x ``bn`` tiles, ``kc``, ``warps_m`` x ``warps_n`` warps, ``stages``, ``min_blocks``, ``kgroups``,
     ``splits`` (``sparsekit.gpu.uspmm_tc``); ``bm``, ``bn``, ``kc``, ``stages``, ``min_blocks``, ``split``, ``producers``,
     ``precision`` (``sparsekit.gpu.uspmm_wgmma``). The TiledBitmap kernel (``sparsekit.gpu.spmm_bitmap``):
     ``rows`` x ``slices`` warps a block (consecutive 16-row blocks x slices of ``K``), ``splits``, ``stages``
@@ -68,7 +68,6 @@ class Config:
     unroll: int | None = None
     min_blocks: int | None = None
     kgroups: int | None = None
-    lean: bool | None = None
     splits: int | None = None
     split: int | None = None
     producers: int | None = None
@@ -229,13 +228,12 @@ TC_MIN_DENSITY = {F16: 0.045, F32: 0.14}
 TC_FILL = 0.7                  # float32 grids from 0.7 waves of 64 x 128 tiles: experiments/results/uspmm_tc.md
 TC_MIN_K = 512                 # small grids on tensor cores from this K: experiments/results/uspmm_tc.md
 #: At least ``sms`` tiles of 64 x 256: experiments/results/uspmm_tc.md ("grids of many waves", "float32 lean").
-TC_LARGE = {F16: Config("tensor_core", bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2, lean=True),
-            F32: Config("tensor_core", bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4, lean=True)}
-#: The defaults, lean: experiments/results/uspmm_tc.md (float32), experiments/results/gpu_verification.md (float16).
-TC_DEFAULT = Config("tensor_core", lean=True)
+TC_LARGE = {F16: Config("tensor_core", bm=64, bn=256, kc=32, warps_m=2, warps_n=4, stages=4, min_blocks=2),
+            F32: Config("tensor_core", bm=64, bn=256, kc=16, warps_m=1, warps_n=4, stages=4)}
+#: The defaults: experiments/results/uspmm_tc.md (float32), experiments/results/gpu_verification.md (float16).
+TC_DEFAULT = Config("tensor_core")
 #: float32 grids of at most one wave, four K groups: experiments/results/uspmm_tc.md ("K groups", "float32 lean").
-TC_ONE_WAVE = Config("tensor_core", bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4,
-                     lean=True)
+TC_ONE_WAVE = Config("tensor_core", bm=64, bn=128, kc=32, warps_m=1, warps_n=2, stages=4, min_blocks=1, kgroups=4)
 #: float32 grids of half a wave: the one-wave setting with K split in two: experiments/results/uspmm_tc.md.
 TC_HALF_WAVE = replace(TC_ONE_WAVE, splits=2)
 

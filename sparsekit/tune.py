@@ -135,20 +135,20 @@ TC_LARGE = {dtype: cfg.keywords() for dtype, cfg in router.TC_LARGE.items()}
 TC_DEFAULT = {dtype: router.TC_DEFAULT.keywords() for dtype in (F16, F32)}
 TC_ONE_WAVE = {F32: router.TC_ONE_WAVE.keywords()}
 TC_HALF_WAVE = {F32: router.TC_HALF_WAVE.keywords()}
-#: Tensor-core settings of :func:`space` (row-major B) per dtype: the defaults (with and without ``lean``),
+#: Tensor-core settings of :func:`space` (row-major B) per dtype: the defaults,
 #: :data:`TC_LARGE`, float16 also kc 32 and the small-grid setting with 1, 2 and 4 splits, float32
 #: :data:`TC_ONE_WAVE` and :data:`TC_HALF_WAVE`; bfloat16 float16's (the settings the router gives it:
 #: :func:`sparsekit.router.bf16_tensor_core`).
-TC_SETTINGS = {F16: (dict(), TC_DEFAULT[F16], TC_LARGE[F16], dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
+TC_SETTINGS = {F16: (TC_DEFAULT[F16], TC_LARGE[F16], dict(bm=64, bn=128, kc=32, warps_m=2, warps_n=4, stages=4))
                + tuple(dict(bm=32, bn=128, kc=64, warps_m=1, warps_n=8, stages=4, min_blocks=2, splits=s)
                        for s in (1, 2, 4)),
-               F32: (dict(), TC_DEFAULT[F32], TC_LARGE[F32], TC_ONE_WAVE[F32], TC_HALF_WAVE[F32])}
+               F32: (TC_DEFAULT[F32], TC_LARGE[F32], TC_ONE_WAVE[F32], TC_HALF_WAVE[F32])}
 TC_SETTINGS[BFLOAT16] = TC_SETTINGS[F16]
 #: The TiledBitmap kernel's block shapes searched by default besides its own (4 x 4 warps, 4-chunk rings), as
 #: (rows, slices, stages): 16 warps as 8 x 2, 8 warps as 4 x 2 and 2 x 4 (a 4- or 8-chunk ring), 8 rows of one
 #: slice. ``splits`` stays the launcher's, which fills the GPU's resident blocks for each shape (one wave measured
 #: best against two: :func:`sparsekit.gpu.spmm_bitmap.default_config`). Seven settings in all, so that bfloat16's
-#: default search (15) fits the table ``sparsekit tune`` prints.
+#: default search (14) fits the table ``sparsekit tune`` prints.
 BITMAP_SHAPES = ((8, 2, 4), (4, 2, 4), (2, 4, 4), (4, 2, 8), (2, 4, 8), (8, 1, 4))
 #: ``full=True``: every (rows, slices, stages) of these whose block the launcher takes (:func:`bitmap_fits`).
 BITMAP_FULL_GRID = ((1, 2, 4, 8), (1, 2, 4, 8), (4, 8, 16))

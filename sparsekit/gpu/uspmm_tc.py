@@ -112,8 +112,8 @@ warps of 64 x 64, 4 stages: 60.3-61.1 us against the default's 70.0-70.4 (dense 
 run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wave (N = 16384: 909.7 against
 861.7) and no gain for float16 (within 2%), so ``DEFAULTS`` keep ``kgroups=1``.
 
-Lean (``lean=True``; ``experiments/results/uspmm_tc.md``, float32 lean): the same
-arithmetic, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
+Lean (``experiments/results/uspmm_tc.md``, "float32 lean" and "Lean at the small-grid setting"): the
+arithmetic of the kernel before it, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
 as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
 (:func:`sparsekit.gpu.mma.shared_addr`, :func:`sparsekit.gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
 back), and adds compile-time and per-chunk offsets (:func:`sparsekit.gpu.mma.cp_async16_raw`); the element
@@ -138,8 +138,9 @@ resident blocks (:func:`_presplit_fits`: the one-wave setting and the defaults, 
 values come split on the host (``presplit``, :func:`sparsekit.reference.mma.tf32_split`, bit for bit the kernel's split
 of a finite value; ELL values are finite), staged as big and small pairs read with one 8-byte load:
 the scatter only moves bits. SASS executed per K chunk (sm_90, offline): one-wave 519 -> 422, ``TC_LARGE``
-855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. ``lean=True`` is the default
-(every routed setting measured it faster); ``lean=False`` compiles to the post-LTO PTX of the kernel before it.
+855 -> 771 (its K-step loop runs twice a chunk), the defaults 437 -> 378. Every setting timed
+ran faster lean (float32 1.06-1.18x, float16 and bfloat16 1.02-1.11x at the small-grid setting), so the
+kernel before it is gone (git keeps it).
 
 ``0 * inf`` is NaN: with non-finite values in ``B`` the result differs from the
 sparse kernels' where a row of ``A`` does not use them (as for "dense_tile").
@@ -158,7 +159,7 @@ Tunables: ``bm``, ``bn`` (block tile), ``kc`` (K chunk: multiple of 16 for
 float16 and bfloat16, 8 for float32), ``warps_m``, ``warps_n``, ``stages``, ``min_blocks``
 (resident blocks per SM the registers are capped for), ``splits`` (K split, above),
 ``kgroups`` (K groups, step 6; ``kc`` a multiple of ``kgroups`` MMA K steps; 1: the kernel
-without them, its code unchanged), ``lean`` (above, the default; False: the kernel without it). :data:`DEFAULTS` per dtype.
+without them, its code unchanged). :data:`DEFAULTS` per dtype.
 """
 from __future__ import annotations
 
@@ -200,9 +201,9 @@ __all__ = ["uspmm", "run", "DEFAULTS", "shared_bytes", "segment_entries", "error
 #: bfloat16: float16's (the same kernel with the bf16 MMA: the same tiles, shared memory and instructions).
 DEFAULTS = {
     np.dtype(np.float16): dict(bm=64, bn=128, kc=64, warps_m=2, warps_n=4, stages=4, min_blocks=1, splits=1,
-                                 kgroups=1, lean=True),
+                                 kgroups=1),
     np.dtype(np.float32): dict(bm=64, bn=128, kc=16, warps_m=2, warps_n=4, stages=4, min_blocks=2, splits=1,
-                                 kgroups=1, lean=True),
+                                 kgroups=1),
 }
 DEFAULTS[BFLOAT16] = dict(DEFAULTS[np.dtype(np.float16)])
 #: The 16-bit value dtypes: one MMA of 16 x 8 x 16 a tile and K step, the A tile stored as it is (no split).
@@ -421,7 +422,6 @@ class _Plan(NamedTuple):
     slots: int
     vec: bool
     kgroups: int
-    lean: bool
     presplit: bool
     exact_a: bool
     bf16: bool
@@ -479,7 +479,7 @@ class _Plan(NamedTuple):
 
 @functools.cache
 def _plan(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, stages: int, slots: int, vec: bool,
-          kgroups: int, lean: bool, presplit: bool, exact_a: bool, bf16: bool) -> _Plan:
+          kgroups: int, presplit: bool, exact_a: bool, bf16: bool) -> _Plan:
     """Geometry and constants (the kernel's phase 0): the warps' sub-tiles, the shared buffers' strides and
     sizes (:func:`_geometry`), the pipeline's depth, a thread's A segment and staged slots, the 16-byte pieces
     of a chunk's copies and which of them take the lean forms."""
@@ -522,14 +522,13 @@ def _plan(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, sta
     # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
     # taken before the K loop, plus compile-time and per-chunk offsets names every copy
     rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
-    lean_b = lean and vec and rstep > 0               # (the element-wise B copies have no lean form)
-
-    lean_e = lean and _entry_linear(nvp, vpr, nthreads, seg) and _entry_linear(nop, opr, nthreads, seg)
+    lean_b = vec and rstep > 0                        # (the element-wise B copies have no lean form)
+    lean_e = _entry_linear(nvp, vpr, nthreads, seg) and _entry_linear(nop, opr, nthreads, seg)
     # lean float32 scatter: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so
     # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
-    lean32 = lean and not half
+    lean32 = not half
     return _Plan(bm=bm, bn=bn, kc=kc, warps_m=warps_m, warps_n=warps_n, half=half, stages=stages, slots=slots,
-                 vec=vec, kgroups=kgroups, lean=lean, presplit=presplit, exact_a=exact_a, bf16=bf16, nwg=nwg,
+                 vec=vec, kgroups=kgroups, presplit=presplit, exact_a=exact_a, bf16=bf16, nwg=nwg,
                  nthreads=nthreads, gthreads=gthreads, wtm=wtm, wtn=wtn, mtiles=mtiles, ntiles=ntiles,
                  frag_row=frag_row, tile_type=tile_type, mma16=mma16, item=item, vw=vw, ew=ew, sa=sa,
                  a_small=a_small, a_buf=a_buf, a_all=a_all, sbn=sbn, b_buf=b_buf, e_buf=e_buf, all_b=all_b,
@@ -668,14 +667,14 @@ def _entry_copy(plan: _Plan):
 @functools.cache
 def _slot_store(plan: _Plan):
     """Step 1b, one staged slot's store into an A tile: ``put`` (float32: the 3xTF32 split of its value)."""
-    half, lean, presplit, nthreads, a_small = plan.half, plan.lean, plan.presplit, plan.nthreads, plan.a_small
+    half, presplit, a_small = plan.half, plan.presplit, plan.a_small
 
     @inlined
     def put(sh_a, live, x, sink, v, vs):
-        """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32, the
-        3xTF32 split of ``v``, ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the
-        difference is exact) at the same place of the small one (``a_small`` further; the sink's small
-        element is ``nthreads`` further). Splitting here, once per entry, replaces the split of every A
+        """Step 1b, one slot: float16, ``v`` at ``x`` (at ``sink`` unless ``live``); float32 (only where
+        ``live``: the padded entry arrays make a whole chunk live or stale), the 3xTF32 split of ``v``,
+        ``tf32(v)`` at ``x`` in the big tile and ``tf32(v - tf32(v))`` (the difference is exact) at the same
+        place of the small one (``a_small`` further). Splitting here, once per entry, replaces the split of every A
         fragment value by each of the ``warps_n`` warps that read it; the MMAs get the same values.
         ``presplit``: ``v`` and ``vs`` are big and small already (split on the host, bit for bit as here)."""
         if half:
@@ -684,15 +683,11 @@ def _slot_store(plan: _Plan):
             if live:
                 sh_a[x] = v
                 sh_a[x + U(a_small)] = vs
-        elif lean:                                                       # (live for the whole chunk: no sink)
+        else:
             hi = to_tf32_finite(v)                                       # (small is NaN for Inf/NaN v)
             if live:
                 sh_a[x] = hi
                 sh_a[x + U(a_small)] = to_tf32(v - hi)
-        else:
-            hi = to_tf32(v)
-            sh_a[x if live else sink] = hi
-            sh_a[x + U(a_small) if live else sink + U(nthreads)] = to_tf32(v - hi)
     return put
 
 
@@ -839,46 +834,37 @@ def _mma_f16(plan: _Plan):
 def _mma_tf32(plan: _Plan):
     """Step 3 for float32, the 3xTF32 MMA step: ``mma_tf32`` (B fragments split by ``split``), with the
     densify step's stores between its K steps."""
-    kgroups, lean, exact_a, mtiles, ntiles = plan.kgroups, plan.lean, plan.exact_a, plan.mtiles, plan.ntiles
+    kgroups, exact_a, mtiles, ntiles = plan.kgroups, plan.exact_a, plan.mtiles, plan.ntiles
     sa, a_small, sbn, gks = plan.sa, plan.a_small, plan.sbn, plan.gks
     write_front = _slot_front(plan)
 
     @inlined
     def split(x, big, small, i, j):
         """3xTF32 of a B fragment value: ``big[i, j] = tf32(x)``, ``small[i, j] = tf32(x - big)`` (exact difference)."""
-        hi = to_tf32_finite(x) if lean else to_tf32(x)                 # (lean: small is NaN for Inf/NaN x)
+        hi = to_tf32_finite(x)                                         # (small is NaN for Inf/NaN x)
         big[i, j] = hi
         small[i, j] = to_tf32(x - hi)
 
     @inlined
-    def mma_tf32(sh_a, sh_b, ab, bb, wm0, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals, ash):
+    def mma_tf32(sh_a, sh_b, ab, bb, wn0, wk0, g, tq, acc, afr, afs, bfr, bfs, nbase, sink, wl, offs, vals, ash):
         """Step 3 (float32): 3xTF32 MMAs over one buffer, 8 columns of K at a time (the group's K steps,
         as :func:`mma_f16`; ``wk0 = 8 * group``), each K step followed
         by its share of the next A tile's stores (as :func:`mma_f16`). A fragments come split (the
-        scatter's big and small tiles, read as they are; ``lean``: by ldmatrix, lane ``l`` at ``ash``, the
-        byte address of A[l%8 + 8 (l//8 % 2), 4 (l//16)] of the warp's first tile in A buffer 0); B
-        fragments are split here."""
-        arow0 = ab + (wm0 + g) * U(sa) + tq + wk0                        # A[g, tq] of the warp's first tile
+        scatter's big and small tiles, read as they are by ldmatrix, lane ``l`` at ``ash``, the byte address
+        of A[l%8 + 8 (l//8 % 2), 4 (l//16)] of the warp's first tile in A buffer 0); B fragments are split
+        here."""
         brow0 = bb + (tq + wk0) * U(sbn) + wn0 + g                       # B[tq, g] of its first n-tile
         for i in range(gks):
             ks = i * kgroups                                             # (relative to wk0)
             for mt in range(mtiles):                                     # A[r, tq], A[r+8, tq], +4 cols
-                if lean:                                                 # (ash: this lane's ldmatrix row)
-                    o = ash + (ab + U(mt * 16 * sa + ks * 8)) * U(4)
-                    r = ldmatrix_x4(sh_a, o)
+                o = ash + (ab + U(mt * 16 * sa + ks * 8)) * U(4)         # (ash: this lane's ldmatrix row)
+                r = ldmatrix_x4(sh_a, o)
+                for x in range(4):
+                    afr[mt, x] = r[x]
+                if not exact_a:                                          # (exact_a: the small tile is unread)
+                    q = ldmatrix_x4(sh_a, o + U(a_small * 4))
                     for x in range(4):
-                        afr[mt, x] = r[x]
-                    if not exact_a:                                      # (exact_a: the small tile is unread)
-                        q = ldmatrix_x4(sh_a, o + U(a_small * 4))
-                        for x in range(4):
-                            afs[mt, x] = q[x]
-                else:
-                    o = arow0 + U(mt * 16 * sa + ks * 8)
-                    for x in range(4):
-                        ox = o + U((x % 2) * 8 * sa + (x // 2) * 4)
-                        afr[mt, x] = sh_a[ox]
-                        if not exact_a:
-                            afs[mt, x] = sh_a[ox + U(a_small)]
+                        afs[mt, x] = q[x]
             for nt in range(ntiles):                                     # B[tq, col], B[tq+4, col]
                 o = brow0 + U(ks * 8 * sbn + nt * 8)
                 split(sh_b[o], bfr, bfs, nt, 0)
@@ -1030,8 +1016,7 @@ def _group_reduce(plan: _Plan):
 @functools.cache
 def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, min_blocks: int = 1,
                stages: int = 3, dynamic: bool = False, slots: int = 0, vec: bool = True, ksplit: bool = False,
-               kgroups: int = 1, lean: bool = False, presplit: bool = False, exact_a: bool = False,
-               bf16: bool = False):
+               kgroups: int = 1, presplit: bool = False, exact_a: bool = False, bf16: bool = False):
     """The tensor-core kernel for one tunable setting (the launcher has checked it): its geometry
     (:func:`_plan`), then a body that runs the phases in order, each a device function of a factory cached
     per setting (:func:`_entry_copy`, :func:`_densify`, :func:`_b_copy`, :func:`_mma_f16` or :func:`_mma_tf32`,
@@ -1046,13 +1031,12 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
 
     ``dynamic``: the shared buffers are carved from dynamic shared memory (launch with
     :func:`shared_bytes` of it; above 48 KB the launcher opts the kernel in first), else static.
-    ``lean``: the same arithmetic with fewer instructions per K chunk (module docstring, "lean"): the
-    cp.async copies on byte addresses taken once per thread (:func:`sparsekit.gpu.mma.shared_addr`,
-    :func:`sparsekit.gpu.mma.global_addr`), float32 A fragments by ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`),
-    the big parts of the 3xTF32 splits by :func:`sparsekit.gpu.mma.to_tf32_finite`; False compiles the kernel
-    without them. Float32 lean also stores every staged slot (no sink): it needs the entry arrays of
-    :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
-    ``presplit`` (float32 lean): A's values arrive split (:func:`segment_entries` with ``split``): the
+    Lean (module docstring, "Lean"): the cp.async copies on byte addresses taken once per thread
+    (:func:`sparsekit.gpu.mma.shared_addr`, :func:`sparsekit.gpu.mma.global_addr`), float32 A fragments by
+    ``ldmatrix`` (:func:`sparsekit.gpu.mma.ldmatrix_x4`), the big parts of the 3xTF32 splits by
+    :func:`sparsekit.gpu.mma.to_tf32_finite`. Float32 stores every staged slot (no sink): it needs the entry
+    arrays of :func:`segment_entries` with ``pad`` (``w`` equal to ``slots``), as the launcher builds them.
+    ``presplit`` (float32): A's values arrive split (:func:`segment_entries` with ``split``): the
     entry stages hold big and small side by side and the scatter only moves them (no conversion).
     ``slots``: staged slots each thread scatters per chunk (:func:`scatter_slots`, at least the
     ``w`` of the launch; 0: all ``seg``). ``vec``: rows of ``b`` start on 16-byte boundaries, so B
@@ -1066,8 +1050,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     ``C``'s dtype). ``kgroups``: K groups of ``warps_m x warps_n`` warps (module docstring, step 6;
     needs ``dynamic``: their sums pass through the dynamic buffer); 1 compiles the kernel without them.
 
-    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened; float32
-    lean: with ``pad``, and ``split`` where ``presplit``),
+    Arguments, grouped: arrays ``ev``, ``eo`` (:func:`segment_entries` for ``seg``, flattened; float32:
+    with ``pad``, and ``split`` where ``presplit``),
     ``b`` (flat ``K*N``, row-major), ``c`` (``M x N``, out), ``part`` (``nsplit x M x N``
     float32), ``ticket`` (one int32 per output tile; both 1-element stand-ins without a split);
     sizes ``m``, ``n``, ``k``, ``w`` (slots per segment), ``nsub`` (segments), ``mp`` (rows of the
@@ -1079,7 +1063,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     """
     if kgroups > 1 and not dynamic:
         raise ValueError("kgroups: the groups' sums go through the dynamic shared buffer (build with dynamic=True)")
-    plan = _plan(bm, bn, kc, warps_m, warps_n, half, stages, slots, vec, kgroups, lean, presplit, exact_a, bf16)
+    plan = _plan(bm, bn, kc, warps_m, warps_n, half, stages, slots, vec, kgroups, presplit, exact_a, bf16)
     nwg, nthreads, gthreads, wtm, wtn = plan.nwg, plan.nthreads, plan.gthreads, plan.wtm, plan.wtn
     mtiles, ntiles, tile_type, vw, sa, a_buf = plan.mtiles, plan.ntiles, plan.tile_type, plan.vw, plan.sa, plan.a_buf
     a_all, sbn, b_buf, all_b, all_e, er = plan.a_all, plan.sbn, plan.b_buf, plan.all_b, plan.all_e, plan.er
@@ -1150,7 +1134,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                   global_addr(b, br0 * un + col0 + bcc), global_addr(b, U0))
         else:
             lb = (U0, False, np.uint32(0), U0, U0)
-        if lean and not half:                                            # ldmatrix row of lane l (step 3)
+        if not half:                                                     # ldmatrix row of lane l (step 3)
             ash = shared_addr(sh_a, (wm0 + lane % U(8) + U(8) * (lane // U(8) % U(2))) * U(sa) + U(4) * (lane // U16)
                               + wk0)
         else:
@@ -1225,7 +1209,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                 mma_f16(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, wk0, lane, acc, afr, bfr,
                         nbase, sink, wl, offs, vals)
             else:
-                mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wm0, wn0, wk0, g, tq, acc, afr, afs,
+                mma_tf32(sh_a, sh_b, p * U(a_buf), (uj % U(stages)) * U(b_buf), wn0, wk0, g, tq, acc, afr, afs,
                          bfr, bfs, nbase, sink, wl, offs, vals, ash)
             # every copy group but the newest S-2 done: B(j+1) and E(j+2) are in place for the next step
             cp_async_wait(pend)
@@ -1245,7 +1229,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     return cuda.jit(launch_bounds=(nthreads, min_blocks))(kernel.py_func)
 
 
-def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1, kgroups=1, lean=False):
+def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages=3, splits=1, kgroups=1):
     """The tunables as ints, or a ValueError naming the one that does not fit."""
     bm = check_int(bm, "bm", minimum=16)
     bn = check_int(bn, "bn", minimum=8)
@@ -1256,8 +1240,6 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     stages = check_int(stages, "stages", minimum=2, maximum=8)
     splits = check_int(splits, "splits", minimum=1, maximum=65535)
     kgroups = check_int(kgroups, "kgroups", minimum=1, maximum=32)
-    if not isinstance(lean, (bool, np.bool_)):
-        raise TypeError(f"lean: must be a bool, got {type(lean).__name__} {lean!r}")
     nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     kstep = 16 if half else 8
     if nthreads > 1024:
@@ -1283,7 +1265,7 @@ def _check_tunables(half: bool, bm, bn, kc, warps_m, warps_n, min_blocks, stages
     if shared > SHARED_OPTIN:
         raise ValueError(f"bm, bn, kc, stages, kgroups: two A tiles and {stages} stages of the B tile and the entries "
                          f"(or the K groups' sums) need {shared} bytes of shared memory, more than {SHARED_OPTIN}")
-    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups, bool(lean)
+    return bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups
 
 
 def _entry_linear(npt: int, per_slot: int, nthreads: int, seg: int) -> bool:
@@ -1293,7 +1275,7 @@ def _entry_linear(npt: int, per_slot: int, nthreads: int, seg: int) -> bool:
 
 
 def _presplit_fits(bm: int, bn: int, kc: int, stages: int, nthreads: int, kgroups: int, min_blocks: int) -> bool:
-    """Whether float32 lean takes A's values split on the host (``presplit``): when ``min_blocks`` blocks
+    """Whether float32 takes A's values split on the host (``presplit``): when ``min_blocks`` blocks
     with the larger entry stages still fit in one SM's shared memory (:data:`SM_SHARED`, 1 KB of it
     reserved per block), so the resident blocks the setting asks for stay (``TC_LARGE``, two blocks of
     64 x 256 an SM, would drop to one: it keeps the split in the kernel), and the value copies, twice as
@@ -1331,7 +1313,7 @@ def run(dell, bop, order: str, *, config=None, **tunables):
     unknown = set(opts) - set(DEFAULTS[dell.dtype])
     if unknown:
         raise ValueError(f"tunables: unknown {sorted(unknown)}; expected {sorted(DEFAULTS[dell.dtype])}")
-    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups, lean = _check_tunables(bool(half), **opts)
+    bm, bn, kc, warps_m, warps_n, min_blocks, stages, splits, kgroups = _check_tunables(bool(half), **opts)
     nthreads = WARP_SIZE * warps_m * warps_n * kgroups
     bdev = bop.dev
     m, n = dell.shape[0], bdev.shape[1]
@@ -1341,14 +1323,14 @@ def run(dell, bop, order: str, *, config=None, **tunables):
         seg = kc * bm // nthreads
         bw = 16 // dell.dtype.itemsize
         vec_ok = n % bw == 0 and aligned(bdev, bw)
-        presplit = lean and not half and _presplit_fits(bm, bn, kc, stages, nthreads, kgroups, min_blocks)
+        presplit = not half and _presplit_fits(bm, bn, kc, stages, nthreads, kgroups, min_blocks)
         shared = shared_bytes(bm, bn, kc, bool(half), stages, nthreads, kgroups, presplit)
         dynamic = shared > STATIC_LIMIT or kgroups > 1                  # (K groups sum through the dynamic buffer)
-        ev, eo = segment_entries(dell, seg, pad=lean and not half, split=presplit)
+        ev, eo = segment_entries(dell, seg, pad=not half, split=presplit)
         nsub, w, mp = eo.shape
         grid, part, ticket, nsplit = split_buffers(dell, (cdiv(m, bm), cdiv(n, bn)), n, splits, cdiv(k, kc))
         kernel = _tc_kernel(bm, bn, kc, warps_m, warps_n, bool(half), min_blocks, stages, dynamic,
-                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, lean, presplit,
+                            scatter_slots(seg, w), vec_ok, nsplit > 1, kgroups, presplit,
                             not half and tf32_exact(dell), dell.dtype == BFLOAT16)
         args = (flat_view(ev), flat_view(eo), flat_view(bdev), c, part, ticket, m, n, k, w, nsub, mp,
                 nsplit)

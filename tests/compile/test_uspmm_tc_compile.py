@@ -42,13 +42,13 @@ def kernel_args(dtype: str):
 
 @functools.cache
 def build(dtype: str, cfg: tuple, cc, slots: int = 0, vec: bool = True, ksplit: bool = False,
-          kgroups: int = 1, lean: bool = False, exact_a: bool = False) -> offline.Build:
+          kgroups: int = 1, exact_a: bool = False) -> offline.Build:
     """(post-LTO PTX, ptxas report) of one setting, with its launch bounds (``slots``: scattered per
     chunk; ``vec``: B by 16-byte copies, else element by element; ``ksplit``: the K-split kernel;
-    ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it; ``lean``;
+    ``kgroups``: K groups, always the dynamic-shared-memory kernel, as the launcher builds it;
     ``exact_a``: a TF32-exact A, two MMAs instead of three)."""
     kernel = tc._tc_kernel(*cfg[:5], dtype in HALVES, 1, stages_of(cfg), dynamic(dtype, cfg) or kgroups > 1, slots,
-                           vec, ksplit, kgroups, lean, exact_a=exact_a, bf16=dtype == "bfloat16")
+                           vec, ksplit, kgroups, exact_a=exact_a, bf16=dtype == "bfloat16")
     return offline.build(kernel, kernel_args(dtype), cc)
 
 
@@ -69,7 +69,7 @@ def default_cfg(dtype: str) -> tuple:
 # every cc x dtype (bfloat16 included) with the default tiling; at sm_90 a float32 tiling of 4 x 2 warps (several warps per row
 # segment) and two float16 ones past 48 KB (dynamic shared memory: 8 warps kc 32, 16 warps). The kernel reads
 # the ELL through segment_entries, the same arrays whatever the ELL's index dtype. (Four more tilings were
-# compiled here before; the K-split, K-group and lean tests below build the routed settings.)
+# compiled here before; the K-split and K-group tests below build the routed settings.)
 BUILDS = ([(cc, dt, default_cfg(dt)) for cc in CCS for dt in KERNEL_TYPES]
           + [((9, 0), "float32", (128, 64, 8, 4, 2)),
              ((9, 0), "float16", (64, 128, 32, 2, 4, 4)), ((9, 0), "float16", (128, 128, 32, 4, 4, 4))])
@@ -188,10 +188,12 @@ def test_k_split_kernel(dtype, cc):
 
 @pytest.mark.parametrize("slots", [0, 4])
 def test_float32_splits_a_once_at_the_scatter(slots):
-    """The float32 default (sm_90, its ``min_blocks=2``): the K loop converts to TF32 only the B
-    fragments (2 per B value: 32 per chunk) and the scattered slots (2 per slot); the A fragments come
-    from the big and small tiles as they are (2 x 16 loads of 32 bits a chunk);
-    each slot stores twice; at most 128 registers (two blocks an SM), no spills."""
+    """The float32 default (sm_90, its ``min_blocks=2``), A split in the kernel. In the K loop's text (its K steps
+    unrolled or, as the compiler now leaves them, one step's code), per K step: ``cvt.rna`` only for the small parts of
+    the B fragments (one per B value; the big part by integer arithmetic, :func:`sparsekit.gpu.mma.to_tf32_finite`)
+    and of the step's share of the scattered slots (one a slot); the A fragments from the big and small tiles as
+    they are, by ``ldmatrix`` (two an MMA tile, no 32-bit loads); each slot stored twice (big, small); three MMAs
+    a tile. At most 128 registers (two blocks an SM), no spills."""
     cfg = default_cfg("float32")
     d = tc.DEFAULTS[__import__("numpy").dtype("float32")]
     kernel = tc._tc_kernel(*cfg[:5], False, d["min_blocks"], cfg[5], dynamic("float32", cfg), slots)
@@ -199,13 +201,18 @@ def test_float32_splits_a_once_at_the_scatter(slots):
     body = loop_body(ptx)
     nslots = slots or d["kc"] * d["bm"] // (32 * d["warps_m"] * d["warps_n"])
     ntiles, mtiles = d["bn"] // d["warps_n"] // 8, d["bm"] // d["warps_m"] // 16
-    ksteps = d["kc"] // 8
-    assert sum(x.startswith("cvt.rna.tf32.f32") for x in body) == 2 * 2 * ntiles * ksteps + 2 * nslots
-    # (a TF32 value goes to the MMA or the tile as its 32 bits: u32 loads and stores)
-    assert sum(x.startswith("ld.shared.u32") for x in body) == 2 * 4 * mtiles * ksteps
-    assert sum(x.startswith("ld.shared.f32") for x in body) == 2 * ntiles * ksteps + nslots
-    assert sum(x.startswith("st.shared.u32") for x in body) == 2 * nslots
-    assert sum(x.startswith("mma.sync") for x in body) == 3 * mtiles * ntiles * ksteps
+    gks = d["kc"] // 8
+    per_ks = -(-nslots // gks)                                             # slots stored after each K step
+
+    def count(prefix):
+        return sum(x.startswith(prefix) for x in body)
+    steps = count("mma.sync") // (3 * mtiles * ntiles)
+    assert steps in (1, gks) and count("mma.sync") == 3 * mtiles * ntiles * steps
+    assert count("cvt.rna.tf32.f32") == steps * (2 * ntiles + per_ks)
+    # (a TF32 value goes to the MMA or the tile as its 32 bits: ldmatrix, u32 stores)
+    assert count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == steps * 2 * mtiles
+    assert count("ld.shared.u32") == 0
+    assert count("st.shared.u32") == steps * 2 * per_ks
     use = offline.usage(report)
     assert use.registers <= 128 and use.spill_store_bytes == 0 and use.stack_bytes == 0, report
 
@@ -250,12 +257,12 @@ def test_k_groups_kernel(dtype, cfg, kgroups, ksplit):
 
 
 def test_tf32_exact_a_issues_two_mmas_where_three_were():
-    """``exact_a`` (a TF32-exact A) on the routed float32 one-wave setting, lean: in the K loop two MMAs a tile and
+    """``exact_a`` (a TF32-exact A) on the routed float32 one-wave setting: in the K loop two MMAs a tile and
     K step where the 3xTF32 kernel issues three (``a_small b_big`` left out) and one ``ldmatrix`` a 16-row tile
     where it issues two (the small tile is not read); no spills."""
     cfg, kgroups = (64, 128, 32, 1, 2, 4), 4
-    three = loop_body(build("float32", cfg, (9, 0), kgroups=kgroups, lean=True).ptx, kgroups=kgroups)
-    ptx, report = build("float32", cfg, (9, 0), kgroups=kgroups, lean=True, exact_a=True)
+    three = loop_body(build("float32", cfg, (9, 0), kgroups=kgroups).ptx, kgroups=kgroups)
+    ptx, report = build("float32", cfg, (9, 0), kgroups=kgroups, exact_a=True)
     two = loop_body(ptx, kgroups=kgroups)
 
     def mmas(body):
@@ -267,33 +274,6 @@ def test_tf32_exact_a_issues_two_mmas_where_three_were():
     assert 2 * ldmatrix(two) == ldmatrix(three) > 0
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
-
-
-def test_lean_kernel():
-    """``lean=True`` on the routed float32 one-wave setting (64 x 128 kc 32, four K groups of 2 warps of
-    64 x 64): no ``.local``, no spills; in the K loop the same MMAs and cp.async copies as ``lean=False``,
-    the A fragments by ``ldmatrix`` (2 a 16-row tile, big and small) instead of 32-bit loads, ``cvt.rna``
-    only for the small parts (half the conversions), and fewer PTX instructions (sm_90, post-LTO: 632
-    against 697 when written; the SASS of the loop, 538 against 743, loses more: ptxas keeps the copies'
-    per-thread addresses out of the loop)."""
-    cfg, kgroups = (64, 128, 32, 1, 2, 4), 4
-    plain_ptx = build("float32", cfg, (9, 0), kgroups=kgroups).ptx
-    plain = loop_body(plain_ptx, kgroups=kgroups)
-    ptx, report = build("float32", cfg, (9, 0), kgroups=kgroups, lean=True)
-    assert ".local" not in ptx
-    use = offline.usage(report)
-    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
-    lean = loop_body(ptx, kgroups=kgroups)
-
-    def count(body, prefix):
-        return sum(x.startswith(prefix) for x in body)
-    mtiles = cfg[0] // cfg[3] // 16
-    assert count(lean, "mma.sync") == count(plain, "mma.sync") > 0
-    assert ptx.count("cp.async.cg.shared.global") == plain_ptx.count("cp.async.cg.shared.global") > 0
-    assert count(lean, "ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2 * mtiles
-    assert count(lean, "ld.shared.u32") == count(plain, "ld.shared.u32") - 2 * 4 * mtiles
-    assert 2 * count(lean, "cvt.rna.tf32.f32") == count(plain, "cvt.rna.tf32.f32")
-    assert len(lean) < 0.95 * len(plain)
 
 
 @pytest.mark.parametrize("ksplit", [False, True])

@@ -179,40 +179,34 @@ def test_ldmatrix_x4_matches_fragment_layout():
     np.testing.assert_array_equal(out.reshape(32, 4).view(np.uint32), want.view(np.uint32))
 
 
-def lean_configs(dtype: str) -> list[dict]:
-    """Settings checked with ``lean=True``: the default, the routed ones (float32: ``sparsekit.tune``'s
+def routed_configs(dtype: str) -> list[dict]:
+    """Settings checked on the real problems: the default, the routed ones (float32: ``sparsekit.tune``'s
     one-wave and many-wave settings, as ``experiments.bench_uspmm_tc`` times them; float16: four K groups
     and the static-shared second setting)."""
-    from experiments.bench_uspmm_tc import ALT, KGROUPS, LEAN_LARGE, LEAN_ONE_WAVE
-    routed = [LEAN_ONE_WAVE, LEAN_LARGE] if dtype == "float32" else [KGROUPS[dtype][2], ALT[dtype]]
+    from experiments.bench_uspmm_tc import ALT, KGROUPS, ROUTED_LARGE, ROUTED_ONE_WAVE
+    routed = [ROUTED_ONE_WAVE, ROUTED_LARGE] if dtype == "float32" else [KGROUPS[dtype][2], ALT[dtype]]
     return [dict(), *routed]
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
-def test_lean_is_bit_identical_to_plain(problem, which):
-    """``lean=True`` changes instructions, not arithmetic: its result equals ``lean=False``'s bit for bit
-    (and so is within the bounds; repeats bit-identical) on the real problems, odd N included (the
-    element-wise B path keeps its plain copies, the entries' copies are lean)."""
-    from sparsekit.gpu.uspmm_tc import uspmm
-    cfg = lean_configs(problem.dtype.name)[which]
-    _bit_identical_within_bounds(problem, lean=True, **cfg)
-    lean = uspmm(problem.dell, problem.b, lean=True, **cfg).copy_to_host()
-    plain = uspmm(problem.dell, problem.b, lean=False, **cfg).copy_to_host()
-    assert (lean.view(np.uint8) == plain.view(np.uint8)).all()
-
+def test_routed_settings_correct_and_bit_identical(problem, which):
+    """The default and the routed settings on the real problems, odd N included (the element-wise B path keeps
+    its plain copies, the entries' copies take one address a thread): within the bounds, repeats
+    bit-identical."""
+    _bit_identical_within_bounds(problem, **routed_configs(problem.dtype.name)[which])
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024, 0.6), (1000, 999, 777, 0.6)], ids=str)
 @pytest.mark.parametrize("which", [0, 1, 2])
 def test_float32_tf32_exact_a_gives_the_bits_of_three_products(shape, which, monkeypatch):
     """A's values TF32 numbers: the kernel leaves ``a_small b_big`` (all zeros) out, and the sums are those of the
-    three-MMA kernel bit for bit (so within its bounds; repeats bit-identical), on the lean settings (the default,
-    the routed one-wave and many-wave ones) and odd N."""
+    three-MMA kernel bit for bit (so within its bounds; repeats bit-identical), on the default and the routed
+    one-wave and many-wave settings, and odd N."""
     from sparsekit.bench.uspmm import Problem
     from sparsekit.gpu import uspmm_tc as tc
     p = Problem(*shape, "float32", seed=8, tf32_a=True)
     assert tc.tf32_exact(p.dell)
-    cfg = dict(lean_configs("float32")[which], lean=True)
+    cfg = routed_configs("float32")[which]
     _bit_identical_within_bounds(p, **cfg)
     two = tc.uspmm(p.dell, p.b, **cfg).copy_to_host()
     monkeypatch.setattr(tc, "tf32_exact", lambda dell: False)
