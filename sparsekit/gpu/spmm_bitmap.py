@@ -60,8 +60,9 @@ TUNABLES = frozenset({"rows", "slices", "splits", "stages"})
 CHUNK = 512
 #: The longest record: four bitmaps and 128 pairs.
 MAX_RECORD = 528
-#: Chunks in a warp's ring, one in flight ahead of the decoded one (8, five ahead, took shared memory and so warps:
-#: 3-10 % slower at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32; experiments/results/spmm_bitmap.md).
+#: Chunks in a warp's ring, one in flight ahead of the decoded one (8, five ahead, in blocks of 8 warps, as many as
+#: 48 KB of static shared memory held: 3-10 % slower at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32;
+#: experiments/results/spmm_bitmap.md; 16-warp blocks with longer rings in dynamic shared memory not yet timed).
 STAGES = 4
 #: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
 #: (wider, the registers that takes cost more warps an SM than the overlap gains).
