@@ -1722,8 +1722,12 @@ class TiledBitmap(_HalfFormat):
         np.cumsum(1 + -(-counts // 4), out=offsets[1:])
         stream = np.zeros(int(offsets[-1]) * 4, dtype=np.uint32)
         stream[(offsets[:-1, None] * 4 + np.arange(4)).ravel()] = masks.ravel()
-        shift = offsets[:-1] * 4 + 4 - (np.cumsum(counts) - counts)  # pair i of the run goes to word i + shift
-        stream[np.arange(pairs.size) + np.repeat(shift, counts)] = pairs
+        # the pairs fill each record's words 4 .. 4 + count, in order: mark those runs (+1 at a run's start, -1
+        # past its end, a running sum) and assign through the mark, without an index per pair
+        edges = np.zeros(stream.size + 1, dtype=np.int8)
+        np.add.at(edges, offsets[:-1] * 4 + 4, 1)
+        np.add.at(edges, offsets[:-1] * 4 + 4 + counts, -1)
+        stream[np.cumsum(edges[:-1], dtype=np.int8).view(bool)] = pairs
         return cls(stream, offsets, shape, d)
 
     @staticmethod
@@ -1740,11 +1744,11 @@ class TiledBitmap(_HalfFormat):
         rows, cols, values, d = cls._entries(rows, cols, values, shape)
         m, k = shape
         width = 32 * -(-k // 32)
-        if rows.size > 1 and (np.diff(rows) < 0).any():
+        if rows.size > 1 and (rows[1:] < rows[:-1]).any():
             order = np.argsort(rows, kind="stable")
             rows, cols, values = rows[order], cols[order], values[order]
         bits = values.view(np.uint16)
-        zero = values.astype(np.float32) == 0                          # -0.0 too: zeros are not stored
+        zero = (bits & np.uint16(0x7FFF)) == 0                         # +-0.0 (sign bit aside): not stored
         step = cls._strip_rows(shape)
 
         def strips():
