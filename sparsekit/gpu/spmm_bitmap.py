@@ -74,8 +74,8 @@ STATIC_LIMIT = SHARED_LIMIT
 #: its partials, spread over at least this many).
 MIN_GROUPS = 4
 #: Registers a thread gets at ``N <= 8``, where they fit without spilling: three 16-warp blocks an SM instead of the
-#: two that ptxas's own choice (48) leaves room for (the refill check by landed bytes, 3-11 % faster at N = 16-32,
-#: took N = 8 from 40 to 48 registers and made it 6-18 % slower; experiments/results/spmm_bitmap.md).
+#: two that ptxas's own choice (48) leaves room for (the refill check by landed bytes, 1-8 % faster at N = 16-32,
+#: took N = 8 from 40 to 48 registers, where it ran 6-18 % slower on 4096^2 and 4096x14336; spmm_bitmap.md).
 NARROW_REGISTERS = 40
 
 U = np.uint32
