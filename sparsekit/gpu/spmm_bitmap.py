@@ -50,7 +50,7 @@ from sparsekit.gpu.split_k import split_ticket
 from sparsekit.gpu.vector_loads import aligned, load4
 
 __all__ = ["spmm_bitmap", "spmm_bitmap_linear", "prepare", "upload", "DeviceBitmap", "default_config", "check_block",
-           "shared_bytes", "MAX_N", "TUNABLES"]
+           "MAX_N", "TUNABLES"]
 
 #: The widest ``B`` this kernel takes.
 MAX_N = 64
