@@ -102,7 +102,7 @@ from numba import cuda
 from sparsekit.checks import BFLOAT16
 from sparsekit.numba_compat import cache_numba_type, numba_type
 
-__all__ = ["Operand", "operand", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
+__all__ = ["Operand", "operand", "memory_order", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
            "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype", "cuda_torch", "torch_tensor", "half_b_on_device", "to_host"]
 
 _UINT16 = np.dtype(np.uint16)
@@ -112,7 +112,7 @@ def kernel_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype a kernel sees for data of ``dtype``: uint16 bit patterns for bfloat16, else ``dtype``."""
     return _UINT16 if dtype == BFLOAT16 else dtype
 
-_ORDERS = ("C", "F", None)
+_ORDERS = ("C", "F", "CF", None)
 
 # dtypes argument -> frozenset of np.dtype (filled on first use of each argument).
 _DTYPE_SETS: dict = {}
@@ -281,7 +281,7 @@ def _check(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, orde
 
 def _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, order) -> None:
     if order not in _ORDERS:
-        raise ValueError(f"order: must be 'C', 'F' or None, got {order!r}")
+        raise ValueError(f"order: must be 'C', 'F', 'CF' or None, got {order!r}")
     if dtypes is not None:
         allowed = _dtype_set(dtypes)
         if dtype not in allowed:
@@ -302,11 +302,21 @@ def _validate(name, dtype, shape, strides, itemsize, dtypes, ndim, want_shape, o
                 s is not None and s != d for s, d in zip(want_shape, shape)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in want_shape) + ")"
             raise ValueError(f"{name}: expected shape {want}, got {tuple(shape)}")
-    if order is not None and not _contiguous(shape, strides, itemsize, order):
+    if order == "CF":
+        if not (_contiguous(shape, strides, itemsize, "C") or _contiguous(shape, strides, itemsize, "F")):
+            raise ValueError(f"{name}: expected a C- or F-contiguous array (nothing is copied; use "
+                             f"numpy.ascontiguousarray first), got a strided view of shape {tuple(shape)}")
+    elif order is not None and not _contiguous(shape, strides, itemsize, order):
         fix = "numpy.ascontiguousarray" if order == "C" else "numpy.asfortranarray"
         raise ValueError(f"{name}: expected a {order}-contiguous array, got shape {tuple(shape)} "
                          f"with strides {None if strides is None else tuple(strides)} "
                          f"(nothing is reordered; use {fix} or the equivalent first)")
+
+
+def memory_order(dev) -> str:
+    """``"C"`` where the device array ``dev`` (an :class:`Operand`'s ``dev``) is C-contiguous, else ``"F"`` (an array
+    that is both, a single row or column, counts as C)."""
+    return "C" if _contiguous(dev.shape, dev.strides, dev.dtype.itemsize, "C") else "F"
 
 
 def _typestr_dtype(typestr: str) -> np.dtype:
@@ -331,8 +341,9 @@ def operand(x, name: str, *, dtypes, ndim=None, shape=None, order="C") -> Operan
         allowed rank(s).
     shape : tuple or None
         required shape; ``None`` entries are free dimensions.
-    order : "C", "F" or None
-        required memory layout (``None``: any strides).
+    order : "C", "F", "CF" or None
+        required memory layout (``"CF"``: either contiguous order, :func:`memory_order` tells which;
+        ``None``: any strides).
 
     Returns
     -------

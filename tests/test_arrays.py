@@ -380,3 +380,20 @@ def test_device_matrix_cached_builds_once_per_key():
     assert isinstance(pair, tuple) and [a.shape for a in pair] == [(2,), (3,)]
     assert dev.cached(("pair", 1), lambda: pytest.fail("built twice")) is pair
     assert _prepare_rows(dev.host).lengths() is not first            # the cache belongs to the instance
+
+
+@pytest.mark.parametrize("kind", ["numpy", "device"])
+def test_either_order_and_which(kind):
+    """``order="CF"`` takes a C- or an F-contiguous array as it is and :func:`memory_order` says which (a single column,
+    both at once, counts as C); a strided view is refused by name, nothing copied."""
+    from sparsekit.arrays import memory_order
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    cases = [(base, "C"), (np.asfortranarray(base), "F"), (base[:, :1].copy(), "C")]
+    for x, want in cases:
+        arg = cuda.to_device(x) if kind == "device" else x
+        op = operand(arg, "b", dtypes=(np.float32,), ndim=2, order="CF")
+        assert memory_order(op.dev) == want
+        np.testing.assert_array_equal(op.dev.copy_to_host(), x)
+    strided = cuda.to_device(base)[:, ::2] if kind == "device" else base[:, ::2]
+    with pytest.raises(ValueError, match="b: expected a C- or F-contiguous array"):
+        operand(strided, "b", dtypes=(np.float32,), ndim=2, order="CF")

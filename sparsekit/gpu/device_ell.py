@@ -7,7 +7,7 @@ import numpy as np
 
 from sparsekit.gpu.spmm_bitmap import prepare as prepare_bitmap
 from sparsekit.gpu.spmm_tiled import prepare as prepare_tiled
-from sparsekit.arrays import DeviceMatrix, cdiv, operand
+from sparsekit.arrays import DeviceMatrix, cdiv, memory_order, operand
 from sparsekit.checks import BFLOAT16
 from sparsekit.formats import ELL, TiledBitmap, TiledCSL
 
@@ -88,17 +88,5 @@ def prepare(ell) -> DeviceELL:
 
 def rhs(b, dell: DeviceELL, name: str):
     """``b`` (K x N, A's dtype) as an Operand, plus its memory order ("C" or "F")."""
-    want = dict(dtypes=(dell.dtype,), ndim=2, shape=(dell.shape[1], None))
-    try:
-        return operand(b, name, order="C", **want), "C"
-    except ValueError as err:
-        if "contiguous" not in str(err):
-            raise
-    try:
-        return operand(b, name, order="F", **want), "F"
-    except ValueError as err:
-        if "contiguous" not in str(err):
-            raise
-        raise ValueError(f"{name}: expected a C- or F-contiguous array (nothing is copied; use "
-                         f"numpy.ascontiguousarray first), got a strided view of shape "
-                         f"{tuple(np.shape(b))}") from None
+    op = operand(b, name, dtypes=(dell.dtype,), ndim=2, shape=(dell.shape[1], None), order="CF")
+    return op, memory_order(op.dev)
