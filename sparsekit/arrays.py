@@ -102,8 +102,9 @@ from numba import cuda
 from sparsekit.checks import BFLOAT16
 from sparsekit.numba_compat import cache_numba_type, numba_type
 
-__all__ = ["Operand", "operand", "memory_order", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool", "pool",
-           "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype", "cuda_torch", "torch_tensor", "half_b_on_device", "to_host"]
+__all__ = ["Operand", "operand", "memory_order", "output", "result", "cdiv", "DeviceMatrix", "flat_view", "BlockPool",
+           "pool", "POOL_KEEP_BYTES", "BFLOAT16", "kernel_dtype", "cuda_torch", "torch_tensor", "half_b_on_device",
+           "to_host"]
 
 _UINT16 = np.dtype(np.uint16)
 

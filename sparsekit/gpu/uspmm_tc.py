@@ -113,8 +113,8 @@ run); two groups of 64 x 32 warps 66.5-67.0; slower than the default past one wa
 861.7) and no gain for float16 (within 2%), so ``DEFAULTS`` keep ``kgroups=1``.
 
 Lean (``experiments/results/uspmm_tc.md``, "float32 lean" and "Lean at the small-grid setting"): the
-arithmetic of the kernel before it, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take their addresses
-as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
+arithmetic of the kernel before it, bit for bit, in fewer instructions per K chunk. (1) The cp.async copies take
+their addresses as bytes: each thread takes the shared and global addresses of its first piece once, before the K loop
 (:func:`sparsekit.gpu.mma.shared_addr`, :func:`sparsekit.gpu.mma.global_addr`: inline-asm values the optimiser cannot fold
 back), and adds compile-time and per-chunk offsets (:func:`sparsekit.gpu.mma.cp_async16_raw`); the element
 indexing of :func:`sparsekit.gpu.mma.cp_async16` had the compiler recompute ``(k0 + r) * n`` in 64 bits for every
