@@ -24,7 +24,10 @@ The replacement is installed only over the ``run`` and the ``BlockThread`` it wa
 arrays by the calling line, which it found with ``traceback.extract_stack`` (every frame of the stack, each
 with its source line looked up) on every call of every thread; one frame lookup gives the same key. In the
 pipelined USpMM's simulator test the stack walks were half of the time the simulated threads
-held the interpreter.
+held the interpreter. It also takes the first allocation of each array under a lock: numba-cuda's lookup (get,
+allocate, store) let two threads that arrive together, one switched out in between, make an array each, so part
+of the block wrote to an array the rest never read (rare wrong results of the tensor-core kernels under load,
+``tests/test_simulator.py`` forces the switch).
 """
 from __future__ import annotations
 
@@ -221,10 +224,17 @@ def fast_block_manager() -> bool:
                    (kernel.BlockThread, REVIEWED_BLOCK_THREAD_SHA256))
 
 
+#: Guards the first allocation of a shared array: numba-cuda's own lookup (get, allocate, store) lets two threads
+#: that arrive together, one switched out between the get and the store, each make an array of their own, so the
+#: block's threads no longer share it (rare wrong results under load, in any kernel with shared memory).
+_SHARED_LOCK = threading.Lock()
+
+
 def _shared_array(shared, shape, dtype, alignment=None):
     """``cuda.shared.array`` in the simulator (``FakeCUDAShared.array``): dynamic shared memory for ``shape``
     0, else one array per calling line, shared by the block's threads, keyed by the caller's (file name, line
-    number) as the original keys it, from the caller's frame instead of a walk of the whole stack."""
+    number) as the original keys it, from the caller's frame instead of a walk of the whole stack; the first
+    allocation under a lock, so threads arriving together get the same array."""
     from numba.cuda.simulator import kernelapi
     if alignment is not None:
         raise RuntimeError("Array alignment is not supported in cudasim")
@@ -237,8 +247,11 @@ def _shared_array(shared, shape, dtype, alignment=None):
     caller = (frame.f_code.co_filename, frame.f_lineno)
     res = shared._allocations.get(caller)
     if res is None:
-        res = np.empty(shape, dtype)
-        shared._allocations[caller] = res
+        with _SHARED_LOCK:                      # (the first threads of a block may arrive together: one array)
+            res = shared._allocations.get(caller)
+            if res is None:
+                res = np.empty(shape, dtype)
+                shared._allocations[caller] = res
     return res
 
 

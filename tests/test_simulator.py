@@ -116,6 +116,33 @@ def test_shared_arrays_are_keyed_by_line_and_shared_by_the_block():
 
 
 @cuda.jit
+def _one_shared_array(out):
+    a = cuda.shared.array(64, np.int64)
+    t = cuda.threadIdx.x
+    a[t] = t
+    cuda.syncthreads()
+    out[t] = a[(t + 1) % 64]
+
+
+def test_threads_arriving_together_share_one_array(monkeypatch):
+    """Every thread of the block gets the same shared array even when a thread is switched out between the lookup
+    and the store of the first allocation (forced here by an allocation that sleeps): without the lock each early
+    thread made an array of its own and read the other threads' slots as garbage."""
+    import time
+    from sparsekit import simulator
+    _require_installed(fast_shared_arrays, "FakeCUDAShared.array", "REVIEWED_SHARED_ARRAY_SHA256")
+    real_empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(0.005)                                  # (hands the interpreter to the other threads)
+        return real_empty(*args, **kwargs)
+    monkeypatch.setattr(simulator.np, "empty", slow_empty)
+    out = np.zeros(64, dtype=np.int64)
+    _one_shared_array[1, 64](out)
+    np.testing.assert_array_equal(out, (np.arange(64) + 1) % 64)
+
+
+@cuda.jit
 def _spins_until_flagged(flag, out):
     """Thread 0 spins until ``flag[0]`` is set (a flag nothing in the launch sets); the others wait at the barrier."""
     if cuda.threadIdx.x == 0:
