@@ -428,13 +428,13 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
     head = (dev.stream, dev.offsets, bits.view(np.uint32), cflat)
     tail = (dev.counters, m, n, groups, kp // 2)
+    typed = head + (dev.buffers.get(np.float32, 1),) + tail  # the launch's argument types (ws: any float32 array)
     if dynamic:                                         # (past 48 KB, once per kernel: allowed first)
-        opt_in(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, nbytes)
+        opt_in(kernel, typed, nbytes)
     if splits is None:                                  # fill the resident blocks: once per (N, form, block shape)
         key = (n, linear, conf["rows"], conf["slices"], conf["stages"])
         if key not in dev.default_splits:
-            resident = resident_blocks(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, threads,
-                                       nbytes if dynamic else 0)
+            resident = resident_blocks(kernel, typed, threads, nbytes if dynamic else 0)
             dev.default_splits[key] = _splits(m, k, conf["rows"], conf["slices"], resident)
         conf["splits"] = dev.default_splits[key]
     splits = min(conf["splits"], max(groups, 1))
