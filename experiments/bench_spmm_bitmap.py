@@ -24,7 +24,6 @@ from experiments.spmm_points import DTYPES, REPEAT, bitmap_on_device, error, err
 from sparsekit.cli_types import matrix_shape
 from sparsekit.gpu import spmm_bitmap as gb
 from sparsekit.timing import measured_bandwidth
-from sparsekit.tune import bitmap_fits
 
 T0 = time.time()
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -34,11 +33,11 @@ NS = [8, 16, 32, 64]
 
 def sweep(dev, x, dense_us):
     """Tunables around the default for one weight and ``x``: blocks of 4 to 16 warps, rings of 4 and 8 chunks
-    (where a block's rings fit its shared memory), 1 to 8 splits."""
+    (where a block's rings fit 48 KB), 1 to 8 splits."""
     m, k = dev.shape
     tried = [dict(rows=rows, slices=slices, splits=splits, stages=stages)
              for rows, slices in ((4, 4), (2, 4), (4, 2), (8, 2), (2, 2), (4, 1))
-             for stages in (4, 8) if bitmap_fits(rows, slices, stages)
+             for stages in (4, 8) if rows * slices * (stages * gb.CHUNK + gb.MAX_RECORD) <= 48 * 1024 - 4
              for splits in (1, 2, 4, 8)]
     results = []
     for tun in tried:

@@ -148,8 +148,7 @@ TC_SETTINGS[BFLOAT16] = TC_SETTINGS[F16]
 #: (rows, slices, stages): 16 warps as 8 x 2, 8 warps as 4 x 2 and 2 x 4 (a 4- or 8-chunk ring), 8 rows of one
 #: slice. ``splits`` stays the launcher's, which fills the GPU's resident blocks for each shape (one wave measured
 #: best against two: :func:`sparsekit.gpu.spmm_bitmap.default_config`). Seven settings in all, so that bfloat16's
-#: default search (14) fits the table ``sparsekit tune`` prints. (Blocks whose rings pass 48 KB, in dynamic shared
-#: memory, are in the ``full`` grid only until they are timed on a GPU.)
+#: default search (14) fits the table ``sparsekit tune`` prints.
 BITMAP_SHAPES = ((8, 2, 4), (4, 2, 4), (2, 4, 4), (4, 2, 8), (2, 4, 8), (8, 1, 4))
 #: ``full=True``: every (rows, slices, stages) of these whose block the launcher takes (:func:`bitmap_fits`).
 BITMAP_FULL_GRID = ((1, 2, 4, 8), (1, 2, 4, 8), (4, 8, 16))

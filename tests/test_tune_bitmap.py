@@ -158,13 +158,13 @@ def test_the_configs_bitmap_tunables_are_the_kernels():
 @pytest.mark.simulator("the search's plumbing with a stand-in timer; on a GPU, tests/gpu/test_tune_bfloat16_gpu.py")
 def test_the_search_records_the_launchers_refusals_by_name(countdown):
     """Settings the launcher refuses (a ring that does not wrap by a mask, no warps, more than 32 warps, rings past
-    a block's shared memory) are recorded with the launcher's reason and never win."""
+    48 KB) are recorded with the launcher's reason and never win."""
     ell, _ = toy_problem(np.float16, m=M, k=K)
     refused = {(4, 4, 6): r"stages: a power of two \(the ring wraps by a mask\), got 6",
                (0, 4, 4): r"rows: must be >= 1, got 0",
                (8, 8, 4): r"rows \* slices: a block has at most 32 warps, got 8 \* 8",
-               (8, 4, 16): r"rows \* slices \* stages: the rings of a block's 32 warps \(16 chunks of 512 bytes each\) "
-                           r"exceed the 232448 bytes of shared memory a block may have"}
+               (4, 4, 8): r"rows \* slices \* stages: the rings of a block's 16 warps \(8 chunks of 512 bytes each\) "
+                          r"exceed 48 KB of shared memory"}
     configs = [tune.bitmap(*shape) for shape in refused] + [router.BITMAP.tunables()]
     winner, records = tune.tune(ell, 9, configs=configs, repeat=1)
     for record, why in zip(records, refused.values()):

@@ -78,19 +78,18 @@ def opt_in(kernel, args, nbytes: int) -> None:
         _OPTED_IN.add(key)
 
 
-def resident_blocks(kernel, args, threads: int, dynamic_bytes: int = 0) -> int | None:
-    """Blocks of ``threads`` threads of ``kernel`` (compiled for ``args``, launched with ``dynamic_bytes`` of dynamic
-    shared memory) that the GPU holds at once, all SMs together (the occupancy calculator's answer for its
-    registers and shared memory); None under the simulator. Once per kernel, block size, dynamic shared memory
-    and argument types."""
+def resident_blocks(kernel, args, threads: int) -> int | None:
+    """Blocks of ``threads`` threads of ``kernel`` (compiled for ``args``) that the GPU holds at once, all SMs
+    together (the occupancy calculator's answer for its registers and shared memory); None under the
+    simulator. Once per kernel, block size and argument types."""
     if cuda_config.ENABLE_CUDASIM:
         return None
     from numba import typeof
 
     signature = tuple(typeof(a) for a in args)
-    key = (id(kernel), signature, threads, dynamic_bytes)
+    key = (id(kernel), signature, threads)
     if key not in _RESIDENT:
-        _RESIDENT[key] = int(kernel.compile(signature).max_cooperative_grid_blocks(threads, dynamic_bytes))
+        _RESIDENT[key] = int(kernel.compile(signature).max_cooperative_grid_blocks(threads))
     return _RESIDENT[key]
 
 

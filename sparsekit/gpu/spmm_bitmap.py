@@ -41,8 +41,7 @@ from sparsekit.arrays import cdiv, flat_view, result
 from sparsekit.checks import check_int
 from sparsekit.formats import TiledBitmap
 from sparsekit.gpu.inline import inlined
-from sparsekit.gpu.launch import (SHARED_LIMIT, SHARED_OPTIN, SMEM_ALIGN, Buffers, DynamicShared, Prepared,
-                                  check_int32, launch, opt_in, resident_blocks)
+from sparsekit.gpu.launch import SHARED_LIMIT, Buffers, Prepared, check_int32, launch, resident_blocks
 from sparsekit.gpu.mma import (cp_async16_raw, cp_async_commit, cp_async_wait, global_addr, ld_shared, ld_shared4,
                                mma_m16n8k16_bf16_f32, mma_m16n8k16_f16_f32, shared_addr)
 from sparsekit.gpu.spmm_tiled import element_store, half_operands, uint16_bits
@@ -62,14 +61,12 @@ CHUNK = 512
 MAX_RECORD = 528
 #: Chunks in a warp's ring, one in flight ahead of the decoded one (8, five ahead, in blocks of 8 warps, as many as
 #: 48 KB of static shared memory held: 3-10 % slower at 4096^2, 14336x4096 and 4096x14336, 50-90 %, N = 8-32;
-#: experiments/results/spmm_bitmap.md; 16-warp blocks with longer rings in dynamic shared memory not yet timed).
+#: 16-warp blocks with 8 or 16 chunks in dynamic shared memory: 1.00-1.14x and 1.02-1.47x the time; both measured
+#: on the H200, experiments/results/spmm_bitmap.md).
 STAGES = 4
 #: n-blocks (8 columns of ``X`` each) up to which a warp loads the next group's ``X`` while it decodes this one
 #: (wider, the registers that takes cost more warps an SM than the overlap gains).
 PIPELINED_X_BLOCKS = 2
-#: The largest rings kept in static shared memory (a module attribute, so the simulator tests can send small
-#: blocks through the dynamic path).
-STATIC_LIMIT = SHARED_LIMIT
 #: Fewest 32-column groups a warp's share of ``K`` should have (its fixed costs, the start and the sum of
 #: its partials, spread over at least this many).
 MIN_GROUPS = 4
@@ -151,12 +148,11 @@ def copy_chunk(ring, home, s32, src, off, total, ring_bytes, wrap):
 
 
 @functools.cache
-def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages: int, dynamic: bool = False):
+def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages: int):
     """The kernel for ``N`` padded to ``npad``, ``rows`` warps on consecutive 16-row blocks and ``slices`` warps
     splitting ``K`` in a block, each warp's ring ``stages`` chunks long. ``linear``: the result is ``Y``
     (``N x M``), else ``C`` (``M x N``), row-major. ``x32``: the staged ``X`` (``N x 32 groups`` halves, as
-    32-bit words, ``xs`` words a row). ``dynamic``: the rings in dynamic shared memory (launched with
-    :func:`shared_bytes` of it: rings past the 48 KB of static shared memory), else static.
+    32-bit words, ``xs`` words a row).
 
     A record spans at most three chunks, so the chunk refilled (``stages - 3`` after the newest landed one) is
     one the record being decoded starts after; ``__syncwarp`` before a refill (every lane is past it) and
@@ -175,10 +171,7 @@ def _kernel(npad: int, bf16: bool, linear: bool, rows: int, slices: int, stages:
     store = element_store(bf16, linear)
 
     def kernel(s32, offsets, x32, c, ws, counters, m, n, groups, xs):
-        if dynamic:
-            ring = cuda.shared.array(0, uint32, alignment=SMEM_ALIGN)
-        else:
-            ring = cuda.shared.array(ring_size, uint32)
+        ring = cuda.shared.array(ring_size, uint32)
         last = cuda.shared.array(1, int32)
         tid = U(cuda.threadIdx.x)
         lane, warp = tid & U(31), tid >> U(5)
@@ -378,23 +371,17 @@ def spmm_bitmap_linear(a, x, *, rows=None, slices=None, splits=None, stages=None
     return _run(a, x, "x", True, rows, slices, splits, stages)
 
 
-def shared_bytes(rows: int, slices: int, stages: int) -> int:
-    """Shared memory of a block's rings: ``stages`` chunks a warp and the mirror of a record."""
-    return rows * slices * (stages * CHUNK + MAX_RECORD)
-
-
 def check_block(rows: int, slices: int, stages: int) -> None:
     """``ValueError`` unless a block of ``rows`` x ``slices`` warps with rings of ``stages`` chunks launches: a power
     of two of chunks (the ring wraps by a mask), at most 32 warps, the rings (with their mirrors) and the block's
-    one int32 within a block's shared memory (past 48 KB the rings are dynamic shared memory)."""
+    one int32 within the static shared memory."""
     if stages & (stages - 1):
         raise ValueError(f"stages: a power of two (the ring wraps by a mask), got {stages}")
     if rows * slices > 32:
         raise ValueError(f"rows * slices: a block has at most 32 warps, got {rows} * {slices}")
-    if shared_bytes(rows, slices, stages) > SHARED_OPTIN - 4:
+    if rows * slices * (stages * CHUNK + MAX_RECORD) > SHARED_LIMIT - 4:
         raise ValueError(f"rows * slices * stages: the rings of a block's {rows * slices} warps "
-                         f"({stages} chunks of {CHUNK} bytes each) exceed the {SHARED_OPTIN} bytes of shared "
-                         f"memory a block may have")
+                         f"({stages} chunks of {CHUNK} bytes each) exceed 48 KB of shared memory")
 
 
 def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
@@ -421,24 +408,18 @@ def _run(a, b, name: str, linear: bool, rows, slices, splits, stages):
     rowblocks = cdiv(m, 16)
     strips = cdiv(rowblocks, conf["rows"])
     npad = padded_n(n)
-    nbytes = shared_bytes(conf["rows"], conf["slices"], conf["stages"])
-    dynamic = nbytes > STATIC_LIMIT - 4
-    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["stages"],
-                     dynamic)
+    kernel = _kernel(npad, dev.dtype.name == "bfloat16", linear, conf["rows"], conf["slices"], conf["stages"])
     cflat = flat_view(c) if dev.dtype == np.float16 else uint16_bits(flat_view(c))
     head = (dev.stream, dev.offsets, bits.view(np.uint32), cflat)
     tail = (dev.counters, m, n, groups, kp // 2)
-    typed = head + (dev.buffers.get(np.float32, 1),) + tail  # the launch's argument types (ws: any float32 array)
-    if dynamic:                                         # (past 48 KB, once per kernel: allowed first)
-        opt_in(kernel, typed, nbytes)
     if splits is None:                                  # fill the resident blocks: once per (N, form, block shape)
         key = (n, linear, conf["rows"], conf["slices"], conf["stages"])
         if key not in dev.default_splits:
-            resident = resident_blocks(kernel, typed, threads, nbytes if dynamic else 0)
+            resident = resident_blocks(kernel, head + (dev.buffers.get(np.float32, 1),) + tail, threads)
             dev.default_splits[key] = _splits(m, k, conf["rows"], conf["slices"], resident)
         conf["splits"] = dev.default_splits[key]
     splits = min(conf["splits"], max(groups, 1))
     ws = dev.buffers.get(np.float32, splits * strips * conf["rows"] * 16 * npad if splits > 1 else 1)
-    launch(DynamicShared(kernel, nbytes) if dynamic else kernel, (strips, splits), threads, head + (ws,) + tail,
+    launch(kernel, (strips, splits), threads, head + (ws,) + tail,
            f"rows={conf['rows']}, slices={conf['slices']}, splits={splits}, stages={conf['stages']}")
     return result(c, like=bop)

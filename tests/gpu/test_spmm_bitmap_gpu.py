@@ -69,23 +69,3 @@ def test_torch_tensors():
     xn = x.view(torch.int16).cpu().numpy().view(BF16)
     want = rb.spmm_bitmap_linear(dev.host, xn)
     assert_half_close(y.view(torch.int16).cpu().numpy().view(BF16).T, want.T, w, np.ascontiguousarray(xn.T))
-
-
-@pytest.mark.parametrize("n", [1, 8, 16, 24])
-@pytest.mark.parametrize("tunables", [dict(rows=4, slices=4, stages=8), dict(rows=8, slices=4, stages=8),
-                                      dict(rows=4, slices=4, stages=16)], ids=str)
-def test_rings_in_dynamic_shared_memory(n, tunables):
-    """Rings past 48 KB (74 to 148 KB a block, dynamic shared memory): the result of the 4-chunk rings bit for bit
-    at the same splits (a ring's length changes when bytes land, not the sums), within the bound, repeats equal."""
-    from sparsekit.gpu import spmm_bitmap as gb
-    from sparsekit.reference import spmm_bitmap as rb
-    assert gb.shared_bytes(tunables["rows"], tunables["slices"], tunables["stages"]) > 48 * 1024
-    w = pruned(2000, 4096, 0.7, BF16, seed=5)
-    dev = gb.prepare(TiledBitmap.from_dense(w))
-    x = np.random.default_rng(6).standard_normal((n, 4096)).astype(BF16)
-    got = gb.spmm_bitmap_linear(dev, x, splits=3, **tunables)
-    again = gb.spmm_bitmap_linear(dev, x, splits=3, **tunables)
-    short = gb.spmm_bitmap_linear(dev, x, splits=3, **dict(tunables, stages=4))
-    assert (got.view(np.uint16) == again.view(np.uint16)).all()
-    assert (got.view(np.uint16) == short.view(np.uint16)).all()
-    assert_half_close(got.T, rb.spmm_bitmap_linear(dev.host, x).T, w, np.ascontiguousarray(x.T))
