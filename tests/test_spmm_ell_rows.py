@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import cuda
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +47,28 @@ def test_shared_kernel_pipelines_steps_and_rows(n, dtype, seed):
         patch.setattr(g, "SHARED_WARPS", 2)
         got = g.spmm_ell_rows_linear(values, indices, k, x, unroll=1, x_in_shared=True)
     assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, x).T, w, x.T)
+
+
+@pytest.mark.parametrize("dtype, offset", [(np.float16, 0), (np.float16, 1), (np.float16, 8), (BFLOAT16, None)])
+def test_x_copied_in_sixteen_byte_loads(dtype, offset):
+    """At N = 1 with K % 8 == 0 an x on a 16-byte boundary (a device view 0 or 8 halves into its buffer, or a host
+    array) is copied to shared memory in 16-byte loads, four a thread in flight (blocks of 2 warps here: K = 2600
+    takes a second round with some loads past K); one element off the boundary, half by half. Each equals the
+    reference."""
+    rng = np.random.default_rng(offset)
+    m, k = 9, 2600
+    w = np.where(rng.random((m, k)) < 0.1, rng.standard_normal((m, k)), 0).astype(dtype)
+    values, indices = r.ell_rows_from_dense(w)
+    buffer = rng.standard_normal((1, k + 16)).astype(dtype)
+    xh = buffer[:, offset or 0:(offset or 0) + k]
+    x = xh if offset is None else cuda.to_device(buffer)[:, offset:offset + k]   # (a device view keeps its offset)
+    built = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(g, "SHARED_WARPS", 2)
+        patch.setattr(g, "_shared_kernel", lambda *key, make=g._shared_kernel: built.append(key[-1]) or make(*key))
+        got = g.spmm_ell_rows_linear(values, indices, k, x)
+    assert built == [offset != 1]
+    assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, xh).T, w, xh.T)
 
 
 @settings(max_examples=25, deadline=None)

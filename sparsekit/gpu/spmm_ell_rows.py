@@ -32,7 +32,7 @@ from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicSha
 from sparsekit.gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
                                       uint16_bits)
 from sparsekit.gpu.sync_primitives import warp_barrier
-from sparsekit.gpu.vector_loads import load4, store4
+from sparsekit.gpu.vector_loads import aligned, load4, store4
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
@@ -48,6 +48,9 @@ _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
 _VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
 #: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once).
 SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 2
+#: 16-byte loads of ``x`` a thread has in flight while a block of :func:`_shared_kernel` copies it (``wide``): with
+#: 512 threads, four cover ``K = 32768``.
+COPY_LOADS = 4
 #: Warps (rows) a block of :func:`_densify_in_shared` (fewer where K's rows do not fit).
 DENSIFY_WARPS = 4
 #: Shared memory an SM has for blocks (H100, H200: 228 KB).
@@ -112,22 +115,39 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
 
 
 @functools.cache
-def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int):
+def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False):
     """``Y = x W^T`` with ``x^T`` in shared memory: the block writes ``x^T`` (``K x stride`` halves, the columns
     past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
     warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
-    ``x^T`` from shared memory (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays)."""
+    ``x^T`` from shared memory (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays).
+
+    ``wide`` (``N = 1``, ``K % 8 == 0``, ``x`` 16-byte aligned): the block copies ``x`` in 16-byte loads through
+    ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued before their stores, instead of a
+    half a load: the copy is every block's start, and half by half it took as long as a short row's entries."""
     row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
     width, nbuf = accumulators(n, stride), 4 * unroll
 
     @cuda.jit
-    def kernel(values, indices, x, y, m, k, entries):
+    def kernel(values, indices, x, x32, y, m, k, entries):
         xs = cuda.shared.array(0, uint16)
         xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
         tid = cuda.threadIdx.x
-        for t in range(tid, k * stride, cuda.blockDim.x):
-            col, j = t // stride, t % stride
-            xs[t] = x[j * k + col] if j < n else uint16(0)
+        if wide:
+            words, step = k // 2, 4 * cuda.blockDim.x
+            buf = cuda.local.array((COPY_LOADS, 4), uint32)
+            for first in range(4 * tid, words, COPY_LOADS * step):
+                for u in range(COPY_LOADS):           # every load in flight, then the stores
+                    if first + u * step < words:
+                        got = load4(x32, first + u * step)
+                        for q in range(4):
+                            buf[u, q] = got[q]
+                for u in range(COPY_LOADS):
+                    if first + u * step < words:
+                        store4(xs32, first + u * step, (buf[u, 0], buf[u, 1], buf[u, 2], buf[u, 3]))
+        else:
+            for t in range(tid, k * stride, cuda.blockDim.x):
+                col, j = t // stride, t % stride
+                xs[t] = x[j * k + col] if j < n else uint16(0)
         cuda.syncthreads()
         lane = tid % 32
         warps = cuda.blockDim.x // 32
@@ -259,8 +279,10 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     if x_in_shared:
         if nbytes > SHARED_OPTIN - 1024:
             raise ValueError(f"x_in_shared: x^T ({nbytes} bytes) does not fit a block's shared memory")
-        kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
-        args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, yflat, m, k, entries)
+        wide = n == 1 and k % 8 == 0 and aligned(xbits, 8)
+        kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll, wide)
+        args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, xbits.view(np.uint32) if wide else xbits, yflat,
+                m, k, entries)
         nbytes = max(nbytes, 16)
         if nbytes > SHARED_LIMIT:
             opt_in(kernel, args, nbytes)

@@ -163,8 +163,10 @@ class Prepared:
         return out
 
     def rows_product(self, x, values, indices, in_features: int) -> torch.Tensor:
-        """``x @ W^T`` by the row kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, a kernel dtype)."""
-        key = ("rows", x.shape[0], x.dtype, x.get_device(), values.data_ptr(), indices.data_ptr())
+        """``x @ W^T`` by the row kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, a kernel dtype). At
+        ``N = 1`` an ``x`` on a 16-byte boundary is copied to shared memory in 16-byte loads: its own plan."""
+        key = ("rows", x.shape[0], x.dtype, x.get_device(), x.data_ptr() % 16 == 0, values.data_ptr(),
+               indices.data_ptr())
 
         def product():
             from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear

@@ -2,6 +2,8 @@
 ``x^T``'s rows too once staged (``N >= 2``), the warp sum by five shuffles a column, no stack."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from numba import types
 
@@ -36,13 +38,22 @@ def test_densify_kernel(cc, wide):
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
-@pytest.mark.parametrize("n, bf16, stride", [(1, False, 1), (1, True, 1), (8, True, 8), (16, False, 16), (3, True, 8)])
-def test_shared_kernel(cc, n, bf16, stride):
+@pytest.mark.parametrize("n, bf16, stride, wide", [(1, False, 1, False), (1, True, 1, False), (1, False, 1, True),
+                                                   (1, True, 1, True), (8, True, 8, False), (16, False, 16, False),
+                                                   (3, True, 8, False)])
+def test_shared_kernel(cc, n, bf16, stride, wide):
     """x^T read from shared memory (16-byte ld.shared.v4 rows from N = 2, halves at N = 1), values and columns
-    in 16-byte global loads, no stack."""
-    args = (U32, U32, U16, U16 if bf16 else F16) + (types.int64,) * 3
-    ptx, report = offline.build(ser._shared_kernel(n, bf16, stride, ser.UNROLL), args, cc)
+    in 16-byte global loads, no stack; ``wide``: x copied in by 16-byte loads, COPY_LOADS of them before the
+    first store (no half loaded from global memory)."""
+    args = (U32, U32, U16, U32 if wide else U16, U16 if bf16 else F16) + (types.int64,) * 3
+    ptx, report = offline.build(ser._shared_kernel(n, bf16, stride, ser.UNROLL, wide), args, cc)
     assert ("ld.shared.v4.u32" in ptx) == (stride % 8 == 0) and ("ld.shared.u16" in ptx) == (stride == 1)
+    assert ("ld.global.u16" in ptx or "ld.global.nc.u16" in ptx) != wide
+    if wide:
+        body = ptx[:ptx.index("bar.sync")]
+        loads = [i for i, line in enumerate(body.splitlines()) if re.search(r"ld\.global(\.nc)?\.v4\.u32", line)]
+        stores = [i for i, line in enumerate(body.splitlines()) if "st.shared.v4.u32" in line]
+        assert len(loads) == len(stores) == ser.COPY_LOADS and max(loads) < min(stores)
     assert "bar.sync" in ptx and ptx.count("shfl.sync.bfly") == 5 * n
     assert ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32") >= 2 * ser.UNROLL
     assert ".local" not in ptx
