@@ -46,8 +46,10 @@ UNROLL = ROW_UNROLL // 2
 MAX_N = 64
 _INDEX_DTYPES = (np.dtype(np.int16), np.dtype(np.uint16))
 _VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
-#: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once).
-SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 2
+#: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once). At
+#: ``N = 1`` four blocks of 16 warps took 0.90-0.93x the time of two on 14336x4096 at 50-90 % (H200, bfloat16) and
+#: the same elsewhere; blocks of 4, 8 or 32 warps were no faster anywhere (experiments/results/uspmm_decode.md).
+SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 4
 #: 16-byte loads of ``x`` a thread has in flight while a block of :func:`_shared_kernel` copies it (``wide``): with
 #: 512 threads, four cover ``K = 32768``.
 COPY_LOADS = 4
