@@ -32,14 +32,20 @@ def gpu_present(timeout: float = PROBE_TIMEOUT_S) -> bool:
 
 
 def choose_backend() -> str:
-    """Return ``"gpu"``, or switch this process to the simulator and return ``"simulator"``.
+    """Return ``"gpu"``, or switch this process to the simulator and return ``"simulator"``; then install
+    sparsekit's numba-cuda replacements for that backend (:func:`sparsekit.numba_patches.install_all`).
 
     Call it before the first import of ``numba.cuda``; an explicit
     ``NUMBA_ENABLE_CUDASIM=1`` is respected.
     """
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "simulator"
-    if gpu_present():
-        return "gpu"
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    return "simulator"
+        backend = "simulator"
+    elif gpu_present():
+        backend = "gpu"
+    else:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        backend = "simulator"
+    from sparsekit.numba_patches import install_all    # (imports Numba: after the switch)
+
+    install_all()
+    return backend

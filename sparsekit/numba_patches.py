@@ -1,15 +1,17 @@
 """Reviewed replacements of numba-cuda internals that are slow for this project's kernels, and
 :func:`install_all`, the one call that installs them.
 
-Where they are installed: importing the kernel package ``gpu`` calls :func:`install_all` (``sparsekit/gpu/__init__.py``
-says so), and so does :mod:`sparsekit.offline` before it compiles. Every kernel of the library is compiled
-lazily, at its first call, by one of a dozen launchers (some through ``sparsekit.gpu.launch``, others directly), or
-offline; importing ``gpu`` is the one step all of them take before anything is compiled or simulated, while a
-check in every launch would cost the launchers' tuned host path and still miss the direct launches. The
-replacements change no result, only compile and simulation time. ``SPARSEKIT_NUMBA_PATCHES=0`` in the
-environment keeps numba-cuda's own code (:func:`install_all` installs nothing), to rule them out when
-debugging; :func:`installed` says which are in place, and :func:`install_all` logs it once (logger
-``sparsekit.numba_patches``, level INFO).
+Where they are installed: only by an explicit call of :func:`install_all`, never by an import. sparsekit's
+own entry points make it before anything is compiled or simulated: :func:`sparsekit.backend.choose_backend`, which
+the CLI's commands (``sparsekit ...``, ``./dev``) and the tutorials call first, the test suite's
+``tests/conftest.py`` and :mod:`sparsekit.offline`'s compile. A program of your own that calls the kernels may
+make it once at its start:
+without it the kernels compile and simulate with numba-cuda's own code, slower (the 2:4 sparsifier's largest
+kernel builds in 16 s instead of 13 on two cores), and the simulator keeps numba-cuda's unlocked lookup of shared
+arrays, which two simulated threads arriving together can split (:func:`sparsekit.simulator.fast_shared_arrays`).
+On the GPU the replacements change no result. ``SPARSEKIT_NUMBA_PATCHES=0`` in the environment keeps numba-cuda's
+own code (:func:`install_all` installs nothing), to rule them out when debugging; :func:`installed` says which
+are in place, and :func:`install_all` logs it once (logger ``sparsekit.numba_patches``, level INFO).
 
 Each replacement is installed only over the source it was written against (numba-cuda 0.30.4, by the sha256
 of ``inspect.getsource``: :func:`sparsekit.numba_compat.install`); another version keeps its own code, slower

@@ -48,6 +48,9 @@ def cmd_bench_sparsify24(args) -> int:
     w = np.random.default_rng(args.seed).standard_normal((m, k)).astype(np.float16)
     print(f"share of sum |w| kept, random normal fp16 {m}x{k} (NumPy reference):")
     print(markdown_table(kept_magnitude(w)))
+    from sparsekit.backend import choose_backend
+
+    choose_backend()                                    # (and the numba-cuda replacements: the kernels compile next)
     from sparsekit import timing
     try:
         timing.require_gpu("sparsekit bench sparsify24")

@@ -99,21 +99,35 @@ _REPORT = ("from numba.cuda import lowering; from sparsekit import numba_patches
            "lowering.Lower._find_singly_assigned_variable is numba_patches._singly_assigned)")
 
 
-def test_importing_gpu_installs_the_lowering_replacement_and_nothing_before():
-    """Where sparsekit/gpu/__init__.py documents it: sparsekit alone replaces nothing, importing gpu installs it."""
-    assert _installed_after(_REPORT) == "{'fast_lowering': False} False"
-    assert _installed_after("import sparsekit.gpu; " + _REPORT) == "{'fast_lowering': True} True"
+def test_no_import_installs_anything_and_install_all_installs_the_lowering_replacement():
+    """Where sparsekit/numba_patches.py documents it: importing sparsekit, its kernels and its layers replaces
+    nothing; the explicit call installs it."""
+    imports = "import sparsekit, sparsekit.gpu, sparsekit.gpu.spmm_bitmap, sparsekit.gpu.uspmm; "
+    assert _installed_after(imports + _REPORT) == "{'fast_lowering': False} False"
+    assert (_installed_after(imports + "from sparsekit import numba_patches; numba_patches.install_all(); " + _REPORT)
+            == "{'fast_lowering': True} True")
 
 
-def test_importing_gpu_under_the_simulator_installs_the_simulator_replacements():
-    report = ("import sparsekit.gpu; from numba.cuda.simulator import kernel, kernelapi; from sparsekit import simulator; "
+def test_choosing_the_backend_installs_them():
+    """The CLI's commands and the tutorials choose their backend first: that installs the replacements."""
+    code = ("from sparsekit.backend import choose_backend; backend = choose_backend(); "
+            "from sparsekit import numba_patches; state = numba_patches.installed(); "
+            "print(backend, sorted(state), all(state.values()))")
+    backend, names = _installed_after(code).split(" ", 1)
+    want = "['fast_lowering']" if backend == "gpu" else "['fast_block_manager', 'fast_shared_arrays']"
+    assert names == want + " True"
+
+
+def test_install_all_under_the_simulator_installs_the_simulator_replacements():
+    report = ("from sparsekit import numba_patches; numba_patches.install_all(); "
+              "from numba.cuda.simulator import kernel, kernelapi; from sparsekit import simulator; "
               "print(kernel.BlockManager.run is simulator._run_block, "
               "kernelapi.FakeCUDAShared.array is simulator._shared_array)")
     assert _installed_after(report, NUMBA_ENABLE_CUDASIM="1") == "True True"
 
 
 def test_the_switch_keeps_numba_cuda_s_own_code():
-    assert _installed_after("import sparsekit.gpu; " + _REPORT,
+    assert _installed_after("from sparsekit import numba_patches; numba_patches.install_all(); " + _REPORT,
                             **{numba_patches.SWITCH: "0"}) == "{'fast_lowering': False} False"
 
 

@@ -1,6 +1,6 @@
 """sparsekit.numba_compat on a real GPU: each guarded accessor returns what Numba's own launch uses, the cluster
-launch through Numba's argument packing runs a kernel in clusters, and importing ``gpu`` installed the lowering
-replacement."""
+launch through Numba's argument packing runs a kernel in clusters, and the suite's install_all() installed the
+lowering replacement."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,8 +58,8 @@ def test_the_cluster_launch_through_numba_s_packing(mode):
     np.testing.assert_array_equal(got, _expected(8, 2))
 
 
-def test_importing_gpu_installed_the_lowering_replacement():
-    import sparsekit.gpu  # noqa: F401  (the import under test)
+def test_the_suite_installed_the_lowering_replacement():
+    """tests/conftest.py's install_all() on the GPU path: the lowering replacement is in place for every GPU test."""
     if numba_patches.enabled():
         assert numba_patches.installed() == {"fast_lowering": True}
     else:
