@@ -199,11 +199,12 @@ BITMAP = Config("bitmap")
 BITMAP_MAX_N = 64
 BITMAP_MIN_WEIGHTS = 4096 * 4096
 BITMAP_MIN_DENSITY = 0.25
-#: At N = 9-16 the row kernel again from 87.5 % sparsity (between the measured 80 and 90 %). N = 16 at 90 %, us at
-#: 4096^2 / 14336x4096 / 4096x14336: the row kernel 18.0 / 39.8 / 40.8 against TiledBitmap's 22.5 / 42.5 / 44.2
-#: (float16; bfloat16 alike); at 80 % 24.9 / 67.3 / 65.5 against 23.1 / 44.3 / 45.9 (uspmm_decode.md, its records
-#: before and after the bitmap route).
-BITMAP_N16_MIN_DENSITY = 0.125
+#: At N = 16 the row kernel again from 93.75 % sparsity (between the measured 90 and 95 %); at N = 9-15 never (its
+#: columns past N take an edge path). bfloat16, us at 4096^2 / 14336x4096 / 4096x14336, the row kernel against
+#: TiledBitmap: N = 16 at 95 % 13.6 / 32.2 / 26.5 against 21.7 / 39.5 / 40.4, at 90 % 18.7 / 46.7 / 41.5 against
+#: 22.0 / 39.3 / 41.3; N = 12 at 95 % 23.5 / 61.7 / 65.3 against 21.7 / 38.5 / 39.9 (H200; uspmm_decode.md).
+#: The layer's row kernel (:func:`sparsekit.torch.ops.route`) takes the same edge at N = 9-16.
+BITMAP_N16_MIN_DENSITY = 1 / 16
 BITMAP_F16_MAX_DENSITY = 0.5
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
@@ -321,7 +322,7 @@ def _bitmap(p: Problem) -> bool:
     faster than the row kernel and float16's tensor-core kernel."""
     return (p.tensor_cores and (p.half or p.dtype == BFLOAT16) and 8 <= p.n <= BITMAP_MAX_N
             and p.m * p.k >= BITMAP_MIN_WEIGHTS and (p.n > 8 or p.density >= BITMAP_MIN_DENSITY)
-            and (p.n > DECODE_MAX_N or p.density > BITMAP_N16_MIN_DENSITY)
+            and (p.n != DECODE_MAX_N or p.density > BITMAP_N16_MIN_DENSITY)
             and (p.dtype == BFLOAT16 or p.n <= DECODE_MAX_N or p.density <= BITMAP_F16_MAX_DENSITY))
 
 

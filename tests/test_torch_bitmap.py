@@ -47,9 +47,12 @@ def test_route_follows_the_measured_crossovers():
     for n in (9, 16, 17, 32, 33, 64):
         assert ops.route(n, at_80, k, True, **big) == "bitmap"
     assert ops.route(65, at_80, k, True, **big) == "dense"
-    at_90 = 416                                         # uniform 90 %: 410 of 4096 columns, padded to 8
-    for n, want in ((8, "rows"), (9, "rows"), (16, "rows"), (17, "bitmap"), (64, "bitmap"), (65, "dense")):
-        assert ops.route(n, at_90, k, True, **big) == want     # N = 9-16 from 87.5 %: the row kernel
+    at_90, at_95 = 416, 208                             # uniform 90 % and 95 % of 4096 columns, padded to 8
+    for n, want in ((8, "rows"), (9, "bitmap"), (16, "bitmap"), (17, "bitmap"), (64, "bitmap"), (65, "dense")):
+        assert ops.route(n, at_90, k, True, **big) == want
+    assert ops.route(16, 256, k, True, **big) == "rows"          # 93.75 %: the edge
+    for n, want in ((8, "rows"), (9, "rows"), (16, "rows"), (17, "bitmap"), (65, "dense")):
+        assert ops.route(n, at_95, k, True, **big) == want     # N = 9-16 from 93.75 %: the row kernel
     for n, want in ((16, "bitmap"), (32, "bitmap"), (33, "dense"), (64, "dense")):
         assert ops.route(n, at_80, k, True, out_features=4096) == want     # 4096^2: densify + GEMM past N = 32
     for n, want in ((1, "rows"), (8, "rows"), (16, "rows"), (17, "dense"), (64, "dense")):

@@ -54,7 +54,7 @@ class SparseLinear(nn.Module):
     why: :mod:`sparsekit.torch.ops`, measured on the H200 at Llama shapes):
 
     * ``N < 8``, ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more) and
-      ``N = 9..16`` at most an eighth (87.5 %): the row kernel on the ELL rows, bound by reading 4 bytes a kept
+      ``N = 9..16`` at most a sixteenth (93.75 %): the row kernel on the ELL rows, bound by reading 4 bytes a kept
       weight;
     * without autograd (``torch.no_grad``, ``torch.inference_mode``), ``N = 8`` otherwise and ``N = 9..32`` (to 64
       on weights of 2**25 entries and more, :data:`sparsekit.torch.ops.BITMAP_WIDE_MIN_WEIGHTS`): the

@@ -7,8 +7,10 @@ weight ``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell
 On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
 4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
 
-* ``N < 8``, ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most an
-  eighth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`): the row kernel,
+* ``N < 8``, ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most a
+  sixteenth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`; N = 12 / 16 at 95 %: 15.0 / 32.5 / 29.0 and 16.4 /
+  36.3 / 30.9 us against the bitmap kernel's 19.0 / 35.9 / 37.5 and 19.3 / 35.9 / 37.4, at 90 % 19.2 / 46.2 / 42.5
+  and 20.9 / 52.4 / 45.2 against 19.5 / 36.6 / 37.8 and 19.3 / 36.6 / 37.5): the row kernel,
   :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
   (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.5 / 35.3 /
   36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
@@ -86,8 +88,8 @@ def route(n: int, width: int, in_features: int, inference: bool, *, out_features
     ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"``
     (densify + GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
-    rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 87.5 %:
-        n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # 15.9 against 19.9 us at 4096^2 90 %
+    rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
+        n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # module docstring
     if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and not rows_win:
         return "bitmap"
     return "rows" if n <= KERNEL_MAX_N else "dense"
