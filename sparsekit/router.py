@@ -203,7 +203,8 @@ BITMAP_MIN_DENSITY = 0.25
 #: columns past N take an edge path). bfloat16, us at 4096^2 / 14336x4096 / 4096x14336, the row kernel against
 #: TiledBitmap: N = 16 at 95 % 13.6 / 32.2 / 26.5 against 21.7 / 39.5 / 40.4, at 90 % 18.7 / 46.7 / 41.5 against
 #: 22.0 / 39.3 / 41.3; N = 12 at 95 % 23.5 / 61.7 / 65.3 against 21.7 / 38.5 / 39.9 (H200; uspmm_decode.md).
-#: The layer's row kernel (:func:`sparsekit.torch.ops.route`) takes the same edge at N = 9-16.
+#: One edge for every shape: at 4096^2 and 90 % it gives up the row kernel's lead (18.7 against 22.0). The layer's
+#: row kernel (:func:`sparsekit.torch.ops.route`) takes the same edge at N = 9-16.
 BITMAP_N16_MIN_DENSITY = 1 / 16
 BITMAP_F16_MAX_DENSITY = 0.5
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
