@@ -24,8 +24,9 @@ def _plan_kinds(layer) -> set:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n, sparsity, route", [(7, 0.6, "rows"), (8, 0.8, "rows"), (8, 0.6, "bitmap"),
-                                                (9, 0.8, "bitmap"), (16, 0.9, "rows"), (16, 0.8, "bitmap"), (17, 0.9, "bitmap"),
-                                                (32, 0.7, "bitmap"), (33, 0.7, "dense"), (65, 0.8, "dense")])
+                                                (9, 0.8, "bitmap"), (16, 0.95, "rows"), (16, 0.9, "bitmap"),
+                                                (17, 0.9, "bitmap"), (32, 0.7, "bitmap"), (33, 0.7, "dense"),
+                                                (65, 0.8, "dense")])
 @pytest.mark.parametrize("shape", [(512, 1024), (500, 1000)], ids=["512x1024", "500x1000"])
 def test_layer_equals_pruned_dense_across_the_routes(dtype, n, sparsity, route, shape, monkeypatch):
     """500x1000 cuts a 16-row block and a 32-column group (x staged with zero columns)."""
