@@ -65,41 +65,10 @@ def test_x_copied_in_sixteen_byte_loads(dtype, offset):
     built = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(g, "SHARED_WARPS", 2)
-        patch.setattr(g, "_shared_kernel", lambda *key, make=g._shared_kernel: built.append(key[4]) or make(*key))
+        patch.setattr(g, "_shared_kernel", lambda *key, make=g._shared_kernel: built.append(key[-1]) or make(*key))
         got = g.spmm_ell_rows_linear(values, indices, k, x)
     assert built == [offset != 1]
     assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, xh).T, w, xh.T)
-
-
-@pytest.mark.parametrize("dtype", [np.float16, BFLOAT16])
-@pytest.mark.parametrize("parts", [1, 2, 4, None])
-def test_warps_sharing_a_row(dtype, parts):
-    """At N = 1, 1, 2 or 4 warps a row (blocks of 4 warps here), each its own chunks, their sums added through
-    shared memory: rows of 0 to 5 chunk rounds, more rows than a launch holds; equal to the reference. The default
-    (None) takes the most parts that still give every launched warp a row: 4 for these 37 rows."""
-    rng = np.random.default_rng(7)
-    m, k = 37, 1400
-    keep = rng.random((m, k)) < rng.choice([0.0, 0.02, 0.3, 0.9], size=(m, 1))
-    w = np.where(keep, rng.standard_normal((m, k)), 0).astype(dtype)
-    values, indices = r.ell_rows_from_dense(w)
-    x = rng.standard_normal((1, k)).astype(dtype)
-    built = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(g, "SHARED_WARPS", 4)
-        patch.setattr(g, "_sm_count", lambda: 40)        # 160 blocks of 4 warps: room for every row 4 times
-        patch.setattr(g, "_shared_kernel", lambda *key, make=g._shared_kernel: built.append(key[5]) or make(*key))
-        got = g.spmm_ell_rows_linear(values, indices, k, x, unroll=1, row_parts=parts)
-    assert built == [parts or 4]
-    assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, x).T, w, x.T)
-
-
-def test_row_parts_refused_outside_the_kernel():
-    w = np.eye(16, 24, dtype=np.float16)
-    values, indices = r.ell_rows_from_dense(w)
-    for parts, n in ((3, 1), (8, 1), (2, 2)):
-        with pytest.raises(ValueError, match="row_parts"):
-            g.spmm_ell_rows_linear(values, indices, 24, np.ones((n, 24), np.float16), row_parts=parts,
-                                   x_in_shared=True)
 
 
 @settings(max_examples=25, deadline=None)

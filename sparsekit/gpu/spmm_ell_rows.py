@@ -29,8 +29,8 @@ from numba import cuda, float32, uint16, uint32
 
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
-from sparsekit.gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, element_store, row_accumulator, row_store,
-                                      stage_transposed, uint16_bits, warp_sum)
+from sparsekit.gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_accumulator, row_store, stage_transposed,
+                                      uint16_bits)
 from sparsekit.gpu.sync_primitives import warp_barrier
 from sparsekit.gpu.vector_loads import aligned, load4, store4
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
@@ -50,10 +50,6 @@ _VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
 #: ``N = 1`` four blocks of 16 warps took 0.90-0.93x the time of two on 14336x4096 at 50-90 % (H200, bfloat16) and
 #: the same elsewhere; blocks of 4, 8 or 32 warps were no faster anywhere (experiments/results/uspmm_decode.md).
 SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 4
-#: Warps a block may have (1024 threads).
-MAX_WARPS = 32
-#: Most warps that share a row at ``N = 1`` (:func:`_shared_kernel`'s ``parts``).
-MAX_ROW_PARTS = 4
 #: 16-byte loads of ``x`` a thread has in flight while a block of :func:`_shared_kernel` copies it (``wide``): with
 #: 512 threads, four cover ``K = 32768``.
 COPY_LOADS = 4
@@ -65,20 +61,19 @@ SHARED_PER_SM = 228 * 1024
 
 @functools.cache
 def _row_entries(n: int, bf16: bool, stride: int, unroll: int):
-    """The inner loop of both linear kernels: ``run(acc, values, indices, base, first, step, stop, k, b, b32,
-    vbuf, ibuf)`` adds a row's entries (its words from ``base``, ``stop`` chunks of 8) times their rows of ``B``
-    into ``acc``. Each lane takes chunks ``first, first + step, ...`` (a warp alone on a row: ``first`` its
-    lane, ``step`` 32), ``unroll`` in flight (two 16-byte loads a chunk into ``vbuf``/``ibuf``), then their
-    entries; padding entries (column >= K) are skipped."""
+    """The inner loop of both linear kernels: ``run(acc, values, indices, base, lane, stop, k, b, b32, vbuf,
+    ibuf)`` adds a row's entries (its words from ``base``, ``stop`` chunks of 8) times their rows of ``B``
+    into ``acc``. Each lane takes chunks ``lane, lane + 32, ...``, ``unroll`` in flight (two 16-byte loads a
+    chunk into ``vbuf``/``ibuf``), then their 16 entries; padding entries (column >= K) are skipped."""
     add = row_accumulator(n, bf16, stride)
     nbuf = 4 * unroll
 
     @inlined
-    def run(acc, values, indices, base, first, step, stop, k, b, b32, vbuf, ibuf):
-        chunk = first
+    def run(acc, values, indices, base, lane, stop, k, b, b32, vbuf, ibuf):
+        chunk = lane
         while chunk < stop:
             for u in range(unroll):
-                at = chunk + step * u
+                at = chunk + 32 * u
                 if at < stop:
                     v = load4(values, base + at * 4)
                     i = load4(indices, base + at * 4)
@@ -93,7 +88,7 @@ def _row_entries(n: int, bf16: bool, stride: int, unroll: int):
                 col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
                 if col < k:
                     add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, b, b32)
-            chunk += step * unroll
+            chunk += 32 * unroll
 
     return run
 
@@ -115,14 +110,14 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
             acc[j] = float32(0.0)
         vbuf = cuda.local.array(nbuf, uint32)
         ibuf = cuda.local.array(nbuf, uint32)
-        row_entries(acc, values, indices, row * (entries // 2), lane, 32, entries // 8, k, b, b32, vbuf, ibuf)
+        row_entries(acc, values, indices, row * (entries // 2), lane, entries // 8, k, b, b32, vbuf, ibuf)
         store(c, acc, row, m, lane)
 
     return kernel
 
 
 @functools.cache
-def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False, parts: int = 1):
+def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False):
     """``Y = x W^T`` with ``x^T`` in shared memory: the block writes ``x^T`` (``K x stride`` halves, the columns
     past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
     warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
@@ -130,14 +125,9 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
 
     ``wide`` (``N = 1``, ``K % 8 == 0``, ``x`` 16-byte aligned): the block copies ``x`` in 16-byte loads through
     ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued before their stores, instead of a
-    half a load: the copy is every block's start, and half by half it took as long as a short row's entries.
-
-    ``parts`` (``N = 1``; 1, 2 or 4): that many consecutive warps share a row, each its own chunks of every
-    ``parts``-th 32, and their warp sums meet in shared memory, added in warp order by the first: a layer of
-    fewer rows than the GPU holds warps (``M = 4096``) then keeps every warp reading."""
+    half a load: the copy is every block's start, and half by half it took as long as a short row's entries."""
     row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
     width, nbuf = accumulators(n, stride), 4 * unroll
-    put = element_store(bf16, True)
 
     @cuda.jit
     def kernel(values, indices, x, x32, y, m, k, entries):
@@ -160,36 +150,20 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
             for t in range(tid, k * stride, cuda.blockDim.x):
                 col, j = t // stride, t % stride
                 xs[t] = x[j * k + col] if j < n else uint16(0)
-        sums = cuda.shared.array(MAX_WARPS, float32)  # (parts > 1) each warp's sum of its part of a row
         cuda.syncthreads()
-        lane, warp = tid % 32, tid // 32
-        rows = cuda.blockDim.x // 32 // parts         # rows a block takes at a time
+        lane = tid % 32
+        warps = cuda.blockDim.x // 32
         acc = cuda.local.array(width, float32)
         vbuf = cuda.local.array(nbuf, uint32)
         ibuf = cuda.local.array(nbuf, uint32)
         stop = entries // 8
-        first = cuda.blockIdx.x * rows                # the block's first row, the same for all its warps
-        while first < m:
-            row = first + warp // parts
+        row = cuda.blockIdx.x * warps + tid // 32
+        while row < m:
             for j in range(width):
                 acc[j] = float32(0.0)
-            if row < m:
-                row_entries(acc, values, indices, row * (entries // 2), lane + 32 * (warp % parts), 32 * parts,
-                            stop, k, xs, xs32, vbuf, ibuf)
-            if parts == 1:
-                if row < m:
-                    store(y, acc, row, m, lane)
-            else:
-                total = warp_sum(acc[0])
-                if lane == 0:
-                    sums[warp] = total
-                cuda.syncthreads()
-                if warp % parts == 0 and lane == 0:
-                    for p in range(1, parts):
-                        total += sums[warp + p]
-                    put(y, row, 0, m, 1, total)
-                cuda.syncthreads()                    # (the sums read before the next rows write theirs)
-            first += cuda.gridDim.x * rows
+            row_entries(acc, values, indices, row * (entries // 2), lane, stop, k, xs, xs32, vbuf, ibuf)
+            store(y, acc, row, m, lane)
+            row += cuda.gridDim.x * warps
 
     return kernel
 
@@ -279,13 +253,11 @@ def _rows(values, indices, k):
 
 
 def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None,
-                         x_in_shared: bool | None = None, row_parts: int | None = None):
+                         x_in_shared: bool | None = None):
     """``Y = x @ W^T`` (``N x M``, row-major) for padded ELL rows ``values``/``indices`` of a ``M x k`` weight
     and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: at
     ``N = 1``): :func:`_shared_kernel`, else :func:`_kernel` on ``x^T`` staged in global memory, which
-    ``buffers`` keeps (pass the same one to every call whose launches are recorded). ``row_parts`` (``N = 1``
-    in shared memory; 1, 2 or 4): warps a row, by default the most (to :data:`MAX_ROW_PARTS`) that still give
-    every launched warp a row."""
+    ``buffers`` keeps (pass the same one to every call whose launches are recorded)."""
     vop, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
@@ -310,22 +282,15 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
         if nbytes > SHARED_OPTIN - 1024:
             raise ValueError(f"x_in_shared: x^T ({nbytes} bytes) does not fit a block's shared memory")
         wide = n == 1 and k % 8 == 0 and aligned(xbits, 8)
-        blocks = max(1, min(SHARED_BLOCKS_PER_SM, SHARED_PER_SM // (max(nbytes, 16) + 1024))) * _sm_count()
-        if row_parts is None:
-            row_parts = 1
-            while n == 1 and row_parts < MAX_ROW_PARTS and 2 * row_parts * m <= blocks * SHARED_WARPS:
-                row_parts *= 2
-        elif row_parts not in (1, 2, 4) or (row_parts > 1 and n > 1) or row_parts > SHARED_WARPS:
-            raise ValueError(f"row_parts: 1, 2 or 4 warps a row (at most a block's {SHARED_WARPS}), more than one "
-                             f"at N = 1 only; got {row_parts} at N = {n}")
-        kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll, wide, row_parts)
+        kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll, wide)
         args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, xbits.view(np.uint32) if wide else xbits, yflat,
                 m, k, entries)
         nbytes = max(nbytes, 16)
         if nbytes > SHARED_LIMIT:
             opt_in(kernel, args, nbytes)
-        launch(DynamicShared(kernel, nbytes), min(cdiv(m, SHARED_WARPS // row_parts), blocks), 32 * SHARED_WARPS,
-               args, f"N={n}, x^T in shared memory, {row_parts} warps a row")
+        blocks = max(1, min(SHARED_BLOCKS_PER_SM, SHARED_PER_SM // (nbytes + 1024))) * _sm_count()
+        launch(DynamicShared(kernel, nbytes), min(cdiv(m, SHARED_WARPS), blocks), 32 * SHARED_WARPS, args,
+               f"N={n}, x^T in shared memory")
         return result(y, like=xop)
     xt = (buffers or Buffers()).get(np.uint16, k * stride)  # x (N x K) staged as B = x^T, rows 16-byte aligned
     launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")

@@ -62,19 +62,6 @@ def test_shared_kernel(cc, n, bf16, stride, wide):
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
-@pytest.mark.parametrize("parts", [2, 4])
-def test_warps_sharing_a_row(cc, parts):
-    """N = 1 with ``parts`` warps a row: each warp's sum by five shuffles, the parts added through shared memory
-    between two block barriers a round of rows (three in all with the copy's), no stack."""
-    args = (U32, U32, U16, U32, U16) + (types.int64,) * 3
-    ptx, report = offline.build(ser._shared_kernel(1, True, 1, ser.UNROLL, True, parts), args, cc)
-    assert ptx.count("shfl.sync.bfly") == 5 and ptx.count("bar.sync") == 3
-    assert "st.shared.f32" in ptx and "ld.shared.f32" in ptx and ".local" not in ptx
-    use = offline.usage(report)
-    assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
-
-
-@pytest.mark.parametrize("cc", CCS, ids=str)
 def test_densify_in_shared_kernel(cc):
     """Rows zeroed and copied out in 16-byte stores (shared and global), entries read 16 bytes at a time,
     warp barriers only."""
