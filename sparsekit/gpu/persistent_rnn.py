@@ -132,7 +132,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 from numba import config, cuda, float32, int32, typeof, uint16, uint32
@@ -233,119 +234,104 @@ _H_LOADS = {"volatile": (ld_volatile_u32, _spin_load("_ld_volatile_v4", "ld.vola
 # kernels: one per (sync, scheme, dtype, npt, tpr, batch, activation), built once
 # ---------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
-def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
-            words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
-            double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
-            load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
-            vector: bool = False, fold_h0: bool = False, issue_delay: int = 0):
-    """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
+@dataclass(frozen=True)
+class _Constants:
+    """The compile-time constants of one kernel, derived once from :func:`_kernel`'s arguments (:meth:`derive`).
 
-    The factory reads in phases: the compile-time constants, then the kernels'
-    device functions by stage (set-up, load, operate, reduce), then the two
-    kernels (grid barrier, Lamport) that run those stages every step.
-
-    * ``npt``, ``tpr``, ``batch`` size register arrays and unrolled loops, so
-      they must be constants; ``words``: the 32-bit words of ``h`` each thread
-      moves per step (``ceil(stride * itemsize / 4 / threads)``).
-    * ``cell="lstm"``: every thread holds ``npt`` pairs of each of the four
-      gate rows of its hidden unit (Appendix B).
-    * ``pipeline`` (Lamport): the loads of the next step's input are issued
-      before the operate stage.
-    * ``poll`` (Lamport): ``"batch"`` reissues all still-pending words every
-      round; ``"lead"`` waits on one pending word alone between rounds (less
-      L2 traffic); ``"issue"`` issues every word's load at the step's start
-      with no check (addresses from the thread's first word plus constant
-      offsets) and only checks in the first round (``"batch"`` checks each
-      word of a preset register copy before its load, and ptxas computes each
-      address behind that check: ~18 instructions per load, from the SASS).
-      ``issue_delay``: clock cycles a thread spins (``clock64``) between
-      writing its part of ``h_t`` and issuing the loads of ``h_t``, so that
-      fewer of them reach L2 before the other blocks' writes (a load that
-      returns -0.0 costs a whole further round trip).
-    * ``double_buffer`` (Lamport): ``h`` alternates between two shared
-      buffers, so the reduce stage needs only a warp barrier.
-    * ``index16``: the indices arrive packed two per uint32
-      (``rnn_layout.thread_packed_indices``) and stay packed in registers.
-    * ``trace``: thread 0 of each block records ``clock64`` at the stage
-      boundaries of every step (``TRACE_PHASES``).
-    * ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
-      ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``).
-    * ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
-      scope), ``"relaxed"`` (``ld.relaxed.gpu``) or ``"cg"`` (a weak
-      ``ld.global.cg``, cached in L2 only).
-    * ``chunk`` (> 0): a thread moves its words of h ``chunk`` at a time (fewer
-      registers for large layers, one L2 round trip per chunk; no Lamport
-      pipeline then).
-    * ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
-      memory behind a barrier, ``"shfl"`` with warp shuffles (a row's threads
-      share a warp, ``tpr <= 32``): a reduce-scatter over the batch samples
-      (``log2(min(B, tpr))`` halving levels, then butterflies), no shared
-      memory and no barrier in the reduce stage; the one block barrier that
-      keeps the next step's copy of ``h`` from overwriting what slower warps
-      still read is then taken while the next step's loads are in flight
-      (single buffer) or not needed (``double_buffer``). The simulator has no
-      shuffles: it runs the shared reduction instead.
-    * ``threads`` (> 0): the block size every launch uses, a compile-time
-      constant (the load stage's word offsets become immediates) and ptxas's
-      launch bounds ``(threads, 1)``: it then keeps registers at or below
-      64K / threads so that one block fits an SM (spilling if it must: the
-      launcher reports ``local_bytes``) instead of refusing the launch.
-    * ``vector`` (wide scheme, no chunks, a whole number of 16-byte groups of
-      h): a thread moves its words of h as 16-byte groups,
-      ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
-      ``st.shared.v4``, a quarter of the load and store instructions; Lamport
-      reloads a group while any of its four words is pending.
-    * ``fold_h0`` (Lamport): a launch that starts at step 0 writes ``h_in``
-      (h0) into exchange slot 0 itself (no separate copy).
+    Numba freezes a kernel's closure variables of plain types (int, bool, float, tuple, NumPy scalars) as
+    constants but cannot read a dataclass's attributes inside a jitted function: each phase factory below
+    unpacks the constants it needs into local names at its top (the name each field becomes is given after
+    it). ``npt``, ``tpr``, ``batch`` size register arrays and unrolled loops, so they must be constants;
+    ``words`` (the 32-bit words of ``h`` each thread moves per step, ``ceil(stride * itemsize / 4 / threads)``)
+    sizes the registers that hold them.
     """
-    # -- compile-time constants ------------------------------------------------------------------------------------
-    NPT, TPR, B, PF = npt, tpr, batch, words
-    WIDE = scheme == "wide"
-    TANH = activation == "tanh"
-    F16 = dtype == np.dtype(np.float16)
-    PIPELINE = pipeline
-    LSTM = cell == "lstm"
-    LEAD = poll == "lead"
-    ISSUE = poll == "issue"
-    DELAY = issue_delay
-    IDX16 = index16
-    TRACE = trace
-    NBUF = 2 if double_buffer and sync == "lamport" else 1
-    ld_word, ld_group = _H_LOADS[load]
-    CHUNKED = 0 < chunk < PF
-    CHW = chunk if CHUNKED else PF                     # words of h a thread holds in registers at once
-    FOLD = fold_h0
-    # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
-    # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
-    # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (an H100 racecheck
-    # of those kernels reported the hazard), so those kernels keep the block barrier here.
-    # (The simulator has no syncwarp: it runs the block barrier, which every thread reaches there too.)
-    CG_SYNC = grid_sync == "cg"
-    WARP_REDUCE = TPR <= 32 and ((sync == "barrier" and not CG_SYNC) or NBUF == 2) and not config.ENABLE_CUDASIM
-    G = 4 if LSTM else 1                               # gate rows per hidden unit (LSTM: i, f, g, o)
-    NJ = (NPT + 1) // 2 if IDX16 else NPT              # index registers per gate row
-    SHFL = reduce == "shfl" and TPR <= 32 and not config.ENABLE_CUDASIM
-    LOG_TPR = TPR.bit_length() - 1
-    # shuffle reduce-scatter: the row's lanes split the B samples in S parts (B a power of two), NS each
-    S = min(B, TPR) if SHFL and B & (B - 1) == 0 else 1
-    LOG_S = S.bit_length() - 1
-    NS = B // S
-    NT = threads                                       # block size if fixed at compile time (else 0)
-    VEC = 4 if vector else 1                           # words of h per load / store instruction
-    # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
-    NBO = NS if SHFL else (B + TPR - 1) // TPR
-    # register array sizes (constants); a layout without pairs (an all-zero weight) still gets arrays of one
-    # element: the GPU compiler refuses a local array of length 0 (the simulator takes it)
-    NW, NACC, NWJ, NBP = G * max(NPT, 1), G * B, G * max(NJ, 1), NBO * G
-    PENDING = uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if dtype == np.dtype(np.float16) else uint32(_NEG0_F32)
-    ZERO_BAND = float32(_ZERO_BAND[dtype])
-    ITEM = dtype.itemsize
-    NPH = len(TRACE_PHASES)
-    nb_dtype = typeof(np.zeros(1, dtype)).dtype
-    idx_dtype = uint32 if IDX16 else int32
+    barrier: bool               #: the grid barrier's kernel (``sync="barrier"``), else Lamport's
+    npt: int                    #: NPT: pairs a thread holds of each gate row
+    tpr: int                    #: TPR: threads per row
+    batch: int                  #: B: batch samples
+    threads: int                #: NT: the block size if fixed at compile time (else 0)
+    wide: bool                  #: WIDE: ``scheme="wide"``
+    tanh: bool                  #: TANH: ``activation="tanh"`` (else relu)
+    f16: bool                   #: F16: float16 weights and states (else float32)
+    itemsize: int               #: ITEM: bytes per element of h
+    nb_dtype: object            #: the Numba type of the weights and states
+    lstm: bool                  #: LSTM: ``cell="lstm"``
+    gates: int                  #: G: gate rows per hidden unit (LSTM: i, f, g, o)
+    index16: bool               #: IDX16: indices packed two per register
+    index_words: int            #: NJ: index registers per gate row
+    idx_dtype: object           #: the Numba type of an index register
+    load: str                   #: the load of h's words, a key of ``_H_LOADS``
+    group_words: int            #: VEC: words of h per load / store instruction
+    chunked: bool               #: CHUNKED: a thread moves its words of h a chunk at a time
+    chunk_words: int            #: CHW: words of h a thread holds in registers at once
+    lead_poll: bool             #: LEAD: ``poll="lead"``
+    issue_poll: bool            #: ISSUE: ``poll="issue"``
+    issue_delay: int            #: DELAY: clock cycles before the loads of ``poll="issue"``
+    pending_word: np.uint32     #: PENDING: a 32-bit word of Lamport's -0.0 preset
+    zero_band: np.float32       #: ZERO_BAND: results in [-ZERO_BAND, 0] are written as +0.0
+    pipeline: bool              #: PIPELINE: the Lamport kernel's software pipeline
+    fold_h0: bool               #: FOLD: the Lamport kernel writes h0 into exchange slot 0
+    h_buffers: int              #: NBUF: shared buffers of h
+    cg_sync: bool               #: CG_SYNC: the grid barrier is ``cg.this_grid().sync()``
+    warp_reduce: bool           #: WARP_REDUCE: the shared reduce stage needs only a warp barrier
+    shfl: bool                  #: SHFL: the reduce stage's warp shuffles
+    sample_parts: int           #: S: parts the shuffle reduce-scatter splits the samples in
+    log_sample_parts: int       #: LOG_S: log2 of S
+    part_samples: int           #: NS: samples per part
+    outputs: int                #: NBO: (row, sample) outputs a thread owns
+    weight_regs: int            #: NW: value registers
+    acc_regs: int               #: NACC: accumulators
+    index_regs: int             #: NWJ: index registers
+    bias_regs: int              #: NBP: registers of b'_t
+    trace: bool                 #: TRACE: thread 0 records clock64 at the stage boundaries
 
-    # -- scalar helpers --------------------------------------------------------------------------------------------
+    @classmethod
+    def derive(cls, sync, scheme, dtype, npt, tpr, batch, activation, words, pipeline, cell, poll, double_buffer,
+               index16, trace, grid_sync, load, chunk, reduce, threads, vector, fold_h0, issue_delay) -> _Constants:
+        """The constants of one set of :func:`_kernel`'s arguments."""
+        lstm = cell == "lstm"
+        gates = 4 if lstm else 1
+        index_words = (npt + 1) // 2 if index16 else npt
+        chunked = 0 < chunk < words
+        h_buffers = 2 if double_buffer and sync == "lamport" else 1
+        # a row's tpr threads sit in one warp; the reduce stage needs only a warp barrier where no other
+        # warp can overwrite h meanwhile: behind the inline grid barrier (two block barriers), or with two h
+        # buffers. Not behind cg's grid sync: racecheck does not see it order shared memory (an H100 racecheck
+        # of those kernels reported the hazard), so those kernels keep the block barrier here.
+        # (The simulator has no syncwarp: it runs the block barrier, which every thread reaches there too.)
+        cg_sync = grid_sync == "cg"
+        warp_reduce = (tpr <= 32 and ((sync == "barrier" and not cg_sync) or h_buffers == 2)
+                       and not config.ENABLE_CUDASIM)
+        shfl = reduce == "shfl" and tpr <= 32 and not config.ENABLE_CUDASIM
+        # shuffle reduce-scatter: the row's lanes split the B samples in S parts (B a power of two), NS each
+        sample_parts = min(batch, tpr) if shfl and batch & (batch - 1) == 0 else 1
+        part_samples = batch // sample_parts
+        # (row, sample) outputs owned per thread: shared: lanes b, b + tpr, ...; shfl: NS consecutive samples
+        outputs = part_samples if shfl else (batch + tpr - 1) // tpr
+        f16 = dtype == np.dtype(np.float16)
+        return cls(
+            barrier=sync == "barrier", npt=npt, tpr=tpr, batch=batch, threads=threads, wide=scheme == "wide",
+            tanh=activation == "tanh", f16=f16, itemsize=dtype.itemsize, nb_dtype=typeof(np.zeros(1, dtype)).dtype,
+            lstm=lstm, gates=gates, index16=index16, index_words=index_words, idx_dtype=uint32 if index16 else int32,
+            load=load, group_words=4 if vector else 1, chunked=chunked, chunk_words=chunk if chunked else words,
+            lead_poll=poll == "lead", issue_poll=poll == "issue", issue_delay=issue_delay,
+            pending_word=uint32(_NEG0_F16 | (_NEG0_F16 << 16)) if f16 else uint32(_NEG0_F32),
+            zero_band=float32(_ZERO_BAND[dtype]), pipeline=pipeline, fold_h0=fold_h0, h_buffers=h_buffers,
+            cg_sync=cg_sync, warp_reduce=warp_reduce, shfl=shfl, sample_parts=sample_parts,
+            log_sample_parts=sample_parts.bit_length() - 1, part_samples=part_samples, outputs=outputs,
+            # register array sizes (constants); a layout without pairs (an all-zero weight) still gets arrays of
+            # one element: the GPU compiler refuses a local array of length 0 (the simulator takes it)
+            weight_regs=gates * max(npt, 1), acc_regs=gates * batch, index_regs=gates * max(index_words, 1),
+            bias_regs=outputs * gates, trace=trace)
+
+
+# -- scalar helpers ------------------------------------------------------------------------------------------------
+
+@cache
+def _cell_math(const: _Constants):
+    """The cell's scalar math: the activation g (``activation``: tanh or relu), the LSTM's sigmoid, and the
+    zero band Lamport's sentinel needs (no result is written as -0.0)."""
+    TANH, ZERO_BAND = const.tanh, const.zero_band
 
     @inlined
     def activate(s):
@@ -361,14 +347,21 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
     def sigmoid(x):
         return float32(1.0) / (float32(1.0) + math.exp(-x))
 
-    @inlined
-    def stamp(tr, t, phase, value):
-        """Trace: thread 0 of the block records ``value`` for (step t, phase)."""
-        if TRACE and cuda.threadIdx.x == 0:
-            steps = tr.shape[0] // (cuda.gridDim.x * NPH)
-            tr[(cuda.blockIdx.x * steps + t) * NPH + phase] = value
+    return SimpleNamespace(activate=activate, zero_band=zero_band, sigmoid=sigmoid)
 
-    # -- set-up: a thread's pairs, cell state and bias in registers ------------------------------------------------
+
+# -- set-up: a thread's pairs, cell state and bias in registers ----------------------------------------------------
+
+@cache
+def _setup(const: _Constants):
+    """Set-up stage: what a thread keeps in registers for the whole launch, and the outputs it owns.
+
+    ``cell="lstm"``: every thread holds ``npt`` pairs of each of the four gate rows of its hidden unit
+    (Appendix B). ``index16``: the indices arrive packed two per uint32 (``rnn_layout.thread_packed_indices``)
+    and stay packed in registers.
+    """
+    NPT, TPR, B, G, NJ, idx_dtype = const.npt, const.tpr, const.batch, const.gates, const.index_words, const.idx_dtype
+    NBO, LSTM, SHFL, S, LOG_S = const.outputs, const.lstm, const.shfl, const.sample_parts, const.log_sample_parts
 
     @inlined
     def load_weights(vals, idx, row, hidden, lane, active, w, j):
@@ -414,7 +407,38 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                 for g in range(G):
                     bp[q * G + g] = bprime[t, b, g * hidden + row]   # converted where used: no stall here
 
-    # -- load stage: h_{t-1} from the exchange (global) into registers, then shared memory -------------------------
+    return SimpleNamespace(load_weights=load_weights, load_cell=load_cell, owned=owned, load_bias=load_bias)
+
+
+# -- load stage: h_{t-1} from the exchange (global) into registers, then shared memory -----------------------------
+
+@cache
+def _exchange(const: _Constants):
+    """Load stage: a thread's words of ``h_{t-1}`` from the exchange into registers (Lamport: polled until none
+    holds -0.0), then into shared memory.
+
+    * ``load``: the load of h's words, ``"volatile"`` (``ld.volatile``, system
+      scope), ``"relaxed"`` (``ld.relaxed.gpu``) or ``"cg"`` (a weak
+      ``ld.global.cg``, cached in L2 only).
+    * ``poll`` (Lamport): ``"batch"`` reissues all still-pending words every
+      round; ``"lead"`` waits on one pending word alone between rounds (less
+      L2 traffic); ``"issue"`` issues every word's load at the step's start
+      with no check (addresses from the thread's first word plus constant
+      offsets) and only checks in the first round (``"batch"`` checks each
+      word of a preset register copy before its load, and ptxas computes each
+      address behind that check: ~18 instructions per load, from the SASS).
+    * ``chunk`` (> 0): a thread moves its words of h ``chunk`` at a time (fewer
+      registers for large layers, one L2 round trip per chunk; no Lamport
+      pipeline then).
+    * ``vector`` (wide scheme, no chunks, a whole number of 16-byte groups of
+      h): a thread moves its words of h as 16-byte groups,
+      ``ld.relaxed.gpu.global.v4.u32`` (or the ``volatile``/``cg`` form) and
+      ``st.shared.v4``, a quarter of the load and store instructions; Lamport
+      reloads a group while any of its four words is pending.
+    """
+    B, NT, VEC, CHW, WIDE, F16 = const.batch, const.threads, const.group_words, const.chunk_words, const.wide, const.f16
+    LEAD, ISSUE, PENDING = const.lead_poll, const.issue_poll, const.pending_word
+    ld_word, ld_group = _H_LOADS[const.load]
 
     @inlined
     def word(tid, k, nthreads, n_words):
@@ -569,7 +593,16 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     if e < hidden * B:
                         h_words[woff + (e % B) * hidden + e // B] = v
 
-    # -- operate stage (Section 3.3) -------------------------------------------------------------------------------
+    return SimpleNamespace(issue_loads=issue_loads, issue_all=issue_all, poll=poll, store_words=store_words)
+
+
+# -- operate stage (Section 3.3) -----------------------------------------------------------------------------------
+
+@cache
+def _operate(const: _Constants):
+    """The operate stage's device function: ``scheme="wide"`` reads the 4 samples of an index with one vector
+    load (Section 4.1), ``"naive"`` one scalar load per sample; ``index16`` unpacks an index where it is used."""
+    NPT, B, G, NJ, IDX16, WIDE = const.npt, const.batch, const.gates, const.index_words, const.index16, const.wide
 
     @inlined
     def operate(h_sh, hoff, hidden, w, j, acc):
@@ -595,7 +628,31 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             for b in range(B):
                 acc[g * B + b] += wi * float32(h_sh[hoff + b * hidden + ji])
 
-    # -- reduce stage: the row's partials, b'_t, g, h_t written ----------------------------------------------------
+    return operate
+
+
+# -- reduce stage: the row's partials, b'_t, g, h_t written --------------------------------------------------------
+
+@cache
+def _reduce(const: _Constants):
+    """The reduce stage's device function.
+
+    ``reduce``: ``"shared"`` sums a row's ``tpr`` partials through shared
+    memory behind a barrier, ``"shfl"`` with warp shuffles (a row's threads
+    share a warp, ``tpr <= 32``): a reduce-scatter over the batch samples
+    (``log2(min(B, tpr))`` halving levels, then butterflies), no shared
+    memory and no barrier in the reduce stage; the one block barrier that
+    keeps the next step's copy of ``h`` from overwriting what slower warps
+    still read is then taken while the next step's loads are in flight
+    (single buffer) or not needed (``double_buffer``). The simulator has no
+    shuffles: it runs the shared reduction instead.
+    """
+    TPR, B, G, NS, NBO, LSTM = const.tpr, const.batch, const.gates, const.part_samples, const.outputs, const.lstm
+    SHFL, WARP_REDUCE, LOG_S, nb_dtype = const.shfl, const.warp_reduce, const.log_sample_parts, const.nb_dtype
+    LOG_TPR = TPR.bit_length() - 1
+    owned = _setup(const).owned
+    cell_math = _cell_math(const)
+    activate, zero_band, sigmoid = cell_math.activate, cell_math.zero_band, cell_math.sigmoid
 
     @inlined
     def shfl_reduce(acc, lane):
@@ -668,6 +725,71 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
                     y = zero_band(activate(s + float32(bp[q])))
                 xchg[(t + 1) * stride + row * B + b] = y
                 hs[t, b, row] = y
+
+    return reduce_and_write
+
+
+# -- the kernels: the stages composed ------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: int, activation: str,
+            words: int, pipeline: bool = False, cell: str = "rnn", poll: str = "batch",
+            double_buffer: bool = False, index16: bool = False, trace: bool = False, grid_sync: str = "cg",
+            load: str = "volatile", chunk: int = 0, reduce: str = "shared", threads: int = 0,
+            vector: bool = False, fold_h0: bool = False, issue_delay: int = 0):
+    """Build the ``@cuda.jit`` kernel for one set of compile-time constants.
+
+    The constants are derived once (:class:`_Constants`), the phase factories
+    build each stage's device functions (:func:`_cell_math`, :func:`_setup`,
+    :func:`_exchange` for the load stage, :func:`_operate`, :func:`_reduce`),
+    and the two kernels here (grid barrier, Lamport) run those stages every
+    step. Each option is explained where it is used: ``npt``, ``tpr``,
+    ``batch``, ``words`` at :class:`_Constants`; ``activation`` at
+    :func:`_cell_math`; ``cell``, ``index16`` at :func:`_setup`; ``load``,
+    ``poll``, ``chunk``, ``vector`` at :func:`_exchange`; ``scheme`` at
+    :func:`_operate`; ``reduce`` at :func:`_reduce`. The kernels' own:
+
+    * ``pipeline`` (Lamport): the loads of the next step's input are issued
+      before the operate stage.
+    * ``issue_delay`` (``poll="issue"``): clock cycles a thread spins
+      (``clock64``) between writing its part of ``h_t`` and issuing the loads
+      of ``h_t``, so that fewer of them reach L2 before the other blocks'
+      writes (a load that returns -0.0 costs a whole further round trip).
+    * ``double_buffer`` (Lamport): ``h`` alternates between two shared
+      buffers, so the reduce stage needs only a warp barrier.
+    * ``trace``: thread 0 of each block records ``clock64`` at the stage
+      boundaries of every step (``TRACE_PHASES``).
+    * ``grid_sync`` (barrier kernels): ``"cg"`` is ``cg.this_grid().sync()``,
+      ``"atomic"`` an inlined barrier on an arrival counter (``status[1]``).
+    * ``threads`` (> 0): the block size every launch uses, a compile-time
+      constant (the load stage's word offsets become immediates) and ptxas's
+      launch bounds ``(threads, 1)``: it then keeps registers at or below
+      64K / threads so that one block fits an SM (spilling if it must: the
+      launcher reports ``local_bytes``) instead of refusing the launch.
+    * ``fold_h0`` (Lamport): a launch that starts at step 0 writes ``h_in``
+      (h0) into exchange slot 0 itself (no separate copy).
+    """
+    const = _Constants.derive(sync, scheme, dtype, npt, tpr, batch, activation, words, pipeline, cell, poll,
+                              double_buffer, index16, trace, grid_sync, load, chunk, reduce, threads, vector,
+                              fold_h0, issue_delay)
+    TPR, B, ITEM, nb_dtype, idx_dtype = const.tpr, const.batch, const.itemsize, const.nb_dtype, const.idx_dtype
+    NW, NWJ, NACC, NBP, NBO = const.weight_regs, const.index_regs, const.acc_regs, const.bias_regs, const.outputs
+    CHW, CHUNKED, PENDING, NBUF = const.chunk_words, const.chunked, const.pending_word, const.h_buffers
+    PIPELINE, ISSUE, DELAY, FOLD = const.pipeline, const.issue_poll, const.issue_delay, const.fold_h0
+    CG_SYNC, SHFL, TRACE, NPH = const.cg_sync, const.shfl, const.trace, len(TRACE_PHASES)
+    setup, exchange = _setup(const), _exchange(const)
+    load_weights, load_cell, owned, load_bias = setup.load_weights, setup.load_cell, setup.owned, setup.load_bias
+    issue_loads, issue_all, store_words = exchange.issue_loads, exchange.issue_all, exchange.store_words
+    poll = exchange.poll                               # (the option is spent: the name is the load stage's)
+    zero_band = _cell_math(const).zero_band
+    operate, reduce_and_write = _operate(const), _reduce(const)
+
+    @inlined
+    def stamp(tr, t, phase, value):
+        """Trace: thread 0 of the block records ``value`` for (step t, phase)."""
+        if TRACE and cuda.threadIdx.x == 0:
+            steps = tr.shape[0] // (cuda.gridDim.x * NPH)
+            tr[(cuda.blockIdx.x * steps + t) * NPH + phase] = value
 
     # -- the kernels: set-up, then per step load, operate, reduce and synchronize ----------------------------------
 
@@ -825,7 +947,7 @@ def _kernel(sync: str, scheme: str, dtype: np.dtype, npt: int, tpr: int, batch: 
             stamp(tr, t, 4, clock64())
             stamp(tr, t, 5, polls)
 
-    body = barrier_kernel if sync == "barrier" else lamport_kernel
+    body = barrier_kernel if const.barrier else lamport_kernel
     if threads and not config.ENABLE_CUDASIM:                 # the simulator takes no launch bounds
         return cuda.jit(launch_bounds=(threads, 1))(body)
     return cuda.jit(body)
