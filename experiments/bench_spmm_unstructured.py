@@ -60,8 +60,8 @@ import numpy as np
 
 from experiments.spmm_points import DTYPES, REPEAT, error, error_bound, log, measured_us, on_device, point
 from experiments.spmm_points import tiled
-from sparsekit.cli_types import matrix_shape
-from sparsekit.experiment import Context, Experiment, Section, Table, save_figure
+from sparsekit.cli_types import matrix_shape, record_file
+from sparsekit.experiment import Context, Experiment, Section, Table, merge_records, read_record, save_figure
 from sparsekit.formats import TiledBitmap
 from sparsekit.prune import magnitude, n_m
 
@@ -239,6 +239,20 @@ def plot(records, path: Path) -> str:
         row[0].set_ylabel("speedup over dense cuBLAS")
     axes[0][0].legend(fontsize=6)
     return save_figure(fig, path)
+
+
+#: The fields that name a point of the sweep (``--merge``).
+RECORD_KEY = ("shape", "dtype", "sparsity", "n", "kernel")
+
+
+def merged(old: dict, records: list[dict], facts: dict) -> tuple[list[dict], dict]:
+    """``records`` merged into ``old`` (an earlier record as :func:`sparsekit.experiment.read_record` gives it: its
+    points measured again replaced, the others kept) and the facts to write with them: this run's, after the
+    earlier record's, its ``command`` the list of every command, the earlier ones first."""
+    earlier = old.get("command") or []
+    facts = {**{k: v for k, v in old.items() if k not in ("records", "summary")}, **facts,
+             "command": (earlier if isinstance(earlier, list) else [earlier]) + [facts["command"]]}
+    return merge_records(old["records"], records, RECORD_KEY), facts
 
 
 def write(records, out: Path, **facts) -> list[Path]:
@@ -466,7 +480,15 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--budget-s", type=float, default=BUDGET_S,
                     help="stop between points once this many seconds have passed (what was measured is written)")
     ap.add_argument("--out", type=Path, default=OUT, help="folder of spmm_unstructured.json and .png")
+    ap.add_argument("--merge", type=record_file, default=None, metavar="JSON",
+                    help="an earlier spmm_unstructured.json: write it with this run's points replacing its own (the "
+                         "others and its commands kept)")
     args = ap.parse_args(argv)
+    if args.merge is not None:
+        try:
+            args.merge = read_record(args.merge, RECORD_KEY, "spmm_unstructured")
+        except ValueError as err:
+            ap.error(f"--merge {err}")
     for s in args.sparsities:
         if not 0 <= s < 1:
             ap.error(f"--sparsities: each must lie in [0, 1), got {s}")
@@ -476,9 +498,11 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-def measure_sweep(shapes, sparsities, widths, dtypes, budget_s: float, out: Path, command: str):
+def measure_sweep(shapes, sparsities, widths, dtypes, budget_s: float, out: Path, command: str,
+                  merge: dict | None = None):
     """The sweep on the GPU: every point of ``shapes x sparsities x dtypes`` at ``widths`` until ``budget_s``, its
-    records written to ``out`` (:func:`write`); returns ``(records, stopped, written)``."""
+    records written to ``out`` (:func:`write`), merged into ``merge`` (an earlier record as
+    :func:`sparsekit.experiment.read_record` gives it) where given; returns ``(records, stopped, written)``."""
     budget = Budget(budget_s)
     est = estimate_s(shapes, sparsities, widths, dtypes)
     log(f"# estimated {est['total']:.0f} s on an H200 (" + ", ".join(f"{k} {v:.0f} s" for k, v in est.items()
@@ -495,8 +519,10 @@ def measure_sweep(shapes, sparsities, widths, dtypes, budget_s: float, out: Path
     plan = [(m, k, s, d) for m, k in shapes for s in sparsities for d in dtypes]
     records, stopped = sweep(plan, widths, budget, functools.partial(build, widths=widths),
                              functools.partial(bench, bandwidth=bw))
-    written = write(records, out, command=command, device=torch.cuda.get_device_name(), torch=torch.__version__,
-                    bandwidth=bw, estimate_s=est, elapsed_s=budget.elapsed(), stopped_by_budget=stopped)
+    facts = dict(command=command, device=torch.cuda.get_device_name(), torch=torch.__version__, bandwidth=bw,
+                 estimate_s=est, elapsed_s=budget.elapsed(), stopped_by_budget=stopped)
+    kept, facts = merged(merge, records, facts) if merge is not None else (records, facts)
+    written = write(kept, out, **facts)
     bad = [r for r in records if r["status"] == "FAIL" or r["correct"] is False]
     log("# best of ours a point (speedup over dense; ours against cuSPARSE CSR and cuSPARSELt):")
     for row in summarize(records):
@@ -512,7 +538,8 @@ def measure_sweep(shapes, sparsities, widths, dtypes, budget_s: float, out: Path
 def main(argv=None) -> int:
     args = parse(argv)
     measure_sweep(args.shapes, args.sparsities, args.widths, args.dtypes, args.budget_s, args.out,
-                  "python -m experiments.bench_spmm_unstructured " + " ".join(sys.argv[1:] if argv is None else argv))
+                  "python -m experiments.bench_spmm_unstructured " + " ".join(sys.argv[1:] if argv is None else argv),
+                  merge=args.merge)
     return 0
 
 

@@ -112,6 +112,14 @@ def out_folder(text: str) -> str:
     return text
 
 
+def record_file(text: str) -> Path:
+    """An existing JSON record to merge a run into (``--merge``)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file (the JSON record of an earlier run)")
+    return path
+
+
 #: Where Linux states the memory available (``MemAvailable``: free memory plus what the kernel can reclaim).
 MEMINFO = Path("/proc/meminfo")
 

@@ -146,6 +146,44 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def merge_records(old: list[dict], new: list[dict], key: tuple[str, ...]) -> list[dict]:
+    """``old`` with each record that ``new`` measured again (the same values of the ``key`` fields) replaced in
+    place, and ``new``'s other records appended: a run of part of a sweep updates the one current record.
+    ``ValueError`` where a record lacks a ``key`` field or ``new`` holds one point twice."""
+    def point(record: dict, which: str) -> tuple:
+        missing = [name for name in key if name not in record]
+        if missing:
+            raise ValueError(f"merge: a record of the {which} run has no {', '.join(missing)} field "
+                             f"(a record of another benchmark?)")
+        return tuple(record[name] for name in key)
+
+    fresh: dict[tuple, dict] = {}
+    for record in new:
+        at = point(record, "new")
+        if at in fresh:
+            raise ValueError(f"merge: the new run measured {dict(zip(key, at))} twice")
+        fresh[at] = record
+    merged = [fresh.pop(point(record, "old"), record) for record in old]
+    return merged + list(fresh.values())
+
+
+def read_record(path: Path, key: tuple[str, ...], what: str) -> dict:
+    """An earlier run's JSON record to merge a new one into (:func:`merge_records`), read and checked before the
+    new run: a list of records, or an object holding them under ``records`` beside its other fields (returned
+    as they are, the list under ``records``). ``ValueError`` naming ``what`` unless every record has the ``key``
+    fields."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+        held = data if isinstance(data, list) else data["records"]
+        if not (isinstance(held, list) and all(isinstance(r, dict) and set(key) <= set(r) for r in held)):
+            raise TypeError("records without the fields " + ", ".join(key))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path}: not a {what} record ({type(err).__name__}: {err})") from None
+    return {"records": held} if isinstance(data, list) else data
+
+
 def write_csv(records: list[dict], path: Path) -> None:
     keys: list[str] = []
     for r in records:

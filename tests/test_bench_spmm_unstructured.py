@@ -7,6 +7,7 @@ import json
 import pytest
 
 from experiments import bench_spmm_unstructured as bu
+from sparsekit.experiment import read_record
 
 
 def test_options_select_the_points():
@@ -190,3 +191,32 @@ def test_reproduce_toy_check_is_correct_on_every_route():
     routes = {(r["dtype"], r["sparsity"], r["n"]): r["kernel"] for r in recs if r["kernel"].startswith("csr")}
     assert routes[("bfloat16", 0.9, 8)] == "csr auto (rows)" and routes[("float16", 0.5, 24)] == "csr auto (bitmap)"
     assert bu.EXPERIMENT.name == "spmm_unstructured"
+
+
+def test_a_run_merged_into_an_earlier_record(tmp_path):
+    """--merge: the points measured again replace the earlier record's in place, the others stay, new points follow;
+    the commands accumulate, this run's facts win, and the written summary is the merged records'."""
+    earlier = fabricated()
+    bu.write(earlier, tmp_path / "old", command="first", bandwidth=4e12, stopped_by_budget=True)
+    old = read_record(tmp_path / "old" / "spmm_unstructured.json", bu.RECORD_KEY, "spmm_unstructured")
+    again = record(bu.BITMAP, 1.0, sparsity=0.9, n=8)
+    new = record(bu.BITMAP, 2.0, sparsity=0.95, n=8)
+    kept, facts = bu.merged(old, [again, new], dict(command="second", bandwidth=4.2e12, stopped_by_budget=False))
+    at = next(i for i, r in enumerate(earlier) if (r["kernel"], r["sparsity"], r["n"], r["shape"])
+              == (bu.BITMAP, 0.9, 8, "4096x4096"))
+    assert kept[at] == again and kept[-1] == new and len(kept) == len(earlier) + 1
+    assert kept[:at] + kept[at + 1:-1] == earlier[:at] + earlier[at + 1:]
+    assert facts == dict(command=["first", "second"], bandwidth=4.2e12, stopped_by_budget=False)
+    bu.write(kept, tmp_path / "merged", **facts)
+    data = json.loads((tmp_path / "merged" / "spmm_unstructured.json").read_text())
+    assert data["summary"] == bu.summarize(kept) and data["command"] == ["first", "second"]
+
+
+def test_merge_refuses_what_is_not_an_earlier_record(tmp_path, capsys):
+    (tmp_path / "list.json").write_text(json.dumps([{"shape": "1x1"}]))
+    (tmp_path / "text.json").write_text("not json")
+    for name in ("list.json", "text.json", "absent.json"):
+        with pytest.raises(SystemExit):
+            bu.parse(["--merge", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert "--merge" in err and name in err

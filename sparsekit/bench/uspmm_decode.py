@@ -196,6 +196,19 @@ def plot(records, path: Path) -> str:
     return save_figure(fig, path)
 
 
+#: The fields that name a point of the sweep (:func:`merged_with`).
+RECORD_KEY = ("m", "k", "dtype", "sparsity", "n")
+
+
+def merged_with(old: dict, records: list[dict], command: str) -> tuple[list[dict], str]:
+    """``records`` merged into ``old`` (an earlier ``uspmm_decode.json`` as :func:`sparsekit.experiment.read_record`
+    gives it: its points this run measured again replaced, the others kept) and the commands of both, for
+    :func:`write_results`."""
+    from sparsekit.experiment import merge_records
+
+    return merge_records(old["records"], records, RECORD_KEY), "; ".join(filter(None, (old.get("command"), command)))
+
+
 def write_results(records, bandwidth, out: Path, command: str) -> None:
     """The JSON record and the plot of a sweep."""
     out.mkdir(parents=True, exist_ok=True)

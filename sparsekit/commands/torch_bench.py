@@ -11,7 +11,9 @@ Both print a table and write CSV, JSON and a plot to ``--out``. Need a GPU and P
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import integer, out_folder, sparsity
+import sys
+
+from sparsekit.cli_types import integer, out_folder, record_file, sparsity
 
 _MODES = ["eager", "compile", "graph", "compile-graph"]
 #: Decoder layers: each holds 0.49 GB of 16-bit weights, about as much again sparse; at 128 (Llama-3-405B has
@@ -41,6 +43,8 @@ def add_bench(bench_subparsers) -> None:
     p.add_argument("--tp", type=integer(minimum=1, maximum=8), default=1,
                    help="tensor-parallel ranks (run under torchrun --nproc-per-node TP; default: %(default)s)")
     p.add_argument("--out", type=out_folder, default="e2e-out", help="folder for CSV/JSON/plot (default: %(default)s)")
+    p.add_argument("--merge", type=record_file, default=None, metavar="JSON",
+                   help="an earlier e2e.json: write it with this run's rows replacing its own (the others kept)")
     p.set_defaults(func=cmd_e2e)
 
 
@@ -96,10 +100,18 @@ def cmd_e2e(args) -> int:
 
     import torch
 
-    from sparsekit.experiment import markdown_table
-    from sparsekit.torch.bench import TOLERANCE, e2e, fine_tune_step, write
+    from sparsekit.experiment import markdown_table, merge_records, read_record
+    from sparsekit.torch.bench import RECORD_KEY, TOLERANCE, e2e, fine_tune_step, write
     from sparsekit.torch.decoder import LLAMA_8_LAYERS, Decoder
     from sparsekit.torch.nn import sparsify_
+
+    old = None
+    if args.merge is not None:
+        try:
+            old = read_record(args.merge, RECORD_KEY, "e2e")
+        except ValueError as err:
+            print(f"sparsekit bench e2e: error: {err}", file=sys.stderr)
+            return 2
 
     cfg = replace(LLAMA_8_LAYERS, layers=args.layers)
     dtypes = [torch.float16, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
@@ -116,6 +128,8 @@ def cmd_e2e(args) -> int:
     step = fine_tune_step(sparsify_(Decoder(replace(cfg, layers=1), device="cuda"), sparsity=0.8))
     print(f"\nfine-tuning step (1 layer, float32, 80%): updated kept values vs dense masked SGD, "
           f"max relative difference {step['max_relative_difference']:.2e}")
-    print(f"wrote {', '.join(write(records, args.out, 'e2e'))} to {args.out}")
+    written = merge_records(old["records"], records, RECORD_KEY) if old is not None else records
+    print(f"wrote {', '.join(write(written, args.out, 'e2e'))} to {args.out}"
+          + (f" ({len(records)} rows of this run merged into {args.merge}'s {len(old['records'])})" if old else ""))
     bad = [r for r in records if r["sparsity"] and r["max_relative_error"] > TOLERANCE[getattr(torch, r["dtype"])]]
     return 1 if bad else 0

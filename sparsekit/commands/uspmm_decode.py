@@ -10,7 +10,9 @@ the table and the crossover (largest N faster than dense), writes ``uspmm_decode
 """
 from __future__ import annotations
 
-from sparsekit.cli_types import matrix_shape, out_folder, sparsity
+import sys
+
+from sparsekit.cli_types import matrix_shape, out_folder, record_file, sparsity
 
 
 def add_bench(bench_subparsers) -> None:
@@ -26,6 +28,9 @@ def add_bench(bench_subparsers) -> None:
                    help="sparsities to run (default: 0.5 0.6 0.7 0.8 0.9; --quick 0.5 0.8 0.9)")
     p.add_argument("--out", type=out_folder, default="uspmm-decode-out", help="folder for the JSON record and the plot "
                                                               "(default: %(default)s)")
+    p.add_argument("--merge", type=record_file, default=None, metavar="JSON",
+                   help="an earlier uspmm_decode.json: write it with this run's points replacing its own (the "
+                        "others kept), the crossover and plot of the whole")
     p.set_defaults(func=cmd_bench_uspmm_decode)
 
 
@@ -43,7 +48,15 @@ def cmd_bench_uspmm_decode(args) -> int:
         print("sparsekit bench uspmm-decode: needs PyTorch for the baselines (pip install -e '.[bench]')")
         return 2
     from sparsekit.bench import uspmm_decode as bench
-    from sparsekit.experiment import markdown_table
+    from sparsekit.experiment import markdown_table, read_record
+
+    old = None
+    if args.merge is not None:
+        try:
+            old = read_record(args.merge, bench.RECORD_KEY, "uspmm-decode")
+        except ValueError as err:
+            print(f"sparsekit bench uspmm-decode: error: {err}", file=sys.stderr)
+            return 2
 
     shapes, sps, ns = ((bench.QUICK_SHAPES, bench.QUICK_SPARSITIES, bench.QUICK_NS) if args.quick
                        else (bench.SHAPES, bench.SPARSITIES, bench.NS))
@@ -58,6 +71,8 @@ def cmd_bench_uspmm_decode(args) -> int:
     command = (f"sparsekit bench uspmm-decode{' --quick' if args.quick else ''} --dtype {args.dtype}"
                + (" --shapes " + " ".join(f"{m}x{k}" for m, k in args.shapes) if args.shapes else "")
                + (" --sparsity " + " ".join(map(str, args.sparsity)) if args.sparsity else ""))
+    if old is not None:
+        records, command = bench.merged_with(old, records, command)
     bench.write_results(records, bandwidth, Path(args.out), command)
     print(f"\nwrote {args.out}/uspmm_decode.json and uspmm_decode.png")
     return 0 if all(r["correct"] for r in records) else 1

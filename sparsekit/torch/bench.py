@@ -247,6 +247,10 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
     return out
 
 
+#: The fields that name a point of :func:`e2e`'s records (``sparsekit bench e2e --merge``).
+RECORD_KEY = ("dtype", "sparsity", "mode", "phase", "batch", "tokens", "tp")
+
+
 def write(records: list[dict], out, name: str) -> list[str]:
     """``name``.csv, ``name``.json and ``name``.png (a bar chart of the rows) in the folder ``out``."""
     import json
