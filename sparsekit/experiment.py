@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +173,6 @@ def read_record(path: Path, key: tuple[str, ...], what: str) -> dict:
     new run: a list of records, or an object holding them under ``records`` beside its other fields (returned
     as they are, the list under ``records``). ``ValueError`` naming ``what`` unless every record has the ``key``
     fields."""
-    import json
-
     try:
         data = json.loads(Path(path).read_text())
         held = data if isinstance(data, list) else data["records"]
