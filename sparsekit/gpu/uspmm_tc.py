@@ -472,9 +472,8 @@ class _Plan(NamedTuple):
     v_whole: bool
     o_whole: bool
     rstep: int
-    lean_b: bool
-    lean_e: bool
-    lean32: bool
+    b_addresses: bool
+    entry_addresses: bool
 
 
 @functools.cache
@@ -522,11 +521,8 @@ def _plan(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, sta
     # slot0, slot0 + sstep, ... of one segment position (entries), so one address per thread and array,
     # taken before the K loop, plus compile-time and per-chunk offsets names every copy
     rstep = nthreads // per_row if nthreads % per_row == 0 else 0   # B rows between a thread's pieces
-    lean_b = vec and rstep > 0                        # (the element-wise B copies have no lean form)
-    lean_e = _entry_linear(nvp, vpr, nthreads, seg) and _entry_linear(nop, opr, nthreads, seg)
-    # lean float32 scatter: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so
-    # a chunk's slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
-    lean32 = not half
+    b_addresses = vec and rstep > 0                   # (the element-wise B copies have no address form)
+    entry_addresses = _entry_linear(nvp, vpr, nthreads, seg) and _entry_linear(nop, opr, nthreads, seg)
     return _Plan(bm=bm, bn=bn, kc=kc, warps_m=warps_m, warps_n=warps_n, half=half, stages=stages, slots=slots,
                  vec=vec, kgroups=kgroups, presplit=presplit, exact_a=exact_a, bf16=bf16, nwg=nwg,
                  nthreads=nthreads, gthreads=gthreads, wtm=wtm, wtn=wtn, mtiles=mtiles, ntiles=ntiles,
@@ -535,7 +531,8 @@ def _plan(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool, sta
                  all_e=all_e, er=er, all_ev=all_ev, eo_byte=eo_byte, pend=pend, tpr=tpr, seg=seg, nslots=nslots,
                  nvals=nvals, kstep=kstep, gks=gks, per_ks=per_ks, zvec=zvec, per_row=per_row, bpieces=bpieces,
                  nbp=nbp, b_whole=b_whole, vpr=vpr, opr=opr, vpieces=vpieces, opieces=opieces, nvp=nvp, nop=nop,
-                 v_whole=v_whole, o_whole=o_whole, rstep=rstep, lean_b=lean_b, lean_e=lean_e, lean32=lean32)
+                 v_whole=v_whole, o_whole=o_whole, rstep=rstep, b_addresses=b_addresses,
+                 entry_addresses=entry_addresses)
 
 
 @functools.cache
@@ -543,21 +540,21 @@ def _b_copy(plan: _Plan):
     """Step 2, the copies of B: ``issue_b``, one chunk's tile into its stage."""
     kc, stages, vec, nthreads, tile_type = plan.kc, plan.stages, plan.vec, plan.nthreads, plan.tile_type
     item, vw, sbn, b_buf, per_row, bpieces = plan.item, plan.vw, plan.sbn, plan.b_buf, plan.per_row, plan.bpieces
-    nbp, b_whole, rstep, lean_b = plan.nbp, plan.b_whole, plan.rstep, plan.lean_b
+    nbp, b_whole, rstep, b_addresses = plan.nbp, plan.b_whole, plan.rstep, plan.b_addresses
 
     @inlined
     def issue_b(ch, t, b, n, k, col0, sh_b, lb):
         """Step 2: chunk ``ch``'s ``kc x bn`` tile of B into stage ``ch % stages`` by cp.async (zeros
         past K and N); without 16-byte rows, element by element (plain loads and stores). Offsets are
         written as a per-chunk part plus a per-thread part (hoisted out of the K loop by the compiler).
-        With a K split, ``b`` and ``k`` start at the block's first chunk. ``lean_b``: on byte addresses,
+        With a K split, ``b`` and ``k`` start at the block's first chunk. ``b_addresses``: on byte addresses,
         ``lb`` from the kernel: ``bsh0`` / ``bgl0`` the addresses of this thread's first piece (row
         ``r0``) in stage 0 / in chunk 0 of ``b``, ``colok``: its columns are within N; pieces past K or
         N read nothing (from ``bgl``, ``b[0]``). Else ``lb`` is unused."""
         k0 = ch * U(kc)
         sbase = (ch % U(stages)) * U(b_buf)
         zero = tile_type(0.0)
-        if lean_b:
+        if b_addresses:
             r0, colok, bsh0, bgl0, bgl = lb
             krem = k - k0                                                # rows of B left (> 0)
             dst0 = bsh0 + (ch % U(stages)) * U(b_buf * item)
@@ -567,7 +564,7 @@ def _b_copy(plan: _Plan):
             if b_whole or p < U(bpieces):
                 r = p // U(per_row)
                 cc = (p % U(per_row)) * U(vw)
-                if lean_b:                                               # row r0 + i * rstep, on addresses
+                if b_addresses:                                          # row r0 + i * rstep, on addresses
                     ok = colok & (r0 + U(i * rstep) < krem)
                     cp_async16_raw(sh_b, dst0 + U(i * rstep * sbn * item), b,
                                    src0 + U(i * rstep) * n * U(item) if ok else bgl, U16 if ok else U0)
@@ -588,7 +585,7 @@ def _b_copy(plan: _Plan):
 def _entry_piece_copy(plan: _Plan, npt: int, whole: bool, pieces: int, per_slot: int, rows: int, srows: int):
     """Step 1a, ``copy``, for one of the entry arrays (values: ``rows = vw`` rows a 16-byte piece; 8-bit
     offsets: 16): its ``pieces`` 16-byte pieces of a chunk, ``per_slot`` a slot, ``npt`` a thread
-    (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``lean_e``:
+    (``whole``: every thread has all ``npt``), by cp.async into the stage at ``sbase``. ``entry_addresses``:
     on byte addresses (``16 // rows`` bytes an element), ``eb`` (:func:`entry_bases`) and ``sgl``
     (the array's first element) from the kernel (``srows``: the stage's rows a slot, ``bm``, or ``2 bm``
     for presplit values, whose rows, row offset and strides the caller doubles): a thread's pieces are
@@ -597,13 +594,13 @@ def _entry_piece_copy(plan: _Plan, npt: int, whole: bool, pieces: int, per_slot:
     ``hq0 + i * sstep / seg``), ``dsh0`` / ``sgl0`` the addresses of its first piece in stage 0 / in
     segment 0 of the entry array; pieces past the segments or rows read nothing (from ``sgl``).
     Else ``eb`` and ``sgl`` are unused."""
-    nthreads, seg, lean_e = plan.nthreads, plan.seg, plan.lean_e
+    nthreads, seg, entry_addresses = plan.nthreads, plan.seg, plan.entry_addresses
     sstep = nthreads // per_slot if nthreads % per_slot == 0 else 0
     size = 16 // rows
 
     @inlined
     def copy(t, src, row0, w, wmp, nsub, mp, dst, sbase, qb, eb, sgl):
-        if lean_e:
+        if entry_addresses:
             hq0, live, dsh0, sgl0 = eb
             nrem = nsub - qb                                         # segments left (> 0)
         for i in range(npt):
@@ -613,7 +610,7 @@ def _entry_piece_copy(plan: _Plan, npt: int, whole: bool, pieces: int, per_slot:
                 r = (p % U(per_slot)) * U(rows)
                 hq = slot // U(seg)
                 ii = slot % U(seg)
-                if lean_e:                                           # slot slot0 + i * sstep
+                if entry_addresses:                                      # slot slot0 + i * sstep
                     ok = live & (hq0 + U(i * sstep // seg) < nrem)
                     cp_async16_raw(dst, dsh0 + (sbase + U(i * sstep * srows)) * U(size), src,
                                    sgl0 + (qb + U(i * sstep // seg)) * wmp * U(size) if ok else sgl,
@@ -637,8 +634,8 @@ def _entry_copy(plan: _Plan):
 
     @inlined
     def entry_bases(t, per_slot, rows, srows, row0, w, mp, wmp, dst, src):
-        """This thread's first piece of an entry array (``lean_e``): its segment ``hq0``, whether its slot
-        holds entries and its rows are within the array (``live``), and the addresses of its destination
+        """This thread's first piece of an entry array (``entry_addresses``): its segment ``hq0``, whether its
+        slot holds entries and its rows are within the array (``live``), and the addresses of its destination
         in stage 0 and its source in chunk 0 (used only where ``live``)."""
         slot = t // U(per_slot)
         r = (t % U(per_slot)) * U(rows)
@@ -654,7 +651,7 @@ def _entry_copy(plan: _Plan):
         holds ``bm`` values and ``bm`` offsets (zeros past the arrays' rows and segments). First the
         value pieces (``vw`` rows each), then the offset pieces (16 rows each), so that a warp's
         lanes take the same path; ``wmp = w * mp`` (the entry arrays' segment stride). With a K
-        split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk. ``le`` (``lean_e``): the
+        split, ``ev``, ``eo`` and ``nsub`` start at the block's first chunk. ``le`` (``entry_addresses``): the
         thread's :func:`entry_bases` of the values and the offsets, then the arrays' first elements."""
         sbase = (ch % U(stages)) * U(e_buf)
         qb = ch * U(tpr)                                                 # the chunk's first segment
@@ -695,7 +692,7 @@ def _slot_store(plan: _Plan):
 def _slot_front(plan: _Plan):
     """Step 1b, the share of the next A tile's stores that follows one MMA K step: ``write_front`` (called
     by the MMA step)."""
-    presplit, nslots, gks, per_ks, lean32 = plan.presplit, plan.nslots, plan.gks, plan.per_ks, plan.lean32
+    presplit, nslots, gks, per_ks, half = plan.presplit, plan.nslots, plan.gks, plan.per_ks, plan.half
     put = _slot_store(plan)
 
     @inlined
@@ -705,8 +702,10 @@ def _slot_front(plan: _Plan):
         registers, to the sink past ``wl`` or past ``nslots``), then the rest move down ``per_ks``
         places (register renaming once unrolled; the same code for every ``ks``)."""
         for i in range(min(per_ks, nslots)):
-            if not lean32:
+            if half:
                 live = U(ks * per_ks + i) < wl
+            # float32: the entry arrays hold exactly nslots slots a segment (segment_entries' pad), so a chunk's
+            # slots are all live (entries or padding) or, after the last chunk, all stale: one test a chunk
             elif gks * per_ks == nslots:                                 # (every share full: no slot past nslots)
                 live = wl != U0
             else:
@@ -728,7 +727,7 @@ def _densify(plan: _Plan):
     all three at once for the prologue's A tile 0."""
     bm, half, stages, presplit, tile_type = plan.bm, plan.half, plan.stages, plan.presplit, plan.tile_type
     vw, ew, sa, a_small, a_buf, e_buf, seg = plan.vw, plan.ew, plan.sa, plan.a_small, plan.a_buf, plan.e_buf, plan.seg
-    nslots, zvec, lean32 = plan.nslots, plan.zvec, plan.lean32
+    nslots, zvec = plan.nslots, plan.zvec
     put = _slot_store(plan)
 
     @inlined
@@ -770,7 +769,7 @@ def _densify(plan: _Plan):
         In order, so padding (value 0 at offset 0, the first ``w - cnt`` slots) never overwrites an entry.
         (Float32 lean: every slot, the entry arrays holding ``nslots`` a segment; used for chunk 0 only.)"""
         for i in range(nslots):
-            put(sh_a, True if lean32 else U(i) < wl, base + offs[i], sink, vals[i],
+            put(sh_a, U(i) < wl if half else True, base + offs[i], sink, vals[i],
                 vals[nslots + i] if presplit else vals[i])
 
     @inlined
@@ -1068,8 +1067,8 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
     mtiles, ntiles, tile_type, vw, sa, a_buf = plan.mtiles, plan.ntiles, plan.tile_type, plan.vw, plan.sa, plan.a_buf
     a_all, sbn, b_buf, all_b, all_e, er = plan.a_all, plan.sbn, plan.b_buf, plan.all_b, plan.all_e, plan.er
     all_ev, eo_byte, pend, tpr, seg, nslots = plan.all_ev, plan.eo_byte, plan.pend, plan.tpr, plan.seg, plan.nslots
-    nvals, kstep, per_row, vpr, opr, lean_b = plan.nvals, plan.kstep, plan.per_row, plan.vpr, plan.opr, plan.lean_b
-    lean_e = plan.lean_e
+    nvals, kstep, per_row, vpr, opr = plan.nvals, plan.kstep, plan.per_row, plan.vpr, plan.opr
+    b_addresses, entry_addresses = plan.b_addresses, plan.entry_addresses
     # the phases, as device functions (steps of the module docstring)
     entry_bases, issue_e = _entry_copy(plan)                             # 1a. entries into their stages
     stage_slots, zero_segment, scatter = _densify(plan)                  # 1b. the next A tile, densified
@@ -1127,7 +1126,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
             sh_ev = cuda.shared.array(all_ev, tile_type, alignment=SMEM_ALIGN)      # `stages` entry stages:
             sh_eo = cuda.shared.array(all_e, np.uint8, alignment=SMEM_ALIGN)        # values, offsets
         # lean: this thread's copy addresses (1a, 2) and ldmatrix row (3), taken once before the K loop
-        if lean_b:                                                       # this thread's copy addresses
+        if b_addresses:                                                  # this thread's copy addresses
             br0 = t // U(per_row)                                        # (lean): B row and column of its
             bcc = (t % U(per_row)) * U(vw)                               # first piece
             lb = (br0, col0 + bcc < un, shared_addr(sh_b, br0 * U(sbn) + bcc),
@@ -1139,7 +1138,7 @@ def _tc_kernel(bm: int, bn: int, kc: int, warps_m: int, warps_n: int, half: bool
                               + wk0)
         else:
             ash = np.uint32(0)
-        if lean_e:
+        if entry_addresses:
             le = (entry_bases(t, vpr, vw, U(er * bm), U(er) * row0, uw, U(er) * ump, U(er) * uwmp, sh_ev, ev),
                   entry_bases(t, opr, 16, U(bm), row0, uw, ump, uwmp, sh_eo, eo),
                   global_addr(ev, U0), global_addr(eo, U0))
