@@ -27,6 +27,12 @@ from typing import Callable, Iterable
 from tqdm.auto import tqdm
 
 
+def progress_bar(iterable: Iterable, desc: str, total: int | None = None):
+    """``iterable`` behind a progress bar on stderr (silent when stderr is not a terminal): the long sweeps'
+    ``progress`` argument."""
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True, disable=None)
+
+
 @dataclass
 class Context:
     """What an experiment is told about its run."""
@@ -42,7 +48,7 @@ class Context:
 
     def progress(self, iterable: Iterable, desc: str, total: int | None = None):
         """Wrap a long loop in a progress bar (stderr; silent when not a TTY)."""
-        return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True, disable=None)
+        return progress_bar(iterable, desc, total)
 
 
 @dataclass

@@ -62,3 +62,31 @@ def test_tensor_parallel_bench_outside_torchrun_says_how_to_run(monkeypatch, cap
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert not _join_group(2)
     assert "torchrun --nproc-per-node 2" in capsys.readouterr().out
+
+
+def test_rows_past_the_tolerance_are_reported():
+    from sparsekit.torch.bench import TOLERANCE, disagreements
+
+    tol = TOLERANCE[torch.bfloat16]
+    row = dict(dtype="bfloat16", sparsity=0.8, tp=2, max_relative_error=tol / 2, tp_relative_difference=tol / 2)
+    assert disagreements([row, dict(row, sparsity=0.0, max_relative_error=0.0)]) == []
+    sharded_off = dict(row, tp_relative_difference=2 * tol)
+    pruned_off = dict(row, dtype="float16", max_relative_error=TOLERANCE[torch.float16] * 1.5)
+    lines = disagreements([row, sharded_off, pruned_off])
+    assert len(lines) == 2 and "80% tp 2" in lines[0] and lines[1].startswith("float16")
+
+
+def test_e2e_records_are_written_with_a_panel_per_mode_and_width(tmp_path):
+    import json
+
+    from sparsekit.torch.bench import write
+
+    rows = [dict(dtype=dtype, sparsity=s, mode=mode, phase="decode", batch=1, tokens=1, tp=tp,
+                 tokens_per_s=100.0 * (1 + s), speedup_vs_dense=1 + s, max_relative_error=0.0,
+                 tp_relative_difference=0.0, weight_memory_vs_dense=1 - s)
+            for dtype in ("bfloat16", "float16") for s in (0.0, 0.8, 0.9) for mode in ("graph", "eager")
+            for tp in (1, 2)]
+    assert write(rows, tmp_path, "e2e") == ["e2e.csv", "e2e.json", "e2e.png"]
+    assert json.loads((tmp_path / "e2e.json").read_text()) == rows
+    assert (tmp_path / "e2e.png").stat().st_size > 0
+    assert write(rows[:3], tmp_path, "one") == ["one.csv", "one.json", "one.png"]      # a single panel

@@ -100,8 +100,8 @@ def cmd_e2e(args) -> int:
 
     import torch
 
-    from sparsekit.experiment import markdown_table, merge_records, read_record
-    from sparsekit.torch.bench import RECORD_KEY, TOLERANCE, e2e, fine_tune_step, write
+    from sparsekit.experiment import markdown_table, merge_records, progress_bar, read_record
+    from sparsekit.torch.bench import RECORD_KEY, disagreements, e2e, fine_tune_step, write
     from sparsekit.torch.decoder import LLAMA_8_LAYERS, Decoder
     from sparsekit.torch.nn import sparsify_
 
@@ -117,12 +117,12 @@ def cmd_e2e(args) -> int:
     dtypes = [torch.float16, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
     if args.tp > 1 and not _join_group(args.tp):
         return 2
+    lead = args.tp == 1 or torch.distributed.get_rank() == 0              # the rank that reports
     records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill),
-                  tp=args.tp)
+                  tp=args.tp, progress=progress_bar if lead else (lambda it, desc: it))
     if args.tp > 1:
-        rank = torch.distributed.get_rank()
         torch.distributed.destroy_process_group()
-        if rank:
+        if not lead:
             return 0
     print(markdown_table(records))
     step = fine_tune_step(sparsify_(Decoder(replace(cfg, layers=1), device="cuda"), sparsity=0.8))
@@ -131,5 +131,7 @@ def cmd_e2e(args) -> int:
     written = merge_records(old["records"], records, RECORD_KEY) if old is not None else records
     print(f"wrote {', '.join(write(written, args.out, 'e2e'))} to {args.out}"
           + (f" ({len(records)} rows of this run merged into {args.merge}'s {len(old['records'])})" if old else ""))
-    bad = [r for r in records if r["sparsity"] and r["max_relative_error"] > TOLERANCE[getattr(torch, r["dtype"])]]
+    bad = disagreements(records)
+    for line in bad:
+        print(f"sparsekit bench e2e: {line}", file=sys.stderr)
     return 1 if bad else 0

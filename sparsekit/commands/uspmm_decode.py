@@ -48,7 +48,7 @@ def cmd_bench_uspmm_decode(args) -> int:
         print("sparsekit bench uspmm-decode: needs PyTorch for the baselines (pip install -e '.[bench]')")
         return 2
     from sparsekit.bench import uspmm_decode as bench
-    from sparsekit.experiment import markdown_table, read_record
+    from sparsekit.experiment import markdown_table, progress_bar, read_record
 
     old = None
     if args.merge is not None:
@@ -63,7 +63,7 @@ def cmd_bench_uspmm_decode(args) -> int:
     sps = args.sparsity or sps
     shapes = args.shapes or shapes
     dtypes = bench.DTYPES if args.dtype == "both" else [args.dtype]
-    records, bandwidth = bench.sweep(shapes, sps, ns, dtypes)
+    records, bandwidth = bench.sweep(shapes, sps, ns, dtypes, progress=progress_bar)
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s\n")
     print(markdown_table(records))
     print("\nLargest N at which the sparse product beats dense:\n")

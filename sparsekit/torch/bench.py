@@ -12,7 +12,7 @@ import torch
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
-__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE"]
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE", "disagreements"]
 
 #: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
 DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
@@ -247,8 +247,58 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
     return out
 
 
+def disagreements(records: list[dict]) -> list[str]:
+    """One line for each :func:`e2e` row whose output is farther than :data:`TOLERANCE` from the dense model of
+    the pruned weights (``max_relative_error``) or, sharded, from the unsharded model (``tp_relative_difference``)."""
+    out = []
+    for r in records:
+        tol = TOLERANCE[getattr(torch, r["dtype"])]
+        if max(r["max_relative_error"], r["tp_relative_difference"]) > tol:
+            out.append(f"{r['dtype']} {r['sparsity']:.0%} tp {r['tp']}: output differs from the dense model by "
+                       f"{r['max_relative_error']:.2e} and from the unsharded one by "
+                       f"{r['tp_relative_difference']:.2e} (tolerance {tol:.0e})")
+    return out
+
+
 #: The fields that name a point of :func:`e2e`'s records (``sparsekit bench e2e --merge``).
 RECORD_KEY = ("dtype", "sparsity", "mode", "phase", "batch", "tokens", "tp")
+
+
+def _plot_e2e(plt, rows: list[dict]) -> None:
+    """Tokens/s over dense against sparsity: a panel per mode (and per tensor-parallel width past 1), a line
+    per phase and batch, solid for bfloat16 and dashed for float16."""
+    panels = sorted({(r.get("tp", 1), r["mode"]) for r in rows},             # eager, compile, graph, compile-graph
+                    key=lambda p: (p[0], "graph" in p[1], "compile" in p[1]))
+    slots = len(panels) + 1 if len(panels) > 1 else 1               # the legend gets a panel of its own
+    cols = min(4, slots)
+    rows_of_panels = -(-slots // cols)
+    fig, axes = plt.subplots(rows_of_panels, cols, figsize=(max(5.0, 3.4 * cols), 2.9 * rows_of_panels + 0.4),
+                             sharey=True, squeeze=False)
+    axes = axes.ravel()
+    workloads = sorted({(r["phase"], r["batch"], r["tokens"]) for r in rows})
+    colour = {w: f"C{i % 10}" for i, w in enumerate(workloads)}
+    label = {w: f"{w[0]} b{w[1]}" + (f" t{w[2]}" if w[0] == "prefill" else "") for w in workloads}
+    for ax, (tp, mode) in zip(axes, panels):
+        for dtype, style in (("bfloat16", "-"), ("float16", "--")):
+            for w in workloads:
+                pts = sorted((r["sparsity"], r["speedup_vs_dense"]) for r in rows
+                             if (r.get("tp", 1), r["mode"], r["dtype"], r["phase"], r["batch"], r["tokens"])
+                             == (tp, mode, dtype, *w))
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", ms=3, color=colour[w], label=label[w])
+        ax.axhline(1.0, color="grey", lw=0.5)
+        ax.set_xlim(0.45, 0.95)
+        ax.set_title(mode + (f", tp {tp}" if tp > 1 else ""), fontsize=9)
+        ax.set_xlabel("sparsity", fontsize=8)
+    for ax in axes[len(panels):]:
+        ax.axis("off")
+    for ax in axes[::cols]:
+        ax.set_ylabel("tokens/s over dense", fontsize=8)
+    lines = {h.get_label(): h for ax in axes for h in ax.get_lines() if h.get_label() in label.values()}
+    handles = {label[w]: lines[label[w]] for w in workloads if label[w] in lines}
+    legend = dict(fontsize=7, title="solid: bfloat16, dashed: float16", title_fontsize=7)
+    where = axes[len(panels)] if len(panels) > 1 else axes[0]
+    where.legend(handles.values(), handles.keys(), loc="center" if len(panels) > 1 else "best", **legend)
 
 
 def write(records: list[dict], out, name: str) -> list[str]:
@@ -275,14 +325,6 @@ def write(records: list[dict], out, name: str) -> list[str]:
         ax.set_ylabel("us per call")
         ax.tick_params(axis="x", labelsize=6, rotation=90)
     else:
-        rows = [r for r in records if r["sparsity"] and r["speedup_vs_dense"] is not None]
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for key in sorted({(r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]) for r in rows}):
-            pts = sorted((r["sparsity"], r["speedup_vs_dense"]) for r in rows
-                         if (r["dtype"], r["mode"], r["phase"], r["batch"], r["tokens"]) == key)
-            ax.plot(*zip(*pts), marker="o", label=f"{key[0]} {key[1]} {key[2]} b{key[3]} t{key[4]}")
-        ax.axhline(1.0, color="grey", lw=0.5)
-        ax.set_xlabel("sparsity")
-        ax.set_ylabel("tokens/s over dense")
-        ax.legend(fontsize=5, ncol=2)
+        _plot_e2e(plt, [r for r in records if r["sparsity"] and r["speedup_vs_dense"] is not None])
+        fig = plt.gcf()
     return [f"{name}.csv", f"{name}.json", save_figure(fig, out / f"{name}.png")]
