@@ -256,19 +256,34 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     return (x.to(acc) @ dense_weight(values, indices, in_features).to(acc).T).to(x.dtype)
 
 
-@torch.library.custom_op("sparsekit::sparse_linear", mutates_args=())
-def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
-                  weight_id: int, inference: bool = False) -> torch.Tensor:
-    """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``. ``inference``:
-    no gradient will be asked of this call (the layer passes ``not torch.is_grad_enabled()``), so the weight may
-    be read from a TiledBitmap kept between calls (:func:`route`); inside the op autograd's recording cannot be
-    seen (its forward runs under ``no_grad``)."""
+#: The op's schema, registered once for the process (the library object must stay alive: dropping it would
+#: unregister the op). A ``torch.library.Library`` rather than ``torch.library.custom_op``: the same op, fake
+#: kernel and autograd, with fewer Python layers between the dispatcher and :func:`forward` on each call.
+_LIBRARY = torch.library.Library("sparsekit", "DEF")
+_LIBRARY.define("sparse_linear(Tensor x, Tensor values, Tensor indices, int in_features, int weight_id, "
+                "bool inference=False) -> Tensor")
+
+
+def _sparse_linear(x, values, indices, in_features, weight_id, inference=False):
     if x.dtype != values.dtype:
         raise ValueError(f"x: dtype must be the weight's {values.dtype}, got {x.dtype}")
     return forward(x, values, indices, in_features, weight_id, inference)
 
 
-@sparse_linear.register_fake
+_LIBRARY.impl("sparse_linear", _sparse_linear, "CompositeExplicitAutograd")      # every device: forward()
+_OP = torch.ops.sparsekit.sparse_linear.default
+
+
+def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
+                  weight_id: int, inference: bool = False) -> torch.Tensor:
+    """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``, through the op
+    ``torch.ops.sparsekit.sparse_linear``. ``inference``: no gradient will be asked of this call (the layer
+    passes ``not torch.is_grad_enabled()``), so the weight may be read from a TiledBitmap kept between calls
+    (:func:`route`); inside the op autograd's recording cannot be seen (its forward runs below autograd)."""
+    return _OP(x, values, indices, in_features, weight_id, inference)
+
+
+@torch.library.register_fake("sparsekit::sparse_linear", lib=_LIBRARY)
 def _(x, values, indices, in_features, weight_id, inference=False):
     return x.new_empty((x.shape[0], values.shape[0]))
 
@@ -294,4 +309,4 @@ def _backward(ctx, grad):
     return grad_x, grad_values, None, None, None, None
 
 
-sparse_linear.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("sparsekit::sparse_linear", _backward, setup_context=_setup, lib=_LIBRARY)
