@@ -7,7 +7,7 @@ from torch import nn
 
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
-from sparsekit.torch.ops import bitmap_bytes, dense_weight, forward, register, sparse_linear
+from sparsekit.torch.ops import KERNEL_DTYPES, bitmap_bytes, dense_weight, forward, register, sparse_linear
 
 __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 
@@ -110,8 +110,10 @@ class SparseLinear(nn.Module):
     @classmethod
     def from_rows(cls, values: torch.Tensor, columns: torch.Tensor, in_features: int,
                   bias: torch.Tensor | None = None) -> "SparseLinear":
-        """A layer whose row ``r`` holds ``values[r, j]`` at column ``columns[r, j]`` (``out x n``, columns
-        ascending a row, ``in_features`` for an unused entry), on ``values``' device and dtype."""
+        """A layer whose row ``r`` holds ``values[r, j]`` at column ``columns[r, j]`` (``out x n``, any order,
+        ``in_features`` for an unused entry), on ``values``' device and dtype. float16 and bfloat16 rows are
+        stored in the order the ``N = 1`` kernel gathers best
+        (:func:`sparsekit.gpu.spmm_ell_rows.bank_balanced`: the same entries, each row reordered)."""
         m, n = values.shape
         if columns.shape != values.shape:
             raise ValueError(f"columns: must have values' shape {tuple(values.shape)}, got {tuple(columns.shape)}")
@@ -123,6 +125,13 @@ class SparseLinear(nn.Module):
         with torch.no_grad():
             layer.values[:, :n] = torch.where(columns < in_features, values, 0)
             layer.indices[:, :n] = columns.to(torch.int32).to(torch.int16)
+            if values.dtype in KERNEL_DTYPES:
+                from sparsekit.gpu.spmm_ell_rows import bank_balanced
+
+                balanced = bank_balanced(layer.values.view(torch.int16).cpu().numpy(), layer.indices.cpu().numpy(),
+                                         in_features)
+                for mine, theirs in zip((layer.values.view(torch.int16), layer.indices), balanced):
+                    mine.copy_(torch.from_numpy(theirs))
             if bias is not None:
                 layer.bias.copy_(bias.detach())
         return layer
