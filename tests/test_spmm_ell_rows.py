@@ -76,6 +76,7 @@ def test_bank_balanced_rows_hold_the_same_entries(w, extra, signed):
     indices = indices.view(np.int16) if signed else indices
     v, i = g.bank_balanced(values, indices, w.shape[1])
     assert v.dtype == values.dtype and i.dtype == indices.dtype and v.shape == values.shape
+    assert v.flags.c_contiguous and i.flags.c_contiguous
     for row in range(w.shape[0]):
         assert sorted(zip(i[row].tolist(), v[row].view(np.uint16).tolist())) == \
             sorted(zip(indices[row].tolist(), values[row].view(np.uint16).tolist()))

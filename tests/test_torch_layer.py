@@ -76,6 +76,28 @@ def test_from_rows_takes_any_pattern_and_checks_columns():
         SparseLinear.from_rows(values, columns[:, :2], 5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_rows_are_stored_bank_balanced(dtype):
+    """float16 / bfloat16 rows are stored in the N = 1 kernel's gather order, built with torch on the layer's
+    device: exactly sparsekit.gpu.spmm_ell_rows.bank_balanced of the rows in column order."""
+    from sparsekit.gpu.spmm_ell_rows import bank_balanced
+
+    torch.manual_seed(3)
+    k, kept = 700, 500
+    cols = torch.sort(torch.rand(6, k).argsort(dim=1)[:, :kept]).values                 # ascending, 500 of 700
+    values = torch.randn(6, kept, dtype=dtype)
+    layer = SparseLinear.from_rows(values, cols, k)
+    width = layer.values.shape[1]                                                       # 504: 4 of padding
+    ordered_values = torch.cat([values, torch.zeros(6, width - kept, dtype=dtype)], dim=1)
+    ordered_cols = torch.cat([cols, torch.full((6, width - kept), k)], dim=1).to(torch.int16)
+    want_values, want_cols = bank_balanced(ordered_values.view(torch.int16).numpy(), ordered_cols.numpy(), k)
+    assert np.array_equal(layer.indices.numpy(), want_cols)
+    assert np.array_equal(layer.values.detach().view(torch.int16).numpy(), want_values)
+    assert not np.array_equal(want_cols, ordered_cols.numpy())                            # reordered
+    assert torch.equal(layer.to_dense().weight, SparseLinear.from_rows(values.float(), cols, k).to_dense().weight
+                       .to(dtype))                                                      # the same weight
+
+
 def test_gradcheck_float64():
     torch.manual_seed(1)
     layer = SparseLinear.from_dense(torch.nn.Linear(12, 7).double(), sparsity=0.6)

@@ -38,7 +38,7 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_r
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "MAX_N", "ROW_MULTIPLE",
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_keys", "gather_slots", "MAX_N", "ROW_MULTIPLE",
            "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
@@ -174,7 +174,7 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
 def bank_balanced(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The same padded ELL rows (``M x W``; 16-bit values and columns, ``k`` marking padding) with each row's
     entries reordered so that the ``N = 1`` kernel's gathers of ``x`` from shared memory conflict less on
-    its banks.
+    its banks: sorted by :func:`gather_keys`, then placed by :func:`gather_slots`.
 
     In :func:`_shared_kernel` lane ``L`` takes positions ``8 c .. 8 c + 7`` of chunks ``c = L, L + 32, ...``,
     so one gather instruction of a warp reads the 32 entries at positions ``256 s + 8 L + p`` (``L = 0..31``)
@@ -184,16 +184,25 @@ def bank_balanced(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.n
     to the groups in turn, sorted by bank (padding last), leaves each group at most one or two entries a bank
     (about 1.5-1.8 passes at 4096 and 14336 columns, 50-90 %; ``tests/test_spmm_ell_rows.py`` models it).
     The product is the same sum in another order (float32, one rounding)."""
-    width = indices.shape[1]
+    keys = gather_keys(np.ascontiguousarray(indices).view(np.uint16), k).astype(np.uint8)
+    order = np.ascontiguousarray(np.argsort(keys, axis=1, kind="stable")[:, gather_slots(indices.shape[1])])
+    return tuple(np.take_along_axis(a, order, 1) for a in (values, indices))
+
+
+def gather_keys(columns, k: int):
+    """Sort keys of :func:`bank_balanced` for columns (unsigned, NumPy or torch integers): the shared-memory
+    bank of ``x[col]`` (0-31), padding (``col >= k``) 32 and up, last."""
+    return (columns >> 1 & 31) + 32 * (columns >= k)
+
+
+def gather_slots(width: int) -> np.ndarray:
+    """Where :func:`bank_balanced` puts a sorted row's entries: position ``j`` of the balanced row takes
+    entry ``gather_slots(width)[j]`` of the sorted one, so that consecutive sorted entries go to the gather
+    groups in turn (one position of each group, then the next of each)."""
     pos = np.arange(width)
     group = pos // (32 * ROW_MULTIPLE) * ROW_MULTIPLE + pos % ROW_MULTIPLE
     lane = pos % (32 * ROW_MULTIPLE) // ROW_MULTIPLE
-    dealt = np.argsort(np.lexsort((group, lane)))     # position j holds the dealt entry dealt[j]: groups in turn
-    cols = np.ascontiguousarray(indices).view(np.uint16)
-    bank = (cols >> 1 & 31).astype(np.uint8)
-    bank[cols >= k] = 32
-    by_bank = np.argsort(bank, axis=1, kind="stable")                 # radix sort of 8-bit keys
-    return tuple(np.ascontiguousarray(np.take_along_axis(a, by_bank, 1)[:, dealt]) for a in (values, indices))
+    return np.argsort(np.lexsort((group, lane)))
 
 
 @functools.cache
