@@ -85,8 +85,7 @@ def test_bank_balanced_rows_hold_the_same_entries(w, extra, signed):
 
 @pytest.mark.parametrize("k, sparsity", [(4096, 0.5), (4096, 0.8), (14336, 0.8), (4096, 0.9)])
 def test_bank_balanced_rows_gather_in_fewer_passes(k, sparsity):
-    """Random columns in ascending order take about 3 passes a gather; balanced, at most 2 and under 0.7 of
-    that."""
+    """Random columns in ascending order take about 3 passes a gather; balanced, at most 1.4 (under half)."""
     rng = np.random.default_rng(k)
     kept = int(k * (1 - sparsity))
     indices = np.full((16, -(-kept // 8) * 8), k, dtype=np.uint16)
@@ -94,7 +93,7 @@ def test_bank_balanced_rows_gather_in_fewer_passes(k, sparsity):
         row[:kept] = np.sort(rng.choice(k, kept, replace=False))
     before = gather_passes(indices, k)
     after = gather_passes(g.bank_balanced(indices, indices, k)[1], k)
-    assert before > 2.7 and after <= 2.0 and after < 0.7 * before, (before, after)
+    assert before > 2.7 and after <= 1.4 and after < 0.5 * before, (before, after)
 
 
 @settings(max_examples=6, deadline=None)

@@ -14,7 +14,7 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   over the rows (:func:`_shared_kernel`): a warp's 32 entries touch about 28 distinct 128-byte lines of
   ``x``, one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth; from
   shared memory a gather costs its bank conflicts (4096^2 at 80 %: 11.3 -> 7.1 us on the H200), which
-  :func:`bank_balanced` lowers by reordering each row's entries once (the layer's and uspmm's rows). From
+  :func:`gather_order` lowers by reordering each row's entries once (the layer's and uspmm's rows). From
   ``N = 2``, ``X^T`` is staged in global memory (rows padded to 8 halves) and read through L1
   (:func:`_kernel`): copying ``X^T`` into every block's shared memory cost more than it saved (N = 8 at
   80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB block an SM).
@@ -38,8 +38,8 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_r
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_keys", "gather_slots", "MAX_N", "ROW_MULTIPLE",
-           "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_order", "gather_groups", "MAX_N",
+           "ROW_MULTIPLE", "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -171,38 +171,65 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
     return kernel
 
 
-def bank_balanced(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same padded ELL rows (``M x W``; 16-bit values and columns, ``k`` marking padding) with each row's
-    entries reordered so that the ``N = 1`` kernel's gathers of ``x`` from shared memory conflict less on
-    its banks: sorted by :func:`gather_keys`, then placed by :func:`gather_slots`.
-
-    In :func:`_shared_kernel` lane ``L`` takes positions ``8 c .. 8 c + 7`` of chunks ``c = L, L + 32, ...``,
-    so one gather instruction of a warp reads the 32 entries at positions ``256 s + 8 L + p`` (``L = 0..31``)
-    for a round ``s`` and an offset ``p``: a *group*. ``x[col]`` (2 bytes) lies in bank ``(col // 2) % 32``;
-    the instruction takes as many passes as the most distinct words any bank holds among its 32 columns.
-    In column order (or any order) random columns make about 3.3 passes a gather; dealing each row's entries
-    to the groups in turn, sorted by bank (padding last), leaves each group at most one or two entries a bank
-    (about 1.5-1.8 passes at 4096 and 14336 columns, 50-90 %; ``tests/test_spmm_ell_rows.py`` models it).
-    The product is the same sum in another order (float32, one rounding)."""
-    keys = gather_keys(np.ascontiguousarray(indices).view(np.uint16), k).astype(np.uint8)
-    order = np.ascontiguousarray(np.argsort(keys, axis=1, kind="stable")[:, gather_slots(indices.shape[1])])
-    return tuple(np.take_along_axis(a, order, 1) for a in (values, indices))
-
-
-def gather_keys(columns, k: int):
-    """Sort keys of :func:`bank_balanced` for columns (unsigned, NumPy or torch integers): the shared-memory
-    bank of ``x[col]`` (0-31), padding (``col >= k``) 32 and up, last."""
-    return (columns >> 1 & 31) + 32 * (columns >= k)
-
-
-def gather_slots(width: int) -> np.ndarray:
-    """Where :func:`bank_balanced` puts a sorted row's entries: position ``j`` of the balanced row takes
-    entry ``gather_slots(width)[j]`` of the sorted one, so that consecutive sorted entries go to the gather
-    groups in turn (one position of each group, then the next of each)."""
+def gather_groups(width: int) -> list[np.ndarray]:
+    """The positions of a padded ELL row of ``width`` entries that one gather instruction of the ``N = 1``
+    kernel reads together: lane ``L`` of :func:`_shared_kernel` takes positions ``8 c .. 8 c + 7`` of chunks
+    ``c = L, L + 32, ...``, so one gather reads positions ``256 s + 8 L + p`` (``L = 0..31``) for a round
+    ``s`` and an offset ``p``; fewer than 32 in a row's last round."""
     pos = np.arange(width)
     group = pos // (32 * ROW_MULTIPLE) * ROW_MULTIPLE + pos % ROW_MULTIPLE
-    lane = pos % (32 * ROW_MULTIPLE) // ROW_MULTIPLE
-    return np.argsort(np.lexsort((group, lane)))
+    return [np.flatnonzero(group == g) for g in np.unique(group)]
+
+
+def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
+    """For padded ELL rows' ``indices`` (``M x W``, 16-bit columns, ``k`` marking padding), an order of each
+    row's entries (``order[r, j]``: the entry that goes to position ``j``) under which the ``N = 1`` kernel's
+    gathers of ``x`` from shared memory conflict little on its banks.
+
+    ``x[col]`` (2 bytes) lies in bank ``(col // 2) % 32``; a gather (:func:`gather_groups`) takes as many
+    passes as the most distinct 4-byte words one bank holds among its columns: about 3.3 for random columns
+    in any fixed order. Each group, largest first, takes one entry of every bank that has entries left, those
+    with the most left first; where fewer banks are left than the group holds, padding fills it, then second
+    entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and 14336 columns, 50-90 %
+    (``tests/test_spmm_ell_rows.py`` models it)."""
+    cols = np.ascontiguousarray(indices).view(np.uint16)
+    m, width = cols.shape
+    bank = (cols >> 1 & 31).astype(np.uint8)
+    bank[cols >= k] = 32                                              # padding: bank 32, no gather
+    by_bank = np.argsort(bank, axis=1, kind="stable")                 # radix sort of 8-bit keys
+    counts = np.bincount((np.arange(m)[:, None] * 33 + bank).ravel(), minlength=m * 33).reshape(m, 33)
+    used = np.zeros_like(counts)
+    first = np.cumsum(counts, axis=1) - counts                        # each bank's run in by_bank
+    order = np.empty((m, width), dtype=np.int64)
+    for at in sorted(gather_groups(width), key=len, reverse=True):
+        size = at.size
+        left = counts[:, :32] - used[:, :32]
+        take = left > 0                                               # one of every bank left ...
+        if size < 32:                                                 # ... or of the most-left ones
+            take &= np.argsort(np.argsort(-left, axis=1, kind="stable"), axis=1) < size
+        take = take.astype(np.int64)
+        need = size - take.sum(1)
+        pads = np.minimum(need, counts[:, 32] - used[:, 32])
+        need -= pads
+        while need.any():                                             # second entries of the fullest banks
+            short = np.flatnonzero(need)
+            more = left[short] - take[short]
+            extra = (np.argsort(np.argsort(-more, axis=1, kind="stable"), axis=1) < need[short, None]) & (more > 0)
+            take[short] += extra
+            need[short] -= extra.sum(1)
+        take = np.concatenate([take, pads[:, None]], axis=1).ravel()
+        runs = np.repeat((first + used).ravel(), take)                # each taken entry's place in by_bank
+        runs += np.arange(runs.size) - np.repeat(np.cumsum(take) - take, take)
+        order[:, at] = np.take_along_axis(by_bank, runs.reshape(m, size), 1)
+        used += take.reshape(m, 33)
+    return order
+
+
+def bank_balanced(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The same padded ELL rows with each row's entries in :func:`gather_order` (the product is the same sum
+    in another order: float32, one rounding)."""
+    order = gather_order(indices, k)
+    return tuple(np.take_along_axis(a, order, 1) for a in (values, indices))
 
 
 @functools.cache

@@ -112,8 +112,8 @@ class SparseLinear(nn.Module):
                   bias: torch.Tensor | None = None) -> "SparseLinear":
         """A layer whose row ``r`` holds ``values[r, j]`` at column ``columns[r, j]`` (``out x n``, any order,
         ``in_features`` for an unused entry), on ``values``' device and dtype. float16 and bfloat16 rows are
-        stored in the order the ``N = 1`` kernel gathers best (the order of
-        :func:`sparsekit.gpu.spmm_ell_rows.bank_balanced`: the same entries, each row reordered)."""
+        stored in the order the ``N = 1`` kernel gathers best
+        (:func:`sparsekit.gpu.spmm_ell_rows.gather_order`: the same entries, each row reordered)."""
         m, n = values.shape
         if columns.shape != values.shape:
             raise ValueError(f"columns: must have values' shape {tuple(values.shape)}, got {tuple(columns.shape)}")
@@ -125,12 +125,10 @@ class SparseLinear(nn.Module):
         with torch.no_grad():
             layer.values[:, :n] = torch.where(columns < in_features, values, 0)
             layer.indices[:, :n] = columns.to(torch.int32).to(torch.int16)
-            if values.dtype in KERNEL_DTYPES:                  # bank_balanced, on the layer's device
-                from sparsekit.gpu.spmm_ell_rows import gather_keys, gather_slots
+            if values.dtype in KERNEL_DTYPES:                  # the order the N = 1 kernel gathers best
+                from sparsekit.gpu.spmm_ell_rows import gather_order
 
-                keys = gather_keys(layer.indices.long() & 0xFFFF, in_features)
-                slots = torch.from_numpy(gather_slots(width)).to(keys.device)
-                order = torch.argsort(keys, dim=1, stable=True)[:, slots]
+                order = torch.from_numpy(gather_order(layer.indices.cpu().numpy(), in_features)).to(values.device)
                 layer.values.copy_(layer.values.gather(1, order))
                 layer.indices.copy_(layer.indices.gather(1, order))
             if bias is not None:
