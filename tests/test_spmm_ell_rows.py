@@ -1,7 +1,7 @@
 """sparsekit/gpu/spmm_ell_rows.py equals sparsekit/reference/spmm_ell_rows.py under the simulator: the linear product for
 ``N`` from 1 to 20 by both kernels (``x^T`` in shared memory, or staged in global memory), float16 and bfloat16, rows of unequal length and
-empty rows, torch-style int16 indices, rows reordered for the shared-memory banks (and that order's model); the
-densified weight exactly; operands refused by name.
+empty rows, torch-style int16 indices, rows reordered for the shared-memory banks (and the bank model that order
+is built for); the densified weight exactly; operands refused by name.
 
 Tolerance as in tests/test_spmm_tiled.py: float32 sums in different orders, one rounding each."""
 from __future__ import annotations
@@ -50,21 +50,23 @@ def test_shared_kernel_pipelines_steps_and_rows(n, dtype, seed):
     assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, x).T, w, x.T)
 
 
-def gather_passes(indices: np.ndarray, k: int) -> float:
-    """The shared-memory passes a gather of the N = 1 kernel takes, on average (the model of
-    :func:`sparsekit.gpu.spmm_ell_rows.bank_balanced`): a warp gathers the columns at positions ``256 s + 8 L + p``
-    (``L = 0..31``) of a row; ``x[col]`` is in bank ``(col // 2) % 32``, and the gather takes as many passes
-    as the most distinct 4-byte words one bank holds among them."""
-    pos = np.arange(indices.shape[1])
-    group = pos // 256 * 8 + pos % 8
-    cols = indices.astype(np.int64) & 0xFFFF
-    passes = []
-    for gid in np.unique(group):
-        for row in cols[:, group == gid]:
-            words = np.unique(row[row < k] // 2)
-            if words.size:
-                passes.append(np.bincount(words % 32, minlength=32).max())
-    return float(np.mean(passes))
+def test_gather_passes_model():
+    """The bank model: 32 columns in distinct banks take one pass; 32 distinct words of one bank 32 passes;
+    lanes reading one word share its pass; padding reads nothing; rows' gathers are averaged."""
+    k = 4096
+    spread = np.arange(0, 64, 2, dtype=np.uint16)                     # words 0..31: banks 0..31
+    one_bank = np.arange(0, 64 * 32, 64, dtype=np.uint16)             # words 0, 32, 64, ...: all bank 0
+    same_word = np.tile(np.array([6, 7], dtype=np.uint16), 16)         # word 3, 32 lanes
+    def row(first):                                                    # a row of one gather group: positions 8 L
+        out = np.full(256, k, dtype=np.uint16)
+        out[::8] = first
+        return out
+    assert g.gather_passes(row(spread)[None], k) == 1
+    assert g.gather_passes(row(one_bank)[None], k) == 32
+    assert g.gather_passes(row(same_word)[None], k) == 1
+    assert g.gather_passes(np.stack([row(spread), row(one_bank)]), k) == 16.5
+    assert [list(grp[:3]) for grp in g.gather_groups(264)[:2]] == [[0, 8, 16], [1, 9, 17]]
+    assert sorted(grp.size for grp in g.gather_groups(264)) == [1] * 8 + [32] * 8   # a last round of one lane
 
 
 @settings(max_examples=25, deadline=None)
@@ -91,8 +93,8 @@ def test_bank_balanced_rows_gather_in_fewer_passes(k, sparsity):
     indices = np.full((16, -(-kept // 8) * 8), k, dtype=np.uint16)
     for row in indices:
         row[:kept] = np.sort(rng.choice(k, kept, replace=False))
-    before = gather_passes(indices, k)
-    after = gather_passes(g.bank_balanced(indices, indices, k)[1], k)
+    before = g.gather_passes(indices, k)
+    after = g.gather_passes(g.bank_balanced(indices, indices, k)[1], k)
     assert before > 2.7 and after <= 1.4 and after < 0.5 * before, (before, after)
 
 

@@ -38,8 +38,8 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_r
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_order", "gather_groups", "MAX_N",
-           "ROW_MULTIPLE", "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_order", "gather_groups",
+           "gather_passes", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -181,17 +181,33 @@ def gather_groups(width: int) -> list[np.ndarray]:
     return [np.flatnonzero(group == g) for g in np.unique(group)]
 
 
+def gather_passes(indices: np.ndarray, k: int) -> float:
+    """The bank model of the ``N = 1`` kernel's gathers: the mean, over a row's gathers (:func:`gather_groups`)
+    that read any column, of the passes shared memory takes, the most distinct 4-byte words one bank holds
+    among the gather's columns (``x[col]``, 2 bytes, lies in word ``col // 2``, bank ``(col // 2) % 32``;
+    lanes reading one word share its pass). Padding (``col >= k``) reads nothing."""
+    cols = np.ascontiguousarray(indices).view(np.uint16).astype(np.int64)
+    m = cols.shape[0]
+    total = count = 0
+    for at in gather_groups(cols.shape[1]):
+        words = np.sort(np.where(cols[:, at] < k, cols[:, at] // 2, -1), axis=1)
+        distinct = (words >= 0) & np.concatenate([np.ones((m, 1), bool), words[:, 1:] != words[:, :-1]], axis=1)
+        per_bank = np.bincount((np.arange(m)[:, None] * 32 + words % 32)[distinct], minlength=32 * m)
+        passes = per_bank.reshape(m, 32).max(axis=1)
+        total, count = total + passes.sum(), count + (passes > 0).sum()
+    return float(total / max(count, 1))
+
+
 def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
     """For padded ELL rows' ``indices`` (``M x W``, 16-bit columns, ``k`` marking padding), an order of each
     row's entries (``order[r, j]``: the entry that goes to position ``j``) under which the ``N = 1`` kernel's
     gathers of ``x`` from shared memory conflict little on its banks.
 
     ``x[col]`` (2 bytes) lies in bank ``(col // 2) % 32``; a gather (:func:`gather_groups`) takes as many
-    passes as the most distinct 4-byte words one bank holds among its columns: about 3.3 for random columns
-    in any fixed order. Each group, largest first, takes one entry of every bank that has entries left, those
+    passes as the most distinct 4-byte words one bank holds among its columns (:func:`gather_passes`): about
+    3.3 for random columns in any fixed order. Each group, largest first, takes one entry of every bank that has entries left, those
     with the most left first; where fewer banks are left than the group holds, padding fills it, then second
-    entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and 14336 columns, 50-90 %
-    (``tests/test_spmm_ell_rows.py`` models it)."""
+    entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and 14336 columns, 50-90 %."""
     cols = np.ascontiguousarray(indices).view(np.uint16)
     m, width = cols.shape
     bank = (cols >> 1 & 31).astype(np.uint8)
