@@ -56,8 +56,11 @@ def _free_port() -> int:
 def sharded_run(rank: int, world: int, port: int, results: str, cfg=CFG, device: str = "cpu",
                 dtype: str = "float32") -> None:
     """One gloo rank: a sparse decoder and its shard for this rank, a prefill and a decode step each; saves
-    ``{diff, scale, pads}`` (their largest difference, the output's scale, the row shards' padding)."""
+    ``{diff, scale, pads, reduce_us}`` (their largest difference, the output's scale, the row shards' padding,
+    the time of an all-reduce of two rows by :func:`sparsekit.torch.bench.all_reduce_us`)."""
     import torch.distributed as dist
+
+    from sparsekit.torch.bench import all_reduce_us
 
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     try:
@@ -73,8 +76,9 @@ def sharded_run(rank: int, world: int, port: int, results: str, cfg=CFG, device:
                 step = model(x[:, -1:], torch.tensor([6], device=device))
             out.append(torch.cat([prefill, step], dim=1).float())
         pads = [m.padding for m in shard.modules() if isinstance(m, RowParallel)]
-        torch.save(dict(diff=float((out[0] - out[1]).abs().max()), scale=float(out[0].abs().max()), pads=pads),
-                   f"{results}/rank{rank}.pt")
+        reduce_us = all_reduce_us((2, cfg.hidden), getattr(torch, dtype), device, calls=3)
+        torch.save(dict(diff=float((out[0] - out[1]).abs().max()), scale=float(out[0].abs().max()), pads=pads,
+                        reduce_us=reduce_us), f"{results}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -87,3 +91,4 @@ def test_decoder_over_two_gloo_ranks_equals_unsharded(tmp_path):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert got["diff"] <= 1e-5 * got["scale"], got                    # float32: sums in another order
         assert len(got["pads"]) == 2 * CFG.layers and all(p >= 0 for p in got["pads"])
+        assert got["reduce_us"] > 0                                        # the all-reduce timer ran on both

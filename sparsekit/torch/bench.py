@@ -12,7 +12,8 @@ import torch
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
-__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement", "fine_tune_step", "TOLERANCE", "disagreements"]
+__all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement",
+           "fine_tune_step", "TOLERANCE", "disagreements", "all_reduce_us"]
 
 #: (out, in, N, dtype, sparsity): the shapes whose host overhead motivated the fast launch, and decode.
 DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, torch.float32, 0.8),
@@ -206,18 +207,41 @@ def sharded_agreement(model: Decoder, rank: int, world: int, tokens: int = 16):
     return sharded, _difference(sharded, model, tokens)
 
 
+def all_reduce_us(shape, dtype, device, calls: int = 50) -> float:
+    """Microseconds one ``torch.distributed.all_reduce`` of a tensor of ``shape`` takes over the default group,
+    ``calls`` back to back after a warm-up (the row-parallel layers' sum: two a decoder layer). Every rank of the
+    group must call it alike."""
+    import time
+
+    import torch.distributed as dist
+
+    y = torch.zeros(shape, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if y.is_cuda else (lambda: None)
+    for _ in range(5):
+        dist.all_reduce(y)
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        dist.all_reduce(y)
+    sync()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
         repeats: int = 10, progress=lambda it, desc: it, tp: int = 1) -> list[dict]:
     """Decode (``batches``) and prefill (``prefills``, batch 1) tokens/s in each mode, dense and sparse;
     the sparse rows carry the speedup over dense, the weight memory ratio (after the runs: the ELL rows and the
     TiledBitmaps built for batches of 9-64) and the output agreement.
     ``tp > 1``: each model sharded over the ``torch.distributed`` group (this process is one rank; every
-    rank runs the same steps), the rows also carry the sharded model's difference from the unsharded one."""
+    rank runs the same steps), the rows also carry the sharded model's difference from the unsharded one and
+    the time of one all-reduce of the step's activations (:func:`all_reduce_us`, eager, back to back)."""
     import torch.distributed as dist
 
     rank = dist.get_rank() if tp > 1 else 0
     out = []
     for dtype in dtypes:
+        reduce_us = {rows: round(all_reduce_us((rows, cfg.hidden), dtype, "cuda"), 1)          # a step's sums
+                     for rows in sorted({*batches, *prefills})} if tp > 1 else {}
         for sparsity in progress(sparsities, f"e2e {dtype}"):
             dense, model = _models(cfg, dtype, sparsity)
             err = agreement(dense, model) if sparsity else 0.0
@@ -233,7 +257,8 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
                     rate = _tokens_per_s(_step_runner(model, mode, batch, tokens, start), batch, tokens, repeats)
                     rows.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity, mode=mode,
                                      phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
-                                     max_relative_error=err, tp=tp, tp_relative_difference=tp_err))
+                                     max_relative_error=err, tp=tp, tp_relative_difference=tp_err,
+                                     **({"all_reduce_us": reduce_us[batch * tokens]} if tp > 1 else {})))
             # after the runs, with the TiledBitmaps they built; a rank holds 1 / tp of every weight
             memory = tp * linear_weight_bytes(model) / dense_bytes
             out.extend(dict(r, weight_memory_vs_dense=round(memory, 3)) for r in rows)
