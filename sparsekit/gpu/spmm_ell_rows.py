@@ -205,26 +205,28 @@ def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
 
     ``x[col]`` (2 bytes) lies in bank ``(col // 2) % 32``; a gather (:func:`gather_groups`) takes as many
     passes as the most distinct 4-byte words one bank holds among its columns (:func:`gather_passes`): about
-    3.3 for random columns in any fixed order. Each group, largest first, takes one entry of every bank that has entries left, those
-    with the most left first; where fewer banks are left than the group holds, padding fills it, then second
-    entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and 14336 columns, 50-90 %."""
+    3.3 for random columns in any fixed order. Each group, largest first, takes one entry of every bank that
+    has entries left, those with the most left first; where fewer banks are left than the group holds,
+    padding fills it, then second entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and
+    14336 columns, 50-90 %. (int32 throughout: a row holds at most 65535 entries.)"""
     cols = np.ascontiguousarray(indices).view(np.uint16)
     m, width = cols.shape
     bank = (cols >> 1 & 31).astype(np.uint8)
     bank[cols >= k] = 32                                              # padding: bank 32, no gather
-    by_bank = np.argsort(bank, axis=1, kind="stable")                 # radix sort of 8-bit keys
+    by_bank = np.argsort(bank, axis=1, kind="stable").astype(np.int32)   # radix sort of 8-bit keys
     counts = np.bincount((np.arange(m)[:, None] * 33 + bank).ravel(), minlength=m * 33).reshape(m, 33)
+    counts = counts.astype(np.int32)
     used = np.zeros_like(counts)
-    first = np.cumsum(counts, axis=1) - counts                        # each bank's run in by_bank
-    order = np.empty((m, width), dtype=np.int64)
+    first = np.cumsum(counts, axis=1, dtype=np.int32) - counts        # each bank's run in by_bank
+    order = np.empty((m, width), dtype=np.int32)
     for at in sorted(gather_groups(width), key=len, reverse=True):
         size = at.size
         left = counts[:, :32] - used[:, :32]
         take = left > 0                                               # one of every bank left ...
         if size < 32:                                                 # ... or of the most-left ones
             take &= np.argsort(np.argsort(-left, axis=1, kind="stable"), axis=1) < size
-        take = take.astype(np.int64)
-        need = size - take.sum(1)
+        take = take.astype(np.int32)
+        need = size - take.sum(1, dtype=np.int32)
         pads = np.minimum(need, counts[:, 32] - used[:, 32])
         need -= pads
         while need.any():                                             # second entries of the fullest banks
@@ -232,10 +234,10 @@ def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
             more = left[short] - take[short]
             extra = (np.argsort(np.argsort(-more, axis=1, kind="stable"), axis=1) < need[short, None]) & (more > 0)
             take[short] += extra
-            need[short] -= extra.sum(1)
+            need[short] -= extra.sum(1, dtype=np.int32)
         take = np.concatenate([take, pads[:, None]], axis=1).ravel()
         runs = np.repeat((first + used).ravel(), take)                # each taken entry's place in by_bank
-        runs += np.arange(runs.size) - np.repeat(np.cumsum(take) - take, take)
+        runs += np.arange(runs.size, dtype=np.int32) - np.repeat(np.cumsum(take, dtype=np.int32) - take, take)
         order[:, at] = np.take_along_axis(by_bank, runs.reshape(m, size), 1)
         used += take.reshape(m, 33)
     return order

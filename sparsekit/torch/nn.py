@@ -128,7 +128,8 @@ class SparseLinear(nn.Module):
             if values.dtype in KERNEL_DTYPES:                  # the order the N = 1 kernel gathers best
                 from sparsekit.gpu.spmm_ell_rows import gather_order
 
-                order = torch.from_numpy(gather_order(layer.indices.cpu().numpy(), in_features)).to(values.device)
+                order = torch.from_numpy(gather_order(layer.indices.cpu().numpy(), in_features))
+                order = order.to(device=values.device, dtype=torch.long)
                 layer.values.copy_(layer.values.gather(1, order))
                 layer.indices.copy_(layer.indices.gather(1, order))
             if bias is not None:
