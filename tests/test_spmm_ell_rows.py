@@ -61,12 +61,12 @@ def test_gather_passes_model():
         out = np.full(256, k, dtype=np.uint16)
         out[::8] = first
         return out
-    assert g.gather_passes(row(spread)[None], k) == 1
-    assert g.gather_passes(row(one_bank)[None], k) == 32
-    assert g.gather_passes(row(same_word)[None], k) == 1
-    assert g.gather_passes(np.stack([row(spread), row(one_bank)]), k) == 16.5
-    assert [list(grp[:3]) for grp in g.gather_groups(264)[:2]] == [[0, 8, 16], [1, 9, 17]]
-    assert sorted(grp.size for grp in g.gather_groups(264)) == [1] * 8 + [32] * 8   # a last round of one lane
+    assert r.gather_passes(row(spread)[None], k) == 1
+    assert r.gather_passes(row(one_bank)[None], k) == 32
+    assert r.gather_passes(row(same_word)[None], k) == 1
+    assert r.gather_passes(np.stack([row(spread), row(one_bank)]), k) == 16.5
+    assert [list(grp[:3]) for grp in r.gather_groups(264)[:2]] == [[0, 8, 16], [1, 9, 17]]
+    assert sorted(grp.size for grp in r.gather_groups(264)) == [1] * 8 + [32] * 8   # a last round of one lane
 
 
 @settings(max_examples=25, deadline=None)
@@ -76,13 +76,32 @@ def test_bank_balanced_rows_hold_the_same_entries(w, extra, signed):
     values, indices = r.ell_rows_from_dense(w)
     values, indices = r.ell_rows_from_dense(w, values.shape[1] + extra)
     indices = indices.view(np.int16) if signed else indices
-    v, i = g.bank_balanced(values, indices, w.shape[1])
+    v, i = r.bank_balanced(values, indices, w.shape[1])
     assert v.dtype == values.dtype and i.dtype == indices.dtype and v.shape == values.shape
     assert v.flags.c_contiguous and i.flags.c_contiguous
     for row in range(w.shape[0]):
         assert sorted(zip(i[row].tolist(), v[row].view(np.uint16).tolist())) == \
             sorted(zip(indices[row].tolist(), values[row].view(np.uint16).tolist()))
     assert np.array_equal(r.densify_ell_rows(v, i.view(np.uint16), w.shape[1]), w)
+
+
+@settings(max_examples=20, deadline=None)
+@given(w=sparse_halves(max_rows=9, max_cols=900), extra=st.sampled_from([0, 8, 248]), signed=st.booleans())
+def test_gather_order_kernel_equals_reference(w, extra, signed):
+    """The kernel's order (one thread a row) is the reference's, entry for entry: rows of one to several
+    rounds of 256 entries, a last round of any width, padding, empty rows."""
+    _, indices = r.ell_rows_from_dense(w)
+    _, indices = r.ell_rows_from_dense(w, indices.shape[1] + extra)
+    indices = indices.view(np.int16) if signed else indices
+    got = np.asarray(g.gather_order(indices, w.shape[1]))
+    assert got.dtype == np.int32 and np.array_equal(got, r.gather_order(indices, w.shape[1]))
+
+
+def test_gather_order_refuses_bad_operands():
+    with pytest.raises(ValueError, match="k: columns"):
+        g.gather_order(np.zeros((2, 8), np.uint16), -1)
+    with pytest.raises(TypeError, match="indices: dtype"):
+        g.gather_order(np.zeros((2, 8), np.int32), 8)
 
 
 @pytest.mark.parametrize("k, sparsity", [(4096, 0.5), (4096, 0.8), (14336, 0.8), (4096, 0.9)])
@@ -93,8 +112,8 @@ def test_bank_balanced_rows_gather_in_fewer_passes(k, sparsity):
     indices = np.full((16, -(-kept // 8) * 8), k, dtype=np.uint16)
     for row in indices:
         row[:kept] = np.sort(rng.choice(k, kept, replace=False))
-    before = g.gather_passes(indices, k)
-    after = g.gather_passes(g.bank_balanced(indices, indices, k)[1], k)
+    before = r.gather_passes(indices, k)
+    after = r.gather_passes(r.bank_balanced(indices, indices, k)[1], k)
     assert before > 2.7 and after <= 1.4 and after < 0.5 * before, (before, after)
 
 
@@ -109,7 +128,7 @@ def test_shared_kernel_on_bank_balanced_rows(dtype, seed):
     w = w.astype(dtype)
     values, indices = r.ell_rows_from_dense(w)
     x = rng.standard_normal((1, k)).astype(dtype)
-    got = g.spmm_ell_rows_linear(*g.bank_balanced(values, indices, k), k, x)
+    got = g.spmm_ell_rows_linear(*r.bank_balanced(values, indices, k), k, x)
     assert_close(np.asarray(got).T, r.spmm_ell_rows_linear(values, indices, k, x).T, w, x.T)
 
 

@@ -79,8 +79,8 @@ def test_from_rows_takes_any_pattern_and_checks_columns():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_rows_are_stored_bank_balanced(dtype):
     """float16 / bfloat16 rows are stored in the N = 1 kernel's gather order, built with torch on the layer's
-    device: exactly sparsekit.gpu.spmm_ell_rows.bank_balanced of the rows in column order."""
-    from sparsekit.gpu.spmm_ell_rows import bank_balanced
+    device: exactly sparsekit.reference.spmm_ell_rows.bank_balanced of the rows in column order."""
+    from sparsekit.reference.spmm_ell_rows import bank_balanced
 
     torch.manual_seed(3)
     k, kept = 700, 500

@@ -9,13 +9,15 @@ What you will learn
 2. the decode kernel at ``N = 1`` (``_shared_kernel`` of ``sparsekit/gpu/spmm_ell_rows.py``, the route of
    ``uspmm`` and of ``SparseLinear`` for one token) copies ``x`` into shared memory, then every kept weight
    gathers its ``x[col]``. Lane ``L`` reads 8 entries of the row at a time, so one gather instruction reads
-   the entries at positions ``256 s + 8 L + p`` (:func:`~sparsekit.gpu.spmm_ell_rows.gather_groups`). In
+   the entries at positions ``256 s + 8 L + p`` (:func:`~sparsekit.reference.spmm_ell_rows.gather_groups`). In
    column order their columns are as good as random: about three passes a gather, which is what Nsight Compute
    measured on the H200 (``experiments/results/uspmm_decode.md``: most of a warp's stalls wait on it);
 3. a row's sum does not care in which order its entries are stored, so the layout can choose it:
-   :func:`~sparsekit.gpu.spmm_ell_rows.gather_order` gives each gather one entry of every bank where the
-   row allows (:func:`~sparsekit.gpu.spmm_ell_rows.gather_passes` is the model it is built for);
-4. the kernel on the reordered rows equals the reference, on the GPU or (at toy size) the CUDA simulator.
+   :func:`~sparsekit.reference.spmm_ell_rows.gather_order` gives each gather one entry of every bank where the
+   row allows (:func:`~sparsekit.reference.spmm_ell_rows.gather_passes` is the model it is built for);
+4. the order computed on the device (``sparsekit.gpu.spmm_ell_rows.gather_order``, one thread a row) is the
+   reference's, and the product on the reordered rows equals the reference, on the GPU or (at toy size) the
+   CUDA simulator.
 
 Run it: ``python tutorials/09_shared_memory_banks.py`` (``--quick`` for toy sizes).
 """
@@ -66,8 +68,8 @@ def first(values, n: int = 4) -> str:
 
 
 def main(quick: bool = False) -> dict:
-    from sparsekit.gpu.spmm_ell_rows import bank_balanced, gather_groups, gather_order, gather_passes
-    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
+    from sparsekit.gpu import spmm_ell_rows as kernels
+    from sparsekit.reference.spmm_ell_rows import bank_balanced, gather_groups, gather_order, gather_passes
     from sparsekit.reference.spmm_ell_rows import spmm_ell_rows_linear as reference
 
     rng = np.random.default_rng(0)
@@ -121,9 +123,11 @@ def main(quick: bool = False) -> dict:
     values, indices = random_rows(m, k, 0.8, rng)
     x = rng.standard_normal((1, k)).astype(values.dtype)
     want = reference(values, indices, k, x).astype(np.float32)
-    got = np.asarray(spmm_ell_rows_linear(*bank_balanced(values, indices, k), k, x)).astype(np.float32)
+    assert np.array_equal(np.asarray(kernels.gather_order(indices, k)), gather_order(indices, k))   # its kernel
+    got = np.asarray(kernels.spmm_ell_rows_linear(*bank_balanced(values, indices, k), k, x)).astype(np.float32)
     err = float(np.abs(got - want).max() / np.abs(want).max())
-    print(f"\nStep 4: spmm_ell_rows_linear on the reordered rows ({m}x{k}, 80 %, bfloat16, "
+    print(f"\nStep 4: the order from gpu.spmm_ell_rows.gather_order (one thread a row) is the reference's; "
+          f"spmm_ell_rows_linear on the reordered rows ({m}x{k}, 80 %, bfloat16, "
           f"{'GPU' if on_gpu else 'CUDA simulator'}) against the reference: max difference {err:.1e} of the "
           f"largest output (float32 sums in another order, one rounding to bfloat16)")
     assert err < TOLERANCE

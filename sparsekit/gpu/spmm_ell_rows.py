@@ -14,7 +14,8 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   over the rows (:func:`_shared_kernel`): a warp's 32 entries touch about 28 distinct 128-byte lines of
   ``x``, one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth; from
   shared memory a gather costs its bank conflicts (4096^2 at 80 %: 11.3 -> 7.1 us on the H200), which
-  :func:`gather_order` lowers by reordering each row's entries once (the layer's and uspmm's rows). From
+  :func:`gather_order` lowers by reordering each row's entries once (the layer's and uspmm's rows; the
+  order is ``sparsekit/reference/spmm_ell_rows.py``'s). From
   ``N = 2``, ``X^T`` is staged in global memory (rows padded to 8 halves) and read through L1
   (:func:`_kernel`): copying ``X^T`` into every block's shared memory cost more than it saved (N = 8 at
   80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB block an SM).
@@ -26,7 +27,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, uint16, uint32
+from numba import cuda, float32, int32, uint16, uint32
 
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, SHARED_OPTIN, Buffers, DynamicShared, launch, opt_in
@@ -38,8 +39,7 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_r
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "bank_balanced", "gather_order", "gather_groups",
-           "gather_passes", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "gather_order", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -171,83 +171,94 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
     return kernel
 
 
-def gather_groups(width: int) -> list[np.ndarray]:
-    """The positions of a padded ELL row of ``width`` entries that one gather instruction of the ``N = 1``
-    kernel reads together: lane ``L`` of :func:`_shared_kernel` takes positions ``8 c .. 8 c + 7`` of chunks
-    ``c = L, L + 32, ...``, so one gather reads positions ``256 s + 8 L + p`` (``L = 0..31``) for a round
-    ``s`` and an offset ``p``; fewer than 32 in a row's last round."""
-    pos = np.arange(width)
-    group = pos // (32 * ROW_MULTIPLE) * ROW_MULTIPLE + pos % ROW_MULTIPLE
-    return [np.flatnonzero(group == g) for g in np.unique(group)]
-
-
-def gather_passes(indices: np.ndarray, k: int) -> float:
-    """The bank model of the ``N = 1`` kernel's gathers: the mean, over a row's gathers (:func:`gather_groups`)
-    that read any column, of the passes shared memory takes, the most distinct 4-byte words one bank holds
-    among the gather's columns (``x[col]``, 2 bytes, lies in word ``col // 2``, bank ``(col // 2) % 32``;
-    lanes reading one word share its pass). Padding (``col >= k``) reads nothing."""
-    cols = np.ascontiguousarray(indices).view(np.uint16).astype(np.int64)
-    m = cols.shape[0]
-    total = count = 0
-    for at in gather_groups(cols.shape[1]):
-        words = np.sort(np.where(cols[:, at] < k, cols[:, at] // 2, -1), axis=1)
-        distinct = (words >= 0) & np.concatenate([np.ones((m, 1), bool), words[:, 1:] != words[:, :-1]], axis=1)
-        per_bank = np.bincount((np.arange(m)[:, None] * 32 + words % 32)[distinct], minlength=32 * m)
-        passes = per_bank.reshape(m, 32).max(axis=1)
-        total, count = total + passes.sum(), count + (passes > 0).sum()
-    return float(total / max(count, 1))
-
-
-def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
-    """For padded ELL rows' ``indices`` (``M x W``, 16-bit columns, ``k`` marking padding), an order of each
-    row's entries (``order[r, j]``: the entry that goes to position ``j``) under which the ``N = 1`` kernel's
-    gathers of ``x`` from shared memory conflict little on its banks.
-
-    ``x[col]`` (2 bytes) lies in bank ``(col // 2) % 32``; a gather (:func:`gather_groups`) takes as many
-    passes as the most distinct 4-byte words one bank holds among its columns (:func:`gather_passes`): about
-    3.3 for random columns in any fixed order. Each group, largest first, takes one entry of every bank that
-    has entries left, those with the most left first; where fewer banks are left than the group holds,
-    padding fills it, then second entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and
-    14336 columns, 50-90 %. (int32 throughout: a row holds at most 65535 entries.)"""
-    cols = np.ascontiguousarray(indices).view(np.uint16)
-    m, width = cols.shape
-    bank = (cols >> 1 & 31).astype(np.uint8)
-    bank[cols >= k] = 32                                              # padding: bank 32, no gather
-    by_bank = np.argsort(bank, axis=1, kind="stable").astype(np.int32)   # radix sort of 8-bit keys
-    counts = np.bincount((np.arange(m)[:, None] * 33 + bank).ravel(), minlength=m * 33).reshape(m, 33)
-    counts = counts.astype(np.int32)
-    used = np.zeros_like(counts)
-    first = np.cumsum(counts, axis=1, dtype=np.int32) - counts        # each bank's run in by_bank
-    order = np.empty((m, width), dtype=np.int32)
-    for at in sorted(gather_groups(width), key=len, reverse=True):
-        size = at.size
-        left = counts[:, :32] - used[:, :32]
-        take = left > 0                                               # one of every bank left ...
-        if size < 32:                                                 # ... or of the most-left ones
-            take &= np.argsort(np.argsort(-left, axis=1, kind="stable"), axis=1) < size
-        take = take.astype(np.int32)
-        need = size - take.sum(1, dtype=np.int32)
-        pads = np.minimum(need, counts[:, 32] - used[:, 32])
+@cuda.jit
+def _gather_order_kernel(cols, m, width, k, by_bank, order):
+    """Row ``r`` (one thread a row) of :func:`sparsekit.reference.spmm_ell_rows.gather_order`, the same steps in
+    the same order: a counting sort of the row's entries by bank (stable: ``by_bank``), then the groups, full
+    ones first, each taking one entry of every bank left (the most-left banks where the group is smaller),
+    padding, then second entries of the fullest banks; ``order[r, position] = entry``."""
+    r = cuda.grid(1)
+    if r >= m:
+        return
+    counts = cuda.local.array(33, int32)
+    first = cuda.local.array(33, int32)
+    used = cuda.local.array(33, int32)
+    left = cuda.local.array(32, int32)
+    take = cuda.local.array(32, int32)
+    extra = cuda.local.array(32, int32)
+    base = r * width
+    for b in range(33):
+        counts[b] = 0
+    for j in range(width):
+        c = int32(cols[base + j])
+        counts[32 if c >= k else (c >> 1) & 31] += 1
+    at = 0
+    for b in range(33):
+        first[b], used[b] = at, 0
+        at += counts[b]
+    for j in range(width):                            # by bank, positions ascending within a bank
+        c = int32(cols[base + j])
+        b = 32 if c >= k else (c >> 1) & 31
+        by_bank[base + first[b] + used[b]] = j
+        used[b] += 1
+    for b in range(33):
+        used[b] = 0
+    rounds, last = width // (32 * ROW_MULTIPLE), width % (32 * ROW_MULTIPLE) // ROW_MULTIPLE
+    for g in range(ROW_MULTIPLE * (rounds + (1 if last else 0))):
+        s, p = g // ROW_MULTIPLE, g % ROW_MULTIPLE
+        size = 32 if s < rounds else last
+        for b in range(32):
+            left[b] = counts[b] - used[b]
+            take[b] = 1 if left[b] > 0 else 0
+        if size < 32:                                 # the most-left banks (ties: the lower bank)
+            for b in range(32):
+                extra[b] = 0
+                for a in range(32):
+                    if left[a] > left[b] or (left[a] == left[b] and a < b):
+                        extra[b] += 1
+            for b in range(32):
+                if extra[b] >= size:
+                    take[b] = 0
+        need = size
+        for b in range(32):
+            need -= take[b]
+        pads = min(need, counts[32] - used[32])
         need -= pads
-        while need.any():                                             # second entries of the fullest banks
-            short = np.flatnonzero(need)
-            more = left[short] - take[short]
-            extra = (np.argsort(np.argsort(-more, axis=1, kind="stable"), axis=1) < need[short, None]) & (more > 0)
-            take[short] += extra
-            need[short] -= extra.sum(1, dtype=np.int32)
-        take = np.concatenate([take, pads[:, None]], axis=1).ravel()
-        runs = np.repeat((first + used).ravel(), take)                # each taken entry's place in by_bank
-        runs += np.arange(runs.size, dtype=np.int32) - np.repeat(np.cumsum(take, dtype=np.int32) - take, take)
-        order[:, at] = np.take_along_axis(by_bank, runs.reshape(m, size), 1)
-        used += take.reshape(m, 33)
-    return order
+        while need > 0:                               # second entries of the fullest banks
+            for b in range(32):
+                rank = 0
+                for a in range(32):
+                    more_a, more_b = left[a] - take[a], left[b] - take[b]
+                    if more_a > more_b or (more_a == more_b and a < b):
+                        rank += 1
+                extra[b] = 1 if rank < need and left[b] - take[b] > 0 else 0
+            for b in range(32):
+                take[b] += extra[b]
+                need -= extra[b]
+        slot = 0
+        for b in range(33):
+            n = take[b] if b < 32 else pads
+            for j in range(n):
+                order[base + s * 32 * ROW_MULTIPLE + slot * ROW_MULTIPLE + p] = by_bank[base + first[b] + used[b] + j]
+                slot += 1
+            used[b] += n
 
 
-def bank_balanced(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The same padded ELL rows with each row's entries in :func:`gather_order` (the product is the same sum
-    in another order: float32, one rounding)."""
-    order = gather_order(indices, k)
-    return tuple(np.take_along_axis(a, order, 1) for a in (values, indices))
+def gather_order(indices, k: int):
+    """:func:`sparsekit.reference.spmm_ell_rows.gather_order` on the device: for padded ELL rows' ``indices``
+    (``M x W``, int16 or uint16, row-major), the ``M x W`` int32 order of each row's entries that spreads the
+    ``N = 1`` kernel's gathers over the shared-memory banks, as the kind of array ``indices`` is (a torch
+    tensor stays on its device); one thread a row."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= MAX_COLUMNS:
+        raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
+    iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
+    m, width = iop.dev.shape
+    order = output((m, width), np.int32, like=iop)
+    if m and width:
+        by_bank = output((m, width), np.int32, like=iop)
+        launch(_gather_order_kernel, cdiv(m, 128), 128,
+               (uint16_bits(flat_view(iop.dev)), m, width, k, flat_view(by_bank), flat_view(order)), "gather order")
+    return result(order, like=iop)
 
 
 @functools.cache

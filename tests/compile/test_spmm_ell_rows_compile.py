@@ -68,3 +68,15 @@ def test_densify_in_shared_kernel(cc):
     ptx, report = offline.build(ser._densify_in_shared(ser.DENSIFY_WARPS), (U32, U32, U32) + (types.int64,) * 3, cc)
     assert "st.shared.v4.u32" in ptx and "st.global.v4.u32" in ptx and "ld.shared.v4.u32" in ptx
     assert "bar.sync" not in ptx and ptx.count("bar.warp.sync") == 2 and ".local" not in ptx   # a row is its warp's
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+def test_gather_order_kernel(cc):
+    """One thread a row, its 33 bank counters and the group's choices in local memory (a few hundred bytes of
+    stack, no spill); columns read as halves, orders written as int32."""
+    i32 = types.Array(types.int32, 1, "C")
+    ptx, report = offline.build(ser._gather_order_kernel, (U16, types.int64, types.int64, types.int64, i32, i32), cc)
+    assert ("ld.global.u16" in ptx or "ld.global.nc.u16" in ptx) and "st.global.u32" in ptx
+    assert "bar.sync" not in ptx                                       # no thread waits for another
+    use = offline.usage(report)
+    assert use.spill_store_bytes == 0, report
