@@ -97,6 +97,20 @@ def test_gather_order_kernel_equals_reference(w, extra, signed):
     assert got.dtype == np.int32 and np.array_equal(got, r.gather_order(indices, w.shape[1]))
 
 
+@settings(max_examples=8, deadline=None)
+@given(w=sparse_halves(max_rows=9, max_cols=600), signed=st.booleans())
+def test_bank_balanced_on_the_device_equals_reference(w, signed):
+    """The device's reordered rows are the reference's, values (float16 or bfloat16) and columns alike, in the
+    dtypes given."""
+    values, indices = r.ell_rows_from_dense(w)
+    indices = indices.view(np.int16) if signed else indices
+    got_values, got_indices = g.bank_balanced(values, indices, w.shape[1])
+    want_values, want_indices = r.bank_balanced(values, indices, w.shape[1])
+    assert got_values.dtype == values.dtype and got_indices.dtype == indices.dtype
+    assert np.array_equal(got_values.view(np.uint16), want_values.view(np.uint16))
+    assert np.array_equal(got_indices, want_indices)
+
+
 def test_gather_order_refuses_bad_operands():
     with pytest.raises(ValueError, match="k: columns"):
         g.gather_order(np.zeros((2, 8), np.uint16), -1)

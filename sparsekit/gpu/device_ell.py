@@ -63,8 +63,9 @@ class DeviceELL(DeviceMatrix):
     def ell_rows(self):
         """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`sparsekit.gpu.spmm_ell_rows`
         (the decode path at N = 1), each row's entries in the order its gathers favour
-        (:func:`~sparsekit.reference.spmm_ell_rows.gather_order`); built once."""
-        from sparsekit.reference.spmm_ell_rows import bank_balanced, ell_rows_from_ell
+        (:func:`~sparsekit.reference.spmm_ell_rows.gather_order`, reordered on the device); built once."""
+        from sparsekit.gpu.spmm_ell_rows import bank_balanced
+        from sparsekit.reference.spmm_ell_rows import ell_rows_from_ell
 
         return self.cached("ell_rows", lambda: bank_balanced(*ell_rows_from_ell(self.host), self.shape[1]))
 

@@ -39,7 +39,8 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_r
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "gather_order", "MAX_N", "ROW_MULTIPLE", "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "gather_order", "bank_balanced", "MAX_N", "ROW_MULTIPLE",
+           "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -244,6 +245,26 @@ def _gather_order_kernel(cols, m, width, k, by_bank, order):
             used[b] += n
 
 
+@cuda.jit
+def _permute_rows(values, indices, order, out_values, out_indices, width, total):
+    """``out[r, j] = in[r, order[r, j]]`` for both 16-bit arrays (flat, rows of ``width``), a thread an entry."""
+    t = cuda.grid(1)
+    if t < total:
+        at = t - t % width + order[t]
+        out_values[t] = values[at]
+        out_indices[t] = indices[at]
+
+
+def _order(ibits, m: int, width: int, k: int, like):
+    """The ``M x W`` int32 device order of :func:`_gather_order_kernel` for the flat 16-bit columns ``ibits``."""
+    order = output((m, width), np.int32, like=like)
+    if m and width:
+        by_bank = output((m, width), np.int32, like=like)
+        launch(_gather_order_kernel, cdiv(m, 128), 128, (ibits, m, width, k, flat_view(by_bank), flat_view(order)),
+               "gather order")
+    return order
+
+
 def gather_order(indices, k: int):
     """:func:`sparsekit.reference.spmm_ell_rows.gather_order` on the device: for padded ELL rows' ``indices``
     (``M x W``, int16 or uint16, row-major), the ``M x W`` int32 order of each row's entries that spreads the
@@ -253,12 +274,23 @@ def gather_order(indices, k: int):
         raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
     m, width = iop.dev.shape
-    order = output((m, width), np.int32, like=iop)
+    return result(_order(uint16_bits(flat_view(iop.dev)), m, width, k, iop), like=iop)
+
+
+def bank_balanced(values, indices, k: int):
+    """:func:`sparsekit.reference.spmm_ell_rows.bank_balanced` on the device: the same padded ELL rows, each
+    row's entries in :func:`gather_order`, as new arrays of the kind given (values and indices keep their
+    dtypes)."""
+    vop, vbits, ibits = _rows(values, indices, k)
+    iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
+    m, width = vop.dev.shape
+    out_values, out_indices = output((m, width), _value_dtype(vop), like=vop), output((m, width), iop.dev.dtype, like=iop)
     if m and width:
-        by_bank = output((m, width), np.int32, like=iop)
-        launch(_gather_order_kernel, cdiv(m, 128), 128,
-               (uint16_bits(flat_view(iop.dev)), m, width, k, flat_view(by_bank), flat_view(order)), "gather order")
-    return result(order, like=iop)
+        order = _order(ibits, m, width, k, vop)
+        launch(_permute_rows, cdiv(m * width, 256), 256,
+               (vbits, ibits, flat_view(order), uint16_bits(flat_view(out_values)), uint16_bits(flat_view(out_indices)),
+                width, m * width), "permute rows")
+    return result(out_values, like=vop), result(out_indices, like=iop)
 
 
 @functools.cache

@@ -80,3 +80,12 @@ def test_gather_order_kernel(cc):
     assert "bar.sync" not in ptx                                       # no thread waits for another
     use = offline.usage(report)
     assert use.spill_store_bytes == 0, report
+
+
+@pytest.mark.parametrize("cc", CCS, ids=str)
+def test_permute_rows_kernel(cc):
+    """A thread an entry: its order read, both 16-bit arrays gathered by it; no stack."""
+    i32 = types.Array(types.int32, 1, "C")
+    ptx, report = offline.build(ser._permute_rows, (U16, U16, i32, U16, U16, types.int64, types.int64), cc)
+    assert ptx.count("st.global.u16") == 2 and ".local" not in ptx
+    assert offline.usage(report).stack_bytes == 0, report
