@@ -164,16 +164,35 @@ def test_op_takes_the_inference_flag():
                        op(x, layer.values, layer.indices, 8, layer.weight_id))
 
 
+def test_inference_op_equals_the_differentiable_one_and_has_no_autograd_kernel():
+    """The op without autograd gives the same product (its fake kernel and schema checked by opcheck, which
+    skips the autograd checks an op without autograd kernel cannot pass) and leaves no graph behind."""
+    layer = SparseLinear.from_dense(torch.nn.Linear(8, 3), sparsity=0.5)
+    x = torch.randn(4, 8)
+    inference = torch.ops.sparsekit.sparse_linear_inference
+    torch.library.opcheck(inference.default, (x, layer.values.detach(), layer.indices, 8, layer.weight_id, True),
+                          test_utils=("test_schema", "test_faketensor"))
+    with torch.no_grad():
+        y = inference(x, layer.values, layer.indices, 8, layer.weight_id)
+    assert y.grad_fn is None and torch.equal(y, torch.ops.sparsekit.sparse_linear(
+        x, layer.values, layer.indices, 8, layer.weight_id).detach())
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("sparsekit::sparse_linear_inference", "Autograd")
+
+
 @pytest.mark.parametrize("grad", [True, False])
-def test_compiled_layer_tells_the_op_whether_autograd_records(grad):
-    """torch.compile traces the grad mode into the op's ``inference`` argument (inside the op autograd's
-    forward always runs under no_grad, so the op cannot tell)."""
+def test_compiled_layer_calls_the_op_of_its_grad_mode(grad):
+    """torch.compile traces the grad mode into the op called: with autograd the differentiable op, told it is
+    not inference (inside it autograd's forward always runs under no_grad, so the op cannot tell); without,
+    the inference op, told it may read the TiledBitmap."""
     layer = SparseLinear.from_dense(torch.nn.Linear(16, 8), sparsity=0.5)
     with torch.set_grad_enabled(grad):
         explained = torch._dynamo.explain(layer)(torch.randn(3, 16))
-    calls = [node for graph in explained.graphs for node in graph.graph.nodes
-             if node.target is torch.ops.sparsekit.sparse_linear.default]
-    assert explained.graph_break_count == 0 and len(calls) == 1 and calls[0].args[5] is (not grad)
+    ops_called = [node for graph in explained.graphs for node in graph.graph.nodes
+                  if node.target in (torch.ops.sparsekit.sparse_linear.default,
+                                     torch.ops.sparsekit.sparse_linear_inference.default)]
+    want = torch.ops.sparsekit.sparse_linear.default if grad else torch.ops.sparsekit.sparse_linear_inference.default
+    assert explained.graph_break_count == 0 and len(ops_called) == 1
+    assert ops_called[0].target is want and ops_called[0].args[5] is (not grad)
 
 
 @pytest.mark.parametrize("use_bitmap", [True, False])
@@ -188,8 +207,9 @@ def test_use_bitmap_false_keeps_the_rows_only(use_bitmap, monkeypatch):
     layers = [mod for mod in model if isinstance(mod, SparseLinear)]
     assert len(layers) == 2 and all(layer.use_bitmap is use_bitmap for layer in layers)
     flags = []
-    real = snn.sparse_linear
-    monkeypatch.setattr(snn, "sparse_linear", lambda *args: flags.append(args[5]) or real(*args))
+    for name in ("sparse_linear", "sparse_linear_inference"):
+        real = getattr(snn, name)
+        monkeypatch.setattr(snn, name, lambda *args, real=real: flags.append(args[5]) or real(*args))
     x = torch.randn(3, 16)
     with torch.no_grad():
         model(x)

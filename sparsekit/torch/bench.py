@@ -65,7 +65,7 @@ def wall_time(step, calls: int) -> float:
 
 def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
     """Device time, wall time and their difference per call (inference, no autograd): the layer (its eager
-    fast path), the custom op it registers (told it is inference, so it runs the layer's kernel), and
+    fast path), the custom op it calls when traced without autograd (so it runs the layer's kernel), and
     ``torch.matmul`` on the dense pruned weight."""
     out = []
     for m, k, n, dtype, sparsity in problems:
@@ -74,10 +74,10 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
         layer = SparseLinear.from_dense(dense, sparsity=sparsity)
         x = torch.randn(n, k, device="cuda", dtype=dtype)
         w = layer.to_dense().weight
-        op = torch.ops.sparsekit.sparse_linear
+        op = torch.ops.sparsekit.sparse_linear_inference.default
         args = (x, layer.values, layer.indices, k, layer.weight_id, True)
         for name, step in (("SparseLinear", lambda: layer(x)),
-                           ("sparsekit::sparse_linear", lambda: op(*args)),
+                           ("sparsekit::sparse_linear_inference", lambda: op(*args)),
                            ("torch.matmul", lambda: torch.matmul(x, w.T))):
             with torch.no_grad():
                 step()

@@ -7,7 +7,8 @@ from torch import nn
 
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
-from sparsekit.torch.ops import KERNEL_DTYPES, bitmap_bytes, dense_weight, forward, register, sparse_linear
+from sparsekit.torch.ops import (KERNEL_DTYPES, bitmap_bytes, dense_weight, forward, register, sparse_linear,
+                                 sparse_linear_inference)
 
 __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 
@@ -69,7 +70,9 @@ class SparseLinear(nn.Module):
     call and replayed after; a CUDA graph can capture the layer once it has run at that width outside the
     capture (else RuntimeError). A captured bitmap route reads the TiledBitmap of its capture: after changing
     the weight, run the layer again outside a capture and capture anew. On CUDA without autograd and outside
-    ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time).
+    ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time); without
+    autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
+    ``torch.ops.sparsekit.sparse_linear_inference``.
 
     ``use_bitmap`` (default True): False keeps the weight in its ELL rows only (no second copy on the device),
     at the routes taken with autograd: the row kernel to ``N = 16``, densify + GEMM beyond.
@@ -142,14 +145,15 @@ class SparseLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.dim() == 2                               # (N, K): no reshapes (a few us of host time a call)
         x2 = x if flat else x.reshape(-1, self.in_features)
-        inference = not torch.is_grad_enabled()
-        if x2.is_cuda and inference and not torch.compiler.is_compiling():
+        if torch.is_grad_enabled():
+            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id, False)
+        elif x2.is_cuda and not torch.compiler.is_compiling():
             if x2.dtype != self.values.dtype:
                 raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
             y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, self.use_bitmap)  # no dispatch
-        else:
-            y = sparse_linear(x2, self.values, self.indices, self.in_features, self.weight_id,
-                              inference and self.use_bitmap)
+        else:                                             # traced or on the CPU: the op without autograd
+            y = sparse_linear_inference(x2, self.values, self.indices, self.in_features, self.weight_id,
+                                        self.use_bitmap)
         if not flat:
             y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
