@@ -116,6 +116,9 @@ def test_gather_order_refuses_bad_operands():
         g.gather_order(np.zeros((2, 8), np.uint16), -1)
     with pytest.raises(TypeError, match="indices: dtype"):
         g.gather_order(np.zeros((2, 8), np.int32), 8)
+    for order in (g.gather_order, r.gather_order):                    # the groups assume whole chunks of 8
+        with pytest.raises(ValueError, match="multiple of 8"):
+            order(np.zeros((2, 12), np.uint16), 8)
 
 
 @pytest.mark.parametrize("k, sparsity", [(4096, 0.5), (4096, 0.8), (14336, 0.8), (4096, 0.9)])

@@ -274,6 +274,8 @@ def gather_order(indices, k: int):
         raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
     m, width = iop.dev.shape
+    if width % ROW_MULTIPLE:
+        raise ValueError(f"indices: rows must be padded to a multiple of {ROW_MULTIPLE} entries, got {width}")
     return result(_order(uint16_bits(flat_view(iop.dev)), m, width, k, iop), like=iop)
 
 

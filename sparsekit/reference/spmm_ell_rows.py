@@ -142,6 +142,8 @@ def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
     14336 columns, 50-90 %. (int32 throughout: a row holds at most 65535 entries.)"""
     cols = np.ascontiguousarray(indices).view(np.uint16)
     m, width = cols.shape
+    if width % ROW_MULTIPLE:
+        raise ValueError(f"indices: rows must be padded to a multiple of {ROW_MULTIPLE} entries, got {width}")
     bank = (cols >> 1 & 31).astype(np.uint8)
     bank[cols >= k] = 32                                              # padding: bank 32, no gather
     by_bank = np.argsort(bank, axis=1, kind="stable").astype(np.int32)   # radix sort of 8-bit keys
