@@ -159,3 +159,21 @@ def test_decoder_agrees_with_pruned_dense_and_graph_replay_equals_eager(dtype):
         graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static, eager)
+
+
+@pytest.mark.parametrize("pattern", ["uniform", "unstructured"])
+def test_cuda_rows_are_stored_in_the_reference_gather_order(pattern):
+    """On CUDA the layer orders its rows with the device kernel: the same order as the reference's on the rows
+    in column order (the same layer built on the CPU and sorted back)."""
+    import numpy as np
+
+    from sparsekit.reference.spmm_ell_rows import bank_balanced
+
+    layer = _layer(torch.bfloat16, pattern=pattern, out_features=300, in_features=4096)
+    cols = layer.indices.long() & 0xFFFF
+    by_column = torch.argsort(cols, dim=1, stable=True)
+    values = layer.values.detach().gather(1, by_column).view(torch.int16).cpu().numpy()
+    indices = layer.indices.gather(1, by_column).cpu().numpy()
+    want_values, want_indices = bank_balanced(values, indices, 4096)
+    assert np.array_equal(layer.indices.cpu().numpy(), want_indices)
+    assert np.array_equal(layer.values.detach().view(torch.int16).cpu().numpy(), want_values)
