@@ -121,15 +121,18 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
 
 @functools.cache
 def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False):
-    """``Y = x W^T`` with ``x^T`` in shared memory: the block writes ``x^T`` (``K x stride`` halves, the columns
-    past ``N`` zero; for ``N = 1`` that is ``x`` itself) to shared memory, then each warp takes rows ``warp,
-    warp + warps, ...`` of the grid, 8 entries a lane a chunk as :func:`_kernel`, reading each entry's row of
-    ``x^T`` from shared memory (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays).
+    """``Y = x W^T`` with ``x^T`` in shared memory: the block copies ``x^T`` (``K x stride`` halves, the columns
+    past ``N`` zero; for ``N = 1`` that is ``x`` itself; from ``N = 2`` the launcher's staged copy) to shared
+    memory, then each warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as
+    :func:`_kernel`, reading each entry's row of ``x^T`` from shared memory
+    (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays).
 
-    ``wide`` (``N = 1``, ``K % 8 == 0``, ``x`` 16-byte aligned): the block copies ``x`` in 16-byte loads through
-    ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued before their stores, instead of a
-    half a load: the copy is every block's start (1.04-1.15x faster at K = 14336 on the H200, 4096x14336 at
-    50-90 %; the same at K = 4096)."""
+    ``wide`` (always from ``N = 2``; at ``N = 1`` where ``K % 8 == 0`` and ``x`` is 16-byte aligned): the block
+    copies ``x^T`` in 16-byte loads through ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued
+    before their stores, instead of a half a load: the copy is every block's start (1.04-1.15x faster at
+    K = 14336 on the H200, 4096x14336 at 50-90 %, N = 1; the same at K = 4096)."""
+    if n > 1 and not wide:
+        raise ValueError("the shared-memory kernel copies a staged x^T (N > 1) in 16-byte loads only")
     row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
     width, nbuf = accumulators(n, stride), 4 * unroll
 
@@ -139,7 +142,7 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
         xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
         tid = cuda.threadIdx.x
         if wide:
-            words, step = k // 2, 4 * cuda.blockDim.x
+            words, step = k * stride // 2, 4 * cuda.blockDim.x
             buf = cuda.local.array((COPY_LOADS, 4), uint32)
             for first in range(4 * tid, words, COPY_LOADS * step):
                 for u in range(COPY_LOADS):           # every load in flight, then the stores
@@ -150,10 +153,9 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
                 for u in range(COPY_LOADS):
                     if first + u * step < words:
                         store4(xs32, first + u * step, (buf[u, 0], buf[u, 1], buf[u, 2], buf[u, 3]))
-        else:
-            for t in range(tid, k * stride, cuda.blockDim.x):
-                col, j = t // stride, t % stride
-                xs[t] = x[j * k + col] if j < n else uint16(0)
+        else:                                         # N = 1: x itself, a half a load
+            for t in range(tid, k, cuda.blockDim.x):
+                xs[t] = x[t]
         cuda.syncthreads()
         lane = tid % 32
         warps = cuda.blockDim.x // 32
@@ -383,8 +385,8 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
                          x_in_shared: bool | None = None):
     """``Y = x @ W^T`` (``N x M``, row-major) for padded ELL rows ``values``/``indices`` of a ``M x k`` weight
     and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: at
-    ``N = 1``): :func:`_shared_kernel`, else :func:`_kernel` on ``x^T`` staged in global memory, which
-    ``buffers`` keeps (pass the same one to every call whose launches are recorded)."""
+    ``N = 1``): :func:`_shared_kernel`, else :func:`_kernel`; from ``N = 2`` either reads ``x^T`` staged in
+    global memory, which ``buffers`` keeps (pass the same one to every call whose launches are recorded)."""
     vop, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
@@ -405,10 +407,14 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     nbytes = 2 * k * stride
     if x_in_shared is None:
         x_in_shared = n == 1
+    if x_in_shared and nbytes > SHARED_OPTIN - 1024:
+        raise ValueError(f"x_in_shared: x^T ({nbytes} bytes) does not fit a block's shared memory")
+    if n > 1:
+        xt = (buffers or Buffers()).get(np.uint16, k * stride)  # x (N x K) staged as B = x^T, rows 16-byte aligned
+        launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
+        xbits = xt
     if x_in_shared:
-        if nbytes > SHARED_OPTIN - 1024:
-            raise ValueError(f"x_in_shared: x^T ({nbytes} bytes) does not fit a block's shared memory")
-        wide = n == 1 and k % 8 == 0 and aligned(xbits, 8)
+        wide = n > 1 or (k % 8 == 0 and aligned(xbits, 8))
         kernel = _shared_kernel(n, bf16, stride, UNROLL if unroll is None else unroll, wide)
         args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, xbits.view(np.uint32) if wide else xbits, yflat,
                 m, k, entries)
@@ -419,9 +425,6 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
         launch(DynamicShared(kernel, nbytes), min(cdiv(m, SHARED_WARPS), blocks), 32 * SHARED_WARPS, args,
                f"N={n}, x^T in shared memory")
         return result(y, like=xop)
-    xt = (buffers or Buffers()).get(np.uint16, k * stride)  # x (N x K) staged as B = x^T, rows 16-byte aligned
-    launch(stage_transposed, cdiv(k * stride, 256), 256, (xbits, xt, n, k, stride), "stage x^T")
-    xbits = xt
     kernel = _kernel(n, bf16, stride, UNROLL if unroll is None else unroll)
     b32 = xbits.view(np.uint32) if xbits.size % 2 == 0 else xbits
     args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, b32, yflat, m, k, entries)

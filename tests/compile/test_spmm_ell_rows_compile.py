@@ -39,12 +39,12 @@ def test_densify_kernel(cc, wide):
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
 @pytest.mark.parametrize("n, bf16, stride, wide", [(1, False, 1, False), (1, True, 1, False), (1, False, 1, True),
-                                                   (1, True, 1, True), (8, True, 8, False), (16, False, 16, False),
-                                                   (3, True, 8, False)])
+                                                   (1, True, 1, True), (8, True, 8, True), (16, False, 16, True),
+                                                   (3, True, 8, True)])
 def test_shared_kernel(cc, n, bf16, stride, wide):
     """x^T read from shared memory (16-byte ld.shared.v4 rows from N = 2, halves at N = 1), values and columns
-    in 16-byte global loads, no stack; ``wide``: x copied in by 16-byte loads, COPY_LOADS of them before the
-    first store (no half loaded from global memory)."""
+    in 16-byte global loads, no stack; ``wide`` (always from N = 2, the staged x^T): x^T copied in by 16-byte
+    loads, COPY_LOADS of them before the first store (no half loaded from global memory)."""
     args = (U32, U32, U16, U32 if wide else U16, U16 if bf16 else F16) + (types.int64,) * 3
     ptx, report = offline.build(ser._shared_kernel(n, bf16, stride, ser.UNROLL, wide), args, cc)
     assert ("ld.shared.v4.u32" in ptx) == (stride % 8 == 0) and ("ld.shared.u16" in ptx) == (stride == 1)
@@ -59,6 +59,11 @@ def test_shared_kernel(cc, n, bf16, stride, wide):
     assert ".local" not in ptx
     use = offline.usage(report)
     assert use.spill_store_bytes == 0 and use.stack_bytes == 0, report
+
+
+def test_shared_kernel_copies_a_staged_x_only_in_sixteen_byte_loads():
+    with pytest.raises(ValueError, match="16-byte loads only"):
+        ser._shared_kernel(8, True, 8, ser.UNROLL, False)
 
 
 @pytest.mark.parametrize("cc", CCS, ids=str)
