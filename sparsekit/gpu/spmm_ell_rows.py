@@ -17,8 +17,9 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   :func:`gather_order` lowers by reordering each row's entries once (the layer's and uspmm's rows; the
   order is ``sparsekit/reference/spmm_ell_rows.py``'s). From
   ``N = 2``, ``X^T`` is staged in global memory (rows padded to 8 halves) and read through L1
-  (:func:`_kernel`): copying ``X^T`` into every block's shared memory cost more than it saved (N = 8 at
-  80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB block an SM).
+  (:func:`_kernel`): when every block transposed ``x`` into its shared memory half by half, that copy cost
+  more than it saved (N = 8 at 80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB
+  block an SM); ``x_in_shared=True`` now copies the staged ``X^T`` in 16-byte loads instead (not yet timed).
 * :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row in 16-byte stores, then write its
   entries), so wide products (prefill) run on dense tensor-core GEMM.
 """
@@ -188,6 +189,7 @@ def _gather_order_kernel(cols, m, width, k, by_bank, order):
     used = cuda.local.array(33, int32)
     left = cuda.local.array(32, int32)
     take = cuda.local.array(32, int32)
+    rank = cuda.local.array(32, int32)
     extra = cuda.local.array(32, int32)
     base = r * width
     for b in range(33):
@@ -215,12 +217,12 @@ def _gather_order_kernel(cols, m, width, k, by_bank, order):
             take[b] = 1 if left[b] > 0 else 0
         if size < 32:                                 # the most-left banks (ties: the lower bank)
             for b in range(32):
-                extra[b] = 0
+                rank[b] = 0
                 for a in range(32):
                     if left[a] > left[b] or (left[a] == left[b] and a < b):
-                        extra[b] += 1
+                        rank[b] += 1
             for b in range(32):
-                if extra[b] >= size:
+                if rank[b] >= size:
                     take[b] = 0
         need = size
         for b in range(32):
@@ -229,12 +231,12 @@ def _gather_order_kernel(cols, m, width, k, by_bank, order):
         need -= pads
         while need > 0:                               # second entries of the fullest banks
             for b in range(32):
-                rank = 0
+                rank[b] = 0
                 for a in range(32):
                     more_a, more_b = left[a] - take[a], left[b] - take[b]
                     if more_a > more_b or (more_a == more_b and a < b):
-                        rank += 1
-                extra[b] = 1 if rank < need and left[b] - take[b] > 0 else 0
+                        rank[b] += 1
+                extra[b] = 1 if rank[b] < need and left[b] - take[b] > 0 else 0
             for b in range(32):
                 take[b] += extra[b]
                 need -= extra[b]
