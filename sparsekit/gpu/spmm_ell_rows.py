@@ -36,7 +36,7 @@ from sparsekit.gpu.spmm_tiled import (ROW_UNROLL, ROW_WARPS, accumulators, row_a
                                       uint16_bits)
 from sparsekit.gpu.sync_primitives import warp_barrier
 from sparsekit.gpu.vector_loads import aligned, load4, store4
-from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_rows
+from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_columns, check_rows
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
@@ -274,8 +274,7 @@ def gather_order(indices, k: int):
     (``M x W``, int16 or uint16, row-major), the ``M x W`` int32 order of each row's entries that spreads the
     ``N = 1`` kernel's gathers over the shared-memory banks, as the kind of array ``indices`` is (a torch
     tensor stays on its device); one thread a row."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= MAX_COLUMNS:
-        raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
+    check_columns(k)
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
     m, width = iop.dev.shape
     if width % ROW_MULTIPLE:

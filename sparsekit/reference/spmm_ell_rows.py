@@ -24,7 +24,7 @@ import numpy as np
 from sparsekit.checks import HALF_DTYPES, check_array
 
 __all__ = ["densify_ell_rows", "spmm_ell_rows_linear", "ell_rows_from_dense", "ell_rows_from_ell", "check_rows",
-           "gather_groups", "gather_passes", "gather_order", "bank_balanced"]
+           "check_columns", "gather_groups", "gather_passes", "gather_order", "bank_balanced"]
 
 #: Entries a row is padded to a multiple of (16 bytes of 16-bit values: one vector load).
 ROW_MULTIPLE = 8
@@ -32,11 +32,16 @@ ROW_MULTIPLE = 8
 MAX_COLUMNS = (1 << 16) - 1
 
 
+def check_columns(k: int) -> None:
+    """``k``, the columns of a padded ELL weight: an integer that 16-bit columns (and the padding mark) hold."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= MAX_COLUMNS:
+        raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
+
+
 def check_rows(values, indices, k: int) -> None:
     """The shapes, dtypes and width of padded ELL rows (index ranges are the caller's: see
     :func:`sparsekit.gpu.spmm_ell_rows.check_indices`)."""
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k <= MAX_COLUMNS:
-        raise ValueError(f"k: columns must be an integer in 0..{MAX_COLUMNS}, got {k!r}")
+    check_columns(k)
     if tuple(values.shape) != tuple(indices.shape) or len(values.shape) != 2:
         raise ValueError(f"values, indices: must be 2-D of one shape, got {tuple(values.shape)} and "
                          f"{tuple(indices.shape)}")
@@ -140,6 +145,7 @@ def gather_order(indices: np.ndarray, k: int) -> np.ndarray:
     has entries left, those with the most left first; where fewer banks are left than the group holds,
     padding fills it, then second entries of the fullest banks. About 1.1-1.3 passes a gather at 4096 and
     14336 columns, 50-90 %. (int32 throughout: a row holds at most 65535 entries.)"""
+    check_columns(k)
     cols = np.ascontiguousarray(indices).view(np.uint16)
     m, width = cols.shape
     if width % ROW_MULTIPLE:
