@@ -64,10 +64,17 @@ class DeviceELL(DeviceMatrix):
         """The rows as padded ELL rows ``(values, indices)`` on the device, for :mod:`sparsekit.gpu.spmm_ell_rows`
         (the decode path at N = 1), each row's entries in the order its gathers favour
         (:func:`~sparsekit.reference.spmm_ell_rows.gather_order`, reordered on the device); built once."""
+        from numba import cuda
+
         from sparsekit.gpu.spmm_ell_rows import bank_balanced
         from sparsekit.reference.spmm_ell_rows import ell_rows_from_ell
 
-        return self.cached("ell_rows", lambda: bank_balanced(*ell_rows_from_ell(self.host), self.shape[1]))
+        def build():                                  # uploaded (bfloat16 as its bits), then reordered there
+            values, indices = ell_rows_from_ell(self.host)
+            values = values.view(np.uint16) if values.dtype == BFLOAT16 else values
+            return bank_balanced(cuda.to_device(values), cuda.to_device(indices), self.shape[1])
+
+        return self.cached("ell_rows", build, device=False)
 
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile

@@ -116,8 +116,8 @@ class SparseLinear(nn.Module):
         """A layer whose row ``r`` holds ``values[r, j]`` at column ``columns[r, j]`` (``out x n``, any order,
         ``in_features`` for an unused entry), on ``values``' device and dtype. float16 and bfloat16 rows are
         stored in the order the ``N = 1`` kernel gathers best
-        (:func:`sparsekit.reference.spmm_ell_rows.gather_order`, on the GPU by its kernel: the same entries, each
-        row reordered)."""
+        (:func:`sparsekit.reference.spmm_ell_rows.bank_balanced`, on the GPU by its kernels: the same entries,
+        each row reordered)."""
         m, n = values.shape
         if columns.shape != values.shape:
             raise ValueError(f"columns: must have values' shape {tuple(values.shape)}, got {tuple(columns.shape)}")
@@ -129,15 +129,17 @@ class SparseLinear(nn.Module):
         with torch.no_grad():
             layer.values[:, :n] = torch.where(columns < in_features, values, 0)
             layer.indices[:, :n] = columns.to(torch.int32).to(torch.int16)
-            if values.dtype in KERNEL_DTYPES:                  # the order the N = 1 kernel gathers best
-                if values.is_cuda:
-                    from sparsekit.gpu.spmm_ell_rows import gather_order
-                    order = gather_order(layer.indices, in_features).long()
-                else:
-                    from sparsekit.reference.spmm_ell_rows import gather_order
-                    order = torch.from_numpy(gather_order(layer.indices.numpy(), in_features)).long()
-                layer.values.copy_(layer.values.gather(1, order))
-                layer.indices.copy_(layer.indices.gather(1, order))
+            if values.dtype in KERNEL_DTYPES and values.is_cuda:  # the order the N = 1 kernel gathers best
+                from sparsekit.gpu.spmm_ell_rows import bank_balanced
+                for mine, balanced in zip((layer.values, layer.indices),
+                                          bank_balanced(layer.values.detach(), layer.indices, in_features)):
+                    mine.copy_(balanced)
+            elif values.dtype in KERNEL_DTYPES:                 # (NumPy has no bfloat16: the values' bits)
+                from sparsekit.reference.spmm_ell_rows import bank_balanced
+                bits = layer.values.detach().view(torch.int16)
+                for mine, balanced in zip((bits, layer.indices),
+                                          bank_balanced(bits.numpy(), layer.indices.numpy(), in_features)):
+                    mine.copy_(torch.from_numpy(balanced))
             if bias is not None:
                 layer.bias.copy_(bias.detach())
         return layer
