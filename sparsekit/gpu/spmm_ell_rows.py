@@ -286,8 +286,7 @@ def bank_balanced(values, indices, k: int):
     """:func:`sparsekit.reference.spmm_ell_rows.bank_balanced` on the device: the same padded ELL rows, each
     row's entries in :func:`gather_order`, as new arrays of the kind given (values and indices keep their
     dtypes)."""
-    vop, vbits, ibits = _rows(values, indices, k)
-    iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
+    vop, iop, vbits, ibits = _rows(values, indices, k)
     m, width = vop.dev.shape
     out_values, out_indices = output((m, width), _value_dtype(vop), like=vop), output((m, width), iop.dev.dtype, like=iop)
     if m and width:
@@ -375,11 +374,11 @@ def _value_dtype(vop) -> np.dtype:
 
 def _rows(values, indices, k):
     """The checked operands: values (float16, bfloat16, or uint16 holding bfloat16's bits, as a device copy
-    of bfloat16 data is), indices (int16/uint16 bits), their flat 16-bit views."""
+    of bfloat16 data is), indices (int16/uint16 bits), and their flat 16-bit views."""
     check_rows(values, indices, k)
     vop = operand(values, "values", dtypes=_VALUE_DTYPES, ndim=2, order="C")
     iop = operand(indices, "indices", dtypes=_INDEX_DTYPES, ndim=2, order="C")
-    return vop, uint16_bits(flat_view(vop.dev)), uint16_bits(flat_view(iop.dev))
+    return vop, iop, uint16_bits(flat_view(vop.dev)), uint16_bits(flat_view(iop.dev))
 
 
 def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None = None, unroll: int | None = None,
@@ -388,7 +387,7 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     and a row-major ``x`` (``N x k``, ``N <= 64``, the values' dtype). ``x_in_shared`` (default: at
     ``N = 1``): :func:`_shared_kernel`, else :func:`_kernel`; from ``N = 2`` either reads ``x^T`` staged in
     global memory, which ``buffers`` keeps (pass the same one to every call whose launches are recorded)."""
-    vop, vbits, ibits = _rows(values, indices, k)
+    vop, _, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
     xop = operand(x, "x", dtypes=(dtype,), ndim=2, order="C")
@@ -438,7 +437,7 @@ def densify_ell_rows(values, indices, k: int, *, out=None, in_shared: bool | Non
     C-contiguous ``M x k`` array of that dtype, e.g. a torch tensor), else a new array of ``values``' kind.
     ``in_shared`` (default: when ``k % 8 == 0`` and a row fits shared memory): rows built in shared memory
     and written once (:func:`_densify_in_shared`), else zeroed in place, then written (:func:`_densify`)."""
-    vop, vbits, ibits = _rows(values, indices, k)
+    vop, _, vbits, ibits = _rows(values, indices, k)
     m, entries = vop.dev.shape
     dtype = _value_dtype(vop)
     if out is None:
