@@ -288,7 +288,8 @@ def bank_balanced(values, indices, k: int):
     dtypes)."""
     vop, iop, vbits, ibits = _rows(values, indices, k)
     m, width = vop.dev.shape
-    out_values, out_indices = output((m, width), _value_dtype(vop), like=vop), output((m, width), iop.dev.dtype, like=iop)
+    out_values = output((m, width), _value_dtype(vop), like=vop)
+    out_indices = output((m, width), iop.dev.dtype, like=iop)
     if m and width:
         order = _order(ibits, m, width, k, vop)
         launch(_permute_rows, cdiv(m * width, 256), 256,

@@ -3,6 +3,8 @@
 ``sparsekit::sparse_linear(x, values, indices, in_features, weight_id, inference=False)`` is ``y = x @ W^T`` for a
 weight ``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell_rows.py``): ``values`` and ``indices``
 (``M x W``, ``W`` a multiple of 8; column ``K`` marks padding; columns are read as unsigned 16-bit).
+``sparsekit::sparse_linear_inference(x, values, indices, in_features, weight_id, bitmap=True)`` is the same product
+with no autograd kernel, for calls without autograd (``bitmap`` as ``inference``).
 
 On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
 4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
@@ -46,8 +48,9 @@ import torch
 
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 
-__all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes", "dense_weight", "register",
-           "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY", "KERNEL_DTYPES"]
+__all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
+           "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
+           "KERNEL_DTYPES"]
 
 #: The widest ``x`` the row kernel multiplies while autograd records; wider goes to dense GEMM on the densified
 #: weight. At ``N <= 16`` the kernel beats densify + GEMM (which moves the dense weight twice) at every sparsity
