@@ -44,17 +44,14 @@ def one_gather(columns: np.ndarray, k: int) -> np.ndarray:
 
 
 def random_rows(m: int, k: int, sparsity: float, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Padded ELL rows of ``m`` rows, each ``K' = k (1 - sparsity)`` random columns ascending, bfloat16 values."""
+    """A random ``m x k`` bfloat16 weight pruned to uniform sparsity (:func:`sparsekit.prune.uniform`: every row
+    keeps its largest ``|w|``, random columns here) as padded ELL rows, each row's columns ascending."""
     from sparsekit.checks import BFLOAT16
+    from sparsekit.prune import uniform
+    from sparsekit.reference.spmm_ell_rows import ell_rows_from_dense
 
-    kept = int(round(k * (1 - sparsity)))
-    width = -(-kept // 8) * 8
-    indices = np.full((m, width), k, dtype=np.uint16)
-    values = np.zeros((m, width), dtype=BFLOAT16)
-    for r in range(m):
-        indices[r, :kept] = np.sort(rng.choice(k, kept, replace=False))
-        values[r, :kept] = rng.standard_normal(kept).astype(BFLOAT16)
-    return values, indices
+    w = rng.standard_normal((m, k)).astype(np.float32)
+    return ell_rows_from_dense(np.where(uniform(w, sparsity), w, 0).astype(BFLOAT16))
 
 
 def banks_of(columns: np.ndarray, k: int) -> str:
