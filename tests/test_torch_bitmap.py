@@ -164,6 +164,22 @@ def test_op_takes_the_inference_flag():
                        op(x, layer.values, layer.indices, 8, layer.weight_id))
 
 
+@pytest.mark.parametrize("op, given, told", [
+    ("sparse_linear", (), False), ("sparse_linear", (False,), False), ("sparse_linear", (True,), True),
+    ("sparse_linear_inference", (), True), ("sparse_linear_inference", (True,), True),
+    ("sparse_linear_inference", (False,), False)])
+def test_each_op_tells_forward_its_flag(op, given, told, monkeypatch):
+    """The flag reaches :func:`ops.forward` whether given or left at the schema's default (the dispatcher drops an
+    argument equal to its default before it calls the Python kernel, whose own default then applies)."""
+    layer = SparseLinear.from_dense(torch.nn.Linear(8, 3), sparsity=0.5)
+    seen = []
+    real = ops.forward
+    monkeypatch.setattr(ops, "forward", lambda *args: seen.append(args[5]) or real(*args))
+    with torch.no_grad():
+        getattr(torch.ops.sparsekit, op)(torch.randn(4, 8), layer.values, layer.indices, 8, layer.weight_id, *given)
+    assert seen == [told]
+
+
 def test_inference_op_equals_the_differentiable_one_and_has_no_autograd_kernel():
     """The op without autograd gives the same product (its fake kernel and schema checked by opcheck, which
     skips the autograd checks an op without autograd kernel cannot pass) and leaves no graph behind."""

@@ -268,9 +268,15 @@ _LIBRARY.define("sparse_linear(Tensor x, Tensor values, Tensor indices, int in_f
 
 
 def _sparse_linear(x, values, indices, in_features, weight_id, inference=False):
+    """The ops' body. Its defaults must be the schemas': the dispatcher leaves out an argument equal to the
+    schema's default when it calls a Python kernel."""
     if x.dtype != values.dtype:
         raise ValueError(f"x: dtype must be the weight's {values.dtype}, got {x.dtype}")
     return forward(x, values, indices, in_features, weight_id, inference)
+
+
+def _sparse_linear_inference(x, values, indices, in_features, weight_id, bitmap=True):
+    return _sparse_linear(x, values, indices, in_features, weight_id, bitmap)
 
 
 _LIBRARY.impl("sparse_linear", _sparse_linear, "CompositeExplicitAutograd")      # every device: forward()
@@ -288,7 +294,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, 
 
 _LIBRARY.define("sparse_linear_inference(Tensor x, Tensor values, Tensor indices, int in_features, int weight_id, "
                 "bool bitmap=True) -> Tensor")
-_LIBRARY.impl("sparse_linear_inference", _sparse_linear, "CompositeExplicitAutograd")
+_LIBRARY.impl("sparse_linear_inference", _sparse_linear_inference, "CompositeExplicitAutograd")
 _INFERENCE_OP = torch.ops.sparsekit.sparse_linear_inference.default
 
 
