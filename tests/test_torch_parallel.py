@@ -83,11 +83,12 @@ def sharded_run(rank: int, world: int, port: int, results: str, cfg=CFG, device:
         dist.destroy_process_group()
 
 
-def test_decoder_over_two_gloo_ranks_equals_unsharded(tmp_path):
+@pytest.mark.parametrize("world", [2, 4])
+def test_decoder_over_gloo_ranks_equals_unsharded(world, tmp_path):
     import torch.multiprocessing as mp
 
-    mp.spawn(sharded_run, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
-    for rank in range(2):
+    mp.spawn(sharded_run, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=True)
+    for rank in range(world):
         got = torch.load(tmp_path / f"rank{rank}.pt")
         assert got["diff"] <= 1e-5 * got["scale"], got                    # float32: sums in another order
         assert len(got["pads"]) == 2 * CFG.layers and all(p >= 0 for p in got["pads"])
