@@ -2,6 +2,7 @@
 
     python -m experiments.bench_sparse_linear [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
     python -m experiments.bench_sparse_linear --routes
+    python -m experiments.bench_sparse_linear --orders
 
 Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64, each on the
 route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row kernel, the TiledBitmap kernel
@@ -15,6 +16,10 @@ time is a call's share. Prints ours, dense, the speedup, the bytes the route rea
 call (back to back, drained at the end) of ours and ``nn.Linear``, device us of ours, of the op without
 ``inference`` (the route before the TiledBitmap: row kernel to N = 16, densify + GEMM beyond) and of
 ``nn.Linear``; each point checked against the float64 product of the pruned weight.
+
+``--orders``: the row kernel (``sparsekit.gpu.spmm_ell_rows``) on the layers' rows in column order against the
+order the layer stores (``gather_order``), at N = 1 (``x`` in shared memory) and N = 8 (``x^T`` through L1, and
+copied to shared memory where it fits); same rotation and graphs as the main table.
 """
 from __future__ import annotations
 
@@ -90,6 +95,60 @@ def routes(calls: int = 200, widths=(1, 8, 16, 32, 64)) -> bool:
     return ok
 
 
+def orders(widths=(1, 8)) -> bool:
+    """The ``--orders`` table (module docstring); True when every variant's product is right."""
+    import torch
+    import torch.nn.functional as F
+
+    from sparsekit.gpu.launch import Buffers
+    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
+    from sparsekit.launch import record
+    from sparsekit.torch import SparseLinear
+
+    def column_order(layer):
+        order = torch.argsort(layer.indices.long() & 0xFFFF, dim=1, stable=True)
+        return layer.values.detach().gather(1, order).contiguous(), layer.indices.gather(1, order).contiguous()
+
+    def stored(layer):
+        return layer.values.detach(), layer.indices
+
+    ok = True
+    torch.manual_seed(0)
+    print("shape N sparsity: dense_us | variant us (speedup over dense) ...")
+    for m, k in SHAPES:
+        dense = [torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATION)]
+        for n in widths:
+            x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                td = graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
+            places = [None] if n == 1 else [False] + ([True] if 2 * k * 8 <= 227 * 1024 else [])
+            for sparsity in SPARSITIES:
+                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
+                want = F.linear(x.float(), layers[0].to_dense().weight.float())
+                cells = []
+                for shared in places:
+                    for name, rows in (("columns", column_order), ("gather_order", stored)):
+                        runs = []
+                        for values, indices in map(rows, layers):
+                            buffers = Buffers()                      # x^T staged for the plan's lifetime
+                            product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(
+                                v, i, k, t, buffers=b, x_in_shared=shared))(values, indices, buffers)
+                            out, plan = record(product, x, lambda t: t.new_empty((n, m)))
+                            runs.append((plan, out, buffers))
+                        ok &= bool((runs[0][1].float() - want).abs().max() <= 1e-2 * want.abs().max())
+
+                        def step():
+                            stream = torch.cuda.current_stream().cuda_stream
+                            for plan, out, _ in runs:
+                                plan(x.data_ptr(), out.data_ptr(), stream)
+
+                        t = graph_time(step) / ROTATION
+                        where = "" if shared is None else (" shared" if shared else " L1")
+                        cells.append(f"{name}{where} {t:6.2f} ({td / t:.2f}x)")
+                print(f"{m}x{k} N={n} {sparsity:.0%}: {td:6.2f} | " + " | ".join(cells), flush=True)
+    return ok
+
+
 def main(pattern: str = "uniform", widths=WIDTHS) -> None:
     import torch
     import torch.nn.functional as F
@@ -118,7 +177,10 @@ if __name__ == "__main__":
     parser.add_argument("--pattern", choices=("uniform", "unstructured", "2:4"), default="uniform")
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="rows of x (N)")
     parser.add_argument("--routes", action="store_true", help="the routes' table (one weight a shape, 80 %%)")
+    parser.add_argument("--orders", action="store_true", help="column order against gather_order (N = 1, 8)")
     args = parser.parse_args()
     if args.routes:
         raise SystemExit(0 if routes() else 1)
+    if args.orders:
+        raise SystemExit(0 if orders() else 1)
     main(args.pattern, args.widths)

@@ -11,13 +11,19 @@ What you will learn
    gathers its ``x[col]``. Lane ``L`` reads 8 entries of the row at a time, so one gather instruction reads
    the entries at positions ``256 s + 8 L + p`` (:func:`~sparsekit.reference.spmm_ell_rows.gather_groups`). In
    column order their columns are as good as random: about three passes a gather, which is what Nsight Compute
-   measured on the H200 (``experiments/results/uspmm_decode.md``: most of a warp's stalls wait on it);
+   measured on the H200 (1.35 M wavefronts for 0.46 M gathers at 14336x4096, 80 %);
 3. a row's sum does not care in which order its entries are stored, so the layout can choose it:
    :func:`~sparsekit.reference.spmm_ell_rows.gather_order` gives each gather one entry of every bank where the
    row allows (:func:`~sparsekit.reference.spmm_ell_rows.gather_passes` is the model it is built for);
 4. the order computed on the device (``sparsekit.gpu.spmm_ell_rows.gather_order``, one thread a row) is the
    reference's, and the product on the reordered rows equals the reference, on the GPU or (at toy size) the
    CUDA simulator.
+
+What the GPU then said (H200, ``experiments/results/uspmm_decode.md``): the order cut the kernel's bank conflicts
+8.5x and left its time where it was. Its warps had been waiting on their global loads of values and columns all
+along (Nsight Compute's long scoreboard: 14 of 22 cycles); shared memory's short scoreboard held 1.4. A model tells
+you what a change can remove; only the profile's stall reasons tell you whether that was what the time was spent
+on. The order did pay a little where ``x^T``'s rows are gathered through L1 (N = 8: 0-10 %), so it stays.
 
 Run it: ``python tutorials/09_shared_memory_banks.py`` (``--quick`` for toy sizes).
 """

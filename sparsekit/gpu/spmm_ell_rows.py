@@ -15,11 +15,12 @@ values in place (:class:`sparsekit.torch.SparseLinear`) and the kernel reads the
   ``x``, one L1 wavefront each, which held the L1 kernel to about a third of the memory's bandwidth; from
   shared memory a gather costs its bank conflicts (4096^2 at 80 %: 11.3 -> 7.1 us on the H200), which
   :func:`gather_order` lowers by reordering each row's entries once (the layer's and uspmm's rows; the
-  order is ``sparsekit/reference/spmm_ell_rows.py``'s). From
+  order is ``sparsekit/reference/spmm_ell_rows.py``'s): 8.5x fewer conflicts at 14336x4096 80 %, the same
+  time at N = 1 (its warps wait on their global loads) and 0-10 % less at N = 8 (``uspmm_decode.md``). From
   ``N = 2``, ``X^T`` is staged in global memory (rows padded to 8 halves) and read through L1
-  (:func:`_kernel`): when every block transposed ``x`` into its shared memory half by half, that copy cost
-  more than it saved (N = 8 at 80 %: 29 against 16 us at 4096^2, 143 against 37 us at 4096x14336, one 229 KB
-  block an SM); ``x_in_shared=True`` now copies the staged ``X^T`` in 16-byte loads instead (not yet timed).
+  (:func:`_kernel`). ``x_in_shared=True`` copies the staged ``X^T`` into each block's shared memory in 16-byte
+  loads instead: N = 8 at 80 % 13.6 against 15.4 us at 4096^2 but 37.6 against 35.8 at 14336x4096 (the same
+  at 4096x14336), so it is not the default.
 * :func:`densify_ell_rows`: ``W`` dense (one warp a row: zero the row in 16-byte stores, then write its
   entries), so wide products (prefill) run on dense tensor-core GEMM.
 """
