@@ -54,6 +54,8 @@ _VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
 #: Warps a block of :func:`_shared_kernel`, and at most its blocks an SM (each block copies ``x^T`` once). At
 #: ``N = 1`` four blocks of 16 warps took 0.90-0.93x the time of two on 14336x4096 at 50-90 % (H200, bfloat16) and
 #: the same elsewhere; blocks of 4, 8 or 32 warps were no faster anywhere (experiments/results/uspmm_decode.md).
+#: Since each warp issues its first row's loads before the copy the kernel takes 48-53 registers, so two of those
+#: blocks are resident at once: a grid of two an SM measured the same, registers capped for three 0.7-0.9x.
 SHARED_WARPS, SHARED_BLOCKS_PER_SM = 16, 4
 #: 16-byte loads of ``x`` a thread has in flight while a block of :func:`_shared_kernel` copies it (``wide``): with
 #: 512 threads, four cover ``K = 16384`` in one round.
@@ -65,35 +67,51 @@ SHARED_PER_SM = 228 * 1024
 
 
 @functools.cache
+def _row_loads(unroll: int):
+    """``load(values, indices, base, chunk, stop, vbuf, ibuf)``: a lane's chunks ``chunk, chunk + 32, ...``
+    (``unroll`` of them, 8 entries each) of the row whose words start at ``base``, two 16-byte loads a chunk into
+    ``vbuf``/``ibuf``; chunks past ``stop`` are padding (column 65535, skipped)."""
+    @inlined
+    def load(values, indices, base, chunk, stop, vbuf, ibuf):
+        for u in range(unroll):
+            at = chunk + 32 * u
+            if at < stop:
+                v = load4(values, base + at * 4)
+                i = load4(indices, base + at * 4)
+                for q in range(4):
+                    vbuf[4 * u + q] = v[q]
+                    ibuf[4 * u + q] = i[q]
+            else:
+                for q in range(4):
+                    vbuf[4 * u + q] = uint32(0)
+                    ibuf[4 * u + q] = uint32(0xFFFFFFFF)   # columns 65535 >= K: skipped
+    return load
+
+
+@functools.cache
 def _row_entries(n: int, bf16: bool, stride: int, unroll: int):
     """The inner loop of both linear kernels: ``run(acc, values, indices, base, lane, stop, k, b, b32, vbuf,
-    ibuf)`` adds a row's entries (its words from ``base``, ``stop`` chunks of 8) times their rows of ``B``
-    into ``acc``. Each lane takes chunks ``lane, lane + 32, ...``, ``unroll`` in flight (two 16-byte loads a
-    chunk into ``vbuf``/``ibuf``), then their 16 entries; padding entries (column >= K) are skipped."""
+    ibuf, loaded)`` adds a row's entries (its words from ``base``, ``stop`` chunks of 8) times their rows of ``B``
+    into ``acc``. Each lane takes chunks ``lane, lane + 32, ...``, ``unroll`` in flight (:func:`_row_loads`),
+    then their ``16 unroll`` entries; padding entries (column >= K) are skipped. ``loaded``: the first
+    ``unroll`` chunks are already in ``vbuf``/``ibuf`` (issued by the caller before other work)."""
     add = row_accumulator(n, bf16, stride)
+    load = _row_loads(unroll)
     nbuf = 4 * unroll
 
     @inlined
-    def run(acc, values, indices, base, lane, stop, k, b, b32, vbuf, ibuf):
+    def run(acc, values, indices, base, lane, stop, k, b, b32, vbuf, ibuf, loaded):
         chunk = lane
+        if not loaded:
+            load(values, indices, base, chunk, stop, vbuf, ibuf)
         while chunk < stop:
-            for u in range(unroll):
-                at = chunk + 32 * u
-                if at < stop:
-                    v = load4(values, base + at * 4)
-                    i = load4(indices, base + at * 4)
-                    for q in range(4):
-                        vbuf[4 * u + q] = v[q]
-                        ibuf[4 * u + q] = i[q]
-                else:
-                    for q in range(4):
-                        vbuf[4 * u + q] = uint32(0)
-                        ibuf[4 * u + q] = uint32(0xFFFFFFFF)   # columns 65535 >= K: skipped
             for h in range(2 * nbuf):                 # entry h: the low (even h) or high half of word h // 2
                 col = (ibuf[h // 2] >> (16 * (h % 2))) & 0xFFFF
                 if col < k:
                     add(acc, (vbuf[h // 2] >> (16 * (h % 2))) & 0xFFFF, col, b, b32)
             chunk += 32 * unroll
+            if chunk < stop:
+                load(values, indices, base, chunk, stop, vbuf, ibuf)
 
     return run
 
@@ -115,7 +133,7 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
             acc[j] = float32(0.0)
         vbuf = cuda.local.array(nbuf, uint32)
         ibuf = cuda.local.array(nbuf, uint32)
-        row_entries(acc, values, indices, row * (entries // 2), lane, entries // 8, k, b, b32, vbuf, ibuf)
+        row_entries(acc, values, indices, row * (entries // 2), lane, entries // 8, k, b, b32, vbuf, ibuf, False)
         store(c, acc, row, m, lane)
 
     return kernel
@@ -127,7 +145,8 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
     past ``N`` zero; for ``N = 1`` that is ``x`` itself; from ``N = 2`` the launcher's staged copy) to shared
     memory, then each warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as
     :func:`_kernel`, reading each entry's row of ``x^T`` from shared memory
-    (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays).
+    (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays). Each warp issues its first row's
+    loads before the copy, so that their memory latency passes while ``x^T`` is copied.
 
     ``wide`` (always from ``N = 2``; at ``N = 1`` where ``K % 8 == 0`` and ``x`` is 16-byte aligned): the block
     copies ``x^T`` in 16-byte loads through ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued
@@ -136,6 +155,7 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
     if n > 1 and not wide:
         raise ValueError("the shared-memory kernel copies a staged x^T (N > 1) in 16-byte loads only")
     row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
+    load = _row_loads(unroll)
     width, nbuf = accumulators(n, stride), 4 * unroll
 
     @cuda.jit
@@ -143,6 +163,14 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
         xs = cuda.shared.array(0, uint16)
         xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
         tid = cuda.threadIdx.x
+        lane = tid % 32
+        warps = cuda.blockDim.x // 32
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        stop = entries // 8
+        row = cuda.blockIdx.x * warps + tid // 32
+        if row < m:                                   # the first row's loads in flight while x^T is copied
+            load(values, indices, row * (entries // 2), lane, stop, vbuf, ibuf)
         if wide:
             words, step = k * stride // 2, 4 * cuda.blockDim.x
             buf = cuda.local.array((COPY_LOADS, 4), uint32)
@@ -159,18 +187,14 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
             for t in range(tid, k, cuda.blockDim.x):
                 xs[t] = x[t]
         cuda.syncthreads()
-        lane = tid % 32
-        warps = cuda.blockDim.x // 32
         acc = cuda.local.array(width, float32)
-        vbuf = cuda.local.array(nbuf, uint32)
-        ibuf = cuda.local.array(nbuf, uint32)
-        stop = entries // 8
-        row = cuda.blockIdx.x * warps + tid // 32
+        loaded = True
         while row < m:
             for j in range(width):
                 acc[j] = float32(0.0)
-            row_entries(acc, values, indices, row * (entries // 2), lane, stop, k, xs, xs32, vbuf, ibuf)
+            row_entries(acc, values, indices, row * (entries // 2), lane, stop, k, xs, xs32, vbuf, ibuf, loaded)
             store(y, acc, row, m, lane)
+            loaded = False
             row += cuda.gridDim.x * warps
 
     return kernel

@@ -44,16 +44,23 @@ def test_densify_kernel(cc, wide):
 def test_shared_kernel(cc, n, bf16, stride, wide):
     """x^T read from shared memory (16-byte ld.shared.v4 rows from N = 2, halves at N = 1), values and columns
     in 16-byte global loads, no stack; ``wide`` (always from N = 2, the staged x^T): x^T copied in by 16-byte
-    loads, COPY_LOADS of them before the first store (no half loaded from global memory)."""
+    loads, COPY_LOADS of them before the first store (no half loaded from global memory). Before the copy, each
+    warp's first row: its first UNROLL chunks of values and columns (two 16-byte loads each) issued."""
     args = (U32, U32, U16, U32 if wide else U16, U16 if bf16 else F16) + (types.int64,) * 3
     ptx, report = offline.build(ser._shared_kernel(n, bf16, stride, ser.UNROLL, wide), args, cc)
     assert ("ld.shared.v4.u32" in ptx) == (stride % 8 == 0) and ("ld.shared.u16" in ptx) == (stride == 1)
     assert ("ld.global.u16" in ptx or "ld.global.nc.u16" in ptx) != wide
+    body = ptx[:ptx.index("bar.sync")].splitlines()
+    loads = [i for i, line in enumerate(body) if re.search(r"ld\.global(\.nc)?\.v4\.u32", line)]
+    first_row, copy = loads[:2 * ser.UNROLL], loads[2 * ser.UNROLL:]
+    assert len(first_row) == 2 * ser.UNROLL
     if wide:
-        body = ptx[:ptx.index("bar.sync")]
-        loads = [i for i, line in enumerate(body.splitlines()) if re.search(r"ld\.global(\.nc)?\.v4\.u32", line)]
-        stores = [i for i, line in enumerate(body.splitlines()) if "st.shared.v4.u32" in line]
-        assert len(loads) == len(stores) == ser.COPY_LOADS and max(loads) < min(stores)
+        stores = [i for i, line in enumerate(body) if "st.shared.v4.u32" in line]
+        assert len(copy) == len(stores) == ser.COPY_LOADS and max(copy) < min(stores)
+        assert max(first_row) < min(copy)
+    else:
+        narrow = [i for i, line in enumerate(body) if re.search(r"ld\.global(\.nc)?\.u16", line)]
+        assert not copy and max(first_row) < min(narrow)
     assert "bar.sync" in ptx and ptx.count("shfl.sync.bfly") == 5 * n
     assert ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32") >= 2 * ser.UNROLL
     assert ".local" not in ptx
