@@ -95,6 +95,21 @@ def routes(calls: int = 200, widths=(1, 8, 16, 32, 64)) -> bool:
     return ok
 
 
+def _dense_points(widths):
+    """``(m, k, n, dense, x, dense_us)`` for each shape and width: ROTATION seeded ``nn.Linear`` weights of the shape
+    (bfloat16, CUDA), an ``x`` of ``n`` rows and the dense product's microseconds a call."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    for m, k in SHAPES:
+        dense = [torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATION)]
+        for n in widths:
+            x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                yield m, k, n, dense, x, graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
+
+
 def orders(widths=(1, 8)) -> bool:
     """The ``--orders`` table (module docstring); True when every variant's product is right."""
     import torch
@@ -113,61 +128,49 @@ def orders(widths=(1, 8)) -> bool:
         return layer.values.detach(), layer.indices
 
     ok = True
-    torch.manual_seed(0)
     print("shape N sparsity: dense_us | variant us (speedup over dense) ...")
-    for m, k in SHAPES:
-        dense = [torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATION)]
-        for n in widths:
-            x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            with torch.no_grad():
-                td = graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
-            places = [None] if n == 1 else [False] + ([True] if 2 * k * 8 <= 227 * 1024 else [])
-            for sparsity in SPARSITIES:
-                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
-                want = F.linear(x.float(), layers[0].to_dense().weight.float())
-                cells = []
-                for shared in places:
-                    for name, rows in (("columns", column_order), ("gather_order", stored)):
-                        runs = []
-                        for values, indices in map(rows, layers):
-                            buffers = Buffers()                      # x^T staged for the plan's lifetime
-                            product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(
-                                v, i, k, t, buffers=b, x_in_shared=shared))(values, indices, buffers)
-                            out, plan = record(product, x, lambda t: t.new_empty((n, m)))
-                            runs.append((plan, out, buffers))
-                        ok &= bool((runs[0][1].float() - want).abs().max() <= 1e-2 * want.abs().max())
+    for m, k, n, dense, x, td in _dense_points(widths):
+        places = [None] if n == 1 else [False] + ([True] if 2 * k * 8 <= 227 * 1024 else [])
+        for sparsity in SPARSITIES:
+            layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
+            want = F.linear(x.float(), layers[0].to_dense().weight.float())
+            cells = []
+            for shared in places:
+                for name, rows in (("columns", column_order), ("gather_order", stored)):
+                    runs = []
+                    for values, indices in map(rows, layers):
+                        buffers = Buffers()                          # x^T staged for the plan's lifetime
+                        product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(
+                            v, i, k, t, buffers=b, x_in_shared=shared))(values, indices, buffers)
+                        out, plan = record(product, x, lambda t: t.new_empty((n, m)))
+                        runs.append((plan, out, buffers))
+                    ok &= bool((runs[0][1].float() - want).abs().max() <= 1e-2 * want.abs().max())
 
-                        def step():
-                            stream = torch.cuda.current_stream().cuda_stream
-                            for plan, out, _ in runs:
-                                plan(x.data_ptr(), out.data_ptr(), stream)
+                    def step():
+                        stream = torch.cuda.current_stream().cuda_stream
+                        for plan, out, _ in runs:
+                            plan(x.data_ptr(), out.data_ptr(), stream)
 
-                        t = graph_time(step) / ROTATION
-                        where = "" if shared is None else (" shared" if shared else " L1")
-                        cells.append(f"{name}{where} {t:6.2f} ({td / t:.2f}x)")
-                print(f"{m}x{k} N={n} {sparsity:.0%}: {td:6.2f} | " + " | ".join(cells), flush=True)
+                    t = graph_time(step) / ROTATION
+                    where = "" if shared is None else (" shared" if shared else " L1")
+                    cells.append(f"{name}{where} {t:6.2f} ({td / t:.2f}x)")
+            print(f"{m}x{k} N={n} {sparsity:.0%}: {td:6.2f} | " + " | ".join(cells), flush=True)
     return ok
 
 
 def main(pattern: str = "uniform", widths=WIDTHS) -> None:
     import torch
-    import torch.nn.functional as F
 
     from sparsekit.torch import SparseLinear
 
-    torch.manual_seed(0)
     print(f"{pattern}: shape sparsity N: ours_us dense_us speedup weight_TB/s cusparse_us")
-    for m, k in SHAPES:
-        dense = [torch.nn.Linear(k, m, bias=False, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATION)]
-        for n in widths:
-            x = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            with torch.no_grad():
-                td = graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
-                for sparsity in (0.5,) if pattern == "2:4" else SPARSITIES:
-                    layers = [SparseLinear.from_dense(d, sparsity=sparsity, pattern=pattern) for d in dense]
-                    ts = graph_time(lambda: [layer(x) for layer in layers]) / ROTATION
-                    print(f"{m}x{k} {sparsity:.0%} N={n}: {ts:7.1f} {td:7.1f} {td / ts:5.2f}x "
-                          f"{_route_bytes(layers[0], n) / ts / 1e6:6.2f} {_cusparse(layers, x)}")
+    for m, k, n, dense, x, td in _dense_points(widths):
+        with torch.no_grad():
+            for sparsity in (0.5,) if pattern == "2:4" else SPARSITIES:
+                layers = [SparseLinear.from_dense(d, sparsity=sparsity, pattern=pattern) for d in dense]
+                ts = graph_time(lambda: [layer(x) for layer in layers]) / ROTATION
+                print(f"{m}x{k} {sparsity:.0%} N={n}: {ts:7.1f} {td:7.1f} {td / ts:5.2f}x "
+                      f"{_route_bytes(layers[0], n) / ts / 1e6:6.2f} {_cusparse(layers, x)}")
 
 
 if __name__ == "__main__":
