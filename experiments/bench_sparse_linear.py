@@ -3,6 +3,7 @@
     python -m experiments.bench_sparse_linear [--pattern uniform|unstructured|2:4] [--widths 1 8 16 64]
     python -m experiments.bench_sparse_linear --routes
     python -m experiments.bench_sparse_linear --orders
+    python -m experiments.bench_sparse_linear --floor
 
 Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64, each on the
 route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row kernel, the TiledBitmap kernel
@@ -20,6 +21,10 @@ call (back to back, drained at the end) of ours and ``nn.Linear``, device us of 
 ``--orders``: the row kernel (``sparsekit.gpu.spmm_ell_rows``) on the layers' rows in column order against the
 order the layer stores (``gather_order``), at N = 1 (``x`` in shared memory) and N = 8 (``x^T`` through L1, and
 copied to shared memory where it fits); same rotation and graphs as the main table.
+
+``--floor``: at N = 1, the layer's call (as in the main table), its row kernel replayed from a recorded plan, and
+the same grid reading the same rows without the product (``sparsekit.gpu.spmm_ell_rows.read_rows``): the memory
+floor of that kernel; microseconds and TB/s of the rows' bytes.
 """
 from __future__ import annotations
 
@@ -158,6 +163,46 @@ def orders(widths=(1, 8)) -> bool:
     return ok
 
 
+def floor() -> None:
+    """The ``--floor`` table (module docstring)."""
+    import torch
+    from numba import cuda
+
+    from sparsekit.gpu.launch import Buffers
+    from sparsekit.gpu.spmm_ell_rows import read_rows, spmm_ell_rows_linear
+    from sparsekit.launch import record
+    from sparsekit.torch import SparseLinear
+
+    def stream():
+        return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+
+    print("shape sparsity MB: dense_us | layer us TB/s | plan us TB/s | read floor us TB/s | plan over floor")
+    for m, k, n, dense, x, td in _dense_points((1,)):
+        for sparsity in SPARSITIES:
+            with torch.no_grad():
+                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
+                rows = [(layer.values.detach(), layer.indices) for layer in layers]
+                nbytes = _route_bytes(layers[0], 1)
+                plans = []
+                for values, indices in rows:
+                    buffers = Buffers()
+                    product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(v, i, k, t, buffers=b))(
+                        values, indices, buffers)
+                    out, plan = record(product, x, lambda t: t.new_empty((1, m)))
+                    plans.append((plan, out, buffers))
+
+                def replay():
+                    raw = torch.cuda.current_stream().cuda_stream
+                    for plan, out, _ in plans:
+                        plan(x.data_ptr(), out.data_ptr(), raw)
+
+                times = [graph_time(lambda: [layer(x) for layer in layers]) / ROTATION, graph_time(replay) / ROTATION,
+                         graph_time(lambda: [read_rows(v, i, k, stream=stream()) for v, i in rows]) / ROTATION]
+            cells = " | ".join(f"{t:6.2f} {nbytes / t / 1e6:4.2f}" for t in times)
+            print(f"{m}x{k} {sparsity:.0%} {nbytes / 1e6:6.1f}: {td:6.2f} | {cells} | {times[1] / times[2]:.2f}x",
+                  flush=True)
+
+
 def main(pattern: str = "uniform", widths=WIDTHS) -> None:
     import torch
 
@@ -181,9 +226,12 @@ if __name__ == "__main__":
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), help="rows of x (N)")
     parser.add_argument("--routes", action="store_true", help="the routes' table (one weight a shape, 80 %%)")
     parser.add_argument("--orders", action="store_true", help="column order against gather_order (N = 1, 8)")
+    parser.add_argument("--floor", action="store_true", help="the N = 1 kernel against a read of its rows")
     args = parser.parse_args()
     if args.routes:
         raise SystemExit(0 if routes() else 1)
     if args.orders:
         raise SystemExit(0 if orders() else 1)
+    if args.floor:
+        raise SystemExit(floor())
     main(args.pattern, args.widths)

@@ -1,7 +1,7 @@
 """sparsekit/gpu/spmm_ell_rows.py equals sparsekit/reference/spmm_ell_rows.py under the simulator: the linear product for
 ``N`` from 1 to 20 by both kernels (``x^T`` in shared memory, or staged in global memory), float16 and bfloat16, rows of unequal length and
 empty rows, torch-style int16 indices, rows reordered for the shared-memory banks (and the bank model that order
-is built for); the densified weight exactly; operands refused by name.
+is built for); the densified weight exactly; the memory floor's read of the rows; operands refused by name.
 
 Tolerance as in tests/test_spmm_tiled.py: float32 sums in different orders, one rounding each."""
 from __future__ import annotations
@@ -83,6 +83,19 @@ def test_bank_balanced_rows_hold_the_same_entries(w, extra, signed):
         assert sorted(zip(i[row].tolist(), v[row].view(np.uint16).tolist())) == \
             sorted(zip(indices[row].tolist(), values[row].view(np.uint16).tolist()))
     assert np.array_equal(r.densify_ell_rows(v, i.view(np.uint16), w.shape[1]), w)
+
+
+@settings(max_examples=6, deadline=None)
+@given(m=st.integers(0, 200), width=st.sampled_from([8, 16, 264, 520]), seed=st.integers(0, 2**32 - 1))
+def test_read_rows_reads_every_word_once(m, width, seed):
+    """The memory floor's read (the product's grid and loads, no product) folds every word of the rows exactly
+    once (a word read twice would cancel in the XOR, one not read or out of the rows would change it): rows of one
+    to three rounds of 32 chunks, more rows than the simulator's grid has warps."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 2**16, (m, width), dtype=np.uint16)
+    indices = rng.integers(0, 2**16, (m, width), dtype=np.uint16)
+    got = np.bitwise_xor.reduce(np.asarray(g.read_rows(values, indices, 65535)), initial=np.uint32(0))
+    assert int(got) == r.read_rows(values, indices)
 
 
 @settings(max_examples=20, deadline=None)

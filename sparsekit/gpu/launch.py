@@ -1,7 +1,7 @@
 """The launch contract of the kernels: one place that launches, opts in to large shared memory, and
 turns a block too large for the register file into a clear error.
 
-* :func:`launch` ``kernel[grid, block](*args)`` (``kernel`` a dispatcher or a :class:`DynamicShared`);
+* :func:`launch` ``kernel[grid, block, stream](*args)`` (``kernel`` a dispatcher or a :class:`DynamicShared`);
   ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings.
 * :class:`DynamicShared`: a kernel launched with ``nbytes`` of dynamic shared memory.
 * :class:`Buffers`: scratch device buffers a recorded launch (:mod:`sparsekit.launch`) may keep the address of.
@@ -43,10 +43,10 @@ _RESIDENT: dict = {}
 OBSERVERS: list = []
 
 
-def launch(kernel, grid, block, args, tunables: str) -> None:
-    """``kernel[grid, block](*args)``; a block too large for the register file is a ValueError."""
+def launch(kernel, grid, block, args, tunables: str, *, stream=0) -> None:
+    """``kernel[grid, block, stream](*args)``; a block too large for the register file is a ValueError."""
     try:
-        kernel[grid, block](*args)
+        kernel[grid, block, stream](*args)
         for observe in OBSERVERS:
             observe(kernel, grid, block, args)
     except Exception as err:
@@ -95,14 +95,14 @@ def resident_blocks(kernel, args, threads: int) -> int | None:
 
 class DynamicShared:
     """``kernel`` launched with ``nbytes`` of dynamic shared memory, for :func:`launch` (which indexes
-    ``kernel[grid, block]`` and asks ``get_regs_per_thread`` on failure)."""
+    ``kernel[grid, block, stream]`` and asks ``get_regs_per_thread`` on failure)."""
 
     def __init__(self, kernel, nbytes: int):
         self.kernel, self.nbytes = kernel, nbytes
 
-    def __getitem__(self, grid_block):
-        grid, block = grid_block
-        return self.kernel[grid, block, 0, self.nbytes]
+    def __getitem__(self, config):
+        grid, block, stream = config
+        return self.kernel[grid, block, stream, self.nbytes]
 
     def get_regs_per_thread(self):
         return self.kernel.get_regs_per_thread()

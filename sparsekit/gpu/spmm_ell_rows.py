@@ -41,8 +41,8 @@ from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE, check_c
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, HALF_DTYPES
 
-__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "gather_order", "bank_balanced", "MAX_N", "ROW_MULTIPLE",
-           "MAX_COLUMNS"]
+__all__ = ["spmm_ell_rows_linear", "densify_ell_rows", "gather_order", "bank_balanced", "read_rows", "MAX_N",
+           "ROW_MULTIPLE", "MAX_COLUMNS"]
 
 #: Chunks (8 entries: 32 bytes of values and columns) a lane has in flight: the bytes of the TiledCSL row
 #: kernel's ``ROW_UNROLL`` 16-byte loads.
@@ -456,6 +456,46 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     args = (vbits.view(np.uint32), ibits.view(np.uint32), xbits, b32, yflat, m, k, entries)
     launch(kernel, cdiv(m, ROW_WARPS), 32 * ROW_WARPS, args, f"N={n}")
     return result(y, like=xop)
+
+
+@cuda.jit
+def _read_rows_kernel(values, indices, out, m, entries):
+    """The loads of :func:`_shared_kernel` alone: each warp takes rows ``warp, warp + warps, ...`` of the grid,
+    each lane chunks ``lane, lane + 32, ...`` of 8 entries, :data:`UNROLL` of them in flight (two 16-byte loads a
+    chunk), and folds the words it read into one XOR (``out``, one word a thread)."""
+    tid = cuda.threadIdx.x
+    lane, warps = tid % 32, cuda.blockDim.x // 32
+    stop = entries // 8
+    acc = uint32(0)
+    row = cuda.blockIdx.x * warps + tid // 32
+    while row < m:
+        base = row * (entries // 2)
+        chunk = lane
+        while chunk < stop:
+            for u in range(UNROLL):
+                at = chunk + 32 * u
+                if at < stop:
+                    v = load4(values, base + at * 4)
+                    i = load4(indices, base + at * 4)
+                    acc ^= v[0] ^ v[1] ^ v[2] ^ v[3] ^ i[0] ^ i[1] ^ i[2] ^ i[3]
+            chunk += 32 * UNROLL
+        row += cuda.gridDim.x * warps
+    out[cuda.blockIdx.x * cuda.blockDim.x + tid] = acc
+
+
+def read_rows(values, indices, k: int, *, stream=0):
+    """Read padded ELL rows as the ``N = 1`` product does (its grid, warps, loads), without the product: the
+    memory floor its time is measured against (``experiments/bench_sparse_linear.py --floor``). Returns one
+    uint32 a thread, of the kind ``values`` is; their XOR is
+    :func:`sparsekit.reference.spmm_ell_rows.read_rows`. ``stream``: where to launch (a CUDA graph capture
+    needs torch's)."""
+    vop, _, vbits, ibits = _rows(values, indices, k)
+    m, entries = vop.dev.shape
+    blocks = max(1, min(cdiv(m, SHARED_WARPS), SHARED_BLOCKS_PER_SM * _sm_count()))
+    out = output((blocks * 32 * SHARED_WARPS,), np.dtype(np.uint32), like=vop)
+    launch(_read_rows_kernel, blocks, 32 * SHARED_WARPS, (vbits.view(np.uint32), ibits.view(np.uint32), out, m,
+                                                          entries), "read rows", stream=stream)
+    return result(out, like=vop)
 
 
 def densify_ell_rows(values, indices, k: int, *, out=None, in_shared: bool | None = None):

@@ -24,7 +24,7 @@ import numpy as np
 from sparsekit.checks import HALF_DTYPES, check_array
 
 __all__ = ["densify_ell_rows", "spmm_ell_rows_linear", "ell_rows_from_dense", "ell_rows_from_ell", "check_rows",
-           "check_columns", "gather_groups", "gather_passes", "gather_order", "bank_balanced"]
+           "check_columns", "gather_groups", "gather_passes", "gather_order", "bank_balanced", "read_rows"]
 
 #: Entries a row is padded to a multiple of (16 bytes of 16-bit values: one vector load).
 ROW_MULTIPLE = 8
@@ -105,6 +105,14 @@ def spmm_ell_rows_linear(values: np.ndarray, indices: np.ndarray, k: int, x: np.
         raise ValueError(f"x: expected shape (N, {k}), got {x.shape}")
     y = x.astype(np.float32) @ w.astype(np.float32).T
     return np.ascontiguousarray(y.astype(values.dtype))
+
+
+def read_rows(values: np.ndarray, indices: np.ndarray) -> int:
+    """The XOR of every 32-bit word of ``values`` and ``indices`` (16-bit, rows of an even width): what the
+    device's read of the rows (:func:`sparsekit.gpu.spmm_ell_rows.read_rows`, the memory floor of the product)
+    folds them to, each word read once."""
+    words = [np.ascontiguousarray(a).view(np.uint32) for a in (values, indices)]
+    return int(np.bitwise_xor.reduce(np.concatenate([w.ravel() for w in words]), initial=np.uint32(0)))
 
 
 def gather_groups(width: int) -> list[np.ndarray]:
