@@ -458,29 +458,35 @@ def spmm_ell_rows_linear(values, indices, k: int, x, *, buffers: Buffers | None 
     return result(y, like=xop)
 
 
-@cuda.jit
-def _read_rows_kernel(values, indices, out, m, entries):
+@functools.cache
+def _read_kernel(unroll: int):
     """The loads of :func:`_shared_kernel` alone: each warp takes rows ``warp, warp + warps, ...`` of the grid,
-    each lane chunks ``lane, lane + 32, ...`` of 8 entries, :data:`UNROLL` of them in flight (two 16-byte loads a
-    chunk), and folds the words it read into one XOR (``out``, one word a thread)."""
-    tid = cuda.threadIdx.x
-    lane, warps = tid % 32, cuda.blockDim.x // 32
-    stop = entries // 8
-    acc = uint32(0)
-    row = cuda.blockIdx.x * warps + tid // 32
-    while row < m:
-        base = row * (entries // 2)
-        chunk = lane
-        while chunk < stop:
-            for u in range(UNROLL):
-                at = chunk + 32 * u
-                if at < stop:
-                    v = load4(values, base + at * 4)
-                    i = load4(indices, base + at * 4)
-                    acc ^= v[0] ^ v[1] ^ v[2] ^ v[3] ^ i[0] ^ i[1] ^ i[2] ^ i[3]
-            chunk += 32 * UNROLL
-        row += cuda.gridDim.x * warps
-    out[cuda.blockIdx.x * cuda.blockDim.x + tid] = acc
+    each lane its chunks by :func:`_row_loads` (``unroll`` in flight), and folds the words it read into one XOR
+    (``out``, one word a thread)."""
+    load, nbuf = _row_loads(unroll), 4 * unroll
+
+    @cuda.jit
+    def kernel(values, indices, out, m, entries):
+        tid = cuda.threadIdx.x
+        lane, warps = tid % 32, cuda.blockDim.x // 32
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        stop = entries // 8
+        acc = uint32(0)
+        row = cuda.blockIdx.x * warps + tid // 32
+        while row < m:
+            chunk = lane
+            while chunk < stop:
+                load(values, indices, row * (entries // 2), chunk, stop, vbuf, ibuf)
+                for u in range(unroll):
+                    if chunk + 32 * u < stop:                 # the chunks read, not the padding filled in
+                        for q in range(4):
+                            acc ^= vbuf[4 * u + q] ^ ibuf[4 * u + q]
+                chunk += 32 * unroll
+            row += cuda.gridDim.x * warps
+        out[cuda.blockIdx.x * cuda.blockDim.x + tid] = acc
+
+    return kernel
 
 
 def read_rows(values, indices, k: int, *, stream=0):
@@ -493,8 +499,8 @@ def read_rows(values, indices, k: int, *, stream=0):
     m, entries = vop.dev.shape
     blocks = max(1, min(cdiv(m, SHARED_WARPS), SHARED_BLOCKS_PER_SM * _sm_count()))
     out = output((blocks * 32 * SHARED_WARPS,), np.dtype(np.uint32), like=vop)
-    launch(_read_rows_kernel, blocks, 32 * SHARED_WARPS, (vbits.view(np.uint32), ibits.view(np.uint32), out, m,
-                                                          entries), "read rows", stream=stream)
+    launch(_read_kernel(UNROLL), blocks, 32 * SHARED_WARPS,
+           (vbits.view(np.uint32), ibits.view(np.uint32), out, m, entries), "read rows", stream=stream)
     return result(out, like=vop)
 
 

@@ -107,7 +107,7 @@ def test_permute_rows_kernel(cc):
 def test_read_rows_kernel(cc):
     """The memory floor's read: the product's 16-byte loads of values and columns (UNROLL chunks of each a lane),
     nothing else from global memory, no stack."""
-    ptx, report = offline.build(ser._read_rows_kernel, (U32, U32, U32) + (types.int64,) * 2, cc)
+    ptx, report = offline.build(ser._read_kernel(ser.UNROLL), (U32, U32, U32) + (types.int64,) * 2, cc)
     loads = ptx.count("ld.global.v4.u32") + ptx.count("ld.global.nc.v4.u32")
     assert loads >= 2 * ser.UNROLL and loads % 2 == 0                   # the compiler may unroll the chunk loop
     assert not re.search(r"ld\.global(\.nc)?\.(u|b)(16|32)\b", ptx) and ".local" not in ptx
