@@ -51,15 +51,16 @@ def graph_time(step, calls: int) -> float:
     return start.elapsed_time(end) * 1e-3 / calls
 
 
-def wall_time(step, calls: int) -> float:
-    """Wall seconds per ``step()`` called back to back from the host, the queue drained at the end."""
+def wall_time(step, calls: int, sync=torch.cuda.synchronize) -> float:
+    """Wall seconds per ``step()`` called back to back from the host after a warm-up, the queue drained by
+    ``sync()`` (the CUDA device's by default) before and after."""
     for _ in range(10):
         step()
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     for _ in range(calls):
         step()
-    torch.cuda.synchronize()
+    sync()
     return (time.perf_counter() - t0) / calls
 
 
@@ -209,22 +210,13 @@ def sharded_agreement(model: Decoder, rank: int, world: int, tokens: int = 16):
 
 def all_reduce_us(shape, dtype, device, calls: int = 50) -> float:
     """Microseconds one ``torch.distributed.all_reduce`` of a tensor of ``shape`` takes over the default group,
-    ``calls`` back to back after a warm-up (the row-parallel layers' sum: two a decoder layer). Every rank of the
-    group must call it alike."""
-    import time
-
+    ``calls`` back to back after a warm-up (:func:`wall_time`; the row-parallel layers' sum: two a decoder layer).
+    Every rank of the group must call it alike."""
     import torch.distributed as dist
 
     y = torch.zeros(shape, dtype=dtype, device=device)
     sync = torch.cuda.synchronize if y.is_cuda else (lambda: None)
-    for _ in range(5):
-        dist.all_reduce(y)
-    sync()
-    start = time.perf_counter()
-    for _ in range(calls):
-        dist.all_reduce(y)
-    sync()
-    return (time.perf_counter() - start) / calls * 1e6
+    return wall_time(lambda: dist.all_reduce(y), calls, sync) * 1e6
 
 
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
