@@ -115,14 +115,37 @@ def _dense_points(widths):
                 yield m, k, n, dense, x, graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
 
 
+def _row_plans(rows, k: int, x, x_in_shared=None):
+    """``(replay, outputs)``: the row kernel (:func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`) on each
+    ``(values, indices)`` of ``rows`` recorded for ``x`` (:func:`sparsekit.launch.record`); ``replay()`` launches
+    them all again on torch's current stream (what a CUDA graph captures)."""
+    import torch
+
+    from sparsekit.gpu.launch import Buffers
+    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
+    from sparsekit.launch import record
+
+    runs = []
+    for values, indices in rows:
+        buffers = Buffers()                                     # x^T staged for the plan's lifetime
+        product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(v, i, k, t, buffers=b, x_in_shared=x_in_shared))(
+            values, indices, buffers)
+        out, plan = record(product, x, lambda t: t.new_empty((x.shape[0], values.shape[0])))
+        runs.append((plan, out, buffers))
+
+    def replay():
+        stream = torch.cuda.current_stream().cuda_stream
+        for plan, out, _ in runs:
+            plan(x.data_ptr(), out.data_ptr(), stream)
+
+    return replay, [out for _, out, _ in runs]
+
+
 def orders(widths=(1, 8)) -> bool:
     """The ``--orders`` table (module docstring); True when every variant's product is right."""
     import torch
     import torch.nn.functional as F
 
-    from sparsekit.gpu.launch import Buffers
-    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
-    from sparsekit.launch import record
     from sparsekit.torch import SparseLinear
 
     def column_order(layer):
@@ -142,21 +165,9 @@ def orders(widths=(1, 8)) -> bool:
             cells = []
             for shared in places:
                 for name, rows in (("columns", column_order), ("gather_order", stored)):
-                    runs = []
-                    for values, indices in map(rows, layers):
-                        buffers = Buffers()                          # x^T staged for the plan's lifetime
-                        product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(
-                            v, i, k, t, buffers=b, x_in_shared=shared))(values, indices, buffers)
-                        out, plan = record(product, x, lambda t: t.new_empty((n, m)))
-                        runs.append((plan, out, buffers))
-                    ok &= bool((runs[0][1].float() - want).abs().max() <= 1e-2 * want.abs().max())
-
-                    def step():
-                        stream = torch.cuda.current_stream().cuda_stream
-                        for plan, out, _ in runs:
-                            plan(x.data_ptr(), out.data_ptr(), stream)
-
-                    t = graph_time(step) / ROTATION
+                    replay, outs = _row_plans(map(rows, layers), k, x, shared)
+                    ok &= bool((outs[0].float() - want).abs().max() <= 1e-2 * want.abs().max())
+                    t = graph_time(replay) / ROTATION
                     where = "" if shared is None else (" shared" if shared else " L1")
                     cells.append(f"{name}{where} {t:6.2f} ({td / t:.2f}x)")
             print(f"{m}x{k} N={n} {sparsity:.0%}: {td:6.2f} | " + " | ".join(cells), flush=True)
@@ -168,9 +179,7 @@ def floor() -> None:
     import torch
     from numba import cuda
 
-    from sparsekit.gpu.launch import Buffers
-    from sparsekit.gpu.spmm_ell_rows import read_rows, spmm_ell_rows_linear
-    from sparsekit.launch import record
+    from sparsekit.gpu.spmm_ell_rows import read_rows
     from sparsekit.torch import SparseLinear
 
     def stream():
@@ -183,19 +192,7 @@ def floor() -> None:
                 layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
                 rows = [(layer.values.detach(), layer.indices) for layer in layers]
                 nbytes = _route_bytes(layers[0], 1)
-                plans = []
-                for values, indices in rows:
-                    buffers = Buffers()
-                    product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(v, i, k, t, buffers=b))(
-                        values, indices, buffers)
-                    out, plan = record(product, x, lambda t: t.new_empty((1, m)))
-                    plans.append((plan, out, buffers))
-
-                def replay():
-                    raw = torch.cuda.current_stream().cuda_stream
-                    for plan, out, _ in plans:
-                        plan(x.data_ptr(), out.data_ptr(), raw)
-
+                replay, _ = _row_plans(rows, k, x)
                 times = [graph_time(lambda: [layer(x) for layer in layers]) / ROTATION, graph_time(replay) / ROTATION,
                          graph_time(lambda: [read_rows(v, i, k, stream=stream()) for v, i in rows]) / ROTATION]
             cells = " | ".join(f"{t:6.2f} {nbytes / t / 1e6:4.2f}" for t in times)
