@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from sparsekit.gpu import launch as launch_contract
-from sparsekit.gpu.launch import DynamicShared
+from sparsekit.gpu.launch import DynamicShared, launching_on
 from sparsekit.numba_compat import kernel_function, pack_arguments
 
-__all__ = ["LaunchPlan", "Launch", "record", "observe"]
+__all__ = ["LaunchPlan", "Launch", "record", "observe", "on_torch_stream"]
 
 
 @contextmanager
@@ -44,6 +44,20 @@ def observe():
         yield seen
     finally:
         launch_contract.OBSERVERS.remove(keep)
+
+
+def on_torch_stream():
+    """A context in which the library's launches go to PyTorch's current stream (:func:`launching_on`), as a
+    PyTorch op's must: after the work that made its inputs there (a side stream is not ordered with Numba's
+    default stream), and inside a CUDA graph captured there. Nothing to do under the simulator."""
+    from numba import cuda
+    from numba.cuda import config as cuda_config
+
+    if cuda_config.ENABLE_CUDASIM:
+        return nullcontext()
+    import torch
+
+    return launching_on(cuda.external_stream(torch.cuda.current_stream().cuda_stream))
 
 
 def _dims(d) -> tuple[int, int, int]:
@@ -131,7 +145,7 @@ def record(product, x, out_like):
     """
     from numba.cuda import config as cuda_config
 
-    with observe() as seen:
+    with observe() as seen, on_torch_stream():
         out = product(x)
     if cuda_config.ENABLE_CUDASIM or not seen:
         return out, None

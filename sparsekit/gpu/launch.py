@@ -2,7 +2,8 @@
 turns a block too large for the register file into a clear error.
 
 * :func:`launch` ``kernel[grid, block, stream](*args)`` (``kernel`` a dispatcher or a :class:`DynamicShared`);
-  ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings.
+  ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`` becomes a ValueError naming the settings. Without a ``stream``, the
+  one :func:`launching_on` set (PyTorch's current stream, for :mod:`sparsekit.torch`), else Numba's default.
 * :class:`DynamicShared`: a kernel launched with ``nbytes`` of dynamic shared memory.
 * :class:`Buffers`: scratch device buffers a recorded launch (:mod:`sparsekit.launch`) may keep the address of.
 * :class:`Prepared`: what a weight copied to the device once shares: its host format's shape and dtype.
@@ -16,13 +17,16 @@ turns a block too large for the register file into a clear error.
 """
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
+
 import numpy as np
 from numba import cuda
 from numba.cuda import config as cuda_config
 
 from sparsekit.device import allow_dynamic_shared
 
-__all__ = ["launch", "opt_in", "resident_blocks", "check_int32", "DynamicShared", "Buffers", "Prepared", "SHARED_LIMIT", "SHARED_OPTIN",
+__all__ = ["launch", "launching_on", "opt_in", "resident_blocks", "check_int32", "DynamicShared", "Buffers", "Prepared", "SHARED_LIMIT", "SHARED_OPTIN",
            "SMEM_ALIGN", "WARP_SIZE", "INT32_MAX"]
 
 #: Threads a warp.
@@ -41,10 +45,27 @@ _OPTED_IN: set = set()
 _RESIDENT: dict = {}
 #: Callbacks ``(kernel, grid, block, args)`` told of every launch (:func:`sparsekit.launch.record`).
 OBSERVERS: list = []
+#: Where :func:`launch` launches when its caller names no stream (:func:`launching_on`).
+_STREAM = contextvars.ContextVar("sparsekit_launch_stream", default=0)
+
+
+@contextmanager
+def launching_on(stream):
+    """Launches inside the block that name no stream go to ``stream`` (a Numba stream, e.g.
+    ``cuda.external_stream`` of PyTorch's current one): ordered after the work queued there, and captured
+    with it by a CUDA graph."""
+    token = _STREAM.set(stream)
+    try:
+        yield
+    finally:
+        _STREAM.reset(token)
 
 
 def launch(kernel, grid, block, args, tunables: str, *, stream=0) -> None:
-    """``kernel[grid, block, stream](*args)``; a block too large for the register file is a ValueError."""
+    """``kernel[grid, block, stream](*args)``; a block too large for the register file is a ValueError.
+    ``stream`` 0: the one :func:`launching_on` set, if any."""
+    if isinstance(stream, int) and stream == 0:
+        stream = _STREAM.get()
     try:
         kernel[grid, block, stream](*args)
         for observe in OBSERVERS:

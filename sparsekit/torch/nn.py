@@ -131,9 +131,11 @@ class SparseLinear(nn.Module):
             layer.indices[:, :n] = columns.to(torch.int32).to(torch.int16)
             if values.dtype in KERNEL_DTYPES and values.is_cuda:  # the order the N = 1 kernel gathers best
                 from sparsekit.gpu.spmm_ell_rows import bank_balanced
-                for mine, balanced in zip((layer.values, layer.indices),
-                                          bank_balanced(layer.values.detach(), layer.indices, in_features)):
-                    mine.copy_(balanced)
+                from sparsekit.launch import on_torch_stream
+                with on_torch_stream():
+                    balanced = bank_balanced(layer.values.detach(), layer.indices, in_features)
+                for mine, rows in zip((layer.values, layer.indices), balanced):
+                    mine.copy_(rows)
             elif values.dtype in KERNEL_DTYPES:                 # (NumPy has no bfloat16: the values' bits)
                 from sparsekit.reference.spmm_ell_rows import bank_balanced
                 bits = layer.values.detach().view(torch.int16)

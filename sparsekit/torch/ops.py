@@ -131,13 +131,15 @@ def _version(t: torch.Tensor) -> int:
     return 0 if t.is_inference() else t._version
 
 
-def _refuse_in_capture(x: torch.Tensor, what: str) -> None:
-    """A RuntimeError naming ``what`` when a CUDA graph capture is under way on the current stream (work that
-    syncs with the host or allocates outside torch cannot be captured)."""
+_WARM_UP = "call the layer once with such an x before capturing (the warm-up torch.cuda.graph asks for)"
+
+
+def _refuse_in_capture(x: torch.Tensor, what: str, hint: str = _WARM_UP) -> None:
+    """A RuntimeError naming ``what`` and ``hint`` when a CUDA graph capture is under way on the current stream
+    (work that syncs with the host or allocates outside torch cannot be captured)."""
     if x.is_cuda and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(f"sparse_linear: cannot {what} for x of shape {tuple(x.shape)} and {x.dtype} inside a "
-                           f"CUDA graph capture; call the layer once with such an x before capturing (the "
-                           f"warm-up torch.cuda.graph asks for)")
+                           f"CUDA graph capture; {hint}")
 
 
 class Prepared:
@@ -155,8 +157,13 @@ class Prepared:
         """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
         (when it could be). ``product`` builds the callable only when it is needed."""
         plan = self.plans.get(key, _UNRECORDED)
-        if plan is None:
-            return product()(x)
+        if plan is None:                          # a product whose launches could not be recorded
+            from sparsekit.launch import on_torch_stream
+
+            _refuse_in_capture(x, "run a product whose launches could not be recorded",
+                               "run this layer outside the graph")
+            with on_torch_stream():
+                return product()(x)
         if plan is _UNRECORDED:
             from sparsekit.launch import record
 

@@ -67,6 +67,40 @@ def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n):
     assert torch.equal(y, want)
 
 
+@pytest.mark.parametrize("n", [1, 8])
+def test_first_call_on_a_busy_side_stream_reads_its_input_after_the_work_that_writes_it(n):
+    """The first call records its launches by running them on torch's current stream: there they follow the
+    queued work that writes ``x`` (Numba's default stream is not ordered with torch's side streams), so the
+    output is right and the recorded plan passes its check."""
+    layer = _layer(torch.bfloat16, out_features=4096, seed=7)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        busy = torch.ones(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        for _ in range(20):                                 # a few ms of work queued ahead of x
+            busy = busy @ busy * 2.0 ** -12                 # (stays all ones)
+        x = busy[:n, :1024] * torch.randn(n, 1024, device="cuda", dtype=torch.bfloat16)
+        y = layer(x)
+    side.synchronize()
+    assert all(plan is not None for plan in _WEIGHTS[layer.weight_id].plans.values())
+    _check(y, layer, x)
+
+
+def test_a_product_whose_launches_were_not_recorded_runs_eagerly_and_is_refused_in_a_capture():
+    """A product without a plan (its recording failed its check) runs its launches on torch's stream; inside a
+    CUDA graph capture it raises instead of running outside the graph (a replay would return a stale output)."""
+    layer = _layer(torch.float16, seed=8)
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.float16)
+    layer(x)
+    plans = _WEIGHTS[layer.weight_id].plans
+    for key in plans:
+        plans[key] = None
+    _check(layer(x), layer, x)
+    with pytest.raises(RuntimeError, match="could not be recorded"):
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            layer(x)
+
+
 def test_only_the_sparse_weight_stays_on_the_device():
     """After decode and prefill calls, torch's allocator holds the layer's values, indices and bias only
     (nothing dense); besides them the layer keeps the staged x^T (a few KB) and, once x of 9-32 rows ran (to 64 on
