@@ -1225,6 +1225,7 @@ UNGUARDED_MODULES = {
     "sparsekit.gpu.launch": "the launch contract used by the launchers (sizes from validated operands)",
     "sparsekit.gpu.spmm_ell_rows": "takes plain arrays (values, indices, K) that sparsekit.torch.SparseLinear builds; its "
                          "refusals of bad operands are in tests/test_spmm_ell_rows.py",
+    "sparsekit.gpu.spmm_ell_compact": "compact ELL rows (values, offsets, bases, K); refusals: tests/test_spmm_ell_compact.py",
     "sparsekit.gpu.mma": "tensor-core device functions (their probes are in tests/mma_probes.py)",
     "sparsekit.gpu.wgmma": "wgmma device functions (the probe is in tests/mma_probes.py)",
     "sparsekit.gpu.sync_primitives": "device functions",

@@ -140,37 +140,14 @@ def _kernel(n: int, bf16: bool, stride: int, unroll: int):
 
 
 @functools.cache
-def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False):
-    """``Y = x W^T`` with ``x^T`` in shared memory: the block copies ``x^T`` (``K x stride`` halves, the columns
-    past ``N`` zero; for ``N = 1`` that is ``x`` itself; from ``N = 2`` the launcher's staged copy) to shared
-    memory, then each warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as
-    :func:`_kernel`, reading each entry's row of ``x^T`` from shared memory
-    (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays). Each warp issues its first row's
-    loads before the copy, so that their memory latency passes while ``x^T`` is copied.
-
-    ``wide`` (always from ``N = 2``; at ``N = 1`` where ``K % 8 == 0`` and ``x`` is 16-byte aligned): the block
-    copies ``x^T`` in 16-byte loads through ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued
-    before their stores, instead of a half a load: the copy is every block's start (1.04-1.15x faster at
-    K = 14336 on the H200, 4096x14336 at 50-90 %, N = 1; the same at K = 4096)."""
-    if n > 1 and not wide:
-        raise ValueError("the shared-memory kernel copies a staged x^T (N > 1) in 16-byte loads only")
-    row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
-    load = _row_loads(unroll)
-    width, nbuf = accumulators(n, stride), 4 * unroll
-
-    @cuda.jit
-    def kernel(values, indices, x, x32, y, m, k, entries):
-        xs = cuda.shared.array(0, uint16)
-        xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
+def x_to_shared(stride: int, wide: bool):
+    """``copy(x, x32, xs, xs32, k)``: the block's threads copy ``x^T`` (``K x stride`` halves) to shared memory
+    ``xs`` (``xs32``: its uint32 view); call :func:`numba.cuda.syncthreads` before reading it. ``wide``: in 16-byte
+    loads through ``x32`` (``x``'s uint32 view; ``K stride % 8 == 0``, 16-byte aligned), :data:`COPY_LOADS` of
+    them a thread issued before their stores; else (``N = 1``) a half a load."""
+    @inlined
+    def copy(x, x32, xs, xs32, k):
         tid = cuda.threadIdx.x
-        lane = tid % 32
-        warps = cuda.blockDim.x // 32
-        vbuf = cuda.local.array(nbuf, uint32)
-        ibuf = cuda.local.array(nbuf, uint32)
-        stop = entries // 8
-        row = cuda.blockIdx.x * warps + tid // 32
-        if row < m:                                   # the first row's loads in flight while x^T is copied
-            load(values, indices, row * (entries // 2), lane, stop, vbuf, ibuf)
         if wide:
             words, step = k * stride // 2, 4 * cuda.blockDim.x
             buf = cuda.local.array((COPY_LOADS, 4), uint32)
@@ -186,6 +163,42 @@ def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = Fa
         else:                                         # N = 1: x itself, a half a load
             for t in range(tid, k, cuda.blockDim.x):
                 xs[t] = x[t]
+    return copy
+
+
+@functools.cache
+def _shared_kernel(n: int, bf16: bool, stride: int, unroll: int, wide: bool = False):
+    """``Y = x W^T`` with ``x^T`` in shared memory: the block copies ``x^T`` (``K x stride`` halves, the columns
+    past ``N`` zero; for ``N = 1`` that is ``x`` itself; from ``N = 2`` the launcher's staged copy) to shared
+    memory, then each warp takes rows ``warp, warp + warps, ...`` of the grid, 8 entries a lane a chunk as
+    :func:`_kernel`, reading each entry's row of ``x^T`` from shared memory
+    (:func:`sparsekit.gpu.spmm_tiled.row_accumulator` on the shared arrays). Each warp issues its first row's
+    loads before the copy, so that their memory latency passes while ``x^T`` is copied.
+
+    ``wide`` (always from ``N = 2``; at ``N = 1`` where ``K % 8 == 0`` and ``x`` is 16-byte aligned): the block
+    copies ``x^T`` in 16-byte loads through ``x32`` (its uint32 view), :data:`COPY_LOADS` of them a thread issued
+    before their stores, instead of a half a load: the copy is every block's start (1.04-1.15x faster at
+    K = 14336 on the H200, 4096x14336 at 50-90 %, N = 1; the same at K = 4096)."""
+    if n > 1 and not wide:
+        raise ValueError("the shared-memory kernel copies a staged x^T (N > 1) in 16-byte loads only")
+    row_entries, store = _row_entries(n, bf16, stride, unroll), row_store(n, bf16, True)
+    load, copy = _row_loads(unroll), x_to_shared(stride, wide)
+    width, nbuf = accumulators(n, stride), 4 * unroll
+
+    @cuda.jit
+    def kernel(values, indices, x, x32, y, m, k, entries):
+        xs = cuda.shared.array(0, uint16)
+        xs32 = cuda.shared.array(0, uint32)           # the same bytes, for 16-byte reads of a row of x^T
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        warps = cuda.blockDim.x // 32
+        vbuf = cuda.local.array(nbuf, uint32)
+        ibuf = cuda.local.array(nbuf, uint32)
+        stop = entries // 8
+        row = cuda.blockIdx.x * warps + tid // 32
+        if row < m:                                   # the first row's loads in flight while x^T is copied
+            load(values, indices, row * (entries // 2), lane, stop, vbuf, ibuf)
+        copy(x, x32, xs, xs32, k)
         cuda.syncthreads()
         acc = cuda.local.array(width, float32)
         loaded = True
