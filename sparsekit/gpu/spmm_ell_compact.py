@@ -11,8 +11,8 @@ of 16-bit values, 8 bytes of uint8 offsets and one uint16 base (``values``, ``of
   and ``x`` is 16-byte aligned), each warp's first row's loads issued before the copy; warps take rows ``warp,
   warp + warps, ...``; each lane takes chunks ``lane, lane + 32, ...`` of its row, ``unroll`` in flight, three
   loads a chunk (16 bytes of values, 8 of offsets, 2 of base), and adds ``value * x[base + offset]`` for its
-  slots with nonzero value bits (:func:`sparsekit.gpu.spmm_tiled.row_accumulator`) into a float32 sum; a
-  warp sum and one store give ``y[row]`` (:func:`sparsekit.gpu.spmm_tiled.row_store`).
+  slots with nonzero value bits into a float32 sum (every slot's gather issued, its sum selected); a warp sum
+  and one store give ``y[row]`` (:func:`sparsekit.gpu.spmm_tiled.row_store`).
 * :func:`compact_rows`: a PyTorch layer's padded ELL rows converted once (on the host, by the reference) to
   compact ELL rows on their device.
 """
@@ -29,7 +29,8 @@ from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, DynamicShared, check_int32, launch, opt_in
 from sparsekit.gpu.spmm_ell_rows import (SHARED_BLOCKS_PER_SM, SHARED_PER_SM, SHARED_WARPS, UNROLL, _sm_count,
                                          _value_dtype, x_to_shared)
-from sparsekit.gpu.spmm_tiled import row_accumulator, row_store, uint16_bits
+from sparsekit.gpu.mma import widen_bf16, widen_f16
+from sparsekit.gpu.spmm_tiled import row_store, uint16_bits
 from sparsekit.gpu.vector_loads import aligned, load2, load4
 from sparsekit.reference.spmm_ell_compact import CHUNK, MAX_OFFSET, UNUSED_BASE, check_shapes, from_ell_rows
 
@@ -67,12 +68,14 @@ def _row_chunks(bf16: bool, unroll: int):
     """The inner loop: ``run(acc, values, offsets, bases, first, lane, stop, k, xs, vbuf, obuf, bbuf, loaded)``
     adds a row's slots (its chunks from ``first``, ``stop`` of them) times ``x`` (``xs``, in shared memory) into
     ``acc[0]``, as :func:`sparsekit.gpu.spmm_ell_rows._row_entries` does for padded ELL rows: chunks ``lane,
-    lane + 32, ...``, ``unroll`` in flight. A chunk whose base is not a column (>= K) is skipped; so is a slot
-    whose value bits are 0 (an unused slot: offset 0, value 0). A column is below ``K + 255``, where ``xs`` holds
-    zeros past ``x`` (so no slot needs a bounds check); unsigned bases let the compiler drop the negative-index
-    fix-up of ``xs[col]``. ``loaded``: the first ``unroll`` chunks are already in the buffers (issued by the caller
-    before the copy of ``x``)."""
-    add = row_accumulator(1, bf16, 1)
+    lane + 32, ...``, ``unroll`` in flight. A chunk whose base is not a column (>= K) is skipped; a slot whose
+    value bits are 0 (an unused slot: offset 0, value 0) adds nothing. A column is below ``K + 255``, where ``xs``
+    holds zeros past ``x``, so every slot reads ``xs`` unconditionally and only its sum is selected: a chunk's 8
+    gathers issue back to back (behind a test a slot, as :func:`sparsekit.gpu.spmm_tiled.row_accumulator` has
+    them, each waits for the one before); unsigned bases let the compiler drop the negative-index fix-up of
+    ``xs[col]``. ``loaded``: the first ``unroll`` chunks are already in the buffers (issued by the caller before
+    the copy of ``x``)."""
+    widen = widen_bf16 if bf16 else widen_f16
     load = _chunk_loads(unroll)
 
     @inlined
@@ -87,8 +90,9 @@ def _row_chunks(bf16: bool, unroll: int):
                     for h in range(CHUNK):            # slot h: half h % 2 of value word h // 2, byte h % 4 of
                         bits = (vbuf[4 * u + h // 2] >> (16 * (h % 2))) & 0xFFFF      # offset word h // 4
                         col = base + ((obuf[2 * u + h // 4] >> (8 * (h % 4))) & 0xFF)
-                        if bits != 0:
-                            add(acc, bits, col, xs, xs)
+                        term = widen(bits) * widen(xs[col])
+                        if bits != 0:                 # (0 * x[base] may be NaN)
+                            acc[0] += term
             chunk += 32 * unroll
             if chunk < stop:
                 load(values, offsets, bases, first, chunk, stop, vbuf, obuf, bbuf)
