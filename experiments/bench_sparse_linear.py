@@ -5,9 +5,10 @@
     python -m experiments.bench_sparse_linear --orders
     python -m experiments.bench_sparse_linear --floor
 
-Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64, each on the
-route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row kernel, the TiledBitmap kernel
-or dense GEMM on the weight densified for the call). Each product runs 50
+Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64 (any with
+``--widths``), each on the route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row
+kernel, the TiledBitmap kernel, cuSPARSELt for a 2:4 weight past 32 rows, or dense GEMM on the weight densified
+for the call). Each product runs 50
 times in a CUDA graph (no host cost) over 4 weights in rotation (so the MLP weights do not stay in L2); the
 time is a call's share. Prints ours, dense, the speedup, the bytes the route reads over our time, and cuSPARSE
 (``torch.sparse`` CSR of the same pruned weight times ``x^T``; "-" where torch refuses it). Recorded in
@@ -42,9 +43,12 @@ def graph_time(step, calls: int = 50) -> float:
 
 
 def _cusparse(layers, x) -> str:
-    """Microseconds of cuSPARSE CSR (through torch.sparse) on the layers' pruned weights, or "-"."""
+    """Microseconds of cuSPARSE CSR (through torch.sparse) on the layers' pruned weights, or "-" (also past 64
+    rows of ``x``, where it takes 10-100x dense)."""
     import torch
 
+    if x.shape[0] > 64:
+        return "-"
     try:
         csrs = [layer.to_dense().weight.detach().to_sparse_csr() for layer in layers]
         xt = x.T.contiguous()
@@ -53,14 +57,27 @@ def _cusparse(layers, x) -> str:
         return "-"
 
 
-def _route_bytes(layer, n: int) -> int:
-    """Bytes the layer's route reads at ``n`` rows of ``x`` without autograd: the TiledBitmap's or the ELL rows'
-    (densify + GEMM reads the rows, then writes and reads the dense weight: counted as the rows)."""
+def _layer_route(layer, n: int) -> str:
+    """The route the layer takes at ``n`` rows of ``x`` without autograd (after a call there)."""
     from sparsekit.torch import ops
 
-    kernel = ops.route(n, layer.values.shape[1], layer.in_features, True, out_features=layer.out_features)
+    prep = ops._WEIGHTS[layer.weight_id]
+    two_four = n > ops.CUSPARSELT_MIN_N and prep.two_four(layer.values, layer.indices, layer.in_features)
+    return ops.route(n, layer.values.shape[1], layer.in_features, True, out_features=layer.out_features,
+                     two_four=two_four)
+
+
+def _route_bytes(layer, n: int) -> int:
+    """Bytes the layer's route reads at ``n`` rows of ``x`` without autograd, once it ran there: the TiledBitmap's,
+    cuSPARSELt's buffer or the ELL rows' (densify + GEMM reads the rows, then writes and reads the dense weight:
+    counted as the rows)."""
+    from sparsekit.torch import ops
+
+    kernel = _layer_route(layer, n)
     if kernel == "bitmap":
         return ops.bitmap_bytes(layer.weight_id)
+    if kernel == "cusparselt":
+        return ops.copies_bytes(layer.weight_id) - ops.bitmap_bytes(layer.weight_id)
     return sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
 
 
@@ -200,19 +217,29 @@ def floor() -> None:
                   flush=True)
 
 
-def main(pattern: str = "uniform", widths=WIDTHS) -> None:
+def main(pattern: str = "uniform", widths=WIDTHS) -> bool:
+    """The main table (module docstring); True when every point's product is right (float32 sums of the
+    pruned weight, to 1 % of the largest output)."""
     import torch
+    import torch.nn.functional as F
 
     from sparsekit.torch import SparseLinear
 
-    print(f"{pattern}: shape sparsity N: ours_us dense_us speedup weight_TB/s cusparse_us")
+    ok = True
+    print(f"{pattern}: shape sparsity N: ours_us dense_us speedup weight_TB/s cusparse_us route")
     for m, k, n, dense, x, td in _dense_points(widths):
         with torch.no_grad():
             for sparsity in (0.5,) if pattern == "2:4" else SPARSITIES:
                 layers = [SparseLinear.from_dense(d, sparsity=sparsity, pattern=pattern) for d in dense]
                 ts = graph_time(lambda: [layer(x) for layer in layers]) / ROTATION
+                want = F.linear(x.float(), layers[0].to_dense().weight.float())
+                right = bool((layers[0](x).float() - want).abs().max() <= 1e-2 * want.abs().max())
+                ok &= right
+                kernel = _layer_route(layers[0], n)
                 print(f"{m}x{k} {sparsity:.0%} N={n}: {ts:7.1f} {td:7.1f} {td / ts:5.2f}x "
-                      f"{_route_bytes(layers[0], n) / ts / 1e6:6.2f} {_cusparse(layers, x)}")
+                      f"{_route_bytes(layers[0], n) / ts / 1e6:6.2f} {_cusparse(layers, x)} {kernel}"
+                      f"{'' if right else ' WRONG'}", flush=True)
+    return ok
 
 
 if __name__ == "__main__":
@@ -231,4 +258,4 @@ if __name__ == "__main__":
         raise SystemExit(0 if orders() else 1)
     if args.floor:
         raise SystemExit(floor())
-    main(args.pattern, args.widths)
+    raise SystemExit(0 if main(args.pattern, args.widths) else 1)

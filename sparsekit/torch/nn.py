@@ -7,7 +7,7 @@ from torch import nn
 
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
-from sparsekit.torch.ops import (KERNEL_DTYPES, bitmap_bytes, dense_weight, forward, register, sparse_linear,
+from sparsekit.torch.ops import (KERNEL_DTYPES, copies_bytes, dense_weight, forward, register, sparse_linear,
                                  sparse_linear_inference)
 
 __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
@@ -64,6 +64,8 @@ class SparseLinear(nn.Module):
       beside them (0.42 of the dense bytes at 80 %) and built again after the values or indices change as torch
       counts it (an optimizer step, ``copy_``, in-place ops; a write through ``.data`` is not counted);
     * with autograd, ``N <= 16``: the row kernel;
+    * a 2:4 weight without autograd, ``N > 32``: cuSPARSELt's 2:4 GEMM on the weight compressed at the first such
+      call (9/16 of the dense bytes, kept beside the rows and built again after a change, as the TiledBitmap);
     * wider ``x``: dense GEMM on the weight densified for the call.
 
     float32 runs the last on CUDA; float64 the CPU (gradcheck). Each route's launches are recorded at its first
@@ -74,8 +76,9 @@ class SparseLinear(nn.Module):
     autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
     ``torch.ops.sparsekit.sparse_linear_inference``.
 
-    ``use_bitmap`` (default True): False keeps the weight in its ELL rows only (no second copy on the device),
-    at the routes taken with autograd: the row kernel to ``N = 16``, densify + GEMM beyond.
+    ``use_bitmap`` (default True): False keeps the weight in its ELL rows only (no second copy on the device,
+    TiledBitmap or cuSPARSELt's), at the routes taken with autograd: the row kernel to ``N = 16``, densify + GEMM
+    beyond.
     """
 
     #: Whether inference at ``N = 8..64`` may run on the weight's TiledBitmap (a second copy; class docstring).
@@ -189,8 +192,9 @@ class SparseLinear(nn.Module):
         return dense
 
     def weight_bytes(self) -> int:
-        """Bytes of the stored weight: values and indices, and its TiledBitmap once built."""
-        return sum(t.numel() * t.element_size() for t in (self.values, self.indices)) + bitmap_bytes(self.weight_id)
+        """Bytes of the stored weight: values and indices, and the copies kept for inference once built (its
+        TiledBitmap; cuSPARSELt's buffer of a 2:4 weight)."""
+        return sum(t.numel() * t.element_size() for t in (self.values, self.indices)) + copies_bytes(self.weight_id)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

@@ -25,6 +25,11 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
 * With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
   TiledBitmap would be rebuilt for each).
+* A 2:4 weight (at most 2 of every 4 columns a row, :func:`is_two_four`; M and K multiples of 64) without autograd
+  and past :data:`CUSPARSELT_MIN_N` rows: cuSPARSELt's 2:4 tensor-core GEMM (``torch._cslt_sparse_mm``) on the
+  weight compressed once (:meth:`Prepared.cusparselt_product`, 9/16 of the dense bytes), with the fastest of its
+  algorithms for the shape (:func:`cusparselt_algorithm`): 1.3-1.65x dense cuBLAS at N = 512-2048, where densify +
+  GEMM takes 0.4-0.85x (``sparse_linear.md``).
 * Wider ``x`` (prefill: past 64 rows without autograd, past 32 on smaller weights, past 16 with) or float32: ``W`` densified for the call
   (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`, or torch's scatter for float32) and dense GEMM (cuBLAS);
   nothing dense is kept.
@@ -49,6 +54,8 @@ import torch
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
+           "copies_bytes",
+           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
            "KERNEL_DTYPES"]
 
@@ -78,6 +85,13 @@ BITMAP_WIDE_MIN_WEIGHTS = 2**25
 #: 19.5 / 35.3 / 36.7 (90.2 against 91.5 over the three); 70 % 19.1 / 47.2 / 44.9 against 20.0 / 38.5 / 40.6;
 #: 50 % 24.2 / 63.5 / 61.7 against 23.2 / 44.6 / 49.8.
 BITMAP_MIN_DENSITY = 0.25
+#: Without autograd, a 2:4 weight (:func:`is_two_four`) multiplies ``x`` of more rows on cuSPARSELt's 2:4 tensor-core
+#: GEMM (``torch._cslt_sparse_mm``) with its fastest algorithm (:func:`cusparselt_algorithm`): on the H200, bfloat16,
+#: device us at 4096x4096 / 14336x4096 / 4096x14336 (``sparse_linear.md``): N = 64 21.4 / 42.7 / 55.8 against
+#: this layer's other routes' 33.9 / 80.4 / 87.6 (dense cuBLAS 12.1 / 33.2 / 36.3); N = 2048 63.4 / 243.5 / 211.0
+#: against 111.8 / 421.4 / 446.3 (dense 88.9 / 358.1 / 347.2). At N = 16 the TiledBitmap kernel is the faster
+#: (18.6 / 40.8 / 41.6 against 21.0 / 44.6 / 55.6).
+CUSPARSELT_MIN_N = 32
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -86,10 +100,15 @@ _IDS = itertools.count(1)
 _UNRECORDED = object()
 
 
-def route(n: int, width: int, in_features: int, inference: bool, *, out_features: int) -> str:
+def route(n: int, width: int, in_features: int, inference: bool, *, out_features: int,
+          two_four: bool = False) -> str:
     """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and an ``out_features x in_features`` weight of
-    ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel) or ``"dense"``
-    (densify + GEMM). ``inference``: no autograd, so the weight may be read from its TiledBitmap (module docstring)."""
+    ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel), ``"cusparselt"``
+    (cuSPARSELt's 2:4 GEMM) or ``"dense"`` (densify + GEMM). ``inference``: no autograd, so the weight may be read
+    from a copy kept between calls (module docstring). ``two_four``: every group of 4 columns of every row holds at
+    most 2 entries and cuSPARSELt takes the shape (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
+    if inference and two_four and n > CUSPARSELT_MIN_N:
+        return "cusparselt"
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
     rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
         n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # module docstring
@@ -152,6 +171,8 @@ class Prepared:
         self.plans: dict = {}
         self.buffers = Buffers()
         self._bitmap = None                        # (what it was built from, DeviceBitmap)
+        self._two_four = None                      # (what it was checked on, whether cuSPARSELt takes it)
+        self._cusparselt = None                    # (what it was compressed from, cuSPARSELt's buffer)
 
     def _run(self, key, product, x, out_shape) -> torch.Tensor:
         """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
@@ -194,7 +215,7 @@ class Prepared:
         ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
         step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data`` nor one to an inference
         tensor), the launch plans of the TiledBitmap it replaces dropped with it."""
-        source = (values.data_ptr(), _version(values), indices.data_ptr(), _version(indices), values.dtype)
+        source = _source(values, indices)
         if self._bitmap is None or self._bitmap[0] != source:
             from sparsekit.gpu.spmm_bitmap import upload
 
@@ -219,6 +240,37 @@ class Prepared:
 
         return self._run(key, product, x, (x.shape[0], values.shape[0]))
 
+    def two_four(self, values, indices, in_features: int) -> bool:
+        """Whether cuSPARSELt can multiply by this weight: a 2:4 pattern (:func:`is_two_four`), M and K multiples
+        of 64, float16/bfloat16 on CUDA, cuSPARSELt present. Checked again once ``values`` or ``indices`` is
+        another tensor or was changed in place (as :meth:`bitmap`); the check syncs with the host."""
+        source = _source(values, indices)
+        if self._two_four is None or self._two_four[0] != source:
+            from sparsekit.reference.sparse24_cusparselt import CSLT_ALIGN
+
+            _refuse_in_capture(values, "check the weight's 2:4 pattern")
+            takes = (values.is_cuda and values.dtype in KERNEL_DTYPES and torch.backends.cusparselt.is_available()
+                     and values.shape[0] % CSLT_ALIGN == 0 and in_features % CSLT_ALIGN == 0)
+            self._two_four = (source, takes and is_two_four(indices, in_features))
+        return self._two_four[1]
+
+    def cusparselt_product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` by cuSPARSELt's 2:4 GEMM (``x`` ``N x K`` on CUDA, the values' dtype) on the weight compressed
+        once (``torch._cslt_compress`` of the densified weight: 9/16 of the dense bytes), again after ``values``
+        or ``indices`` change, with the fastest algorithm for the shape (:func:`cusparselt_algorithm`). ``x`` of
+        a row count not a multiple of 8 is padded with zero rows for the call."""
+        source = _source(values, indices)
+        if self._cusparselt is None or self._cusparselt[0] != source:
+            _refuse_in_capture(x, "compress the weight for cuSPARSELt")
+            self._cusparselt = None                # the replaced buffer freed before the new one is made
+            self._cusparselt = (source, torch._cslt_compress(self.dense(values, indices, in_features)))
+        compressed = self._cusparselt[1]
+        n = x.shape[0]
+        xp = x if n % 8 == 0 else torch.nn.functional.pad(x, (0, 0, 0, -n % 8))
+        y = torch._cslt_sparse_mm(compressed, xp.t(), alg_id=cusparselt_algorithm(compressed, xp),
+                                  transpose_result=True)
+        return y if xp is x else y[:n]
+
     def dense(self, values, indices, in_features: int) -> torch.Tensor:
         """``W`` densified on CUDA for one call (float16/bfloat16: the densify kernel, recorded with the
         values as its input)."""
@@ -235,6 +287,63 @@ class Prepared:
         return self._run(key, product, v, (v.shape[0], in_features))
 
 
+def _source(values: torch.Tensor, indices: torch.Tensor) -> tuple:
+    """What a copy of the weight kept between calls was made from: the tensors, their in-place change counts
+    and the dtype."""
+    return values.data_ptr(), _version(values), indices.data_ptr(), _version(indices), values.dtype
+
+
+def is_two_four(indices: torch.Tensor, in_features: int) -> bool:
+    """Whether padded ELL rows keep at most 2 columns of every aligned group of 4 (the 2:4 pattern), on the
+    indices' device (one host sync)."""
+    if in_features % 4:
+        return False
+    cols = _columns(indices)
+    groups = torch.where(cols < in_features, cols // 4, in_features // 4)     # padding: one group past the last
+    counts = torch.zeros((indices.shape[0], in_features // 4 + 1), dtype=torch.int32, device=indices.device)
+    counts.scatter_add_(1, groups, torch.ones_like(groups, dtype=torch.int32))
+    return bool((counts[:, :-1] <= 2).all())
+
+
+#: cuSPARSELt's algorithm ids tried by :func:`cusparselt_algorithm` (the H200's build takes 0-23 at these shapes).
+CUSPARSELT_ALGORITHMS = 24
+#: Runs of each algorithm timed together by :func:`cusparselt_algorithm`.
+CUSPARSELT_TIMED_RUNS = 5
+_CUSPARSELT_CHOICE: dict = {}
+
+
+def cusparselt_algorithm(compressed: torch.Tensor, x: torch.Tensor) -> int:
+    """The fastest of cuSPARSELt's algorithms for ``compressed @ x^T`` at ``x``'s row count rounded up to a
+    power of two, dtype and device, timed once and remembered for the process: device time of
+    :data:`CUSPARSELT_TIMED_RUNS` runs replayed from a CUDA graph (events around calls from the host would count
+    the host's cost, which cuSPARSELt's plan set-up at every call makes larger than a small product; a host
+    sync). Its default (0) took 1.5-2x the fastest at N = 64-2048 on the H200 (``sparse_linear.md``);
+    cuSPARSELt's own search (``torch._cslt_sparse_mm_search``) fails on float16 there."""
+    n = x.shape[0]
+    key = (tuple(compressed.shape), x.shape[1], 1 << max(n - 1, 0).bit_length(), x.dtype, x.get_device())
+    if key not in _CUSPARSELT_CHOICE:
+        _refuse_in_capture(x, "choose cuSPARSELt's algorithm")
+        times = []
+        for alg in range(CUSPARSELT_ALGORITHMS):
+            try:
+                torch._cslt_sparse_mm(compressed, x.t(), alg_id=alg, transpose_result=True)
+            except RuntimeError:                   # past the build's last algorithm
+                break
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(CUSPARSELT_TIMED_RUNS):
+                    torch._cslt_sparse_mm(compressed, x.t(), alg_id=alg, transpose_result=True)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        _CUSPARSELT_CHOICE[key] = min(range(len(times)), key=times.__getitem__)
+    return _CUSPARSELT_CHOICE[key]
+
+
 def register(owner) -> int:
     """A new weight id for :func:`sparse_linear`, its :class:`Prepared` dropped when ``owner`` is."""
     wid = next(_IDS)
@@ -249,17 +358,29 @@ def bitmap_bytes(weight_id: int) -> int:
     return 0 if built is None else sum(a.size * a.dtype.itemsize for a in (built[1].stream, built[1].offsets))
 
 
+def copies_bytes(weight_id: int) -> int:
+    """Device bytes of the copies of weight ``weight_id`` kept for inference: its TiledBitmap and cuSPARSELt's
+    compressed buffer, once built."""
+    compressed = _WEIGHTS[weight_id]._cusparselt
+    return bitmap_bytes(weight_id) + (0 if compressed is None else compressed[1].numel() * compressed[1].element_size())
+
+
 def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int, weight_id: int,
             inference: bool = False) -> torch.Tensor:
     """``x @ W^T`` on ``x``'s device (the op's body; also the eager fast path of the layer)."""
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
         if x.dtype in KERNEL_DTYPES:
-            kernel = route(x.shape[0], values.shape[1], in_features, inference, out_features=values.shape[0])
+            n = x.shape[0]
+            two_four = inference and n > CUSPARSELT_MIN_N and prep.two_four(values, indices, in_features)
+            kernel = route(n, values.shape[1], in_features, inference, out_features=values.shape[0],
+                           two_four=two_four)
             if kernel != "dense":
                 x = x if x.is_contiguous() else x.contiguous()
                 if kernel == "rows":
                     return prep.rows_product(x, values, indices, in_features)
+                if kernel == "cusparselt":
+                    return prep.cusparselt_product(x, values, indices, in_features)
                 return prep.bitmap_product(x, values, indices, in_features)
         return torch.nn.functional.linear(x, prep.dense(values, indices, in_features))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
