@@ -28,8 +28,8 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
 * A 2:4 weight (at most 2 of every 4 columns a row, :func:`is_two_four`; M and K multiples of 64) without autograd
   and past :data:`CUSPARSELT_MIN_N` rows: cuSPARSELt's 2:4 tensor-core GEMM (``torch._cslt_sparse_mm``) on the
   weight compressed once (:meth:`Prepared.cusparselt_product`, 9/16 of the dense bytes), with the fastest of its
-  algorithms for the shape (:func:`cusparselt_algorithm`): 1.3-1.65x dense cuBLAS at N = 512-2048, where densify +
-  GEMM takes 0.4-0.85x (``sparse_linear.md``).
+  algorithms for the shape (:func:`cusparselt_algorithm`): 1.04-1.73x dense cuBLAS at N = 512-2048, where densify
+  + GEMM takes 0.4-0.85x; 0.58-0.79x at N = 64 (densify + GEMM 0.36-0.41x; ``sparse_linear.md``).
 * Wider ``x`` (prefill: past 64 rows without autograd, past 32 on smaller weights, past 16 with) or float32: ``W`` densified for the call
   (:func:`sparsekit.gpu.spmm_ell_rows.densify_ell_rows`, or torch's scatter for float32) and dense GEMM (cuBLAS);
   nothing dense is kept.
@@ -87,10 +87,10 @@ BITMAP_WIDE_MIN_WEIGHTS = 2**25
 BITMAP_MIN_DENSITY = 0.25
 #: Without autograd, a 2:4 weight (:func:`is_two_four`) multiplies ``x`` of more rows on cuSPARSELt's 2:4 tensor-core
 #: GEMM (``torch._cslt_sparse_mm``) with its fastest algorithm (:func:`cusparselt_algorithm`): on the H200, bfloat16,
-#: device us at 4096x4096 / 14336x4096 / 4096x14336 (``sparse_linear.md``): N = 64 21.4 / 42.7 / 55.8 against
-#: this layer's other routes' 33.9 / 80.4 / 87.6 (dense cuBLAS 12.1 / 33.2 / 36.3); N = 2048 63.4 / 243.5 / 211.0
-#: against 111.8 / 421.4 / 446.3 (dense 88.9 / 358.1 / 347.2). At N = 16 the TiledBitmap kernel is the faster
-#: (18.6 / 40.8 / 41.6 against 21.0 / 44.6 / 55.6).
+#: device us at 4096x4096 / 14336x4096 / 4096x14336 (``sparse_linear.md``): N = 64 21.2 / 42.4 / 55.9 against
+#: this layer's other routes' 33.9 / 80.4 / 87.6 (dense cuBLAS 12.4 / 33.4 / 36.4); N = 2048 63.1 / 215.7 / 224.0
+#: against 111.8 / 421.4 / 446.3 (dense 95.7 / 374.0 / 358.4). At N = 16 the TiledBitmap kernel is the faster
+#: (18.6 / 40.8 / 41.6 against cuSPARSELt's 21.0 / 44.6 / 55.6).
 CUSPARSELT_MIN_N = 32
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
