@@ -4,6 +4,7 @@
     python -m experiments.bench_sparse_linear --routes
     python -m experiments.bench_sparse_linear --orders
     python -m experiments.bench_sparse_linear --floor
+    python -m experiments.bench_sparse_linear --compact
 
 Shapes 4096x4096, 14336x4096, 4096x14336; sparsity 50-90 % (2:4: 50 %); N = 1, 8, 16 and 64 (any with
 ``--widths``), each on the route the layer takes without autograd (:func:`sparsekit.torch.ops.route`: the row
@@ -26,6 +27,10 @@ copied to shared memory where it fits); same rotation and graphs as the main tab
 ``--floor``: at N = 1, the layer's call (as in the main table), its row kernel replayed from a recorded plan, and
 the same grid reading the same rows without the product (``sparsekit.gpu.spmm_ell_rows.read_rows``): the memory
 floor of that kernel; microseconds and TB/s of the rows' bytes.
+
+``--compact``: at N = 1, the row kernel on the layers' padded ELL rows (4 bytes a kept weight) against the compact
+ELL row kernel (``sparsekit.gpu.spmm_ell_compact``, 3.25 bytes a slot) on the same weights, converted once; same
+rotation and graphs, each product checked.
 """
 from __future__ import annotations
 
@@ -132,30 +137,39 @@ def _dense_points(widths):
                 yield m, k, n, dense, x, graph_time(lambda: [F.linear(x, d.weight) for d in dense]) / ROTATION
 
 
-def _row_plans(rows, k: int, x, x_in_shared=None):
-    """``(replay, outputs)``: the row kernel (:func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`) on each
-    ``(values, indices)`` of ``rows`` recorded for ``x`` (:func:`sparsekit.launch.record`); ``replay()`` launches
-    them all again on torch's current stream (what a CUDA graph captures)."""
+def _plans(products, x):
+    """``(replay, outputs)``: each ``(product, rows)`` of ``products`` (``product(x)`` an ``N x rows`` output)
+    recorded for ``x`` (:func:`sparsekit.launch.record`); ``replay()`` launches them all again on torch's current
+    stream (what a CUDA graph captures)."""
     import torch
 
-    from sparsekit.gpu.launch import Buffers
-    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
     from sparsekit.launch import record
 
     runs = []
-    for values, indices in rows:
-        buffers = Buffers()                                     # x^T staged for the plan's lifetime
-        product = (lambda v, i, b: lambda t: spmm_ell_rows_linear(v, i, k, t, buffers=b, x_in_shared=x_in_shared))(
-            values, indices, buffers)
-        out, plan = record(product, x, lambda t: t.new_empty((x.shape[0], values.shape[0])))
-        runs.append((plan, out, buffers))
+    for product, rows in products:
+        out, plan = record(product, x, lambda t: t.new_empty((x.shape[0], rows)))
+        if plan is None:
+            raise RuntimeError("a product's launches could not be recorded")
+        runs.append((plan, out))
 
     def replay():
         stream = torch.cuda.current_stream().cuda_stream
-        for plan, out, _ in runs:
+        for plan, out in runs:
             plan(x.data_ptr(), out.data_ptr(), stream)
 
-    return replay, [out for _, out, _ in runs]
+    return replay, [out for _, out in runs]
+
+
+def _row_plans(rows, k: int, x, x_in_shared=None):
+    """:func:`_plans` of the row kernel (:func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`) on each
+    ``(values, indices)`` of ``rows``, each with its own staged ``x^T`` (kept for the plan's lifetime)."""
+    from sparsekit.gpu.launch import Buffers
+    from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
+
+    def product(values, indices, buffers):
+        return lambda t: spmm_ell_rows_linear(values, indices, k, t, buffers=buffers, x_in_shared=x_in_shared)
+
+    return _plans([(product(v, i, Buffers()), v.shape[0]) for v, i in rows], x)
 
 
 def orders(widths=(1, 8)) -> bool:
@@ -217,6 +231,40 @@ def floor() -> None:
                   flush=True)
 
 
+def compact() -> bool:
+    """The ``--compact`` table (module docstring); True when every product is right."""
+    import torch
+    import torch.nn.functional as F
+
+    from sparsekit.gpu.spmm_ell_compact import compact_rows, spmm_ell_compact_linear
+    from sparsekit.reference.spmm_ell_compact import nbytes
+    from sparsekit.torch import SparseLinear
+
+    def product(values, offsets, bases, k):
+        return lambda t: spmm_ell_compact_linear(values, offsets, bases, k, t)
+
+    ok = True
+    print("shape sparsity: rows_us compact_us speedup | rows MB TB/s | compact MB TB/s")
+    for m, k, n, dense, x, _ in _dense_points((1,)):
+        for sparsity in SPARSITIES:
+            with torch.no_grad():
+                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
+                rows = [(layer.values.detach(), layer.indices) for layer in layers]
+                compacts = [compact_rows(v, i, k) for v, i in rows]
+                wants = [F.linear(x.float(), layer.to_dense().weight.float()) for layer in layers]
+                times, right = [], True
+                for replay, outs in (_row_plans(rows, k, x),
+                                     _plans([(product(*c, k), m) for c in compacts], x)):
+                    right &= all(bool((y.float() - w).abs().max() <= 1e-2 * w.abs().max()) for y, w in zip(outs, wants))
+                    times.append(graph_time(replay) / ROTATION)
+            ok &= right
+            sizes = (sum(t.numel() * t.element_size() for t in rows[0]), nbytes(*compacts[0]))
+            print(f"{m}x{k} {sparsity:.0%}: {times[0]:6.2f} {times[1]:6.2f} {times[0] / times[1]:.2f}x | "
+                  + " | ".join(f"{b / 1e6:6.1f} {b / t / 1e6:4.2f}" for b, t in zip(sizes, times))
+                  + ("" if right else " WRONG"), flush=True)
+    return ok
+
+
 def main(pattern: str = "uniform", widths=WIDTHS) -> bool:
     """The main table (module docstring); True when every point's product is right (float32 sums of the
     pruned weight, to 1 % of the largest output)."""
@@ -251,6 +299,7 @@ if __name__ == "__main__":
     parser.add_argument("--routes", action="store_true", help="the routes' table (one weight a shape, 80 %%)")
     parser.add_argument("--orders", action="store_true", help="column order against gather_order (N = 1, 8)")
     parser.add_argument("--floor", action="store_true", help="the N = 1 kernel against a read of its rows")
+    parser.add_argument("--compact", action="store_true", help="the N = 1 kernel on padded against compact ELL rows")
     args = parser.parse_args()
     if args.routes:
         raise SystemExit(0 if routes() else 1)
@@ -258,4 +307,6 @@ if __name__ == "__main__":
         raise SystemExit(0 if orders() else 1)
     if args.floor:
         raise SystemExit(floor())
+    if args.compact:
+        raise SystemExit(0 if compact() else 1)
     raise SystemExit(0 if main(args.pattern, args.widths) else 1)
