@@ -205,30 +205,37 @@ def orders(widths=(1, 8)) -> bool:
     return ok
 
 
+def _one_row_points():
+    """``(m, k, sparsity, x, dense_us, layers, rows)`` at N = 1 for each shape and sparsity: ROTATION layers pruned
+    from :func:`_dense_points`' weights and their rows ``(values, indices)``."""
+    from sparsekit.torch import SparseLinear
+
+    for m, k, _, dense, x, td in _dense_points((1,)):
+        for sparsity in SPARSITIES:
+            layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
+            yield m, k, sparsity, x, td, layers, [(layer.values.detach(), layer.indices) for layer in layers]
+
+
 def floor() -> None:
     """The ``--floor`` table (module docstring)."""
     import torch
     from numba import cuda
 
     from sparsekit.gpu.spmm_ell_rows import read_rows
-    from sparsekit.torch import SparseLinear
 
     def stream():
         return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
 
     print("shape sparsity MB: dense_us | layer us TB/s | plan us TB/s | read floor us TB/s | plan over floor")
-    for m, k, n, dense, x, td in _dense_points((1,)):
-        for sparsity in SPARSITIES:
-            with torch.no_grad():
-                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
-                rows = [(layer.values.detach(), layer.indices) for layer in layers]
-                nbytes = _route_bytes(layers[0], 1)
-                replay, _ = _row_plans(rows, k, x)
-                times = [graph_time(lambda: [layer(x) for layer in layers]) / ROTATION, graph_time(replay) / ROTATION,
-                         graph_time(lambda: [read_rows(v, i, k, stream=stream()) for v, i in rows]) / ROTATION]
-            cells = " | ".join(f"{t:6.2f} {nbytes / t / 1e6:4.2f}" for t in times)
-            print(f"{m}x{k} {sparsity:.0%} {nbytes / 1e6:6.1f}: {td:6.2f} | {cells} | {times[1] / times[2]:.2f}x",
-                  flush=True)
+    for m, k, sparsity, x, td, layers, rows in _one_row_points():
+        with torch.no_grad():
+            nbytes = _route_bytes(layers[0], 1)
+            replay, _ = _row_plans(rows, k, x)
+            times = [graph_time(lambda: [layer(x) for layer in layers]) / ROTATION, graph_time(replay) / ROTATION,
+                     graph_time(lambda: [read_rows(v, i, k, stream=stream()) for v, i in rows]) / ROTATION]
+        cells = " | ".join(f"{t:6.2f} {nbytes / t / 1e6:4.2f}" for t in times)
+        print(f"{m}x{k} {sparsity:.0%} {nbytes / 1e6:6.1f}: {td:6.2f} | {cells} | {times[1] / times[2]:.2f}x",
+              flush=True)
 
 
 def compact() -> bool:
@@ -238,30 +245,25 @@ def compact() -> bool:
 
     from sparsekit.gpu.spmm_ell_compact import compact_rows, spmm_ell_compact_linear
     from sparsekit.reference.spmm_ell_compact import nbytes
-    from sparsekit.torch import SparseLinear
 
     def product(values, offsets, bases, k):
         return lambda t: spmm_ell_compact_linear(values, offsets, bases, k, t)
 
     ok = True
     print("shape sparsity: rows_us compact_us speedup | rows MB TB/s | compact MB TB/s")
-    for m, k, n, dense, x, _ in _dense_points((1,)):
-        for sparsity in SPARSITIES:
-            with torch.no_grad():
-                layers = [SparseLinear.from_dense(d, sparsity=sparsity) for d in dense]
-                rows = [(layer.values.detach(), layer.indices) for layer in layers]
-                compacts = [compact_rows(v, i, k) for v, i in rows]
-                wants = [F.linear(x.float(), layer.to_dense().weight.float()) for layer in layers]
-                times, right = [], True
-                for replay, outs in (_row_plans(rows, k, x),
-                                     _plans([(product(*c, k), m) for c in compacts], x)):
-                    right &= all(bool((y.float() - w).abs().max() <= 1e-2 * w.abs().max()) for y, w in zip(outs, wants))
-                    times.append(graph_time(replay) / ROTATION)
-            ok &= right
-            sizes = (sum(t.numel() * t.element_size() for t in rows[0]), nbytes(*compacts[0]))
-            print(f"{m}x{k} {sparsity:.0%}: {times[0]:6.2f} {times[1]:6.2f} {times[0] / times[1]:.2f}x | "
-                  + " | ".join(f"{b / 1e6:6.1f} {b / t / 1e6:4.2f}" for b, t in zip(sizes, times))
-                  + ("" if right else " WRONG"), flush=True)
+    for m, k, sparsity, x, _, layers, rows in _one_row_points():
+        with torch.no_grad():
+            compacts = [compact_rows(v, i, k) for v, i in rows]
+            wants = [F.linear(x.float(), layer.to_dense().weight.float()) for layer in layers]
+            times, right = [], True
+            for replay, outs in (_row_plans(rows, k, x), _plans([(product(*c, k), m) for c in compacts], x)):
+                right &= all(bool((y.float() - w).abs().max() <= 1e-2 * w.abs().max()) for y, w in zip(outs, wants))
+                times.append(graph_time(replay) / ROTATION)
+        ok &= right
+        sizes = (sum(t.numel() * t.element_size() for t in rows[0]), nbytes(*compacts[0]))
+        print(f"{m}x{k} {sparsity:.0%}: {times[0]:6.2f} {times[1]:6.2f} {times[0] / times[1]:.2f}x | "
+              + " | ".join(f"{b / 1e6:6.1f} {b / t / 1e6:4.2f}" for b, t in zip(sizes, times))
+              + ("" if right else " WRONG"), flush=True)
     return ok
 
 

@@ -10,6 +10,7 @@ import time
 import torch
 
 from sparsekit.torch.decoder import Decoder, linear_weight_bytes
+from sparsekit.torch.graphs import capture_graph, graph_time
 from sparsekit.torch.nn import SparseLinear, sparsify_
 
 __all__ = ["DISPATCH_PROBLEMS", "dispatch", "e2e", "capture_graph", "graph_time", "agreement", "sharded_agreement",
@@ -23,32 +24,6 @@ DISPATCH_PROBLEMS = [(4096, 4096, 16, torch.float16, 0.8), (1024, 1024, 1024, to
 #: output to the 16-bit dtype, in different summation orders (float32 accumulation).
 TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
 _CALLS = 200
-
-
-def capture_graph(step):
-    """``step()`` run once on a side stream (the warm-up PyTorch requires before a capture), then captured in
-    a CUDA graph: the graph and what the captured call returned (the tensors its replays write)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-    return graph, out
-
-
-def graph_time(step, calls: int) -> float:
-    """Device seconds per ``step()`` replayed from a CUDA graph of ``calls`` steps (no host cost)."""
-    graph, _ = capture_graph(lambda: [step() for _ in range(calls)])
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e-3 / calls
 
 
 def wall_time(step, calls: int, sync=torch.cuda.synchronize) -> float:

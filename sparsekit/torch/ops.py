@@ -322,6 +322,8 @@ def cusparselt_algorithm(compressed: torch.Tensor, x: torch.Tensor) -> int:
     n = x.shape[0]
     key = (tuple(compressed.shape), x.shape[1], 1 << max(n - 1, 0).bit_length(), x.dtype, x.get_device())
     if key not in _CUSPARSELT_CHOICE:
+        from sparsekit.torch.graphs import graph_time
+
         _refuse_in_capture(x, "choose cuSPARSELt's algorithm")
         times = []
         for alg in range(CUSPARSELT_ALGORITHMS):
@@ -329,17 +331,8 @@ def cusparselt_algorithm(compressed: torch.Tensor, x: torch.Tensor) -> int:
                 torch._cslt_sparse_mm(compressed, x.t(), alg_id=alg, transpose_result=True)
             except RuntimeError:                   # past the build's last algorithm
                 break
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(CUSPARSELT_TIMED_RUNS):
-                    torch._cslt_sparse_mm(compressed, x.t(), alg_id=alg, transpose_result=True)
-            graph.replay()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
+            times.append(graph_time(lambda: torch._cslt_sparse_mm(compressed, x.t(), alg_id=alg, transpose_result=True),
+                                    CUSPARSELT_TIMED_RUNS))
         _CUSPARSELT_CHOICE[key] = min(range(len(times)), key=times.__getitem__)
     return _CUSPARSELT_CHOICE[key]
 
