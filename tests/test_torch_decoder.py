@@ -56,6 +56,13 @@ def test_benchmarks_need_a_gpu(name, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
+def test_two_four_decoder_bench_refuses_another_sparsity(capsys):
+    from sparsekit.cli import main
+
+    assert main(["bench", "e2e", "--pattern", "2:4", "--sparsity", "0.8"]) == 2
+    assert "--pattern 2:4 keeps 2 of every 4 weights: --sparsity 0.5, got 0.8" in capsys.readouterr().err
+
+
 def test_tensor_parallel_bench_outside_torchrun_says_how_to_run(monkeypatch, capsys):
     from sparsekit.commands.torch_bench import _join_group
 
@@ -81,11 +88,12 @@ def test_e2e_records_are_written_with_a_panel_per_mode_and_width(tmp_path):
 
     from sparsekit.torch.bench import write
 
-    rows = [dict(dtype=dtype, sparsity=s, mode=mode, phase="decode", batch=1, tokens=1, tp=tp,
+    rows = [dict(dtype=dtype, sparsity=s, pattern=pattern, mode=mode, phase="decode", batch=1, tokens=1, tp=tp,
                  tokens_per_s=100.0 * (1 + s), speedup_vs_dense=1 + s, max_relative_error=0.0,
                  tp_relative_difference=0.0, weight_memory_vs_dense=1 - s)
-            for dtype in ("bfloat16", "float16") for s in (0.0, 0.8, 0.9) for mode in ("graph", "eager")
-            for tp in (1, 2)]
+            for dtype in ("bfloat16", "float16")
+            for s, pattern in ((0.0, "dense"), (0.8, "uniform"), (0.9, "uniform"), (0.5, "2:4"))
+            for mode in ("graph", "eager") for tp in (1, 2)]
     assert write(rows, tmp_path, "e2e") == ["e2e.csv", "e2e.json", "e2e.png"]
     assert json.loads((tmp_path / "e2e.json").read_text()) == rows
     assert (tmp_path / "e2e.png").stat().st_size > 0

@@ -2,9 +2,11 @@
 
     sparsekit bench dispatch --out results/
     sparsekit bench e2e --dtype bfloat16 --sparsity 0.8 0.9 --mode eager graph --out results/
+    sparsekit bench e2e --pattern 2:4 --sparsity 0.5 --mode compile-graph --batch 1 --prefill 512 2048
 
 ``dispatch``: device time, wall time and host overhead per call of the custom op against torch.matmul.
-``e2e``: a Llama-style decoder stack (hidden 4096, FFN 14336, 32 heads), every linear layer uniform-sparse,
+``e2e``: a Llama-style decoder stack (hidden 4096, FFN 14336, 32 heads), every linear layer uniform-sparse (or
+2:4, or unstructured: ``--pattern``),
 decode tokens/s at batch 1, 8, 32 and prefill at 512 and 2048 tokens, eager, torch.compile and CUDA graphs,
 against the dense model; output agreement with the dense model of the pruned weights; weight memory.
 Both print a table and write CSV, JSON and a plot to ``--out``. Need a GPU and PyTorch.
@@ -36,6 +38,8 @@ def add_bench(bench_subparsers) -> None:
                    help="weight dtype (default: %(default)s)")
     p.add_argument("--sparsity", type=sparsity, nargs="+", default=[0.5, 0.7, 0.8, 0.9],
                    help="sparsities besides dense (default: %(default)s)")
+    p.add_argument("--pattern", choices=["uniform", "2:4", "unstructured"], default="uniform",
+                   help="how every linear layer is pruned (2:4: 50 %%, --sparsity 0.5; default: %(default)s)")
     p.add_argument("--mode", choices=_MODES, nargs="+", default=_MODES, help="execution modes (default: all)")
     p.add_argument("--layers", type=_LAYERS, default=8, help="decoder layers (default: %(default)s)")
     p.add_argument("--batch", type=_BATCH, nargs="*", default=[1, 8, 32], help="decode batches (default: %(default)s)")
@@ -94,6 +98,10 @@ def cmd_dispatch(args) -> int:
 
 
 def cmd_e2e(args) -> int:
+    if args.pattern == "2:4" and set(args.sparsity) != {0.5}:
+        print(f"sparsekit bench e2e: error: --pattern 2:4 keeps 2 of every 4 weights: --sparsity 0.5, got "
+              f"{' '.join(map(str, args.sparsity))}", file=sys.stderr)
+        return 2
     if not _ready("e2e"):
         return 2
     from dataclasses import replace
@@ -119,7 +127,7 @@ def cmd_e2e(args) -> int:
         return 2
     lead = args.tp == 1 or torch.distributed.get_rank() == 0              # the rank that reports
     records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill),
-                  tp=args.tp, progress=progress_bar if lead else (lambda it, desc: it))
+                  tp=args.tp, progress=progress_bar if lead else (lambda it, desc: it), pattern=args.pattern)
     if args.tp > 1:
         torch.distributed.destroy_process_group()
         if not lead:
