@@ -1,8 +1,9 @@
 """sparsekit/reference/spmm_ell_compact.py keeps a weight's entries (padded ELL rows and dense round trips, chunks
-split where columns jump past 255, greedy packing), and sparsekit/gpu/spmm_ell_compact.py equals it under the
-simulator: the N = 1 product, float16 and bfloat16, rows of unequal length and empty rows, several rows a warp and
-several rounds of chunks a row, x copied in 16-byte loads or half by half, K up to 65535; the compact product
-equals the padded ELL rows' product of the same weight; operands refused by name.
+split where columns jump past 255, greedy packing, each chunk's slots reordered for the shared-memory banks, and
+the bank model that order lowers), and sparsekit/gpu/spmm_ell_compact.py equals it under the simulator: the
+N = 1 product, float16 and bfloat16, rows of unequal length and empty rows, slots in any order, several rows a
+warp and several rounds of chunks a row, x copied in 16-byte loads or half by half, K up to 65535; the compact
+product equals the padded ELL rows' product of the same weight; operands refused by name.
 
 Tolerance as in tests/test_spmm_ell_rows.py: float32 sums in different orders, one rounding each."""
 from __future__ import annotations
@@ -41,13 +42,26 @@ def _assert_greedy(offsets, bases, k):
     """Every chunk of a row but its last used one is full, or closed because the next column is past its base +
     255; used chunks come first; at K <= 256 a row has exactly ceil(entries / 8) chunks."""
     m, chunks = bases.shape
-    used_slots = (offsets.reshape(m, chunks, 8) != 0) | (np.arange(8) == 0)
+    entries = (offsets.reshape(m, chunks, 8) != 0).sum(axis=2) + 1    # a used chunk: its base and nonzero offsets
     for i in range(m):
         used = [j for j in range(chunks) if bases[i, j] != c.UNUSED_BASE]
         assert used == list(range(len(used)))
         for j in used[:-1]:
-            filled = int(used_slots[i, j].sum())
-            assert filled == 8 or int(bases[i, j + 1]) > int(bases[i, j]) + 255, (i, j)
+            assert entries[i, j] == 8 or int(bases[i, j + 1]) > int(bases[i, j]) + 255, (i, j)
+
+
+def _chunk_entries(values, offsets, bases):
+    """Each used chunk's stored ``(column, value bits)``, sorted: ``{(row, chunk): [...]}``."""
+    m, chunks = bases.shape
+    off, bits = offsets.reshape(m, chunks, 8), values.view(np.uint16).reshape(m, chunks, 8)
+    out = {}
+    for i in range(m):
+        for j in range(chunks):
+            base = int(bases.view(np.uint16)[i, j])
+            if base != c.UNUSED_BASE:
+                slots = [s for s in range(8) if off[i, j, s] != 0] + [int(np.flatnonzero(off[i, j] == 0)[0])]
+                out[i, j] = sorted((base + int(off[i, j, s]), int(bits[i, j, s])) for s in slots)
+    return out
 
 
 @settings(max_examples=40, deadline=None)
@@ -74,6 +88,71 @@ def test_round_trips_keep_every_entry(w, extra, signed, seed):
     assert (np.diff(back_indices.astype(np.int64), axis=1)[kept[:, 1:]] > 0).all()     # ascending, padding last
     assert np.array_equal(c.to_dense(*compact, k).view(np.uint16), w.view(np.uint16))
     assert np.array_equal(c.to_dense(*c.from_dense(w), k).view(np.uint16), w.view(np.uint16))
+    ascending = c.from_ell_rows(values, indices, k, balanced=False)
+    assert np.array_equal(c.to_dense(*ascending, k).view(np.uint16), w.view(np.uint16))
+    off = ascending[1].reshape(m, -1, 8).astype(np.int64)
+    assert ((np.diff(off, axis=2) > 0) | (off[:, :, 1:] == 0)).all()            # slots ascending, unused last
+
+
+@settings(max_examples=30, deadline=None)
+@given(w=sparse_halves(max_rows=12, max_cols=1500), signed=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_slot_order_keeps_each_chunks_entries(w, signed, seed):
+    """The balanced rows (the default) are the ascending rows with each chunk's slots permuted: the same bases,
+    the same (column, value) pairs a chunk, used slots first (valid rows); bank_balanced of the ascending rows
+    gives them, through slot_order (int8, a permutation of each chunk's slots; of no rows, none)."""
+    m, k = w.shape
+    values, indices = _shuffled_rows(w, 8, seed, signed)
+    balanced = c.from_ell_rows(values, indices, k)
+    ascending = c.from_ell_rows(values, indices, k, balanced=False)
+    c.check_compact(*balanced, k)
+    assert np.array_equal(balanced[2], ascending[2])
+    assert _chunk_entries(*balanced) == _chunk_entries(*ascending)
+    order = c.slot_order(*ascending, k)
+    assert order.dtype == np.int8 and order.shape == ascending[0].shape
+    assert (np.sort(order.reshape(-1, 8), axis=1) == np.arange(8)).all()
+    assert c.slot_order(*(a[:0] for a in ascending), k).shape == (0, order.shape[1])     # no rows
+    again = c.bank_balanced(*ascending, k)
+    assert all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(again, balanced))
+    assert again[0].dtype == w.dtype and again[2] is not ascending[2]
+
+
+def test_gather_passes_model():
+    """The compact rows' bank model is the padded ELL rows' on the slots' columns (lane L reads slot p of chunk
+    32 s + L): 32 chunks of columns 64 L + 2 j (bank j, distinct words) take 32 passes a gather in ascending
+    slots, 4 (the least: 256 entries on 8 banks) in slot_order; unused slots read nothing."""
+    k = 2048
+    w = np.zeros((2, k), np.float16)
+    w[0, (64 * np.arange(32)[:, None] + 2 * np.arange(8)).ravel()] = 1
+    w[1, [0, 2]] = 1                                                    # two slots of one gather group used
+    ascending = c.from_ell_rows(*r.ell_rows_from_dense(w), k, balanced=False)
+    balanced = c.from_ell_rows(*r.ell_rows_from_dense(w), k)
+    assert c.gather_passes(*(a[:1] for a in ascending), k) == 32
+    assert c.gather_passes(*(a[:1] for a in balanced), k) == 4
+    assert c.gather_passes(*(a[1:] for a in ascending), k) == 1
+    assert c.gather_passes(*ascending, k) == (32 * 8 + 2) / 10
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(1, 4), k=st.integers(2048, 4096), sparsity=st.floats(0.5, 0.9), seed=st.integers(0, 2**32 - 1))
+def test_slot_order_lowers_the_bank_passes(m, k, sparsity, seed):
+    """Rows of uniform random sparsity (at least 25 chunks a row): the balanced slots take no more passes a
+    gather, on the mean, than ascending ones (the greedy order can lose on a gather group of few chunks)."""
+    rng = np.random.default_rng(seed)
+    w = np.where(rng.random((m, k)) >= sparsity, 1, 0).astype(np.float16)
+    values, indices = r.ell_rows_from_dense(w)
+    assert c.gather_passes(*c.from_ell_rows(values, indices, k), k) <= \
+        c.gather_passes(*c.from_ell_rows(values, indices, k, balanced=False), k)
+
+
+@pytest.mark.parametrize("sparsity", [0.5, 0.8, 0.9])
+def test_slot_order_passes_at_4096_columns(sparsity):
+    """Seeded 4096-column rows: ascending slots take about 3 passes a gather, balanced ones under 2."""
+    rng = np.random.default_rng(4096)
+    k = 4096
+    w = np.where(rng.random((16, k)) >= sparsity, 1, 0).astype(np.float16)
+    values, indices = r.ell_rows_from_dense(w)
+    assert c.gather_passes(*c.from_ell_rows(values, indices, k, balanced=False), k) > 2.8
+    assert c.gather_passes(*c.from_ell_rows(values, indices, k), k) < 2.0
 
 
 @st.composite
@@ -244,7 +323,10 @@ def _valid():
     (lambda v, o, b: v.__setitem__((1, 9), 1), "unused chunk 1 of row 1 must be all zero"),
     (lambda v, o, b: o.__setitem__((0, 3), 5), r"used slot \(3, offset 5\) after an unused one"),
     (lambda v, o, b: o.__setitem__((0, 1), 0), "unused slot 1 of chunk 0 of row 0 holds nonzero bits"),
-    (lambda v, o, b: (o.__setitem__((0, 2), 1), v.__setitem__((0, 2), 5)), "ascend strictly within a chunk"),
+    (lambda v, o, b: (o.__setitem__((0, 2), 1), v.__setitem__((0, 2), 5)),
+     "distinct within a chunk, chunk 0 of row 0 holds offset 1 twice"),
+    (lambda v, o, b: (o.__setitem__((0, slice(0, 8)), np.arange(1, 9)), v.__setitem__((0, slice(0, 8)), 1)),
+     "chunk 0 of row 0 has no slot of offset 0"),
     (lambda v, o, b: (b.__setitem__((0, 1), 200), o.__setitem__((0, 9), 100), v.__setitem__((0, 9), 1)),
      r"column 200 \+ 100 = 300, past K - 1 = 299"),
     (lambda v, o, b: b.__setitem__((0, 1), 2), "not past the previous chunk's last column 2"),
@@ -257,6 +339,24 @@ def test_check_compact_names_the_broken_rule(break_it, match):
         c.check_compact(values, offsets, bases, 300)
     with pytest.raises(ValueError, match=match):                      # every public function checks first
         c.to_ell_rows(values, offsets, bases, 300)
+
+
+def test_slots_in_any_order_are_valid():
+    """A chunk's used slots may come in any order, the base's own (offset 0, here a stored zero) anywhere among
+    them: the entries, the ascending padded rows and the product (reference and kernel) do not change."""
+    k = 300
+    values, offsets, bases = _valid()
+    values[0, 0] = 0                                                    # column 1 (the base): a stored zero
+    x = np.random.default_rng(k).standard_normal((1, k)).astype(np.float16)
+    want, want_y = c.to_ell_rows(values, offsets, bases, k), c.spmm_ell_compact_linear(values, offsets, bases, k, x)
+    values[0, :2], offsets[0, :2] = values[0, 1::-1].copy(), offsets[0, 1::-1].copy()
+    assert list(offsets[0, :3]) == [1, 0, 0]
+    c.check_compact(values, offsets, bases, k)
+    got = c.to_ell_rows(values, offsets, bases, k)
+    assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(got, want))
+    assert list(got[1][0, :3]) == [1, 2, 290]
+    assert np.array_equal(c.spmm_ell_compact_linear(values, offsets, bases, k, x), want_y)
+    assert np.array_equal(np.asarray(g.spmm_ell_compact_linear(values, offsets, bases, k, x)), want_y)
 
 
 def test_bad_operands_are_named():

@@ -2,8 +2,11 @@
 weight where padded ELL rows take 4, for a product bound by the bytes of the weight it reads.
 
 Equals ``sparsekit/reference/spmm_ell_compact.py``, which defines the storage: chunks of 8 slots, each 16 bytes
-of 16-bit values, 8 bytes of uint8 offsets and one uint16 base (``values``, ``offsets``: ``M x 8C``; ``bases``:
-``M x C``; unused chunks have base 0xFFFF).
+of 16-bit values, 8 bytes of uint8 offsets and one uint16 base, the chunk's smallest column (``values``,
+``offsets``: ``M x 8C``; ``bases``: ``M x C``; unused chunks have base 0xFFFF). A chunk's slots may come in any
+order; the conversion puts them in the one that spreads each gather of ``x`` over the shared-memory banks
+(:func:`sparsekit.reference.spmm_ell_compact.slot_order`: 1.8-2.0 passes a gather in the bank model against about
+3 in ascending order; its effect on this kernel's time is yet to be measured).
 
 * :func:`spmm_ell_compact_linear`: the ``N = 1`` kernel of ``sparsekit/gpu/spmm_ell_rows.py``
   (:func:`sparsekit.gpu.spmm_ell_rows._shared_kernel`, its launch and grid) on this storage. Each block copies
@@ -14,7 +17,7 @@ of 16-bit values, 8 bytes of uint8 offsets and one uint16 base (``values``, ``of
   slots with nonzero value bits into a float32 sum (every slot's gather issued, its sum selected); a warp sum
   and one store give ``y[row]`` (:func:`sparsekit.gpu.spmm_tiled.row_store`).
 * :func:`compact_rows`: a PyTorch layer's padded ELL rows converted once (on the host, by the reference) to
-  compact ELL rows on their device.
+  compact ELL rows on their device, each chunk's slots in that order.
 """
 from __future__ import annotations
 
@@ -181,7 +184,8 @@ def compact_rows(values, indices, k: int):
     """Padded ELL rows ``values``/``indices`` (``sparsekit.reference.spmm_ell_rows``: NumPy arrays, Numba device
     arrays or tensors, e.g. :class:`sparsekit.torch.SparseLinear`'s) as compact ELL rows ``(values, offsets,
     bases)`` of the same kind, converted on the host by
-    :func:`sparsekit.reference.spmm_ell_compact.from_ell_rows` (once a weight). Tensors come back on the values'
+    :func:`sparsekit.reference.spmm_ell_compact.from_ell_rows` (once a weight; each chunk's slots in
+    :func:`~sparsekit.reference.spmm_ell_compact.slot_order`). Tensors come back on the values'
     device, values in their dtype, offsets uint8, bases int16 holding the uint16 bits (as a layer's indices)."""
     compact = from_ell_rows(to_host(values), to_host(indices), k)
     if type(values).__module__.partition(".")[0] == "torch":

@@ -3,10 +3,10 @@
 ``Y = X W^T`` on them.
 
 A row's stored columns, ascending, are packed greedily into *chunks* of 8 slots. A chunk has one uint16
-``base``, the column of its first entry; each slot a uint8 ``offset`` (its column minus ``base``) and a
-16-bit value. A chunk closes after 8 entries or when the next column is past ``base + 255``; its slots left
-over are *unused* (value bits 0, offset 0). Rows are padded to the widest row's chunk count (at least one)
-with unused chunks (``base`` 0xFFFF, never a column: ``K <= 65535``). So, for ``M`` rows of ``C`` chunks:
+``base``, the smallest of its columns; each slot a uint8 ``offset`` (its column minus ``base``) and a 16-bit
+value. A chunk closes after 8 entries or when the next column is past ``base + 255``; its slots left over are
+*unused* (value bits 0, offset 0). Rows are padded to the widest row's chunk count (at least one) with unused
+chunks (``base`` 0xFFFF, never a column: ``K <= 65535``). So, for ``M`` rows of ``C`` chunks:
 
 * ``values``: ``M x 8C``, float16 or bfloat16 (16 bytes a chunk: one vector load);
 * ``offsets``: ``M x 8C``, uint8 (8 bytes a chunk);
@@ -15,11 +15,17 @@ with unused chunks (``base`` 0xFFFF, never a column: ``K <= 65535``). So, for ``
 2 + 1 + 2/8 = 3.25 bytes a slot. At uniform sparsity up to about 96 % every chunk of a row but its last holds
 8 entries, so ``8C`` is the ELL width rounded up to 8.
 
-A slot of a used chunk is used when it is the chunk's first or its offset is not 0 (offsets ascend strictly
-within a chunk), so the structure alone tells stored entries from padding (:func:`to_ell_rows` keeps a
-stored zero). The product is ``y[r] = sum of value * x[base + offset]`` over the slots of row ``r`` whose value
-bits are not 0: unused slots add nothing, not ``0 * x[base]`` (NaN where that is infinite), and neither does a
-stored ``+0.0`` weight. Products and sums in float32, one rounding at the end.
+A chunk's used slots come first, in any order: the product does not depend on it, so :func:`from_ell_rows`
+chooses it for the ``N = 1`` kernel's gathers of ``x`` from shared memory (:func:`slot_order`: lane ``L`` of
+a warp reads slot ``p`` of chunks ``32 s + L`` in one gather, and ascending slots crowd those reads onto few
+banks, about 3 passes a gather in the bank model of :func:`gather_passes` against 1.8-2.0 in this order at
+4096 columns, 50-90 %; what the order gains in the kernel's time on the GPU is yet to be measured). A
+slot of a used chunk is used when its offset is not 0 or it is the chunk's first slot of offset 0 (the
+base's own entry; offsets are distinct within a chunk), so the structure alone tells stored entries from
+padding (:func:`to_ell_rows` keeps a stored zero). The product is ``y[r] = sum of value * x[base + offset]``
+over the slots of row ``r`` whose value bits are not 0: unused slots add nothing, not ``0 * x[base]`` (NaN
+where that is infinite), and neither does a stored ``+0.0`` weight. Products and sums in float32, one rounding
+at the end.
 
 >>> import numpy as np
 >>> w = np.zeros((2, 300), np.float16)
@@ -41,11 +47,13 @@ from __future__ import annotations
 import numpy as np
 
 from sparsekit.checks import HALF_DTYPES, check_array
+from sparsekit.reference import spmm_ell_rows
 from sparsekit.reference.spmm_ell_rows import (MAX_COLUMNS, ROW_MULTIPLE, check_columns, check_rows,
                                                densify_ell_rows, ell_rows_from_dense)
 
 __all__ = ["from_ell_rows", "to_ell_rows", "from_dense", "to_dense", "spmm_ell_compact_linear", "check_shapes",
-           "check_compact", "nbytes", "CHUNK", "MAX_OFFSET", "UNUSED_BASE"]
+           "check_compact", "slot_order", "bank_balanced", "gather_passes", "nbytes", "CHUNK", "MAX_OFFSET",
+           "UNUSED_BASE"]
 
 #: Slots a chunk: 16 bytes of 16-bit values, one vector load.
 CHUNK = ROW_MULTIPLE
@@ -80,11 +88,23 @@ def _bits(values, offsets, bases):
 
 
 def _used(offsets, bases):
-    """``(chunk used, slot used)``: ``M x C`` and ``M x C x 8`` booleans (a slot of a used chunk is used when it
-    is the chunk's first or its offset is not 0)."""
+    """``(chunk used, slot used)``: ``M x C`` and ``M x C x 8`` booleans (a slot of a used chunk is used when its
+    offset is not 0 or it is the chunk's first slot of offset 0, the base's own)."""
     chunk = bases != UNUSED_BASE
-    slot = chunk[:, :, None] & ((offsets != 0) | (np.arange(CHUNK) == 0))
+    zero = offsets == 0
+    words = zero.view(np.uint64)                      # a chunk's 8 booleans as one (little-endian) word ...
+    first_zero = (words & -words).view(np.bool_)      # ... of which w & -w keeps the lowest set byte
+    slot = chunk[:, :, None] & (~zero | first_zero)
     return chunk, slot
+
+
+def _slot_columns(offsets, bases, k: int) -> np.ndarray:
+    """Each slot's column, ``M x 8C`` uint16, ``k`` where the slot is unused (the marking of padding in padded ELL
+    rows)."""
+    m, width = offsets.shape
+    off, base = offsets.reshape(m, width // CHUNK, CHUNK), bases.view(np.uint16).astype(np.int32)
+    _, slot = _used(off, base)
+    return np.where(slot, base[:, :, None] + off, k).astype(np.uint16).reshape(m, width)
 
 
 def _first(mask) -> tuple:
@@ -94,10 +114,10 @@ def _first(mask) -> tuple:
 
 def check_compact(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k: int) -> None:
     """Every rule of compact ELL rows (NumPy arrays): dtypes and shapes; used chunks before unused ones in a row,
-    their bases below ``k``; unused chunks all zero; in a used chunk the used slots first, offsets ascending
-    strictly from 0, columns ``base + offset`` below ``k``, unused slots' value bits 0; each chunk's base past
-    the previous chunk's last column (a row's columns ascend). A ValueError names the array, the rule and where
-    it breaks."""
+    their bases below ``k``; unused chunks all zero; in a used chunk a slot of offset 0 (the base is its smallest
+    column), the used slots first, offsets distinct, columns ``base + offset`` below ``k``, unused slots' value
+    bits 0; each chunk's base past the previous chunk's last column (a row's chunks ascend). A ValueError names
+    the array, the rule and where it breaks."""
     check_array(values, "values", ndim=2, dtypes=HALF_DTYPES)
     check_array(offsets, "offsets", ndim=2, dtypes=(np.uint8,))
     check_array(bases, "bases", ndim=2, dtypes=_BITS16)
@@ -115,14 +135,19 @@ def check_compact(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k:
     if (bad := ~chunk[:, :, None] & ((v != 0) | (off != 0))).any():
         r, c, s = _first(bad)
         raise ValueError(f"values, offsets: unused chunk {c} of row {r} must be all zero, slot {s} is not")
+    if (bad := chunk & (off != 0).all(axis=2)).any():
+        r, c = _first(bad)
+        raise ValueError(f"offsets: chunk {c} of row {r} has no slot of offset 0 (its base, the smallest column, "
+                         f"is one of its entries)")
     if (bad := ~slot[:, :, :-1] & slot[:, :, 1:]).any():
         r, c, s = _first(bad)
         raise ValueError(f"offsets: chunk {c} of row {r} has a used slot ({s + 1}, offset {off[r, c, s + 1]}) "
                          f"after an unused one (offset 0)")
-    if (bad := slot[:, :, 1:] & (off[:, :, 1:] <= off[:, :, :-1])).any():
+    ranked = np.sort(np.where(slot, off, MAX_OFFSET + 1 + np.arange(CHUNK)), axis=2)   # unused: past every offset
+    if (bad := ranked[:, :, 1:] == ranked[:, :, :-1]).any():
         r, c, s = _first(bad)
-        raise ValueError(f"offsets: must ascend strictly within a chunk, chunk {c} of row {r} has "
-                         f"{off[r, c, s]} then {off[r, c, s + 1]}")
+        raise ValueError(f"offsets: must be distinct within a chunk, chunk {c} of row {r} holds offset "
+                         f"{ranked[r, c, s]} twice")
     if (bad := ~slot & (v != 0)).any():
         r, c, s = _first(bad)
         raise ValueError(f"values: unused slot {s} of chunk {c} of row {r} holds nonzero bits")
@@ -159,10 +184,12 @@ def _greedy_chunks(cols: np.ndarray, bits: np.ndarray, count: np.ndarray):
             np.stack(chunk_bases, axis=1))
 
 
-def from_ell_rows(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def from_ell_rows(values: np.ndarray, indices: np.ndarray, k: int, *,
+                  balanced: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded ELL rows (``sparsekit.reference.spmm_ell_rows``: any entry order, column ``k`` marking padding) as
-    compact ELL rows ``(values, offsets, bases)``: each row's columns sorted, packed greedily into chunks. A
-    row repeating a column is refused (its weight would be two entries).
+    compact ELL rows ``(values, offsets, bases)``: each row's columns sorted, packed greedily into chunks, each
+    chunk's slots in :func:`slot_order` (``balanced``, the default) or ascending. A row repeating a column is
+    refused (its weight would be two entries).
 
     Where each 8 entries in order span at most 256 columns (every row at uniform sparsity up to about 96 %)
     greedy chunks are those 8-entry groups, cut by a reshape; the other rows go through the greedy loop."""
@@ -202,6 +229,9 @@ def from_ell_rows(values: np.ndarray, indices: np.ndarray, k: int) -> tuple[np.n
     if not regular.all():
         for out, part in zip((out_values, out_offsets, out_bases), irregular):
             out[~regular, :part.shape[1]] = part
+    if balanced:
+        order = _slot_order(out_offsets, out_bases)
+        out_values, out_offsets = _in_slot_order(order, out_values, out_offsets)
     return out_values.view(values.dtype), out_offsets, out_bases
 
 
@@ -217,7 +247,7 @@ def to_ell_rows(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k: i
     width = -(-max(longest, 1) // ROW_MULTIPLE) * ROW_MULTIPLE
     if used.shape[1] < width:                                        # no chunk at all: one chunk of padding
         used, cols, bits = (np.pad(a, ((0, 0), (0, width - a.shape[1]))) for a in (used, cols, bits))
-    order = np.argsort(~used, axis=1, kind="stable")[:, :width]      # the used slots first, in their order
+    order = np.argsort(np.where(used, cols, k), axis=1, kind="stable")[:, :width]   # ascending, unused last
     taken = np.take_along_axis(used, order, 1)
     out_indices = np.where(taken, np.take_along_axis(cols, order, 1), k).astype(np.uint16)
     out_values = np.where(taken, np.take_along_axis(bits, order, 1), 0).astype(np.uint16)
@@ -252,6 +282,96 @@ def spmm_ell_compact_linear(values: np.ndarray, offsets: np.ndarray, bases: np.n
     for n, row in enumerate(x.astype(np.float32)):
         y[n] = np.sum(np.where(adds, weights * row[cols], np.float32(0)), axis=1, dtype=np.float32)
     return np.ascontiguousarray(y.astype(values.dtype))
+
+
+#: Gather groups (32 chunks) :func:`_greedy_slots` orders in step: their keys stay in the cache.
+_GROUPS_A_STEP = 2048
+#: A bank's key in :func:`_greedy_slots`: its entries placed in this gather (bits 41 on), 256 less its entries
+#: left to place (bits 32-40), room for a candidate's place (bits 0-31) to break ties and name the winner.
+_PLACED, _LEFT, _PLACE, _NO_ENTRY = 1 << 41, 1 << 32, (1 << 32) - 1, 1 << 62
+
+
+def _greedy_slots(banks: np.ndarray) -> np.ndarray:
+    """For gather groups' banks (``n x 32 x 8`` uint8: group, lane, slot; 32 for an unused slot), each slot's
+    entry: ``order[g, L, p]``, the slot of lane ``L``'s chunk whose entry goes to slot ``p`` (int8).
+
+    Slot by slot, lane by lane, every group in step: the lane takes, of its chunk's entries not yet placed, one
+    of the bank this slot's gather has read least so far, of those one of the bank with the most entries left
+    to place (so that crowded banks spread over the slots), of those the first; the last slot takes the entry
+    left. A lane's entries not yet placed stay in its slots past ``p`` (a swap a placement), unused slots last."""
+    n = banks.shape[0]
+    keys_at = np.empty((32, CHUNK, n), np.intp)                   # lane, slot, group: the index of its bank's key
+    np.add(banks.transpose(1, 2, 0), 33 * np.arange(n), out=keys_at)          # (33 a group, the last: unused)
+    key = (256 - np.bincount(keys_at.ravel(), minlength=33 * n)) * _LEFT
+    slot_of = np.empty((32, CHUNK, n), np.int8)
+    slot_of[:] = np.arange(CHUNK, dtype=np.int8)[:, None]
+    place = np.arange(CHUNK * n).reshape(CHUNK, n)                          # in a lane's (slot, group) array
+    for p in range(CHUNK - 1):
+        key &= 511 * _LEFT                                                 # a new gather: nothing read yet
+        key[32::33] = _NO_ENTRY
+        here = slice(p * n, (p + 1) * n)
+        for lane in range(32):
+            lane_keys, lane_slots = keys_at[lane].reshape(-1), slot_of[lane].reshape(-1)
+            best = (np.take(key, keys_at[lane, p:]) + place[p:]).min(axis=0) & _PLACE
+            chosen, moved = lane_keys[best], lane_slots[best]
+            lane_keys[best], lane_slots[best] = lane_keys[here], lane_slots[here]
+            lane_keys[here], lane_slots[here] = chosen, moved
+            key[chosen] += _PLACED + _LEFT                                  # read once more, one left fewer
+    return slot_of.transpose(2, 0, 1)
+
+
+def _slot_order(offsets: np.ndarray, bases: np.ndarray) -> np.ndarray:
+    """:func:`slot_order`, unchecked."""
+    m, width = offsets.shape
+    off, base = offsets.reshape(m, width // CHUNK, CHUNK), bases.view(np.uint16)
+    _, slot = _used(off, base)
+    groups = -(-width // (32 * CHUNK))
+    banks = np.full((m, groups * 32 * CHUNK), 32, np.uint8)                  # 32: an unused slot
+    column_mod_64 = (base & 63).astype(np.uint8)[:, :, None] + off          # (uint8 wraps at 256)
+    banks[:, :width] = np.where(slot, column_mod_64 >> 1 & 31, 32).reshape(m, width)
+    banks = banks.reshape(m * groups, 32, CHUNK)
+    order = np.empty(banks.shape, np.int8)
+    for start in range(0, len(banks), _GROUPS_A_STEP):
+        order[start:start + _GROUPS_A_STEP] = _greedy_slots(banks[start:start + _GROUPS_A_STEP])
+    return order.reshape(m, groups * 32 * CHUNK)[:, :width]
+
+
+def _in_slot_order(order: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``arrays`` (``M x 8C``) with each chunk's slots in ``order`` (:func:`slot_order`)."""
+    at = (order.reshape(-1, CHUNK) + np.arange(0, order.size, CHUNK)[:, None]).reshape(order.shape)
+    return tuple(np.take(a, at) for a in arrays)
+
+
+def slot_order(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k: int) -> np.ndarray:
+    """For compact ELL rows, an order of each chunk's slots under which the ``N = 1`` kernel's gathers of ``x``
+    from shared memory conflict little on its banks: ``order[r, 8 c + p]`` (``M x 8C`` int8), the slot of chunk
+    ``c`` of row ``r`` whose entry goes to its slot ``p``; used slots stay first.
+
+    Lane ``L`` of a warp gathers slot ``p`` of chunks ``32 s + L`` together, the gathers of padded ELL rows of the
+    same width (:func:`gather_passes`). Each group of 32 chunks, slot by slot and lane by lane, gives the lane
+    the entry of its chunk (of those not yet placed) whose bank that gather has read least, then whose bank has
+    the most entries left: 1.8-2.0 passes a gather for random columns at 4096 columns, 50-90 %, against
+    about 3 in ascending order (:func:`sparsekit.reference.spmm_ell_rows.gather_order`, free to move an entry
+    anywhere in its row, reaches 1.0-1.2)."""
+    check_compact(values, offsets, bases, k)
+    return _slot_order(offsets, bases)
+
+
+def bank_balanced(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray,
+                  k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same compact ELL rows with each chunk's slots in :func:`slot_order` (the product is the same sum in
+    another order: float32, one rounding), as new arrays."""
+    order = slot_order(values, offsets, bases, k)
+    return (*_in_slot_order(order, values, offsets), bases.copy())
+
+
+def gather_passes(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k: int) -> float:
+    """The bank model of the ``N = 1`` kernel's gathers on compact ELL rows: lane ``L`` reads slot ``p`` of chunk
+    ``32 s + L`` (slot ``8 (32 s + L) + p`` of the row), as the padded ELL rows' kernel reads position
+    ``256 s + 8 L + p``, so it is :func:`sparsekit.reference.spmm_ell_rows.gather_passes` of the slots' columns
+    (unused slots read nothing): the mean passes a gather that reads any column."""
+    check_compact(values, offsets, bases, k)
+    return spmm_ell_rows.gather_passes(_slot_columns(offsets, bases, k), k)
 
 
 def nbytes(values, offsets, bases) -> int:
