@@ -19,7 +19,11 @@ What you will learn
    reference's, and the product on the reordered rows equals the reference, on the GPU or (at toy size) the
    CUDA simulator;
 5. a kernel's floor: the same grid reading the same bytes and doing nothing else
-   (``sparsekit.gpu.spmm_ell_rows.read_rows``). The distance to it is what the kernel's own work costs.
+   (``sparsekit.gpu.spmm_ell_rows.read_rows``). The distance to it is what the kernel's own work costs;
+6. below the floor only fewer bytes help: compact ELL rows (``sparsekit/reference/spmm_ell_compact.py``, 3.25
+   bytes a kept weight instead of 4) sort each row's columns into chunks of 8 under one 16-bit base, and sorted
+   columns collide in the banks again; inside a chunk the slots may come in any order, so the conversion picks
+   one for the banks (:func:`~sparsekit.reference.spmm_ell_compact.slot_order`).
 
 What the GPU then said (H200, ``experiments/results/uspmm_decode.md``): the order cut the kernel's bank conflicts
 8.5x and left its time where it was. Its warps had been waiting on their global loads of values and columns all
@@ -39,9 +43,14 @@ import numpy as np
 #: Step 3's table: columns and sparsities (the Llama layer widths).
 WIDTHS, SPARSITIES = (4096, 14336), (0.5, 0.7, 0.8, 0.9)
 #: Step 5's measurement, quoted (the simulator cannot time it).
-FLOOR_H200 = ("at 14336x4096, 80 %, a read of the rows took 13.7 us and the product 16.5 us while each block copied "
-              "x before its first loads, 16.2 us once the first loads were issued before the copy; at 90 % 7.8 "
-              "against 10.1. Below the floor only fewer bytes help: 4 a kept weight today.")
+FLOOR_H200 = ("at 14336x4096, 80 %, a read of the rows took 14.3 us and the product 16.2 us (4096x14336: 13.5 "
+              "against 14.9); at 90 % 8.2 against 10.4. Below the floor only fewer bytes help: 4 a kept weight "
+              "in these rows.")
+#: Step 6's measurement, quoted: compact rows with each chunk's slots in column order against the padded rows.
+COMPACT_H200 = ("with each chunk's slots in column order, 19 % fewer bytes bought 1.01-1.19x the padded rows' speed "
+                "at 50-80 % and 0.94-1.00x at 90 % (Llama shapes, bfloat16): the bytes saved came back as time in the gathers "
+                "(about three passes each) and in a third load a chunk. "
+                "`python -m experiments.bench_sparse_linear --compact` times the rows as converted now.")
 #: Largest max |kernel - reference| / max |reference| accepted in step 4: float32 sums in another order,
 #: each rounded once to bfloat16 (2^-8 of the largest output, with room).
 TOLERANCE = 1e-2
@@ -149,6 +158,28 @@ def main(quick: bool = False) -> dict:
     print(f"\nStep 5: gpu.spmm_ell_rows.read_rows reads the {m} rows with the product's grid and 16-byte loads and "
           f"does nothing else (its XOR of the words equals the reference's). On the H200 (uspmm_decode.md; "
           f"`python -m experiments.bench_sparse_linear --floor` times it): {FLOOR_H200}")
+
+    # Step 6. Fewer bytes: compact rows, whose sorted chunks bring the bank passes back.
+    from sparsekit.reference import spmm_ell_compact as compact
+
+    print("\nStep 6: compact ELL rows (a 16-bit base a chunk of 8, an 8-bit offset a slot): bytes a kept weight, and "
+          "passes a gather with each chunk's slots in column order -> slot_order, against the padded rows' "
+          "gather_order:")
+    table = {}
+    for sparsity in SPARSITIES:
+        values, indices = random_rows(rows, 4096, sparsity, rng)
+        kept = int((indices < 4096).sum())
+        ordered = compact.from_ell_rows(values, indices, 4096)
+        passes = [compact.gather_passes(*compact.from_ell_rows(values, indices, 4096, balanced=False), 4096),
+                  compact.gather_passes(*ordered, 4096),
+                  gather_passes(np.take_along_axis(indices, gather_order(indices, 4096), 1), 4096)]
+        table[sparsity] = passes
+        print(f"    K = 4096, {100 * sparsity:.0f} %: {compact.nbytes(*ordered) / kept:.2f} bytes (padded rows "
+              f"{(values.nbytes + indices.nbytes) / kept:.2f}); passes {passes[0]:.2f} -> {passes[1]:.2f} "
+              f"(padded rows {passes[2]:.2f})")
+    assert all(ordered < before for before, ordered, _ in table.values())
+    out["compact_passes"] = table
+    print(f"  On the H200 (uspmm_decode.md): {COMPACT_H200}")
     return out
 
 
