@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional 
 
 from sparsekit import prune  # noqa: E402
 from sparsekit.torch import SparseLinear, sparsify_  # noqa: E402
-from sparsekit.torch.ops import dense_weight  # noqa: E402
+from sparsekit.torch.ops import dense_weight, is_two_four  # noqa: E402
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -50,6 +50,23 @@ def test_two_four_pattern_keeps_two_of_every_four():
     assert layer.values.shape == (8, 8)
     mask = torch.from_numpy(np.asarray(prune.n_m(dense.weight.detach().numpy(), 2, 4), dtype=bool))
     assert torch.equal(w, dense.weight.detach() * mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_two_four_pruning_with_torch_is_the_references(dtype):
+    """The 2 largest |w| of every 4 columns, ties to the lower column, as sparsekit.prune.n_m chooses them (weights
+    rounded to a few values, so that ties are common; zeros kept where a group has fewer than 2 nonzeros)."""
+    torch.manual_seed(7)
+    dense = torch.nn.Linear(64, 48, bias=False)
+    with torch.no_grad():
+        dense.weight.copy_(torch.randint(-2, 3, (48, 64)).float() / 2)
+    dense = dense.to(dtype)
+    layer = SparseLinear.from_dense(dense, pattern="2:4")
+    mask = prune.n_m(dense.weight.detach().double().numpy(), 2, 4)
+    assert torch.equal(layer.to_dense().weight, dense.weight.detach() * torch.from_numpy(mask).to(dtype))
+    assert is_two_four(layer.indices, 64) and layer.values.shape == (48, 32)
+    with pytest.raises(ValueError, match="must be divisible by 4, got 30"):
+        SparseLinear.from_dense(torch.nn.Linear(30, 8), pattern="2:4")
 
 
 def test_unstructured_pattern_keeps_the_layers_largest():

@@ -23,21 +23,26 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def _kept_columns(w: torch.Tensor, pattern: str, sparsity: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(columns, counts)``: the ascending columns each row of ``w`` keeps, padded on the right with
     ``in_features`` (``out x width``, int64, on ``w``'s device), and each row's count. Uniform:
-    :func:`sparsekit.prune.uniform`'s rule (the ``K'`` largest ``|w|``, ties to the lower column) with torch
-    on the weight's device; 2:4: :func:`sparsekit.prune.n_m`; unstructured: the layer's largest ``|w|``."""
+    :func:`sparsekit.prune.uniform`'s rule (the ``K'`` largest ``|w|``, ties to the lower column) and 2:4:
+    :func:`sparsekit.prune.n_m`'s (the 2 largest ``|w|`` of every 4 columns, ties likewise), both with torch on the
+    weight's device (NumPy's ``n_m`` took 6 s for a 14336x4096 weight on a 2-core host); unstructured: the layer's
+    largest ``|w|``."""
     m, k = w.shape
     cols = torch.arange(k, device=w.device).expand(m, k)
+    scores = w.abs() if w.dtype == torch.float64 else w.abs().float()       # exact for every accepted dtype
+    if pattern == "2:4":
+        if k % 4:
+            raise ValueError(f"w.shape[1] (the grouped axis): must be divisible by 4, got {k}")
+        best = torch.sort(scores.reshape(m, k // 4, 4), dim=2, descending=True, stable=True).indices[:, :, :2]
+        chosen = best.sort(dim=2).values + 4 * torch.arange(k // 4, device=w.device)[:, None]
+        return chosen.reshape(m, k // 2), torch.full((m,), k // 2, device=w.device)
     if pattern == "uniform":
         kept = int(prune.uniform(np.ones((1, k)), sparsity).sum())          # K' for this width
-        order = torch.sort(w.abs().float(), dim=1, descending=True, stable=True).indices
+        order = torch.sort(scores, dim=1, descending=True, stable=True).indices
         chosen = order[:, :kept].sort(dim=1).values
         return chosen, torch.full((m,), kept, device=w.device)
-    if pattern == "2:4":
-        mask = torch.from_numpy(prune.n_m(w.float().cpu().numpy(), 2, 4)).to(w.device)
-    else:
-        keep = max(1, round(m * k * (1 - sparsity)))
-        threshold = w.abs().float().flatten().kthvalue(m * k - keep + 1).values
-        mask = w.abs().float() >= threshold
+    keep = max(1, round(m * k * (1 - sparsity)))
+    mask = scores >= scores.flatten().kthvalue(m * k - keep + 1).values
     counts = mask.sum(dim=1)
     keyed = torch.where(mask, cols, k)                                       # dropped columns sort last as K
     return keyed.sort(dim=1).values[:, :int(counts.max()) if m else 0], counts
