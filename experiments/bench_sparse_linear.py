@@ -30,7 +30,7 @@ floor of that kernel; microseconds and TB/s of the rows' bytes.
 
 ``--compact``: at N = 1, the row kernel on the layers' padded ELL rows (4 bytes a kept weight) against the compact
 ELL row kernel (``sparsekit.gpu.spmm_ell_compact``, 3.25 bytes a slot) on the same weights, converted once; same
-rotation and graphs, each product checked.
+rotation and graphs, each product checked; then a decoder layer's seven products summed (:data:`LAYER_PRODUCTS`).
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336))
 SPARSITIES = (0.5, 0.7, 0.8, 0.9)
 WIDTHS = (1, 8, 16, 64)
 ROTATION = 4
+#: A decoder layer's products of each shape (``sparsekit.torch.decoder``: q, k, v, o; gate, up; down).
+LAYER_PRODUCTS = {(4096, 4096): 4, (14336, 4096): 2, (4096, 14336): 1}
 
 
 def graph_time(step, calls: int = 50) -> float:
@@ -249,7 +251,7 @@ def compact() -> bool:
     def product(values, offsets, bases, k):
         return lambda t: spmm_ell_compact_linear(values, offsets, bases, k, t)
 
-    ok = True
+    ok, layer_us = True, {}
     print("shape sparsity: rows_us compact_us speedup | rows MB TB/s | compact MB TB/s")
     for m, k, sparsity, x, _, layers, rows in _one_row_points():
         with torch.no_grad():
@@ -264,6 +266,12 @@ def compact() -> bool:
         print(f"{m}x{k} {sparsity:.0%}: {times[0]:6.2f} {times[1]:6.2f} {times[0] / times[1]:.2f}x | "
               + " | ".join(f"{b / 1e6:6.1f} {b / t / 1e6:4.2f}" for b, t in zip(sizes, times))
               + ("" if right else " WRONG"), flush=True)
+        for i, t in enumerate(times):
+            layer_us[sparsity, i] = layer_us.get((sparsity, i), 0.0) + LAYER_PRODUCTS[m, k] * t
+    for sparsity in SPARSITIES:
+        rows_us, compact_us = layer_us[sparsity, 0], layer_us[sparsity, 1]
+        print(f"a decoder layer's seven products at {sparsity:.0%}: rows {rows_us:6.1f} us, compact {compact_us:6.1f} "
+              f"({rows_us / compact_us:.2f}x)")
     return ok
 
 
