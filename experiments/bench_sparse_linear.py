@@ -84,7 +84,7 @@ def _route_bytes(layer, n: int) -> int:
     if kernel == "bitmap":
         return ops.bitmap_bytes(layer.weight_id)
     if kernel == "cusparselt":
-        return ops.copies_bytes(layer.weight_id) - ops.bitmap_bytes(layer.weight_id)
+        return ops.cusparselt_bytes(layer.weight_id)
     return sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
 
 

@@ -27,11 +27,10 @@ import numpy as np
 from numba import cuda, float32, uint16, uint32
 
 from sparsekit.arrays import cdiv, flat_view, operand, output, result, to_host
-from sparsekit.checks import HALF_DTYPES
 from sparsekit.gpu.inline import inlined
 from sparsekit.gpu.launch import SHARED_LIMIT, DynamicShared, check_int32, launch, opt_in
-from sparsekit.gpu.spmm_ell_rows import (SHARED_BLOCKS_PER_SM, SHARED_PER_SM, SHARED_WARPS, UNROLL, _sm_count,
-                                         _value_dtype, x_to_shared)
+from sparsekit.gpu.spmm_ell_rows import (_INDEX_DTYPES, _VALUE_DTYPES, SHARED_BLOCKS_PER_SM, SHARED_PER_SM,
+                                         SHARED_WARPS, UNROLL, _sm_count, _value_dtype, x_to_shared)
 from sparsekit.gpu.mma import widen_bf16, widen_f16
 from sparsekit.gpu.spmm_tiled import row_store, uint16_bits
 from sparsekit.gpu.vector_loads import aligned, load2, load4
@@ -39,8 +38,6 @@ from sparsekit.reference.spmm_ell_compact import CHUNK, MAX_OFFSET, UNUSED_BASE,
 
 __all__ = ["spmm_ell_compact_linear", "compact_rows", "UNROLL"]
 
-_VALUE_DTYPES = (*HALF_DTYPES, np.dtype(np.uint16))
-_BASE_DTYPES = (np.dtype(np.uint16), np.dtype(np.int16))
 
 
 @functools.cache
@@ -153,7 +150,7 @@ def spmm_ell_compact_linear(values, offsets, bases, k: int, x, *, unroll: int | 
     check_shapes(values, offsets, bases, k)
     vop = operand(values, "values", dtypes=_VALUE_DTYPES, ndim=2, order="C")
     oop = operand(offsets, "offsets", dtypes=(np.dtype(np.uint8),), ndim=2, order="C")
-    bop = operand(bases, "bases", dtypes=_BASE_DTYPES, ndim=2, order="C")
+    bop = operand(bases, "bases", dtypes=_INDEX_DTYPES, ndim=2, order="C")
     m, width = vop.dev.shape
     dtype = _value_dtype(vop)
     xop = operand(x, "x", dtypes=(dtype,), ndim=2, order="C")

@@ -54,7 +54,7 @@ import torch
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
-           "copies_bytes",
+           "cusparselt_bytes", "copies_bytes",
            "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
            "KERNEL_DTYPES"]
@@ -215,16 +215,28 @@ class Prepared:
         ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
         step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data`` nor one to an inference
         tensor), the launch plans of the TiledBitmap it replaces dropped with it."""
-        source = _source(values, indices)
-        if self._bitmap is None or self._bitmap[0] != source:
+        def build():
             from sparsekit.gpu.spmm_bitmap import upload
 
-            _refuse_in_capture(values, "build the weight's TiledBitmap")
             for key in [key for key in self.plans if key[0] == "bitmap"]:
                 del self.plans[key]
-            self._bitmap = None                    # the replaced one freed before the new one is made
-            self._bitmap = (source, upload(tiled_bitmap(values, indices, in_features)))
-        return self._bitmap[1]
+            return upload(tiled_bitmap(values, indices, in_features))
+
+        return self._kept("_bitmap", values, indices, "build the weight's TiledBitmap", build)
+
+    def _kept(self, attr: str, values, indices, what: str, build):
+        """The copy of the weight (or fact about it) held in ``attr`` as ``(source, copy)``: made by ``build()`` when
+        first asked for and again once ``values`` or ``indices`` is another tensor or changed in place
+        (:func:`_source`), the replaced one freed first; a capture under way is refused (``what``) when it must be
+        made."""
+        source = _source(values, indices)
+        held = getattr(self, attr)
+        if held is None or held[0] != source:
+            _refuse_in_capture(values, what)
+            setattr(self, attr, None)
+            held = (source, build())
+            setattr(self, attr, held)
+        return held[1]
 
     def bitmap_product(self, x, values, indices, in_features: int) -> torch.Tensor:
         """``x @ W^T`` by the TiledBitmap kernel (``x`` ``N x K`` C-contiguous on CUDA, ``N <= 64``, the values'
@@ -244,27 +256,22 @@ class Prepared:
         """Whether cuSPARSELt can multiply by this weight: a 2:4 pattern (:func:`is_two_four`), M and K multiples
         of 64, float16/bfloat16 on CUDA, cuSPARSELt present. Checked again once ``values`` or ``indices`` is
         another tensor or was changed in place (as :meth:`bitmap`); the check syncs with the host."""
-        source = _source(values, indices)
-        if self._two_four is None or self._two_four[0] != source:
+        def check():
             from sparsekit.reference.sparse24_cusparselt import CSLT_ALIGN
 
-            _refuse_in_capture(values, "check the weight's 2:4 pattern")
             takes = (values.is_cuda and values.dtype in KERNEL_DTYPES and torch.backends.cusparselt.is_available()
                      and values.shape[0] % CSLT_ALIGN == 0 and in_features % CSLT_ALIGN == 0)
-            self._two_four = (source, takes and is_two_four(indices, in_features))
-        return self._two_four[1]
+            return takes and is_two_four(indices, in_features)
+
+        return self._kept("_two_four", values, indices, "check the weight's 2:4 pattern", check)
 
     def cusparselt_product(self, x, values, indices, in_features: int) -> torch.Tensor:
         """``x @ W^T`` by cuSPARSELt's 2:4 GEMM (``x`` ``N x K`` on CUDA, the values' dtype) on the weight compressed
         once (``torch._cslt_compress`` of the densified weight: 9/16 of the dense bytes), again after ``values``
         or ``indices`` change, with the fastest algorithm for the shape (:func:`cusparselt_algorithm`). ``x`` of
         a row count not a multiple of 8 is padded with zero rows for the call."""
-        source = _source(values, indices)
-        if self._cusparselt is None or self._cusparselt[0] != source:
-            _refuse_in_capture(x, "compress the weight for cuSPARSELt")
-            self._cusparselt = None                # the replaced buffer freed before the new one is made
-            self._cusparselt = (source, torch._cslt_compress(self.dense(values, indices, in_features)))
-        compressed = self._cusparselt[1]
+        compressed = self._kept("_cusparselt", values, indices, "compress the weight for cuSPARSELt",
+                                lambda: torch._cslt_compress(self.dense(values, indices, in_features)))
         n = x.shape[0]
         xp = x if n % 8 == 0 else torch.nn.functional.pad(x, (0, 0, 0, -n % 8))
         y = torch._cslt_sparse_mm(compressed, xp.t(), alg_id=cusparselt_algorithm(compressed, xp),
@@ -351,11 +358,16 @@ def bitmap_bytes(weight_id: int) -> int:
     return 0 if built is None else sum(a.size * a.dtype.itemsize for a in (built[1].stream, built[1].offsets))
 
 
+def cusparselt_bytes(weight_id: int) -> int:
+    """Device bytes of cuSPARSELt's compressed buffer kept for weight ``weight_id`` (0 until built)."""
+    built = _WEIGHTS[weight_id]._cusparselt
+    return 0 if built is None else built[1].numel() * built[1].element_size()
+
+
 def copies_bytes(weight_id: int) -> int:
-    """Device bytes of the copies of weight ``weight_id`` kept for inference: its TiledBitmap and cuSPARSELt's
-    compressed buffer, once built."""
-    compressed = _WEIGHTS[weight_id]._cusparselt
-    return bitmap_bytes(weight_id) + (0 if compressed is None else compressed[1].numel() * compressed[1].element_size())
+    """Device bytes of the copies of weight ``weight_id`` kept for inference, once built: its TiledBitmap and
+    cuSPARSELt's compressed buffer."""
+    return bitmap_bytes(weight_id) + cusparselt_bytes(weight_id)
 
 
 def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int, weight_id: int,
