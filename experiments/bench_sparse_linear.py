@@ -24,9 +24,10 @@ call (back to back, drained at the end) of ours and ``nn.Linear``, device us of 
 order the layer stores (``gather_order``), at N = 1 (``x`` in shared memory) and N = 8 (``x^T`` through L1, and
 copied to shared memory where it fits); same rotation and graphs as the main table.
 
-``--floor``: at N = 1, the layer's call (as in the main table), its row kernel replayed from a recorded plan, and
-the same grid reading the same rows without the product (``sparsekit.gpu.spmm_ell_rows.read_rows``): the memory
-floor of that kernel; microseconds and TB/s of the rows' bytes.
+``--floor``: at N = 1, the layer's call on its rows (``inference_copies`` off), its row kernel replayed from a
+recorded plan, and the same grid reading the same rows without the product
+(``sparsekit.gpu.spmm_ell_rows.read_rows``): the memory floor of that kernel; microseconds and TB/s of the rows'
+bytes.
 
 ``--compact``: at N = 1, the row kernel on the layers' padded ELL rows (4 bytes a kept weight) against the compact
 ELL row kernel (``sparsekit.gpu.spmm_ell_compact``, 3.25 bytes a slot) on the same weights, converted once; same
@@ -76,7 +77,7 @@ def _layer_route(layer, n: int) -> str:
 
 def _route_bytes(layer, n: int) -> int:
     """Bytes the layer's route reads at ``n`` rows of ``x`` without autograd, once it ran there: the TiledBitmap's,
-    cuSPARSELt's buffer or the ELL rows' (densify + GEMM reads the rows, then writes and reads the dense weight:
+    cuSPARSELt's buffer, the compact rows' or the ELL rows' (densify + GEMM reads the rows, then writes and reads the dense weight:
     counted as the rows)."""
     from sparsekit.torch import ops
 
@@ -85,6 +86,8 @@ def _route_bytes(layer, n: int) -> int:
         return ops.bitmap_bytes(layer.weight_id)
     if kernel == "cusparselt":
         return ops.cusparselt_bytes(layer.weight_id)
+    if kernel == "compact":
+        return ops.compact_bytes(layer.weight_id)
     return sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
 
 
@@ -230,8 +233,10 @@ def floor() -> None:
 
     print("shape sparsity MB: dense_us | layer us TB/s | plan us TB/s | read floor us TB/s | plan over floor")
     for m, k, sparsity, x, td, layers, rows in _one_row_points():
+        for layer in layers:
+            layer.inference_copies = False                 # the row kernel, not the compact rows' copy
         with torch.no_grad():
-            nbytes = _route_bytes(layers[0], 1)
+            nbytes = sum(t.numel() * t.element_size() for t in rows[0])
             replay, _ = _row_plans(rows, k, x)
             times = [graph_time(lambda: [layer(x) for layer in layers]) / ROTATION, graph_time(replay) / ROTATION,
                      graph_time(lambda: [read_rows(v, i, k, stream=stream()) for v, i in rows]) / ROTATION]

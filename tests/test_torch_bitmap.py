@@ -41,7 +41,7 @@ def _dense(layer: SparseLinear) -> np.ndarray:
 def test_route_follows_the_measured_crossovers():
     k, big = 4096, dict(out_features=14336)
     at_80, at_70 = 824, 1232                            # uniform 80 % and 70 % of 4096 columns, rows padded to 8
-    assert ops.route(1, at_70, k, True, **big) == "rows" and ops.route(7, at_70, k, True, **big) == "rows"
+    assert ops.route(1, at_70, k, True, **big) == "compact" and ops.route(7, at_70, k, True, **big) == "rows"
     assert ops.route(8, at_80, k, True, **big) == "rows" and ops.route(8, 1024, k, True, **big) == "rows"  # 75 %
     assert ops.route(8, at_70, k, True, **big) == "bitmap" and ops.route(8, 1032, k, True, **big) == "bitmap"
     for n in (9, 16, 17, 32, 33, 64):
@@ -211,17 +211,18 @@ def test_compiled_layer_calls_the_op_of_its_grad_mode(grad):
     assert ops_called[0].target is want and ops_called[0].args[5] is (not grad)
 
 
-@pytest.mark.parametrize("use_bitmap", [True, False])
-def test_use_bitmap_false_keeps_the_rows_only(use_bitmap, monkeypatch):
-    """``use_bitmap=False`` (set by ``sparsify_`` on every layer it makes): the op is never told it may read a
-    TiledBitmap, so none is built, under ``no_grad`` too; True tells it so without autograd only."""
+@pytest.mark.parametrize("inference_copies", [True, False])
+def test_inference_copies_false_keeps_the_rows_only(inference_copies, monkeypatch):
+    """``inference_copies=False`` (set by ``sparsify_`` on every layer it makes): the op is never told it may read a
+    copy of the weight (TiledBitmap, compact rows), so none is made, under ``no_grad`` too; True tells it so
+    without autograd only."""
     import sparsekit.torch.nn as snn
     from sparsekit.torch import sparsify_
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
-    sparsify_(model, sparsity=0.5, use_bitmap=use_bitmap)
+    sparsify_(model, sparsity=0.5, inference_copies=inference_copies)
     layers = [mod for mod in model if isinstance(mod, SparseLinear)]
-    assert len(layers) == 2 and all(layer.use_bitmap is use_bitmap for layer in layers)
+    assert len(layers) == 2 and all(layer.inference_copies is inference_copies for layer in layers)
     flags = []
     for name in ("sparse_linear", "sparse_linear_inference"):
         real = getattr(snn, name)
@@ -230,15 +231,19 @@ def test_use_bitmap_false_keeps_the_rows_only(use_bitmap, monkeypatch):
     with torch.no_grad():
         model(x)
     model(x)
-    assert flags == [use_bitmap, use_bitmap, False, False]
-    assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None for layer in layers)
+    assert flags == [inference_copies, inference_copies, False, False]
+    assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None and ops._WEIGHTS[layer.weight_id]._compact is None
+               for layer in layers)
 
 
 def test_the_layer_benchmark_counts_the_bytes_its_route_reads():
     """``experiments/bench_sparse_linear.py``'s bandwidth column: the ELL rows' bytes where the row kernel or densify
-    + GEMM runs, the TiledBitmap's where the bitmap kernel does (once built)."""
+    + GEMM runs, the TiledBitmap's or compact rows' where their kernels do (once built)."""
     from experiments.bench_sparse_linear import _route_bytes
-    layer = SparseLinear.from_dense(torch.nn.Linear(64, 32), sparsity=0.5)
+    layer = SparseLinear.from_dense(torch.nn.Linear(64, 32).half(), sparsity=0.5)
     rows = sum(t.numel() * t.element_size() for t in (layer.values, layer.indices))
-    assert _route_bytes(layer, 1) == rows and _route_bytes(layer, 65) == rows
+    assert _route_bytes(layer, 2) == rows and _route_bytes(layer, 65) == rows
+    assert _route_bytes(layer, 1) == ops.compact_bytes(layer.weight_id) == 0      # the compact route, not made yet
+    ops._WEIGHTS[layer.weight_id].compact(layer.values, layer.indices, 64)
+    assert _route_bytes(layer, 1) == rows * 13 // 16
     assert _route_bytes(layer, 16) == ops.bitmap_bytes(layer.weight_id) == 0       # the bitmap route, not built yet

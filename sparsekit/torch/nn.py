@@ -53,13 +53,17 @@ class SparseLinear(nn.Module):
     (``sparsekit/reference/spmm_ell_rows.py``): ``values`` (the trainable Parameter, ``out x width``) and ``indices``
     (a buffer, int16 bits of each entry's column; ``in_features`` marks padding), ``width`` the longest row
     rounded up to a multiple of 8. 4 bytes a kept weight in float16/bfloat16; nothing else is stored but the
-    TiledBitmap of inference below, once built.
+    copies inference below reads, once built (:attr:`inference_copies`).
 
     Any pattern (uniform, 2:4, unstructured, or your own: :meth:`from_rows`). Gradients reach the kept
     entries only, so fine-tuning keeps the pattern. On CUDA, float16 and bfloat16 (for ``N`` rows of ``x``;
     why: :mod:`sparsekit.torch.ops`, measured on the H200 at Llama shapes):
 
-    * ``N < 8``, ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more) and
+    * without autograd, ``N = 1`` below 87.5 % sparse: the compact row kernel on a copy of the weight as compact
+      ELL rows (3.25 bytes a kept weight; 1.10-1.17x the row kernel at 50-80 %), made on the host at the first
+      such call (a device sync) and kept beside the rows (0.33 of the dense bytes at 80 %), made again after a
+      change as the TiledBitmap below;
+    * ``N < 8`` otherwise, ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more) and
       ``N = 9..16`` at most a sixteenth (93.75 %): the row kernel on the ELL rows, bound by reading 4 bytes a kept
       weight;
     * without autograd (``torch.no_grad``, ``torch.inference_mode``), ``N = 8`` otherwise and ``N = 9..32`` (to 64
@@ -81,13 +85,14 @@ class SparseLinear(nn.Module):
     autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
     ``torch.ops.sparsekit.sparse_linear_inference``.
 
-    ``use_bitmap`` (default True): False keeps the weight in its ELL rows only (no second copy on the device,
-    TiledBitmap or cuSPARSELt's), at the routes taken with autograd: the row kernel to ``N = 16``, densify + GEMM
-    beyond.
+    ``inference_copies`` (default True): False keeps the weight in its ELL rows only (no second copy on the device:
+    compact rows, TiledBitmap or cuSPARSELt's), at the routes taken with autograd: the row kernel to ``N = 16``,
+    densify + GEMM beyond.
     """
 
-    #: Whether inference at ``N = 8..64`` may run on the weight's TiledBitmap (a second copy; class docstring).
-    use_bitmap: bool = True
+    #: Whether inference may run on copies of the weight kept beside its rows (compact rows at N = 1, the
+    #: TiledBitmap at N = 8..64, cuSPARSELt's 2:4 buffer; class docstring).
+    inference_copies: bool = True
 
     def __init__(self, in_features: int, out_features: int, width: int, *, bias: bool = True,
                  dtype: torch.dtype = torch.float32, device=None):
@@ -162,10 +167,10 @@ class SparseLinear(nn.Module):
         elif x2.is_cuda and not torch.compiler.is_compiling():
             if x2.dtype != self.values.dtype:
                 raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
-            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, self.use_bitmap)  # no dispatch
+            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, self.inference_copies)  # no dispatch
         else:                                             # traced or on the CPU: the op without autograd
             y = sparse_linear_inference(x2, self.values, self.indices, self.in_features, self.weight_id,
-                                        self.use_bitmap)
+                                        self.inference_copies)
         if not flat:
             y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
@@ -198,7 +203,7 @@ class SparseLinear(nn.Module):
 
     def weight_bytes(self) -> int:
         """Bytes of the stored weight: values and indices, and the copies kept for inference once built (its
-        TiledBitmap; cuSPARSELt's buffer of a 2:4 weight)."""
+        compact rows, TiledBitmap; cuSPARSELt's buffer of a 2:4 weight)."""
         return sum(t.numel() * t.element_size() for t in (self.values, self.indices)) + copies_bytes(self.weight_id)
 
     def extra_repr(self) -> str:
@@ -207,13 +212,13 @@ class SparseLinear(nn.Module):
 
 
 def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None,
-              use_bitmap: bool = True) -> nn.Module:
+              inference_copies: bool = True) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``model`` for which ``filter_fn(module, name)`` is true
     (all of them by default) with a :class:`SparseLinear` pruned to ``pattern`` at ``sparsity``
-    (``use_bitmap``: :attr:`SparseLinear.use_bitmap`)."""
+    (``inference_copies``: :attr:`SparseLinear.inference_copies`)."""
     def make(mod):
         layer = SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity)
-        layer.use_bitmap = bool(use_bitmap)
+        layer.inference_copies = bool(inference_copies)
         return layer
     return replace_linears(model, make, filter_fn, "SparseLinear.from_dense")
 

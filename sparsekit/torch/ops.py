@@ -3,19 +3,25 @@
 ``sparsekit::sparse_linear(x, values, indices, in_features, weight_id, inference=False)`` is ``y = x @ W^T`` for a
 weight ``W`` (``M x K``) held as padded ELL rows (``sparsekit/reference/spmm_ell_rows.py``): ``values`` and ``indices``
 (``M x W``, ``W`` a multiple of 8; column ``K`` marks padding; columns are read as unsigned 16-bit).
-``sparsekit::sparse_linear_inference(x, values, indices, in_features, weight_id, bitmap=True)`` is the same product
-with no autograd kernel, for calls without autograd (``bitmap`` as ``inference``).
+``sparsekit::sparse_linear_inference(x, values, indices, in_features, weight_id, copies=True)`` is the same product
+with no autograd kernel, for calls without autograd (``copies`` as ``inference``).
 
 On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
 4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
 
-* ``N < 8``, ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most a
+* ``N < 8`` (``N = 1`` with autograd, or from 87.5 % sparse), ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most a
   sixteenth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`; N = 12 / 16 at 95 %: 15.0 / 32.5 / 29.0 and 16.4 /
   36.3 / 30.9 us against the bitmap kernel's 19.0 / 35.9 / 37.5 and 19.3 / 35.9 / 37.4, at 90 % 19.2 / 46.2 / 42.5
   and 20.9 / 52.4 / 45.2 against 19.5 / 36.6 / 37.8 and 19.3 / 36.6 / 37.5): the row kernel,
   :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
   (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.5 / 35.3 /
   36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
+* ``inference`` and ``N = 1`` where rows hold more than an eighth of ``K`` (below 87.5 % sparse): the compact row
+  kernel, :func:`sparsekit.gpu.spmm_ell_compact.spmm_ell_compact_linear`, on a copy of the weight as compact ELL
+  rows (3.25 bytes a slot against 4; :meth:`Prepared.compact`, built on the host at the first such call and kept
+  as the TiledBitmap below): 1.10-1.17x the row kernel's speed at 50-80 % on the three shapes (a decoder layer's
+  seven products 1.14 / 1.13 / 1.11x at 50 / 70 / 80 %), but 0.97-1.06x at 90 %, where the copy's 0.16x of the
+  dense bytes is not worth it (``sparse_linear.md``, ``--compact``).
 * ``inference`` (no autograd) and ``8 <= N <= 32`` otherwise, or up to ``N = 64`` on weights of at least
   :data:`BITMAP_WIDE_MIN_WEIGHTS` entries: the weight as a
   :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
@@ -54,8 +60,8 @@ import torch
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
-           "cusparselt_bytes", "copies_bytes",
-           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
+           "cusparselt_bytes", "compact_bytes", "copies_bytes",
+           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N", "COMPACT_MIN_DENSITY",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
            "KERNEL_DTYPES"]
 
@@ -92,6 +98,11 @@ BITMAP_MIN_DENSITY = 0.25
 #: against 111.8 / 421.4 / 446.3 (dense 95.7 / 374.0 / 358.4). At N = 16 the TiledBitmap kernel is the faster
 #: (18.6 / 40.8 / 41.6 against cuSPARSELt's 21.0 / 44.6 / 55.6).
 CUSPARSELT_MIN_N = 32
+#: Without autograd, ``x`` of one row runs the compact row kernel where a row stores more than this share of ``K``
+#: (the padded width over ``in_features``). Device us at N = 1, bfloat16, 4096x4096 / 14336x4096 / 4096x14336,
+#: padded against compact rows (``sparse_linear.md``, ``--compact``): 80 % 6.81 / 16.11 / 14.83 against 5.83 /
+#: 15.20 / 13.38; 90 % 4.06 / 10.40 / 9.20 against 4.18 / 10.05 / 8.69.
+COMPACT_MIN_DENSITY = 0.125
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -103,12 +114,14 @@ _UNRECORDED = object()
 def route(n: int, width: int, in_features: int, inference: bool, *, out_features: int,
           two_four: bool = False) -> str:
     """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and an ``out_features x in_features`` weight of
-    ``width`` stored entries a row: ``"rows"`` (row kernel), ``"bitmap"`` (TiledBitmap kernel), ``"cusparselt"``
+    ``width`` stored entries a row: ``"rows"`` (row kernel), ``"compact"`` (compact row kernel), ``"bitmap"`` (TiledBitmap kernel), ``"cusparselt"``
     (cuSPARSELt's 2:4 GEMM) or ``"dense"`` (densify + GEMM). ``inference``: no autograd, so the weight may be read
     from a copy kept between calls (module docstring). ``two_four``: every group of 4 columns of every row holds at
     most 2 entries and cuSPARSELt takes the shape (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
     if inference and two_four and n > CUSPARSELT_MIN_N:
         return "cusparselt"
+    if inference and n == 1 and width > COMPACT_MIN_DENSITY * in_features:
+        return "compact"
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
     rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
         n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # module docstring
@@ -173,6 +186,7 @@ class Prepared:
         self._bitmap = None                        # (what it was built from, DeviceBitmap)
         self._two_four = None                      # (what it was checked on, whether cuSPARSELt takes it)
         self._cusparselt = None                    # (what it was compressed from, cuSPARSELt's buffer)
+        self._compact = None                       # (what it was converted from, compact ELL rows)
 
     def _run(self, key, product, x, out_shape) -> torch.Tensor:
         """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
@@ -251,6 +265,33 @@ class Prepared:
             return lambda t: spmm_bitmap_linear(dev, t.detach())
 
         return self._run(key, product, x, (x.shape[0], values.shape[0]))
+
+    def compact(self, values, indices, in_features: int) -> tuple:
+        """The weight as compact ELL rows ``(values, offsets, bases)`` on its device
+        (:func:`sparsekit.gpu.spmm_ell_compact.compact_rows`, converted on the host: a device sync), made when
+        first asked for and again after ``values`` or ``indices`` change (as :meth:`bitmap`), the plans of the
+        copy it replaces dropped with it."""
+        def build():
+            from sparsekit.gpu.spmm_ell_compact import compact_rows
+
+            for key in [key for key in self.plans if key[0] == "compact"]:
+                del self.plans[key]
+            return compact_rows(values.detach(), indices, in_features)
+
+        return self._kept("_compact", values, indices, "convert the weight to compact ELL rows", build)
+
+    def compact_product(self, x, values, indices, in_features: int) -> torch.Tensor:
+        """``x @ W^T`` by the compact row kernel (``x`` ``1 x K`` C-contiguous on CUDA, the values' dtype)."""
+        key = ("compact", x.dtype, x.data_ptr() % 16 == 0, values.data_ptr(), _version(values),
+               indices.data_ptr(), _version(indices))
+
+        def product():
+            from sparsekit.gpu.spmm_ell_compact import spmm_ell_compact_linear
+
+            rows = self.compact(values, indices, in_features)
+            return lambda t: spmm_ell_compact_linear(*rows, in_features, t.detach())
+
+        return self._run(key, product, x, (1, values.shape[0]))
 
     def two_four(self, values, indices, in_features: int) -> bool:
         """Whether cuSPARSELt can multiply by this weight: a 2:4 pattern (:func:`is_two_four`), M and K multiples
@@ -364,10 +405,16 @@ def cusparselt_bytes(weight_id: int) -> int:
     return 0 if built is None else built[1].numel() * built[1].element_size()
 
 
+def compact_bytes(weight_id: int) -> int:
+    """Device bytes of the compact ELL rows kept for weight ``weight_id`` (0 until built)."""
+    built = _WEIGHTS[weight_id]._compact
+    return 0 if built is None else sum(t.numel() * t.element_size() for t in built[1])
+
+
 def copies_bytes(weight_id: int) -> int:
-    """Device bytes of the copies of weight ``weight_id`` kept for inference, once built: its TiledBitmap and
-    cuSPARSELt's compressed buffer."""
-    return bitmap_bytes(weight_id) + cusparselt_bytes(weight_id)
+    """Device bytes of the copies of weight ``weight_id`` kept for inference, once built: its TiledBitmap,
+    cuSPARSELt's compressed buffer and its compact ELL rows."""
+    return bitmap_bytes(weight_id) + cusparselt_bytes(weight_id) + compact_bytes(weight_id)
 
 
 def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int, weight_id: int,
@@ -384,6 +431,8 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
                 x = x if x.is_contiguous() else x.contiguous()
                 if kernel == "rows":
                     return prep.rows_product(x, values, indices, in_features)
+                if kernel == "compact":
+                    return prep.compact_product(x, values, indices, in_features)
                 if kernel == "cusparselt":
                     return prep.cusparselt_product(x, values, indices, in_features)
                 return prep.bitmap_product(x, values, indices, in_features)
@@ -408,8 +457,8 @@ def _sparse_linear(x, values, indices, in_features, weight_id, inference=False):
     return forward(x, values, indices, in_features, weight_id, inference)
 
 
-def _sparse_linear_inference(x, values, indices, in_features, weight_id, bitmap=True):
-    return _sparse_linear(x, values, indices, in_features, weight_id, bitmap)
+def _sparse_linear_inference(x, values, indices, in_features, weight_id, copies=True):
+    return _sparse_linear(x, values, indices, in_features, weight_id, copies)
 
 
 _LIBRARY.impl("sparse_linear", _sparse_linear, "CompositeExplicitAutograd")      # every device: forward()
@@ -426,19 +475,19 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, 
 
 
 _LIBRARY.define("sparse_linear_inference(Tensor x, Tensor values, Tensor indices, int in_features, int weight_id, "
-                "bool bitmap=True) -> Tensor")
+                "bool copies=True) -> Tensor")
 _LIBRARY.impl("sparse_linear_inference", _sparse_linear_inference, "CompositeExplicitAutograd")
 _INFERENCE_OP = torch.ops.sparsekit.sparse_linear_inference.default
 
 
 def sparse_linear_inference(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_features: int,
-                            weight_id: int, bitmap: bool = True) -> torch.Tensor:
+                            weight_id: int, copies: bool = True) -> torch.Tensor:
     """:func:`sparse_linear` where no gradient will be asked, through the op
     ``torch.ops.sparsekit.sparse_linear_inference``, which has no autograd kernel: a call under ``no_grad`` (as
     ``torch.compile``'s inference graphs make, 56 a decoder token) skips autograd's Python layer: on a 2-core
     CPU host the op adds 3-8 us to its work's 23-25, the differentiable op 13-17. Not differentiable.
-    ``bitmap``: the weight may be read from a TiledBitmap kept between calls."""
-    return _INFERENCE_OP(x, values, indices, in_features, weight_id, bitmap)
+    ``copies``: the weight may be read from a copy kept between calls (:func:`route`)."""
+    return _INFERENCE_OP(x, values, indices, in_features, weight_id, copies)
 
 
 def _fake(x, values, indices, in_features, weight_id, flag=False):

@@ -1,9 +1,10 @@
-"""SparseLinear's TiledBitmap route on a real GPU: without autograd, float16 and bfloat16, every width of ``x``
-across the routes' boundaries (row kernel, bitmap kernel, densify + GEMM) equals the dense product of the pruned
-weight; the bitmap kernel's launches are recorded and replayed bit-identically on torch's current stream (also
-for an ``x`` off a 16-byte boundary, which the launcher stages), with no launcher or bitmap build on the host
-after the first call; the bitmap is built again after an in-place change of the values and after an optimizer
-step; a capture before the first call is refused by name (capture and replay: test_torch_gpu.py)."""
+"""SparseLinear's TiledBitmap and compact-row routes on a real GPU: without autograd, float16 and bfloat16, every
+width of ``x`` across the routes' boundaries (compact rows, row kernel, bitmap kernel, densify + GEMM) equals the
+dense product of the pruned weight; the bitmap and compact kernels' launches are recorded and replayed
+bit-identically on torch's current stream (also for an ``x`` off a 16-byte boundary), with no launcher, bitmap
+build or row conversion on the host after the first call; both copies are made again after an in-place change of
+the values (the bitmap after an optimizer step too); a capture before the first call is refused by name (capture
+and replay: test_torch_gpu.py)."""
 from __future__ import annotations
 
 import pytest
@@ -23,7 +24,7 @@ def _plan_kinds(layer) -> set:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n, sparsity, route", [(7, 0.6, "rows"), (8, 0.8, "rows"), (8, 0.6, "bitmap"),
+@pytest.mark.parametrize("n, sparsity, route", [(1, 0.6, "compact"), (1, 0.9, "rows"), (7, 0.6, "rows"), (8, 0.8, "rows"), (8, 0.6, "bitmap"),
                                                 (9, 0.8, "bitmap"), (16, 0.95, "rows"), (16, 0.9, "bitmap"),
                                                 (17, 0.9, "bitmap"), (32, 0.7, "bitmap"), (33, 0.7, "dense"),
                                                 (65, 0.8, "dense")])
@@ -84,6 +85,49 @@ def test_bitmap_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n, 
                for t in (x, shifted)]
     torch.cuda.current_stream().wait_stream(side)
     assert all(torch.equal(y, want) for y in got)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_compact_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, monkeypatch):
+    from sparsekit.gpu import spmm_ell_compact
+
+    layer = _layer(dtype, sparsity=0.7, seed=5)
+    prep = ops._WEIGHTS[layer.weight_id]
+    with torch.no_grad():
+        layer(torch.randn(1, 1024, device="cuda", dtype=dtype))
+        buffer = torch.randn(1025, device="cuda", dtype=dtype)
+        layer(buffer[1:].view(1, 1024))                  # off a 16-byte boundary: 2-byte loads of x, its own plan
+    plans = {key: plan for key, plan in prep.plans.items() if key[0] == "compact"}
+    assert len(plans) == 2 and all(plan is not None for plan in plans.values())
+    rows = prep.compact(layer.values, layer.indices, 1024)
+    x = torch.randn(1, 1024, device="cuda", dtype=dtype)
+    want = spmm_ell_compact.spmm_ell_compact_linear(*rows, 1024, x)
+    shifted = torch.empty(1025, device="cuda", dtype=dtype)[1:].view(1, 1024)
+    shifted.copy_(x)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a replay launched through Numba or converted the rows again")
+
+    monkeypatch.setattr(spmm_ell_compact, "spmm_ell_compact_linear", refuse)
+    monkeypatch.setattr(spmm_ell_compact, "compact_rows", refuse)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        got = [torch.ops.sparsekit.sparse_linear(t, layer.values, layer.indices, 1024, layer.weight_id, True)
+               for t in (x, shifted)]
+    torch.cuda.current_stream().wait_stream(side)
+    assert all(torch.equal(y, want) for y in got)
+
+
+def test_compact_rows_are_made_again_when_the_values_change():
+    layer = _layer(torch.bfloat16, sparsity=0.6, seed=6)
+    x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        layer.bias.zero_()
+        before = layer(x)
+        layer.values.mul_(2)                             # counted by torch (values._version)
+        assert torch.equal(layer(x), 2 * before)         # a power of two: every sum and rounding scales exactly
+    assert {key[0] for key in ops._WEIGHTS[layer.weight_id].plans} == {"compact"}
 
 
 def test_bitmap_is_built_again_when_the_values_change():

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
 
 from sparsekit.torch import SparseLinear, sparsify_  # noqa: E402
-from sparsekit.torch.ops import KERNEL_MAX_N, _WEIGHTS  # noqa: E402
+from sparsekit.torch.ops import KERNEL_MAX_N, _WEIGHTS, compact_bytes  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
@@ -102,9 +102,10 @@ def test_a_product_whose_launches_were_not_recorded_runs_eagerly_and_is_refused_
 
 
 def test_only_the_sparse_weight_stays_on_the_device():
-    """After decode and prefill calls, torch's allocator holds the layer's values, indices and bias only
-    (nothing dense); besides them the layer keeps the staged x^T (a few KB) and, once x of 9-32 rows ran (to 64 on
-    larger weights), the weight's TiledBitmap (about as many bytes again at 80 %)."""
+    """After decode and prefill calls, torch's allocator holds the layer's values, indices and bias and, once x
+    of one row ran without autograd, its compact rows (13/16 of the rows' bytes) only (nothing dense); besides them
+    the layer keeps the staged x^T (a few KB) and, once x of 9-32 rows ran (to 64 on larger weights), the weight's
+    TiledBitmap (about as many bytes as the rows at 80 %)."""
     warm = torch.ones(65, 64, device="cuda", dtype=torch.bfloat16)
     torch.nn.functional.linear(warm, warm)            # cuBLAS's workspace (32 MiB on sm_90, torch's allocator) first
     torch.cuda.synchronize()
@@ -119,11 +120,14 @@ def test_only_the_sparse_weight_stays_on_the_device():
         for n in (1, 8, 16, 64, 65):
             layer(torch.randn(n, 4096, device="cuda", dtype=torch.bfloat16))
     torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() - before <= held * 1.01
-    assert rows_bytes + 0.30 * dense_bytes <= layer.weight_bytes() <= rows_bytes + 0.43 * dense_bytes
+    compact = compact_bytes(layer.weight_id)
+    assert compact == rows_bytes * 13 // 16                           # 3.25 bytes a slot, as many slots
+    assert torch.cuda.memory_allocated() - before <= (held + compact) * 1.01
+    assert rows_bytes + compact + 0.30 * dense_bytes <= layer.weight_bytes() <= rows_bytes + compact + 0.43 * dense_bytes
 
 
 @pytest.mark.parametrize("dtype, n, grad, route", [(torch.float16, 1, True, "rows"),
+                                                   (torch.bfloat16, 1, False, "compact"),
                                                    (torch.bfloat16, 16, False, "bitmap")])
 def test_cuda_graph_capture_and_replay(dtype, n, grad, route):
     layer = _layer(dtype, sparsity=0.7, seed=4)

@@ -1,0 +1,87 @@
+"""SparseLinear's compact-row route off the GPU: ``x`` of one row without autograd takes it below 87.5 % sparsity
+(the rule of sparsekit/torch/ops.py); the compact ELL rows made from the layer's padded rows hold its weight
+(float16 and bfloat16, any pattern, columns past 255 of a chunk's base), are kept between calls, made again with
+their plans dropped when the values change as torch counts it, and counted in ``weight_bytes``; on the simulator
+(or a GPU) the compact kernel on them equals the float32 product. The layer's CUDA path through them:
+tests/gpu/test_torch_bitmap_gpu.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.cuda import config as cuda_config
+
+torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
+
+from sparsekit.checks import BFLOAT16  # noqa: E402
+from sparsekit.reference import spmm_ell_compact  # noqa: E402
+from sparsekit.torch import SparseLinear, ops  # noqa: E402
+from spmm_close import assert_half_close  # noqa: E402
+
+needs_device = pytest.mark.skipif(not cuda_config.ENABLE_CUDASIM and not cuda.is_available(),
+                                  reason="runs the compact kernel: the simulator (NUMBA_ENABLE_CUDASIM=1) or a GPU")
+NUMPY_DTYPE = {torch.float16: np.float16, torch.bfloat16: BFLOAT16}
+
+
+def _numpy(rows):
+    """Compact rows held as torch tensors (CPU) as NumPy ``(values, offsets, bases)``."""
+    values, offsets, bases = rows
+    return (values.view(torch.int16).numpy().view(NUMPY_DTYPE[values.dtype]), offsets.numpy(),
+            bases.numpy().view(np.uint16))
+
+
+def _layer(dtype, pattern="uniform", sparsity=0.7, shape=(37, 600), seed=0) -> SparseLinear:
+    torch.manual_seed(seed)
+    return SparseLinear.from_dense(torch.nn.Linear(shape[1], shape[0]).to(dtype), pattern=pattern, sparsity=sparsity)
+
+
+def test_route_takes_compact_rows_at_one_row_below_87_5_percent():
+    k, big = 4096, dict(out_features=14336)
+    for width in (2048, 1232, 824, 520):                # 50, 70, 80, 87.3 % of 4096 columns, padded to 8
+        assert ops.route(1, width, k, True, **big) == "compact"
+        assert ops.route(1, width, k, False, **big) == "rows"          # autograd: the values may change
+        assert ops.route(2, width, k, True, **big) == "rows"
+    assert ops.route(1, 512, k, True, **big) == "rows"                 # 87.5 %: the edge
+    assert ops.route(1, 416, k, True, **big) == "rows"                 # 90 %: the copy's bytes are not worth it
+    assert ops.route(1, 2048, k, True, two_four=True, **big) == "compact"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("pattern", ["uniform", "2:4", "unstructured"])
+def test_layers_compact_rows_are_its_weight(dtype, pattern):
+    layer = _layer(dtype, pattern)
+    rows = _numpy(ops._WEIGHTS[layer.weight_id].compact(layer.values, layer.indices, 600))
+    spmm_ell_compact.check_compact(*rows, 600)
+    want = layer.to_dense().weight.detach().float().numpy()
+    assert np.array_equal(spmm_ell_compact.to_dense(*rows, 600).astype(np.float32), want)
+
+
+def test_compact_rows_are_kept_made_again_after_a_change_and_counted():
+    layer = _layer(torch.bfloat16, sparsity=0.6)
+    prep = ops._WEIGHTS[layer.weight_id]
+    rows_bytes = layer.weight_bytes()
+    first = prep.compact(layer.values, layer.indices, 600)
+    assert prep.compact(layer.values, layer.indices, 600) is first
+    assert ops.compact_bytes(layer.weight_id) == sum(t.numel() * t.element_size() for t in first)
+    assert layer.weight_bytes() == rows_bytes + ops.compact_bytes(layer.weight_id)
+    prep.plans[("compact", 1)] = prep.plans[("rows", 1)] = None       # plans of the old copy go with it
+    with torch.no_grad():
+        layer.values.mul_(2)                             # in place: torch counts it (values._version)
+    doubled = prep.compact(layer.values, layer.indices, 600)
+    assert doubled is not first and ("compact", 1) not in prep.plans and ("rows", 1) in prep.plans
+    want = layer.to_dense().weight.detach().float().numpy()
+    assert np.array_equal(spmm_ell_compact.to_dense(*_numpy(doubled), 600).astype(np.float32), want)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_compact_kernel_on_the_layers_rows_equals_the_pruned_product(dtype):
+    from sparsekit.gpu.spmm_ell_compact import spmm_ell_compact_linear
+
+    layer = _layer(dtype, "unstructured", sparsity=0.6, shape=(40, 300), seed=3)
+    rows = _numpy(ops._WEIGHTS[layer.weight_id].compact(layer.values, layer.indices, 300))
+    w = layer.to_dense().weight.detach().float().numpy()            # the pruned weight, exact in float32
+    x = np.random.default_rng(3).standard_normal((1, 300)).astype(rows[0].dtype)
+    got = spmm_ell_compact_linear(*rows, 300, x)
+    want = (x.astype(np.float32) @ w.T).astype(rows[0].dtype)         # float32 sums, rounded once
+    assert_half_close(got.T, want.T, w, x.T)
