@@ -207,6 +207,13 @@ BITMAP_MIN_DENSITY = 0.25
 #: row kernel (:func:`sparsekit.torch.ops.route`) takes the same edge at N = 9-16.
 BITMAP_N16_MIN_DENSITY = 1 / 16
 BITMAP_F16_MAX_DENSITY = 0.5
+#: At N = 1 the decode path (and the layer's, :func:`sparsekit.torch.ops.route`) reads the weight as compact ELL rows
+#: (``sparsekit.gpu.spmm_ell_compact``, 3.25 bytes a slot) where a row stores more than this share of K, else as
+#: padded ELL rows (``sparsekit.gpu.spmm_ell_rows``, 4 bytes). bfloat16, us at 4096^2 / 14336x4096 / 4096x14336,
+#: padded against compact rows (H200; ``bench_sparse_linear --compact``, uspmm_decode.md): 80 % 6.81 / 16.11 / 14.83
+#: against 5.83 / 15.20 / 13.38, 50 % 11.07 / 31.56 / 30.01 against 10.09 / 27.18 / 25.94; 90 % 4.06 / 10.40 / 9.20
+#: against 4.18 / 10.05 / 8.69, where a layer's extra copy would buy 0-6 %.
+COMPACT_MIN_DENSITY = 0.125
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
 

@@ -21,13 +21,17 @@ def test_each_route_names_the_layout_it_reads_and_its_bytes():
 
     ell, _, _ = pruned_weight(64, 96, 0.5, value_dtype("float16"), seed=1)
     dell = prepare(ell)
-    kept = 64 * 48
-    for variant, n, low, high in (("decode", 1, 4 * kept, 4 * kept + 64 * 16), ("decode", 8, 4 * kept, 5 * kept),
+    kept = 64 * 48                                       # compact rows at N = 1: 3.25 bytes a slot, 48 slots a row
+    for variant, n, low, high in (("decode", 1, 3.25 * kept, 3.25 * kept), ("decode", 8, 4 * kept, 5 * kept),
                                   ("bitmap", 16, 2 * kept, 4 * kept), ("tensor_core", 128, 4 * kept, 6 * kept + 1)):
         build, nbytes = route_layout(dell, variant, n)
         build()
         assert low <= nbytes() <= high, (variant, n, nbytes())
     assert 128 in NS and 1 in NS
+    sparse, _, _ = pruned_weight(64, 96, 0.9, value_dtype("float16"), seed=1)    # 10 of 96 a row: padded ELL rows
+    build, nbytes = route_layout(prepare(sparse), "decode", 1)
+    build()
+    assert nbytes() == 4 * 64 * 16
 
 
 def test_the_toy_check_covers_both_routes_and_is_correct():

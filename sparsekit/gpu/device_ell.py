@@ -76,6 +76,23 @@ class DeviceELL(DeviceMatrix):
 
         return self.cached("ell_rows", build, device=False)
 
+    def compact_rows(self):
+        """The rows as compact ELL rows ``(values, offsets, bases)`` on the device, for
+        :mod:`sparsekit.gpu.spmm_ell_compact` (the decode path at N = 1 where rows hold more than
+        :data:`sparsekit.router.COMPACT_MIN_DENSITY` of K), each chunk's slots in
+        :func:`~sparsekit.reference.spmm_ell_compact.slot_order` (converted on the host); built once."""
+        from numba import cuda
+
+        from sparsekit.reference.spmm_ell_compact import from_ell_rows
+        from sparsekit.reference.spmm_ell_rows import ell_rows_from_ell
+
+        def build():                                  # bfloat16 values uploaded as their bits
+            values, offsets, bases = from_ell_rows(*ell_rows_from_ell(self.host), self.shape[1])
+            values = values.view(np.uint16) if values.dtype == BFLOAT16 else values
+            return tuple(cuda.to_device(a) for a in (values, offsets, bases))
+
+        return self.cached("compact_rows", build, device=False)
+
     def dense_t(self):
         """``A^T`` densified: ``K x M`` float32, C-ordered, on the device (for the dense-tile
         kernel, which reads the block's rows of one ``k`` together); built once."""

@@ -86,6 +86,7 @@ from sparsekit.gpu.launch import launch as _launch
 from sparsekit.gpu.spmm_bitmap import MAX_N as BITMAP_MAX_N
 from sparsekit.gpu.spmm_bitmap import TUNABLES as BITMAP_TUNABLES
 from sparsekit.gpu.spmm_bitmap import spmm_bitmap, spmm_bitmap_linear
+from sparsekit.gpu.spmm_ell_compact import spmm_ell_compact_linear
 from sparsekit.gpu.spmm_ell_rows import MAX_COLUMNS as MAX_ELL_ROWS_K
 from sparsekit.gpu.spmm_ell_rows import spmm_ell_rows_linear
 from sparsekit.gpu.spmm_tiled import MAX_N as MAX_DECODE_N
@@ -94,6 +95,7 @@ from sparsekit.gpu.split_k import split_buffers, split_range, split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
+from sparsekit.router import COMPACT_MIN_DENSITY
 from sparsekit.tune_cache import resolve, stores
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
@@ -1207,7 +1209,8 @@ def uspmm(ell, b, *, config=None, **tunables):
     the other tunables (same result contract), or ``variant="wgmma"`` (float32, row-major ``b``, a compute
     capability 9.0 GPU): :func:`sparsekit.gpu.uspmm_wgmma.uspmm` (its tunables, e.g. ``precision``: "auto", "3xtf32"
     or "tf32+bf16"), or ``variant="decode"`` (float16 or bfloat16, N <= 64): the memory-bound row kernels,
-    :mod:`sparsekit.gpu.spmm_ell_rows` at N = 1 (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above,
+    :mod:`sparsekit.gpu.spmm_ell_compact` at N = 1 where rows hold more than an eighth of K, else
+    :mod:`sparsekit.gpu.spmm_ell_rows` (``x`` gathered from shared memory), :mod:`sparsekit.gpu.spmm_tiled` above,
     or ``variant="bitmap"`` (float16 or bfloat16, N <= 64): the weight's entries as a TiledBitmap on tensor cores
     (:mod:`sparsekit.gpu.spmm_bitmap`, with its tunables ``rows``, ``slices``, ``splits``, ``stages``; "decode"
     takes none).
@@ -1230,7 +1233,10 @@ def uspmm(ell, b, *, config=None, **tunables):
                              f"a row-major (C-ordered) b")
         m, k = dell.shape
         if bop.dev.shape[1] == 1 and k <= MAX_ELL_ROWS_K:     # N = 1: x gathered from shared memory, 1.6x faster
-            return spmm_ell_rows_linear(*dell.ell_rows(), k, b.reshape(1, k)).reshape(m, 1)   # (sparse_linear.md)
+            x = b.reshape(1, k)                                 # (sparse_linear.md)
+            if dell.host.values.shape[1] > COMPACT_MIN_DENSITY * k:    # fewer bytes a weight (uspmm_decode.md)
+                return spmm_ell_compact_linear(*dell.compact_rows(), k, x).reshape(m, 1)
+            return spmm_ell_rows_linear(*dell.ell_rows(), k, x).reshape(m, 1)
         if order == "C":
             return spmm_tiled(dell.tiled_rows(), b)
         return spmm_tiled_linear(dell.tiled_rows(), b.T).T    # a column-major B is a row-major X = B^T

@@ -21,7 +21,7 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   rows (3.25 bytes a slot against 4; :meth:`Prepared.compact`, built on the host at the first such call and kept
   as the TiledBitmap below): 1.10-1.17x the row kernel's speed at 50-80 % on the three shapes (a decoder layer's
   seven products 1.14 / 1.13 / 1.11x at 50 / 70 / 80 %), but 0.97-1.06x at 90 %, where the copy's 0.16x of the
-  dense bytes is not worth it (``sparse_linear.md``, ``--compact``).
+  dense bytes is not worth it (``sparse_linear.md``, ``--compact``; :data:`sparsekit.router.COMPACT_MIN_DENSITY`).
 * ``inference`` (no autograd) and ``8 <= N <= 32`` otherwise, or up to ``N = 64`` on weights of at least
   :data:`BITMAP_WIDE_MIN_WEIGHTS` entries: the weight as a
   :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
@@ -58,10 +58,11 @@ import weakref
 import torch
 
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
+from sparsekit.router import COMPACT_MIN_DENSITY      # compact rows at N = 1, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
            "cusparselt_bytes", "compact_bytes", "copies_bytes",
-           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N", "COMPACT_MIN_DENSITY",
+           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
            "KERNEL_DTYPES"]
 
@@ -98,11 +99,6 @@ BITMAP_MIN_DENSITY = 0.25
 #: against 111.8 / 421.4 / 446.3 (dense 95.7 / 374.0 / 358.4). At N = 16 the TiledBitmap kernel is the faster
 #: (18.6 / 40.8 / 41.6 against cuSPARSELt's 21.0 / 44.6 / 55.6).
 CUSPARSELT_MIN_N = 32
-#: Without autograd, ``x`` of one row runs the compact row kernel where a row stores more than this share of ``K``
-#: (the padded width over ``in_features``). Device us at N = 1, bfloat16, 4096x4096 / 14336x4096 / 4096x14336,
-#: padded against compact rows (``sparse_linear.md``, ``--compact``): 80 % 6.81 / 16.11 / 14.83 against 5.83 /
-#: 15.20 / 13.38; 90 % 4.06 / 10.40 / 9.20 against 4.18 / 10.05 / 8.69.
-COMPACT_MIN_DENSITY = 0.125
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
