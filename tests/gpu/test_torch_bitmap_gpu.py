@@ -54,62 +54,48 @@ def test_a_large_weight_takes_the_bitmap_past_n_32(n):
     assert _plan_kinds(layer) == {"bitmap"}
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [8, 32])
-def test_bitmap_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, n, monkeypatch):
+def _bitmap_route(layer, x):
+    """The bitmap route's own launch on the layer's TiledBitmap, and what a replay must not call."""
     from sparsekit.gpu import spmm_bitmap
 
-    layer = _layer(dtype, sparsity=0.5, seed=3)
+    dev = ops._WEIGHTS[layer.weight_id].bitmap(layer.values, layer.indices, 1024)
+    return spmm_bitmap.spmm_bitmap_linear(dev, x), [(spmm_bitmap, "spmm_bitmap_linear"), (ops, "tiled_bitmap")]
+
+
+def _compact_route(layer, x):
+    """The compact route's own launch on the layer's compact rows, and what a replay must not call."""
+    from sparsekit.gpu import spmm_ell_compact
+
+    rows = ops._WEIGHTS[layer.weight_id].compact(layer.values, layer.indices, 1024)
+    return (spmm_ell_compact.spmm_ell_compact_linear(*rows, 1024, x),
+            [(spmm_ell_compact, "spmm_ell_compact_linear"), (spmm_ell_compact, "compact_rows")])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("route, n, sparsity, direct", [("bitmap", 8, 0.5, _bitmap_route),
+                                                        ("bitmap", 32, 0.5, _bitmap_route),
+                                                        ("compact", 1, 0.7, _compact_route)])
+def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, route, n, sparsity, direct, monkeypatch):
+    """After an aligned and a misaligned first call (their own plans), replays on a side stream equal the route's
+    own launch on Numba's stream, with no launch through Numba and no copy of the weight made again."""
+    layer = _layer(dtype, sparsity=sparsity, seed=3)
     prep = ops._WEIGHTS[layer.weight_id]
     with torch.no_grad():
         layer(torch.randn(n, 1024, device="cuda", dtype=dtype))
         buffer = torch.randn(n * 1024 + 1, device="cuda", dtype=dtype)
-        layer(buffer[1:].view(n, 1024))                  # 2 bytes off a 16-byte boundary: x staged, its own plan
-    plans = {key: plan for key, plan in prep.plans.items() if key[0] == "bitmap"}
+        layer(buffer[1:].view(n, 1024))                  # 2 bytes off a 16-byte boundary: its own plan
+    plans = {key: plan for key, plan in prep.plans.items() if key[0] == route}
     assert len(plans) == 2 and all(plan is not None for plan in plans.values())
-    dev = prep.bitmap(layer.values, layer.indices, 1024)
     x = torch.randn(n, 1024, device="cuda", dtype=dtype)
-    want = spmm_bitmap.spmm_bitmap_linear(dev, x)        # an ordinary launch on Numba's stream
+    want, refused = direct(layer, x)                     # an ordinary launch on Numba's stream
     shifted = torch.empty(n * 1024 + 1, device="cuda", dtype=dtype)[1:].view(n, 1024)
     shifted.copy_(x)
 
     def refuse(*args, **kwargs):
-        raise AssertionError("a replay launched through Numba or built the TiledBitmap again")
+        raise AssertionError("a replay launched through Numba or made the weight's copy again")
 
-    monkeypatch.setattr(spmm_bitmap, "spmm_bitmap_linear", refuse)
-    monkeypatch.setattr(ops, "tiled_bitmap", refuse)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):
-        got = [torch.ops.sparsekit.sparse_linear(t, layer.values, layer.indices, 1024, layer.weight_id, True)
-               for t in (x, shifted)]
-    torch.cuda.current_stream().wait_stream(side)
-    assert all(torch.equal(y, want) for y in got)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_compact_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, monkeypatch):
-    from sparsekit.gpu import spmm_ell_compact
-
-    layer = _layer(dtype, sparsity=0.7, seed=5)
-    prep = ops._WEIGHTS[layer.weight_id]
-    with torch.no_grad():
-        layer(torch.randn(1, 1024, device="cuda", dtype=dtype))
-        buffer = torch.randn(1025, device="cuda", dtype=dtype)
-        layer(buffer[1:].view(1, 1024))                  # off a 16-byte boundary: 2-byte loads of x, its own plan
-    plans = {key: plan for key, plan in prep.plans.items() if key[0] == "compact"}
-    assert len(plans) == 2 and all(plan is not None for plan in plans.values())
-    rows = prep.compact(layer.values, layer.indices, 1024)
-    x = torch.randn(1, 1024, device="cuda", dtype=dtype)
-    want = spmm_ell_compact.spmm_ell_compact_linear(*rows, 1024, x)
-    shifted = torch.empty(1025, device="cuda", dtype=dtype)[1:].view(1, 1024)
-    shifted.copy_(x)
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a replay launched through Numba or converted the rows again")
-
-    monkeypatch.setattr(spmm_ell_compact, "spmm_ell_compact_linear", refuse)
-    monkeypatch.setattr(spmm_ell_compact, "compact_rows", refuse)
+    for module, name in refused:
+        monkeypatch.setattr(module, name, refuse)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.no_grad(), torch.cuda.stream(side):
