@@ -1,5 +1,6 @@
 """SparseLinear's compact-row route off the GPU: ``x`` of one row without autograd takes it below 87.5 % sparsity
-(the rule of sparsekit/torch/ops.py); the compact ELL rows made from the layer's padded rows hold its weight
+(the rule of sparsekit/torch/ops.py); the conversion with torch ops (sparsekit/torch/compact.py) equals the
+reference's bit for bit; the compact ELL rows made from the layer's padded rows hold its weight
 (float16 and bfloat16, any pattern, columns past 255 of a chunk's base), are kept between calls, made again with
 their plans dropped when the values change as torch counts it, and counted in ``weight_bytes``; on the simulator
 (or a GPU) the compact kernel on them equals the float32 product. The layer's CUDA path through them:
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import cuda
 from numba.cuda import config as cuda_config
 
@@ -15,8 +18,10 @@ torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional 
 
 from sparsekit.checks import BFLOAT16  # noqa: E402
 from sparsekit.reference import spmm_ell_compact  # noqa: E402
-from sparsekit.torch import SparseLinear, ops  # noqa: E402
+from sparsekit.torch import SparseLinear, compact, ops  # noqa: E402
 from spmm_close import assert_half_close  # noqa: E402
+from strategies import sparse_halves  # noqa: E402
+from test_spmm_ell_compact import _shuffled_rows  # noqa: E402
 
 needs_device = pytest.mark.skipif(not cuda_config.ENABLE_CUDASIM and not cuda.is_available(),
                                   reason="runs the compact kernel: the simulator (NUMBA_ENABLE_CUDASIM=1) or a GPU")
@@ -33,6 +38,51 @@ def _numpy(rows):
 def _layer(dtype, pattern="uniform", sparsity=0.7, shape=(37, 600), seed=0) -> SparseLinear:
     torch.manual_seed(seed)
     return SparseLinear.from_dense(torch.nn.Linear(shape[1], shape[0]).to(dtype), pattern=pattern, sparsity=sparsity)
+
+
+def _tensors(values, indices):
+    """Padded ELL rows (NumPy) as the layer holds them: torch values of their dtype, int16 columns."""
+    dtype = torch.float16 if values.dtype == np.float16 else torch.bfloat16
+    return torch.from_numpy(values.view(np.int16)).view(dtype), torch.from_numpy(indices.view(np.int16))
+
+
+def _assert_equal(got, want):
+    """torch compact rows equal NumPy ones bit for bit (values as their bits, bases as uint16)."""
+    values, offsets, bases = got
+    assert values.dtype in (torch.float16, torch.bfloat16) and offsets.dtype == torch.uint8
+    assert bases.dtype == torch.int16
+    np.testing.assert_array_equal(values.view(torch.int16).numpy().view(np.uint16), want[0].view(np.uint16))
+    np.testing.assert_array_equal(offsets.numpy(), want[1])
+    np.testing.assert_array_equal(bases.numpy().view(np.uint16), want[2])
+
+
+@settings(max_examples=40, deadline=None)
+@given(w=sparse_halves(max_rows=12, max_cols=700), extra=st.sampled_from([0, 8, 24]),
+       seed=st.integers(0, 2**32 - 1))
+def test_torch_conversion_equals_the_reference(w, extra, seed):
+    """:func:`sparsekit.torch.compact.compact_rows` against ``from_ell_rows``: rows in any order with extra
+    padding, chunks cut where columns jump past 255 (the reference's greedy packing), stored zeros, each chunk's
+    slots in the same bank order."""
+    values, indices = _shuffled_rows(w, extra, seed, signed=True)
+    _assert_equal(compact.compact_rows(*_tensors(values, indices), w.shape[1]),
+                  spmm_ell_compact.from_ell_rows(values, indices, w.shape[1]))
+
+
+@pytest.mark.parametrize("sparsity", [0.5, 0.8, 0.95])
+def test_torch_conversion_of_many_gather_groups_equals_the_reference(sparsity):
+    """Rows of more than 32 chunks (several gather groups a row), a layer's uniform rows at 4096 columns."""
+    layer = _layer(torch.bfloat16, sparsity=sparsity, shape=(24, 4096), seed=2)
+    bits = layer.values.detach().view(torch.int16).numpy().view(BFLOAT16)
+    _assert_equal(compact.compact_rows(layer.values.detach(), layer.indices, 4096),
+                  spmm_ell_compact.from_ell_rows(bits, layer.indices.numpy(), 4096))
+
+
+def test_torch_conversion_refuses_a_repeated_column():
+    values, indices = _tensors(np.ones((2, 8), np.float16), np.array([[1, 5, 5] + [9] * 5, [0] + [9] * 7], np.int16))
+    with pytest.raises(ValueError, match="row 0 stores column 5 twice"):
+        compact.compact_rows(values, indices, 9)
+    with pytest.raises(ValueError, match=r"columns must be below 8 \(or 8, padding\)"):
+        compact.compact_rows(values, indices, 8)
 
 
 def test_route_takes_compact_rows_at_one_row_below_87_5_percent():

@@ -52,8 +52,8 @@ from sparsekit.reference.spmm_ell_rows import (MAX_COLUMNS, ROW_MULTIPLE, check_
                                                densify_ell_rows, ell_rows_from_dense)
 
 __all__ = ["from_ell_rows", "to_ell_rows", "from_dense", "to_dense", "spmm_ell_compact_linear", "check_shapes",
-           "check_compact", "slot_order", "bank_balanced", "gather_passes", "nbytes", "CHUNK", "MAX_OFFSET",
-           "UNUSED_BASE"]
+           "check_compact", "slot_order", "bank_balanced", "gather_passes", "nbytes", "greedy_chunks", "CHUNK",
+           "MAX_OFFSET", "UNUSED_BASE"]
 
 #: Slots a chunk: 16 bytes of 16-bit values, one vector load.
 CHUNK = ROW_MULTIPLE
@@ -163,7 +163,7 @@ def check_compact(values: np.ndarray, offsets: np.ndarray, bases: np.ndarray, k:
                          f"{base[r, c + 1]}, not past the previous chunk's last column {last[r, c]}")
 
 
-def _greedy_chunks(cols: np.ndarray, bits: np.ndarray, count: np.ndarray):
+def greedy_chunks(cols: np.ndarray, bits: np.ndarray, count: np.ndarray):
     """The greedy packing of rows of ascending ``cols`` (``count`` a row, then at least 8 of padding) and their
     value ``bits``, all rows in step, a chunk a step: a chunk takes the next 8 entries, or fewer where a column
     is past the first's + 255 (columns ascend, so those that fit are a prefix). Returns ``(values, offsets,
@@ -214,7 +214,7 @@ def from_ell_rows(values: np.ndarray, indices: np.ndarray, k: int, *,
     regular = (~inside | (groups <= groups[:, :, :1] + MAX_OFFSET)).all(axis=(1, 2))
     chunks = max(-(-int(count[regular].max()) // CHUNK) if regular.any() else 0, 1)
     if not regular.all():
-        irregular = _greedy_chunks(cols[~regular], bits[~regular], count[~regular])
+        irregular = greedy_chunks(cols[~regular], bits[~regular], count[~regular])
         chunks = max(chunks, irregular[2].shape[1])
     out_values = np.zeros((m, chunks * CHUNK), np.uint16)
     out_offsets = np.zeros((m, chunks * CHUNK), np.uint8)

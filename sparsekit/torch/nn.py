@@ -60,8 +60,8 @@ class SparseLinear(nn.Module):
     why: :mod:`sparsekit.torch.ops`, measured on the H200 at Llama shapes):
 
     * without autograd, ``N = 1`` below 87.5 % sparse: the compact row kernel on a copy of the weight as compact
-      ELL rows (3.25 bytes a kept weight; 1.10-1.17x the row kernel at 50-80 %), made on the host at the first
-      such call (a device sync) and kept beside the rows (0.33 of the dense bytes at 80 %), made again after a
+      ELL rows (3.25 bytes a kept weight; 1.10-1.17x the row kernel at 50-80 %), made with torch ops on the
+      device at the first such call and kept beside the rows (0.33 of the dense bytes at 80 %), made again after a
       change as the TiledBitmap below;
     * ``N < 8`` otherwise, ``N = 8`` when a row stores at most a quarter of ``in_features`` (75 % sparse and more) and
       ``N = 9..16`` at most a sixteenth (93.75 %): the row kernel on the ELL rows, bound by reading 4 bytes a kept

@@ -18,7 +18,7 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
 * ``inference`` and ``N = 1`` where rows hold more than an eighth of ``K`` (below 87.5 % sparse): the compact row
   kernel, :func:`sparsekit.gpu.spmm_ell_compact.spmm_ell_compact_linear`, on a copy of the weight as compact ELL
-  rows (3.25 bytes a slot against 4; :meth:`Prepared.compact`, built on the host at the first such call and kept
+  rows (3.25 bytes a slot against 4; :meth:`Prepared.compact`, made on the device at the first such call and kept
   as the TiledBitmap below): 1.10-1.17x the row kernel's speed at 50-80 % on the three shapes (a decoder layer's
   seven products 1.14 / 1.13 / 1.11x at 50 / 70 / 80 %), but 0.97-1.06x at 90 %, where the copy's 0.16x of the
   dense bytes is not worth it (``sparse_linear.md``, ``--compact``; :data:`sparsekit.router.COMPACT_MIN_DENSITY`).
@@ -264,11 +264,11 @@ class Prepared:
 
     def compact(self, values, indices, in_features: int) -> tuple:
         """The weight as compact ELL rows ``(values, offsets, bases)`` on its device
-        (:func:`sparsekit.gpu.spmm_ell_compact.compact_rows`, converted on the host: a device sync), made when
-        first asked for and again after ``values`` or ``indices`` change (as :meth:`bitmap`), the plans of the
-        copy it replaces dropped with it."""
+        (:func:`sparsekit.torch.compact.compact_rows`, torch ops there: a few host syncs), made when first asked
+        for and again after ``values`` or ``indices`` change (as :meth:`bitmap`), the plans of the copy it
+        replaces dropped with it."""
         def build():
-            from sparsekit.gpu.spmm_ell_compact import compact_rows
+            from sparsekit.torch.compact import compact_rows
 
             for key in [key for key in self.plans if key[0] == "compact"]:
                 del self.plans[key]
