@@ -1,5 +1,6 @@
 """SparseLinear's TiledBitmap route off the GPU: which kernel each width of ``x`` runs (the rule of
-sparsekit/torch/ops.py), the TiledBitmap built from the layer's padded ELL rows equal to its weight (float16 and
+sparsekit/torch/ops.py), the TiledBitmap built from the layer's padded ELL rows with torch ops
+(sparsekit/torch/copies.py) equal to its weight and to the format's own construction bit for bit (float16 and
 bfloat16, any pattern, explicit zeros, columns past 32767), kept between calls and built again when the values
 or indices change as torch counts it, and, on the simulator (or a GPU), the bitmap kernel on it equal to the
 reference. The layer's CUDA path through it: tests/gpu/test_torch_bitmap_gpu.py."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from numba import cuda
 from numba.cuda import config as cuda_config
 
@@ -16,7 +18,7 @@ torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional 
 from sparsekit.checks import BFLOAT16  # noqa: E402
 from sparsekit.reference.spmm_ell_rows import ell_rows_from_dense  # noqa: E402
 from sparsekit.torch import SparseLinear  # noqa: E402
-from sparsekit.torch import ops  # noqa: E402
+from sparsekit.torch import copies, ops  # noqa: E402
 from spmm_close import assert_half_close  # noqa: E402
 from strategies import sparse_halves  # noqa: E402
 
@@ -68,10 +70,27 @@ def test_bitmap_route_stays_within_the_kernel():
 @given(w=sparse_halves(max_rows=40, max_cols=100))
 def test_tiled_bitmap_of_the_rows_is_the_weight(w):
     values, indices = _rows(w)
-    bitmap = ops.tiled_bitmap(values, indices, w.shape[1])
+    bitmap = copies.tiled_bitmap(values, indices, w.shape[1])
     bitmap.validate(full=True)
     assert bitmap.shape == w.shape and bitmap.dtype == w.dtype
     assert np.array_equal(bitmap.to_dense().astype(np.float32), w.astype(np.float32))
+
+
+@given(w=sparse_halves(max_rows=40, max_cols=100), extra=st.sampled_from([0, 8]), seed=st.integers(0, 2**32 - 1))
+def test_tiled_bitmap_equals_the_formats_own_construction(w, extra, seed):
+    """Built with torch ops, the same stream and offsets as ``TiledBitmap.from_coords`` of the stored entries,
+    rows in any order with extra padding."""
+    from sparsekit.formats import TiledBitmap
+    from test_spmm_ell_compact import _shuffled_rows
+
+    values, indices = _shuffled_rows(w, extra, seed, signed=True)
+    cols = indices.view(np.uint16)
+    rows, at = np.nonzero(cols < w.shape[1])
+    want = TiledBitmap.from_coords(rows, cols[rows, at], values[rows, at], w.shape)
+    got = copies.tiled_bitmap(torch.from_numpy(values.view(np.int16)).view(TORCH_DTYPE[w.dtype]),
+                              torch.from_numpy(indices), w.shape[1])
+    assert np.array_equal(got.stream, want.stream) and np.array_equal(got.offsets, want.offsets)
+    assert got.dtype == want.dtype and got.shape == want.shape
 
 
 def test_tiled_bitmap_leaves_out_padding_and_stored_zeros():
@@ -79,11 +98,11 @@ def test_tiled_bitmap_leaves_out_padding_and_stored_zeros():
     w[0, 39999], w[1, 5], w[2, 32768] = 1, 2, -3
     values, indices = _rows(w)
     values[1, 0] = 0                                     # a stored entry whose value is zero
-    bitmap = ops.tiled_bitmap(values, indices, 40000)
+    bitmap = copies.tiled_bitmap(values, indices, 40000)
     w[1, 5] = 0
     assert bitmap.nnz == 2 and np.array_equal(bitmap.to_dense(), w)
     with pytest.raises(ValueError, match="values: a TiledBitmap holds float16 or bfloat16"):
-        ops.tiled_bitmap(values.float(), indices, 40000)
+        copies.tiled_bitmap(values.float(), indices, 40000)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -91,7 +110,7 @@ def test_tiled_bitmap_leaves_out_padding_and_stored_zeros():
 def test_layer_bitmap_equals_its_weight(dtype, pattern):
     torch.manual_seed(0)
     layer = SparseLinear.from_dense(torch.nn.Linear(100, 37).to(dtype), pattern=pattern, sparsity=0.7)
-    bitmap = ops.tiled_bitmap(layer.values, layer.indices, 100)
+    bitmap = copies.tiled_bitmap(layer.values, layer.indices, 100)
     assert np.array_equal(bitmap.to_dense().astype(np.float32), _dense(layer))
 
 

@@ -1,5 +1,5 @@
 """SparseLinear's compact-row route off the GPU: ``x`` of one row without autograd takes it below 87.5 % sparsity
-(the rule of sparsekit/torch/ops.py); the conversion with torch ops (sparsekit/torch/compact.py) equals the
+(the rule of sparsekit/torch/ops.py); the conversion with torch ops (sparsekit/torch/copies.py) equals the
 reference's bit for bit; the compact ELL rows made from the layer's padded rows hold its weight
 (float16 and bfloat16, any pattern, columns past 255 of a chunk's base), are kept between calls, made again with
 their plans dropped when the values change as torch counts it, and counted in ``weight_bytes``; on the simulator
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional 
 
 from sparsekit.checks import BFLOAT16  # noqa: E402
 from sparsekit.reference import spmm_ell_compact  # noqa: E402
-from sparsekit.torch import SparseLinear, compact, ops  # noqa: E402
+from sparsekit.torch import SparseLinear, copies, ops  # noqa: E402
 from spmm_close import assert_half_close  # noqa: E402
 from strategies import sparse_halves  # noqa: E402
 from test_spmm_ell_compact import _shuffled_rows  # noqa: E402
@@ -60,11 +60,11 @@ def _assert_equal(got, want):
 @given(w=sparse_halves(max_rows=12, max_cols=700), extra=st.sampled_from([0, 8, 24]),
        seed=st.integers(0, 2**32 - 1))
 def test_torch_conversion_equals_the_reference(w, extra, seed):
-    """:func:`sparsekit.torch.compact.compact_rows` against ``from_ell_rows``: rows in any order with extra
+    """:func:`sparsekit.torch.copies.compact_rows` against ``from_ell_rows``: rows in any order with extra
     padding, chunks cut where columns jump past 255 (the reference's greedy packing), stored zeros, each chunk's
     slots in the same bank order."""
     values, indices = _shuffled_rows(w, extra, seed, signed=True)
-    _assert_equal(compact.compact_rows(*_tensors(values, indices), w.shape[1]),
+    _assert_equal(copies.compact_rows(*_tensors(values, indices), w.shape[1]),
                   spmm_ell_compact.from_ell_rows(values, indices, w.shape[1]))
 
 
@@ -73,16 +73,16 @@ def test_torch_conversion_of_many_gather_groups_equals_the_reference(sparsity):
     """Rows of more than 32 chunks (several gather groups a row), a layer's uniform rows at 4096 columns."""
     layer = _layer(torch.bfloat16, sparsity=sparsity, shape=(24, 4096), seed=2)
     bits = layer.values.detach().view(torch.int16).numpy().view(BFLOAT16)
-    _assert_equal(compact.compact_rows(layer.values.detach(), layer.indices, 4096),
+    _assert_equal(copies.compact_rows(layer.values.detach(), layer.indices, 4096),
                   spmm_ell_compact.from_ell_rows(bits, layer.indices.numpy(), 4096))
 
 
 def test_torch_conversion_refuses_a_repeated_column():
     values, indices = _tensors(np.ones((2, 8), np.float16), np.array([[1, 5, 5] + [9] * 5, [0] + [9] * 7], np.int16))
     with pytest.raises(ValueError, match="row 0 stores column 5 twice"):
-        compact.compact_rows(values, indices, 9)
+        copies.compact_rows(values, indices, 9)
     with pytest.raises(ValueError, match=r"columns must be below 8 \(or 8, padding\)"):
-        compact.compact_rows(values, indices, 8)
+        copies.compact_rows(values, indices, 8)
 
 
 def test_route_takes_compact_rows_at_one_row_below_87_5_percent():

@@ -69,7 +69,7 @@ class SparseLinear(nn.Module):
     * without autograd (``torch.no_grad``, ``torch.inference_mode``), ``N = 8`` otherwise and ``N = 9..32`` (to 64
       on weights of 2**25 entries and more, :data:`sparsekit.torch.ops.BITMAP_WIDE_MIN_WEIGHTS`): the
       tensor-core kernel on the weight as a :class:`~sparsekit.formats.TiledBitmap`, built from the rows on the
-      host at the first such call (a device sync, a second or two for a 14336x4096 weight), kept on the device
+      device at the first such call (a few host syncs, one copy through the host), kept on the device
       beside them (0.42 of the dense bytes at 80 %) and built again after the values or indices change as torch
       counts it (an optimizer step, ``copy_``, in-place ops; a write through ``.data`` is not counted);
     * with autograd, ``N <= 16``: the row kernel;

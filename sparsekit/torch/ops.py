@@ -27,8 +27,8 @@ On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device time
   :class:`~sparsekit.formats.TiledBitmap` on tensor cores, :func:`sparsekit.gpu.spmm_bitmap.spmm_bitmap_linear`,
   whose time hardly grows with ``N`` (``spmm_bitmap.md``: 0.76-1.21x dense at N = 8, 0.82-1.13x at 16, 0.67-0.91x
   at 32, 0.38-0.57x at 64, against the row kernel's 0.47-1.32x at N = 8 and 0.20-0.87x at 16,
-  ``torch_decoder.md``). The TiledBitmap is built from the ELL rows on the host on the first such call, copied
-  to the device once and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
+  ``torch_decoder.md``). The TiledBitmap is built from the ELL rows on their device on the first such call
+  (:mod:`sparsekit.torch.copies`) and rebuilt when ``values`` or ``indices`` change (:meth:`Prepared.bitmap`).
 * With autograd recording, ``N <= KERNEL_MAX_N``: the row kernel (the values change every training step; a
   TiledBitmap would be rebuilt for each).
 * A 2:4 weight (at most 2 of every 4 columns a row, :func:`is_two_four`; M and K multiples of 64) without autograd
@@ -60,7 +60,7 @@ import torch
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
 from sparsekit.router import COMPACT_MIN_DENSITY      # compact rows at N = 1, as uspmm's
 
-__all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "tiled_bitmap", "bitmap_bytes",
+__all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "bitmap_bytes",
            "cusparselt_bytes", "compact_bytes", "copies_bytes",
            "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
@@ -137,23 +137,6 @@ def dense_weight(values: torch.Tensor, indices: torch.Tensor, in_features: int) 
     return out.scatter(1, _columns(indices), values)[:, :in_features]
 
 
-def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
-    """``W`` of padded ELL rows (float16 or bfloat16) as a :class:`~sparsekit.formats.TiledBitmap` on the host: the
-    stored entries in row order, padding and zeros left out. Copies ``values`` and ``indices`` to the host."""
-    import numpy as np
-
-    from sparsekit.checks import BFLOAT16
-    from sparsekit.formats import TiledBitmap
-
-    if values.dtype not in KERNEL_DTYPES:
-        raise ValueError(f"values: a TiledBitmap holds float16 or bfloat16, got {values.dtype}")
-    dtype = np.float16 if values.dtype == torch.float16 else BFLOAT16
-    halves = values.detach().view(torch.int16).cpu().numpy().view(dtype)    # torch has no NumPy bfloat16
-    columns = indices.cpu().numpy().view(np.uint16)
-    rows, at = np.nonzero(columns < in_features)                            # row by row: from_coords skips its sort
-    return TiledBitmap.from_coords(rows, columns[rows, at], halves[rows, at], (values.shape[0], in_features))
-
-
 def _version(t: torch.Tensor) -> int:
     """torch's count of the in-place changes of ``t`` (an inference tensor keeps none: 0)."""
     return 0 if t.is_inference() else t._version
@@ -220,13 +203,14 @@ class Prepared:
         return self._run(key, product, x, (x.shape[0], values.shape[0]))
 
     def bitmap(self, values, indices, in_features: int):
-        """The weight as a :class:`~sparsekit.gpu.spmm_bitmap.DeviceBitmap`: built from the ELL rows on the host
-        (:func:`tiled_bitmap`) and copied to the device when first asked for; built again once ``values`` or
+        """The weight as a :class:`~sparsekit.gpu.spmm_bitmap.DeviceBitmap`: built from the ELL rows on their device
+        (:func:`sparsekit.torch.copies.tiled_bitmap`), through the host to Numba's arrays, when first asked for; built again once ``values`` or
         ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
         step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data`` nor one to an inference
         tensor), the launch plans of the TiledBitmap it replaces dropped with it."""
         def build():
             from sparsekit.gpu.spmm_bitmap import upload
+            from sparsekit.torch.copies import tiled_bitmap
 
             for key in [key for key in self.plans if key[0] == "bitmap"]:
                 del self.plans[key]
@@ -264,11 +248,11 @@ class Prepared:
 
     def compact(self, values, indices, in_features: int) -> tuple:
         """The weight as compact ELL rows ``(values, offsets, bases)`` on its device
-        (:func:`sparsekit.torch.compact.compact_rows`, torch ops there: a few host syncs), made when first asked
+        (:func:`sparsekit.torch.copies.compact_rows`, torch ops there: a few host syncs), made when first asked
         for and again after ``values`` or ``indices`` change (as :meth:`bitmap`), the plans of the copy it
         replaces dropped with it."""
         def build():
-            from sparsekit.torch.compact import compact_rows
+            from sparsekit.torch.copies import compact_rows
 
             for key in [key for key in self.plans if key[0] == "compact"]:
                 del self.plans[key]

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="sparsekit.torch needs the optional torch extra")
 
-from sparsekit.torch import SparseLinear, ops  # noqa: E402
+from sparsekit.torch import SparseLinear, copies, ops  # noqa: E402
 from test_torch_gpu import _check, _layer  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -59,7 +59,7 @@ def _bitmap_route(layer, x):
     from sparsekit.gpu import spmm_bitmap
 
     dev = ops._WEIGHTS[layer.weight_id].bitmap(layer.values, layer.indices, 1024)
-    return spmm_bitmap.spmm_bitmap_linear(dev, x), [(spmm_bitmap, "spmm_bitmap_linear"), (ops, "tiled_bitmap")]
+    return spmm_bitmap.spmm_bitmap_linear(dev, x), [(spmm_bitmap, "spmm_bitmap_linear"), (copies, "tiled_bitmap")]
 
 
 def _compact_route(layer, x):

@@ -1,12 +1,14 @@
-"""A layer's padded ELL rows as compact ELL rows, converted with torch ops on the rows' device.
+"""The copies of a layer's weight that its inference routes read, made from its padded ELL rows with torch ops on
+the rows' device: compact ELL rows (:func:`compact_rows`, the ``N = 1`` route) and the TiledBitmap
+(:func:`tiled_bitmap`, ``N = 8-64``).
 
-:func:`compact_rows` equals :func:`sparsekit.reference.spmm_ell_compact.from_ell_rows` (the format's definition:
-sorted columns packed into chunks of 8, each chunk's slots in
-:func:`~sparsekit.reference.spmm_ell_compact.slot_order`) bit for bit, so the copy
-:class:`~sparsekit.torch.SparseLinear` keeps for its ``N = 1`` inference route is made on the GPU in a few hundred
-small launches instead of on the host (0.3-0.8 s a Llama-shaped weight on a 2-core host: minutes for a whole
-model). Rows whose 8 entries in order span more than 256 columns (none at uniform sparsity up to about 96 %) go
-through the reference's greedy packing on the host.
+Each equals its format's definition bit for bit: :func:`sparsekit.reference.spmm_ell_compact.from_ell_rows` (sorted
+columns packed into chunks of 8, each chunk's slots in
+:func:`~sparsekit.reference.spmm_ell_compact.slot_order`) and
+:meth:`sparsekit.formats.TiledBitmap.from_coords`. Made on the GPU in some hundreds of small launches instead of on
+the host: there a Llama-shaped weight took 0.3-0.8 s as compact rows and 1.2-2.2 s as a TiledBitmap on a 2-core
+host, minutes for a whole model. Rows whose 8 entries in order span more than 256 columns (none at uniform
+sparsity up to about 96 %) go through the reference's greedy packing on the host.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import torch
 from sparsekit.reference.spmm_ell_compact import (_LEFT, _NO_ENTRY, _PLACE, _PLACED, CHUNK, MAX_OFFSET, UNUSED_BASE,
                                                   greedy_chunks)
 
-__all__ = ["compact_rows", "slot_order"]
+__all__ = ["compact_rows", "slot_order", "tiled_bitmap"]
 
 #: The unused chunks' base as int16 bits.
 _UNUSED_BITS = UNUSED_BASE - (1 << 16)
@@ -113,3 +115,43 @@ def _greedy_slots(banks: torch.Tensor) -> torch.Tensor:
             lane_keys[here], lane_slots[here] = chosen, moved
             key[chosen] += _PLACED + _LEFT                                   # read once more, one left fewer
     return slot_of.permute(1, 0, 2).to(torch.int8)
+
+
+def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
+    """Padded ELL rows (float16 or bfloat16 ``values``, int16 bits of the columns, ``in_features`` for padding;
+    no column twice in a row) as a host :class:`~sparsekit.formats.TiledBitmap`: the stored entries, zeros and
+    padding left out, built on the rows' device (the weight's 16-bit bits in one padded block, reordered into
+    the format's pair words in one permute) and copied to the host once."""
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.formats import TiledBitmap
+
+    if values.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"values: a TiledBitmap holds float16 or bfloat16, got {values.dtype}")
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("values: a TiledBitmap holds finite weights only")
+    m, k = values.shape[0], in_features
+    height, width = 16 * -(-m // 16), 32 * -(-k // 32)
+    cols = indices.long() & 0xFFFF
+    bits = values.detach().view(torch.int16)
+    bits = torch.where((cols < k) & (bits & 0x7FFF != 0), bits, 0)            # +-0.0 and padding: not stored
+    block = torch.zeros((height, width + 1), dtype=torch.int16, device=values.device)   # column K: padding
+    block[:m].scatter_(1, torch.where(cols < k, cols, width), bits)
+    rbs, groups = height // 16, width // 32
+    # TiledBitmap._strip_words: row 16 rb + 8 a + g, column 32 G + 8 t + 4 s + 2 b + h is half h of lane 4 g + t
+    # of cell a + 2 b of fragment (rb, 2 G + s)
+    words = (block[:, :width].reshape(rbs, 2, 8, groups, 4, 2, 2, 2).permute(0, 3, 5, 6, 1, 2, 4, 7)
+             .contiguous().view(torch.int32).reshape(rbs * groups * 2, 4, 32))
+    stored = words != 0
+    lanes = torch.arange(32, device=values.device)
+    masks = (stored.long() << lanes).sum(dim=2)                               # bit l: lane l's pair (uint32)
+    counts = stored.sum(dim=(1, 2))
+    pairs = words[stored]                                                     # fragment, cell, lane order
+    offsets = torch.zeros(counts.numel() + 1, dtype=torch.long, device=values.device)
+    torch.cumsum(1 + (counts + 3) // 4, dim=0, out=offsets[1:])               # a record: 4 masks, pairs to 16 B
+    stream = torch.zeros(int(offsets[-1]) * 4, dtype=torch.long, device=values.device)
+    stream[(offsets[:-1, None] * 4 + torch.arange(4, device=values.device)).view(-1)] = masks.view(-1)
+    fragment = torch.repeat_interleave(torch.arange(counts.numel(), device=values.device), counts)
+    rank = torch.arange(pairs.numel(), device=values.device) - (torch.cumsum(counts, 0) - counts)[fragment]
+    stream[offsets[fragment] * 4 + 4 + rank] = pairs.long() & 0xFFFFFFFF
+    dtype = np.float16 if values.dtype == torch.float16 else BFLOAT16
+    return TiledBitmap(stream.cpu().numpy().astype(np.uint32), offsets.cpu().numpy(), (m, k), dtype)
