@@ -142,8 +142,8 @@ def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
     words = (block[:, :width].reshape(rbs, 2, 8, groups, 4, 2, 2, 2).permute(0, 3, 5, 6, 1, 2, 4, 7)
              .contiguous().view(torch.int32).reshape(rbs * groups * 2, 4, 32))
     stored = words != 0
-    lanes = torch.arange(32, device=values.device)
-    masks = (stored.long() << lanes).sum(dim=2)                               # bit l: lane l's pair (uint32)
+    lanes = torch.arange(32, dtype=torch.int32, device=values.device)
+    masks = (stored.int() << lanes).sum(dim=2, dtype=torch.long) & 0xFFFFFFFF  # bit l: lane l's pair (uint32)
     counts = stored.sum(dim=(1, 2))
     pairs = words[stored]                                                     # fragment, cell, lane order
     offsets = torch.zeros(counts.numel() + 1, dtype=torch.long, device=values.device)
