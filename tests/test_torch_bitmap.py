@@ -21,6 +21,7 @@ from sparsekit.torch import SparseLinear  # noqa: E402
 from sparsekit.torch import copies, ops  # noqa: E402
 from spmm_close import assert_half_close  # noqa: E402
 from strategies import sparse_halves  # noqa: E402
+from test_spmm_ell_compact import _shuffled_rows  # noqa: E402
 
 needs_device = pytest.mark.skipif(not cuda_config.ENABLE_CUDASIM and not cuda.is_available(),
                                   reason="copies the TiledBitmap to a device: the simulator "
@@ -81,7 +82,6 @@ def test_tiled_bitmap_equals_the_formats_own_construction(w, extra, seed):
     """Built with torch ops, the same stream and offsets as ``TiledBitmap.from_coords`` of the stored entries,
     rows in any order with extra padding."""
     from sparsekit.formats import TiledBitmap
-    from test_spmm_ell_compact import _shuffled_rows
 
     values, indices = _shuffled_rows(w, extra, seed, signed=True)
     cols = indices.view(np.uint16)
