@@ -10,9 +10,10 @@ What you will learn
 3. ``torch.compile(fullgraph=True)`` traces it with no graph break: the product is a custom op
    (``torch.ops.sparsekit.sparse_linear``) with a fake kernel;
 4. fine-tuning keeps the pattern: gradients reach the kept values only;
-5. on a GPU, the decode-sized product runs ``sparsekit/gpu/spmm_ell_rows.py`` (bound by reading the weight) and a
-   whole decoder runs faster than dense at batch 1: the measured table is quoted from
-   ``experiments/results/torch_decoder.md``.
+5. on a GPU, the decode-sized product is bound by reading the weight: one row of ``x`` without autograd runs
+   ``sparsekit/gpu/spmm_ell_compact.py`` on a copy of the rows at 3.25 bytes a kept weight (below 87.5 %
+   sparsity; ``sparsekit/gpu/spmm_ell_rows.py`` on the rows otherwise), and a whole decoder runs faster than
+   dense at batch 1: the measured table is quoted from ``experiments/results/torch_decoder.md``.
 
 Steps 1-4 run on the CPU (PyTorch is the optional ``torch`` extra: ``pip install -e '.[torch]'``).
 
