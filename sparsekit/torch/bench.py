@@ -99,16 +99,26 @@ def _step_runner(model, mode: str, batch: int, tokens: int, start: int):
     return graph.replay
 
 
+#: Timed windows of ``repeats`` steps a point (:func:`_tokens_per_s`): the median's rate is reported.
+WINDOWS = 5
+
+
 def _tokens_per_s(step, batch: int, tokens: int, repeats: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    """Tokens/s of ``step()``: after a first step and ``repeats`` more (the clocks up from idle, the copies and
+    plans built), the median over :data:`WINDOWS` windows of ``repeats`` steps timed with CUDA events. A fixed
+    count of steps on every rank (a sharded step all-reduces)."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(WINDOWS + 1)]
     with torch.no_grad():
-        step()
-        start.record()
-        for _ in range(repeats):
+        for _ in range(1 + repeats):
             step()
-        end.record()
-    end.synchronize()
-    return batch * tokens * repeats / (start.elapsed_time(end) * 1e-3)
+        events[0].record()
+        for end in events[1:]:
+            for _ in range(repeats):
+                step()
+            end.record()
+    events[-1].synchronize()
+    ms = sorted(a.elapsed_time(b) for a, b in zip(events, events[1:]))
+    return batch * tokens * repeats / (ms[len(ms) // 2] * 1e-3)
 
 
 def _difference(model: Decoder, reference: Decoder, tokens: int = 16) -> float:
