@@ -80,9 +80,9 @@ class SparseLinear(nn.Module):
     float32 runs the last on CUDA; float64 the CPU (gradcheck). Each route's launches are recorded at its first
     call and replayed after; a CUDA graph can capture the layer once it has run at that width outside the
     capture (else RuntimeError). A captured compact, bitmap or cuSPARSELt route reads the copy of the weight its
-    capture saw: after changing the weight, run the layer again outside a capture and capture anew. On CUDA without autograd and outside
-    ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host time); without
-    autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
+    capture saw: after changing the weight, run the layer again outside a capture and capture anew. On CUDA without
+    autograd and outside ``torch.compile``, ``forward`` skips the custom op's dispatch (a few microseconds of host
+    time); without autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
     ``torch.ops.sparsekit.sparse_linear_inference``.
 
     ``inference_copies`` (default True): False keeps the weight in its ELL rows only (no second copy on the device:

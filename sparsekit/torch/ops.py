@@ -9,13 +9,13 @@ with no autograd kernel, for calls without autograd (``copies`` as ``inference``
 On CUDA in float16/bfloat16, for ``x`` of ``N`` rows (:func:`route`; device times on the H200 at the Llama shapes
 4096x4096, 14336x4096 and 4096x14336, 50-90 % sparsity):
 
-* ``N < 8`` (``N = 1`` with autograd, or from 87.5 % sparse), ``N = 8`` where rows hold at most a quarter of ``K`` and ``N = 9-16`` where they hold at most a
-  sixteenth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`; N = 12 / 16 at 95 %: 15.0 / 32.5 / 29.0 and 16.4 /
-  36.3 / 30.9 us against the bitmap kernel's 19.0 / 35.9 / 37.5 and 19.3 / 35.9 / 37.4, at 90 % 19.2 / 46.2 / 42.5
-  and 20.9 / 52.4 / 45.2 against 19.5 / 36.6 / 37.8 and 19.3 / 36.6 / 37.5): the row kernel,
-  :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a kept entry
-  (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.5 / 35.3 /
-  36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
+* ``N < 8`` (``N = 1`` with autograd, or from 87.5 % sparse), ``N = 8`` where rows hold at most a quarter of ``K``
+  and ``N = 9-16`` where they hold at most a sixteenth (:data:`sparsekit.router.BITMAP_N16_MIN_DENSITY`; N = 12 / 16
+  at 95 %: 15.0 / 32.5 / 29.0 and 16.4 / 36.3 / 30.9 us against the bitmap kernel's 19.0 / 35.9 / 37.5 and 19.3 /
+  35.9 / 37.4, at 90 % 19.2 / 46.2 / 42.5 and 20.9 / 52.4 / 45.2 against 19.5 / 36.6 / 37.8 and 19.3 / 36.6 / 37.5):
+  the row kernel, :func:`sparsekit.gpu.spmm_ell_rows.spmm_ell_rows_linear`, bound by reading the weight's 4 bytes a
+  kept entry (N = 1: 0.91-2.84x dense cuBLAS; N = 8 at 80 %: 16.0 / 37.7 / 36.5 us against the bitmap kernel's 19.5
+  / 35.3 / 36.7: ``experiments/results/torch_decoder.md``, ``spmm_bitmap.md``).
 * ``inference`` and ``N = 1`` where rows hold more than an eighth of ``K`` (below 87.5 % sparse): the compact row
   kernel, :func:`sparsekit.gpu.spmm_ell_compact.spmm_ell_compact_linear`, on a copy of the weight as compact ELL
   rows (3.25 bytes a slot against 4; :meth:`Prepared.compact`, made on the device at the first such call and kept

@@ -24,7 +24,8 @@ def _plan_kinds(layer) -> set:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n, sparsity, route", [(1, 0.6, "compact"), (1, 0.9, "rows"), (7, 0.6, "rows"), (8, 0.8, "rows"), (8, 0.6, "bitmap"),
+@pytest.mark.parametrize("n, sparsity, route", [(1, 0.6, "compact"), (1, 0.9, "rows"), (7, 0.6, "rows"),
+                                                (8, 0.8, "rows"), (8, 0.6, "bitmap"),
                                                 (9, 0.8, "bitmap"), (16, 0.95, "rows"), (16, 0.9, "bitmap"),
                                                 (17, 0.9, "bitmap"), (32, 0.7, "bitmap"), (33, 0.7, "dense"),
                                                 (65, 0.8, "dense")])
