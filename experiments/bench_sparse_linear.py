@@ -70,9 +70,10 @@ def _layer_route(layer, n: int) -> str:
     from sparsekit.torch import ops
 
     prep = ops._WEIGHTS[layer.weight_id]
-    two_four = n > ops.CUSPARSELT_MIN_N and prep.two_four(layer.values, layer.indices, layer.in_features)
-    return ops.route(n, layer.values.shape[1], layer.in_features, True, out_features=layer.out_features,
-                     two_four=two_four)
+    two_four = (n > ops.CUSPARSELT_MIN_N and "cusparselt" in prep.copies
+                and prep.two_four(layer.values, layer.indices, layer.in_features))
+    return ops.route(n, layer.values.shape[1], layer.in_features, bool(prep.copies),
+                     out_features=layer.out_features, two_four=two_four, copies=prep.copies)
 
 
 def _route_bytes(layer, n: int) -> int:

@@ -241,7 +241,7 @@ def test_inference_copies_false_keeps_the_rows_only(inference_copies, monkeypatc
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     sparsify_(model, sparsity=0.5, inference_copies=inference_copies)
     layers = [mod for mod in model if isinstance(mod, SparseLinear)]
-    assert len(layers) == 2 and all(layer.inference_copies is inference_copies for layer in layers)
+    assert len(layers) == 2 and all(bool(layer.inference_copies) is inference_copies for layer in layers)
     flags = []
     for name in ("sparse_linear", "sparse_linear_inference"):
         real = getattr(snn, name)

@@ -135,3 +135,32 @@ def test_compact_kernel_on_the_layers_rows_equals_the_pruned_product(dtype):
     got = spmm_ell_compact_linear(*rows, 300, x)
     want = (x.astype(np.float32) @ w.T).astype(rows[0].dtype)         # float32 sums, rounded once
     assert_half_close(got.T, want.T, w, x.T)
+
+
+def test_inference_copies_names_the_copies_inference_may_keep():
+    """``inference_copies`` takes True, False or names of ``COPIES``: a route whose copy is left out runs as with
+    autograd at that width (compact rows -> the row kernel, TiledBitmap -> row kernel or densify + GEMM,
+    cuSPARSELt -> the rest); a copy of the layer keeps the choice; unknown names are refused."""
+    import copy
+
+    from sparsekit.torch import sparsify_
+
+    k, big, at_80 = 4096, dict(out_features=14336), 824
+    assert ops.route(1, at_80, k, True, copies=("bitmap",), **big) == "rows"
+    assert ops.route(16, at_80, k, True, copies=("compact",), **big) == "rows"
+    assert ops.route(32, at_80, k, True, copies=("compact",), **big) == "dense"
+    assert ops.route(64, 2048, k, True, two_four=True, copies=("compact", "bitmap"), **big) == "bitmap"
+    assert ops.route(128, 2048, k, True, two_four=True, copies=("compact", "bitmap"), **big) == "dense"
+    assert ops.route(128, 2048, k, True, two_four=True, copies=("cusparselt",), **big) == "cusparselt"
+    model = sparsify_(torch.nn.Sequential(torch.nn.Linear(16, 8)), sparsity=0.5, inference_copies=["compact"])
+    layer = model[0]
+    assert layer.inference_copies == {"compact"} and ops._WEIGHTS[layer.weight_id].copies == {"compact"}
+    twin = copy.deepcopy(layer)
+    assert twin.weight_id != layer.weight_id and ops._WEIGHTS[twin.weight_id].copies == {"compact"}
+    layer.inference_copies = False
+    assert layer.inference_copies == frozenset() and twin.inference_copies == {"compact"}
+    layer.inference_copies = True
+    assert layer.inference_copies == set(ops.COPIES)
+    for bad, match in (("compact", "True, False or names"), (["compact", "dense"], r"unknown copies \['dense'\]")):
+        with pytest.raises(ValueError, match=match):
+            layer.inference_copies = bad

@@ -7,8 +7,8 @@ from torch import nn
 
 from sparsekit.reference.spmm_ell_rows import MAX_COLUMNS, ROW_MULTIPLE   # rows padded to 8 entries; 16-bit columns
 from sparsekit import prune
-from sparsekit.torch.ops import (KERNEL_DTYPES, copies_bytes, dense_weight, forward, register, sparse_linear,
-                                 sparse_linear_inference)
+from sparsekit.torch.ops import (_WEIGHTS, COPIES, KERNEL_DTYPES, copies_bytes, dense_weight, forward, register,
+                                 sparse_linear, sparse_linear_inference)
 
 __all__ = ["SparseLinear", "sparsify_", "replace_linears", "PATTERNS"]
 
@@ -85,14 +85,29 @@ class SparseLinear(nn.Module):
     time); without autograd elsewhere (traced, or on the CPU) it calls the op that has no autograd kernel,
     ``torch.ops.sparsekit.sparse_linear_inference``.
 
-    ``inference_copies`` (default True): False keeps the weight in its ELL rows only (no second copy on the device:
-    compact rows, TiledBitmap or cuSPARSELt's), at the routes taken with autograd: the row kernel to ``N = 16``,
-    densify + GEMM beyond.
+    ``inference_copies`` (default True, every copy): False keeps the weight in its ELL rows only (no second copy on
+    the device: compact rows, TiledBitmap or cuSPARSELt's), at the routes taken with autograd: the row kernel to
+    ``N = 16``, densify + GEMM beyond; or the copies to keep by name, of :data:`sparsekit.torch.ops.COPIES`
+    (``("compact",)``: batch-1 decode at its fastest for 13/16 of the rows' bytes more, other widths as with
+    False). Changing it drops nothing already built.
     """
 
-    #: Whether inference may run on copies of the weight kept beside its rows (compact rows at N = 1, the
-    #: TiledBitmap at N = 8..64, cuSPARSELt's 2:4 buffer; class docstring).
-    inference_copies: bool = True
+    @property
+    def inference_copies(self) -> frozenset:
+        """The copies of the weight inference may keep beside its rows and run on (class docstring)."""
+        return self._inference_copies
+
+    @inference_copies.setter
+    def inference_copies(self, copies) -> None:
+        if isinstance(copies, bool):
+            chosen = frozenset(COPIES if copies else ())
+        elif isinstance(copies, str) or not all(isinstance(c, str) for c in copies):
+            raise ValueError(f"inference_copies: True, False or names of {COPIES}, got {copies!r}")
+        elif unknown := set(copies) - set(COPIES):
+            raise ValueError(f"inference_copies: unknown copies {sorted(unknown)}; known: {COPIES}")
+        else:
+            chosen = frozenset(copies)
+        self._inference_copies = _WEIGHTS[self.weight_id].copies = chosen
 
     def __init__(self, in_features: int, out_features: int, width: int, *, bias: bool = True,
                  dtype: torch.dtype = torch.float32, device=None):
@@ -109,6 +124,7 @@ class SparseLinear(nn.Module):
         self.register_buffer("indices", pad.expand(out_features, width).to(device).contiguous())
         self.bias = nn.Parameter(torch.zeros(out_features, dtype=dtype, device=device)) if bias else None
         self.weight_id = register(self)
+        self.inference_copies = True
 
     @classmethod
     def from_dense(cls, linear: nn.Linear, *, pattern: str = "uniform", sparsity: float = 0.5) -> "SparseLinear":
@@ -167,10 +183,11 @@ class SparseLinear(nn.Module):
         elif x2.is_cuda and not torch.compiler.is_compiling():
             if x2.dtype != self.values.dtype:
                 raise ValueError(f"x: dtype must be the weight's {self.values.dtype}, got {x2.dtype}")
-            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id, self.inference_copies)  # no dispatch
+            y = forward(x2, self.values, self.indices, self.in_features, self.weight_id,  # no dispatch
+                        bool(self.inference_copies))
         else:                                             # traced or on the CPU: the op without autograd
             y = sparse_linear_inference(x2, self.values, self.indices, self.in_features, self.weight_id,
-                                        self.inference_copies)
+                                        bool(self.inference_copies))
         if not flat:
             y = y.reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
@@ -179,6 +196,7 @@ class SparseLinear(nn.Module):
         """A copy (``copy.deepcopy``, unpickling) gets its own launch plans."""
         super().__setstate__(state)
         self.weight_id = register(self)
+        self.inference_copies = self._inference_copies
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -212,13 +230,13 @@ class SparseLinear(nn.Module):
 
 
 def sparsify_(model: nn.Module, *, pattern: str = "uniform", sparsity: float = 0.5, filter_fn=None,
-              inference_copies: bool = True) -> nn.Module:
+              inference_copies=True) -> nn.Module:
     """Replace, in place, every ``nn.Linear`` of ``model`` for which ``filter_fn(module, name)`` is true
     (all of them by default) with a :class:`SparseLinear` pruned to ``pattern`` at ``sparsity``
     (``inference_copies``: :attr:`SparseLinear.inference_copies`)."""
     def make(mod):
         layer = SparseLinear.from_dense(mod, pattern=pattern, sparsity=sparsity)
-        layer.inference_copies = bool(inference_copies)
+        layer.inference_copies = inference_copies
         return layer
     return replace_linears(model, make, filter_fn, "SparseLinear.from_dense")
 

@@ -62,7 +62,7 @@ from sparsekit.router import COMPACT_MIN_DENSITY      # compact rows at N = 1, a
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "bitmap_bytes",
            "cusparselt_bytes", "compact_bytes", "copies_bytes",
-           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N",
+           "is_two_four", "cusparselt_algorithm", "CUSPARSELT_MIN_N", "COPIES",
            "dense_weight", "register", "KERNEL_MAX_N", "BITMAP_MIN_N", "BITMAP_MAX_N", "BITMAP_MIN_DENSITY",
            "KERNEL_DTYPES"]
 
@@ -99,6 +99,9 @@ BITMAP_MIN_DENSITY = 0.25
 #: against 111.8 / 421.4 / 446.3 (dense 95.7 / 374.0 / 358.4). At N = 16 the TiledBitmap kernel is the faster
 #: (18.6 / 40.8 / 41.6 against cuSPARSELt's 21.0 / 44.6 / 55.6).
 CUSPARSELT_MIN_N = 32
+#: The copies of a weight inference may keep beside its rows, by route: compact rows (``N = 1``), the TiledBitmap
+#: (``N = 8-64``), cuSPARSELt's compressed 2:4 buffer (a 2:4 weight past ``CUSPARSELT_MIN_N``).
+COPIES = ("compact", "bitmap", "cusparselt")
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -108,20 +111,21 @@ _UNRECORDED = object()
 
 
 def route(n: int, width: int, in_features: int, inference: bool, *, out_features: int,
-          two_four: bool = False) -> str:
+          two_four: bool = False, copies=COPIES) -> str:
     """The product for CUDA float16/bfloat16 ``x`` of ``n`` rows and an ``out_features x in_features`` weight of
     ``width`` stored entries a row: ``"rows"`` (row kernel), ``"compact"`` (compact row kernel), ``"bitmap"`` (TiledBitmap kernel), ``"cusparselt"``
     (cuSPARSELt's 2:4 GEMM) or ``"dense"`` (densify + GEMM). ``inference``: no autograd, so the weight may be read
-    from a copy kept between calls (module docstring). ``two_four``: every group of 4 columns of every row holds at
-    most 2 entries and cuSPARSELt takes the shape (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
-    if inference and two_four and n > CUSPARSELT_MIN_N:
+    from a copy kept between calls (module docstring), of those named in ``copies`` (:data:`COPIES`). ``two_four``:
+    every group of 4 columns of every row holds at most 2 entries and cuSPARSELt takes the shape
+    (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
+    if inference and two_four and n > CUSPARSELT_MIN_N and "cusparselt" in copies:
         return "cusparselt"
-    if inference and n == 1 and width > COMPACT_MIN_DENSITY * in_features:
+    if inference and n == 1 and width > COMPACT_MIN_DENSITY * in_features and "compact" in copies:
         return "compact"
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
     rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
         n <= KERNEL_MAX_N and width <= BITMAP_N16_MIN_DENSITY * in_features)     # module docstring
-    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and not rows_win:
+    if inference and BITMAP_MIN_N <= n <= BITMAP_MAX_N and not wide and not rows_win and "bitmap" in copies:
         return "bitmap"
     return "rows" if n <= KERNEL_MAX_N else "dense"
 
@@ -166,6 +170,7 @@ class Prepared:
         self._two_four = None                      # (what it was checked on, whether cuSPARSELt takes it)
         self._cusparselt = None                    # (what it was compressed from, cuSPARSELt's buffer)
         self._compact = None                       # (what it was converted from, compact ELL rows)
+        self.copies = frozenset(COPIES)            # the copies its layer lets inference keep
 
     def _run(self, key, product, x, out_shape) -> torch.Tensor:
         """``product()(x)``, an output of ``out_shape``: recorded on the first call with ``key``, replayed after
@@ -404,9 +409,10 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
         prep = _WEIGHTS[weight_id]
         if x.dtype in KERNEL_DTYPES:
             n = x.shape[0]
-            two_four = inference and n > CUSPARSELT_MIN_N and prep.two_four(values, indices, in_features)
+            two_four = (inference and n > CUSPARSELT_MIN_N and "cusparselt" in prep.copies
+                        and prep.two_four(values, indices, in_features))
             kernel = route(n, values.shape[1], in_features, inference, out_features=values.shape[0],
-                           two_four=two_four)
+                           two_four=two_four, copies=prep.copies)
             if kernel != "dense":
                 x = x if x.is_contiguous() else x.contiguous()
                 if kernel == "rows":

@@ -106,6 +106,18 @@ def test_replay_is_recorded_and_bit_identical_on_a_side_stream(dtype, route, n, 
     assert all(torch.equal(y, want) for y in got)
 
 
+@pytest.mark.parametrize("copies, n, route", [(("bitmap",), 1, "rows"), (("compact",), 16, "rows"),
+                                              (("compact",), 32, "dense"), ((), 1, "rows")])
+def test_a_copy_left_out_is_never_made(copies, n, route):
+    layer = _layer(torch.bfloat16, sparsity=0.7, seed=n)
+    layer.inference_copies = copies
+    with torch.no_grad():
+        x = torch.randn(n, 1024, device="cuda", dtype=torch.bfloat16)
+        _check(layer(x), layer, x)
+    prep = ops._WEIGHTS[layer.weight_id]
+    assert _plan_kinds(layer) == {route} and prep._compact is None and prep._bitmap is None
+
+
 def test_compact_rows_are_made_again_when_the_values_change():
     layer = _layer(torch.bfloat16, sparsity=0.6, seed=6)
     x = torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16)
