@@ -214,6 +214,12 @@ BITMAP_F16_MAX_DENSITY = 0.5
 #: against 5.83 / 15.20 / 13.38, 50 % 11.07 / 31.56 / 30.01 against 10.09 / 27.18 / 25.94; 90 % 4.06 / 10.40 / 9.20
 #: against 4.18 / 10.05 / 8.69, where a layer's extra copy would buy 0-6 %.
 COMPACT_MIN_DENSITY = 0.125
+
+
+def compact_wins(stored: int, k: int) -> bool:
+    """Whether the ``N = 1`` product reads compact rows: rows of ``stored`` entries (rounded up to 8, as padded ELL
+    rows hold them) of ``k`` columns hold more than :data:`COMPACT_MIN_DENSITY` of them."""
+    return -(-stored // 8) * 8 > COMPACT_MIN_DENSITY * k
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
 

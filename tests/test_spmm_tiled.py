@@ -195,7 +195,7 @@ def test_uspmm_auto_routes_small_n_to_the_decode_path(dtype, n, decode):
 def test_uspmm_decode_variant_equals_the_reference(dtype, monkeypatch):
     """``sparsekit.gpu.uspmm.uspmm`` on the decode path: a uniform ELL, its rows as TiledCSL and the row kernel; at N = 1
     its rows as compact ELL rows and sparsekit/gpu/spmm_ell_compact.py (75 %), or as padded ELL rows and
-    sparsekit/gpu/spmm_ell_rows.py (90 %: at most an eighth of K a row)."""
+    sparsekit/gpu/spmm_ell_rows.py (90 %: at most an eighth of K a row, padded to 8)."""
     from sparsekit.gpu import uspmm as gpu_uspmm
     from sparsekit.gpu.uspmm import uspmm
     from sparsekit.reference.uspmm import uspmm as reference
@@ -212,12 +212,14 @@ def test_uspmm_decode_variant_equals_the_reference(dtype, monkeypatch):
     assert got.flags.f_contiguous
     assert_close(np.ascontiguousarray(got), reference(ell, b), ell.to_dense(), b)
     assert_close(uspmm(ell, b, config="auto"), reference(ell, b), ell.to_dense(), b)
-    mask90 = uniform(w, 0.9)                                        # 5 of 48 a row: padded ELL rows at N = 1
-    ell90 = ELL.from_dense(np.where(mask90, w, 0).astype(dtype), mask90, index_dtype=np.int16)
-    for weight, unused in ((ell, "spmm_ell_rows_linear"), (ell90, "spmm_ell_compact_linear")):
+    w90 = rng.standard_normal((20, 128)).astype(np.float32)
+    mask90 = uniform(w90, 0.9)                                      # 13 of 128 a row (16 padded): ELL rows at N = 1
+    ell90 = ELL.from_dense(np.where(mask90, w90, 0).astype(dtype), mask90, index_dtype=np.int16)
+    x90 = rng.standard_normal((128, 1)).astype(dtype)
+    for weight, x, unused in ((ell, b[:, :1], "spmm_ell_rows_linear"), (ell90, x90, "spmm_ell_compact_linear")):
         with monkeypatch.context() as patch:
             patch.setattr(gpu_uspmm, unused, lambda *args, name=unused: pytest.fail(f"N = 1 took {name}"))
-            for vector in (b[:, :1].copy(), np.asfortranarray(b[:, :1])):  # N = 1, either order
+            for vector in (x.copy(), np.asfortranarray(x)):           # N = 1, either order
                 got = uspmm(weight, vector, config="auto")
                 assert got.shape == (20, 1)
                 assert_close(got, reference(weight, np.ascontiguousarray(vector)), weight.to_dense(), vector)

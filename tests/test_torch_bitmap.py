@@ -93,6 +93,13 @@ def test_tiled_bitmap_equals_the_formats_own_construction(w, extra, seed):
     assert got.dtype == want.dtype and got.shape == want.shape
 
 
+def test_tiled_bitmap_refuses_a_repeated_column():
+    values = torch.ones((1, 8), dtype=torch.float16)
+    indices = torch.tensor([[3, 3] + [40] * 6], dtype=torch.int16)
+    with pytest.raises(ValueError, match="a row stores a column twice"):
+        copies.tiled_bitmap(values, indices, 40)
+
+
 def test_tiled_bitmap_leaves_out_padding_and_stored_zeros():
     w = np.zeros((3, 40000), np.float16)                 # columns past 32767: int16 read unsigned
     w[0, 39999], w[1, 5], w[2, 32768] = 1, 2, -3
@@ -233,8 +240,8 @@ def test_compiled_layer_calls_the_op_of_its_grad_mode(grad):
 @pytest.mark.parametrize("inference_copies", [True, False])
 def test_inference_copies_false_keeps_the_rows_only(inference_copies, monkeypatch):
     """``inference_copies=False`` (set by ``sparsify_`` on every layer it makes): the op is never told it may read a
-    copy of the weight (TiledBitmap, compact rows), so none is made, under ``no_grad`` too; True tells it so
-    without autograd only."""
+    copy of the weight, under ``no_grad`` too; True tells it so without autograd only. (That no copy is made on
+    a GPU: tests/gpu/test_torch_bitmap_gpu.py.)"""
     import sparsekit.torch.nn as snn
     from sparsekit.torch import sparsify_
 
@@ -251,8 +258,7 @@ def test_inference_copies_false_keeps_the_rows_only(inference_copies, monkeypatc
         model(x)
     model(x)
     assert flags == [inference_copies, inference_copies, False, False]
-    assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None and ops._WEIGHTS[layer.weight_id]._compact is None
-               for layer in layers)
+    assert all(ops._WEIGHTS[layer.weight_id]._bitmap is None for layer in layers)
 
 
 def test_the_layer_benchmark_counts_the_bytes_its_route_reads():

@@ -77,12 +77,27 @@ def test_torch_conversion_of_many_gather_groups_equals_the_reference(sparsity):
                   spmm_ell_compact.from_ell_rows(bits, layer.indices.numpy(), 4096))
 
 
+@pytest.mark.parametrize("shape", [(0, 16), (3, 40000), (5, 65535)], ids=["empty", "past-32767", "widest"])
+def test_torch_conversion_of_edge_shapes_equals_the_reference(shape):
+    """No rows; columns read as unsigned 16-bit (past 32767, up to K = 65535); a row of padding only."""
+    m, k = shape
+    rng = np.random.default_rng(k)
+    w = np.zeros(shape, np.float16)
+    for r in range(1, m):                                # row 0 keeps nothing
+        w[r, rng.choice(k, 40, replace=False)] = rng.standard_normal(40)
+    values, indices = _shuffled_rows(w, 8, k, signed=True)
+    _assert_equal(copies.compact_rows(*_tensors(values, indices), k),
+                  spmm_ell_compact.from_ell_rows(values, indices, k))
+
+
 def test_torch_conversion_refuses_a_repeated_column():
     values, indices = _tensors(np.ones((2, 8), np.float16), np.array([[1, 5, 5] + [9] * 5, [0] + [9] * 7], np.int16))
     with pytest.raises(ValueError, match="row 0 stores column 5 twice"):
         copies.compact_rows(values, indices, 9)
     with pytest.raises(ValueError, match=r"columns must be below 8 \(or 8, padding\)"):
         copies.compact_rows(values, indices, 8)
+    with pytest.raises(ValueError, match="compact ELL rows hold float16 or bfloat16"):
+        copies.compact_rows(values.float(), indices, 9)
 
 
 def test_route_takes_compact_rows_at_one_row_below_87_5_percent():
@@ -161,6 +176,27 @@ def test_inference_copies_names_the_copies_inference_may_keep():
     assert layer.inference_copies == frozenset() and twin.inference_copies == {"compact"}
     layer.inference_copies = True
     assert layer.inference_copies == set(ops.COPIES)
-    for bad, match in (("compact", "True, False or names"), (["compact", "dense"], r"unknown copies \['dense'\]")):
+    for bad, match in (("compact", "True, False or a collection"), (None, "True, False or a collection"),
+                       ((c for c in ["compact"]), "True, False or a collection"),
+                       (["compact", "dense"], r"unknown copies \['dense'\]")):
         with pytest.raises(ValueError, match=match):
             layer.inference_copies = bad
+    layer.inference_copies = np.bool_(False)
+    assert layer.inference_copies == frozenset()
+    with pytest.warns(DeprecationWarning, match="use_bitmap is now inference_copies"):
+        layer.use_bitmap = True
+    assert layer.inference_copies == set(ops.COPIES)
+
+
+def test_a_pickled_layer_keeps_its_copies_and_one_from_before_the_choice_loads():
+    import pickle
+
+    layer = SparseLinear.from_dense(torch.nn.Linear(16, 8), sparsity=0.5)
+    layer.inference_copies = ("bitmap",)
+    assert pickle.loads(pickle.dumps(layer)).inference_copies == {"bitmap"}
+    state = layer.__getstate__() if hasattr(layer, "__getstate__") else dict(layer.__dict__)
+    older = {key: v for key, v in dict(state).items() if key != "_inference_copies"}
+    older["use_bitmap"] = False                          # a layer pickled when the flag was use_bitmap
+    twin = SparseLinear.__new__(SparseLinear)
+    twin.__setstate__(older)
+    assert twin.inference_copies == frozenset() and torch.equal(twin.values, layer.values)

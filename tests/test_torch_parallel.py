@@ -35,6 +35,8 @@ def test_shards_reassemble_the_layer(world, pattern):
     part = 64 // world
     partial = sum(s(x[:, r * part:(r + 1) * part]) for r, s in enumerate(rows))
     torch.testing.assert_close(partial + layer.bias, layer(x), rtol=1e-5, atol=1e-5)
+    layer.inference_copies = ("compact",)                                # a shard keeps its layer's choice
+    assert shard_columns(layer, 0, world).inference_copies == shard_rows(layer, 0, world).inference_copies == {"compact"}
 
 
 def test_dense_layers_shard_too_and_bad_splits_are_refused():

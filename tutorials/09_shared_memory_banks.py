@@ -29,7 +29,10 @@ What the GPU then said (H200, ``experiments/results/uspmm_decode.md``): the orde
 8.5x and left its time where it was. Its warps had been waiting on their global loads of values and columns all
 along (Nsight Compute's long scoreboard: 14 of 22 cycles); shared memory's short scoreboard held 1.4. A model tells
 you what a change can remove; only the profile's stall reasons tell you whether that was what the time was spent
-on. The order did pay a little where ``x^T``'s rows are gathered through L1 (N = 8: 0-10 %), so it stays.
+on. The order did pay a little where ``x^T``'s rows are gathered through L1 (N = 8: 0-10 %), so it stays. On
+compact rows, whose sorted chunks had crowded about three passes into a gather, ``slot_order`` was worth 3-8 %
+at most points (1.01-1.19x -> 1.10-1.17x the padded rows' speed at 50-80 %): enough for ``SparseLinear`` to read
+compact rows at batch 1 below 87.5 % sparsity.
 
 Run it: ``python tutorials/09_shared_memory_banks.py`` (``--quick`` for toy sizes).
 """
@@ -48,9 +51,10 @@ FLOOR_H200 = ("at 14336x4096, 80 %, a read of the rows took 14.3 us and the prod
               "in these rows.")
 #: Step 6's measurement, quoted: compact rows with each chunk's slots in column order against the padded rows.
 COMPACT_H200 = ("with each chunk's slots in column order, 19 % fewer bytes bought 1.01-1.19x the padded rows' speed "
-                "at 50-80 % and 0.94-1.00x at 90 % (Llama shapes, bfloat16): the bytes saved came back as time in the gathers "
-                "(about three passes each) and in a third load a chunk. "
-                "`python -m experiments.bench_sparse_linear --compact` times the rows as converted now.")
+                "at 50-80 % and 0.94-1.00x at 90 % (Llama shapes, bfloat16): the bytes saved came back as time in the "
+                "gathers (about three passes each) and in a third load a chunk. In slot_order: 1.10-1.17x at 50-80 %, "
+                "0.97-1.06x at 90 % (`python -m experiments.bench_sparse_linear --compact`), so a SparseLinear reads "
+                "compact rows at batch 1 below 87.5 % sparsity.")
 #: Largest max |kernel - reference| / max |reference| accepted in step 4: float32 sums in another order,
 #: each rounded once to bfloat16 (2^-8 of the largest output, with room).
 TOLERANCE = 1e-2

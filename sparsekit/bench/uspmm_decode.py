@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from sparsekit.experiment import save_figure
-from sparsekit.router import COMPACT_MIN_DENSITY
+from sparsekit.router import compact_wins
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336)]
 SPARSITIES = [0.5, 0.6, 0.7, 0.8, 0.9]
@@ -61,7 +61,7 @@ def pruned_weight(m: int, k: int, sparsity: float, dtype: np.dtype, seed: int):
 def route_layout(dell, variant: str, n: int):
     """``(builds, nbytes)``: a callable building (once, then cached on ``dell``) the layout ``variant`` reads at
     ``N = n``, and that layout's bytes."""
-    if variant == "decode" and n == 1 and dell.host.values.shape[1] > COMPACT_MIN_DENSITY * dell.shape[1]:
+    if variant == "decode" and n == 1 and compact_wins(dell.host.values.shape[1], dell.shape[1]):
         return dell.compact_rows, lambda: sum(int(a.nbytes) for a in dell.compact_rows())
     if variant == "decode" and n == 1:
         return dell.ell_rows, lambda: sum(int(a.nbytes) for a in dell.ell_rows())

@@ -95,7 +95,7 @@ from sparsekit.gpu.split_k import split_buffers, split_range, split_ticket
 from sparsekit.gpu.vector_loads import aligned, load2, load4, load8, store2, store4
 from sparsekit.arrays import cdiv, flat_view, operand, output, result
 from sparsekit.checks import BFLOAT16, check_divisible, check_int
-from sparsekit.router import COMPACT_MIN_DENSITY
+from sparsekit.router import compact_wins
 from sparsekit.tune_cache import resolve, stores
 
 __all__ = ["DeviceELL", "prepare", "uspmm", "uspmm_linear", "split_ticket", "split_sum", "VARIANTS", "WARP_SIZE", "SHARED_LIMIT"]
@@ -1234,7 +1234,7 @@ def uspmm(ell, b, *, config=None, **tunables):
         m, k = dell.shape
         if bop.dev.shape[1] == 1 and k <= MAX_ELL_ROWS_K:     # N = 1: x gathered from shared memory, 1.6x faster
             x = b.reshape(1, k)                                 # (sparse_linear.md)
-            if dell.host.values.shape[1] > COMPACT_MIN_DENSITY * k:    # fewer bytes a weight (uspmm_decode.md)
+            if compact_wins(dell.host.values.shape[1], k):      # fewer bytes a weight (uspmm_decode.md)
                 return spmm_ell_compact_linear(*dell.compact_rows(), k, x).reshape(m, 1)
             return spmm_ell_rows_linear(*dell.ell_rows(), k, x).reshape(m, 1)
         if order == "C":

@@ -5,9 +5,11 @@ the rows' device: compact ELL rows (:func:`compact_rows`, the ``N = 1`` route) a
 Each equals its format's definition bit for bit: :func:`sparsekit.reference.spmm_ell_compact.from_ell_rows` (sorted
 columns packed into chunks of 8, each chunk's slots in
 :func:`~sparsekit.reference.spmm_ell_compact.slot_order`) and
-:meth:`sparsekit.formats.TiledBitmap.from_coords`. Made on the GPU in some hundreds of small launches instead of on
-the host: there a Llama-shaped weight took 0.3-0.8 s as compact rows and 1.2-2.2 s as a TiledBitmap on a 2-core
-host, minutes for a whole model. Rows whose 8 entries in order span more than 256 columns (none at uniform
+:meth:`sparsekit.formats.TiledBitmap.from_coords`. Made on the GPU in small launches instead of on
+the host: there a Llama-shaped weight took 0.3-0.8 s as compact rows and 1.7-2.2 s as a TiledBitmap on a 2-core
+host, minutes for a whole model. The slot order's greedy takes about 2,700 small launches a block of
+:data:`GROUPS_A_BLOCK` gather groups (every group of a block in step: one block up to a 32768 x 16384 weight at
+50 %), about 2 KB of scratch a group. Rows whose 8 entries in order span more than 256 columns (none at uniform
 sparsity up to about 96 %) go through the reference's greedy packing on the host.
 """
 from __future__ import annotations
@@ -20,6 +22,9 @@ from sparsekit.reference.spmm_ell_compact import (_LEFT, _NO_ENTRY, _PLACE, _PLA
 
 __all__ = ["compact_rows", "slot_order", "tiled_bitmap"]
 
+#: Gather groups (32 chunks) the slot order's greedy takes in step: its launches are the same for any count, its
+#: scratch about 2 KB a group (128 MB a block at most).
+GROUPS_A_BLOCK = 1 << 16
 #: The unused chunks' base as int16 bits.
 _UNUSED_BITS = UNUSED_BASE - (1 << 16)
 
@@ -33,8 +38,10 @@ def compact_rows(values: torch.Tensor, indices: torch.Tensor, k: int) -> tuple[t
     """Padded ELL rows ``values`` (float16 or bfloat16) / ``indices`` (int16 bits of uint16 columns, ``k`` for
     padding) as compact ELL rows ``(values, offsets, bases)`` on their device: values in their dtype, offsets
     uint8, bases int16 holding the uint16 bits. A row repeating a column is refused."""
+    if values.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"values: compact ELL rows hold float16 or bfloat16, got {values.dtype}")
     m, width = indices.shape
-    cols, order = torch.sort(indices.long() & 0xFFFF, dim=1, stable=True)   # ascending, padding (k) last
+    cols, order = torch.sort(indices.int() & 0xFFFF, dim=1, stable=True)     # ascending, padding (k) last
     if m and int(cols[:, -1].max()) > k:
         raise ValueError(f"indices: columns must be below {k} (or {k}, padding)")
     bits = values.detach().view(torch.int16).gather(1, order)
@@ -67,7 +74,7 @@ def compact_rows(values: torch.Tensor, indices: torch.Tensor, k: int) -> tuple[t
     out_offsets = torch.zeros((m, chunks, CHUNK), dtype=torch.uint8, device=cols.device)
     out_bases = torch.full((m, chunks), _UNUSED_BITS, dtype=torch.int16, device=cols.device)
     out_bits[:, :used] = torch.where(filled, bits.view(groups.shape)[:, :used], 0)
-    out_offsets[:, :used] = torch.where(filled, group - firsts, 0).to(torch.uint8)
+    out_offsets[:, :used] = torch.where(filled, group - firsts, 0).to(torch.uint8)    # at most 255 here
     out_bases[:, :used] = _int16_bits(torch.where(filled[:, :, 0], firsts[:, :, 0], UNUSED_BASE))
     out_bits, out_offsets = out_bits.view(m, chunks * CHUNK), out_offsets.view(m, chunks * CHUNK)
     if irregular is not None:
@@ -76,7 +83,7 @@ def compact_rows(values: torch.Tensor, indices: torch.Tensor, k: int) -> tuple[t
             out[rows, :part.shape[1]] = part
     order = slot_order(out_offsets, out_bases)
     at = order.long().reshape(-1, CHUNK) + torch.arange(0, order.numel(), CHUNK, device=order.device)[:, None]
-    out_bits, out_offsets = (t.reshape(-1)[at.view(-1)].view(m, -1) for t in (out_bits, out_offsets))
+    out_bits, out_offsets = (t.reshape(-1)[at.view(-1)].view(m, chunks * CHUNK) for t in (out_bits, out_offsets))
     return out_bits.view(values.dtype), out_offsets, out_bases
 
 
@@ -88,10 +95,13 @@ def slot_order(offsets: torch.Tensor, bases: torch.Tensor) -> torch.Tensor:
     zero = off == 0
     slot = (base != UNUSED_BASE)[:, :, None] & (~zero | (zero & (zero.cumsum(dim=2) == 1)))
     groups = -(-width // (32 * CHUNK))
-    banks = torch.full((m, groups * 32 * CHUNK), 32, dtype=torch.long, device=offsets.device)
+    banks = torch.full((m, groups * 32 * CHUNK), 32, dtype=torch.uint8, device=offsets.device)
     column = (base & 63)[:, :, None] + off.long()                            # (the bank needs the column mod 64)
-    banks[:, :width] = torch.where(slot, (column & 63) >> 1, 32).view(m, width)
-    return _greedy_slots(banks.view(m * groups, 32, CHUNK)).reshape(m, groups * 32 * CHUNK)[:, :width]
+    banks[:, :width] = torch.where(slot, (column & 63) >> 1, 32).view(m, width).to(torch.uint8)
+    banks = banks.view(m * groups, 32, CHUNK)
+    order = torch.cat([_greedy_slots(banks[start:start + GROUPS_A_BLOCK])
+                       for start in range(0, m * groups, GROUPS_A_BLOCK)]) if m else banks.to(torch.int8)
+    return order.reshape(m, groups * 32 * CHUNK)[:, :width]
 
 
 def _greedy_slots(banks: torch.Tensor) -> torch.Tensor:
@@ -99,9 +109,10 @@ def _greedy_slots(banks: torch.Tensor) -> torch.Tensor:
     candidates lie along the last axis here (group, slot), so a tie goes to the lowest slot as there."""
     n = banks.shape[0]
     device = banks.device
-    keys_at = (banks.permute(1, 0, 2) + 33 * torch.arange(n, device=device)[:, None]).contiguous()  # lane, group, slot
+    keys_at = (banks.permute(1, 0, 2).int()                                   # lane, group, slot: its bank's key
+               + 33 * torch.arange(n, dtype=torch.int32, device=device)[:, None]).contiguous()
     key = (256 - torch.bincount(keys_at.view(-1), minlength=33 * n)) * _LEFT
-    slot_of = torch.arange(CHUNK, device=device).expand(32, n, CHUNK).contiguous()
+    slot_of = torch.arange(CHUNK, dtype=torch.int8, device=device).expand(32, n, CHUNK).contiguous()
     place = torch.arange(n * CHUNK, device=device).view(n, CHUNK)            # in a lane's (group, slot) array
     for p in range(CHUNK - 1):
         key &= 511 * _LEFT                                                   # a new gather: nothing read yet
@@ -114,7 +125,7 @@ def _greedy_slots(banks: torch.Tensor) -> torch.Tensor:
             lane_keys[best], lane_slots[best] = lane_keys[here], lane_slots[here]
             lane_keys[here], lane_slots[here] = chosen, moved
             key[chosen] += _PLACED + _LEFT                                   # read once more, one left fewer
-    return slot_of.permute(1, 0, 2).to(torch.int8)
+    return slot_of.permute(1, 0, 2)
 
 
 def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
@@ -132,6 +143,9 @@ def tiled_bitmap(values: torch.Tensor, indices: torch.Tensor, in_features: int):
     m, k = values.shape[0], in_features
     height, width = 16 * -(-m // 16), 32 * -(-k // 32)
     cols = indices.long() & 0xFFFF
+    ascending = cols.sort(dim=1).values
+    if bool(((ascending[:, 1:] == ascending[:, :-1]) & (ascending[:, 1:] < k)).any()):
+        raise ValueError("indices: a row stores a column twice (a TiledBitmap holds one weight a position)")
     bits = values.detach().view(torch.int16)
     bits = torch.where((cols < k) & (bits & 0x7FFF != 0), bits, 0)            # +-0.0 and padding: not stored
     block = torch.zeros((height, width + 1), dtype=torch.int16, device=values.device)   # column K: padding

@@ -1,6 +1,8 @@
 """``SparseLinear`` and ``sparsify_``: sparse ``nn.Linear`` replacements for PyTorch models."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from torch import nn
@@ -99,15 +101,27 @@ class SparseLinear(nn.Module):
 
     @inference_copies.setter
     def inference_copies(self, copies) -> None:
-        if isinstance(copies, bool):
+        if isinstance(copies, (bool, np.bool_)):
             chosen = frozenset(COPIES if copies else ())
-        elif isinstance(copies, str) or not all(isinstance(c, str) for c in copies):
-            raise ValueError(f"inference_copies: True, False or names of {COPIES}, got {copies!r}")
-        elif unknown := set(copies) - set(COPIES):
-            raise ValueError(f"inference_copies: unknown copies {sorted(unknown)}; known: {COPIES}")
         else:
-            chosen = frozenset(copies)
+            names = tuple(copies) if isinstance(copies, (list, tuple, set, frozenset)) else None
+            if names is None or not all(isinstance(c, str) for c in names):
+                raise ValueError(f"inference_copies: True, False or a collection of names of {COPIES}, got {copies!r}")
+            if unknown := set(names) - set(COPIES):
+                raise ValueError(f"inference_copies: unknown copies {sorted(unknown)}; known: {COPIES}")
+            chosen = frozenset(names)
         self._inference_copies = _WEIGHTS[self.weight_id].copies = chosen
+
+    @property
+    def use_bitmap(self) -> bool:
+        """Deprecated: :attr:`inference_copies` (whether any copy is kept)."""
+        warnings.warn("SparseLinear.use_bitmap is now inference_copies", DeprecationWarning, stacklevel=2)
+        return bool(self.inference_copies)
+
+    @use_bitmap.setter
+    def use_bitmap(self, keep: bool) -> None:
+        warnings.warn("SparseLinear.use_bitmap is now inference_copies", DeprecationWarning, stacklevel=2)
+        self.inference_copies = bool(keep)
 
     def __init__(self, in_features: int, out_features: int, width: int, *, bias: bool = True,
                  dtype: torch.dtype = torch.float32, device=None):
@@ -196,7 +210,7 @@ class SparseLinear(nn.Module):
         """A copy (``copy.deepcopy``, unpickling) gets its own launch plans."""
         super().__setstate__(state)
         self.weight_id = register(self)
-        self.inference_copies = self._inference_copies
+        self.inference_copies = state.get("_inference_copies", state.get("use_bitmap", True))   # (older pickles)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):

@@ -58,7 +58,7 @@ import weakref
 import torch
 
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
-from sparsekit.router import COMPACT_MIN_DENSITY      # compact rows at N = 1, as uspmm's
+from sparsekit.router import compact_wins             # compact rows at N = 1, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "bitmap_bytes",
            "cusparselt_bytes", "compact_bytes", "copies_bytes",
@@ -120,7 +120,7 @@ def route(n: int, width: int, in_features: int, inference: bool, *, out_features
     (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
     if inference and two_four and n > CUSPARSELT_MIN_N and "cusparselt" in copies:
         return "cusparselt"
-    if inference and n == 1 and width > COMPACT_MIN_DENSITY * in_features and "compact" in copies:
+    if inference and n == 1 and compact_wins(width, in_features) and "compact" in copies:
         return "compact"
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
     rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
@@ -159,7 +159,9 @@ def _refuse_in_capture(x: torch.Tensor, what: str, hint: str = _WARM_UP) -> None
 
 class Prepared:
     """One layer's launch plans (per route, ``N``, dtype, device and the addresses of its tensors), the scratch
-    buffers they point at and the weight's TiledBitmap once built; dropped with its layer."""
+    buffers they point at, the copies of the weight its inference routes read once made (compact rows,
+    TiledBitmap, cuSPARSELt's buffer: :data:`COPIES`) and which of them its layer allows; dropped with its
+    layer."""
 
     def __init__(self):
         from sparsekit.gpu.launch import Buffers

@@ -53,7 +53,7 @@ def shard_columns(layer, rank: int, world: int):
         return _dense_shard(layer, slice(lo, hi), slice(None), bias=True)
     values, columns = layer.values.detach()[lo:hi], layer.indices[lo:hi].long() & 0xFFFF
     bias = None if layer.bias is None else layer.bias.detach()[lo:hi]
-    return SparseLinear.from_rows(values, columns, layer.in_features, bias)
+    return _with_copies_of(layer, SparseLinear.from_rows(values, columns, layer.in_features, bias))
 
 
 def shard_rows(layer, rank: int, world: int):
@@ -71,7 +71,13 @@ def shard_rows(layer, rank: int, world: int):
     kept = inside.gather(1, order)
     values = torch.where(kept, layer.values.detach().gather(1, order), 0)
     shifted = torch.where(kept, columns.gather(1, order) - lo, hi - lo)
-    return SparseLinear.from_rows(values, shifted, hi - lo, None)
+    return _with_copies_of(layer, SparseLinear.from_rows(values, shifted, hi - lo, None))
+
+
+def _with_copies_of(layer, shard):
+    """``shard`` keeping the inference copies ``layer`` lets its inference keep."""
+    shard.inference_copies = layer.inference_copies
+    return shard
 
 
 class RowParallel(nn.Module):

@@ -69,7 +69,7 @@ def _compact_route(layer, x):
 
     rows = ops._WEIGHTS[layer.weight_id].compact(layer.values, layer.indices, 1024)
     return (spmm_ell_compact.spmm_ell_compact_linear(*rows, 1024, x),
-            [(spmm_ell_compact, "spmm_ell_compact_linear"), (spmm_ell_compact, "compact_rows")])
+            [(spmm_ell_compact, "spmm_ell_compact_linear"), (copies, "compact_rows")])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
