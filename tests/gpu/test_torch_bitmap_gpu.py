@@ -158,3 +158,29 @@ def test_capture_before_the_first_call_is_refused():
             layer(x)
     with torch.no_grad():                                # the layer works after
         _check(layer(x), layer, x)
+
+
+@pytest.mark.parametrize("sparsity", [0.5, 0.9])
+def test_copies_made_on_the_device_equal_the_references(sparsity):
+    """``sparsekit.torch.copies`` on CUDA tensors: the same compact rows as ``from_ell_rows`` and the same
+    TiledBitmap as ``from_coords`` of the layer's rows on the host (several gather groups a row)."""
+    import numpy as np
+
+    from sparsekit.checks import BFLOAT16
+    from sparsekit.formats import TiledBitmap
+    from sparsekit.reference.spmm_ell_compact import from_ell_rows
+
+    layer = _layer(torch.bfloat16, sparsity=sparsity, out_features=1000, in_features=4096, seed=11)
+    values = layer.values.detach()
+    bits, cols = values.view(torch.int16).cpu().numpy().view(BFLOAT16), layer.indices.cpu().numpy()
+    want = from_ell_rows(bits, cols, 4096)
+    got = copies.compact_rows(values, layer.indices, 4096)
+    assert all(t.is_cuda for t in got)
+    assert np.array_equal(got[0].view(torch.int16).cpu().numpy().view(np.uint16), want[0].view(np.uint16))
+    assert np.array_equal(got[1].cpu().numpy(), want[1])
+    assert np.array_equal(got[2].cpu().numpy().view(np.uint16), want[2])
+    columns = cols.view(np.uint16)
+    rows, at = np.nonzero(columns < 4096)
+    bitmap = copies.tiled_bitmap(values, layer.indices, 4096)
+    reference = TiledBitmap.from_coords(rows, columns[rows, at], bits[rows, at], (1000, 4096))
+    assert np.array_equal(bitmap.stream, reference.stream) and np.array_equal(bitmap.offsets, reference.offsets)
