@@ -98,3 +98,16 @@ def test_e2e_records_are_written_with_a_panel_per_mode_and_width(tmp_path):
     assert json.loads((tmp_path / "e2e.json").read_text()) == rows
     assert (tmp_path / "e2e.png").stat().st_size > 0
     assert write(rows[:3], tmp_path, "one") == ["one.csv", "one.json", "one.png"]      # a single panel
+    fewer = [dict(r, copies=copies) for r in rows if r["pattern"] == "uniform" for copies in ("none", "compact")]
+    assert write(rows + fewer, tmp_path, "copies") == ["copies.csv", "copies.json", "copies.png"]
+
+
+def test_e2e_names_the_copies_a_model_keeps(capsys):
+    """``--copies``: all, none or names of COPIES (records carry "all", "none" or names joined by "+")."""
+    from sparsekit.cli import main
+    from sparsekit.torch.bench import RECORD_KEY, copies_label
+
+    assert copies_label(True) == "all" and copies_label(False) == "none" and copies_label(()) == "none"
+    assert copies_label(("compact", "bitmap")) == "bitmap+compact" and "copies" in RECORD_KEY
+    assert main(["bench", "e2e", "--copies", "compact,dense"]) == 2
+    assert "expected all, none or names of compact, bitmap, cusparselt" in capsys.readouterr().err

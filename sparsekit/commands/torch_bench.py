@@ -6,7 +6,8 @@
 
 ``dispatch``: device time, wall time and host overhead per call of the custom op against torch.matmul.
 ``e2e``: a Llama-style decoder stack (hidden 4096, FFN 14336, 32 heads), every linear layer uniform-sparse (or
-2:4, or unstructured: ``--pattern``),
+2:4, or unstructured: ``--pattern``; keeping every copy of its weight that inference reads, or fewer:
+``--copies``),
 decode tokens/s at batch 1, 8, 32 and prefill at 512 and 2048 tokens, eager, torch.compile and CUDA graphs,
 against the dense model; output agreement with the dense model of the pruned weights; weight memory.
 Both print a table and write CSV, JSON and a plot to ``--out``. Need a GPU and PyTorch.
@@ -27,6 +28,23 @@ _BATCH = integer(minimum=1, maximum=4096)
 _PREFILL = integer(minimum=1, maximum=2**15)
 
 
+def _copies(text: str):
+    """``--copies``: True for "all", False for "none", else the comma-separated names (checked against
+    :data:`sparsekit.torch.ops.COPIES` where PyTorch is installed; without it the command stops anyway)."""
+    import argparse
+
+    if text in ("all", "none"):
+        return text == "all"
+    names = tuple(name.strip() for name in text.split(","))
+    try:
+        from sparsekit.torch.ops import COPIES
+    except ImportError:
+        return names
+    if not names or set(names) - set(COPIES):
+        raise argparse.ArgumentTypeError(f"expected all, none or names of {', '.join(COPIES)}, got {text!r}")
+    return names
+
+
 def add_bench(bench_subparsers) -> None:
     p = bench_subparsers.add_parser("dispatch", help="host overhead per sparsekit.torch op against torch.matmul",
                                     description=__doc__.split("\n\n")[0])
@@ -40,6 +58,9 @@ def add_bench(bench_subparsers) -> None:
                    help="sparsities besides dense (default: %(default)s)")
     p.add_argument("--pattern", choices=["uniform", "2:4", "unstructured"], default="uniform",
                    help="how every linear layer is pruned (2:4: 50 %%, --sparsity 0.5; default: %(default)s)")
+    p.add_argument("--copies", type=_copies, default=True, metavar="all|none|NAME[,NAME]",
+                   help="the copies of each weight inference may keep (SparseLinear.inference_copies: all, none, or "
+                        "names of compact, bitmap, cusparselt; default: all)")
     p.add_argument("--mode", choices=_MODES, nargs="+", default=_MODES, help="execution modes (default: all)")
     p.add_argument("--layers", type=_LAYERS, default=8, help="decoder layers (default: %(default)s)")
     p.add_argument("--batch", type=_BATCH, nargs="*", default=[1, 8, 32], help="decode batches (default: %(default)s)")
@@ -127,7 +148,8 @@ def cmd_e2e(args) -> int:
         return 2
     lead = args.tp == 1 or torch.distributed.get_rank() == 0              # the rank that reports
     records = e2e(cfg, dtypes, [0.0] + list(args.sparsity), args.mode, tuple(args.batch), tuple(args.prefill),
-                  tp=args.tp, progress=progress_bar if lead else (lambda it, desc: it), pattern=args.pattern)
+                  tp=args.tp, progress=progress_bar if lead else (lambda it, desc: it), pattern=args.pattern,
+                  copies=args.copies)
     if args.tp > 1:
         torch.distributed.destroy_process_group()
         if not lead:

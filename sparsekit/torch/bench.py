@@ -64,12 +64,13 @@ def dispatch(problems=DISPATCH_PROBLEMS, calls: int = _CALLS) -> list[dict]:
     return out
 
 
-def _models(cfg, dtype, sparsity, pattern="uniform", seed=0):
-    """The dense model and its copy sparsified to ``pattern`` at ``sparsity``, on the GPU."""
+def _models(cfg, dtype, sparsity, pattern="uniform", seed=0, copies=True):
+    """The dense model and its copy sparsified to ``pattern`` at ``sparsity``, its layers keeping ``copies``
+    (:attr:`~sparsekit.torch.SparseLinear.inference_copies`), on the GPU."""
     dense = Decoder(cfg, seed, device="cuda", dtype=dtype).eval()
     if not sparsity:
         return dense, dense
-    return dense, sparsify_(copy.deepcopy(dense), pattern=pattern, sparsity=sparsity)
+    return dense, sparsify_(copy.deepcopy(dense), pattern=pattern, sparsity=sparsity, inference_copies=copies)
 
 
 def _step_runner(model, mode: str, batch: int, tokens: int, start: int):
@@ -205,11 +206,13 @@ def all_reduce_us(shape, dtype, device, calls: int = 50) -> float:
 
 
 def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048), decode_at: int = 128,
-        repeats: int = 10, progress=lambda it, desc: it, tp: int = 1, pattern: str = "uniform") -> list[dict]:
+        repeats: int = 10, progress=lambda it, desc: it, tp: int = 1, pattern: str = "uniform",
+        copies=True) -> list[dict]:
     """Decode (``batches``) and prefill (``prefills``, batch 1) tokens/s in each mode, dense and sparse (every
     linear layer pruned to ``pattern``: :data:`sparsekit.torch.PATTERNS`; a row's ``pattern`` is "dense" at
-    sparsity 0); the sparse rows carry the speedup over dense, the weight memory ratio (after the runs: the ELL
-    rows and the copies built for inference, TiledBitmaps or cuSPARSELt's) and the output agreement.
+    sparsity 0; ``copies``: the layers' ``inference_copies``, named in a row's ``copies``, "-" when dense); the
+    sparse rows carry the speedup over dense, the weight memory ratio (after the runs: the ELL rows and the
+    copies built for inference: compact rows, TiledBitmaps, cuSPARSELt's) and the output agreement.
     ``tp > 1``: each model sharded over the ``torch.distributed`` group (this process is one rank; every
     rank runs the same steps), the rows also carry the sharded model's difference from the unsharded one and
     the time of one all-reduce of the step's activations (:func:`all_reduce_us`, eager, back to back)."""
@@ -221,7 +224,7 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
         reduce_us = {rows: round(all_reduce_us((rows, cfg.hidden), dtype, "cuda"), 1)          # a step's sums
                      for rows in sorted({*batches, *prefills})} if tp > 1 else {}
         for sparsity in progress(sparsities, f"e2e {dtype}"):
-            dense, model = _models(cfg, dtype, sparsity, pattern)
+            dense, model = _models(cfg, dtype, sparsity, pattern, copies=copies)
             err = agreement(dense, model) if sparsity else 0.0
             dense_bytes = linear_weight_bytes(dense)
             tp_err = 0.0
@@ -234,7 +237,8 @@ def e2e(cfg, dtypes, sparsities, modes, batches=(1, 8, 32), prefills=(512, 2048)
                                                     + [("prefill", 1, t, 0) for t in prefills]):
                     rate = _tokens_per_s(_step_runner(model, mode, batch, tokens, start), batch, tokens, repeats)
                     rows.append(dict(dtype=str(dtype).removeprefix("torch."), sparsity=sparsity,
-                                     pattern=pattern if sparsity else "dense", mode=mode,
+                                     pattern=pattern if sparsity else "dense",
+                                     copies=copies_label(copies) if sparsity else "-", mode=mode,
                                      phase=phase, batch=batch, tokens=tokens, tokens_per_s=round(rate, 1),
                                      max_relative_error=err, tp=tp, tp_relative_difference=tp_err,
                                      **({"all_reduce_us": reduce_us[batch * tokens]} if tp > 1 else {})))
@@ -265,15 +269,37 @@ def disagreements(records: list[dict]) -> list[str]:
 
 
 #: The fields that name a point of :func:`e2e`'s records (``sparsekit bench e2e --merge``).
-RECORD_KEY = ("dtype", "sparsity", "pattern", "mode", "phase", "batch", "tokens", "tp")
-#: Markers of the patterns other than uniform in the plot (uniform sparsity draws the lines).
+RECORD_KEY = ("dtype", "sparsity", "pattern", "copies", "mode", "phase", "batch", "tokens", "tp")
+#: Markers of the patterns other than uniform in the plot (uniform sparsity with every copy draws the lines), and
+#: of uniform models keeping fewer copies (``--copies``).
 _PATTERN_MARKERS = {"2:4": "s", "unstructured": "^"}
+_COPIES_MARKERS = {"none": "x"}
+
+
+def copies_label(copies) -> str:
+    """A model's ``inference_copies`` as its records name it: "all", "none" or the names joined by "+"."""
+    if copies is True or copies is False:
+        return "all" if copies else "none"
+    return "+".join(sorted(copies)) or "none"
+
+
+def _kind(r: dict) -> tuple[str, str]:
+    """A row's pattern and copies (records from before either field: uniform, every copy)."""
+    return r.get("pattern", "uniform"), r.get("copies", "all")
+
+
+def _marker(kind: tuple[str, str]) -> str:
+    """The plot's marker for rows of ``kind`` (:func:`_kind`)."""
+    pattern, copies = kind
+    if copies not in ("all", "-"):
+        return _COPIES_MARKERS.get(copies, "+")
+    return _PATTERN_MARKERS.get(pattern, "o")
 
 
 def _plot_e2e(plt, rows: list[dict]) -> None:
     """Tokens/s over dense against sparsity: a panel per mode (and per tensor-parallel width past 1), a line
     per phase and batch over uniform sparsity, solid for bfloat16 and dashed for float16; 2:4 and unstructured
-    models as points of their own markers (:data:`_PATTERN_MARKERS`)."""
+    models, and models keeping fewer copies, as points of their own markers (:func:`_marker`)."""
     panels = sorted({(r.get("tp", 1), r["mode"]) for r in rows},             # eager, compile, graph, compile-graph
                     key=lambda p: (p[0], "graph" in p[1], "compile" in p[1]))
     slots = len(panels) + 1 if len(panels) > 1 else 1               # the legend gets a panel of its own
@@ -285,16 +311,18 @@ def _plot_e2e(plt, rows: list[dict]) -> None:
     workloads = sorted({(r["phase"], r["batch"], r["tokens"]) for r in rows})
     colour = {w: f"C{i % 10}" for i, w in enumerate(workloads)}
     label = {w: f"{w[0]} b{w[1]}" + (f" t{w[2]}" if w[0] == "prefill" else "") for w in workloads}
+    kinds = sorted({_kind(r) for r in rows if r["sparsity"]}, key=lambda k: (k != ("uniform", "all"), k))
     for ax, (tp, mode) in zip(axes, panels):
         for dtype, style in (("bfloat16", "-"), ("float16", "--")):
             for w in workloads:
-                for pattern, marker in (("uniform", "o"), *_PATTERN_MARKERS.items()):
+                for kind in kinds:
+                    line = kind == ("uniform", "all")
                     pts = sorted((r["sparsity"], r["speedup_vs_dense"]) for r in rows
-                                 if (r.get("tp", 1), r["mode"], r["dtype"], r["phase"], r["batch"], r["tokens"],
-                                     r.get("pattern", "uniform")) == (tp, mode, dtype, *w, pattern))
+                                 if r["sparsity"] and (r.get("tp", 1), r["mode"], r["dtype"], r["phase"], r["batch"],
+                                                       r["tokens"], _kind(r)) == (tp, mode, dtype, *w, kind))
                     if pts:
-                        ax.plot(*zip(*pts), style if pattern == "uniform" else "none", marker=marker,
-                                ms=3 if pattern == "uniform" else 5, color=colour[w], label=label[w])
+                        ax.plot(*zip(*pts), linestyle=style if line else "none", marker=_marker(kind),
+                                ms=3 if line else 5, color=colour[w], label=label[w] if line else "_nolegend_")
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xlim(0.45, 0.95)
         ax.set_title(mode + (f", tp {tp}" if tp > 1 else ""), fontsize=9)
@@ -305,9 +333,10 @@ def _plot_e2e(plt, rows: list[dict]) -> None:
         ax.set_ylabel("tokens/s over dense", fontsize=8)
     lines = {h.get_label(): h for ax in axes for h in ax.get_lines() if h.get_label() in label.values()}
     handles = {label[w]: lines[label[w]] for w in workloads if label[w] in lines}
-    shown = {r.get("pattern", "uniform") for r in rows} - {"uniform"}
+    names = {"s": "squares", "^": "triangles", "x": "crosses", "+": "pluses"}
     title = "solid: bfloat16, dashed: float16" + "".join(
-        f"\n{'squares' if p == '2:4' else 'triangles'}: {p}" for p in sorted(shown))
+        f"\n{names[_marker(kind)]}: {kind[0]}" + ("" if kind[1] == "all" else f", copies {kind[1]}")
+        for kind in kinds if kind != ("uniform", "all"))
     legend = dict(fontsize=7, title=title, title_fontsize=7)
     where = axes[len(panels)] if len(panels) > 1 else axes[0]
     where.legend(handles.values(), handles.keys(), loc="center" if len(panels) > 1 else "best", **legend)
