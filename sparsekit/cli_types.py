@@ -59,6 +59,29 @@ def integer(*, minimum: int | None = None, maximum: int | None = None, multiple_
     return parse
 
 
+def names(allowed: tuple[str, ...]):
+    """A ``type=`` function for "all" (True), "none" (False) or comma-separated names of ``allowed`` (a tuple).
+
+    >>> names(("compact", "bitmap"))("bitmap,compact")
+    ('bitmap', 'compact')
+    >>> names(("compact", "bitmap"))("dense")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be all, none or names of compact, bitmap joined by commas, got 'dense'
+    """
+    def parse(text: str):
+        if text in ("all", "none"):
+            return text == "all"
+        chosen = tuple(name.strip() for name in text.split(","))
+        if not all(name in allowed for name in chosen):
+            raise argparse.ArgumentTypeError(f"must be all, none or names of {', '.join(allowed)} joined by commas, "
+                                             f"got {text!r}")
+        return chosen
+
+    parse.__name__ = "names"
+    return parse
+
+
 def fraction(*, closed: bool = False):
     """A ``type=`` function for a finite number in [0, 1) (``closed``: [0, 1]); NaN and Inf are refused."""
     interval = "[0, 1]" if closed else "[0, 1)"

@@ -214,6 +214,9 @@ BITMAP_F16_MAX_DENSITY = 0.5
 #: against 5.83 / 15.20 / 13.38, 50 % 11.07 / 31.56 / 30.01 against 10.09 / 27.18 / 25.94; 90 % 4.06 / 10.40 / 9.20
 #: against 4.18 / 10.05 / 8.69, where a layer's extra copy would buy 0-6 %.
 COMPACT_MIN_DENSITY = 0.125
+#: The copies of its weight a ``sparsekit.torch.SparseLinear`` may keep for inference, by route: compact rows
+#: (``N = 1``), the TiledBitmap (``N = 8-64``), cuSPARSELt's compressed 2:4 buffer (a 2:4 weight past 32 rows).
+INFERENCE_COPIES = ("compact", "bitmap", "cusparselt")
 
 
 def compact_wins(stored: int, k: int) -> bool:

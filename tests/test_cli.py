@@ -116,7 +116,7 @@ def test_every_typed_flag_uses_a_shared_validating_type():
     :mod:`sparsekit.cli_types`."""
     from sparsekit import cli_types
 
-    shared = {"integer", "fraction", "out_folder", "matrix_shape", "record_file"}
+    shared = {"integer", "fraction", "out_folder", "matrix_shape", "record_file", "names"}
     typed = [(" ".join(prefix), action.dest, action.type) for prefix, action in _options(cli.build_parser())
              if action.type is not None]
     assert typed, "no typed flag found"

@@ -110,4 +110,4 @@ def test_e2e_names_the_copies_a_model_keeps(capsys):
     assert copies_label(True) == "all" and copies_label(False) == "none" and copies_label(()) == "none"
     assert copies_label(("compact", "bitmap")) == "bitmap+compact" and "copies" in RECORD_KEY
     assert main(["bench", "e2e", "--copies", "compact,dense"]) == 2
-    assert "expected all, none or names of compact, bitmap, cusparselt" in capsys.readouterr().err
+    assert "must be all, none or names of compact, bitmap, cusparselt joined by commas" in capsys.readouterr().err

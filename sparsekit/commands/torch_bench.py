@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import sys
 
-from sparsekit.cli_types import integer, out_folder, record_file, sparsity
+from sparsekit.cli_types import integer, names, out_folder, record_file, sparsity
+from sparsekit.router import INFERENCE_COPIES
 
 _MODES = ["eager", "compile", "graph", "compile-graph"]
 #: Decoder layers: each holds 0.49 GB of 16-bit weights, about as much again sparse; at 128 (Llama-3-405B has
@@ -26,23 +27,6 @@ _LAYERS = integer(minimum=1, maximum=128)
 _BATCH = integer(minimum=1, maximum=4096)
 #: Prefill tokens: the causal mask is tokens x tokens (1 GiB at 2**15) beside the KV cache (4.3 GB at 8 layers).
 _PREFILL = integer(minimum=1, maximum=2**15)
-
-
-def _copies(text: str):
-    """``--copies``: True for "all", False for "none", else the comma-separated names (checked against
-    :data:`sparsekit.torch.ops.COPIES` where PyTorch is installed; without it the command stops anyway)."""
-    import argparse
-
-    if text in ("all", "none"):
-        return text == "all"
-    names = tuple(name.strip() for name in text.split(","))
-    try:
-        from sparsekit.torch.ops import COPIES
-    except ImportError:
-        return names
-    if not names or set(names) - set(COPIES):
-        raise argparse.ArgumentTypeError(f"expected all, none or names of {', '.join(COPIES)}, got {text!r}")
-    return names
 
 
 def add_bench(bench_subparsers) -> None:
@@ -58,7 +42,7 @@ def add_bench(bench_subparsers) -> None:
                    help="sparsities besides dense (default: %(default)s)")
     p.add_argument("--pattern", choices=["uniform", "2:4", "unstructured"], default="uniform",
                    help="how every linear layer is pruned (2:4: 50 %%, --sparsity 0.5; default: %(default)s)")
-    p.add_argument("--copies", type=_copies, default=True, metavar="all|none|NAME[,NAME]",
+    p.add_argument("--copies", type=names(INFERENCE_COPIES), default=True, metavar="all|none|NAME[,NAME]",
                    help="the copies of each weight inference may keep (SparseLinear.inference_copies: all, none, or "
                         "names of compact, bitmap, cusparselt; default: all)")
     p.add_argument("--mode", choices=_MODES, nargs="+", default=_MODES, help="execution modes (default: all)")

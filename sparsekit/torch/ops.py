@@ -58,7 +58,7 @@ import weakref
 import torch
 
 from sparsekit.router import BITMAP_N16_MIN_DENSITY   # the row kernel's edge at N = 9-16, as uspmm's
-from sparsekit.router import compact_wins             # compact rows at N = 1, as uspmm's
+from sparsekit.router import INFERENCE_COPIES, compact_wins   # compact rows at N = 1, as uspmm's
 
 __all__ = ["sparse_linear", "sparse_linear_inference", "forward", "route", "bitmap_bytes",
            "cusparselt_bytes", "compact_bytes", "copies_bytes",
@@ -99,9 +99,8 @@ BITMAP_MIN_DENSITY = 0.25
 #: against 111.8 / 421.4 / 446.3 (dense 95.7 / 374.0 / 358.4). At N = 16 the TiledBitmap kernel is the faster
 #: (18.6 / 40.8 / 41.6 against cuSPARSELt's 21.0 / 44.6 / 55.6).
 CUSPARSELT_MIN_N = 32
-#: The copies of a weight inference may keep beside its rows, by route: compact rows (``N = 1``), the TiledBitmap
-#: (``N = 8-64``), cuSPARSELt's compressed 2:4 buffer (a 2:4 weight past ``CUSPARSELT_MIN_N``).
-COPIES = ("compact", "bitmap", "cusparselt")
+#: The copies of a weight inference may keep beside its rows (:data:`sparsekit.router.INFERENCE_COPIES`).
+COPIES = INFERENCE_COPIES
 #: dtypes the CUDA kernels take.
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
