@@ -456,7 +456,7 @@ def sparse_linear(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, 
                   weight_id: int, inference: bool = False) -> torch.Tensor:
     """``x @ W^T`` for ``x`` (``N x K``) and the weight of padded ELL rows ``values``/``indices``, through the op
     ``torch.ops.sparsekit.sparse_linear``. ``inference``: no gradient will be asked of this call (the layer
-    passes ``not torch.is_grad_enabled()``), so the weight may be read from a TiledBitmap kept between calls
+    passes ``not torch.is_grad_enabled()``), so the weight may be read from a copy kept between calls
     (:func:`route`); inside the op autograd's recording cannot be seen (its forward runs below autograd)."""
     return _OP(x, values, indices, in_features, weight_id, inference)
 
