@@ -219,10 +219,12 @@ COMPACT_MIN_DENSITY = 0.125
 INFERENCE_COPIES = ("compact", "bitmap", "cusparselt")
 
 
-def compact_wins(stored: int, k: int) -> bool:
-    """Whether the ``N = 1`` product reads compact rows: rows of ``stored`` entries (rounded up to 8, as padded ELL
-    rows hold them) of ``k`` columns hold more than :data:`COMPACT_MIN_DENSITY` of them."""
-    return -(-stored // 8) * 8 > COMPACT_MIN_DENSITY * k
+def compact_wins(stored: int, k: int, m: int) -> bool:
+    """Whether the ``N = 1`` product of ``m`` rows reads compact rows: rows of ``stored`` entries (rounded up to 8,
+    as padded ELL rows hold them) of ``k`` columns hold more than :data:`COMPACT_MIN_DENSITY` of them, and the
+    compact kernel's 32-bit slot indices reach every slot (the padded rows' kernel indexes in 64 bits)."""
+    width = -(-stored // 8) * 8
+    return width > COMPACT_MIN_DENSITY * k and m * width <= 2**31 - 1
 #: Column-major B: Listing 1 with the paper's USpMM setting (NWarp, VSize) = (1, 8) (Section 4.3).
 LISTING1 = Config("listing1", nwarp=1, vsize=8, vecsize=1)
 

@@ -109,6 +109,7 @@ def test_route_takes_compact_rows_at_one_row_below_87_5_percent():
     assert ops.route(1, 512, k, True, **big) == "rows"                 # 87.5 %: the edge
     assert ops.route(1, 416, k, True, **big) == "rows"                 # 90 %: the copy's bytes are not worth it
     assert ops.route(1, 2048, k, True, two_four=True, **big) == "compact"
+    assert ops.route(1, 32768, 65535, True, out_features=65536) == "rows"     # 2**31 slots: past 32-bit indices
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

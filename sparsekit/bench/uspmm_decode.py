@@ -61,7 +61,7 @@ def pruned_weight(m: int, k: int, sparsity: float, dtype: np.dtype, seed: int):
 def route_layout(dell, variant: str, n: int):
     """``(builds, nbytes)``: a callable building (once, then cached on ``dell``) the layout ``variant`` reads at
     ``N = n``, and that layout's bytes."""
-    if variant == "decode" and n == 1 and compact_wins(dell.host.values.shape[1], dell.shape[1]):
+    if variant == "decode" and n == 1 and compact_wins(dell.host.values.shape[1], dell.shape[1], dell.shape[0]):
         return dell.compact_rows, lambda: sum(int(a.nbytes) for a in dell.compact_rows())
     if variant == "decode" and n == 1:
         return dell.ell_rows, lambda: sum(int(a.nbytes) for a in dell.ell_rows())

@@ -1234,7 +1234,7 @@ def uspmm(ell, b, *, config=None, **tunables):
         m, k = dell.shape
         if bop.dev.shape[1] == 1 and k <= MAX_ELL_ROWS_K:     # N = 1: x gathered from shared memory, 1.6x faster
             x = b.reshape(1, k)                                 # (sparse_linear.md)
-            if compact_wins(dell.host.values.shape[1], k):      # fewer bytes a weight (uspmm_decode.md)
+            if compact_wins(dell.host.values.shape[1], k, m):   # fewer bytes a weight (uspmm_decode.md)
                 return spmm_ell_compact_linear(*dell.compact_rows(), k, x).reshape(m, 1)
             return spmm_ell_rows_linear(*dell.ell_rows(), k, x).reshape(m, 1)
         if order == "C":

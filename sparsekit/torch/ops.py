@@ -119,7 +119,7 @@ def route(n: int, width: int, in_features: int, inference: bool, *, out_features
     (:meth:`Prepared.two_four`); asked only from ``n > CUSPARSELT_MIN_N``."""
     if inference and two_four and n > CUSPARSELT_MIN_N and "cusparselt" in copies:
         return "cusparselt"
-    if inference and n == 1 and compact_wins(width, in_features) and "compact" in copies:
+    if inference and n == 1 and compact_wins(width, in_features, out_features) and "compact" in copies:
         return "compact"
     wide = n > 32 and out_features * in_features < BITMAP_WIDE_MIN_WEIGHTS
     rows_win = (n <= BITMAP_MIN_N and width <= BITMAP_MIN_DENSITY * in_features) or (    # at N = 9-16 from 93.75 %:
