@@ -69,11 +69,8 @@ def _layer_route(layer, n: int) -> str:
     """The route the layer takes at ``n`` rows of ``x`` without autograd (after a call there)."""
     from sparsekit.torch import ops
 
-    prep = ops._WEIGHTS[layer.weight_id]
-    two_four = (n > ops.CUSPARSELT_MIN_N and "cusparselt" in prep.copies
-                and prep.two_four(layer.values, layer.indices, layer.in_features))
-    return ops.route(n, layer.values.shape[1], layer.in_features, bool(prep.copies),
-                     out_features=layer.out_features, two_four=two_four, copies=prep.copies)
+    return ops._WEIGHTS[layer.weight_id].route(n, layer.values, layer.indices, layer.in_features,
+                                               bool(layer.inference_copies))
 
 
 def _route_bytes(layer, n: int) -> int:

@@ -210,29 +210,29 @@ class Prepared:
 
     def bitmap(self, values, indices, in_features: int):
         """The weight as a :class:`~sparsekit.gpu.spmm_bitmap.DeviceBitmap`: built from the ELL rows on their device
-        (:func:`sparsekit.torch.copies.tiled_bitmap`), through the host to Numba's arrays, when first asked for; built again once ``values`` or
-        ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
+        (:func:`sparsekit.torch.copies.tiled_bitmap`), through the host to Numba's arrays, when first asked for;
+        built again once ``values`` or ``indices`` is another tensor or was changed in place as torch counts it (``_version``: an optimizer
         step, ``copy_``, an in-place op under ``no_grad``; not a write through ``.data`` nor one to an inference
         tensor), the launch plans of the TiledBitmap it replaces dropped with it."""
         def build():
             from sparsekit.gpu.spmm_bitmap import upload
             from sparsekit.torch.copies import tiled_bitmap
 
-            for key in [key for key in self.plans if key[0] == "bitmap"]:
-                del self.plans[key]
             return upload(tiled_bitmap(values, indices, in_features))
 
-        return self._kept("_bitmap", values, indices, "build the weight's TiledBitmap", build)
+        return self._kept("_bitmap", values, indices, "build the weight's TiledBitmap", build, plans="bitmap")
 
-    def _kept(self, attr: str, values, indices, what: str, build):
+    def _kept(self, attr: str, values, indices, what: str, build, plans: str | None = None):
         """The copy of the weight (or fact about it) held in ``attr`` as ``(source, copy)``: made by ``build()`` when
         first asked for and again once ``values`` or ``indices`` is another tensor or changed in place
-        (:func:`_source`), the replaced one freed first; a capture under way is refused (``what``) when it must be
-        made."""
+        (:func:`_source`), the replaced one freed first with the launch plans of the route ``plans`` that read
+        it; a capture under way is refused (``what``) when it must be made."""
         source = _source(values, indices)
         held = getattr(self, attr)
         if held is None or held[0] != source:
             _refuse_in_capture(values, what)
+            for key in [key for key in self.plans if key[0] == plans]:
+                del self.plans[key]
             setattr(self, attr, None)
             held = (source, build())
             setattr(self, attr, held)
@@ -260,11 +260,10 @@ class Prepared:
         def build():
             from sparsekit.torch.copies import compact_rows
 
-            for key in [key for key in self.plans if key[0] == "compact"]:
-                del self.plans[key]
             return compact_rows(values.detach(), indices, in_features)
 
-        return self._kept("_compact", values, indices, "convert the weight to compact ELL rows", build)
+        return self._kept("_compact", values, indices, "convert the weight to compact ELL rows", build,
+                          plans="compact")
 
     def compact_product(self, x, values, indices, in_features: int) -> torch.Tensor:
         """``x @ W^T`` by the compact row kernel (``x`` ``1 x K`` C-contiguous on CUDA, the values' dtype)."""
@@ -278,6 +277,14 @@ class Prepared:
             return lambda t: spmm_ell_compact_linear(*rows, in_features, t.detach())
 
         return self._run(key, product, x, (1, values.shape[0]))
+
+    def route(self, n: int, values, indices, in_features: int, inference: bool) -> str:
+        """:func:`route` for ``x`` of ``n`` rows and this weight, with the copies its layer allows (the 2:4 check
+        asked only where cuSPARSELt could run)."""
+        two_four = (inference and n > CUSPARSELT_MIN_N and "cusparselt" in self.copies
+                    and self.two_four(values, indices, in_features))
+        return route(n, values.shape[1], in_features, inference, out_features=values.shape[0], two_four=two_four,
+                     copies=self.copies)
 
     def two_four(self, values, indices, in_features: int) -> bool:
         """Whether cuSPARSELt can multiply by this weight: a 2:4 pattern (:func:`is_two_four`), M and K multiples
@@ -409,11 +416,7 @@ def forward(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, in_fea
     if x.is_cuda:
         prep = _WEIGHTS[weight_id]
         if x.dtype in KERNEL_DTYPES:
-            n = x.shape[0]
-            two_four = (inference and n > CUSPARSELT_MIN_N and "cusparselt" in prep.copies
-                        and prep.two_four(values, indices, in_features))
-            kernel = route(n, values.shape[1], in_features, inference, out_features=values.shape[0],
-                           two_four=two_four, copies=prep.copies)
+            kernel = prep.route(x.shape[0], values, indices, in_features, inference)
             if kernel != "dense":
                 x = x if x.is_contiguous() else x.contiguous()
                 if kernel == "rows":
