@@ -46,8 +46,9 @@ def compact_rows(values: torch.Tensor, indices: torch.Tensor, k: int) -> tuple[t
         raise ValueError(f"indices: columns must be below {k} (or {k}, padding)")
     bits = values.detach().view(torch.int16).gather(1, order)
     kept = cols < k
-    if bool((kept[:, 1:] & (cols[:, 1:] == cols[:, :-1])).any()):
-        r, j = (int(i) for i in torch.nonzero(kept[:, 1:] & (cols[:, 1:] == cols[:, :-1]))[0])
+    repeated = kept[:, 1:] & (cols[:, 1:] == cols[:, :-1])
+    if bool(repeated.any()):
+        r, j = (int(i) for i in torch.nonzero(repeated)[0])
         raise ValueError(f"indices: row {r} stores column {int(cols[r, j])} twice")
     count = kept.sum(dim=1)
     groups = cols.view(m, width // CHUNK, CHUNK)                             # 8 entries in order
